@@ -1,0 +1,223 @@
+"""Mutable cluster state with incremental per-domain counters.
+
+Per GPU: health and owner. Per node: how many healthy, unowned GPUs it has and whether it takes new work.
+Per domain (every level above the node): a histogram of its nodes by free count (split by GPU-memory
+class) and the nodes themselves bucketed by free count. Every change touches O(levels) counters, and every
+feasibility question reads histograms, never the GPUs (SPEC section 3, "Scale").
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from paralleljob.core.errors import InvalidRequest
+from paralleljob.core.topology import Topology, TopologyIndex
+
+
+class GPUHealth(enum.Enum):
+    HEALTHY = "Healthy"
+    DEGRADED = "Degraded"  # usable by its current job, never given new work
+    RESETTING = "Resetting"
+    OFFLINE = "Offline"
+
+
+class GPUState(enum.Enum):
+    """The state a user sees (SPEC section 3): allocation and health folded into one word."""
+
+    AVAILABLE = "Available"
+    ALLOCATED = "Allocated"
+    DEGRADED = "Degraded"
+    RESETTING = "Resetting"
+    OFFLINE = "Offline"
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    job_id: str
+    groups: tuple[tuple[int, ...], ...]  # GPU ids per TP group, flat index d * pp + p
+    memory_per_gpu_gb: float
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return tuple(g for group in self.groups for g in group)
+
+
+class ClusterState:
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.index = TopologyIndex(topology)
+        n_gpus, g_max = topology.num_gpus, topology.max_gpus_per_node
+        self.health: list[GPUHealth] = [GPUHealth.HEALTHY] * n_gpus
+        self.owner: list[str | None] = [None] * n_gpus
+        self.memory_used: list[float] = [0.0] * n_gpus
+        self.node_free: list[int] = list(topology.node_gpu_count)  # healthy and unowned
+        self.node_schedulable: list[bool] = [True] * topology.num_nodes
+        self.allocations: dict[str, Allocation] = {}
+        self._width = g_max + 1
+        classes = len(self.index.memory_classes)
+        # hist[level][domain][cls * width + k]: nodes of that memory class with k usable free GPUs
+        self.hist: list[list[list[int]]] = [[]]
+        # buckets[level][domain][k]: those nodes, as insertion-ordered sets (dict keys)
+        self.buckets: list[list[list[dict[int, None]]]] = [[]]
+        for level in range(1, topology.top + 1):
+            doms = topology.num_domains(level)
+            self.hist.append([[0] * (classes * self._width) for _ in range(doms)])
+            self.buckets.append([[{} for _ in range(self._width)] for _ in range(doms)])
+        for node in range(topology.num_nodes):
+            self._account(node, self.usable_free(node), +1)
+
+    # ---- counters ------------------------------------------------------------------------------
+    def usable_free(self, node: int) -> int:
+        """Free healthy GPUs on a node that may take new work (0 when cordoned or not Ready)."""
+        return self.node_free[node] if self.node_schedulable[node] else 0
+
+    def _account(self, node: int, free: int, sign: int) -> None:
+        offset = self.index.node_memory_class[node] * self._width + free
+        domain_of = self.topology.domain_of
+        for level in range(1, self.topology.top + 1):
+            dom = domain_of[level][node]
+            self.hist[level][dom][offset] += sign
+            bucket = self.buckets[level][dom][free]
+            if sign > 0:
+                bucket[node] = None
+            else:
+                del bucket[node]
+
+    def _change_node(self, node: int, free_delta: int = 0, schedulable: bool | None = None) -> None:
+        before = self.usable_free(node)
+        self.node_free[node] += free_delta
+        if schedulable is not None:
+            self.node_schedulable[node] = schedulable
+        after = self.usable_free(node)
+        if after != before:
+            self._account(node, before, -1)
+            self._account(node, after, +1)
+
+    # ---- queries ---------------------------------------------------------------------------------
+    def gpu_state(self, gpu: int) -> GPUState:
+        health = self.health[gpu]
+        if health is not GPUHealth.HEALTHY:
+            return GPUState(health.value)
+        return GPUState.ALLOCATED if self.owner[gpu] is not None else GPUState.AVAILABLE
+
+    def eligible(self, gpu: int, memory_gb: float) -> bool:
+        node = self.topology.gpu_node[gpu]
+        return (
+            self.owner[gpu] is None
+            and self.health[gpu] is GPUHealth.HEALTHY
+            and self.node_schedulable[node]
+            and self.memory_used[gpu] + memory_gb <= self.topology.node_gpu_memory_gb[node]
+        )
+
+    def eligible_gpus(self, node: int, memory_gb: float) -> list[int]:
+        return [g for g in self.topology.node_gpus(node) if self.eligible(g, memory_gb)]
+
+    def memory_ok(self, node: int, memory_gb: float) -> bool:
+        return memory_gb <= self.topology.node_gpu_memory_gb[node]
+
+    def node_slots(self, node: int, tp: int, memory_gb: float) -> int:
+        """How many TP groups of ``tp`` GPUs needing ``memory_gb`` each this node can take now."""
+        if not self.memory_ok(node, memory_gb):
+            return 0
+        return self.usable_free(node) // tp
+
+    def _classes(self, memory_gb: float) -> range:
+        classes = self.index.memory_classes
+        first = next((i for i, m in enumerate(classes) if m >= memory_gb), len(classes))
+        return range(first, len(classes))
+
+    def free_histogram(self, level: int, domain: int, memory_gb: float) -> list[int]:
+        """Nodes of a domain by usable free count, counting only nodes whose GPUs have enough memory."""
+        if level == 0:
+            row = [0] * self._width
+            if self.memory_ok(domain, memory_gb):
+                row[self.usable_free(domain)] = 1
+            return row
+        hist = self.hist[level][domain]
+        width = self._width
+        row = [0] * width
+        for cls in self._classes(memory_gb):
+            base = cls * width
+            for k in range(width):
+                row[k] += hist[base + k]
+        return row
+
+    def domain_slots(self, level: int, domain: int, tp: int, memory_gb: float, per_node_unit: int = 1) -> int:
+        """Sum over the domain's nodes of ``(free // tp) // per_node_unit``."""
+        row = self.free_histogram(level, domain, memory_gb)
+        return sum(count * ((k // tp) // per_node_unit) for k, count in enumerate(row) if count)
+
+    def nodes_with_free(self, level: int, domain: int, free: int, memory_gb: float) -> Iterator[int]:
+        """Nodes of a domain with exactly ``free`` usable GPUs and enough memory, in a stable order."""
+        if level == 0:
+            if self.usable_free(domain) == free and self.memory_ok(domain, memory_gb):
+                yield domain
+            return
+        for node in self.buckets[level][domain][free]:
+            if self.memory_ok(node, memory_gb):
+                yield node
+
+    def counts(self) -> dict[str, int]:
+        total = self.topology.num_gpus
+        unhealthy = sum(1 for h in self.health if h is not GPUHealth.HEALTHY)
+        allocated = sum(1 for o in self.owner if o is not None)
+        usable = sum(self.usable_free(n) for n in range(self.topology.num_nodes))
+        return {"total": total, "allocated": allocated, "unhealthy": unhealthy, "free": usable}
+
+    # ---- mutations -------------------------------------------------------------------------------
+    def allocate(self, allocation: Allocation) -> None:
+        """Give every GPU of ``allocation`` to its job; all-or-nothing, validated first."""
+        if allocation.job_id in self.allocations:
+            raise InvalidRequest(f"job {allocation.job_id!r} already holds GPUs")
+        gpus = allocation.gpus
+        if len(set(gpus)) != len(gpus):
+            raise InvalidRequest(f"allocation of {allocation.job_id!r} names a GPU twice")
+        for gpu in gpus:
+            self.topology.check_gpu(gpu)
+            if not self.eligible(gpu, allocation.memory_per_gpu_gb):
+                raise InvalidRequest(f"GPU {gpu} cannot take {allocation.job_id!r}: {self.gpu_state(gpu).value}")
+        for gpu in gpus:
+            self.owner[gpu] = allocation.job_id
+            self.memory_used[gpu] += allocation.memory_per_gpu_gb
+            self._change_node(self.topology.gpu_node[gpu], free_delta=-1)
+        self.allocations[allocation.job_id] = allocation
+
+    def release(self, job_id: str) -> Allocation | None:
+        allocation = self.allocations.pop(job_id, None)
+        if allocation is None:
+            return None
+        for gpu in allocation.gpus:
+            self.owner[gpu] = None
+            self.memory_used[gpu] = max(0.0, self.memory_used[gpu] - allocation.memory_per_gpu_gb)
+            if self.health[gpu] is GPUHealth.HEALTHY:
+                self._change_node(self.topology.gpu_node[gpu], free_delta=+1)
+        return allocation
+
+    def set_health(self, gpu: int, health: GPUHealth) -> GPUHealth:
+        """Change one GPU's health; returns the previous value."""
+        self.topology.check_gpu(gpu)
+        before = self.health[gpu]
+        if before is health:
+            return before
+        self.health[gpu] = health
+        if self.owner[gpu] is None:
+            was_free, is_free = before is GPUHealth.HEALTHY, health is GPUHealth.HEALTHY
+            if was_free != is_free:
+                self._change_node(self.topology.gpu_node[gpu], free_delta=1 if is_free else -1)
+        return before
+
+    def set_node_schedulable(self, node: int, schedulable: bool) -> None:
+        if not 0 <= node < self.topology.num_nodes:
+            raise InvalidRequest(f"unknown node index {node}")
+        self._change_node(node, schedulable=schedulable)
+
+    def jobs_on(self, gpus: Sequence[int]) -> list[str]:
+        """Jobs holding any of ``gpus``, in first-seen order."""
+        seen: dict[str, None] = {}
+        for gpu in gpus:
+            owner = self.owner[gpu]
+            if owner is not None:
+                seen[owner] = None
+        return list(seen)

@@ -1,0 +1,84 @@
+"""Evaluate a placement under a cost model, at rank level (any placement) or node level (the placer's).
+
+Bandwidth in this topology is a function of the lowest shared level, and it never grows going up, so the
+minimum over all pairs of a set of GPUs is the bandwidth of the set's lowest common level: one pass over
+the set instead of all pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from paralleljob.core.cost import CostBreakdown, CostModel
+from paralleljob.core.job import JobSpec
+from paralleljob.core.topology import Topology
+
+
+def nodes_common_level(topology: Topology, nodes: Iterable[int]) -> int:
+    """Lowest level containing every node of a non-empty collection (0 when all are one node)."""
+    it = iter(nodes)
+    first = next(it)
+    level = 0
+    for node in it:
+        if node != first:
+            level = max(level, topology.common_level(first, node))
+    return level
+
+
+def min_pair_bandwidth(topology: Topology, gpus: Sequence[int]) -> float:
+    """Minimum bandwidth over all pairs of distinct GPUs in ``gpus``; infinite when there is no pair."""
+    if len(set(gpus)) < 2:
+        return math.inf
+    level = nodes_common_level(topology, (topology.gpu_node[g] for g in gpus))
+    return topology.level_bandwidth(level)
+
+
+def rank_level_cost(
+    topology: Topology, job: JobSpec, tp_groups: Sequence[Sequence[int]], model: CostModel
+) -> CostBreakdown:
+    """The cost of any placement given as ``tp_groups[d * pp + p]`` = GPU ids in TP-rank order."""
+    t, pp, dp = job.tp, job.pp, job.dp
+    tp_bw = min((min_pair_bandwidth(topology, g) for g in tp_groups), default=math.inf)
+    tp_ms = model.tp_ms(job, tp_bw) if t > 1 else 0.0
+    pp_ms = 0.0
+    if pp > 1:
+        for d in range(dp):
+            bws = []
+            for p in range(pp - 1):
+                a, b = tp_groups[d * pp + p], tp_groups[d * pp + p + 1]
+                bws.append(min(topology.bandwidth_between(a[k], b[k]) for k in range(t)))
+            pp_ms = max(pp_ms, model.pp_ms(job, bws))
+    dp_ms = 0.0
+    if dp > 1:
+        dp_bw = math.inf
+        for p in range(pp):
+            for k in range(t):
+                members = [tp_groups[d * pp + p][k] for d in range(dp)]
+                dp_bw = min(dp_bw, min_pair_bandwidth(topology, members))
+        dp_ms = model.dp_ms(job, dp_bw)
+    return CostBreakdown(tp_ms, pp_ms, dp_ms, model.combine(tp_ms, pp_ms, dp_ms))
+
+
+def node_level_cost(
+    topology: Topology, job: JobSpec, group_nodes: Sequence[int], model: CostModel, tp_bw: float | None = None
+) -> CostBreakdown:
+    """The cost when each TP group sits inside one node: ``group_nodes[d * pp + p]`` is its node.
+
+    Equal to :func:`rank_level_cost` for such placements, in O(groups x levels)."""
+    pp, dp = job.pp, job.dp
+    bw = topology.level_bandwidth
+    if tp_bw is None:
+        tp_bw = bw(0)
+    tp_ms = model.tp_ms(job, tp_bw) if job.tp > 1 else 0.0
+    pp_ms = 0.0
+    if pp > 1:
+        common = topology.common_level
+        for d in range(dp):
+            row = group_nodes[d * pp : (d + 1) * pp]
+            pp_ms = max(pp_ms, model.pp_ms(job, [bw(common(row[p], row[p + 1])) for p in range(pp - 1)]))
+    dp_ms = 0.0
+    if dp > 1:
+        level = max(nodes_common_level(topology, group_nodes[p::pp]) for p in range(pp))
+        dp_ms = model.dp_ms(job, bw(level))
+    return CostBreakdown(tp_ms, pp_ms, dp_ms, model.combine(tp_ms, pp_ms, dp_ms))

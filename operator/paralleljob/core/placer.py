@@ -1,0 +1,295 @@
+"""Topology-aware gang placement: the cheapest valid placement under a cost model, then the tidiest.
+
+Steps, each cheap at 100k GPUs:
+1. Verdict from histograms: can this request ever fit, and does it fit now? A "no" names the numbers.
+2. Candidates: one structured layout per DP level (``layouts``), plus "keep the previous placement where it
+   still stands" when re-placing a job, each scored by the cost model at node level.
+3. A lower bound per DP level; a candidate that meets it is proven optimal. Otherwise, when the cluster's
+   usable nodes are few, the exact search (``search``) settles it.
+4. Ties on cost go to the layout that keeps whole nodes free, fills partly used nodes, spans the smallest
+   domain and (when re-placing) moves the fewest ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.cost import CostBreakdown, CostModel
+from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.evaluate import node_level_cost, nodes_common_level
+from paralleljob.core.job import JobSpec
+from paralleljob.core.layouts import DomainPicker, Request, layout_for_dp_level
+from paralleljob.core.placement import Placement
+from paralleljob.core.search import SearchResult, exact_search
+
+COST_EPS = 1e-6  # ms; costs closer than this are a tie
+
+
+@dataclass(frozen=True, slots=True)
+class PlacerConfig:
+    exact_node_limit: int = 16  # run the exact search when at most this many nodes could take a group
+    exact_group_limit: int = 64
+    exact_budget: int = 200_000  # search expansions
+
+
+class Placer:
+    def __init__(self, state: ClusterState, config: PlacerConfig | None = None) -> None:
+        self.state = state
+        self.topology = state.topology
+        self.config = config or PlacerConfig()
+
+    # ---- verdicts ---------------------------------------------------------------------------------
+    def check_feasible(self, job: JobSpec) -> None:
+        """Raise :class:`PlacementInfeasible` with reasons when the job cannot be placed now."""
+        topo, state, t, mem = self.topology, self.state, job.tp, job.memory_per_gpu_gb
+        if t > topo.max_gpus_per_node:
+            raise PlacementInfeasible(
+                job.job_id,
+                [f"needs {t} GPUs in one node for each TP group; the largest node has {topo.max_gpus_per_node}"],
+                permanent=True,
+            )
+        biggest = max(topo.node_gpu_memory_gb)
+        if mem > biggest:
+            raise PlacementInfeasible(
+                job.job_id, [f"needs {mem:g} GB per GPU; the largest GPU has {biggest:g} GB"], permanent=True
+            )
+        capacity = sum(
+            count // t for count, m in zip(topo.node_gpu_count, topo.node_gpu_memory_gb, strict=True) if m >= mem
+        )
+        if capacity < job.num_groups:
+            raise PlacementInfeasible(
+                job.job_id,
+                [f"needs {job.num_groups} TP groups of {t} GPUs; even an empty cluster holds only {capacity}"],
+                permanent=True,
+            )
+        top = topo.top
+        free_slots = state.domain_slots(top, 0, t, mem) if top else state.node_slots(0, t, mem)
+        if free_slots < job.num_groups:
+            row = state.free_histogram(top, 0, mem)
+            best_node = max((k for k, c in enumerate(row) if c), default=0)
+            raise PlacementInfeasible(
+                job.job_id,
+                [
+                    f"needs {job.num_groups} TP groups of {t} GPUs, each inside one node"
+                    f" ({mem:g} GB per GPU); only {free_slots} such groups are free now",
+                    f"the best node has {best_node} free GPUs",
+                ],
+            )
+
+    # ---- placement --------------------------------------------------------------------------------
+    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement:
+        """The best placement for ``job`` on the current state; the state itself is not changed."""
+        self.check_feasible(job)
+        picker = DomainPicker(self.state, Request(job.tp, job.memory_per_gpu_gb))
+        old_nodes = self._nodes_of(previous, job) if previous is not None else None
+        levels = range(self.topology.top + 1) if job.dp > 1 else [self.topology.top]
+        candidates: dict[tuple[int, ...], str] = {}
+        for lam in levels:
+            layout = layout_for_dp_level(picker, job, lam)
+            if layout is not None:
+                candidates.setdefault(tuple(layout), f"DP groups kept within one {self.topology.levels[lam].name}")
+        if old_nodes is not None:
+            kept = self.keep_and_repair(job, model, old_nodes)
+            if kept is not None:
+                candidates.setdefault(tuple(kept), "previous placement kept where it still stands")
+        if not candidates:
+            raise PlacementInfeasible(job.job_id, ["no layout keeps every TP group inside one node"])
+        scored = sorted(
+            (self._score(job, model, layout, old_nodes), layout, why) for layout, why in candidates.items()
+        )
+        (_, best_layout, why) = scored[0]
+        best_cost = node_level_cost(self.topology, job, best_layout, model)
+        bound = self.lower_bound(job, model)
+        proven = best_cost.total_ms <= bound + COST_EPS
+        notes = [why]
+        if not proven:
+            exact = self._exact(job, model, best_cost.total_ms)
+            if exact is not None:
+                if exact.group_nodes is not None:
+                    best_layout = exact.group_nodes
+                    best_cost = node_level_cost(self.topology, job, best_layout, model)
+                    notes = ["exact search improved on the structured layouts"]
+                if exact.complete:
+                    proven = True
+                    bound = best_cost.total_ms
+        notes.extend(self._describe(job, best_layout, best_cost, bound, proven))
+        groups = self.choose_gpus(job, best_layout, previous)
+        return Placement(
+            job.job_id, job.pp, job.dp, tuple(best_layout), groups, best_cost, bound, proven, tuple(notes)
+        )
+
+    # ---- scoring ----------------------------------------------------------------------------------
+    def _score(
+        self, job: JobSpec, model: CostModel, layout: Sequence[int], old_nodes: Sequence[int] | None
+    ) -> tuple[float, int, int, int, int]:
+        cost = node_level_cost(self.topology, job, layout, model).total_ms
+        moved = 0 if old_nodes is None else sum(1 for a, b in zip(layout, old_nodes, strict=True) if a != b)
+        broken, leftover = self.fragmentation(job, layout)
+        span = nodes_common_level(self.topology, layout)
+        return (round(cost / COST_EPS) * COST_EPS, moved, broken, leftover, span)
+
+    def fragmentation(self, job: JobSpec, layout: Sequence[int]) -> tuple[int, int]:
+        """(whole free nodes left partly used, free GPUs left behind on the nodes touched)."""
+        broken = leftover = 0
+        for node, groups in Counter(layout).items():
+            free = self.state.usable_free(node)
+            left = free - groups * job.tp
+            leftover += left
+            if left > 0 and free == self.topology.node_gpu_count[node]:
+                broken += 1
+        return broken, leftover
+
+    # ---- bounds and exact search --------------------------------------------------------------------
+    def lower_bound(self, job: JobSpec, model: CostModel) -> float:
+        """A cost no placement can beat, from the best conceivable level of each term."""
+        topo, state = self.topology, self.state
+        bw = topo.level_bandwidth
+        tp_ms = model.tp_ms(job, bw(0)) if job.tp > 1 else 0.0
+        row = state.free_histogram(topo.top, 0, job.memory_per_gpu_gb) if topo.top else None
+        max_slots = (
+            max((k // job.tp for k, c in enumerate(row) if c), default=0)
+            if row is not None
+            else state.node_slots(0, job.tp, job.memory_per_gpu_gb)
+        )
+        pp_ms = 0.0
+        if job.pp > 1:
+            nodes_per_replica = math.ceil(job.pp / max(1, max_slots))
+            crossings = min(job.pp - 1, nodes_per_replica - 1)
+            crossing_bw = bw(1) if topo.top >= 1 else bw(0)
+            pp_ms = model.pp_ms(job, [bw(0)] * (job.pp - 1 - crossings) + [crossing_bw] * crossings)
+        if job.dp == 1:
+            return model.combine(tp_ms, pp_ms, 0.0)
+        bound = model.combine(tp_ms, pp_ms, model.dp_ms(job, bw(min(1, topo.top))))
+        columns_per_node = max_slots // job.dp
+        if columns_per_node >= 1:
+            # DP inside one node needs each node to hold whole stage columns, so a replica crosses
+            # at least one node boundary per node its stages need.
+            crossings = math.ceil(job.pp / columns_per_node) - 1
+            crossing_bw = bw(1) if topo.top >= 1 else bw(0)
+            pp_in_node = (
+                model.pp_ms(job, [bw(0)] * (job.pp - 1 - crossings) + [crossing_bw] * crossings)
+                if job.pp > 1
+                else 0.0
+            )
+            bound = min(bound, model.combine(tp_ms, pp_in_node, model.dp_ms(job, bw(0))))
+        return bound
+
+    def usable_nodes(self, job: JobSpec, limit: int) -> list[int] | None:
+        """Nodes that can take at least one TP group, or None when there are more than ``limit``."""
+        topo, t, mem = self.topology, job.tp, job.memory_per_gpu_gb
+        out: list[int] = []
+        for free in range(t, topo.max_gpus_per_node + 1):
+            nodes = self.state.nodes_with_free(topo.top, 0, free, mem) if topo.top else iter([0])
+            for node in nodes:
+                if self.state.node_slots(node, t, mem) > 0:
+                    out.append(node)
+                    if len(out) > limit:
+                        return None
+            if not topo.top:
+                break
+        return sorted(out)
+
+    def _exact(self, job: JobSpec, model: CostModel, incumbent_ms: float) -> SearchResult | None:
+        cfg = self.config
+        if job.num_groups > cfg.exact_group_limit:
+            return None
+        nodes = self.usable_nodes(job, cfg.exact_node_limit)
+        if nodes is None:
+            return None
+        slots = [self.state.node_slots(n, job.tp, job.memory_per_gpu_gb) for n in nodes]
+        return exact_search(self.topology, job, model, nodes, slots, incumbent_ms, cfg.exact_budget)
+
+    # ---- re-placement -------------------------------------------------------------------------------
+    def _nodes_of(self, previous: Allocation, job: JobSpec) -> list[int] | None:
+        if len(previous.groups) != job.num_groups:
+            return None
+        return [self.topology.gpu_node[group[0]] for group in previous.groups]
+
+    def keep_and_repair(self, job: JobSpec, model: CostModel, old_nodes: Sequence[int]) -> list[int] | None:
+        """Keep each group on its old node while that node still has room; move the rest to the nodes
+        that raise the cost least, nearest first."""
+        t, mem = job.tp, job.memory_per_gpu_gb
+        room = {n: self.state.node_slots(n, t, mem) for n in set(old_nodes)}
+        layout = list(old_nodes)
+        moving = []
+        for g, node in enumerate(old_nodes):
+            if room[node] > 0:
+                room[node] -= 1
+            else:
+                moving.append(g)
+        for g in moving:
+            target = self.best_replacement(job, model, layout, g, room)
+            if target is None:
+                return None
+            layout[g] = target
+            room[target] = room.get(target, self.state.node_slots(target, t, mem)) - 1
+        return layout
+
+    def best_replacement(
+        self, job: JobSpec, model: CostModel, layout: list[int], g: int, room: dict[int, int], fanout: int = 8
+    ) -> int | None:
+        """The node for group ``g`` that keeps the job cheapest, searched outward from its old domain."""
+        topo, t, mem = self.topology, job.tp, job.memory_per_gpu_gb
+        anchor = layout[g]
+        for level in range(1, topo.top + 1) if topo.top else [0]:
+            domain = topo.domain_of[level][anchor]
+            options: list[int] = []
+            for free in range(t, topo.max_gpus_per_node + 1):
+                for node in self.state.nodes_with_free(level, domain, free, mem):
+                    if room.get(node, self.state.node_slots(node, t, mem)) > 0:
+                        options.append(node)
+                        if len(options) >= fanout:
+                            break
+                if len(options) >= fanout:
+                    break
+            options.extend(
+                n for n, r in room.items() if r > 0 and n not in options and topo.common_level(n, anchor) <= level
+            )
+            if options:
+                def cost_with(node: int) -> tuple[float, int]:
+                    trial = layout.copy()
+                    trial[g] = node
+                    return (node_level_cost(topo, job, trial, model).total_ms, node)
+
+                return min(options, key=cost_with)
+        return None
+
+    # ---- GPUs ---------------------------------------------------------------------------------------
+    def choose_gpus(
+        self, job: JobSpec, layout: Sequence[int], previous: Allocation | None
+    ) -> tuple[tuple[int, ...], ...]:
+        mem = job.memory_per_gpu_gb
+        free: dict[int, list[int]] = {}
+        for node in dict.fromkeys(layout):
+            free[node] = self.state.eligible_gpus(node, mem)
+        groups: list[tuple[int, ...] | None] = [None] * len(layout)
+        if previous is not None and len(previous.groups) == len(layout):
+            for g, node in enumerate(layout):
+                old = previous.groups[g]
+                if all(gpu in free[node] for gpu in old) and len(old) == job.tp:
+                    groups[g] = old
+                    for gpu in old:
+                        free[node].remove(gpu)
+        for g, node in enumerate(layout):
+            if groups[g] is None:
+                groups[g] = tuple(free[node][: job.tp])
+                del free[node][: job.tp]
+        return tuple(group for group in groups if group is not None)
+
+    def _describe(
+        self, job: JobSpec, layout: Sequence[int], cost: CostBreakdown, bound: float, proven: bool
+    ) -> list[str]:
+        topo = self.topology
+        nodes = len(set(layout))
+        span = topo.levels[nodes_common_level(topo, layout)].name
+        lines = [
+            f"{job.describe()} on {nodes} node(s) within one {span}",
+            f"cost {cost.total_ms:.3f} ms (tp {cost.tp_ms:.3f}, pp {cost.pp_ms:.3f}, dp {cost.dp_ms:.3f});"
+            f" bottleneck {cost.bottleneck}",
+        ]
+        lines.append("proven optimal" if proven else f"within {cost.total_ms - bound:.3f} ms of the lower bound")
+        return lines

@@ -1,0 +1,102 @@
+"""Repairing a job whose GPUs failed: ``full`` re-places the whole job, ``minimal`` moves only the TP
+groups that sat on broken hardware, to spares as close to their old place as possible.
+
+Both release the job first (it may reuse its own healthy GPUs), then place and allocate; when no room is
+left the job stays released and the outcome says ``killed``. Cost before and after are reported so a
+user sees what the repair cost them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
+from paralleljob.core.cost import CostBreakdown, CostModel
+from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
+from paralleljob.core.evaluate import node_level_cost, rank_level_cost
+from paralleljob.core.job import JobSpec
+from paralleljob.core.placement import Placement
+from paralleljob.core.placer import Placer
+
+# Health that takes a GPU away from the job running on it (Degraded GPUs keep their job).
+BROKEN = frozenset({GPUHealth.OFFLINE, GPUHealth.RESETTING})
+
+
+class RecoveryStrategy(enum.Enum):
+    FULL = "full"
+    MINIMAL = "minimal"
+
+    @classmethod
+    def parse(cls, value: str | RecoveryStrategy) -> RecoveryStrategy:
+        if isinstance(value, RecoveryStrategy):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise InvalidRequest(f"unknown recovery strategy {value!r}; use 'full' or 'minimal'") from None
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryOutcome:
+    job_id: str
+    action: str  # "rescheduled" | "killed"
+    strategy: RecoveryStrategy
+    old: Allocation
+    new: Placement | None
+    cost_before: CostBreakdown
+    cost_after: CostBreakdown | None
+    moved_gpus: int
+    reasons: tuple[str, ...]
+
+
+def affected_groups(state: ClusterState, allocation: Allocation) -> list[int]:
+    """TP groups holding a GPU that is broken or sits on a node that no longer runs work."""
+    out = []
+    for g, group in enumerate(allocation.groups):
+        if any(state.health[gpu] in BROKEN for gpu in group):
+            out.append(g)
+    return out
+
+
+def recover(
+    state: ClusterState, placer: Placer, job: JobSpec, model: CostModel, strategy: RecoveryStrategy
+) -> RecoveryOutcome:
+    """Re-place ``job`` after a failure, mutating ``state``: the old GPUs are released, the new ones
+    allocated (or none, when the job had to be killed)."""
+    old = state.allocations[job.job_id]
+    topo = state.topology
+    before = rank_level_cost(topo, job, old.groups, model)
+    state.release(job.job_id)
+    placement: Placement | None = None
+    reasons: list[str] = []
+    try:
+        if strategy is RecoveryStrategy.MINIMAL:
+            placement = _minimal(placer, job, model, old)
+            if placement is None:
+                reasons.append("no spare close enough for a minimal repair; re-placing the whole job")
+        if placement is None:
+            placement = placer.place(job, model, previous=old)
+    except PlacementInfeasible as exc:
+        reasons.extend(exc.reasons)
+        return RecoveryOutcome(job.job_id, "killed", strategy, old, None, before, None, 0, tuple(reasons))
+    state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))
+    moved = sum(1 for a, b in zip(old.groups, placement.groups, strict=True) for x, y in zip(a, b, strict=True) if x != y)
+    reasons.extend(placement.reasons)
+    reasons.append(f"cost {before.total_ms:.3f} ms -> {placement.cost.total_ms:.3f} ms; {moved} rank(s) moved")
+    return RecoveryOutcome(
+        job.job_id, "rescheduled", strategy, old, placement, before, placement.cost, moved, tuple(reasons)
+    )
+
+
+def _minimal(placer: Placer, job: JobSpec, model: CostModel, old: Allocation) -> Placement | None:
+    topo = placer.topology
+    old_nodes = [topo.gpu_node[group[0]] for group in old.groups]
+    layout = placer.keep_and_repair(job, model, old_nodes)
+    if layout is None:
+        return None
+    cost = node_level_cost(topo, job, layout, model)
+    groups = placer.choose_gpus(job, layout, old)
+    moved_groups = sum(1 for a, b in zip(old.groups, groups, strict=True) if a != b)
+    reasons = (f"minimal repair: {moved_groups} TP group(s) moved, the rest stay where they were",)
+    return Placement(job.job_id, job.pp, job.dp, tuple(layout), groups, cost, cost.total_ms, False, reasons)

@@ -1,0 +1,223 @@
+"""Immutable cluster topology: nodes, their GPUs, and a tree of network domains above them.
+
+Level 0 is the node (GPUs that share NVLink/NVSwitch). Levels 1..L are domains above nodes, e.g. an
+NVLink clique, a leaf switch/rack, a spine/block, a zone; the last level is the whole cluster (one domain).
+Each level has a per-GPU bandwidth in GB/s; two GPUs communicate at the bandwidth of the lowest level
+they share. Domains are stored densely: ``domain_of[level][node]`` is an int, so the lowest common
+level of two nodes is a handful of list look-ups and never a walk over objects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from paralleljob.core.errors import InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    name: str
+    bandwidth_gbps: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One node as the topology sees it. ``domains`` names its domain at each level above the node."""
+
+    name: str
+    gpu_count: int
+    gpu_memory_gb: float = 80.0
+    domains: tuple[str, ...] = ()
+    gpu_product: str = ""
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Nodes, GPU ids and the domain tree. Build with :meth:`uniform` or :meth:`from_nodes`."""
+
+    levels: tuple[Level, ...]
+    node_names: tuple[str, ...]
+    node_gpu_count: tuple[int, ...]
+    node_gpu_memory_gb: tuple[float, ...]
+    node_first_gpu: tuple[int, ...]
+    domain_of: tuple[tuple[int, ...], ...]  # [level][node] -> domain index at that level (level 0: node)
+    domain_names: tuple[tuple[str, ...], ...]  # [level][domain] -> name
+    gpu_node: tuple[int, ...] = field(repr=False)  # [gpu] -> node
+
+    # ---- construction -------------------------------------------------------------------------
+    @classmethod
+    def uniform(
+        cls,
+        num_nodes: int,
+        gpus_per_node: int = 8,
+        *,
+        intra_node_bw_gbps: float = 600.0,
+        levels: Sequence[tuple[str, int, float]] = (),
+        inter_node_bw_gbps: float = 50.0,
+        gpu_memory_gb: float = 80.0,
+    ) -> Topology:
+        """A homogeneous cluster. ``levels`` lists (name, nodes per domain, bandwidth) bottom-up for the
+        levels between node and cluster, e.g. ``[("rack", 32, 100.0), ("spine", 512, 50.0)]``; the
+        cluster level on top always has ``inter_node_bw_gbps``."""
+        if num_nodes < 1:
+            raise InvalidRequest(f"num_nodes must be >= 1, got {num_nodes}")
+        if gpus_per_node < 1:
+            raise InvalidRequest(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+        specs = []
+        for n in range(num_nodes):
+            domains = tuple(f"{name}-{n // size}" for name, size, _ in levels) + ("cluster",)
+            specs.append(NodeSpec(f"node-{n}", gpus_per_node, gpu_memory_gb, domains))
+        level_defs = [Level("node", intra_node_bw_gbps)]
+        level_defs += [Level(name, bw) for name, _, bw in levels]
+        level_defs.append(Level("cluster", inter_node_bw_gbps))
+        return cls.from_nodes(specs, level_defs)
+
+    @classmethod
+    def from_nodes(cls, nodes: Sequence[NodeSpec], levels: Sequence[Level]) -> Topology:
+        """General constructor. ``levels[0]`` is the node level; every node names one domain per
+        higher level (``len(levels) - 1`` names); a domain must sit inside one parent domain."""
+        if not nodes:
+            raise InvalidRequest("a topology needs at least one node")
+        if not levels:
+            raise InvalidRequest("a topology needs at least the node level")
+        for level in levels:
+            if not level.bandwidth_gbps > 0:
+                raise InvalidRequest(f"level {level.name!r} needs a positive bandwidth")
+        upper = len(levels) - 1
+        names: list[list[str]] = [[spec.name for spec in nodes]]
+        domain_of: list[list[int]] = [list(range(len(nodes)))]
+        if len({spec.name for spec in nodes}) != len(nodes):
+            raise InvalidRequest("node names must be unique")
+        for level in range(1, upper + 1):
+            index: dict[str, int] = {}
+            row = []
+            for spec in nodes:
+                if len(spec.domains) != upper:
+                    raise InvalidRequest(
+                        f"node {spec.name!r} names {len(spec.domains)} domains, the topology has {upper} levels"
+                    )
+                row.append(index.setdefault(spec.domains[level - 1], len(index)))
+            domain_of.append(row)
+            names.append(list(index))
+        _check_tree(domain_of, names, levels)
+        first, gpu_node, offset = [], [], 0
+        for n, spec in enumerate(nodes):
+            if spec.gpu_count < 0:
+                raise InvalidRequest(f"node {spec.name!r} has a negative GPU count")
+            first.append(offset)
+            gpu_node.extend([n] * spec.gpu_count)
+            offset += spec.gpu_count
+        return cls(
+            levels=tuple(levels),
+            node_names=tuple(names[0]),
+            node_gpu_count=tuple(spec.gpu_count for spec in nodes),
+            node_gpu_memory_gb=tuple(float(spec.gpu_memory_gb) for spec in nodes),
+            node_first_gpu=tuple(first),
+            domain_of=tuple(tuple(row) for row in domain_of),
+            domain_names=tuple(tuple(row) for row in names),
+            gpu_node=tuple(gpu_node),
+        )
+
+    # ---- queries ------------------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpu_node)
+
+    @property
+    def top(self) -> int:
+        """Index of the highest level."""
+        return len(self.levels) - 1
+
+    @property
+    def max_gpus_per_node(self) -> int:
+        return max(self.node_gpu_count)
+
+    def num_domains(self, level: int) -> int:
+        return len(self.domain_names[level])
+
+    def node_gpus(self, node: int) -> range:
+        start = self.node_first_gpu[node]
+        return range(start, start + self.node_gpu_count[node])
+
+    def common_level(self, node_a: int, node_b: int) -> int:
+        """Lowest level whose domain contains both nodes (0 when they are the same node)."""
+        if node_a == node_b:
+            return 0
+        for level in range(1, len(self.levels)):
+            row = self.domain_of[level]
+            if row[node_a] == row[node_b]:
+                return level
+        return self.top  # unreachable for a valid tree: the top level has one domain
+
+    def level_bandwidth(self, level: int) -> float:
+        return self.levels[level].bandwidth_gbps
+
+    def bandwidth_between_nodes(self, node_a: int, node_b: int) -> float:
+        return self.levels[self.common_level(node_a, node_b)].bandwidth_gbps
+
+    def bandwidth_between(self, gpu_a: int, gpu_b: int) -> float:
+        """GB/s between two GPUs: infinite for the same GPU, else the lowest shared level's bandwidth."""
+        self.check_gpu(gpu_a)
+        self.check_gpu(gpu_b)
+        if gpu_a == gpu_b:
+            return math.inf
+        return self.bandwidth_between_nodes(self.gpu_node[gpu_a], self.gpu_node[gpu_b])
+
+    def check_gpu(self, gpu_id: int) -> None:
+        if isinstance(gpu_id, bool) or not isinstance(gpu_id, int):
+            raise InvalidRequest(f"GPU id must be an int, got {gpu_id!r}")
+        if not 0 <= gpu_id < len(self.gpu_node):
+            raise InvalidRequest(f"unknown GPU id {gpu_id}: the cluster has GPUs 0..{len(self.gpu_node) - 1}")
+
+    def node_index(self, name: str) -> int:
+        try:
+            return self.node_names.index(name)
+        except ValueError:
+            raise InvalidRequest(f"unknown node {name!r}") from None
+
+
+def _check_tree(domain_of: list[list[int]], names: list[list[str]], levels: Sequence[Level]) -> None:
+    """Every domain sits in exactly one parent, bandwidth never grows going up, one domain on top."""
+    for level in range(1, len(domain_of)):
+        parent: dict[int, int] = {}
+        for node, dom in enumerate(domain_of[level - 1]):
+            up = domain_of[level][node]
+            if parent.setdefault(dom, up) != up:
+                raise InvalidRequest(
+                    f"{levels[level - 1].name} {names[level - 1][dom]!r} spans two {levels[level].name}s"
+                )
+        if levels[level].bandwidth_gbps > levels[level - 1].bandwidth_gbps:
+            raise InvalidRequest(
+                f"level {levels[level].name!r} is faster than the level below it; bandwidth must not grow upward"
+            )
+    if len(names[-1]) != 1:
+        raise InvalidRequest(f"the top level {levels[-1].name!r} must be a single domain (add a cluster level)")
+
+
+class TopologyIndex:
+    """Derived look-ups (parents, children, memory classes) computed once per topology."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        top = topology.top
+        self.parent: list[list[int]] = []  # [level][domain] -> domain at level + 1
+        self.children: list[list[list[int]]] = [[] for _ in range(top + 1)]  # [level][domain] -> level-1 doms
+        for level in range(top):
+            row = [0] * topology.num_domains(level)
+            for node in range(topology.num_nodes):
+                row[topology.domain_of[level][node]] = topology.domain_of[level + 1][node]
+            self.parent.append(row)
+            kids: list[list[int]] = [[] for _ in range(topology.num_domains(level + 1))]
+            for dom, up in enumerate(row):
+                kids[up].append(dom)
+            self.children[level + 1] = kids
+        self.memory_classes: tuple[float, ...] = tuple(sorted(set(topology.node_gpu_memory_gb)))
+        self.node_memory_class: tuple[int, ...] = tuple(
+            self.memory_classes.index(m) for m in topology.node_gpu_memory_gb
+        )
