@@ -7,7 +7,14 @@ decisions it returns.
 
 from paralleljob.core.checkpoint import checkpointable_boundary, young_daly_interval_seconds
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth, GPUState
-from paralleljob.core.cost import COST_MODELS, CostBreakdown, CostModel, MegatronCostModel, SeedCostModel, cost_model
+from paralleljob.core.cost import (
+    COST_MODELS,
+    CostBreakdown,
+    CostModel,
+    MegatronCostModel,
+    SeedCostModel,
+    cost_model,
+)
 from paralleljob.core.errors import IllegalTransition, InvalidRequest, ParallelJobError, PlacementInfeasible
 from paralleljob.core.evaluate import node_level_cost, rank_level_cost
 from paralleljob.core.job import JobSpec, ModelShape

@@ -48,7 +48,8 @@ class CostBreakdown:
 
 
 class CostModel(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def tp_ms(self, job: JobSpec, bandwidth: float) -> float:
         """One TP group whose slowest pair has ``bandwidth``."""

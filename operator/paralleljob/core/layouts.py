@@ -4,21 +4,25 @@ For a target DP level ``lam`` every pipeline stage's column (its ``dp`` TP group
 inside one level-``lam`` domain, so the DP all-reduce never crosses a slower link. Stages are laid out as
 contiguous runs over as few such domains as possible, themselves packed into as few parent domains as
 possible (a path's boundary cost is the sum of the levels it crosses, so fewer domains per level is
-cheaper). Inside each level-``lam`` domain the replicas' stage chains are packed whole into nodes where they
-fit and split over consecutive nodes otherwise, so pipeline sends stay on NVLink or within a rack.
+cheaper). Inside each level-``lam`` domain the replicas' stage chains go whole into nodes that can hold a
+whole chain, and the rest are split over as few nodes as the domain allows, so pipeline sends stay on
+NVLink or within a rack.
 
-Domain choice is hierarchical best-fit: the lowest domain that can hold the request alone, and inside it
-the child that fits most tightly, or, when no child fits, the largest children first. All counts come from
-the cluster's histograms; nodes are read from per-domain buckets, never from a scan of the cluster.
+Domain choice is hierarchical: the lowest domain that can hold the request alone, preferring the one that
+needs the fewest sub-domains and then the tightest fit; inside it the child that fits most tightly, or,
+when no child fits, the largest children first. Counts come from the cluster's histograms; nodes are read
+lazily from per-domain buckets, never from a scan of the cluster.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from paralleljob.core.cluster import ClusterState
 from paralleljob.core.job import JobSpec
+
+SCOPES_PER_LEVEL = 3  # candidate domains tried at the lowest level that fits (cost decides among them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,48 +32,87 @@ class Request:
     tp: int
     memory_gb: float
 
-    def slots(self, free: int) -> int:
-        return free // self.tp
 
-
-Capacity = Callable[[int, int], int]  # (level, domain) -> units it can hold
-
-
+@dataclass
 class DomainPicker:
-    """Chooses domains at a target level to hold ``need`` units, most local first."""
+    """Chooses domains to hold units of TP groups; ``taken`` holds groups already promised on nodes."""
 
-    def __init__(self, state: ClusterState, request: Request) -> None:
-        self.state = state
-        self.request = request
-        self.topology = state.topology
-        self.children = state.index.children
+    state: ClusterState
+    request: Request
+    taken: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.topology = self.state.topology
+        self.children = self.state.index.children
 
     # -- capacities ---------------------------------------------------------------------------------
-    def node_units(self, free: int, unit: int) -> int:
-        return self.request.slots(free) // unit
+    def node_units(self, node: int, unit: int, free: int | None = None) -> int:
+        if free is None:
+            free = self.state.usable_free(node)
+        return (free // self.request.tp - self.taken.get(node, 0)) // unit
+
+    def _units_of_free(self, free: int, unit: int) -> int:
+        return (free // self.request.tp) // unit
 
     def capacity(self, level: int, domain: int, target: int, unit: int) -> int:
         """Units (``unit`` TP groups each, all inside one level-``target`` domain) that fit in a domain."""
+        memory = self.request.memory_gb
         if target == 0:
-            row = self.state.free_histogram(level, domain, self.request.memory_gb)
-            return sum(count * self.node_units(k, unit) for k, count in enumerate(row) if count)
+            if level == 0:
+                return self.node_units(domain, unit) if self.state.memory_ok(domain, memory) else 0
+            row = self.state.free_histogram(level, domain, memory)
+            cap = sum(count * self._units_of_free(k, unit) for k, count in enumerate(row) if count)
+            row_of = self.topology.domain_of[level]
+            for node in self.taken:
+                if row_of[node] == domain and self.state.memory_ok(node, memory):
+                    cap += self.node_units(node, unit) - self._units_of_free(self.state.usable_free(node), unit)
+            return cap
         if level == target:
-            return self.state.domain_slots(level, domain, self.request.tp, self.request.memory_gb) // unit
+            groups = self.capacity(level, domain, 0, 1)
+            return groups // unit
         return sum(self.capacity(level - 1, child, target, unit) for child in self.children[level][domain])
 
     # -- choice -------------------------------------------------------------------------------------
-    def best_scope(self, target: int, need: int, unit: int) -> tuple[int, int] | None:
-        """The lowest (level, domain) at or above ``target`` that can hold ``need`` units, tightest fit."""
+    def scopes(self, target: int, need: int, unit: int) -> list[tuple[int, int]]:
+        """Candidate (level, domain) scopes at the lowest level where one domain holds ``need`` units."""
         top = self.topology.top
-        for level in range(max(target, 1), top + 1):
-            best: tuple[int, int] | None = None
+        for level in range(target, top + 1):
+            if level == 0:
+                node = self._tightest_node(need, unit)
+                if node is not None:
+                    return [(0, node)]
+                continue
+            fitting = []
             for domain in range(self.topology.num_domains(level)):
                 cap = self.capacity(level, domain, target, unit)
-                if cap >= need and (best is None or cap < best[0]):
-                    best = (cap, domain)
-            if best is not None:
-                return level, best[1]
+                if cap >= need:
+                    fitting.append((cap, domain))
+            if not fitting:
+                continue
+            if len(fitting) <= SCOPES_PER_LEVEL:
+                return [(level, d) for _, d in sorted(fitting)]
+            ranked = sorted(fitting, key=lambda cd: (self._pieces(level, cd[1], target, need, unit), cd))
+            return [(level, d) for _, d in ranked[:SCOPES_PER_LEVEL]]
+        return []
+
+    def _pieces(self, level: int, domain: int, target: int, need: int, unit: int) -> int:
+        return len(self.pick(level, domain, target, need, unit))
+
+    def _tightest_node(self, need: int, unit: int) -> int | None:
+        top = self.topology.top
+        width = self.topology.max_gpus_per_node + 1
+        for free in range(width):
+            if self._units_of_free(free, unit) < need:
+                continue
+            for node in self._nodes(top, 0, free):
+                if self.node_units(node, unit, free) >= need:
+                    return node
         return None
+
+    def _nodes(self, level: int, domain: int, free: int) -> Iterator[int]:
+        if self.topology.top == 0:
+            return self.state.nodes_with_free(0, 0, free, self.request.memory_gb)
+        return self.state.nodes_with_free(level, domain, free, self.request.memory_gb)
 
     def pick(self, level: int, domain: int, target: int, need: int, unit: int) -> list[tuple[int, int]]:
         """Split ``need`` units over level-``target`` domains under (level, domain): [(domain, units)],
@@ -98,49 +141,60 @@ class DomainPicker:
     def _pick_nodes(self, domain: int, need: int, unit: int) -> list[tuple[int, int]]:
         """Nodes of a level-1 domain: the tightest single node if one fits, else the largest first.
 
-        Nodes are drawn lazily from the domain's free-count buckets, so the cost is proportional to
-        the nodes taken, not to the size of the domain."""
+        Nodes come lazily from the domain's free-count buckets (plus nodes this layout already uses),
+        so the cost is proportional to the nodes taken, not to the size of the domain."""
         width = self.topology.max_gpus_per_node + 1
-        memory = self.request.memory_gb
-        sources = {
-            free: self.state.nodes_with_free(1, domain, free, memory)
-            for free in range(width)
-            if self.node_units(free, unit) > 0
-        }
+        row_of = self.topology.domain_of[1] if self.topology.top else None
+        partial: dict[int, list[int]] = {}
+        for node in self.taken:
+            if row_of is None or row_of[node] == domain:
+                units = self.node_units(node, unit)
+                if units > 0 and self.state.memory_ok(node, self.request.memory_gb):
+                    partial.setdefault(units, []).append(node)
+        sources = {f: self._nodes(1, domain, f) for f in range(width) if self._units_of_free(f, unit) > 0}
         heads: dict[int, int] = {}
 
-        def head(free: int) -> int | None:
-            if free not in heads:
-                node = next(sources[free], None)
-                if node is None:
-                    return None
-                heads[free] = node
-            return heads[free]
+        def head(units: int) -> int | None:
+            if partial.get(units):
+                return partial[units][0]
+            for free, source in sources.items():
+                if self._units_of_free(free, unit) != units:
+                    continue
+                if free not in heads:
+                    node = next((n for n in source if n not in self.taken), None)
+                    if node is None:
+                        continue
+                    heads[free] = node
+                return heads[free]
+            return None
 
+        def take(units: int) -> int:
+            if partial.get(units):
+                return partial[units].pop(0)
+            for free in list(heads):
+                if self._units_of_free(free, unit) == units:
+                    return heads.pop(free)
+            raise AssertionError("take() without head()")
+
+        sizes = sorted({self._units_of_free(f, unit) for f in sources} | set(partial))
         out: list[tuple[int, int]] = []
         remaining = need
         while remaining > 0:
-            fits = [f for f in sorted(sources) if self.node_units(f, unit) >= remaining and head(f) is not None]
-            if fits:
-                chosen = fits[0]
-            else:
-                present = [f for f in sorted(sources, reverse=True) if head(f) is not None]
-                if not present:
-                    break
-                chosen = present[0]
-            node = heads.pop(chosen)
-            take = min(self.node_units(chosen, unit), remaining)
-            out.append((node, take))
-            remaining -= take
+            available = [u for u in sizes if head(u) is not None]
+            if not available:
+                break
+            fits = [u for u in available if u >= remaining]
+            units = fits[0] if fits else available[-1]
+            node = take(units)
+            used = min(units, remaining)
+            out.append((node, used))
+            remaining -= used
         return out
 
 
-def stage_runs(picker: DomainPicker, job: JobSpec, lam: int) -> list[tuple[int, int]] | None:
-    """Level-``lam`` domains holding contiguous runs of stages, as [(domain, stages)], or None."""
-    scope = picker.best_scope(lam, job.pp, job.dp)
-    if scope is None:
-        return None
-    return picker.pick(scope[0], scope[1], lam, job.pp, job.dp)
+def stage_runs(picker: DomainPicker, job: JobSpec, lam: int) -> list[list[tuple[int, int]]]:
+    """Ways to lay the stages over level-``lam`` domains: each a list of (domain, stages) runs."""
+    return [picker.pick(level, domain, lam, job.pp, job.dp) for level, domain in picker.scopes(lam, job.pp, job.dp)]
 
 
 def pack_chains(
@@ -148,32 +202,43 @@ def pack_chains(
 ) -> list[list[int]] | None:
     """Nodes for ``replicas`` chains of ``length`` TP groups inside one level-``lam`` domain.
 
-    Whole chains go to nodes that hold them; the rest run over consecutive nodes in depth-first order."""
+    Whole chains first, on nodes that hold them; the rest over as few further nodes as possible, in
+    depth-first order. Nodes chosen are recorded in ``picker.taken``."""
     if lam == 0:
+        picker.taken[domain] = picker.taken.get(domain, 0) + replicas * length
         return [[domain] * length for _ in range(replicas)]
-    pieces = picker.pick(lam, domain, 0, replicas * length, 1)
-    if sum(units for _, units in pieces) < replicas * length:
-        return None
     chains: list[list[int]] = []
-    leftovers: list[tuple[int, int]] = []
-    for node, units in pieces:
-        while units >= length and len(chains) < replicas:
-            chains.append([node] * length)
-            units -= length
-        if units:
-            leftovers.append((node, units))
-    flat = [node for node, units in leftovers for _ in range(units)]
-    while len(chains) < replicas:
-        chains.append(flat[:length])
-        flat = flat[length:]
+    whole = min(replicas, picker.capacity(lam, domain, 0, length))
+    if whole:
+        for node, count in picker.pick(lam, domain, 0, whole, length):
+            picker.taken[node] = picker.taken.get(node, 0) + count * length
+            chains.extend([node] * length for _ in range(count))
+    rest = (replicas - len(chains)) * length
+    if rest:
+        pieces = picker.pick(lam, domain, 0, rest, 1)
+        if sum(units for _, units in pieces) < rest:
+            return None
+        flat = []
+        for node, units in pieces:
+            picker.taken[node] = picker.taken.get(node, 0) + units
+            flat.extend([node] * units)
+        chains.extend(flat[i : i + length] for i in range(0, rest, length))
     return chains
 
 
-def layout_for_dp_level(picker: DomainPicker, job: JobSpec, lam: int) -> list[int] | None:
-    """``group_nodes[d * pp + p]`` for a layout whose DP groups stay inside level-``lam`` domains."""
-    runs = stage_runs(picker, job, lam)
-    if runs is None:
-        return None
+def layouts_for_dp_level(state: ClusterState, job: JobSpec, lam: int) -> list[list[int]]:
+    """Layouts (``group_nodes[d * pp + p]``) whose DP groups stay inside level-``lam`` domains."""
+    request = Request(job.tp, job.memory_per_gpu_gb)
+    out = []
+    for runs in stage_runs(DomainPicker(state, request), job, lam):
+        picker = DomainPicker(state, request)
+        layout = _fill(picker, job, lam, runs)
+        if layout is not None:
+            out.append(layout)
+    return out
+
+
+def _fill(picker: DomainPicker, job: JobSpec, lam: int, runs: list[tuple[int, int]]) -> list[int] | None:
     pp = job.pp
     group_nodes = [-1] * job.num_groups
     stage = 0
@@ -185,4 +250,4 @@ def layout_for_dp_level(picker: DomainPicker, job: JobSpec, lam: int) -> list[in
             for j, node in enumerate(chain):
                 group_nodes[d * pp + stage + j] = node
         stage += count
-    return group_nodes
+    return group_nodes if stage == pp else None

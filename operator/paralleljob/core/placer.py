@@ -22,7 +22,7 @@ from paralleljob.core.cost import CostBreakdown, CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.evaluate import node_level_cost, nodes_common_level
 from paralleljob.core.job import JobSpec
-from paralleljob.core.layouts import DomainPicker, Request, layout_for_dp_level
+from paralleljob.core.layouts import layouts_for_dp_level
 from paralleljob.core.placement import Placement
 from paralleljob.core.search import SearchResult, exact_search
 
@@ -84,13 +84,11 @@ class Placer:
     def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement:
         """The best placement for ``job`` on the current state; the state itself is not changed."""
         self.check_feasible(job)
-        picker = DomainPicker(self.state, Request(job.tp, job.memory_per_gpu_gb))
         old_nodes = self._nodes_of(previous, job) if previous is not None else None
         levels = range(self.topology.top + 1) if job.dp > 1 else [self.topology.top]
         candidates: dict[tuple[int, ...], str] = {}
         for lam in levels:
-            layout = layout_for_dp_level(picker, job, lam)
-            if layout is not None:
+            for layout in layouts_for_dp_level(self.state, job, lam):
                 candidates.setdefault(tuple(layout), f"DP groups kept within one {self.topology.levels[lam].name}")
         if old_nodes is not None:
             kept = self.keep_and_repair(job, model, old_nodes)

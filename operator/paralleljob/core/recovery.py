@@ -81,7 +81,9 @@ def recover(
         reasons.extend(exc.reasons)
         return RecoveryOutcome(job.job_id, "killed", strategy, old, None, before, None, 0, tuple(reasons))
     state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))
-    moved = sum(1 for a, b in zip(old.groups, placement.groups, strict=True) for x, y in zip(a, b, strict=True) if x != y)
+    moved = sum(
+        1 for a, b in zip(old.groups, placement.groups, strict=True) for x, y in zip(a, b, strict=True) if x != y
+    )
     reasons.extend(placement.reasons)
     reasons.append(f"cost {before.total_ms:.3f} ms -> {placement.cost.total_ms:.3f} ms; {moved} rank(s) moved")
     return RecoveryOutcome(

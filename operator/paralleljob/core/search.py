@@ -78,7 +78,7 @@ def exact_search(
                     continue
                 tried.add(kinds[i])
             node = nodes[i]
-            new_partial = partial + [bw(common(prev, node))] if p > 0 else []
+            new_partial = [*partial, bw(common(prev, node))] if p > 0 else []
             level = dp_level
             first = col_first[p]
             if d > 0 and first != node:

@@ -67,7 +67,7 @@ class Topology:
             raise InvalidRequest(f"gpus_per_node must be >= 1, got {gpus_per_node}")
         specs = []
         for n in range(num_nodes):
-            domains = tuple(f"{name}-{n // size}" for name, size, _ in levels) + ("cluster",)
+            domains = (*(f"{name}-{n // size}" for name, size, _ in levels), "cluster")
             specs.append(NodeSpec(f"node-{n}", gpus_per_node, gpu_memory_gb, domains))
         level_defs = [Level("node", intra_node_bw_gbps)]
         level_defs += [Level(name, bw) for name, _, bw in levels]
@@ -82,9 +82,9 @@ class Topology:
             raise InvalidRequest("a topology needs at least one node")
         if not levels:
             raise InvalidRequest("a topology needs at least the node level")
-        for level in levels:
-            if not level.bandwidth_gbps > 0:
-                raise InvalidRequest(f"level {level.name!r} needs a positive bandwidth")
+        for definition in levels:
+            if not definition.bandwidth_gbps > 0:
+                raise InvalidRequest(f"level {definition.name!r} needs a positive bandwidth")
         upper = len(levels) - 1
         names: list[list[str]] = [[spec.name for spec in nodes]]
         domain_of: list[list[int]] = [list(range(len(nodes)))]
