@@ -20,7 +20,7 @@ from paralleljob.core import (
 
 from .bruteforce import brute_force_optimum
 
-INSTANCES = 320
+INSTANCES = 360
 
 
 def random_instance(rng: random.Random):

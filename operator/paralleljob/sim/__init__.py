@@ -1,0 +1,1 @@
+"""Trace-driven discrete-event simulator: replays cluster traces through the same core policies."""
