@@ -57,6 +57,7 @@ class ClusterState:
         self.allocations: dict[str, Allocation] = {}
         self._width = g_max + 1
         classes = len(self.index.memory_classes)
+        self._single_class = classes == 1
         # hist[level][domain][cls * width + k]: nodes of that memory class with k usable free GPUs
         self.hist: list[list[list[int]]] = [[]]
         # buckets[level][domain][k]: those nodes, as insertion-ordered sets (dict keys)
@@ -129,7 +130,9 @@ class ClusterState:
         return range(first, len(classes))
 
     def free_histogram(self, level: int, domain: int, memory_gb: float) -> list[int]:
-        """Nodes of a domain by usable free count, counting only nodes whose GPUs have enough memory."""
+        """Nodes of a domain by usable free count, counting only nodes whose GPUs have enough memory.
+
+        The list may be the live counter row: read it, never change it."""
         if level == 0:
             row = [0] * self._width
             if self.memory_ok(domain, memory_gb):
@@ -137,8 +140,12 @@ class ClusterState:
             return row
         hist = self.hist[level][domain]
         width = self._width
+        if self._single_class:
+            # The common case: one GPU memory size in the whole cluster.
+            return hist if memory_gb <= self.index.memory_classes[0] else [0] * width
+        classes = self._classes(memory_gb)
         row = [0] * width
-        for cls in self._classes(memory_gb):
+        for cls in classes:
             base = cls * width
             for k in range(width):
                 row[k] += hist[base + k]

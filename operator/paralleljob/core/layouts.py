@@ -16,6 +16,7 @@ lazily from per-domain buckets, never from a scan of the cluster.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -40,10 +41,21 @@ class DomainPicker:
     state: ClusterState
     request: Request
     taken: dict[int, int] = field(default_factory=dict)
+    # Capacities of the untouched state, shared by every picker of one placement.
+    base_cache: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.topology = self.state.topology
         self.children = self.state.index.children
+        self._unit_vectors: dict[int, list[int]] = {}
+
+    def _units_vector(self, unit: int) -> list[int]:
+        """units(k) for every free count k, so a domain's capacity is one dot product."""
+        vector = self._unit_vectors.get(unit)
+        if vector is None:
+            width = self.topology.max_gpus_per_node + 1
+            vector = self._unit_vectors[unit] = [self._units_of_free(k, unit) for k in range(width)]
+        return vector
 
     # -- capacities ---------------------------------------------------------------------------------
     def node_units(self, node: int, unit: int, free: int | None = None) -> int:
@@ -56,12 +68,21 @@ class DomainPicker:
 
     def capacity(self, level: int, domain: int, target: int, unit: int) -> int:
         """Units (``unit`` TP groups each, all inside one level-``target`` domain) that fit in a domain."""
+        if self.taken:
+            return self._capacity(level, domain, target, unit)
+        key = (level, domain, target, unit)
+        cached = self.base_cache.get(key)
+        if cached is None:
+            cached = self.base_cache[key] = self._capacity(level, domain, target, unit)
+        return cached
+
+    def _capacity(self, level: int, domain: int, target: int, unit: int) -> int:
         memory = self.request.memory_gb
         if target == 0:
             if level == 0:
                 return self.node_units(domain, unit) if self.state.memory_ok(domain, memory) else 0
             row = self.state.free_histogram(level, domain, memory)
-            cap = sum(count * self._units_of_free(k, unit) for k, count in enumerate(row) if count)
+            cap = sum(map(operator.mul, row, self._units_vector(unit)))
             row_of = self.topology.domain_of[level]
             for node in self.taken:
                 if row_of[node] == domain and self.state.memory_ok(node, memory):
@@ -82,21 +103,54 @@ class DomainPicker:
                 if node is not None:
                     return [(0, node)]
                 continue
-            fitting = []
+            # Stop scanning once enough domains need no more parts than the best conceivable, so a
+            # request that fits almost anywhere does not look at every rack of a large cluster.
+            ideal = self._ideal_parts(level, target, need, unit)
+            fitting: list[tuple[int, int, int]] = []
+            perfect = 0
             for domain in range(self.topology.num_domains(level)):
                 cap = self.capacity(level, domain, target, unit)
-                if cap >= need:
-                    fitting.append((cap, domain))
-            if not fitting:
-                continue
-            if len(fitting) <= SCOPES_PER_LEVEL:
-                return [(level, d) for _, d in sorted(fitting)]
-            ranked = sorted(fitting, key=lambda cd: (self._pieces(level, cd[1], target, need, unit), cd))
-            return [(level, d) for _, d in ranked[:SCOPES_PER_LEVEL]]
+                if cap < need:
+                    continue
+                parts = self._min_parts(level, domain, target, need, unit)
+                fitting.append((parts, cap, domain))
+                if parts <= ideal:
+                    perfect += 1
+                    if perfect >= SCOPES_PER_LEVEL:
+                        break
+            if fitting:
+                return [(level, d) for _, _, d in sorted(fitting)[:SCOPES_PER_LEVEL]]
         return []
 
-    def _pieces(self, level: int, domain: int, target: int, need: int, unit: int) -> int:
-        return len(self.pick(level, domain, target, need, unit))
+    def _ideal_parts(self, level: int, target: int, need: int, unit: int) -> int:
+        if level == target:
+            return 1
+        if target == 0:
+            top = self.topology.top
+            row = self.state.free_histogram(top, 0, self.request.memory_gb) if top else [0]
+            best = max((self._units_of_free(k, unit) for k, c in enumerate(row) if c), default=0)
+            return -(-need // best) if best else need
+        return 1
+
+    def _min_parts(self, level: int, domain: int, target: int, need: int, unit: int) -> int:
+        """How many level-``target`` domains the request needs inside this domain, at the fewest."""
+        if level == target:
+            return 1
+        if target == 0:
+            row = self.state.free_histogram(level, domain, self.request.memory_gb)
+            sizes = [(self._units_of_free(k, unit), count) for k, count in enumerate(row) if count]
+        else:
+            sizes = [(self.capacity(level - 1, child, target, unit), 1) for child in self.children[level][domain]]
+        parts, remaining = 0, need
+        for size, count in sorted(sizes, reverse=True):
+            if size <= 0:
+                break
+            used = min(count, -(-remaining // size))
+            parts += used
+            remaining -= used * size
+            if remaining <= 0:
+                break
+        return parts
 
     def _tightest_node(self, need: int, unit: int) -> int | None:
         top = self.topology.top
@@ -229,9 +283,10 @@ def pack_chains(
 def layouts_for_dp_level(state: ClusterState, job: JobSpec, lam: int) -> list[list[int]]:
     """Layouts (``group_nodes[d * pp + p]``) whose DP groups stay inside level-``lam`` domains."""
     request = Request(job.tp, job.memory_per_gpu_gb)
+    cache: dict[tuple[int, int, int, int], int] = {}
     out = []
-    for runs in stage_runs(DomainPicker(state, request), job, lam):
-        picker = DomainPicker(state, request)
+    for runs in stage_runs(DomainPicker(state, request, base_cache=cache), job, lam):
+        picker = DomainPicker(state, request, base_cache=cache)
         layout = _fill(picker, job, lam, runs)
         if layout is not None:
             out.append(layout)

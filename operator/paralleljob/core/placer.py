@@ -52,14 +52,12 @@ class Placer:
                 [f"needs {t} GPUs in one node for each TP group; the largest node has {topo.max_gpus_per_node}"],
                 permanent=True,
             )
-        biggest = max(topo.node_gpu_memory_gb)
+        biggest = topo.max_gpu_memory_gb
         if mem > biggest:
             raise PlacementInfeasible(
                 job.job_id, [f"needs {mem:g} GB per GPU; the largest GPU has {biggest:g} GB"], permanent=True
             )
-        capacity = sum(
-            count // t for count, m in zip(topo.node_gpu_count, topo.node_gpu_memory_gb, strict=True) if m >= mem
-        )
+        capacity = topo.group_capacity(t, mem)
         if capacity < job.num_groups:
             raise PlacementInfeasible(
                 job.job_id,

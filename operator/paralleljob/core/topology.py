@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from paralleljob.core.errors import InvalidRequest
 
@@ -134,9 +135,25 @@ class Topology:
         """Index of the highest level."""
         return len(self.levels) - 1
 
-    @property
+    @cached_property
     def max_gpus_per_node(self) -> int:
         return max(self.node_gpu_count)
+
+    @cached_property
+    def max_gpu_memory_gb(self) -> float:
+        return max(self.node_gpu_memory_gb)
+
+    def group_capacity(self, tp: int, memory_gb: float) -> int:
+        """TP groups of ``tp`` GPUs with ``memory_gb`` each that the whole cluster holds when empty."""
+        cache: dict[tuple[int, float], int] = self.__dict__.setdefault("_group_capacity", {})
+        key = (tp, memory_gb)
+        if key not in cache:
+            cache[key] = sum(
+                count // tp
+                for count, memory in zip(self.node_gpu_count, self.node_gpu_memory_gb, strict=True)
+                if memory >= memory_gb
+            )
+        return cache[key]
 
     def num_domains(self, level: int) -> int:
         return len(self.domain_names[level])
