@@ -82,7 +82,7 @@ class DomainPicker:
             if level == 0:
                 return self.node_units(domain, unit) if self.state.memory_ok(domain, memory) else 0
             row = self.state.free_histogram(level, domain, memory)
-            cap = sum(map(operator.mul, row, self._units_vector(unit)))
+            cap: int = sum(map(operator.mul, row, self._units_vector(unit)))
             row_of = self.topology.domain_of[level]
             for node in self.taken:
                 if row_of[node] == domain and self.state.memory_ok(node, memory):
