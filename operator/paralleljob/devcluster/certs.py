@@ -1,0 +1,126 @@
+"""Key material for one dev cluster: a throw-away CA, the API server's serving certificate, the
+service-account signing key pair and the static token file.
+
+A tiny CA signs the serving certificate (rather than a bare self-signed leaf) because strict X.509
+verification, as Python's ssl applies it, rejects a leaf certificate used as its own trust anchor.
+Everything is generated fresh for each ``up`` and lives only in the run directory.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+# Names a client may use for the API server: loopback, and the in-cluster service names/IP.
+SERVING_DNS_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+SERVING_IPS = ("127.0.0.1", "10.96.0.1")
+ADMIN_USER = "paralleljob-admin"
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca_cert: Path
+    serving_cert: Path
+    serving_key: Path
+    service_account_key: Path
+    service_account_public_key: Path
+    token_file: Path
+    admin_token: str
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+    path.chmod(0o600)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def write_pki(directory: Path, days: int = 365) -> Pki:
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    not_before, not_after = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("paralleljob-dev-cluster-ca"))
+        .issuer_name(_name("paralleljob-dev-cluster-ca"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    serving_key = ec.generate_private_key(ec.SECP256R1())
+    alt_names: list[x509.GeneralName] = [x509.DNSName(name) for name in SERVING_DNS_NAMES]
+    alt_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVING_IPS]
+    serving_cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name("kube-apiserver"))
+        .issuer_name(ca_cert.subject)
+        .public_key(serving_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(serving_key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    # The API server signs service-account tokens with this key; RSA is what every verifier accepts.
+    service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    token = secrets.token_urlsafe(32)
+    pki = Pki(
+        ca_cert=directory / "ca.crt",
+        serving_cert=directory / "apiserver.crt",
+        serving_key=directory / "apiserver.key",
+        service_account_key=directory / "sa.key",
+        service_account_public_key=directory / "sa.pub",
+        token_file=directory / "tokens.csv",
+        admin_token=token,
+    )
+    _write(pki.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write(pki.serving_cert, serving_cert.public_bytes(serialization.Encoding.PEM))
+    _write(pki.serving_key, _pem_key(serving_key))
+    _write(pki.service_account_key, _pem_key(service_account_key))
+    _write(
+        pki.service_account_public_key,
+        service_account_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    )
+    # token,user,uid,"groups": system:masters is the superuser group that RBAC always allows.
+    _write(pki.token_file, f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'.encode())
+    return pki

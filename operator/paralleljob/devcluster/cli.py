@@ -1,0 +1,120 @@
+"""``paralleljob dev-cluster up|down|status|kubeconfig|build``: the local control plane from the shell.
+
+``up`` returns once the GPU nodes are Ready and leaves etcd, kube-apiserver and kwok running in their own
+session; ``kubeconfig`` prints the path to hand to kubectl; ``down`` stops exactly what ``up`` started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from paralleljob.devcluster import process, state
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "dev-cluster",
+        help="local Kubernetes control plane (etcd + kube-apiserver + kwok) with fake GPU nodes",
+        description="Run a real Kubernetes API server on 127.0.0.1 with kwok-simulated GPU nodes.",
+    )
+    commands = parser.add_subparsers(dest="dev_cluster_command", metavar="SUBCOMMAND")
+    commands.required = True
+
+    def add(name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text)
+        if name != "build":
+            sub.add_argument("--name", default="default", help="which dev cluster (default: %(default)s)")
+        sub.set_defaults(handler=handler)
+        return sub
+
+    up_parser = add("up", "start the cluster and wait until its GPU nodes are Ready", _up)
+    up_parser.add_argument("--nodes", type=int, default=4, help="fake GPU nodes (default: %(default)s)")
+    up_parser.add_argument("--gpus-per-node", type=int, default=8, help="default: %(default)s")
+    up_parser.add_argument("--nodes-per-rack", type=int, default=4, help="nodes per leaf switch (default: %(default)s)")
+    add("down", "stop every process the cluster started and delete its files", _down)
+    add("status", "show the cluster's processes and nodes", _status)
+    add("kubeconfig", "print the path of the cluster's kubeconfig", _kubeconfig)
+    add("build", "build (or locate) the etcd, kube-apiserver and kwok binaries", _build)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from paralleljob.devcluster.cluster import AlreadyRunning, up
+    from paralleljob.devcluster.nodes import NodeShape
+
+    if args.nodes < 1 or args.gpus_per_node < 1 or args.nodes_per_rack < 1:
+        print("--nodes, --gpus-per-node and --nodes-per-rack must be at least 1", file=sys.stderr)
+        return 2
+    shape = NodeShape(count=args.nodes, gpus_per_node=args.gpus_per_node, nodes_per_rack=args.nodes_per_rack)
+    try:
+        cluster = up(args.name, shape)
+    except AlreadyRunning as exc:
+        print(f"{exc}; run `paralleljob dev-cluster down --name {args.name}` first", file=sys.stderr)
+        return 1
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"dev-cluster up failed: {exc}", file=sys.stderr)
+        return 1
+    print(cluster.kubeconfig)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from paralleljob.devcluster.cluster import down
+
+    if not down(args.name):
+        print(f"no dev cluster named {args.name!r}", file=sys.stderr)
+    return 0
+
+
+def _kubeconfig(args: argparse.Namespace) -> int:
+    record = state.load(args.name)
+    if record is None or not record.kubeconfig:
+        print(f"no dev cluster named {args.name!r}; start one with `paralleljob dev-cluster up`", file=sys.stderr)
+        return 1
+    print(record.kubeconfig)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    record = state.load(args.name)
+    if record is None:
+        print(f"dev cluster {args.name!r}: not running")
+        return 1
+    alive = [process.is_alive(p) for p in record.processes]
+    print(f"dev cluster {args.name!r}: {'running' if alive and all(alive) else 'DEGRADED'}")
+    print(f"  server      {record.server}")
+    print(f"  kubeconfig  {record.kubeconfig}")
+    print(f"  versions    {', '.join(f'{k} {v}' for k, v in sorted(record.versions.items()))}")
+    for proc, is_up in zip(record.processes, alive, strict=True):
+        print(f"  {proc.name:<15} pid {proc.pid:<8} {'up' if is_up else 'EXITED'}  log {proc.log}")
+    if record.kubeconfig and all(alive):
+        print(asyncio.run(_node_summary(record.kubeconfig)))
+    return 0 if alive and all(alive) else 1
+
+
+async def _node_summary(kubeconfig: str) -> str:
+    from kubernetes_asyncio.client import CoreV1Api
+
+    from paralleljob.devcluster.kubeconfig import api_client
+    from paralleljob.devcluster.nodes import GPU_RESOURCE, is_ready
+
+    async with api_client(kubeconfig) as api:
+        listed = await CoreV1Api(api).list_node()
+    ready = sum(1 for node in listed.items if is_ready(node))
+    gpus = sum(int((node.status.allocatable or {}).get(GPU_RESOURCE, 0)) for node in listed.items)
+    return f"  nodes       {len(listed.items)} ({ready} Ready), {gpus} GPUs allocatable"
+
+
+def _build(args: argparse.Namespace) -> int:
+    from paralleljob.devcluster.build import ensure_binaries
+
+    try:
+        paths = ensure_binaries()
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0

@@ -1,0 +1,161 @@
+"""Bring a named dev cluster up and down.
+
+``up`` builds missing binaries, starts etcd, kube-apiserver and kwok on free loopback ports, writes the
+kubeconfig, installs the CRDs, creates the fake GPU nodes and returns once they are Ready. Every process is
+recorded in ``state.json`` the moment it starts, and a failure or Ctrl-C part-way tears down what was
+started, so nothing is left running behind an error. ``down`` stops the recorded processes by PID and
+removes the run directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from paralleljob.devcluster import controlplane, crds, kwok, process, state
+from paralleljob.devcluster.build import ensure_binaries
+from paralleljob.devcluster.certs import write_pki
+from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
+from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes, wait_nodes_ready
+from paralleljob.devcluster.versions import versions
+
+Report = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class DevCluster:
+    """A running dev cluster, as callers (the CLI, the e2e fixture, the demo) need it."""
+
+    name: str
+    kubeconfig: Path
+    server: str
+    run_dir: Path
+    nodes: tuple[str, ...] = field(default_factory=tuple)
+    shape: NodeShape = field(default_factory=NodeShape)
+
+    def log_path(self, process_name: str) -> Path:
+        return self.run_dir / "logs" / f"{process_name}.log"
+
+
+def is_running(record: state.ClusterState) -> bool:
+    return bool(record.processes) and all(process.is_alive(p) for p in record.processes)
+
+
+def up(
+    name: str = "default", shape: NodeShape | None = None, report: Report = _stderr
+) -> DevCluster:
+    shape = shape or NodeShape()
+    existing = state.load(name)
+    if existing is not None:
+        if is_running(existing):
+            raise AlreadyRunning(f"dev cluster {name!r} is already running (kubeconfig {existing.kubeconfig})")
+        down(name, report=lambda _: None)  # leftovers of a crashed run
+    binaries = ensure_binaries(report)
+    started = time.monotonic()
+    run_dir = state.run_dir(name)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    (run_dir / "logs").mkdir(parents=True)
+    record = state.ClusterState(name=name, run_dir=str(run_dir), versions=versions(), owner_pid=os.getpid())
+    state.save(record)
+    try:
+        etcd_port, etcd_peer_port, api_port = process.free_loopback_ports(3)
+        record.ports = {"etcd": etcd_port, "etcd-peer": etcd_peer_port, "kube-apiserver": api_port}
+        pki = write_pki(run_dir / "pki")
+
+        etcd = controlplane.start_etcd(binaries["etcd"], run_dir, etcd_port, etcd_peer_port)
+        _remember(record, etcd)
+        controlplane.wait_etcd(etcd, etcd_port)
+
+        server = f"https://127.0.0.1:{api_port}"
+        apiserver = controlplane.start_apiserver(binaries["kube-apiserver"], run_dir, pki, api_port, etcd_port)
+        _remember(record, apiserver)
+        controlplane.wait_apiserver(apiserver, server, pki)
+        report(f"kube-apiserver ready at {server} ({time.monotonic() - started:.1f} s)")
+
+        kubeconfig = run_dir / "kubeconfig"
+        write_kubeconfig(kubeconfig, server, pki.ca_cert, pki.admin_token, f"paralleljob-{name}")
+        record.kubeconfig, record.server = str(kubeconfig), server
+        _remember(record, kwok.start_kwok(binaries["kwok"], run_dir, kubeconfig))
+
+        installed = asyncio.run(_populate(kubeconfig, shape))
+        record.nodes, record.shape = shape.names(), asdict(shape)
+        state.save(record)
+        crd_note = f", CRDs {', '.join(installed)}" if installed else ""
+        report(f"dev cluster {name!r} up with {shape.count} GPU nodes{crd_note} ({time.monotonic() - started:.1f} s)")
+    except BaseException:
+        for proc in record.processes:
+            if not process.is_alive(proc):
+                report(f"{proc.name} exited; last lines of {proc.log}:\n{process.tail(proc.log)}")
+        down(name, report=lambda _: None)
+        raise
+    return DevCluster(name, kubeconfig, server, run_dir, tuple(record.nodes), shape)
+
+
+def _remember(record: state.ClusterState, proc: state.ProcessRecord) -> None:
+    record.processes.append(proc)
+    state.save(record)
+
+
+async def _populate(kubeconfig: Path, shape: NodeShape) -> list[str]:
+    async with api_client(kubeconfig) as api:
+        installed = await crds.install_crds(api)
+        names = await create_gpu_nodes(api, shape)
+        await wait_nodes_ready(api, names)
+    return installed
+
+
+def down(name: str = "default", report: Report = _stderr) -> bool:
+    """Stop every process the named cluster started (newest first) and remove its run directory."""
+    record = state.load(name)
+    if record is None:
+        return False
+    for proc in reversed(record.processes):
+        process.stop(proc)
+    shutil.rmtree(record.run_dir, ignore_errors=True)
+    report(f"dev cluster {name!r} stopped ({len(record.processes)} processes)")
+    return True
+
+
+def get(name: str = "default") -> DevCluster | None:
+    record = state.load(name)
+    if record is None or not record.kubeconfig:
+        return None
+    shape = NodeShape(**record.shape) if record.shape else NodeShape(count=len(record.nodes))
+    return DevCluster(name, Path(record.kubeconfig), record.server, Path(record.run_dir), tuple(record.nodes), shape)
+
+
+def reap_abandoned(prefix: str, report: Report = _stderr) -> list[str]:
+    """Tear down clusters named ``prefix*`` whose owner process is gone (e.g. a killed test session)."""
+    reaped = []
+    for name in state.known_names():
+        record = state.load(name)
+        if record and name.startswith(prefix) and not _pid_exists(record.owner_pid):
+            down(name, report)
+            reaped.append(name)
+    return reaped
+
+
+def _pid_exists(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

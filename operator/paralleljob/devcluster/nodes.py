@@ -1,0 +1,128 @@
+"""Fake GPU nodes: their manifests (capacity, GPU Feature Discovery labels, topology labels) and helpers to
+create them and wait until kwok reports them Ready.
+
+Topology: ``nodes_per_rack`` nodes share a leaf switch (rack), ``racks_per_spine`` racks a spine, and
+``spines_per_zone`` spines a zone, so even a small cluster has every level the placer understands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from paralleljob.devcluster.kwok import MANAGED_ANNOTATION
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
+
+LEAF_LABEL = "network.topology.nvidia.com/leaf"
+SPINE_LABEL = "network.topology.nvidia.com/spine"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+GPU_RESOURCE = "nvidia.com/gpu"
+UNHEALTHY_GPUS_ANNOTATION = "paralleljob.dev/unhealthy-gpus"
+DEV_CLUSTER_LABEL = "paralleljob.dev/dev-cluster"
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    """What every fake node looks like, and how nodes are grouped into racks, spines and zones."""
+
+    count: int = 4
+    gpus_per_node: int = 8
+    nodes_per_rack: int = 4
+    racks_per_spine: int = 2
+    spines_per_zone: int = 2
+    gpu_product: str = "NVIDIA-H100-80GB-HBM3"
+    gpu_memory_mib: int = 81559
+    cpu: str = "192"
+    memory: str = "2Ti"
+    pods: int = 110
+    name_prefix: str = "gpu-node"
+
+    def node_name(self, index: int) -> str:
+        return f"{self.name_prefix}-{index:03d}"
+
+    def names(self) -> list[str]:
+        return [self.node_name(i) for i in range(self.count)]
+
+
+def gpu_node_manifest(shape: NodeShape, index: int) -> dict[str, Any]:
+    rack = index // shape.nodes_per_rack
+    spine = rack // shape.racks_per_spine
+    zone = spine // shape.spines_per_zone
+    name = shape.node_name(index)
+    resources = {
+        "cpu": shape.cpu,
+        "memory": shape.memory,
+        "pods": str(shape.pods),
+        "ephemeral-storage": "1Ti",
+        GPU_RESOURCE: str(shape.gpus_per_node),
+    }
+    key, value = MANAGED_ANNOTATION
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {key: value},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                DEV_CLUSTER_LABEL: "true",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": shape.gpu_product,
+                "nvidia.com/gpu.memory": str(shape.gpu_memory_mib),
+                "nvidia.com/gpu.count": str(shape.gpus_per_node),
+                LEAF_LABEL: f"leaf-{rack:02d}",
+                SPINE_LABEL: f"spine-{spine:02d}",
+                ZONE_LABEL: f"zone-{zone}",
+            },
+        },
+        # Nodes, unlike most objects, keep the status they are created with: kwok then only adds
+        # conditions, so capacity and allocatable are exactly these.
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+
+
+async def create_gpu_nodes(api: ApiClient, shape: NodeShape, indices: list[int] | None = None) -> list[str]:
+    """Create the nodes (all of ``shape``, or just ``indices``); ones that already exist are left as they are."""
+    from kubernetes_asyncio.client import CoreV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    core: Any = CoreV1Api(api)  # Any: dict bodies are accepted although the annotations say V1Node
+    created = []
+    for index in indices if indices is not None else range(shape.count):
+        try:
+            await core.create_node(gpu_node_manifest(shape, index))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        created.append(shape.node_name(index))
+    return created
+
+
+def is_ready(node: Any) -> bool:
+    for condition in (node.status.conditions or []) if node.status else []:
+        if condition.type == "Ready":
+            return bool(condition.status == "True")
+    return False
+
+
+async def wait_nodes_ready(api: ApiClient, names: list[str], timeout_s: float = 60.0) -> None:
+    from kubernetes_asyncio.client import CoreV1Api
+
+    core = CoreV1Api(api)
+    deadline = time.monotonic() + timeout_s
+    waiting = set(names)
+    while True:
+        listed = await core.list_node(label_selector=f"{DEV_CLUSTER_LABEL}=true")
+        waiting = set(names) - {node.metadata.name for node in listed.items if is_ready(node)}
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nodes not Ready after {timeout_s:.0f} s: {', '.join(sorted(waiting))}")
+        await asyncio.sleep(0.2)

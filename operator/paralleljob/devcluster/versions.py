@@ -1,0 +1,92 @@
+"""Which control-plane binaries the dev cluster runs, at which versions, and where their build lives.
+
+The versions come from the committed wrapper Go modules in ``deploy/devcluster/<module>/go.mod``, so a
+version bump there changes the cache directory name and the next ``build`` rebuilds instead of reusing
+stale binaries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# operator/paralleljob/devcluster/versions.py -> the repository root is three levels above the package.
+_REPO_ROOT = Path(__file__).resolve().parents[3]
+
+_VERSION_PACKAGE = "k8s.io/component-base/version"
+
+
+@dataclass(frozen=True)
+class BinarySpec:
+    """One binary: the wrapper module that pins it and the Go package that is its main."""
+
+    name: str
+    module_dir: str
+    package: str
+    pinned_module: str
+
+
+BINARIES: tuple[BinarySpec, ...] = (
+    BinarySpec("etcd", "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3"),
+    BinarySpec("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes"),
+    BinarySpec("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok"),
+)
+
+
+def repo_root() -> Path:
+    return _REPO_ROOT
+
+
+def deploy_dir() -> Path:
+    """The folder holding the wrapper modules and kwok stages (overridable for unusual installs)."""
+    override = os.environ.get("PARALLELJOB_DEVCLUSTER_DEPLOY")
+    return Path(override) if override else _REPO_ROOT / "deploy" / "devcluster"
+
+
+def cache_root() -> Path:
+    """``~/.cache/paralleljob`` (honouring XDG_CACHE_HOME, or PARALLELJOB_CACHE for tests)."""
+    override = os.environ.get("PARALLELJOB_CACHE")
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "paralleljob"
+
+
+def pinned_version(module_dir: Path, module: str) -> str:
+    """The version of ``module`` required by the go.mod in ``module_dir``."""
+    text = (module_dir / "go.mod").read_text()
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
+    if not match:
+        raise RuntimeError(f"{module_dir / 'go.mod'} does not require {module}")
+    return match.group(1)
+
+
+def versions() -> dict[str, str]:
+    """Binary name -> pinned version, e.g. ``{"kube-apiserver": "v1.36.4", ...}``."""
+    root = deploy_dir()
+    return {spec.name: pinned_version(root / spec.module_dir, spec.pinned_module) for spec in BINARIES}
+
+
+def binaries_dir(pins: dict[str, str] | None = None) -> Path:
+    """``<cache>/k8s/<versions>/``: one folder per combination of versions, so bumps rebuild."""
+    pins = pins if pins is not None else versions()
+    key = "_".join(f"{name}-{pins[name]}" for name in sorted(pins))
+    return cache_root() / "k8s" / key
+
+
+def ldflags(spec: BinarySpec, version: str) -> str:
+    """Linker flags: strip symbols, and stamp Kubernetes binaries so `kubectl version` reports sanely."""
+    flags = ["-s", "-w"]
+    if spec.pinned_module == "k8s.io/kubernetes":
+        major, minor = version.lstrip("v").split(".")[:2]
+        stamps = {
+            "gitVersion": version,
+            "gitMajor": major,
+            "gitMinor": minor,
+            "gitTreeState": "clean",
+        }
+        flags += [f"-X {_VERSION_PACKAGE}.{key}={value}" for key, value in stamps.items()]
+    return " ".join(flags)
