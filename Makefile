@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: all venv lint test unit demo bench clean
+.PHONY: all venv lint test unit demo bench clean k8s-binaries
 
 all: test
 
@@ -25,7 +25,13 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit tests/property $(PYTEST_ARGS)
 
-test: lint
+# etcd, kube-apiserver and kwok for the e2e tests: reused from ~/.cache/paralleljob/k8s/<versions>/, or
+# built with Go from deploy/devcluster/ (a cold build takes about ten minutes on 2 cores).
+k8s-binaries: venv
+	@echo "==> dev-cluster binaries (cached per version; built with Go if missing)"
+	$(BIN)/paralleljob dev-cluster build
+
+test: lint k8s-binaries
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: venv

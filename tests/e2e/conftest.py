@@ -1,0 +1,88 @@
+"""Fixtures for end-to-end tests against a real kube-apiserver: the dev cluster of SPEC section 6.
+
+- ``dev_cluster`` (session): brings one cluster up for the whole session (building the binaries first if
+  the cache is cold, with progress on the terminal) and tears it down at the end, failures included.
+  Set ``PARALLELJOB_E2E_CLUSTER=<name>`` to run against an already running ``paralleljob dev-cluster up``
+  instead (faster when iterating; that cluster is left running).
+- ``kube`` (session): a :class:`~paralleljob.devcluster.session.KubeSession` (sync calls, chaos helpers).
+- ``namespace``: a fresh namespace per test. There is no controller-manager, hence no garbage collection:
+  the fixture deletes the test's pods itself so their GPUs are free for the next test.
+- ``chaos``: the same KubeSession, plus a guarantee that every node is back and Ready after the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from paralleljob.devcluster.cluster import DevCluster, down, get, reap_abandoned, up
+from paralleljob.devcluster.nodes import NodeShape
+from paralleljob.devcluster.session import KubeSession
+
+E2E_CLUSTER_PREFIX = "e2e-"
+# Two racks of four 8-GPU nodes: enough for placements that must cross a leaf switch.
+E2E_SHAPE = NodeShape(count=8, gpus_per_node=8, nodes_per_rack=4)
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+
+    def progress(message: str) -> None:
+        # Shown live even under output capture: a cold build is silent for many minutes otherwise.
+        if capture is None:
+            print(message, flush=True)
+            return
+        with capture.global_and_fixture_disabled():
+            print(f"[dev-cluster] {message}", flush=True)
+
+    reuse = os.environ.get("PARALLELJOB_E2E_CLUSTER")
+    if reuse:
+        cluster = get(reuse)
+        if cluster is None:
+            pytest.fail(f"PARALLELJOB_E2E_CLUSTER={reuse} but no such dev cluster is running")
+        yield cluster
+        return
+
+    reap_abandoned(E2E_CLUSTER_PREFIX, report=progress)
+    name = f"{E2E_CLUSTER_PREFIX}{os.getpid()}"
+    cluster = up(name, E2E_SHAPE, report=progress)
+    try:
+        yield cluster
+    finally:
+        down(name, report=progress)
+
+
+@pytest.fixture(scope="session")
+def kube(dev_cluster: DevCluster) -> Iterator[KubeSession]:
+    session = KubeSession(dev_cluster.kubeconfig, dev_cluster.shape)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@pytest.fixture
+def namespace(kube: KubeSession, request: pytest.FixtureRequest) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].rstrip("-")
+    name = f"{slug}-{secrets.token_hex(3)}"
+    kube.run(kube.core.create_namespace({"metadata": {"name": name, "labels": {"paralleljob.dev/e2e": "true"}}}))
+    try:
+        yield name
+    finally:
+        # grace 0: kwok removes bound pods at once; unbound ones go immediately anyway.
+        kube.run(kube.core.delete_collection_namespaced_pod(name, grace_period_seconds=0))
+        # Without a namespace controller it stays Terminating; harmless, and names are never reused.
+        kube.run(kube.core.delete_namespace(name))
+
+
+@pytest.fixture
+def chaos(kube: KubeSession) -> Iterator[KubeSession]:
+    try:
+        yield kube
+    finally:
+        kube.restore_nodes()
