@@ -181,25 +181,39 @@ class ClusterState:
         gpus = allocation.gpus
         if len(set(gpus)) != len(gpus):
             raise InvalidRequest(f"allocation of {allocation.job_id!r} names a GPU twice")
+        num_gpus, owner, health = self.topology.num_gpus, self.owner, self.health
         for gpu in gpus:
-            self.topology.check_gpu(gpu)
-            if not self.eligible(gpu, allocation.memory_per_gpu_gb):
+            if not (isinstance(gpu, int) and 0 <= gpu < num_gpus):
+                self.topology.check_gpu(gpu)  # raises with the message a user needs
+            if owner[gpu] is not None or health[gpu] is not GPUHealth.HEALTHY or not self.eligible(
+                gpu, allocation.memory_per_gpu_gb
+            ):
                 raise InvalidRequest(f"GPU {gpu} cannot take {allocation.job_id!r}: {self.gpu_state(gpu).value}")
+        taken: dict[int, int] = {}
+        gpu_node = self.topology.gpu_node
         for gpu in gpus:
             self.owner[gpu] = allocation.job_id
             self.memory_used[gpu] += allocation.memory_per_gpu_gb
-            self._change_node(self.topology.gpu_node[gpu], free_delta=-1)
+            node = gpu_node[gpu]
+            taken[node] = taken.get(node, 0) + 1
+        for node, count in taken.items():
+            self._change_node(node, free_delta=-count)
         self.allocations[allocation.job_id] = allocation
 
     def release(self, job_id: str) -> Allocation | None:
         allocation = self.allocations.pop(job_id, None)
         if allocation is None:
             return None
+        freed: dict[int, int] = {}
+        gpu_node = self.topology.gpu_node
         for gpu in allocation.gpus:
             self.owner[gpu] = None
             self.memory_used[gpu] = max(0.0, self.memory_used[gpu] - allocation.memory_per_gpu_gb)
             if self.health[gpu] is GPUHealth.HEALTHY:
-                self._change_node(self.topology.gpu_node[gpu], free_delta=+1)
+                node = gpu_node[gpu]
+                freed[node] = freed.get(node, 0) + 1
+        for node, count in freed.items():
+            self._change_node(node, free_delta=count)
         return allocation
 
     def set_health(self, gpu: int, health: GPUHealth) -> GPUHealth:

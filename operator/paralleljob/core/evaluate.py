@@ -82,3 +82,66 @@ def node_level_cost(
         level = max(nodes_common_level(topology, group_nodes[p::pp]) for p in range(pp))
         dp_ms = model.dp_ms(job, bw(level))
     return CostBreakdown(tp_ms, pp_ms, dp_ms, model.combine(tp_ms, pp_ms, dp_ms))
+
+
+def placement_cost(
+    topology: Topology, job: JobSpec, tp_groups: Sequence[Sequence[int]], model: CostModel
+) -> CostBreakdown:
+    """:func:`node_level_cost` when every TP group sits inside one node (the placer's placements),
+    else the general :func:`rank_level_cost`."""
+    gpu_node = topology.gpu_node
+    nodes = []
+    for group in tp_groups:
+        node = gpu_node[group[0]]
+        if any(gpu_node[g] != node for g in group) or len(set(group)) != len(group):
+            return rank_level_cost(topology, job, tp_groups, model)
+        nodes.append(node)
+    return node_level_cost(topology, job, nodes, model)
+
+
+class SingleMoveCost:
+    """Prices "move TP group g to node n" for one layout in O(pp + dp) instead of O(pp x dp).
+
+    Repairs try several spare nodes for each broken group; only the moved group's replica (its PP
+    chain) and its stage column (its DP groups) change, so everything else is computed once."""
+
+    def __init__(self, topology: Topology, job: JobSpec, layout: Sequence[int], model: CostModel) -> None:
+        self.topology, self.job, self.model = topology, job, model
+        self.layout = list(layout)
+        pp, dp = job.pp, job.dp
+        bw = topology.level_bandwidth
+        self.tp_ms = model.tp_ms(job, bw(0)) if job.tp > 1 else 0.0
+        self.replica_pp = [self._replica_pp(d, self.layout) for d in range(dp)] if pp > 1 else [0.0] * dp
+        self.column_level = [nodes_common_level(topology, self.layout[p::pp]) for p in range(pp)]
+
+    def _replica_pp(self, d: int, layout: Sequence[int]) -> float:
+        pp, bw, common = self.job.pp, self.topology.level_bandwidth, self.topology.common_level
+        row = layout[d * pp : (d + 1) * pp]
+        return self.model.pp_ms(self.job, [bw(common(row[p], row[p + 1])) for p in range(pp - 1)])
+
+    def with_move(self, group: int, node: int) -> float:
+        job, pp = self.job, self.job.pp
+        d, p = divmod(group, pp)
+        trial = self.layout[d * pp : (d + 1) * pp]
+        trial[p] = node
+        pp_ms = 0.0
+        if pp > 1:
+            moved = self._replica_pp(0, trial)
+            pp_ms = max([moved, *(v for i, v in enumerate(self.replica_pp) if i != d)])
+        dp_ms = 0.0
+        if job.dp > 1:
+            column = self.layout[p::pp]
+            column[d] = node
+            level = max(
+                [nodes_common_level(self.topology, column), *(v for i, v in enumerate(self.column_level) if i != p)]
+            )
+            dp_ms = self.model.dp_ms(job, self.topology.level_bandwidth(level))
+        return self.model.combine(self.tp_ms, pp_ms, dp_ms)
+
+    def apply(self, group: int, node: int) -> None:
+        pp = self.job.pp
+        d, p = divmod(group, pp)
+        self.layout[group] = node
+        if pp > 1:
+            self.replica_pp[d] = self._replica_pp(d, self.layout)
+        self.column_level[p] = nodes_common_level(self.topology, self.layout[p::pp])

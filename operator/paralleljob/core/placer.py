@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import CostBreakdown, CostModel
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.evaluate import node_level_cost, nodes_common_level
+from paralleljob.core.evaluate import SingleMoveCost, node_level_cost, nodes_common_level
 from paralleljob.core.job import JobSpec
 from paralleljob.core.layouts import layouts_for_dp_level
 from paralleljob.core.placement import Placement
@@ -83,23 +83,28 @@ class Placer:
         """The best placement for ``job`` on the current state; the state itself is not changed."""
         self.check_feasible(job)
         old_nodes = self._nodes_of(previous, job) if previous is not None else None
-        levels = range(self.topology.top + 1) if job.dp > 1 else [self.topology.top]
-        candidates: dict[tuple[int, ...], str] = {}
-        for lam in levels:
-            for layout in layouts_for_dp_level(self.state, job, lam):
-                candidates.setdefault(tuple(layout), f"DP groups kept within one {self.topology.levels[lam].name}")
+        scored: list[tuple[tuple[float, int, int, int, int], tuple[int, ...], str]] = []
+
+        def consider(layout: Sequence[int], why: str) -> None:
+            scored.append((self._score(job, model, layout, old_nodes), tuple(layout), why))
+
         if old_nodes is not None:
             kept = self.keep_and_repair(job, model, old_nodes)
             if kept is not None:
-                candidates.setdefault(tuple(kept), "previous placement kept where it still stands")
-        if not candidates:
+                consider(kept, "previous placement kept where it still stands")
+        bounds = self.level_bounds(job, model)
+        # Cheapest-looking DP levels first; a level whose bound cannot beat the best layout found so far
+        # is skipped without building anything.
+        for bound_ms, lam in sorted((b, lam) for lam, b in bounds.items()):
+            if scored and bound_ms > min(scored)[0][0] + COST_EPS:
+                break
+            for layout in layouts_for_dp_level(self.state, job, lam):
+                consider(layout, f"DP groups kept within one {self.topology.levels[lam].name}")
+        if not scored:
             raise PlacementInfeasible(job.job_id, ["no layout keeps every TP group inside one node"])
-        scored = sorted(
-            (self._score(job, model, layout, old_nodes), layout, why) for layout, why in candidates.items()
-        )
-        (_, best_layout, why) = scored[0]
+        _, best_layout, why = min(scored)
         best_cost = node_level_cost(self.topology, job, best_layout, model)
-        bound = self.lower_bound(job, model)
+        bound = min(bounds.values())
         proven = best_cost.total_ms <= bound + COST_EPS
         notes = [why]
         if not proven:
@@ -141,7 +146,15 @@ class Placer:
 
     # ---- bounds and exact search --------------------------------------------------------------------
     def lower_bound(self, job: JobSpec, model: CostModel) -> float:
-        """A cost no placement can beat, from the best conceivable level of each term."""
+        """A cost no placement can beat (infinite when none is possible)."""
+        return min(self.level_bounds(job, model).values(), default=math.inf)
+
+    def level_bounds(self, job: JobSpec, model: CostModel) -> dict[int, float]:
+        """For each DP level a layout could have, a cost no such layout can beat.
+
+        Every replica needs at least ceil(pp / groups per node) nodes, so that many boundaries minus
+        one leave a node; with DP inside one node, a node must hold whole stage columns, which forces
+        more crossings. Levels that cannot hold a stage column at all are left out."""
         topo, state = self.topology, self.state
         bw = topo.level_bandwidth
         tp_ms = model.tp_ms(job, bw(0)) if job.tp > 1 else 0.0
@@ -151,28 +164,22 @@ class Placer:
             if row is not None
             else state.node_slots(0, job.tp, job.memory_per_gpu_gb)
         )
-        pp_ms = 0.0
-        if job.pp > 1:
-            nodes_per_replica = math.ceil(job.pp / max(1, max_slots))
-            crossings = min(job.pp - 1, nodes_per_replica - 1)
-            crossing_bw = bw(1) if topo.top >= 1 else bw(0)
-            pp_ms = model.pp_ms(job, [bw(0)] * (job.pp - 1 - crossings) + [crossing_bw] * crossings)
+        crossing_bw = bw(1) if topo.top >= 1 else bw(0)
+
+        def pp_bound(groups_per_node: int) -> float:
+            if job.pp == 1:
+                return 0.0
+            crossings = min(job.pp - 1, math.ceil(job.pp / max(1, groups_per_node)) - 1)
+            return model.pp_ms(job, [bw(0)] * (job.pp - 1 - crossings) + [crossing_bw] * crossings)
+
         if job.dp == 1:
-            return model.combine(tp_ms, pp_ms, 0.0)
-        bound = model.combine(tp_ms, pp_ms, model.dp_ms(job, bw(min(1, topo.top))))
-        columns_per_node = max_slots // job.dp
-        if columns_per_node >= 1:
-            # DP inside one node needs each node to hold whole stage columns, so a replica crosses
-            # at least one node boundary per node its stages need.
-            crossings = math.ceil(job.pp / columns_per_node) - 1
-            crossing_bw = bw(1) if topo.top >= 1 else bw(0)
-            pp_in_node = (
-                model.pp_ms(job, [bw(0)] * (job.pp - 1 - crossings) + [crossing_bw] * crossings)
-                if job.pp > 1
-                else 0.0
-            )
-            bound = min(bound, model.combine(tp_ms, pp_in_node, model.dp_ms(job, bw(0))))
-        return bound
+            return {topo.top: model.combine(tp_ms, pp_bound(max_slots), 0.0)}
+        bounds = {
+            lam: model.combine(tp_ms, pp_bound(max_slots), model.dp_ms(job, bw(lam))) for lam in range(1, topo.top + 1)
+        }
+        if max_slots // job.dp >= 1:
+            bounds[0] = model.combine(tp_ms, pp_bound(max_slots // job.dp), model.dp_ms(job, bw(0)))
+        return bounds
 
     def usable_nodes(self, job: JobSpec, limit: int) -> list[int] | None:
         """Nodes that can take at least one TP group, or None when there are more than ``limit``."""
@@ -210,27 +217,27 @@ class Placer:
         that raise the cost least, nearest first."""
         t, mem = job.tp, job.memory_per_gpu_gb
         room = {n: self.state.node_slots(n, t, mem) for n in set(old_nodes)}
-        layout = list(old_nodes)
         moving = []
         for g, node in enumerate(old_nodes):
             if room[node] > 0:
                 room[node] -= 1
             else:
                 moving.append(g)
+        pricing = SingleMoveCost(self.topology, job, old_nodes, model)
         for g in moving:
-            target = self.best_replacement(job, model, layout, g, room)
+            target = self.best_replacement(job, pricing, g, room)
             if target is None:
                 return None
-            layout[g] = target
+            pricing.apply(g, target)
             room[target] = room.get(target, self.state.node_slots(target, t, mem)) - 1
-        return layout
+        return pricing.layout
 
     def best_replacement(
-        self, job: JobSpec, model: CostModel, layout: list[int], g: int, room: dict[int, int], fanout: int = 8
+        self, job: JobSpec, pricing: SingleMoveCost, g: int, room: dict[int, int], fanout: int = 8
     ) -> int | None:
         """The node for group ``g`` that keeps the job cheapest, searched outward from its old domain."""
         topo, t, mem = self.topology, job.tp, job.memory_per_gpu_gb
-        anchor = layout[g]
+        anchor = pricing.layout[g]
         for level in range(1, topo.top + 1) if topo.top else [0]:
             domain = topo.domain_of[level][anchor]
             options: list[int] = []
@@ -246,12 +253,7 @@ class Placer:
                 n for n, r in room.items() if r > 0 and n not in options and topo.common_level(n, anchor) <= level
             )
             if options:
-                def cost_with(node: int) -> tuple[float, int]:
-                    trial = layout.copy()
-                    trial[g] = node
-                    return (node_level_cost(topo, job, trial, model).total_ms, node)
-
-                return min(options, key=cost_with)
+                return min(options, key=lambda node: (pricing.with_move(g, node), node))
         return None
 
     # ---- GPUs ---------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.cost import CostBreakdown, CostModel
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
-from paralleljob.core.evaluate import node_level_cost, rank_level_cost
+from paralleljob.core.evaluate import node_level_cost, placement_cost
 from paralleljob.core.job import JobSpec
 from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer
@@ -66,7 +66,7 @@ def recover(
     allocated (or none, when the job had to be killed)."""
     old = state.allocations[job.job_id]
     topo = state.topology
-    before = rank_level_cost(topo, job, old.groups, model)
+    before = placement_cost(topo, job, old.groups, model)
     state.release(job.job_id)
     placement: Placement | None = None
     reasons: list[str] = []

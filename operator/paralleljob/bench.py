@@ -1,0 +1,212 @@
+"""`paralleljob bench placement`: how fast the core places, refuses and repairs at 1k-100k GPUs.
+
+Each cluster is filled to about half with random jobs through the real placer, a few GPUs are failed,
+then the benchmark times: placing (and releasing) a TP8xPP8xDP16 job, an infeasible request, and one GPU
+failure inside the big job under both recovery strategies. It reports medians over repeats, and the
+memory of the whole model (topology + state) measured with tracemalloc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from paralleljob.core import (
+    Allocation,
+    ClusterState,
+    GPUHealth,
+    JobSpec,
+    PlacementInfeasible,
+    Placer,
+    RecoveryStrategy,
+    Topology,
+    cost_model,
+    recover,
+)
+
+TOPOLOGIES: dict[str, list[tuple[str, int, float]]] = {
+    "flat": [],  # the seed's two levels: node, cluster
+    "tree": [("rack", 32, 200.0), ("spine", 512, 100.0)],  # node, rack, spine, cluster
+}
+FILL_SHAPES = ((1, 2, 4, 8), (1, 1, 2, 4), (1, 2, 4, 8))  # TP, PP, DP choices of the background jobs
+
+
+@dataclass
+class BenchResult:
+    gpus: int
+    topology: str
+    big_job: str
+    fill_allocated: float
+    build_s: float
+    model_memory_mb: float
+    place_ms: float
+    place_p90_ms: float
+    release_ms: float
+    infeasible_ms: float
+    failure_full_ms: float
+    failure_minimal_ms: float
+    big_cost_ms: float
+    proven_optimal: bool
+
+
+def build_cluster(gpus: int, topology: str, seed: int) -> tuple[ClusterState, float, float]:
+    tracemalloc.start()
+    start = time.perf_counter()
+    topo = Topology.uniform(gpus // 8, 8, levels=TOPOLOGIES[topology])
+    state = ClusterState(topo)
+    build_s = time.perf_counter() - start
+    memory_mb = tracemalloc.get_traced_memory()[0] / 1e6
+    tracemalloc.stop()
+    fill(state, seed)
+    return state, build_s, memory_mb
+
+
+def fill(state: ClusterState, seed: int, target: float = 0.5) -> None:
+    rng = random.Random(seed)
+    placer, model = Placer(state), cost_model("seed")
+    total = state.topology.num_gpus
+    allocated, n = 0, 0
+    while allocated < target * total * 0.97:
+        tp, pp, dp = (rng.choice(choices) for choices in FILL_SHAPES)
+        job = JobSpec(f"fill-{n}", tp, pp, dp, 40.0)
+        n += 1
+        try:
+            placement = placer.place(job, model)
+        except PlacementInfeasible:
+            continue
+        state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))
+        allocated += job.num_gpus
+    for gpu in rng.sample(range(total), total // 200):
+        if state.owner[gpu] is None:
+            state.set_health(gpu, GPUHealth.OFFLINE)
+
+
+def big_job_for(state: ClusterState) -> JobSpec:
+    """TP8xPP8xDP16 where it fits; on small clusters the largest DP that fits now."""
+    free_nodes = state.free_histogram(state.topology.top, 0, 40.0)[8]
+    dp = 16
+    while dp > 1 and 8 * dp > free_nodes:
+        dp //= 2
+    pp = 8 if 8 * dp <= free_nodes else max(1, free_nodes // dp)
+    return JobSpec("big", 8, pp, dp, 40.0)
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
+
+
+def run(gpus: int, topology: str, repeat: int, seed: int) -> BenchResult:
+    state, build_s, memory_mb = build_cluster(gpus, topology, seed)
+    placer, model = Placer(state), cost_model("seed")
+    allocated = state.counts()["allocated"] / state.topology.num_gpus
+    job = big_job_for(state)
+    place_samples: list[float] = []
+    release_samples: list[float] = []
+    cost = 0.0
+    proven = False
+    for _ in range(repeat):
+        start = time.perf_counter()
+        placement = placer.place(job, model)
+        state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))
+        place_samples.append((time.perf_counter() - start) * 1e3)
+        cost, proven = placement.cost.total_ms, placement.proven_optimal
+        start = time.perf_counter()
+        state.release(job.job_id)
+        release_samples.append((time.perf_counter() - start) * 1e3)
+    too_big = JobSpec("too-big", 8, 8, state.topology.num_nodes, 40.0)
+
+    def refuse() -> None:
+        try:
+            placer.place(too_big, model)
+        except PlacementInfeasible:
+            return
+        raise AssertionError("the infeasible request was placed")
+
+    infeasible = timed(refuse, repeat * 5)
+    failures = {}
+    rng = random.Random(seed)
+    for strategy in RecoveryStrategy:
+        samples = []
+        for _ in range(repeat):
+            placement = placer.place(job, model)
+            state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))
+            gpu = rng.choice(placement.gpus)
+            start = time.perf_counter()
+            state.set_health(gpu, GPUHealth.OFFLINE)
+            outcome = recover(state, placer, job, model, strategy)
+            samples.append((time.perf_counter() - start) * 1e3)
+            if outcome.new is not None:
+                state.release(job.job_id)
+            state.set_health(gpu, GPUHealth.HEALTHY)
+        failures[strategy] = statistics.median(samples)
+    return BenchResult(
+        gpus=gpus,
+        topology=topology,
+        big_job=job.describe(),
+        fill_allocated=round(allocated, 3),
+        build_s=round(build_s, 3),
+        model_memory_mb=round(memory_mb, 1),
+        place_ms=round(statistics.median(place_samples), 3),
+        place_p90_ms=round(sorted(place_samples)[int(0.9 * (len(place_samples) - 1))], 3),
+        release_ms=round(statistics.median(release_samples), 3),
+        infeasible_ms=round(statistics.median(infeasible), 4),
+        failure_full_ms=round(failures[RecoveryStrategy.FULL], 3),
+        failure_minimal_ms=round(failures[RecoveryStrategy.MINIMAL], 3),
+        big_cost_ms=round(cost, 3),
+        proven_optimal=proven,
+    )
+
+
+def render(results: list[BenchResult]) -> str:
+    header = (
+        "| GPUs | topology | job | filled | model MB | place ms (median/p90) | release ms | infeasible ms"
+        " | failure full ms | failure minimal ms | cost ms | proven |"
+    )
+    lines = [header, "|" + "---|" * 12]
+    for r in results:
+        lines.append(
+            f"| {r.gpus:,} | {r.topology} | {r.big_job.split(' ')[0]} | {r.fill_allocated:.0%} | {r.model_memory_mb}"
+            f" | {r.place_ms} / {r.place_p90_ms} | {r.release_ms} | {r.infeasible_ms} | {r.failure_full_ms}"
+            f" | {r.failure_minimal_ms} | {r.big_cost_ms} | {'yes' if r.proven_optimal else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def command(args: argparse.Namespace) -> int:
+    if args.what != "placement":
+        print(f"unknown benchmark {args.what!r}")
+        return 2
+    results = []
+    for gpus in (int(x) for x in args.sizes.split(",")):
+        for topology in args.topology.split(","):
+            results.append(run(gpus, topology, args.repeat, args.seed))
+            print(render(results[-1:]).splitlines()[-1], flush=True)
+    print()
+    print(render(results))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([asdict(r) for r in results], fh, indent=2, sort_keys=True)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("bench", help="run a benchmark (placement)")
+    parser.add_argument("what", choices=["placement"], help="which benchmark")
+    parser.add_argument("--sizes", default="1000,10000,100000", help="cluster sizes in GPUs, comma-separated")
+    parser.add_argument("--topology", default="flat,tree", help="flat (node/cluster) and/or tree (rack/spine)")
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", help="also write the results as JSON here")
+    parser.set_defaults(handler=command)
