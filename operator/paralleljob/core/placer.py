@@ -88,8 +88,9 @@ class Placer:
         def consider(layout: Sequence[int], why: str) -> None:
             scored.append((self._score(job, model, layout, old_nodes), tuple(layout), why))
 
+        intact = self._intact_groups(job, previous) if previous is not None else None
         if old_nodes is not None:
-            kept = self.keep_and_repair(job, model, old_nodes)
+            kept = self.keep_and_repair(job, model, old_nodes, intact)
             if kept is not None:
                 consider(kept, "previous placement kept where it still stands")
         bounds = self.level_bounds(job, model)
@@ -103,6 +104,8 @@ class Placer:
         if not scored:
             raise PlacementInfeasible(job.job_id, ["no layout keeps every TP group inside one node"])
         _, best_layout, why = min(scored)
+        if old_nodes is not None:
+            best_layout = self.prefer_previous_nodes(job, model, best_layout, old_nodes)
         best_cost = node_level_cost(self.topology, job, best_layout, model)
         bound = min(bounds.values())
         proven = best_cost.total_ms <= bound + COST_EPS
@@ -212,17 +215,28 @@ class Placer:
             return None
         return [self.topology.gpu_node[group[0]] for group in previous.groups]
 
-    def keep_and_repair(self, job: JobSpec, model: CostModel, old_nodes: Sequence[int]) -> list[int] | None:
-        """Keep each group on its old node while that node still has room; move the rest to the nodes
-        that raise the cost least, nearest first."""
+    def _intact_groups(self, job: JobSpec, previous: Allocation) -> list[bool] | None:
+        if len(previous.groups) != job.num_groups:
+            return None
+        return [all(self.state.eligible(g, job.memory_per_gpu_gb) for g in group) for group in previous.groups]
+
+    def keep_and_repair(
+        self, job: JobSpec, model: CostModel, old_nodes: Sequence[int], intact: Sequence[bool] | None = None
+    ) -> list[int] | None:
+        """Keep each group on its old node while that node still has room, intact groups first (a group
+        that lost a GPU restarts anyway); move the rest to the nodes that raise the cost least, nearest
+        first."""
         t, mem = job.tp, job.memory_per_gpu_gb
         room = {n: self.state.node_slots(n, t, mem) for n in set(old_nodes)}
         moving = []
-        for g, node in enumerate(old_nodes):
+        order = sorted(range(len(old_nodes)), key=lambda g: (not intact[g], g) if intact is not None else g)
+        for g in order:
+            node = old_nodes[g]
             if room[node] > 0:
                 room[node] -= 1
             else:
                 moving.append(g)
+        moving.sort()
         pricing = SingleMoveCost(self.topology, job, old_nodes, model)
         for g in moving:
             target = self.best_replacement(job, pricing, g, room)
@@ -255,6 +269,42 @@ class Placer:
             if options:
                 return min(options, key=lambda node: (pricing.with_move(g, node), node))
         return None
+
+    def prefer_previous_nodes(
+        self, job: JobSpec, model: CostModel, layout: Sequence[int], old_nodes: Sequence[int]
+    ) -> tuple[int, ...]:
+        """Move groups back to the node they came from when that costs nothing, so that a re-placement
+        moves as few ranks as possible (equal-cost layouts differ only in which free node they name)."""
+        pricing = SingleMoveCost(self.topology, job, layout, model)
+        current = pricing.layout
+        best = node_level_cost(self.topology, job, current, model).total_ms
+        on_node: dict[int, list[int]] = {}
+        for g, node in enumerate(current):
+            on_node.setdefault(node, []).append(g)
+        used = set(current)
+        for node, groups in list(on_node.items()):
+            origins = {old_nodes[g] for g in groups}
+            if len(origins) != 1:
+                continue
+            origin = origins.pop()
+            if origin == node or origin in used:
+                continue
+            if self.state.node_slots(origin, job.tp, job.memory_per_gpu_gb) < len(groups):
+                continue
+            if len(groups) == 1:
+                cost = pricing.with_move(groups[0], origin)
+            else:
+                trial = current.copy()
+                for g in groups:
+                    trial[g] = origin
+                cost = node_level_cost(self.topology, job, trial, model).total_ms
+            if cost <= best + COST_EPS:
+                for g in groups:
+                    pricing.apply(g, origin)
+                best = min(best, cost)
+                used.discard(node)
+                used.add(origin)
+        return tuple(current)
 
     # ---- GPUs ---------------------------------------------------------------------------------------
     def choose_gpus(

@@ -94,7 +94,8 @@ def recover(
 def _minimal(placer: Placer, job: JobSpec, model: CostModel, old: Allocation) -> Placement | None:
     topo = placer.topology
     old_nodes = [topo.gpu_node[group[0]] for group in old.groups]
-    layout = placer.keep_and_repair(job, model, old_nodes)
+    intact = [all(placer.state.eligible(g, job.memory_per_gpu_gb) for g in group) for group in old.groups]
+    layout = placer.keep_and_repair(job, model, old_nodes, intact)
     if layout is None:
         return None
     cost = node_level_cost(topo, job, layout, model)
