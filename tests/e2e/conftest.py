@@ -50,7 +50,8 @@ def dev_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
 
     reap_abandoned(E2E_CLUSTER_PREFIX, report=progress)
     name = f"{E2E_CLUSTER_PREFIX}{os.getpid()}"
-    cluster = up(name, E2E_SHAPE, report=progress)
+    # die_with_caller: even a SIGKILLed pytest takes the control plane with it.
+    cluster = up(name, E2E_SHAPE, report=progress, die_with_caller=True)
     try:
         yield cluster
     finally:

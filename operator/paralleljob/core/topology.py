@@ -87,6 +87,11 @@ class Topology:
             if not definition.bandwidth_gbps > 0:
                 raise InvalidRequest(f"level {definition.name!r} needs a positive bandwidth")
         upper = len(levels) - 1
+        for spec in nodes:
+            if len(spec.domains) != upper:
+                raise InvalidRequest(
+                    f"node {spec.name!r} names {len(spec.domains)} domains, the topology has {upper} levels"
+                )
         names: list[list[str]] = [[spec.name for spec in nodes]]
         domain_of: list[list[int]] = [list(range(len(nodes)))]
         if len({spec.name for spec in nodes}) != len(nodes):
@@ -95,10 +100,6 @@ class Topology:
             index: dict[str, int] = {}
             row = []
             for spec in nodes:
-                if len(spec.domains) != upper:
-                    raise InvalidRequest(
-                        f"node {spec.name!r} names {len(spec.domains)} domains, the topology has {upper} levels"
-                    )
                 row.append(index.setdefault(spec.domains[level - 1], len(index)))
             domain_of.append(row)
             names.append(list(index))
