@@ -99,8 +99,13 @@ class Placer:
         for bound_ms, lam in sorted((b, lam) for lam, b in bounds.items()):
             if scored and bound_ms > min(scored)[0][0] + COST_EPS:
                 break
+            why = (
+                f"DP groups kept within one {self.topology.levels[lam].name}"
+                if job.dp > 1
+                else "no DP traffic; pipeline stages packed as close as they fit"
+            )
             for layout in layouts_for_dp_level(self.state, job, lam):
-                consider(layout, f"DP groups kept within one {self.topology.levels[lam].name}")
+                consider(layout, why)
         if not scored:
             raise PlacementInfeasible(job.job_id, ["no layout keeps every TP group inside one node"])
         _, best_layout, why = min(scored)

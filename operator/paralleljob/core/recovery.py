@@ -75,6 +75,8 @@ def recover(
             placement = _minimal(placer, job, model, old)
             if placement is None:
                 reasons.append("no spare close enough for a minimal repair; re-placing the whole job")
+            elif placement.cost.total_ms > before.total_ms + 1e-6:
+                reasons.append(_full_alternative(placer, job, model, old))
         if placement is None:
             placement = placer.place(job, model, previous=old)
     except PlacementInfeasible as exc:
@@ -103,3 +105,18 @@ def _minimal(placer: Placer, job: JobSpec, model: CostModel, old: Allocation) ->
     moved_groups = sum(1 for a, b in zip(old.groups, groups, strict=True) if a != b)
     reasons = (f"minimal repair: {moved_groups} TP group(s) moved, the rest stay where they were",)
     return Placement(job.job_id, job.pp, job.dp, tuple(layout), groups, cost, cost.total_ms, False, reasons)
+
+
+def _full_alternative(placer: Placer, job: JobSpec, model: CostModel, old: Allocation) -> str:
+    """What a full re-placement would have cost, so a user can tell whether switching policy pays."""
+    try:
+        full = placer.place(job, model, previous=old)
+    except PlacementInfeasible:
+        return "no full re-placement exists either"
+    moved = sum(
+        1 for a, b in zip(old.groups, full.groups, strict=True) for x, y in zip(a, b, strict=True) if x != y
+    )
+    return (
+        f"the minimal repair raises the cost; a full re-placement would cost {full.cost.total_ms:.3f} ms"
+        f" and move {moved} rank(s) (failurePolicy.strategy: full)"
+    )
