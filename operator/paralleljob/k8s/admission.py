@@ -1,0 +1,175 @@
+"""Admission of queued jobs: in order, each placed by the core or told why it waits.
+
+Order within a queue: higher priority first, then the time it (re)entered the queue. With strict FIFO
+(the default, like Kueue's StrictFIFO) a queue's head that does not fit blocks the jobs behind it, so a
+large job is never starved by a stream of small ones; queues never block each other. A queue's ``maxGPUs``
+caps what its running jobs hold. Jobs that can never fit (a TP group larger than any node, more GPUs than
+the cluster has) fail with the reason instead of waiting forever — unless they ran before, in which case
+the missing capacity is assumed to be a failure that will be repaired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from paralleljob.core.cluster import Allocation
+from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.lifecycle import Event
+from paralleljob.core.placer import Placer
+from paralleljob.k8s.actions import JobActions
+from paralleljob.k8s.checkpointing import checkpoint_status
+from paralleljob.k8s.pods import PodInfo
+from paralleljob.k8s.podsync import sync_pods
+from paralleljob.k8s.records import PlacementRecord, PodSlot, cost_to_status, pod_name
+from paralleljob.k8s.specs import JobObject, JobRequest
+from paralleljob.k8s.view import ClusterView
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    name: str
+    weight: float = 1.0
+    guaranteed_gpus: int = 0
+    max_gpus: int | None = None
+    namespaces: tuple[str, ...] = ()
+
+
+def parse_queue(body: Mapping[str, object]) -> QueueInfo:
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    assert isinstance(metadata, Mapping) and isinstance(spec, Mapping)
+    max_gpus = spec.get("maxGPUs")
+    weight = spec.get("weight", 1.0)
+    guaranteed = spec.get("guaranteedGPUs", 0)
+    namespaces = spec.get("namespaces") or []
+    return QueueInfo(
+        name=str(metadata.get("name", "")),
+        weight=float(weight) if isinstance(weight, int | float) and weight > 0 else 1.0,
+        guaranteed_gpus=guaranteed if isinstance(guaranteed, int) else 0,
+        max_gpus=max_gpus if isinstance(max_gpus, int) else None,
+        namespaces=tuple(str(n) for n in namespaces) if isinstance(namespaces, list) else (),
+    )
+
+
+def queue_order(jobs: Sequence[tuple[JobObject, JobRequest]]) -> list[tuple[JobObject, JobRequest]]:
+    return sorted(
+        jobs, key=lambda item: (item[1].queue, -item[1].priority, item[0].queued_at, item[0].created, item[0].key)
+    )
+
+
+def new_record(
+    view: ClusterView,
+    job: JobObject,
+    request: JobRequest,
+    groups: Sequence[Sequence[int]],
+    epoch: int,
+    placement_reasons: Sequence[str],
+    cost: CostBreakdown,
+) -> PlacementRecord:
+    spec = request.spec
+    slots = []
+    for g, gpus in enumerate(groups):
+        node, indices = view.locate(gpus)
+        replica, stage = divmod(g, spec.pp)
+        slots.append(PodSlot(pod_name(job.name, replica, stage), replica, stage, node, indices, epoch))
+    return PlacementRecord(
+        epoch, request.cost_model, spec.tp, spec.pp, spec.dp, tuple(slots), cost, tuple(placement_reasons)
+    )
+
+
+def admit_all(
+    actions_for: Callable[[JobObject], JobActions],
+    view: ClusterView,
+    placer: Placer | None,
+    queued: Sequence[tuple[JobObject, JobRequest]],
+    pods_of: Callable[[JobObject], Sequence[PodInfo]],
+    in_use: dict[str, int],
+    queues: Mapping[str, QueueInfo],
+    strict_fifo: bool,
+    now: str,
+    clock: Callable[[], float],
+) -> list[float]:
+    """Place what fits, in order; returns how long each placement decision took (seconds)."""
+    durations: list[float] = []
+    blocked: dict[str, str] = {}  # queue -> the job at its head that does not fit
+    for job, request in queue_order(queued):
+        actions = actions_for(job)
+        draft = actions.draft
+        spec = request.spec
+        queue = queues.get(request.queue)
+        if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
+            draft.condition(
+                "Placed", "False", "QueueRefused", f"queue {queue.name} does not serve namespace {job.namespace}", now
+            )
+            continue
+        if strict_fifo and request.queue in blocked:
+            draft.condition(
+                "Placed",
+                "False",
+                "Waiting",
+                f"waiting behind {blocked[request.queue]} in queue {request.queue} (strict FIFO)",
+                now,
+            )
+            continue
+        if (
+            queue is not None
+            and queue.max_gpus is not None
+            and in_use.get(request.queue, 0) + spec.num_gpus > queue.max_gpus
+        ):
+            draft.condition(
+                "Placed",
+                "False",
+                "QueueFull",
+                f"queue {queue.name} holds {in_use.get(request.queue, 0)}"
+                f" of its {queue.max_gpus} GPUs; this job needs {spec.num_gpus}",
+                now,
+            )
+            blocked[request.queue] = job.name
+            continue
+        if placer is None or view.state is None:
+            draft.condition("Placed", "False", "NoGPUNodes", "the cluster has no GPU nodes", now)
+            blocked[request.queue] = job.name
+            continue
+        started = clock()
+        try:
+            with view.only_product(request.gpu_product):
+                if request.gpu_product and request.gpu_product not in view.products:
+                    raise PlacementInfeasible(
+                        job.key, [f"no node has GPU product {request.gpu_product!r}"], permanent=True
+                    )
+                placement = placer.place(spec, cost_model(request.cost_model))
+        except PlacementInfeasible as exc:
+            durations.append(clock() - started)
+            message = "; ".join(exc.reasons)
+            if exc.permanent and not job.ever_ran:
+                draft.apply(Event.REJECTED, "Unschedulable", f"can never fit this cluster: {message}", now)
+                draft.set(completionTime=now)
+                actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
+            else:
+                draft.condition("Placed", "False", "Unschedulable", message, now)
+                blocked[request.queue] = job.name
+            continue
+        durations.append(clock() - started)
+        view.state.allocate(Allocation(job.key, placement.groups, spec.memory_per_gpu_gb))
+        in_use[request.queue] = in_use.get(request.queue, 0) + spec.num_gpus
+        epoch = int(job.status.get("placementEpoch", 0) or 0) + 1
+        record = new_record(view, job, request, placement.groups, epoch, placement.reasons, placement.cost)
+        cost = placement.cost
+        message = (
+            f"{spec.describe()} on {', '.join(record.nodes)}; cost {cost.total_ms:.3f} ms"
+            f" (bottleneck {cost.bottleneck})"
+        )
+        draft.apply(Event.ADMITTED, "Placed", message, now)
+        draft.set(
+            placement=record.to_status(),
+            placementEpoch=epoch,
+            communicationCost=cost_to_status(cost, request.cost_model),
+            nodes=",".join(record.nodes),
+            checkpoint=checkpoint_status(request, len(record.nodes)),
+        )
+        actions.note("Normal", "Placed", message)
+        actions.placed_cost = {"tp": cost.tp_ms, "pp": cost.pp_ms, "dp": cost.dp_ms, "total": cost.total_ms}
+        sync_pods(actions, job, request, record, pods_of(job), view.nodes)
+    return durations

@@ -1,0 +1,131 @@
+"""The operator's settings: topology label keys and bandwidths, queueing, timers, ports.
+
+Pure values with defaults from SPEC section 4; :func:`load_topology_file` reads the same shape the Helm
+chart's values use, so a cluster with other fabric labels needs a file, not a code change.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from paralleljob.core.errors import InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSource:
+    """One topology level above the node: its name, the node labels that name a node's domain there (first
+    one present wins), and the per-GPU bandwidth between nodes that share it."""
+
+    name: str
+    labels: tuple[str, ...]
+    bandwidth_gbps: float
+
+
+DEFAULT_LEVELS: tuple[LevelSource, ...] = (
+    LevelSource(
+        "clique",
+        ("nvidia.com/gpu.clique", "accelerator.topograph.run/domain", "network.topology.nvidia.com/accelerator"),
+        450.0,
+    ),
+    LevelSource("leaf", ("fabric.topograph.run/tier-1", "network.topology.nvidia.com/leaf"), 50.0),
+    LevelSource("spine", ("fabric.topograph.run/tier-2", "network.topology.nvidia.com/spine"), 40.0),
+    LevelSource("core", ("fabric.topograph.run/tier-3", "network.topology.nvidia.com/core"), 30.0),
+    LevelSource("zone", ("topology.kubernetes.io/zone",), 25.0),
+)
+
+# NoSchedule taints with these keys are expected on GPU nodes (pods tolerate them), so they do not close a node.
+DEFAULT_TOLERATED_TAINTS: tuple[str, ...] = ("nvidia.com/gpu",)
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConfig:
+    node_bandwidth_gbps: float = 600.0
+    levels: tuple[LevelSource, ...] = DEFAULT_LEVELS
+    cluster_bandwidth_gbps: float = 12.5
+    default_gpu_memory_gib: float = 80.0  # when a node has no (valid) nvidia.com/gpu.memory label
+    tolerated_taints: tuple[str, ...] = DEFAULT_TOLERATED_TAINTS
+
+    def __post_init__(self) -> None:
+        previous = ("node", self.node_bandwidth_gbps)
+        for name, bandwidth in [
+            *((lv.name, lv.bandwidth_gbps) for lv in self.levels),
+            ("cluster", self.cluster_bandwidth_gbps),
+        ]:
+            if not bandwidth > 0:
+                raise InvalidRequest(f"topology level {name!r} needs a positive bandwidth, got {bandwidth}")
+            if bandwidth > previous[1]:
+                raise InvalidRequest(
+                    f"topology level {name!r} ({bandwidth} GB/s) is faster than {previous[0]!r} below it"
+                    f" ({previous[1]} GB/s); bandwidth must not grow going up"
+                )
+            previous = (name, bandwidth)
+        names = [lv.name for lv in self.levels]
+        if len(set(names)) != len(names) or {"node", "cluster"} & set(names):
+            raise InvalidRequest(f"topology level names must be unique and not 'node'/'cluster': {names}")
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    resync_seconds: float = 30.0  # full re-list and reconcile of everything, level-triggered
+    metrics_port: int = 8080
+    metrics_host: str = "0.0.0.0"
+    lease_name: str = "paralleljob-operator"
+    lease_namespace: str = "default"
+    lease_duration_seconds: float = 15.0
+    identity: str = ""
+    strict_fifo: bool = True  # a queue's head blocks the jobs behind it (Kueue's StrictFIFO)
+    write_concurrency: int = 48  # API requests in flight at once
+    crash_after_binds: int = 0  # test hook: exit hard after this many binds (0: never)
+
+    def with_identity(self) -> OperatorConfig:
+        if self.identity:
+            return self
+        return replace(self, identity=f"{socket.gethostname()}-{os.getpid()}")
+
+
+def _levels_from(values: Sequence[Mapping[str, Any]]) -> tuple[LevelSource, ...]:
+    out = []
+    for i, item in enumerate(values):
+        if not isinstance(item, Mapping):
+            raise InvalidRequest(f"topology.levels[{i}] must be a mapping with name, labels, bandwidthGbps")
+        labels = item.get("labels", [])
+        if isinstance(labels, str):
+            labels = [labels]
+        try:
+            out.append(LevelSource(str(item["name"]), tuple(str(x) for x in labels), float(item["bandwidthGbps"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidRequest(
+                f"topology.levels[{i}] needs name, labels and a numeric bandwidthGbps: {exc}"
+            ) from None
+    return tuple(out)
+
+
+def topology_from_mapping(data: Mapping[str, Any]) -> TopologyConfig:
+    """``{nodeBandwidthGbps, clusterBandwidthGbps, defaultGpuMemoryGiB, toleratedTaints, levels: [...]}``."""
+    base = TopologyConfig()
+    try:
+        return TopologyConfig(
+            node_bandwidth_gbps=float(data.get("nodeBandwidthGbps", base.node_bandwidth_gbps)),
+            levels=_levels_from(data["levels"]) if "levels" in data else base.levels,
+            cluster_bandwidth_gbps=float(data.get("clusterBandwidthGbps", base.cluster_bandwidth_gbps)),
+            default_gpu_memory_gib=float(data.get("defaultGpuMemoryGiB", base.default_gpu_memory_gib)),
+            tolerated_taints=tuple(str(x) for x in data.get("toleratedTaints", base.tolerated_taints)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"bad topology configuration: {exc}") from None
+
+
+def load_topology_file(path: Path) -> TopologyConfig:
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, Mapping):
+        raise InvalidRequest(f"{path}: expected a mapping at the top")
+    return topology_from_mapping(data.get("topology", data))

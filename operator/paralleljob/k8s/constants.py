@@ -1,0 +1,43 @@
+"""Names the operator shares with the cluster: API group, labels, annotations, resources.
+
+Kept in one place so the CRDs, the pod manifests, the tests and the docs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+GROUP = "paralleljob.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "ParallelJob"
+PLURAL = "paralleljobs"
+QUEUE_KIND = "ParallelJobQueue"
+QUEUE_PLURAL = "paralleljobqueues"
+
+SCHEDULER_NAME = "paralleljob-scheduler"
+GPU_RESOURCE = "nvidia.com/gpu"
+FIELD_MANAGER = "paralleljob-operator"
+
+# Labels on every worker pod (and the Service's selector).
+JOB_LABEL = "paralleljob.dev/job"
+REPLICA_LABEL = "paralleljob.dev/replica"
+STAGE_LABEL = "paralleljob.dev/stage"
+MANAGED_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_VALUE = "paralleljob-operator"
+
+# Annotations on worker pods.
+GPU_INDICES_ANNOTATION = "paralleljob.dev/gpu-indices"
+TARGET_NODE_ANNOTATION = "paralleljob.dev/node"
+CHECKPOINT_BOUNDARY_ANNOTATION = "paralleljob.dev/checkpoint-boundary"
+INCARNATION_ANNOTATION = "paralleljob.dev/incarnation"  # bumped when a pod must be re-created in place
+
+# Node signals written by the health agent (or by an admin).
+UNHEALTHY_GPUS_ANNOTATION = "paralleljob.dev/unhealthy-gpus"
+GPU_HEALTHY_CONDITION = "GPUHealthy"
+
+# NVIDIA GPU Feature Discovery labels.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+
+MASTER_PORT = 29500
+DEFAULT_QUEUE = "default"

@@ -1,0 +1,216 @@
+"""One reconcile pass, as a pure function: objects in, a :class:`Plan` out.
+
+Every ParallelJob is compared with its recorded placement and the pods that exist; running jobs are
+checked for broken hardware and crashed workers first (repairs go before new admissions), then queued jobs
+are admitted in order on what is left. Nothing here talks to the API; the executor carries the plan out,
+status first. A job whose decision raises is reported and skipped, so one bad object never stops the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from paralleljob.core.lifecycle import Event, Phase
+from paralleljob.core.placer import Placer
+from paralleljob.k8s.actions import JobActions, Plan, PodDelete
+from paralleljob.k8s.admission import QueueInfo, admit_all
+from paralleljob.k8s.config import TopologyConfig
+from paralleljob.k8s.failures import detect, handle
+from paralleljob.k8s.nodes import NodeInfo
+from paralleljob.k8s.pods import PodInfo
+from paralleljob.k8s.podsync import delete_all, must_force, observe, sync_pods
+from paralleljob.k8s.specs import JobObject, JobRequest
+from paralleljob.k8s.status import StatusDraft
+from paralleljob.k8s.view import Claim, ClusterView, build_view
+
+ACTIVE = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
+
+
+@dataclass(frozen=True)
+class Observed:
+    jobs: Sequence[JobObject]
+    pods: Sequence[PodInfo]
+    nodes: Sequence[NodeInfo]
+    now: str
+    queues: Mapping[str, QueueInfo] = field(default_factory=dict)
+    bind_failures: Mapping[str, str] = field(default_factory=dict)  # job key -> why its gang could not be bound
+
+
+def claims_of(jobs: Sequence[JobObject]) -> list[Claim]:
+    """Recorded placements that hold GPUs, oldest claim first."""
+    active = [j for j in jobs if j.phase in ACTIVE and j.record is not None and not j.deleting]
+    active.sort(key=lambda j: (str(j.status.get("startTime") or j.queued_at), j.key))
+    return [Claim(j.key, j.uid, j.record) for j in active if j.record is not None]
+
+
+def decide(
+    observed: Observed, topology: TopologyConfig, strict_fifo: bool = True, clock: Callable[[], float] | None = None
+) -> tuple[Plan, ClusterView]:
+    clock = clock or (lambda: 0.0)
+    now = observed.now
+    view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs), topology)
+    placer = Placer(view.state) if view.state is not None else None
+    plan = Plan(warnings=list(view.warnings))
+    jobs = {j.key: j for j in observed.jobs}
+    pods_by_job: dict[str, list[PodInfo]] = {}
+    for pod in observed.pods:
+        if pod.job is None:
+            continue
+        key = f"{pod.namespace}/{pod.job}"
+        if key in jobs:
+            pods_by_job.setdefault(key, []).append(pod)
+        elif not pod.deleting or must_force(pod, view.nodes):
+            plan.orphans.append(
+                PodDelete(
+                    pod.namespace, pod.name, pod.uid, must_force(pod, view.nodes), f"its ParallelJob {pod.job} is gone"
+                )
+            )
+    actions_by_key: dict[str, JobActions] = {}
+
+    def actions_for(job: JobObject) -> JobActions:
+        if job.key not in actions_by_key:
+            actions_by_key[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+        return actions_by_key[job.key]
+
+    def pods_of(job: JobObject) -> list[PodInfo]:
+        return pods_by_job.get(job.key, [])
+
+    in_use: dict[str, int] = {}
+    queued: list[tuple[JobObject, JobRequest]] = []
+    order = sorted(observed.jobs, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
+    for job in order:
+        actions = actions_for(job)
+        try:
+            entry = _decide_job(actions, view, placer, job, pods_of(job), observed, now)
+        except Exception as exc:  # one bad object must not stop the others
+            plan.warnings.append(f"could not reconcile {job.key}: {exc!r}")
+            actions_by_key[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            continue
+        if entry is not None:
+            queued.append(entry)
+        elif job.request is not None and actions.draft.phase in ACTIVE:
+            in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
+    try:
+        plan.scheduling_seconds = admit_all(
+            actions_for, view, placer, queued, pods_of, in_use, observed.queues, strict_fifo, now, clock
+        )
+    except Exception as exc:
+        plan.warnings.append(f"admission failed: {exc!r}")
+    plan.jobs = list(actions_by_key.values())
+    for actions in plan.jobs:
+        if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
+            queue = actions.job.request.queue
+            plan.queue_lengths[queue] = plan.queue_lengths.get(queue, 0) + 1
+    return plan, view
+
+
+def _base_fields(draft: StatusDraft, job: JobObject) -> None:
+    draft.set(observedGeneration=job.generation)
+    if job.request is not None:
+        spec = job.request.spec
+        draft.set(shape=f"{spec.tp}x{spec.pp}x{spec.dp}", gpus=spec.num_gpus)
+    draft.data.setdefault("restarts", 0)
+
+
+def _fail_invalid(actions: JobActions, why: str, now: str) -> None:
+    draft = actions.draft
+    if draft.phase is Phase.PLACING:
+        draft.apply(Event.BIND_FAILED, "InvalidSpec", why, now)
+    if draft.phase in (Phase.PENDING, Phase.QUEUED):
+        draft.apply(Event.REJECTED, "InvalidSpec", why, now)
+    elif draft.phase in (Phase.RUNNING, Phase.RECOVERING):
+        draft.apply(Event.GAVE_UP, "InvalidSpec", why, now)
+    draft.set(completionTime=now)
+    actions.note("Warning", "InvalidSpec", why)
+
+
+def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo], why: str, now: str) -> None:
+    """The job's placement cannot be used (its record is unreadable, or its gang could not be bound)."""
+    draft = actions.draft
+    if view.state is not None:
+        view.state.release(actions.job.key)
+    if draft.phase is Phase.PLACING:
+        draft.apply(Event.BIND_FAILED, "BindFailed", f"gang rolled back: {why}", now)
+    else:
+        if draft.phase is Phase.RUNNING:
+            draft.apply(Event.HARDWARE_FAILED, "PlacementLost", why, now)
+        draft.apply(Event.REQUEUED, "Requeued", f"placement lost: {why}", now)
+    draft.set(placement=None, communicationCost=None, nodes=None, queuedAt=now)
+    actions.note("Warning", "RolledBack", why)
+    delete_all(actions, pods, view.nodes, "gang rolled back")
+
+
+def _decide_job(
+    actions: JobActions,
+    view: ClusterView,
+    placer: Placer | None,
+    job: JobObject,
+    pods: Sequence[PodInfo],
+    observed: Observed,
+    now: str,
+) -> tuple[JobObject, JobRequest] | None:
+    """Decide one job; returns it when it should try admission this pass."""
+    draft = actions.draft
+    if job.deleting:
+        delete_all(actions, pods, view.nodes, "ParallelJob is being deleted")
+        return None
+    _base_fields(draft, job)
+    request = job.request
+    if request is None:
+        if not draft.phase.terminal:
+            _fail_invalid(actions, job.invalid, now)
+            if view.state is not None:
+                view.state.release(job.key)
+        delete_all(actions, pods, view.nodes, "invalid ParallelJob")
+        return None
+    if draft.phase is Phase.FAILED:
+        delete_all(actions, pods, view.nodes, "ParallelJob failed")
+        return None
+    if draft.phase is Phase.SUCCEEDED:
+        return None
+    if draft.phase is Phase.PENDING:
+        draft.apply(Event.ACCEPTED, "Queued", f"{request.spec.describe()} waits for room in queue {request.queue}", now)
+        draft.set(queuedAt=now)
+        actions.note("Normal", "Accepted", f"{request.spec.describe()} accepted")
+    if draft.phase is Phase.PREEMPTED:
+        draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue", now)
+        draft.set(queuedAt=now)
+    if draft.phase is Phase.QUEUED:
+        delete_all(actions, pods, view.nodes, "leftover of an earlier placement")
+        return job, request
+    # Placing, Running, Recovering: hold the recorded placement
+    record = job.record
+    if record is None or job.record_error:
+        _requeue_lost(actions, view, pods, job.record_error or "the status has no placement", now)
+        return None
+    if job.key in observed.bind_failures:
+        _requeue_lost(actions, view, pods, observed.bind_failures[job.key], now)
+        return None
+    seen = observe(record, pods, job.uid)
+    breakage = detect(view, job, record, seen.failed)
+    if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
+        repaired = handle(actions, view, placer, job, request, record, pods, breakage, now)
+        if repaired is not None:
+            sync_pods(actions, job, request, repaired, pods, view.nodes)
+        return None
+    sync_pods(actions, job, request, record, pods, view.nodes)
+    if seen.bound == seen.total:
+        if draft.phase is Phase.PLACING:
+            draft.apply(Event.BOUND, "Running", f"all {seen.total} pods bound on {', '.join(record.nodes)}", now)
+            draft.set(startTime=draft.data.get("startTime") or now)
+            draft.condition("Healthy", "True", "Running", "all pods bound to healthy GPUs", now)
+            actions.gang_bound = True
+        elif draft.phase is Phase.RECOVERING:
+            draft.apply(
+                Event.REPAIRED, "Repaired", f"all {seen.total} pods bound again on {', '.join(record.nodes)}", now
+            )
+            actions.note("Normal", "Repaired", f"all {seen.total} pods bound on {', '.join(record.nodes)}")
+            actions.recovery_done = True
+        if seen.succeeded == seen.total and draft.phase is Phase.RUNNING:
+            draft.apply(Event.COMPLETED, "Completed", f"all {seen.total} workers succeeded", now)
+            draft.set(completionTime=now)
+            actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
+            if view.state is not None:
+                view.state.release(job.key)
+    return None

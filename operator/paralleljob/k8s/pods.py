@@ -1,0 +1,123 @@
+"""Pods as the operator needs them, parsed at the edge from raw Pod objects (plain dicts).
+
+Two kinds matter: our workers (labelled with their job, annotated with their GPU indices) and everybody
+else's pods that hold GPUs on a node, which the placer must treat as used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from paralleljob.k8s.constants import (
+    GPU_INDICES_ANNOTATION,
+    GPU_RESOURCE,
+    INCARNATION_ANNOTATION,
+    JOB_LABEL,
+    KIND,
+    TARGET_NODE_ANNOTATION,
+)
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    node: str  # spec.nodeName: empty until bound
+    phase: str
+    gpus: int
+    job: str | None  # the ParallelJob (same namespace) this worker belongs to
+    owner_uid: str | None
+    gpu_indices: tuple[int, ...] | None
+    target_node: str
+    incarnation: int
+    deleting: bool
+    failure: str = ""  # why it failed, for lastFailure and events
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node)
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def holds_gpus(self) -> bool:
+        """A bound pod that has not finished keeps its GPUs, even while it is being deleted."""
+        return self.bound and not self.terminal and self.gpus > 0
+
+
+def _container_gpus(container: Mapping[str, Any]) -> int:
+    resources = container.get("resources") or {}
+    for section in ("limits", "requests"):
+        value = (resources.get(section) or {}).get(GPU_RESOURCE)
+        if value is not None:
+            try:
+                return max(0, int(str(value)))
+            except ValueError:
+                return 0
+    return 0
+
+
+def pod_gpu_request(spec: Mapping[str, Any]) -> int:
+    """What the scheduler would reserve: the sum over containers, or the largest init container if more."""
+    containers = sum(_container_gpus(c) for c in spec.get("containers") or [] if isinstance(c, Mapping))
+    init = max((_container_gpus(c) for c in spec.get("initContainers") or [] if isinstance(c, Mapping)), default=0)
+    return max(containers, init)
+
+
+def _failure(status: Mapping[str, Any]) -> str:
+    for cs in status.get("containerStatuses") or []:
+        terminated = ((cs or {}).get("state") or {}).get("terminated") or {}
+        if terminated and terminated.get("exitCode", 0) != 0:
+            code, reason = terminated.get("exitCode"), terminated.get("reason", "")
+            return f"container {cs.get('name')} exited with code {code} ({reason})"
+    return str(status.get("message") or status.get("reason") or "")
+
+
+def parse_pod(body: Mapping[str, Any]) -> PodInfo:
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    owner_uid = None
+    for ref in metadata.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == KIND and ref.get("controller"):
+            owner_uid = str(ref.get("uid"))
+    job = labels.get(JOB_LABEL) if owner_uid is not None else None
+    indices: tuple[int, ...] | None = None
+    raw = annotations.get(GPU_INDICES_ANNOTATION)
+    if isinstance(raw, str):
+        parts = [p.strip() for p in raw.split(",") if p.strip()]
+        if all(p.isdigit() for p in parts):
+            indices = tuple(int(p) for p in parts)
+    try:
+        incarnation = int(annotations.get(INCARNATION_ANNOTATION, "0"))
+    except ValueError:
+        incarnation = -1
+    phase = str(status.get("phase") or "Pending")
+    return PodInfo(
+        namespace=str(metadata.get("namespace", "")),
+        name=str(metadata.get("name", "")),
+        uid=str(metadata.get("uid", "")),
+        node=str(spec.get("nodeName") or ""),
+        phase=phase,
+        gpus=pod_gpu_request(spec),
+        job=str(job) if job else None,
+        owner_uid=owner_uid,
+        gpu_indices=indices,
+        target_node=str(annotations.get(TARGET_NODE_ANNOTATION, "")),
+        incarnation=incarnation,
+        deleting=bool(metadata.get("deletionTimestamp")),
+        failure=_failure(status) if phase == "Failed" else "",
+    )

@@ -1,0 +1,109 @@
+"""Bring a job's pods in line with its recorded placement: create what is missing, bind what is unbound,
+delete what no longer belongs. Idempotent: on a second call with the same inputs it asks for nothing new.
+
+A pod *matches* its slot when it is the job's own (owner UID), carries the slot's GPU indices and
+incarnation, and sits on (or, unbound, is meant for) the slot's node. Anything else with the slot's name
+is stale and is deleted before the slot's pod is created again — pod names are fixed, so the old one must
+be gone first. Pods are never re-bound: a bound pod on the wrong node is deleted, never moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from paralleljob.core.checkpoint import checkpointable_boundary
+from paralleljob.k8s.actions import JobActions, PodBind, PodCreate, PodDelete
+from paralleljob.k8s.manifests import worker_pod
+from paralleljob.k8s.nodes import NodeInfo
+from paralleljob.k8s.pods import PodInfo
+from paralleljob.k8s.records import PlacementRecord, PodSlot
+from paralleljob.k8s.specs import JobObject, JobRequest
+
+
+def matches(pod: PodInfo, slot: PodSlot, job_uid: str) -> bool:
+    node_ok = pod.node == slot.node if pod.bound else pod.target_node == slot.node
+    return (
+        pod.owner_uid == job_uid
+        and node_ok
+        and pod.gpu_indices == slot.gpu_indices
+        and pod.incarnation == slot.incarnation
+    )
+
+
+def must_force(pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> bool:
+    """Graceful deletion needs a kubelet to confirm it; on a missing or down node nobody will."""
+    if not pod.bound:
+        return True
+    info = nodes.get(pod.node)
+    return info is None or not info.runs_work
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    bound: int  # slots whose pod is bound where it belongs
+    succeeded: int  # slots whose pod finished successfully
+    failed: tuple[PodInfo, ...]  # matching pods that failed
+    total: int
+
+
+def delete(actions: JobActions, pod: PodInfo, nodes: Mapping[str, NodeInfo], why: str) -> None:
+    if not pod.deleting or must_force(pod, nodes):
+        actions.deletes.append(PodDelete(pod.namespace, pod.name, pod.uid, must_force(pod, nodes), why))
+
+
+def observe(record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> SyncResult:
+    by_name = {p.name: p for p in pods}
+    bound = succeeded = 0
+    failed = []
+    for slot in record.slots:
+        pod = by_name.get(slot.name)
+        if pod is None or pod.deleting or not matches(pod, slot, job_uid) or not pod.bound:
+            continue
+        bound += 1
+        if pod.phase == "Succeeded":
+            succeeded += 1
+        elif pod.phase == "Failed":
+            failed.append(pod)
+    return SyncResult(bound, succeeded, tuple(failed), len(record.slots))
+
+
+def sync_pods(
+    actions: JobActions,
+    job: JobObject,
+    request: JobRequest,
+    record: PlacementRecord,
+    pods: Sequence[PodInfo],
+    nodes: Mapping[str, NodeInfo],
+) -> None:
+    """Append the deletes, creates and binds that move the job's pods toward ``record``."""
+    by_name = {p.name: p for p in pods}
+    wanted = {slot.name for slot in record.slots}
+    boundary = checkpointable_boundary(record.pp)
+    for extra in pods:
+        if extra.name not in wanted:
+            delete(actions, extra, nodes, "not part of the job's placement")
+    for rank, slot in enumerate(record.slots):
+        pod = by_name.get(slot.name)
+        if pod is not None and pod.deleting:
+            if must_force(pod, nodes):
+                delete(actions, pod, nodes, "stuck terminating on a node that is down")
+            continue  # wait until it is gone; its name is needed
+        if pod is not None and not matches(pod, slot, job.uid):
+            where = f"{slot.node} {list(slot.gpu_indices)}"
+            delete(actions, pod, nodes, f"placed differently from the record (now {where})")
+            if must_force(pod, nodes):
+                # a forced delete removes it at once: the replacement can follow in the same pass
+                actions.creates.append(PodCreate(worker_pod(job, request, record, slot, rank, boundary), slot.node))
+            continue
+        if pod is None:
+            actions.creates.append(PodCreate(worker_pod(job, request, record, slot, rank, boundary), slot.node))
+        elif not pod.bound:
+            actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node))
+
+
+def delete_all(actions: JobActions, pods: Sequence[PodInfo], nodes: Mapping[str, NodeInfo], why: str) -> None:
+    """Every pod of the job that still runs or waits (finished pods stay for their logs)."""
+    for pod in pods:
+        if not pod.terminal or pod.deleting:
+            delete(actions, pod, nodes, why)

@@ -1,0 +1,158 @@
+"""The placement as it is recorded in a ParallelJob's status: the operator's source of truth.
+
+The record is written before any pod exists, so an operator that dies at any point finds, on restart,
+exactly which pod belongs on which node and GPUs. Each pod slot carries an ``incarnation`` that is bumped
+when its pod must be re-created even though its GPUs did not change (a worker crashed, a full restart).
+GPUs are named ``node/index`` everywhere in the record: global GPU ids are an artefact of one operator's
+view of the cluster and would not survive a node joining or leaving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from paralleljob.core.cost import CostBreakdown
+
+
+def pod_name(job: str, replica: int, stage: int) -> str:
+    return f"{job}-d{replica}-p{stage}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSlot:
+    """One TP group: one pod on one node."""
+
+    name: str
+    replica: int
+    stage: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    incarnation: int = 0
+
+    def gpu_names(self) -> list[str]:
+        return [f"{self.node}/{i}" for i in self.gpu_indices]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRecord:
+    epoch: int  # bumped on every new placement or repair
+    cost_model: str
+    tp: int
+    pp: int
+    dp: int
+    slots: tuple[PodSlot, ...]  # in group order d * pp + p
+    cost: CostBreakdown | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(dict.fromkeys(slot.node for slot in self.slots))
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(len(slot.gpu_indices) for slot in self.slots)
+
+    def slot_named(self, name: str) -> PodSlot | None:
+        for slot in self.slots:
+            if slot.name == name:
+                return slot
+        return None
+
+    def with_slots(self, slots: Sequence[PodSlot], epoch: int) -> PlacementRecord:
+        return replace(self, slots=tuple(slots), epoch=epoch)
+
+    def to_status(self) -> dict[str, Any]:
+        pp, dp = self.pp, self.dp
+        groups = [slot.gpu_names() for slot in self.slots]
+        pods = []
+        for g, slot in enumerate(self.slots):
+            pods.append(
+                {
+                    "name": slot.name,
+                    "replica": slot.replica,
+                    "stage": slot.stage,
+                    "nodeRank": g,
+                    "node": slot.node,
+                    "gpuIndices": list(slot.gpu_indices),
+                    "ranks": [g * self.tp + k for k in range(len(slot.gpu_indices))],
+                    "incarnation": slot.incarnation,
+                }
+            )
+        out: dict[str, Any] = {
+            "epoch": self.epoch,
+            "costModel": self.cost_model,
+            "shape": {"tensor": self.tp, "pipeline": pp, "data": dp},
+            "pods": pods,
+            "tpGroups": groups,
+            "ppStages": [[g for d in range(dp) for g in groups[d * pp + p]] for p in range(pp)],
+            "dpReplicas": [[g for p in range(pp) for g in groups[d * pp + p]] for d in range(dp)],
+            "reasons": list(self.reasons),
+        }
+        return out
+
+
+def cost_to_status(cost: CostBreakdown, model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "tpMs": round(cost.tp_ms, 6),
+        "ppMs": round(cost.pp_ms, 6),
+        "dpMs": round(cost.dp_ms, 6),
+        "totalMs": round(cost.total_ms, 6),
+        "bottleneck": cost.bottleneck,
+    }
+
+
+def cost_from_status(data: object) -> CostBreakdown | None:
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        return CostBreakdown(float(data["tpMs"]), float(data["ppMs"]), float(data["dpMs"]), float(data["totalMs"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+class MalformedRecord(ValueError):
+    """The status placement cannot be read back (edited by hand, or from an incompatible version)."""
+
+
+def record_from_status(status: Mapping[str, Any]) -> PlacementRecord | None:
+    """The recorded placement, None when there is none; :class:`MalformedRecord` when it is unreadable."""
+    data = status.get("placement")
+    if not data:
+        return None
+    if not isinstance(data, Mapping):
+        raise MalformedRecord("status.placement is not an object")
+    try:
+        shape = data["shape"]
+        tp, pp, dp = int(shape["tensor"]), int(shape["pipeline"]), int(shape["data"])
+        slots = []
+        for item in data["pods"]:
+            indices = tuple(int(i) for i in item["gpuIndices"])
+            slots.append(
+                PodSlot(
+                    name=str(item["name"]),
+                    replica=int(item["replica"]),
+                    stage=int(item["stage"]),
+                    node=str(item["node"]),
+                    gpu_indices=indices,
+                    incarnation=int(item.get("incarnation", 0)),
+                )
+            )
+        if len(slots) != pp * dp or any(len(s.gpu_indices) != tp for s in slots):
+            raise MalformedRecord(f"status.placement lists {len(slots)} pods; TP{tp}xPP{pp}xDP{dp} needs {pp * dp}")
+        return PlacementRecord(
+            epoch=int(data.get("epoch", 0)),
+            cost_model=str(data.get("costModel", "seed")),
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            slots=tuple(slots),
+            cost=cost_from_status(status.get("communicationCost")),
+            reasons=tuple(str(r) for r in data.get("reasons", [])),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, MalformedRecord):
+            raise
+        raise MalformedRecord(f"status.placement is unreadable: {exc!r}") from None

@@ -1,0 +1,99 @@
+"""Status changes driven by the lifecycle table: every phase change is ``core.lifecycle.transition`` and
+every event also sets the conditions listed for it here, so phase and conditions cannot disagree.
+
+A :class:`StatusDraft` starts from the object's current status; the decisions apply events and fill in
+fields; :meth:`StatusDraft.changed` tells the executor whether anything needs writing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from paralleljob.core.lifecycle import Event, Phase, transition
+
+# Event -> conditions it sets: (type, status, reason used when the caller gives none).
+EVENT_CONDITIONS: dict[Event, tuple[tuple[str, str, str], ...]] = {
+    Event.ACCEPTED: (("Accepted", "True", "Valid"), ("Placed", "False", "Waiting")),
+    Event.REJECTED: (("Accepted", "False", "Rejected"), ("Failed", "True", "Rejected")),
+    Event.ADMITTED: (("Placed", "True", "Placed"), ("Bound", "False", "Binding")),
+    Event.BOUND: (("Bound", "True", "AllPodsBound"),),
+    Event.BIND_FAILED: (("Bound", "False", "BindFailed"), ("Placed", "False", "RolledBack")),
+    Event.HARDWARE_FAILED: (("Healthy", "False", "HardwareFailed"),),
+    Event.WORKER_FAILED: (("Healthy", "False", "WorkerFailed"),),
+    Event.REPAIRED: (("Healthy", "True", "Repaired"), ("Bound", "True", "AllPodsBound")),
+    Event.REQUEUED: (("Placed", "False", "Requeued"), ("Bound", "False", "Requeued")),
+    Event.GAVE_UP: (("Failed", "True", "GaveUp"),),
+    Event.PREEMPTED: (("Placed", "False", "Preempted"),),
+    Event.COMPLETED: (("Succeeded", "True", "Completed"), ("Bound", "False", "Completed")),
+}
+
+
+class StatusDraft:
+    def __init__(self, status: Mapping[str, Any], phase: Phase, generation: int) -> None:
+        self.original = copy.deepcopy(dict(status))
+        self.data: dict[str, Any] = copy.deepcopy(dict(status))
+        self.phase = phase
+        self.generation = generation
+        self.events: list[tuple[Event, str, str]] = []
+
+    def apply(self, event: Event, reason: str, message: str, now: str) -> Phase:
+        """Move the phase through the lifecycle table and set the event's conditions."""
+        self.phase = transition(self.phase, event)
+        self.data["phase"] = self.phase.value
+        for ctype, cstatus, default_reason in EVENT_CONDITIONS[event]:
+            self.condition(ctype, cstatus, reason or default_reason, message, now)
+        self.data["reason"] = reason or EVENT_CONDITIONS[event][0][2]
+        self.data["message"] = message
+        self.events.append((event, reason, message))
+        return self.phase
+
+    def condition(self, ctype: str, cstatus: str, reason: str, message: str, now: str) -> None:
+        """Set one condition; its transition time moves only when its status does."""
+        conditions: list[dict[str, Any]] = [dict(c) for c in self.data.get("conditions") or []]
+        for c in conditions:
+            if c.get("type") == ctype:
+                if c.get("status") != cstatus:
+                    c["lastTransitionTime"] = now
+                c.update(status=cstatus, reason=reason, message=message[:2048], observedGeneration=self.generation)
+                break
+        else:
+            conditions.append(
+                {
+                    "type": ctype,
+                    "status": cstatus,
+                    "reason": reason,
+                    "message": message[:2048],
+                    "lastTransitionTime": now,
+                    "observedGeneration": self.generation,
+                }
+            )
+        self.data["conditions"] = conditions
+
+    def set(self, **fields: Any) -> None:
+        for key, value in fields.items():
+            if value is None:
+                self.data.pop(key, None)
+            else:
+                self.data[key] = value
+
+    def changed(self) -> bool:
+        return self.data != self.original
+
+    def merge_patch(self) -> dict[str, Any]:
+        """The change as a JSON merge patch (RFC 7386): removed fields become null so the API drops them."""
+        return merge_patch(self.original, self.data)
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif value != before or key not in old:
+            patch[key] = value
+    return patch

@@ -1,0 +1,93 @@
+"""A tiny in-memory "API server" for the pure decisions: it applies a Plan the way the executor would
+(status first, then deletes, creates, binds), so tests can run passes until the cluster settles."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+from paralleljob.k8s.actions import Plan
+from paralleljob.k8s.config import TopologyConfig
+from paralleljob.k8s.decide import Observed, decide
+from paralleljob.k8s.nodes import parse_node
+from paralleljob.k8s.pods import parse_pod
+from paralleljob.k8s.specs import parse_job
+from paralleljob.k8s.view import ClusterView
+from tests.k8s.factories import pod_from_manifest
+
+_clock = itertools.count(1)
+
+
+class FakeCluster:
+    def __init__(self, nodes: list[dict[str, Any]], config: TopologyConfig | None = None) -> None:
+        self.config = config or TopologyConfig()
+        self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.binds: list[tuple[str, str]] = []
+        self.bind_failures: dict[str, str] = {}
+        self.events: list[tuple[str, str, str]] = []
+        self.last_plan: Plan | None = None
+        self.last_view: ClusterView | None = None
+
+    def add_job(self, body: dict[str, Any]) -> None:
+        self.jobs[f"{body['metadata']['namespace']}/{body['metadata']['name']}"] = body
+
+    def job(self, key: str) -> dict[str, Any]:
+        return self.jobs[key]
+
+    def job_pods(self, key: str) -> list[dict[str, Any]]:
+        ns, name = key.split("/")
+        return [
+            p
+            for (pns, _), p in sorted(self.pods.items())
+            if pns == ns and p["metadata"].get("labels", {}).get("paralleljob.dev/job") == name
+        ]
+
+    def step(self, now: str | None = None) -> Plan:
+        now = now or f"2024-01-01T00:00:{next(_clock) % 60:02d}Z"
+        observed = Observed(
+            jobs=[parse_job(j) for j in self.jobs.values()],
+            pods=[parse_pod(p) for p in self.pods.values()],
+            nodes=[parse_node(n, self.config) for n in self.nodes.values()],
+            now=now,
+            bind_failures=dict(self.bind_failures),
+        )
+        self.bind_failures.clear()
+        plan, view = decide(observed, self.config)
+        self.last_plan, self.last_view = plan, view
+        for actions in plan.jobs:
+            key = actions.job.key
+            if actions.writes_status:
+                body = copy.deepcopy(self.jobs[key])
+                body["status"] = copy.deepcopy(actions.draft.data)
+                self.jobs[key] = body
+            self.events.extend((key, e.reason, e.message) for e in actions.events)
+            for d in actions.deletes:
+                self.pods.pop((d.namespace, d.name), None)  # kwok deletes at once
+            for c in actions.creates:
+                meta = c.manifest["metadata"]
+                if (meta["namespace"], meta["name"]) in self.pods:
+                    continue
+                self.pods[(meta["namespace"], meta["name"])] = pod_from_manifest(c.manifest)
+                self._bind(meta["namespace"], meta["name"], c.node)
+            for b in actions.binds:
+                self._bind(b.namespace, b.name, b.node)
+        for d in plan.orphans:
+            self.pods.pop((d.namespace, d.name), None)
+        return plan
+
+    def _bind(self, namespace: str, name: str, node: str) -> None:
+        pod = self.pods[(namespace, name)]
+        assert not pod["spec"].get("nodeName"), f"double bind of {name}"
+        pod["spec"]["nodeName"] = node
+        pod["status"]["phase"] = "Running"
+        self.binds.append((name, node))
+
+    def settle(self, passes: int = 6) -> None:
+        for _ in range(passes):
+            self.step()
+
+    def phase(self, key: str) -> str:
+        return str(self.jobs[key].get("status", {}).get("phase"))

@@ -1,0 +1,242 @@
+"""The operator's reconcile decisions against an in-memory cluster: placement, binding, queueing,
+failure handling, completion, idempotence."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from paralleljob.k8s.records import record_from_status
+from tests.k8s.factories import foreign_pod, node, paralleljob
+from tests.k8s.harness import FakeCluster
+
+
+def cluster(n: int = 4, **kw: object) -> FakeCluster:
+    return FakeCluster([node(f"gpu-node-{i:03d}", leaf=f"leaf-{i // 4:02d}", **kw) for i in range(n)])  # type: ignore[arg-type]
+
+
+def assert_invariants(fc: FakeCluster) -> None:
+    used: Counter[tuple[str, int]] = Counter()
+    for pod in fc.pods.values():
+        if pod["status"]["phase"] in ("Succeeded", "Failed") or not pod["spec"].get("nodeName"):
+            continue
+        indices = pod["metadata"]["annotations"]["paralleljob.dev/gpu-indices"].split(",")
+        for i in indices:
+            used[(pod["spec"]["nodeName"], int(i))] += 1
+    assert all(c == 1 for c in used.values()), f"a GPU is used twice: {used}"
+
+
+def test_places_and_binds_one_pod_per_tp_group_on_one_node() -> None:
+    fc = cluster()
+    fc.add_job(paralleljob("llama", 4, 2, 2))
+    fc.step()
+    status = fc.job("ns/llama")["status"]
+    assert status["phase"] == "Placing"
+    record = record_from_status(status)
+    assert record is not None and len(record.slots) == 4
+    pods = fc.job_pods("ns/llama")
+    assert len(pods) == 4 and all(p["spec"]["nodeName"] for p in pods)
+    for pod in pods:
+        assert pod["spec"]["schedulerName"] == "paralleljob-scheduler"
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert env["WORLD_SIZE"] == "16" and env["PJ_TP_SIZE"] == "4"
+    fc.step()
+    assert fc.phase("ns/llama") == "Running"
+    assert status["communicationCost"]["totalMs"] > 0
+    binds_before = len(fc.binds)
+    fc.settle()
+    assert len(fc.binds) == binds_before, "an idle pass must not bind again"
+    assert_invariants(fc)
+
+
+def test_seed_example_cost_matches_the_core() -> None:
+    fc = FakeCluster([node(f"n{i}") for i in range(4)])
+    fc.add_job(paralleljob("llama-70b", 4, 2, 2, memory=70.0))
+    fc.step()
+    assert abs(fc.job("ns/llama-70b")["status"]["communicationCost"]["totalMs"] - 233.7) < 0.1
+
+
+def test_job_that_does_not_fit_waits_and_runs_when_room_frees() -> None:
+    fc = cluster(2)
+    fc.add_job(paralleljob("big", 8, 1, 2, created="2024-01-01T00:00:00Z"))
+    fc.add_job(paralleljob("next", 8, 1, 1, created="2024-01-01T00:00:01Z"))
+    fc.settle()
+    assert fc.phase("ns/big") == "Running"
+    assert fc.phase("ns/next") == "Queued"
+    placed = next(c for c in fc.job("ns/next")["status"]["conditions"] if c["type"] == "Placed")
+    assert placed["status"] == "False" and "free" in placed["message"]
+    del fc.jobs["ns/big"]
+    fc.settle()
+    assert fc.phase("ns/next") == "Running"
+    assert not fc.job_pods("ns/big"), "pods of a deleted job are cleaned up"
+
+
+def test_strict_fifo_head_blocks_smaller_jobs_behind_it() -> None:
+    fc = cluster(2)
+    fc.add_job(paralleljob("a", 8, 1, 1, created="2024-01-01T00:00:00Z"))
+    fc.add_job(paralleljob("head", 8, 1, 2, created="2024-01-01T00:00:01Z"))
+    fc.add_job(paralleljob("small", 1, 1, 1, created="2024-01-01T00:00:02Z"))
+    fc.settle()
+    assert fc.phase("ns/head") == "Queued" and fc.phase("ns/small") == "Queued"
+
+
+def test_never_fits_fails_with_reason() -> None:
+    fc = cluster(2)
+    fc.add_job(paralleljob("huge", 16, 1, 1))
+    fc.step()
+    status = fc.job("ns/huge")["status"]
+    assert status["phase"] == "Failed"
+    assert "largest node has 8" in status["message"]
+
+
+def test_foreign_gpu_pods_count_as_used() -> None:
+    fc = cluster(1)
+    fc.pods[("other", "x")] = foreign_pod("x", "gpu-node-000", 6)
+    fc.add_job(paralleljob("j", 4, 1, 1))
+    fc.settle()
+    assert fc.phase("ns/j") == "Queued"
+
+
+def test_node_failure_minimal_moves_only_the_broken_groups() -> None:
+    fc = cluster(4)
+    fc.add_job(paralleljob("j", 4, 2, 1))
+    fc.settle()
+    before = record_from_status(fc.job("ns/j")["status"])
+    assert before is not None
+    victim = before.slots[0].node
+    fc.nodes[victim] = node(victim, ready=False, leaf="leaf-00")
+    fc.step()
+    status = fc.job("ns/j")["status"]
+    assert status["phase"] in ("Recovering", "Running")
+    assert status["restarts"] == 1 and status["lastFailure"]["kind"] == "NodeFailure"
+    fc.settle()
+    after = record_from_status(fc.job("ns/j")["status"])
+    assert after is not None and fc.phase("ns/j") == "Running"
+    assert victim not in after.nodes
+    moved = [a.name for a, b in zip(after.slots, before.slots, strict=True) if a != b]
+    untouched = [b for a, b in zip(after.slots, before.slots, strict=True) if a == b]
+    assert all(b.node != victim for b in untouched)
+    assert all(before.slot_named(name).node == victim for name in moved)  # type: ignore[union-attr]
+    for pod in fc.job_pods("ns/j"):
+        assert pod["spec"]["nodeName"] != victim
+    assert_invariants(fc)
+
+
+def test_gpu_failure_full_restarts_whole_gang() -> None:
+    fc = cluster(4)
+    fc.add_job(paralleljob("j", 2, 2, 1, strategy="full"))
+    fc.settle()
+    uids = {p["metadata"]["uid"] for p in fc.job_pods("ns/j")}
+    record = record_from_status(fc.job("ns/j")["status"])
+    assert record is not None
+    slot = record.slots[0]
+    fc.nodes[slot.node] = node(slot.node, unhealthy=str(slot.gpu_indices[0]))
+    fc.settle()
+    assert fc.phase("ns/j") == "Running"
+    assert not uids & {p["metadata"]["uid"] for p in fc.job_pods("ns/j")}, "full restarts every pod"
+    after = record_from_status(fc.job("ns/j")["status"])
+    assert after is not None
+    assert all(not (s.node == slot.node and slot.gpu_indices[0] in s.gpu_indices) for s in after.slots)
+
+
+def test_no_room_requeues_or_fails_per_policy() -> None:
+    for policy, phase in (("Requeue", "Queued"), ("Fail", "Failed")):
+        fc = cluster(1)
+        fc.add_job(paralleljob("j", 8, 1, 1, on_unplaceable=policy))
+        fc.settle()
+        fc.nodes["gpu-node-000"] = node("gpu-node-000", ready=False)
+        fc.settle()
+        assert fc.phase("ns/j") == phase
+        assert fc.job("ns/j")["status"]["lastFailure"]["action"] == ("requeued" if policy == "Requeue" else "failed")
+        assert not [p for p in fc.job_pods("ns/j") if p["status"]["phase"] == "Running"]
+        if policy == "Requeue":
+            fc.nodes["gpu-node-000"] = node("gpu-node-000")
+            fc.settle()
+            assert fc.phase("ns/j") == "Running"
+
+
+def test_max_restarts_fails_the_job() -> None:
+    fc = cluster(4)
+    fc.add_job(paralleljob("j", 8, 1, 1, max_restarts=0))
+    fc.settle()
+    record = record_from_status(fc.job("ns/j")["status"])
+    assert record is not None
+    fc.nodes[record.slots[0].node] = node(record.slots[0].node, ready=False)
+    fc.settle()
+    assert fc.phase("ns/j") == "Failed"
+    assert "maxRestarts" in fc.job("ns/j")["status"]["message"]
+
+
+def test_worker_failure_recreates_only_that_pod_with_minimal() -> None:
+    fc = cluster(2)
+    fc.add_job(paralleljob("j", 2, 2, 1))
+    fc.settle()
+    pods = fc.job_pods("ns/j")
+    pods[0]["status"]["phase"] = "Failed"
+    keep = pods[1]["metadata"]["uid"]
+    fc.settle()
+    assert fc.phase("ns/j") == "Running"
+    assert fc.job("ns/j")["status"]["restarts"] == 1
+    uids = {p["metadata"]["uid"] for p in fc.job_pods("ns/j")}
+    assert keep in uids and pods[0]["metadata"]["uid"] not in uids
+
+
+def test_completion_frees_gpus() -> None:
+    fc = cluster(1)
+    fc.add_job(paralleljob("a", 8, 1, 1, created="2024-01-01T00:00:00Z"))
+    fc.add_job(paralleljob("b", 8, 1, 1, created="2024-01-01T00:00:01Z"))
+    fc.settle()
+    for pod in fc.job_pods("ns/a"):
+        pod["status"]["phase"] = "Succeeded"
+    fc.settle()
+    assert fc.phase("ns/a") == "Succeeded"
+    assert fc.phase("ns/b") == "Running"
+
+
+def test_restart_mid_gang_binds_the_rest_without_double_binding() -> None:
+    fc = cluster(2)
+    fc.add_job(paralleljob("j", 2, 2, 2))
+    plan = fc.step()
+    # Undo half of the binds, as if the operator died after binding two pods.
+    unbound = fc.job_pods("ns/j")[2:]
+    for pod in unbound:
+        pod["spec"].pop("nodeName")
+    fc.binds.clear()
+    assert plan.jobs[0].draft.data["phase"] == "Placing"
+    fc.settle()
+    assert fc.phase("ns/j") == "Running"
+    assert sorted(name for name, _ in fc.binds) == sorted(p["metadata"]["name"] for p in unbound)
+
+
+def test_bind_failure_rolls_the_gang_back() -> None:
+    fc = cluster(2)
+    fc.add_job(paralleljob("j", 2, 2, 1))
+    fc.step()
+    fc.bind_failures["ns/j"] = "pod j-d0-p1 was replaced (UID mismatch)"
+    fc.step()
+    assert fc.phase("ns/j") == "Queued"
+    assert not fc.job_pods("ns/j")
+    fc.settle()
+    assert fc.phase("ns/j") == "Running"
+
+
+def test_invalid_spec_fails_without_crashing_others() -> None:
+    fc = cluster(2)
+    bad = paralleljob("bad", 4, 1, 1)
+    bad["spec"]["template"] = {"spec": {"containers": []}}
+    fc.add_job(bad)
+    fc.add_job(paralleljob("good", 4, 1, 1))
+    fc.settle()
+    assert fc.phase("ns/bad") == "Failed"
+    assert "container" in fc.job("ns/bad")["status"]["message"]
+    assert fc.phase("ns/good") == "Running"
+
+
+def test_gpu_product_is_honoured() -> None:
+    fc = FakeCluster([node("a100", product="NVIDIA-A100"), node("h100")])
+    fc.add_job(paralleljob("j", 8, 1, 1, extra_spec={"gpuProduct": "NVIDIA-A100"}))
+    fc.settle()
+    assert fc.job("ns/j")["status"]["nodes"] == "a100"
+    fc.add_job(paralleljob("k", 8, 1, 1, extra_spec={"gpuProduct": "NVIDIA-B200"}))
+    fc.settle()
+    assert fc.phase("ns/k") == "Failed"
