@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "paralleljob.demo",
     "paralleljob.bench",
     "paralleljob.devcluster.cli",
+    "paralleljob.sim.cli",
 )
 
 

@@ -1,0 +1,177 @@
+"""``paralleljob simulate``: replay a trace through one or several policies and write a report.
+
+Example (the Alibaba comparison of docs/benchmarks.md)::
+
+    paralleljob simulate --trace ../shared/traces/alibaba2023_openb_pods.csv --trace-format alibaba \\
+        --node-list ../shared/traces/alibaba2023_openb_gpu_nodes.csv --compare ours,best-fit,first-fit \\
+        --failures llama3 --seed 1 --out sim-out/alibaba
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from paralleljob.core.cost import COST_MODELS
+from paralleljob.sim.alibaba import read_pods
+from paralleljob.sim.clusters import describe, node_list_cluster, uniform_cluster
+from paralleljob.sim.engine import SimConfig, SimResult, Simulation
+from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rate
+from paralleljob.sim.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+from paralleljob.sim.progress import ProgressBar
+from paralleljob.sim.trace import TraceError, TraceJob, read_generic
+
+DAY = 86_400.0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="replay a trace through the placer and baselines, with failure injection",
+        description="Trace-driven discrete-event simulation of the same core placer, recovery and queue policies"
+        " the operator runs. Writes metrics.json, timeseries.json, jobs-<policy>.csv, PNG plots and report.md.",
+    )
+    p.add_argument("--trace", type=Path, required=True, help="trace CSV (generic or Alibaba 2023 pods)")
+    p.add_argument("--trace-format", choices=["generic", "alibaba"], help="default: told apart by the header")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--nodes", type=int, help="a uniform cluster of N nodes")
+    where.add_argument("--node-list", type=Path, help="nodes from a CSV (Alibaba sn,gpu,model or name,gpus,...)")
+    p.add_argument("--node-sample", type=int, help="use a seeded random subset of N nodes of --node-list")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--levels", default="", help="levels above the node, e.g. rack:32:50,spine:512:25")
+    p.add_argument("--intra-node-bw", type=float, default=600.0, help="GB/s per GPU inside a node")
+    p.add_argument("--inter-node-bw", type=float, default=50.0, help="GB/s per GPU across the whole cluster")
+    p.add_argument("--policy", default="ours", choices=sorted(PLACEMENT_POLICIES))
+    p.add_argument("--compare", help="comma-separated policies to run side by side (overrides --policy)")
+    p.add_argument("--queue", default="fifo", choices=sorted(QUEUE_POLICIES))
+    p.add_argument("--cost-model", default="seed", choices=sorted(COST_MODELS))
+    p.add_argument("--comm-fraction", type=float, default=0.1, help="share of a step spent communicating")
+    p.add_argument("--failures", default="none", help="per 1000 node-days, or rsc2 / llama3 / rsc1, or none")
+    p.add_argument("--failure-stats", type=Path, help="failure_stats.csv (default: next to the trace)")
+    p.add_argument("--gpu-repair-hours", type=float, default=24.0)
+    p.add_argument("--node-repair-hours", type=float, default=6.0)
+    p.add_argument("--checkpoint-interval", default="young-daly", help="seconds, or young-daly")
+    p.add_argument("--checkpoint-cost", type=float, default=120.0, help="seconds to write one checkpoint")
+    p.add_argument("--restart-overhead", type=float, default=60.0, help="seconds to restart after a failure")
+    p.add_argument("--memory-per-gpu", type=float, default=0.0, help="GB each trace job needs per GPU")
+    p.add_argument("--days", type=float, help="simulate this many days (later jobs are not loaded)")
+    p.add_argument("--max-jobs", type=int, help="only the first N jobs of the trace")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--samples", type=int, default=200, help="time-series samples over the run")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--check-invariants", action="store_true", help="check GPU conservation after every event")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (TraceError, ValueError, OSError) as exc:
+        print(f"paralleljob simulate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _trace_format(path: Path, given: str | None) -> str:
+    if given:
+        return given
+    with path.open() as handle:
+        header = handle.readline()
+    return "alibaba" if "creation_time" in header and "num_gpu" in header else "generic"
+
+
+def load_trace(path: Path, fmt: str, limit: int | None) -> list[TraceJob]:
+    return read_pods(path, limit) if fmt == "alibaba" else read_generic(path, limit)
+
+
+def _failure_stats(args: argparse.Namespace) -> FailureStats | None:
+    path = args.failure_stats or args.trace.parent / "failure_stats.csv"
+    if path.is_file():
+        return load_failure_stats(path)
+    if args.failure_stats is not None:
+        raise ValueError(f"failure stats file {args.failure_stats} not found")
+    return None
+
+
+def _config(args: argparse.Namespace, policy: str, stats: FailureStats | None, rate: float) -> SimConfig:
+    interval = None if args.checkpoint_interval == "young-daly" else float(args.checkpoint_interval)
+    return SimConfig(
+        policy=policy,
+        queue=args.queue,
+        cost_model=args.cost_model,
+        comm_fraction=args.comm_fraction,
+        failure_rate=rate,
+        causes=stats.causes if stats and rate > 0 else (),
+        gpu_repair_hours=args.gpu_repair_hours,
+        node_repair_hours=args.node_repair_hours,
+        checkpoint_cost_s=args.checkpoint_cost,
+        checkpoint_interval_s=interval,
+        restart_overhead_s=args.restart_overhead,
+        memory_per_gpu_gb=args.memory_per_gpu,
+        horizon_s=args.days * DAY if args.days is not None else None,
+        samples=args.samples,
+        seed=args.seed,
+        check_invariants=args.check_invariants,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    policies = [p.strip() for p in (args.compare or args.policy).split(",") if p.strip()]
+    unknown = [p for p in policies if p not in PLACEMENT_POLICIES]
+    if unknown or not policies:
+        raise ValueError(f"unknown policy {unknown}; choose from {sorted(PLACEMENT_POLICIES)}")
+    if not 0.0 <= args.comm_fraction <= 1.0:
+        raise ValueError("--comm-fraction must be between 0 and 1")
+    fmt = _trace_format(args.trace, args.trace_format)
+    trace = load_trace(args.trace, fmt, args.max_jobs)
+    bandwidths = (args.intra_node_bw, args.inter_node_bw)
+    if args.nodes is not None:
+        topology = uniform_cluster(args.nodes, args.gpus_per_node, args.levels, *bandwidths)
+    else:
+        topology = node_list_cluster(args.node_list, args.node_sample, args.seed, *bandwidths)
+    stats = _failure_stats(args)
+    rate = parse_rate(args.failures, stats)
+    if rate > 0 and stats is None:
+        raise ValueError("failure injection needs failure_stats.csv for its causes: pass --failure-stats")
+    results: dict[str, SimResult] = {}
+    for policy in policies:
+        config = _config(args, policy, stats, rate)
+        simulation = Simulation(topology, trace, config, progress=None)
+        bar = ProgressBar(policy, simulation.span)
+        simulation.progress = bar
+        started = time.monotonic()
+        results[policy] = simulation.run()
+        bar.close()
+        wall = time.monotonic() - started
+        events = results[policy].metrics["events"]
+        print(f"{policy}: {len(trace)} jobs, {events} events in {wall:.1f} s", file=sys.stderr)
+    header = {
+        "trace": {"file": args.trace.name, "format": fmt, "jobs": len(trace)},
+        "cluster": describe(topology),
+        "config": {
+            "seed": args.seed,
+            "queue": args.queue,
+            "cost_model": args.cost_model,
+            "comm_fraction": args.comm_fraction,
+            "failure_rate_per_1000_node_days": rate,
+            "checkpoint_interval": args.checkpoint_interval,
+            "checkpoint_cost_s": args.checkpoint_cost,
+            "restart_overhead_s": args.restart_overhead,
+            "gpu_repair_hours": args.gpu_repair_hours,
+            "node_repair_hours": args.node_repair_hours,
+            "days": args.days,
+        },
+    }
+    plots = None
+    if not args.no_plots:
+        from paralleljob.sim.plots import plot_all  # matplotlib only when plots are wanted
+
+        plots = plot_all(results, args.out)
+    from paralleljob.sim.report import write_outputs
+
+    write_outputs(args.out, header, results, plots)
+    print(f"wrote {args.out / 'metrics.json'} and {args.out / 'report.md'}", file=sys.stderr)
+    return 0

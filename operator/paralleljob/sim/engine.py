@@ -1,0 +1,442 @@
+"""The discrete-event engine: replays trace jobs through the core placer, recovery and a queue policy.
+
+One :class:`Simulation` owns a :class:`~paralleljob.core.cluster.ClusterState` and an injected
+:class:`~paralleljob.sim.events.SimClock`; handlers are plain methods that mutate the state through the core
+API only (allocate, release, set_health, recover), exactly as the operator does. Randomness comes from
+seeded ``random.Random`` instances: one for failures, one per job for its shape, so a run is a function of
+(trace, cluster, config). With ``check_invariants`` every event is followed by a conservation check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from paralleljob.core.baselines import tp_groups_across_nodes
+from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
+from paralleljob.core.cost import cost_model
+from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
+from paralleljob.core.job import JobSpec
+from paralleljob.core.lifecycle import Event as Step
+from paralleljob.core.lifecycle import Phase
+from paralleljob.core.placer import Placer
+from paralleljob.core.recovery import recover
+from paralleljob.core.topology import Topology
+from paralleljob.sim.events import Event, EventQueue, Kind, SimClock
+from paralleljob.sim.failures import Cause, Failure, FailureConfig, FailureProcess, Scope
+from paralleljob.sim.ideal import IdealCosts
+from paralleljob.sim.jobs import SimJob
+from paralleljob.sim.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
+from paralleljob.sim.policies import QueuePolicy, RunningJob, WaitingJob, placement_policy, queue_policy
+from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.work import plan_for, slowdown
+
+
+def _spec(trace: TraceJob, config: SimConfig) -> JobSpec:
+    try:
+        return trace.spec(config.seed, config.memory_per_gpu_gb)
+    except InvalidRequest as exc:
+        raise ValueError(f"trace job {trace.job_id}: {exc}") from None
+
+
+class InvariantViolated(AssertionError):
+    """GPUs were created or lost: allocated + free + unhealthy != total, or the books disagree."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    policy: str = "ours"
+    queue: str = "fifo"
+    cost_model: str = "seed"
+    comm_fraction: float = 0.2  # share of a step spent communicating at the ideal placement
+    failure_rate: float = 0.0  # node failures per 1000 node-days; 0 disables injection
+    causes: tuple[Cause, ...] = ()
+    gpu_repair_hours: float = 24.0
+    node_repair_hours: float = 6.0
+    checkpoint_cost_s: float = 120.0
+    checkpoint_interval_s: float | None = None  # None: Young/Daly from the job's nodes and the failure rate
+    restart_overhead_s: float = 60.0
+    start_latency_s: float = 0.0
+    memory_per_gpu_gb: float = 0.0
+    horizon_s: float | None = None  # stop here; jobs submitted later are not loaded
+    samples: int = 200
+    seed: int = 0
+    check_invariants: bool = False
+    scripted_failures: tuple[Failure, ...] = ()  # exact failures (tests), on top of the Poisson ones
+
+
+@dataclass
+class SimResult:
+    policy: str
+    metrics: dict[str, Any]
+    series: Series
+    jobs: list[SimJob] = field(repr=False)
+
+
+class Simulation:
+    def __init__(
+        self,
+        topology: Topology,
+        trace: Sequence[TraceJob],
+        config: SimConfig,
+        *,
+        queue: QueuePolicy | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.topology, self.config, self.progress = topology, config, progress
+        self.state = ClusterState(topology)
+        self.policy = placement_policy(config.policy)
+        self.placer = self.policy.make_placer(self.state)
+        self.model = cost_model(config.cost_model)
+        self.ideal = IdealCosts(topology, self.model)
+        self.queue = queue if queue is not None else queue_policy(config.queue)
+        self.clock = SimClock()
+        self.events = EventQueue()
+        horizon = config.horizon_s
+        self.trace = [t for t in trace if horizon is None or t.submit_s < horizon]
+        if len({t.job_id for t in self.trace}) != len(self.trace):
+            raise ValueError("trace job ids must be unique")
+        self.specs = [_spec(t, config) for t in self.trace]
+        self.jobs: dict[str, SimJob] = {}
+        self.running: dict[str, RunningJob] = {}  # jobs in phase Running, for queue policies
+        self.node_allocated = [0] * topology.num_nodes
+        self.allocated_gpus = 0
+        self.gpus_down = 0
+        self.down_token: dict[int, int] = {}
+        self.unfinished = len(self.trace)
+        self.tally = FailureTally()
+        self.series = Series()
+        self._next_arrival = 0
+        self._schedule_pending = False
+        self._last_time = 0.0
+        self._allocated_gpu_s = 0.0
+        self._unhealthy_gpu_s = 0.0
+        self._tokens = 0
+        self._processed = 0
+        span = horizon or max((t.submit_s + t.duration_s for t in self.trace), default=1.0)
+        self.span = max(span, 1.0)
+        self.sample_every = self.span / max(1, config.samples)
+        self.failures = FailureProcess(
+            FailureConfig(config.failure_rate, config.causes, config.gpu_repair_hours, config.node_repair_hours),
+            topology.num_nodes,
+            topology.node_gpu_count,
+            config.seed,
+        )
+
+    # ---- the loop ---------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        if self.trace:
+            self.events.push(self.trace[0].submit_s, Kind.ARRIVAL)
+        if self.failures.enabled:
+            self._push_failure(self.failures.next_after(0.0))
+        for failure in self.config.scripted_failures:
+            self.events.push(failure.time, Kind.FAILURE, payload=(failure, False))
+        self.events.push(0.0, Kind.SAMPLE)
+        if self.config.horizon_s is not None:
+            self.events.push(self.config.horizon_s, Kind.END)
+        handlers: dict[Kind, Callable[[Event], None]] = {
+            Kind.ARRIVAL: self._on_arrival,
+            Kind.START: self._on_start,
+            Kind.FINISH: self._on_finish,
+            Kind.FAILURE: self._on_failure,
+            Kind.REPAIR: self._on_repair,
+            Kind.PREEMPT: self._on_preempt,
+            Kind.SCHEDULE: self._on_schedule,
+            Kind.SAMPLE: self._on_sample,
+        }
+        while self.events:
+            event = self.events.pop()
+            self._advance(event.time)
+            if event.kind is Kind.END:
+                break
+            handlers[event.kind](event)
+            self._processed += 1
+            if self.config.check_invariants:
+                self.check_invariants()
+            if self.progress is not None and self._processed % 2000 == 0:
+                self.progress(self.clock.now())
+            if self.unfinished == 0:
+                break
+        self._sample()
+        return self._result()
+
+    def _advance(self, to: float) -> None:
+        elapsed = to - self._last_time
+        if elapsed > 0:
+            self._allocated_gpu_s += self.allocated_gpus * elapsed
+            self._unhealthy_gpu_s += self.gpus_down * elapsed
+            self._last_time = to
+        self.clock.advance(to)
+
+    def _request_schedule(self) -> None:
+        if not self._schedule_pending:
+            self._schedule_pending = True
+            self.events.push(self.clock.now(), Kind.SCHEDULE)
+
+    # ---- jobs arrive, start, finish ---------------------------------------------------------------
+    def _on_arrival(self, event: Event) -> None:
+        order = self._next_arrival
+        trace = self.trace[order]
+        self._next_arrival += 1
+        if self._next_arrival < len(self.trace):
+            self.events.push(self.trace[self._next_arrival].submit_s, Kind.ARRIVAL)
+        job = SimJob(trace, self.specs[order], order)
+        self.jobs[trace.job_id] = job
+        job.step(Step.ACCEPTED)
+        self.queue.add(self._waiting(job), self.clock.now())
+        self._request_schedule()
+
+    def _waiting(self, job: SimJob) -> WaitingJob:
+        t = job.trace
+        return WaitingJob(job.job_id, job.order, t.submit_s, job.num_gpus, t.tenant, job.spec.priority)
+
+    def _on_schedule(self, event: Event) -> None:
+        self._schedule_pending = False
+        now = self.clock.now()
+        for waiting in self.queue.candidates(now):
+            job = self.jobs[waiting.job_id]
+            try:
+                placement = self.placer.place(job.spec, self.model)
+            except PlacementInfeasible as exc:
+                if exc.permanent or (not self.running and not self.state.allocations and not self.gpus_down):
+                    # Permanent, or the cluster is empty and healthy and it still does not fit: it never will.
+                    self.queue.remove(job.job_id)
+                    job.step(Step.REJECTED)
+                    self._reject_done(job, "; ".join(exc.reasons))
+                    continue
+                victims = self.queue.victims(waiting, self.running, now)
+                if victims:
+                    for victim in victims:
+                        self.events.push(now, Kind.PREEMPT, victim)
+                    return
+                if self.queue.blocking:
+                    return
+                continue
+            self.queue.remove(job.job_id)
+            self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
+            job.step(Step.ADMITTED)
+            self._placed(job, placement.groups, placement.cost.total_ms)
+            self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
+
+    def _placed(self, job: SimJob, groups: tuple[tuple[int, ...], ...], cost_ms: float) -> None:
+        job.placements += 1
+        job.tp_groups_split += tp_groups_across_nodes(self.state, groups)
+        job.cost_ms = cost_ms
+        if job.first_cost_ms is None:
+            job.first_cost_ms = cost_ms
+            job.first_slowdown = self._slowdown(job)
+
+    def _slowdown(self, job: SimJob) -> float:
+        return slowdown(job.cost_ms, self.ideal.total_ms(job.spec), self.config.comm_fraction)
+
+    def _on_start(self, event: Event) -> None:
+        job = self.jobs[event.job_id]
+        if event.payload != (job.epoch,):
+            return  # the job was interrupted between placement and start
+        job.step(Step.BOUND)
+        self._begin(job, self.clock.now())
+
+    def _begin(self, job: SimJob, start: float) -> None:
+        """Run (or resume) ``job`` on its current allocation from ``start``."""
+        cfg = self.config
+        gpu_node = self.topology.gpu_node
+        nodes = len({gpu_node[g] for g in self.state.allocations[job.job_id].gpus})
+        plan = plan_for(nodes, cfg.failure_rate, cfg.checkpoint_cost_s, cfg.checkpoint_interval_s)
+        finish = job.begin_segment(start, 1.0 / self._slowdown(job), plan)
+        if job.first_start is None:
+            job.first_start = start
+        t = job.trace
+        self.running[job.job_id] = RunningJob(job.job_id, job.num_gpus, t.tenant, job.spec.priority, start)
+        self.events.push(finish, Kind.FINISH, job.job_id, (job.epoch,))
+
+    def _on_finish(self, event: Event) -> None:
+        job = self.jobs[event.job_id]
+        if event.payload != (job.epoch,):
+            return
+        self._release(job.job_id)
+        self.running.pop(job.job_id, None)
+        job.step(Step.COMPLETED)
+        job.finished = self.clock.now()
+        job.work_left = 0.0
+        self.unfinished -= 1
+        self._request_schedule()
+
+    def _reject_done(self, job: SimJob, reason: str) -> None:
+        job.rejected_reason = reason or "rejected"
+        self.unfinished -= 1
+
+    # ---- allocation bookkeeping -------------------------------------------------------------------
+    def _allocate(self, allocation: Allocation) -> None:
+        self.state.allocate(allocation)
+        self._count(allocation, +1)
+
+    def _release(self, job_id: str) -> Allocation | None:
+        allocation = self.state.release(job_id)
+        if allocation is not None:
+            self._count(allocation, -1)
+        return allocation
+
+    def _count(self, allocation: Allocation, sign: int) -> None:
+        gpu_node = self.topology.gpu_node
+        for gpu in allocation.gpus:
+            self.node_allocated[gpu_node[gpu]] += sign
+        self.allocated_gpus += sign * len(allocation.gpus)
+
+    # ---- failures, repairs, preemption --------------------------------------------------------------
+    def _push_failure(self, failure: Failure) -> None:
+        if self.config.horizon_s is None or failure.time < self.config.horizon_s:
+            self.events.push(failure.time, Kind.FAILURE, payload=(failure, True))
+
+    def _on_failure(self, event: Event) -> None:
+        failure, from_process = event.payload
+        assert isinstance(failure, Failure)
+        if from_process:
+            self._push_failure(self.failures.next_after(self.clock.now()))
+        self.tally.injected += 1
+        self.tally.by_cause[failure.cause] += 1
+        self.tally.by_scope[failure.scope.value] += 1
+        node_gpus = list(self.topology.node_gpus(failure.node))
+        if not node_gpus:
+            return
+        if failure.scope is Scope.SOFTWARE:
+            for job_id in self.state.jobs_on(node_gpus):
+                self._software_restart(self.jobs[job_id])
+            return
+        targets = node_gpus if failure.scope is Scope.NODE else [node_gpus[failure.gpu_index % len(node_gpus)]]
+        broken = [g for g in targets if self.state.health[g] is GPUHealth.HEALTHY]
+        if not broken:
+            self.tally.on_broken_hardware += 1
+            return
+        self._tokens += 1
+        for gpu in broken:
+            self.state.set_health(gpu, GPUHealth.OFFLINE)
+            self.down_token[gpu] = self._tokens
+        self.gpus_down += len(broken)
+        self.events.push(self.clock.now() + failure.repair_s, Kind.REPAIR, payload=(self._tokens, tuple(broken)))
+        for job_id in self.state.jobs_on(broken):
+            self._recover(self.jobs[job_id])
+
+    def _interrupt(self, job: SimJob, *, graceful: bool) -> None:
+        if job.phase is Phase.RUNNING:
+            job.interrupt(self.clock.now(), save_all=graceful)
+            self.running.pop(job.job_id, None)
+        else:
+            job.epoch += 1  # placed but not started: cancel the pending START
+
+    def _software_restart(self, job: SimJob) -> None:
+        if job.phase is not Phase.RUNNING:
+            return  # nothing runs yet, so nothing crashes
+        self.tally.jobs_interrupted += 1
+        self._interrupt(job, graceful=False)
+        job.step(Step.WORKER_FAILED, Step.REPAIRED)
+        job.restarts += 1
+        self.tally.recovered_in_place += 1
+        self._restart(job)
+
+    def _restart(self, job: SimJob) -> None:
+        overhead = self.config.restart_overhead_s
+        job.restart_gpu_s += overhead * job.num_gpus
+        self._begin(job, self.clock.now() + overhead)
+
+    def _recover(self, job: SimJob) -> None:
+        self.tally.jobs_interrupted += 1
+        self._interrupt(job, graceful=False)
+        job.step(Step.HARDWARE_FAILED)
+        job.restarts += 1
+        old = self.state.allocations[job.job_id]
+        groups: tuple[tuple[int, ...], ...] | None = None
+        cost_ms = 0.0
+        if self.policy.recovery is not None:
+            assert isinstance(self.placer, Placer)
+            outcome = recover(self.state, self.placer, job.spec, self.model, self.policy.recovery)
+            self._count(old, -1)
+            if outcome.new is not None and outcome.cost_after is not None:
+                self._count(self.state.allocations[job.job_id], +1)
+                groups, cost_ms = outcome.new.groups, outcome.cost_after.total_ms
+        else:
+            self._release(job.job_id)
+            try:
+                placement = self.placer.place(job.spec, self.model)
+            except PlacementInfeasible:
+                placement = None
+            if placement is not None:
+                self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
+                groups, cost_ms = placement.groups, placement.cost.total_ms
+        if groups is not None:
+            job.step(Step.REPAIRED)
+            self._placed(job, groups, cost_ms)
+            self.tally.recovered_in_place += 1
+            self._restart(job)
+            return
+        job.step(Step.REQUEUED)
+        job.requeues += 1
+        self.tally.requeued += 1
+        self.queue.add(self._waiting(job), self.clock.now())
+        self._request_schedule()
+
+    def _on_repair(self, event: Event) -> None:
+        token, gpus = event.payload
+        assert isinstance(gpus, tuple)
+        repaired = 0
+        for gpu in gpus:
+            if self.down_token.get(gpu) == token:
+                del self.down_token[gpu]
+                self.state.set_health(gpu, GPUHealth.HEALTHY)
+                repaired += 1
+        self.gpus_down -= repaired
+        if repaired:
+            self._request_schedule()
+
+    def _on_preempt(self, event: Event) -> None:
+        job = self.jobs[event.job_id]
+        if job.phase is not Phase.RUNNING:
+            return
+        self._interrupt(job, graceful=True)  # the grace period lets it checkpoint: nothing is lost
+        job.step(Step.PREEMPTED, Step.REQUEUED)
+        job.preemptions += 1
+        self._release(job.job_id)
+        self.queue.add(self._waiting(job), self.clock.now())
+        self._request_schedule()
+
+    # ---- observation ------------------------------------------------------------------------------
+    def _on_sample(self, event: Event) -> None:
+        self._sample()
+        self.events.push(self.clock.now() + self.sample_every, Kind.SAMPLE)
+
+    def _sample(self) -> None:
+        free = self.state.node_free
+        stranded = sum(f for f, a in zip(free, self.node_allocated, strict=True) if a and f)
+        total_free = sum(free)
+        series = self.series
+        if series.time_s and series.time_s[-1] == self.clock.now():
+            return
+        series.time_s.append(self.clock.now())
+        series.allocation.append(self.allocated_gpus / self.topology.num_gpus)
+        series.fragmentation.append(stranded / total_free if total_free else 0.0)
+        series.queued.append(len(self.queue))
+        series.running.append(len(self.running))
+
+    def check_invariants(self) -> None:
+        counts = self.state.counts()
+        if counts["allocated"] + counts["free"] + counts["unhealthy"] != counts["total"]:
+            raise InvariantViolated(f"GPUs not conserved at t={self.clock.now()}: {counts}")
+        if counts["allocated"] != self.allocated_gpus or sum(self.node_allocated) != self.allocated_gpus:
+            raise InvariantViolated(f"allocation books disagree at t={self.clock.now()}: {counts}")
+        if counts["unhealthy"] != self.gpus_down:
+            raise InvariantViolated(f"{counts['unhealthy']} GPUs unhealthy, {self.gpus_down} recorded down")
+
+    def _result(self) -> SimResult:
+        jobs = list(self.jobs.values())
+        elapsed = self.clock.now()
+        metrics = {
+            "policy": self.policy.name,
+            "policy_description": self.policy.description,
+            "queue": self.queue.name,
+            "simulated_days": elapsed / 86_400.0,
+            "events": self._processed,
+            **job_metrics(jobs, self.topology.num_gpus, elapsed, self._allocated_gpu_s, self._unhealthy_gpu_s),
+            "fragmentation_mean": mean_fragmentation(self.series),
+            "failures": failure_metrics(self.tally),
+        }
+        return SimResult(self.policy.name, metrics, self.series, jobs)

@@ -1,0 +1,45 @@
+"""The reference cost a trace duration stands for: the best placement the cluster allows when empty.
+
+A trace records how long a job ran, not where, so the simulator assumes it ran on a good placement: the
+one the core placer picks on an empty copy of the simulated cluster. Every policy's placements are
+measured against that same reference, so a policy only pays for communication it makes worse. Jobs the
+placer can never place (a TP group larger than any node, which only first-fit accepts) are measured
+against every transfer at NVLink speed.
+"""
+
+from __future__ import annotations
+
+from paralleljob.core.cluster import ClusterState
+from paralleljob.core.cost import CostModel
+from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.job import JobSpec
+from paralleljob.core.placer import Placer
+from paralleljob.core.topology import Topology
+
+
+class IdealCosts:
+    def __init__(self, topology: Topology, model: CostModel) -> None:
+        self.topology = topology
+        self.model = model
+        self._placer: Placer | None = None  # built on first use: an empty 100k-GPU state is not free
+        self._cache: dict[tuple[int, int, int, float, object], float] = {}
+
+    def total_ms(self, job: JobSpec) -> float:
+        key = (job.tp, job.pp, job.dp, job.memory_per_gpu_gb, job.model)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = self._compute(job)
+        return cached
+
+    def _compute(self, job: JobSpec) -> float:
+        if self._placer is None:
+            self._placer = Placer(ClusterState(self.topology))
+        try:
+            return self._placer.place(job, self.model).cost.total_ms
+        except PlacementInfeasible:
+            fastest = self.topology.level_bandwidth(0)
+            model = self.model
+            tp = model.tp_ms(job, fastest) if job.tp > 1 else 0.0
+            pp = model.pp_ms(job, [fastest] * (job.pp - 1)) if job.pp > 1 else 0.0
+            dp = model.dp_ms(job, fastest) if job.dp > 1 else 0.0
+            return model.combine(tp, pp, dp)

@@ -1,0 +1,84 @@
+"""A job inside the simulator: its phase (driven by the core's lifecycle table), its work and its history.
+
+The simulator never sets a phase by hand: every change goes through
+:func:`paralleljob.core.lifecycle.transition`, so a run that tries an illegal step fails loudly instead of
+inventing states the operator would never reach.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from paralleljob.core.job import JobSpec
+from paralleljob.core.lifecycle import Event, Phase, transition
+from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.work import NO_CHECKPOINTS, CheckpointPlan, progress, wall_time_for
+
+
+@dataclass
+class SimJob:
+    trace: TraceJob
+    spec: JobSpec
+    order: int  # arrival rank; a requeued job keeps it
+    phase: Phase = Phase.PENDING
+    work_left: float = 0.0  # trace seconds not yet saved by a checkpoint
+    epoch: int = 0  # bumped on every interruption, so stale START / FINISH events are ignored
+    # the current run segment
+    segment_start: float = 0.0  # when computing (re)starts; after a restart overhead it lies in the future
+    rate: float = 1.0  # trace seconds of work per wall second (1 / slowdown)
+    plan: CheckpointPlan = field(default_factory=lambda: CheckpointPlan(NO_CHECKPOINTS, 0.0))
+    cost_ms: float = 0.0  # communication cost of the current placement
+    # history, for the metrics
+    first_start: float | None = None
+    finished: float | None = None
+    first_cost_ms: float | None = None
+    first_slowdown: float | None = None
+    placements: int = 0
+    tp_groups_split: int = 0  # over every placement of this job
+    restarts: int = 0
+    preemptions: int = 0
+    requeues: int = 0
+    lost_work_s: float = 0.0  # trace seconds of work thrown away by failures
+    lost_gpu_s: float = 0.0  # GPU-seconds spent computing work that was then lost
+    restart_gpu_s: float = 0.0  # GPU-seconds held while restarting
+    rejected_reason: str = ""
+
+    def __post_init__(self) -> None:
+        self.work_left = self.trace.duration_s
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def num_gpus(self) -> int:
+        return self.spec.num_gpus
+
+    def step(self, *events: Event) -> None:
+        for event in events:
+            self.phase = transition(self.phase, event)
+
+    def begin_segment(self, start: float, rate: float, plan: CheckpointPlan) -> float:
+        """Start computing at ``start``; returns the wall time the job will finish if nothing interrupts."""
+        self.segment_start, self.rate, self.plan = start, rate, plan
+        return start + wall_time_for(self.work_left, rate, plan)
+
+    def interrupt(self, now: float, *, save_all: bool) -> float:
+        """Stop the segment at ``now``. ``save_all``: a graceful stop (preemption) checkpoints everything.
+        Returns the work lost (trace seconds)."""
+        self.epoch += 1
+        done, saved = progress(now - self.segment_start, self.rate, self.plan)
+        if save_all:
+            saved = done
+        self.work_left = max(0.0, self.work_left - saved)
+        lost = done - saved
+        self.lost_work_s += lost
+        self.lost_gpu_s += lost / self.rate * self.num_gpus
+        return lost
+
+    def segment_wall_left(self, now: float) -> float:
+        """Wall seconds until the current segment finishes (inf when not running)."""
+        if self.phase is not Phase.RUNNING:
+            return math.inf
+        return self.segment_start + wall_time_for(self.work_left, self.rate, self.plan) - now

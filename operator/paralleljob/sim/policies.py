@@ -1,0 +1,150 @@
+"""The policies a simulation selects by name: a placement policy and a queue policy.
+
+Placement policies wrap placers from the core, imported, never copied: ``ours`` is the core
+:class:`~paralleljob.core.placer.Placer` with minimal recovery; ``first-fit`` and ``best-fit`` are the
+baselines of :mod:`paralleljob.core.baselines` with full re-placement on failure (the job restarts
+elsewhere, as a plain gang scheduler would do it).
+
+Queue policies decide the order in which waiting jobs are tried and whom to preempt. This is the seam for
+fair sharing: anything with the :class:`QueuePolicy` shape plugs in; :class:`FifoQueue` is the first.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from paralleljob.core.baselines import BestFitDomainPlacer, FirstFitPlacer
+from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.cost import CostModel
+from paralleljob.core.job import JobSpec
+from paralleljob.core.placement import Placement
+from paralleljob.core.placer import Placer
+from paralleljob.core.recovery import RecoveryStrategy
+
+
+class PlacerLike(Protocol):
+    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementPolicy:
+    name: str
+    make_placer: Callable[[ClusterState], PlacerLike]
+    # Minimal/full use the core's recover(); None re-places the whole job with this policy's own placer.
+    recovery: RecoveryStrategy | None
+    description: str
+
+
+PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
+    "ours": PlacementPolicy(
+        "ours", Placer, RecoveryStrategy.MINIMAL, "core Placer (cost-optimal placement) + minimal recovery"
+    ),
+    "first-fit": PlacementPolicy(
+        "first-fit", FirstFitPlacer, None, "FIFO + first-fit: first free GPUs in id order (topology-unaware)"
+    ),
+    "best-fit": PlacementPolicy(
+        "best-fit", BestFitDomainPlacer, None, "FIFO + best-fit by domain (Kueue-TAS-like, no cost model)"
+    ),
+}
+
+
+def placement_policy(name: str) -> PlacementPolicy:
+    try:
+        return PLACEMENT_POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose from {sorted(PLACEMENT_POLICIES)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingJob:
+    """What a queue policy knows of a waiting job. ``order`` is its arrival rank, kept across requeues."""
+
+    job_id: str
+    order: int
+    submit_s: float
+    num_gpus: int
+    tenant: str
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    job_id: str
+    num_gpus: int
+    tenant: str
+    priority: int
+    started_s: float
+
+
+class QueuePolicy(Protocol):
+    name: str
+    # True: when a candidate does not fit, try no later one (strict order); False: skip it and go on.
+    blocking: bool
+
+    def add(self, job: WaitingJob, now: float) -> None:
+        """An arrival, or a job back from preemption or a failed recovery (same ``order`` as before)."""
+
+    def remove(self, job_id: str) -> None:
+        """The job was placed or rejected."""
+
+    def candidates(self, now: float) -> Iterator[WaitingJob]:
+        """Waiting jobs in the order to try them. The engine may remove the current one while iterating."""
+
+    def victims(self, job: WaitingJob, running: Mapping[str, RunningJob], now: float) -> list[str]:
+        """Running jobs to preempt so that ``job`` can start (checked after it did not fit); [] for none."""
+
+    def __len__(self) -> int: ...
+
+
+class FifoQueue:
+    """First in, first out by arrival; a requeued job goes back to its original place. Strict by default:
+    the head blocks everyone behind it (no backfill), and nobody is preempted."""
+
+    name = "fifo"
+
+    def __init__(self, blocking: bool = True) -> None:
+        self.blocking = blocking
+        self._keys: list[int] = []  # sorted arrival ranks
+        self._jobs: dict[int, WaitingJob] = {}
+        self._order_of: dict[str, int] = {}
+
+    def add(self, job: WaitingJob, now: float) -> None:
+        if job.order in self._jobs:
+            raise ValueError(f"job {job.job_id!r} is already waiting")
+        bisect.insort(self._keys, job.order)
+        self._jobs[job.order] = job
+        self._order_of[job.job_id] = job.order
+
+    def remove(self, job_id: str) -> None:
+        order = self._order_of.pop(job_id)
+        del self._keys[bisect.bisect_left(self._keys, order)]
+        del self._jobs[order]
+
+    def candidates(self, now: float) -> Iterator[WaitingJob]:
+        # A snapshot, so the engine may remove the job it is looking at.
+        for key in list(self._keys):
+            job = self._jobs.get(key)
+            if job is not None:
+                yield job
+
+    def victims(self, job: WaitingJob, running: Mapping[str, RunningJob], now: float) -> list[str]:
+        return []
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+QUEUE_POLICIES: dict[str, Callable[[], QueuePolicy]] = {
+    "fifo": FifoQueue,
+    "fifo-skip": lambda: FifoQueue(blocking=False),
+}
+
+
+def queue_policy(name: str) -> QueuePolicy:
+    try:
+        return QUEUE_POLICIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown queue policy {name!r}; choose from {sorted(QUEUE_POLICIES)}") from None

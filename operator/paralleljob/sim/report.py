@@ -1,0 +1,141 @@
+"""What a run leaves in ``--out``: metrics.json, timeseries.json, one jobs-<policy>.csv per policy, and
+report.md, a Markdown report with the policies side by side and the plots.
+
+Every file is a function of the results alone (no wall-clock times, no absolute paths), so the same seed
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from paralleljob.sim.engine import SimResult
+from paralleljob.sim.metrics import rounded
+
+
+def dump_json(value: Any) -> str:
+    return json.dumps(rounded(value), sort_keys=True, indent=2) + "\n"
+
+
+def metrics_document(header: Mapping[str, Any], results: Mapping[str, SimResult]) -> dict[str, Any]:
+    return {**header, "policies": {name: result.metrics for name, result in results.items()}}
+
+
+def write_outputs(
+    out_dir: Path, header: Mapping[str, Any], results: Mapping[str, SimResult], plots: Mapping[str, str] | None
+) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "metrics.json").write_text(dump_json(metrics_document(header, results)))
+    series = {name: result.series.as_dict() for name, result in results.items()}
+    (out_dir / "timeseries.json").write_text(dump_json(series))
+    for name, result in results.items():
+        _write_jobs(out_dir / f"jobs-{name}.csv", result)
+    (out_dir / "report.md").write_text(markdown_report(header, results, plots))
+
+
+def _write_jobs(path: Path, result: SimResult) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(
+            ["job_id", "tenant", "gpus", "tp", "pp", "dp", "submit_s", "start_s", "finish_s", "jct_s",
+             "comm_cost_ms", "slowdown", "tp_groups_across_nodes", "restarts", "lost_work_s", "rejected"]
+        )
+        for job in result.jobs:
+            spec, t = job.spec, job.trace
+            jct = job.finished - t.submit_s if job.finished is not None else None
+            writer.writerow(
+                [job.job_id, t.tenant, spec.num_gpus, spec.tp, spec.pp, spec.dp, _num(t.submit_s),
+                 _num(job.first_start), _num(job.finished), _num(jct), _num(job.first_cost_ms),
+                 _num(job.first_slowdown), job.tp_groups_split, job.restarts, _num(job.lost_work_s),
+                 job.rejected_reason]
+            )
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    # (label, unit, path into metrics, format)
+    ("jobs completed", "", ("jobs", "completed"), "{:d}"),
+    ("jobs unfinished at the end", "", ("jobs", "unfinished"), "{:d}"),
+    ("jobs rejected (can never fit)", "", ("jobs", "rejected"), "{:d}"),
+    ("mean JCT", "h", ("jct_s", "mean"), "hours"),
+    ("p50 JCT", "h", ("jct_s", "p50"), "hours"),
+    ("p99 JCT", "h", ("jct_s", "p99"), "hours"),
+    ("mean queueing delay", "h", ("queueing_delay_s", "mean"), "hours"),
+    ("p99 queueing delay", "h", ("queueing_delay_s", "p99"), "hours"),
+    ("GPU allocation", "%", ("gpu_allocation",), "percent"),
+    ("mean fragmentation", "%", ("fragmentation_mean",), "percent"),
+    ("comm. cost per multi-GPU job, mean", "ms", ("comm_cost_ms_multi_gpu_jobs", "mean"), "{:.1f}"),
+    ("comm. cost per multi-GPU job, p99", "ms", ("comm_cost_ms_multi_gpu_jobs", "p99"), "{:.1f}"),
+    ("slowdown of multi-GPU jobs, mean", "x", ("slowdown_multi_gpu_jobs", "mean"), "{:.3f}"),
+    ("TP groups across nodes", "", ("tp_groups_across_nodes",), "{:d}"),
+    ("jobs with a TP group across nodes", "", ("jobs_with_tp_groups_across_nodes",), "{:d}"),
+    ("failures injected", "", ("failures", "injected"), "{:d}"),
+    ("jobs interrupted by failures", "", ("failures", "jobs_interrupted"), "{:d}"),
+    ("goodput lost to failures", "GPU-h", ("goodput_lost", "total_gpu_hours"), "{:.1f}"),
+)
+
+
+def _cell(metrics: Mapping[str, Any], path: tuple[str, ...], fmt: str) -> str:
+    value: Any = metrics
+    for key in path:
+        value = value[key]
+    if fmt == "hours":
+        return f"{value / 3600.0:.2f}"
+    if fmt == "percent":
+        return f"{100.0 * value:.1f}"
+    return fmt.format(value)
+
+
+def markdown_table(results: Mapping[str, SimResult]) -> str:
+    names = list(results)
+    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for label, unit, path, fmt in ROWS:
+        cells = [_cell(results[name].metrics, path, fmt) for name in names]
+        lines.append(f"| {label}{f' ({unit})' if unit else ''} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown_report(
+    header: Mapping[str, Any], results: Mapping[str, SimResult], plots: Mapping[str, str] | None
+) -> str:
+    cluster, trace, config = header["cluster"], header["trace"], header["config"]
+    parts = [
+        "# Simulation report",
+        "",
+        f"Trace `{trace['file']}` ({trace['format']}, {trace['jobs']} jobs); cluster of {cluster['nodes']} nodes /"
+        f" {cluster['gpus']} GPUs (levels: {', '.join(cluster['levels'])}); seed {config['seed']};"
+        f" cost model `{config['cost_model']}`; failures {config['failure_rate_per_1000_node_days']} per 1000"
+        f" node-days; queue `{config['queue']}`.",
+        "",
+        "## Policies",
+        "",
+        *(f"- **{name}**: {result.metrics['policy_description']}" for name, result in results.items()),
+        "",
+        "## Results",
+        "",
+        markdown_table(results),
+        "",
+    ]
+    if plots:
+        parts += ["## Plots", ""]
+        titles = {"jct_cdf": "JCT CDF", "allocation": "GPU allocation over time", "fragmentation": "Fragmentation"}
+        for key, file in plots.items():
+            parts += [f"### {titles.get(key, key)}", "", f"![{titles.get(key, key)}]({file})", ""]
+    parts += [
+        "## Definitions",
+        "",
+        "JCT = finish - submit (completed jobs). Queueing delay = first start - submit. GPU allocation is"
+        " time-weighted over the run. Fragmentation = free GPUs on nodes with some GPU allocated / all free GPUs"
+        " (sampled). Communication cost = the cost model's total per step of each multi-GPU job's first placement;"
+        " slowdown = how much that stretches the job (docs/simulator.md). Goodput lost = GPU-hours of work"
+        " since the last checkpoint thrown away by failures, plus GPU-hours spent restarting.",
+        "",
+    ]
+    return "\n".join(parts)
