@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "paralleljob.bench",
     "paralleljob.devcluster.cli",
     "paralleljob.sim.cli",
+    "paralleljob.k8s.cli",
 )
 
 
