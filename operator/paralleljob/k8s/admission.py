@@ -90,6 +90,7 @@ def admit_all(
     strict_fifo: bool,
     now: str,
     clock: Callable[[], float],
+    holds: Mapping[str, str] | None = None,
 ) -> list[float]:
     """Place what fits, in order; returns how long each placement decision took (seconds)."""
     durations: list[float] = []
@@ -103,6 +104,10 @@ def admit_all(
             draft.condition(
                 "Placed", "False", "QueueRefused", f"queue {queue.name} does not serve namespace {job.namespace}", now
             )
+            continue
+        if holds and job.key in holds:
+            draft.condition("Placed", "False", "BackingOff", holds[job.key], now)
+            blocked[request.queue] = job.name
             continue
         if strict_fifo and request.queue in blocked:
             draft.condition(

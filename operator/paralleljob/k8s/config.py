@@ -87,7 +87,8 @@ class OperatorConfig:
     def with_identity(self) -> OperatorConfig:
         if self.identity:
             return self
-        return replace(self, identity=f"{socket.gethostname()}-{os.getpid()}")
+        # A pod restarted under the same name takes its own lease back at once (see lease.py).
+        return replace(self, identity=os.environ.get("POD_NAME") or socket.gethostname())
 
 
 def _levels_from(values: Sequence[Mapping[str, Any]]) -> tuple[LevelSource, ...]:

@@ -35,6 +35,7 @@ class Observed:
     now: str
     queues: Mapping[str, QueueInfo] = field(default_factory=dict)
     bind_failures: Mapping[str, str] = field(default_factory=dict)  # job key -> why its gang could not be bound
+    holds: Mapping[str, str] = field(default_factory=dict)  # job key -> why it must not be admitted just now
 
 
 def claims_of(jobs: Sequence[JobObject]) -> list[Claim]:

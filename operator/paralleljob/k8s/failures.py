@@ -44,24 +44,27 @@ def detect(view: ClusterView, job: JobObject, record: PlacementRecord, failed: S
         return Breakage("PlacementLost", tuple(range(len(record.slots))), (), (), view.conflicts[job.key])
     broken = [g for g, slot in enumerate(record.slots) if view.broken_gpus(slot)]
     if broken:
-        reasons, nodes, node_down = [], [], False
+        by_cause: dict[str, list[str]] = {}
+        nodes: list[str] = []
+        node_down = False
         for g in broken:
             slot = record.slots[g]
             info = view.nodes.get(slot.node)
-            if slot.node not in nodes:
-                nodes.append(slot.node)
+            nodes.append(slot.node)
             if info is None:
-                reasons.append(f"node {slot.node} is gone (pod {slot.name})")
+                cause = f"node {slot.node} is gone"
                 node_down = True
             elif not info.runs_work:
-                reasons.append(f"{info.why_closed()} (pod {slot.name})")
+                cause = info.why_closed()
                 node_down = True
             else:
                 bad = sorted(set(slot.gpu_indices) & info.broken_gpus())
-                reasons.append(f"GPU(s) {bad} on {slot.node} unhealthy (pod {slot.name})")
+                cause = f"GPU {','.join(map(str, bad))} on {slot.node} reported unhealthy"
+            by_cause.setdefault(cause, []).append(slot.name)
         kind = "NodeFailure" if node_down else "GPUFailure"
-        message = "; ".join(dict.fromkeys(reasons))
-        return Breakage(kind, tuple(broken), tuple(nodes), tuple(record.slots[g].name for g in broken), message)
+        message = "; ".join(f"{cause} (pods {', '.join(pods)})" for cause, pods in by_cause.items())
+        names = tuple(record.slots[g].name for g in broken)
+        return Breakage(kind, tuple(broken), tuple(dict.fromkeys(nodes)), names, message)
     if failed:
         index = {slot.name: g for g, slot in enumerate(record.slots)}
         slots = tuple(sorted(index[p.name] for p in failed if p.name in index))
@@ -177,6 +180,7 @@ def handle(
         lastFailure={k: v for k, v in failure.items() if v is not None},
     )
     draft.condition("Bound", "False", "Repairing", message, now)
+    draft.condition("Placed", "True", "Repaired", f"{message}; now on {', '.join(new_record.nodes)}", now)
     actions.note("Normal", "Rescheduled", message)
     actions.failure_action = "rescheduled"
     return new_record

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from paralleljob.core.checkpoint import checkpointable_boundary
 from paralleljob.k8s.actions import JobActions, PodBind, PodCreate, PodDelete
-from paralleljob.k8s.manifests import worker_pod
+from paralleljob.k8s.manifests import headless_service, worker_pod
 from paralleljob.k8s.nodes import NodeInfo
 from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.records import PlacementRecord, PodSlot
@@ -100,6 +100,8 @@ def sync_pods(
             actions.creates.append(PodCreate(worker_pod(job, request, record, slot, rank, boundary), slot.node))
         elif not pod.bound:
             actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node))
+    if actions.creates:
+        actions.service = headless_service(job)
 
 
 def delete_all(actions: JobActions, pods: Sequence[PodInfo], nodes: Mapping[str, NodeInfo], why: str) -> None:

@@ -1,0 +1,194 @@
+"""A thin JSON client over kubernetes_asyncio: one ApiClient (its configuration, auth and aiohttp session)
+for every call the operator makes.
+
+Calls go out raw and come back as dicts: the typed models cost more CPU to build than the whole placement,
+and the official model mis-parses the Binding response, so bindings use the typed call with
+``_preload_content=False`` and read the status code themselves. Errors are :class:`ApiError` with the HTTP
+status and the API server's message; :func:`retrying` retries the transient ones (429, 5xx, connection
+errors) with exponential backoff and jitter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes_asyncio import client, config
+
+from paralleljob.k8s.manifests import binding
+
+log = logging.getLogger("paralleljob.k8s")
+
+T = TypeVar("T")
+RETRYABLE = frozenset({0, 429, 500, 502, 503, 504})
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in RETRYABLE
+
+
+async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 5, first_delay: float = 0.05) -> T:
+    """Run ``call``; on a transient error wait (exponentially longer, with jitter) and try again."""
+    delay = first_delay
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except ApiError as exc:
+            if not exc.retryable or attempt == attempts - 1:
+                raise
+            log.debug("transient API error (%s); retrying in %.2f s", exc, delay)
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 5.0)
+    raise AssertionError("unreachable")
+
+
+async def load_configuration(kubeconfig: str | None) -> client.Configuration:
+    """From ``kubeconfig`` (or $KUBECONFIG / ~/.kube/config), or the in-cluster service account."""
+    configuration = client.Configuration()
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return configuration
+        except config.ConfigException:
+            pass
+    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return configuration
+
+
+async def bearer_token(configuration: client.Configuration) -> str | None:
+    header: Any = configuration.get_api_key_with_prefix("BearerToken")
+    if inspect.isawaitable(header):
+        header = await header
+    if not header:
+        return None
+    parts = str(header).split(" ", 1)
+    return parts[-1]
+
+
+class Kube:
+    def __init__(self, configuration: client.Configuration, concurrency: int = 48) -> None:
+        configuration.connection_pool_maxsize = max(concurrency, 4)
+        self.configuration = configuration
+        self.api = client.ApiClient(configuration)
+        # typed as returning V1Binding; with _preload_content=False it returns the raw aiohttp response
+        self.core: Any = client.CoreV1Api(self.api)
+        self.host = str(configuration.host).rstrip("/")
+        self.limit = asyncio.Semaphore(concurrency)
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, concurrency: int = 48) -> Kube:
+        return cls(await load_configuration(kubeconfig), concurrency)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _headers(self, content_type: str) -> dict[str, str]:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        await self.api.update_params_for_auth(headers, [], ["BearerToken"])
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        headers = await self._headers(content_type)
+        async with self.limit:
+            try:
+                response = await self.api.rest_client.request(
+                    method,
+                    self.host + path,
+                    query_params=dict(query or {}),
+                    headers=headers,
+                    body=body,
+                    _preload_content=False,
+                    _request_timeout=30,
+                )
+                data = await response.read()
+                status = response.status
+                response.release()
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise ApiError(0, f"{method} {path}: {exc!r}") from exc
+        return _decode(status, data, method, path)
+
+    # ---- the calls the operator makes ---------------------------------------------------------------
+    async def list(self, path: str, query: Mapping[str, str] | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        data = await self.request("GET", path, query=query)
+        items = data.get("items") or []
+        kind = data.get("kind", "").removesuffix("List")
+        api_version = data.get("apiVersion", "")
+        for item in items:  # list items come without kind/apiVersion; the parsers do not need them, humans do
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", api_version)
+        return items, (data.get("metadata") or {}).get("resourceVersion")
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST pods/binding with the pod's UID as precondition (the API refuses it for a replaced pod)."""
+        async with self.limit:
+            try:
+                response = await self.core.create_namespaced_pod_binding(
+                    name, namespace, binding(namespace, name, uid, node), _preload_content=False
+                )
+                data = await response.read()
+                status = response.status
+                response.release()
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise ApiError(0, f"bind {namespace}/{name}: {exc!r}") from exc
+        _decode(status, data, "POST", f"pods/{name}/binding")
+
+    async def delete(self, path: str, uid: str | None = None, grace_seconds: int | None = None) -> dict[str, Any]:
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        return await self.request("DELETE", path, body=options)
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+
+def _decode(status: int, data: bytes, method: str, path: str) -> dict[str, Any]:
+    try:
+        body = json.loads(data) if data else {}
+    except ValueError:
+        body = {"message": data[:200].decode(errors="replace")}
+    if 200 <= status < 300:
+        return body if isinstance(body, dict) else {}
+    message = body.get("message") if isinstance(body, dict) else None
+    reason = body.get("reason", "") if isinstance(body, dict) else ""
+    raise ApiError(status, str(message or f"{method} {path} failed"), str(reason))
+
+
+def pod_path(namespace: str, name: str = "") -> str:
+    base = f"/api/v1/namespaces/{quote(namespace)}/pods"
+    return f"{base}/{quote(name)}" if name else base
+
+
+def job_path(namespace: str, name: str = "", subresource: str = "") -> str:
+    from paralleljob.k8s.constants import GROUP, PLURAL, VERSION
+
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace)}/{PLURAL}"
+    if name:
+        path += f"/{quote(name)}"
+    if subresource:
+        path += f"/{subresource}"
+    return path

@@ -1,0 +1,94 @@
+"""``paralleljob operator`` (run the operator), ``paralleljob demo-cluster`` (the live demo on the local
+control plane) and ``paralleljob bench-operator`` (the operator benchmark)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from paralleljob.core.errors import InvalidRequest
+
+
+def register(subparsers: Any) -> None:
+    op = subparsers.add_parser(
+        "operator",
+        help="run the ParallelJob operator against $KUBECONFIG or in-cluster",
+        description="Watch ParallelJobs, Nodes and Pods; place, bind and repair gangs of workers.",
+    )
+    op.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG or in-cluster")
+    op.add_argument("--namespace", action="append", default=[], help="watch only these namespaces (repeatable)")
+    op.add_argument("--metrics-port", type=int, default=int(os.environ.get("PARALLELJOB_METRICS_PORT", "8080")))
+    op.add_argument("--metrics-host", default="0.0.0.0")
+    op.add_argument("--resync-seconds", type=float, default=30.0, help="full re-list period (default: %(default)s)")
+    op.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
+    op.add_argument("--lease-name", default="paralleljob-operator")
+    op.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default: %(default)s)")
+    op.add_argument("--identity", default=os.environ.get("POD_NAME", ""), help="leader-election identity")
+    op.add_argument("--topology-config", type=Path, help="YAML: topology label keys and bandwidths")
+    op.add_argument(
+        "--best-effort-fifo",
+        action="store_true",
+        help="let smaller jobs pass a queue head that does not fit (default: strict FIFO)",
+    )
+    op.add_argument("--log-level", default=os.environ.get("PARALLELJOB_LOG_LEVEL", "INFO"))
+    op.set_defaults(handler=_operator)
+
+    demo = subparsers.add_parser(
+        "demo-cluster",
+        help="live demo: local control plane with GPU nodes, the operator, example jobs, a node failure",
+    )
+    demo.add_argument("--nodes", type=int, default=8)
+    demo.add_argument("--down", action="store_true", help="stop a demo left running")
+    demo.add_argument("--no-wait", action="store_true", help="do not wait for Ctrl-C at the end")
+    demo.set_defaults(handler=_demo)
+
+    bench = subparsers.add_parser("bench-operator", help="operator benchmark on the local control plane")
+    bench.add_argument("--nodes", type=int, default=16)
+    bench.add_argument("--jobs", type=int, default=32, help="jobs in the throughput stream")
+    bench.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    bench.add_argument("--no-kube-scheduler", action="store_true", help="skip the kube-scheduler comparison")
+    bench.set_defaults(handler=_bench)
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from paralleljob.k8s.config import OperatorConfig, TopologyConfig, load_topology_file
+    from paralleljob.k8s.runner import run_operator
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        topology = load_topology_file(args.topology_config) if args.topology_config else TopologyConfig()
+    except (InvalidRequest, OSError) as exc:
+        print(f"bad --topology-config: {exc}", file=sys.stderr)
+        return 2
+    config = OperatorConfig(
+        topology=topology,
+        namespaces=tuple(args.namespace),
+        resync_seconds=args.resync_seconds,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        lease_name=args.lease_name,
+        lease_namespace=args.lease_namespace,
+        lease_duration_seconds=args.lease_duration,
+        identity=args.identity,
+        strict_fifo=not args.best_effort_fifo,
+        crash_after_binds=int(os.environ.get("PARALLELJOB_CRASH_AFTER_BINDS", "0") or 0),
+    )
+    asyncio.run(run_operator(config, args.kubeconfig))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from paralleljob.k8s.demo import main
+
+    return int(main(args))
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from paralleljob.k8s.bench import main
+
+    return int(main(args))

@@ -1,0 +1,188 @@
+"""Carry a :class:`Plan` out against the API, in the order that keeps every crash recoverable:
+
+1. status writes (the placement is recorded before any pod exists; optimistic concurrency on the job's
+   resourceVersion, so a decision made on a stale copy is refused and re-made);
+2. deletes (stale or orphaned workers);
+3. the job's headless Service, then creates, each pod bound the moment it exists;
+4. binds of pods that exist but are unbound (an operator restarted mid-gang).
+Each response is written back into the stores at once, so the next pass sees what was just done even
+before the watch delivers it. The executor decides nothing: failures are reported to the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from paralleljob.k8s.actions import JobActions, Plan, PodBind, PodCreate, PodDelete
+from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path, retrying
+from paralleljob.k8s.pods import PodInfo
+from paralleljob.k8s.specs import JobObject
+from paralleljob.k8s.store import ObjectStore
+
+log = logging.getLogger("paralleljob.k8s")
+
+
+@dataclass
+class Outcome:
+    wrote: int = 0
+    bound: int = 0
+    deleted: int = 0
+    failures: dict[str, str] = field(default_factory=dict)  # job key -> why its gang cannot be completed
+    hold: dict[str, str] = field(default_factory=dict)  # job key -> transient trouble; retry after a pause
+    written: list[JobActions] = field(default_factory=list)  # jobs whose status write went through
+
+
+class Executor:
+    def __init__(
+        self,
+        kube: Kube,
+        jobs: ObjectStore[JobObject],
+        pods: ObjectStore[PodInfo],
+        post_event: Callable[[JobObject, str, str, str], None],
+        crash_after_binds: int = 0,
+    ) -> None:
+        self.kube = kube
+        self.jobs = jobs
+        self.pods = pods
+        self.post_event = post_event
+        self.crash_after_binds = crash_after_binds
+        self.binds_done = 0
+        self.services: set[tuple[str, str, str]] = set()
+
+    async def execute(self, plan: Plan) -> Outcome:
+        outcome = Outcome()
+        writes = [a for a in plan.jobs if a.writes_status]
+        results = await asyncio.gather(*(self._write_status(a, outcome) for a in writes))
+        proceed = [a for a in plan.jobs if not a.writes_status]
+        proceed += [a for a, ok in zip(writes, results, strict=True) if ok]
+        for actions in proceed:
+            for note in actions.events:
+                self.post_event(actions.job, note.event_type, note.reason, note.message)
+        deletes = [d for a in proceed for d in a.deletes] + plan.orphans
+        await asyncio.gather(*(self._delete(d, outcome) for d in deletes))
+        work: list[Awaitable[None]] = []
+        for actions in proceed:
+            if actions.service is not None:
+                work.append(self._service(actions))
+            work.extend(self._create_and_bind(actions, c, outcome) for c in actions.creates)
+            work.extend(self._bind(actions.job.key, b, outcome) for b in actions.binds)
+        await asyncio.gather(*work)
+        return outcome
+
+    # ---- status -------------------------------------------------------------------------------------
+    async def _write_status(self, actions: JobActions, outcome: Outcome) -> bool:
+        job = actions.job
+        patch: dict[str, Any] = {
+            "metadata": {"resourceVersion": job.resource_version},
+            "status": actions.draft.merge_patch(),
+        }
+        try:
+            body = await retrying(lambda: self.kube.merge_patch(job_path(job.namespace, job.name, "status"), patch))
+        except ApiError as exc:
+            if exc.status == 404:
+                return False  # deleted meanwhile; the DELETED event cleans up
+            if exc.status == 409:
+                await self._refresh(job)  # changed meanwhile: decide again on the new version
+            else:
+                log.warning("status of %s not written: %s", job.key, exc)
+                outcome.hold[job.key] = f"status write failed: {exc.message}"
+            return False
+        self.jobs.upsert(body)
+        outcome.wrote += 1
+        outcome.written.append(actions)
+        return True
+
+    async def _refresh(self, job: JobObject) -> None:
+        try:
+            body = await self.kube.request("GET", job_path(job.namespace, job.name))
+            self.jobs.upsert(body)
+        except ApiError as exc:
+            log.debug("could not re-read %s: %s", job.key, exc)
+
+    # ---- pods ---------------------------------------------------------------------------------------
+    async def _delete(self, delete: PodDelete, outcome: Outcome) -> None:
+        path = pod_path(delete.namespace, delete.name)
+        try:
+            body = await retrying(lambda: self.kube.delete(path, delete.uid or None, 0 if delete.force else None))
+        except ApiError as exc:
+            if exc.status in (404, 409):  # gone already, or a different pod by now (UID precondition)
+                self.pods.forget(delete.namespace, delete.name, delete.uid)
+                return
+            log.warning("could not delete pod %s/%s: %s", delete.namespace, delete.name, exc)
+            return
+        log.info("deleted pod %s/%s (%s)", delete.namespace, delete.name, delete.why)
+        outcome.deleted += 1
+        if delete.force or not (body.get("metadata") or {}).get("deletionTimestamp"):
+            self.pods.forget(delete.namespace, delete.name, delete.uid)
+        else:
+            self.pods.upsert(body)
+
+    async def _service(self, actions: JobActions) -> None:
+        job = actions.job
+        key = (job.namespace, job.name, job.uid)
+        if key in self.services or actions.service is None:
+            return
+        try:
+            await retrying(
+                lambda: self.kube.request("POST", f"/api/v1/namespaces/{job.namespace}/services", actions.service)
+            )
+        except ApiError as exc:
+            if exc.status != 409:
+                log.warning("service for %s not created: %s", job.key, exc)
+                return
+        self.services.add(key)
+
+    async def _create_and_bind(self, actions: JobActions, create: PodCreate, outcome: Outcome) -> None:
+        job = actions.job
+        meta = create.manifest["metadata"]
+        try:
+            body = await retrying(lambda: self.kube.request("POST", pod_path(job.namespace), create.manifest))
+        except ApiError as exc:
+            if exc.status == 409:
+                return  # the old pod of that name is still going away; the next pass tries again
+            if exc.retryable:
+                outcome.hold[job.key] = f"creating pod {meta['name']} failed: {exc.message}"
+            else:
+                outcome.failures[job.key] = f"the API refused pod {meta['name']}: {exc.message}"
+            return
+        self.pods.upsert(body)
+        uid = str(body["metadata"]["uid"])
+        await self._bind(job.key, PodBind(job.namespace, meta["name"], uid, create.node), outcome)
+
+    async def _bind(self, job_key: str, bind: PodBind, outcome: Outcome) -> None:
+        try:
+            await retrying(lambda: self.kube.bind(bind.namespace, bind.name, bind.uid, bind.node))
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                # gone, replaced (UID precondition) or already bound: re-read it and let the next pass judge
+                await self._refresh_pod(bind.namespace, bind.name)
+            elif exc.retryable:
+                outcome.hold[job_key] = f"binding {bind.name} failed: {exc.message}"
+            else:
+                outcome.failures[job_key] = f"binding {bind.name} to {bind.node} was refused: {exc.message}"
+            return
+
+        def bound(body: dict[str, Any]) -> None:
+            body.setdefault("spec", {})["nodeName"] = bind.node
+
+        self.pods.patch_local(bind.namespace, bind.name, bound)
+        outcome.bound += 1
+        self.binds_done += 1
+        if self.crash_after_binds and self.binds_done >= self.crash_after_binds:
+            log.error("crash hook: exiting hard after %d binds", self.binds_done)
+            os._exit(17)
+
+    async def _refresh_pod(self, namespace: str, name: str) -> None:
+        try:
+            body = await self.kube.request("GET", pod_path(namespace, name))
+            self.pods.upsert(body)
+        except ApiError as exc:
+            if exc.status == 404:
+                current = self.pods.get(namespace, name)
+                if current is not None:
+                    self.pods.forget(namespace, name, current.uid)

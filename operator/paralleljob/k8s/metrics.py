@@ -1,0 +1,95 @@
+"""Prometheus metrics and the health endpoint: ``/metrics`` and ``/healthz`` on one small aiohttp server.
+
+Each operator instance has its own registry (several can run in one test process); names follow SPEC
+section 4.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from paralleljob.k8s.metrics_model import Gauges
+
+FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.jobs = Gauge("paralleljob_jobs", "ParallelJobs by phase", ["phase"], registry=r)
+        self.scheduling = Histogram(
+            "paralleljob_scheduling_duration_seconds",
+            "Time to decide one job's placement",
+            buckets=FAST_BUCKETS,
+            registry=r,
+        )
+        self.bind = Histogram(
+            "paralleljob_bind_duration_seconds",
+            "Time from a placement being recorded to its whole gang bound",
+            buckets=FAST_BUCKETS,
+            registry=r,
+        )
+        self.cost = Gauge(
+            "paralleljob_placement_cost_ms",
+            "Estimated communication time per step, summed over placed jobs",
+            ["term"],
+            registry=r,
+        )
+        self.gpus = Gauge("paralleljob_gpus", "GPUs by state", ["state"], registry=r)
+        self.failures = Counter(
+            "paralleljob_failures_total", "Failures handled, by the action taken", ["action"], registry=r
+        )
+        self.recovery = Histogram(
+            "paralleljob_recovery_duration_seconds",
+            "Time from a failure being seen to the repaired gang bound",
+            buckets=FAST_BUCKETS,
+            registry=r,
+        )
+        self.queue_length = Gauge("paralleljob_queue_length", "Jobs waiting, by queue", ["queue"], registry=r)
+        self.fragmentation = Gauge(
+            "paralleljob_fragmentation_ratio", "Share of free GPUs stranded on partly used nodes", registry=r
+        )
+        self.fairness = Gauge(
+            "paralleljob_fairness_jain", "Jain's index of weighted GPU shares across queues", registry=r
+        )
+        self.leader = Gauge("paralleljob_leader", "1 while this instance holds the leader lease", registry=r)
+        self.passes = Counter("paralleljob_reconcile_passes_total", "Reconcile passes run", registry=r)
+        self.binds = Counter("paralleljob_binds_total", "Pods bound", registry=r)
+        self.healthy = True
+        self._queues: set[str] = set()
+
+    def update(self, g: Gauges) -> None:
+        for phase, count in g.jobs.items():
+            self.jobs.labels(phase=phase).set(count)
+        for state, count in g.gpus.items():
+            self.gpus.labels(state=state).set(count)
+        for term, value in g.cost_ms.items():
+            self.cost.labels(term=term).set(value)
+        for queue in self._queues - set(g.queue_length):
+            self.queue_length.labels(queue=queue).set(0)  # a queue whose last job left reads 0, not stale
+        for queue, length in g.queue_length.items():
+            self.queue_length.labels(queue=queue).set(length)
+        self._queues |= set(g.queue_length)
+        self.fragmentation.set(g.fragmentation)
+        self.fairness.set(g.fairness)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def serve(metrics: Metrics, host: str, port: int) -> web.AppRunner:
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n" if metrics.healthy else "unhealthy\n", status=200 if metrics.healthy else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

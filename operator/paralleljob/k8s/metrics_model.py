@@ -1,0 +1,74 @@
+"""The numbers behind the operator's gauges, computed from a pass's view and decisions (pure)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from paralleljob.core.lifecycle import Phase
+from paralleljob.k8s.actions import JobActions
+from paralleljob.k8s.admission import QueueInfo
+from paralleljob.k8s.view import ClusterView
+
+RUNNING = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
+
+
+@dataclass(frozen=True)
+class Gauges:
+    jobs: dict[str, int]  # phase -> count (every phase listed)
+    gpus: dict[str, int]  # total / allocated / unhealthy / free
+    cost_ms: dict[str, float]  # tp / pp / dp / total, summed over placed jobs
+    queue_length: dict[str, int]
+    fragmentation: float
+    fairness: float
+    queue_gpus: dict[str, int] = field(default_factory=dict)
+
+
+def fragmentation_ratio(view: ClusterView) -> float:
+    """Share of the free GPUs that sit on partly used nodes (0: every free GPU is on an empty node)."""
+    if view.state is None or view.topology is None:
+        return 0.0
+    free = stranded = 0
+    for n in range(view.topology.num_nodes):
+        usable = view.state.usable_free(n)
+        free += usable
+        if 0 < usable < view.topology.node_gpu_count[n]:
+            stranded += usable
+    return stranded / free if free else 0.0
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1.0 when everybody gets the same."""
+    squares = sum(v * v for v in values)
+    if not values or squares == 0:
+        return 1.0
+    return sum(values) ** 2 / (len(values) * squares)
+
+
+def gauges(view: ClusterView, jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo]) -> Gauges:
+    phases = Counter(a.draft.phase.value for a in jobs)
+    by_phase = {p.value: phases.get(p.value, 0) for p in Phase}
+    counts = view.state.counts() if view.state is not None else {"total": 0, "allocated": 0, "unhealthy": 0, "free": 0}
+    cost = {"tp": 0.0, "pp": 0.0, "dp": 0.0, "total": 0.0}
+    queue_gpus: dict[str, int] = {}
+    queue_length: dict[str, int] = {}
+    for actions in jobs:
+        request = actions.job.request
+        if request is None:
+            continue
+        if actions.draft.phase in RUNNING:
+            data = actions.draft.data.get("communicationCost") or {}
+            for term, key in (("tp", "tpMs"), ("pp", "ppMs"), ("dp", "dpMs"), ("total", "totalMs")):
+                value = data.get(key)
+                if isinstance(value, int | float):
+                    cost[term] += float(value)
+            queue_gpus[request.queue] = queue_gpus.get(request.queue, 0) + request.spec.num_gpus
+        elif actions.draft.phase is Phase.QUEUED:
+            queue_length[request.queue] = queue_length.get(request.queue, 0) + 1
+    for name in queues:
+        queue_length.setdefault(name, 0)
+    shares = [
+        queue_gpus.get(q, 0) / (queues[q].weight if q in queues else 1.0) for q in set(queue_gpus) | set(queue_length)
+    ]
+    return Gauges(by_phase, counts, cost, queue_length, fragmentation_ratio(view), jain_index(shares), queue_gpus)
