@@ -1,0 +1,251 @@
+"""One scheduling pass: which waiting jobs start now, which wait and why, whom to preempt.
+
+The pass walks the waiting jobs in queue order (``queueing.order``, re-ranked after every admission so
+fair share reacts to what was just admitted). The first job that does not fit becomes the *head*: it gets a
+reservation, and with backfill on, later jobs may start only if they cannot delay it: either they end
+before the head's earliest start (its shadow time) or they avoid the GPUs reserved for it. Without backfill
+every job behind a blocked head waits. With preemption on, a blocked head that outranks running jobs (or
+reclaims its queue's guarantee from borrowers) gets victims chosen by ``preemption``.
+
+The pass allocates admitted jobs in ``state`` (the caller's in-memory model) and returns every decision
+as a value, each with its reasons, for the shell to carry out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.cost import CostModel
+from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.job import JobSpec
+from paralleljob.core.placement import Placement
+from paralleljob.core.placer import Placer
+from paralleljob.core.preemption import PreemptionChoice, choose_victims
+from paralleljob.core.queueing import (
+    PendingJob,
+    QueueBook,
+    QueuePolicy,
+    QueueSpec,
+    RunningJob,
+    effective_priority,
+    starving,
+)
+
+RESERVATION = "__reservation__"
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    job_id: str
+    queue: str
+    placement: Placement
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    job_id: str
+    queue: str
+    reasons: tuple[str, ...]
+    permanent: bool = False  # can never fit: the shell should fail the job
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    job_id: str
+    queue: str
+    start_by: float  # shadow time: when it can start at the latest (inf: unknown)
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    victims: tuple[str, ...]
+    for_job: str
+    grace_period_s: float
+    lost_work_gpu_s: float
+    reasons: tuple[str, ...]
+
+
+Decision = Admit | Wait | Reserve | Preempt
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingPlan:
+    decisions: tuple[Decision, ...]
+    jain_index: float
+
+    def admitted(self) -> list[Admit]:
+        return [d for d in self.decisions if isinstance(d, Admit)]
+
+    def of(self, job_id: str) -> list[Decision]:
+        return [d for d in self.decisions if getattr(d, "job_id", getattr(d, "for_job", None)) == job_id]
+
+
+@dataclass
+class _Head:
+    pending: PendingJob
+    shadow: float
+    reserved: tuple[int, ...]  # GPUs free now that the head will need at its shadow time
+
+
+def schedule(
+    state: ClusterState,
+    placer: Placer,
+    model: CostModel,
+    pending: Sequence[PendingJob],
+    running: Sequence[RunningJob],
+    queues: Sequence[QueueSpec],
+    policy: QueuePolicy,
+    now: float,
+) -> SchedulingPlan:
+    topo = state.topology
+    total_memory = sum(c * m for c, m in zip(topo.node_gpu_count, topo.node_gpu_memory_gb, strict=True))
+    book = QueueBook.of(queues, running, topo.num_gpus, total_memory)
+    lines = _queue_lines(pending, policy, now)
+    decisions: list[Decision] = []
+    head: _Head | None = None
+    while lines:
+        name = min(lines, key=lambda q: _line_key(lines[q][0], book, policy, now))
+        job = lines[name].pop(0)
+        if not lines[name]:
+            del lines[name]
+        spec = job.job
+        refusal = book.quota_refusal(job.queue, spec)
+        if refusal is not None:
+            decisions.append(Wait(spec.job_id, job.queue, (refusal,)))
+            continue
+        if head is not None and not policy.backfill:
+            decisions.append(Wait(spec.job_id, job.queue, (f"waits behind {head.pending.job.job_id} (no backfill)",)))
+            continue
+        try:
+            placement, why = _try_place(state, placer, model, job, head, now)
+        except PlacementInfeasible as exc:
+            if exc.permanent:
+                decisions.append(Wait(spec.job_id, job.queue, exc.reasons, permanent=True))
+                continue
+            if head is None:
+                head = _block(state, placer, model, job, running, book, policy, now, exc, decisions)
+            else:
+                decisions.append(Wait(spec.job_id, job.queue, exc.reasons))
+            continue
+        state.allocate(Allocation(spec.job_id, placement.groups, spec.memory_per_gpu_gb))
+        book.add(job.queue, spec)
+        decisions.append(Admit(spec.job_id, job.queue, placement, (*why, *placement.reasons)))
+    demanding = sorted({p.queue for p in pending} | {r.queue for r in running})
+    return SchedulingPlan(tuple(decisions), book.jain_index(demanding))
+
+
+def _queue_lines(pending: Sequence[PendingJob], policy: QueuePolicy, now: float) -> dict[str, list[PendingJob]]:
+    lines: dict[str, list[PendingJob]] = {}
+    for job in pending:
+        lines.setdefault(job.queue, []).append(job)
+    for line in lines.values():
+        line.sort(
+            key=lambda p: (
+                0 if starving(p, policy, now) else 1,
+                -effective_priority(p, policy, now),
+                p.submitted_at,
+                p.job.job_id,
+            )
+        )
+    return lines
+
+
+def _line_key(p: PendingJob, book: QueueBook, policy: QueuePolicy, now: float) -> tuple[int, float, float, float, str]:
+    starved = starving(p, policy, now)
+    share = book.dominant_share(p.queue) if policy.fair_share and not starved else 0.0
+    return (
+        0 if starved else 1,
+        p.submitted_at if starved else share,
+        -effective_priority(p, policy, now),
+        p.submitted_at,
+        p.job.job_id,
+    )
+
+
+def _try_place(
+    state: ClusterState, placer: Placer, model: CostModel, job: PendingJob, head: _Head | None, now: float
+) -> tuple[Placement, tuple[str, ...]]:
+    """Place ``job`` now without delaying the head (when there is one)."""
+    if head is None:
+        return placer.place(job.job, model), ()
+    runtime = job.expected_runtime_s
+    if runtime is not None and now + runtime <= head.shadow:
+        return placer.place(job.job, model), (
+            f"backfilled: ends by {now + runtime:.0f}s, before {head.pending.job.job_id} can start",
+        )
+    reserved = [g for g in head.reserved if state.owner[g] is None and state.eligible(g, 0.0)]
+    if reserved:
+        state.allocate(Allocation(RESERVATION, tuple((g,) for g in reserved), 0.0))
+    try:
+        placement = placer.place(job.job, model)
+    finally:
+        if reserved:
+            state.release(RESERVATION)
+    return placement, (f"backfilled around the GPUs reserved for {head.pending.job.job_id}",)
+
+
+def _block(
+    state: ClusterState,
+    placer: Placer,
+    model: CostModel,
+    job: PendingJob,
+    running: Sequence[RunningJob],
+    book: QueueBook,
+    policy: QueuePolicy,
+    now: float,
+    refusal: PlacementInfeasible,
+    decisions: list[Decision],
+) -> _Head:
+    """The first job that does not fit: reserve for it, and preempt for it when the policy allows."""
+    spec = job.job
+    choice: PreemptionChoice | None = None
+    if policy.preemption:
+        choice = choose_victims(state, placer, model, job, running, book, policy, now)
+    if choice is not None:
+        decisions.append(
+            Preempt(choice.victims, spec.job_id, policy.grace_period_s, choice.lost_work_gpu_s, choice.reasons)
+        )
+        shadow = now + policy.grace_period_s
+        reserved = choice.placement.gpus
+        why = f"reserved after preempting {', '.join(choice.victims)}"
+    else:
+        shadow, reserved = _shadow(state, placer, model, spec, running, now)
+        why = (
+            f"reserved: earliest start at {shadow:.0f}s when running jobs end"
+            if math.isfinite(shadow)
+            else "reserved: no known end time frees enough GPUs yet"
+        )
+    decisions.append(Reserve(spec.job_id, job.queue, shadow, (*refusal.reasons, why)))
+    return _Head(job, shadow, reserved)
+
+
+def _shadow(
+    state: ClusterState, placer: Placer, model: CostModel, spec: JobSpec, running: Sequence[RunningJob], now: float
+) -> tuple[float, tuple[int, ...]]:
+    """When the head could start if running jobs end as expected, and the GPUs it would get then."""
+    ending = sorted(
+        (r for r in running if r.expected_end_at is not None and r.job.job_id in state.allocations),
+        key=lambda r: (r.expected_end_at, r.job.job_id),
+    )
+    released: list[Allocation] = []
+    result: tuple[float, tuple[int, ...]] = (math.inf, ())
+    try:
+        for job in ending:
+            allocation = state.release(job.job.job_id)
+            if allocation is not None:
+                released.append(allocation)
+            try:
+                placement = placer.place(spec, model)
+            except PlacementInfeasible:
+                continue
+            result = (max(now, float(job.expected_end_at or now)), placement.gpus)
+            break
+    finally:
+        for allocation in reversed(released):
+            state.allocate(allocation)
+    return result
