@@ -1,0 +1,110 @@
+"""The `paralleljob simulate` command: byte-identical output for a seed, a golden Alibaba slice, plots and
+report, and clear errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from paralleljob.cli import main
+from paralleljob.sim.progress import ProgressBar
+
+GOLDEN = Path(__file__).parent / "golden" / "alibaba_slice.json"
+
+
+def alibaba_args(traces: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "simulate",
+        "--trace", str(traces / "alibaba2023_openb_pods.csv"),
+        "--trace-format", "alibaba",
+        "--node-list", str(traces / "alibaba2023_openb_gpu_nodes.csv"),
+        "--node-sample", "8",
+        "--max-jobs", "600",
+        "--compare", "ours,best-fit,first-fit",
+        "--failures", "100",
+        "--seed", "3",
+        "--samples", "50",
+        "--out", str(out),
+        *extra,
+    ]  # fmt: skip
+
+
+def test_golden_alibaba_slice(traces: Path, tmp_path: Path) -> None:
+    """Regenerate with PJ_UPDATE_GOLDEN=1 after an intended change to the placer or the simulator."""
+    assert main(alibaba_args(traces, tmp_path, "--no-plots")) == 0
+    produced = (tmp_path / "metrics.json").read_text()
+    if os.environ.get("PJ_UPDATE_GOLDEN"):
+        GOLDEN.write_text(produced)
+    golden = json.loads(GOLDEN.read_text())
+    actual = json.loads(produced)
+    for policy in ("ours", "best-fit", "first-fit"):
+        assert actual["policies"][policy] == golden["policies"][policy], f"{policy} drifted from the golden run"
+    assert produced == GOLDEN.read_text()
+    assert actual["policies"]["ours"]["tp_groups_across_nodes"] == 0
+
+
+def test_same_seed_same_bytes_and_a_report_with_plots(traces: Path, tmp_path: Path) -> None:
+    first, second, other = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert main(alibaba_args(traces, first, "--max-jobs", "300")) == 0
+    assert main(alibaba_args(traces, second, "--max-jobs", "300", "--no-plots")) == 0
+    for name in ("metrics.json", "timeseries.json", "jobs-ours.csv", "jobs-first-fit.csv"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    assert main(alibaba_args(traces, other, "--max-jobs", "300", "--no-plots", "--seed", "4")) == 0
+    assert (other / "metrics.json").read_bytes() != (first / "metrics.json").read_bytes()
+    for png in ("jct_cdf.png", "allocation.png", "fragmentation.png"):
+        assert (first / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (first / "report.md").read_text()
+    assert "| metric | ours | best-fit | first-fit |" in report
+    assert "![JCT CDF](jct_cdf.png)" in report
+
+
+def test_generic_trace_on_a_uniform_cluster_with_levels(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("submit_s,duration_s,num_gpus,tenant\n0,100,16,a\n10,50,8,b\n20,10,1,a\n")
+    out = tmp_path / "out"
+    code = main(
+        ["simulate", "--trace", str(trace), "--nodes", "4", "--levels", "rack:2:100", "--policy", "best-fit",
+         "--out", str(out), "--no-plots", "--check-invariants"]
+    )  # fmt: skip
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["cluster"]["levels"] == ["node@600GB/s", "rack@100GB/s", "cluster@50GB/s"]
+    assert metrics["policies"]["best-fit"]["jobs"]["completed"] == 3
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--policy", "random"], "invalid choice"),
+        (["--compare", "ours,magic"], "unknown policy"),
+        (["--failures", "often"], "--failures takes a number"),
+        (["--levels", "rack-32"], "bad level"),
+    ],
+)
+def test_bad_arguments_are_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("submit_s,duration_s,num_gpus\n0,10,1\n")
+    argv = ["simulate", "--trace", str(trace), "--nodes", "1", "--out", str(tmp_path / "o"), *extra]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse rejects unknown choices itself
+        code = int(exc.code or 0)
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    quiet = io.StringIO()
+    ProgressBar("ours", 100.0, quiet)(50.0)
+    assert quiet.getvalue() == ""  # a StringIO is not a TTY
+    loud = io.StringIO()
+    bar = ProgressBar("ours", 86_400.0, loud, enabled=True)
+    bar(43_200.0)
+    bar.close()
+    assert "50%" in loud.getvalue() and loud.getvalue().endswith("\n")
