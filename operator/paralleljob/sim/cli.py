@@ -18,6 +18,7 @@ from typing import Any
 from paralleljob.core.cost import COST_MODELS
 from paralleljob.sim.alibaba import read_pods
 from paralleljob.sim.clusters import describe, node_list_cluster, uniform_cluster
+from paralleljob.sim.core_queue import PRESETS as CORE_QUEUES
 from paralleljob.sim.engine import SimConfig, SimResult, Simulation
 from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rate
 from paralleljob.sim.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
@@ -46,7 +47,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--inter-node-bw", type=float, default=50.0, help="GB/s per GPU across the whole cluster")
     p.add_argument("--policy", default="ours", choices=sorted(PLACEMENT_POLICIES))
     p.add_argument("--compare", help="comma-separated policies to run side by side (overrides --policy)")
-    p.add_argument("--queue", default="fifo", choices=sorted(QUEUE_POLICIES))
+    p.add_argument("--queue", default="fifo", choices=sorted([*QUEUE_POLICIES, *CORE_QUEUES]))
     p.add_argument("--cost-model", default="seed", choices=sorted(COST_MODELS))
     p.add_argument("--comm-fraction", type=float, default=0.1, help="share of a step spent communicating")
     p.add_argument("--failures", default="none", help="per 1000 node-days, or rsc2 / llama3 / rsc1, or none")

@@ -9,10 +9,12 @@ seeded ``random.Random`` instances: one for failures, one per job for its shape,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from paralleljob.core import admission, queueing
 from paralleljob.core.baselines import tp_groups_across_nodes
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.cost import cost_model
@@ -23,6 +25,7 @@ from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import recover
 from paralleljob.core.topology import Topology
+from paralleljob.sim.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
 from paralleljob.sim.events import Event, EventQueue, Kind, SimClock
 from paralleljob.sim.failures import Cause, Failure, FailureConfig, FailureProcess, Scope
 from paralleljob.sim.ideal import IdealCosts
@@ -90,6 +93,8 @@ class Simulation:
         self.placer = self.policy.make_placer(self.state)
         self.model = cost_model(config.cost_model)
         self.ideal = IdealCosts(topology, self.model)
+        if queue is None:
+            queue = make_core_queue(config.queue)  # None unless it names a core queue policy
         self.queue = queue if queue is not None else queue_policy(config.queue)
         self.clock = SimClock()
         self.events = EventQueue()
@@ -100,6 +105,8 @@ class Simulation:
         self.specs = [_spec(t, config) for t in self.trace]
         self.jobs: dict[str, SimJob] = {}
         self.running: dict[str, RunningJob] = {}  # jobs in phase Running, for queue policies
+        self.expected_end: dict[str, float] = {}  # when each running job finishes if nothing interrupts it
+        self._preempting: set[str] = set()
         self.node_allocated = [0] * topology.num_nodes
         self.allocated_gpus = 0
         self.gpus_down = 0
@@ -193,6 +200,9 @@ class Simulation:
 
     def _on_schedule(self, event: Event) -> None:
         self._schedule_pending = False
+        if isinstance(self.queue, CoreQueue):
+            self._core_pass(self.queue)
+            return
         now = self.clock.now()
         for waiting in self.queue.candidates(now):
             job = self.jobs[waiting.job_id]
@@ -218,6 +228,48 @@ class Simulation:
             job.step(Step.ADMITTED)
             self._placed(job, placement.groups, placement.cost.total_ms)
             self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
+
+    def _core_pass(self, queue: CoreQueue) -> None:
+        """One pass of the core's admission planner; the engine carries out its decisions."""
+        now = self.clock.now()
+        idle = not self.state.allocations and not self.gpus_down
+        running = []
+        for job_id in sorted(self.running):
+            job = self.jobs[job_id]
+            running.append(
+                queueing.RunningJob(
+                    job.spec, job.trace.tenant, self.running[job_id].started_s, last_checkpoint_at(job, now),
+                    self.expected_end.get(job_id),
+                )
+            )
+        # The planner is typed for the core Placer; the baselines have its place() shape, which is all it calls.
+        placer = cast(Placer, self.placer)
+        plan = admission.schedule(
+            self.state, placer, self.model, queue.pending(self.jobs), running, queue.queues, queue.policy, now
+        )
+        queue.jain.append(plan.jain_index)
+        for decision in plan.decisions:
+            if isinstance(decision, admission.Admit):
+                idle = False  # later verdicts in this plan were taken with this job on the cluster
+                job = self.jobs[decision.job_id]
+                queue.remove(job.job_id)
+                self._count(self.state.allocations[job.job_id], +1)  # the planner allocated it
+                job.step(Step.ADMITTED)
+                self._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
+                self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
+            elif (isinstance(decision, admission.Wait) and decision.permanent) or (
+                isinstance(decision, admission.Reserve) and idle and math.isinf(decision.start_by)
+            ):
+                # Permanent, or blocked on an empty, healthy cluster: it never fits.
+                job = self.jobs[decision.job_id]
+                queue.remove(job.job_id)
+                job.step(Step.REJECTED)
+                self._reject_done(job, "; ".join(decision.reasons))
+            elif isinstance(decision, admission.Preempt):
+                for victim in decision.victims:
+                    if victim not in self._preempting:
+                        self._preempting.add(victim)
+                        self.events.push(now + decision.grace_period_s, Kind.PREEMPT, victim)
 
     def _placed(self, job: SimJob, groups: tuple[tuple[int, ...], ...], cost_ms: float) -> None:
         job.placements += 1
@@ -248,6 +300,7 @@ class Simulation:
             job.first_start = start
         t = job.trace
         self.running[job.job_id] = RunningJob(job.job_id, job.num_gpus, t.tenant, job.spec.priority, start)
+        self.expected_end[job.job_id] = finish
         self.events.push(finish, Kind.FINISH, job.job_id, (job.epoch,))
 
     def _on_finish(self, event: Event) -> None:
@@ -256,6 +309,7 @@ class Simulation:
             return
         self._release(job.job_id)
         self.running.pop(job.job_id, None)
+        self.expected_end.pop(job.job_id, None)
         job.step(Step.COMPLETED)
         job.finished = self.clock.now()
         job.work_left = 0.0
@@ -321,6 +375,7 @@ class Simulation:
         if job.phase is Phase.RUNNING:
             job.interrupt(self.clock.now(), save_all=graceful)
             self.running.pop(job.job_id, None)
+            self.expected_end.pop(job.job_id, None)
         else:
             job.epoch += 1  # placed but not started: cancel the pending START
 
@@ -390,6 +445,7 @@ class Simulation:
 
     def _on_preempt(self, event: Event) -> None:
         job = self.jobs[event.job_id]
+        self._preempting.discard(job.job_id)
         if job.phase is not Phase.RUNNING:
             return
         self._interrupt(job, graceful=True)  # the grace period lets it checkpoint: nothing is lost
@@ -439,4 +495,6 @@ class Simulation:
             "fragmentation_mean": mean_fragmentation(self.series),
             "failures": failure_metrics(self.tally),
         }
+        if isinstance(self.queue, CoreQueue) and self.queue.jain:
+            metrics["fairness_jain_mean"] = math.fsum(self.queue.jain) / len(self.queue.jain)
         return SimResult(self.policy.name, metrics, self.series, jobs)
