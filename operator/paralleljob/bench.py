@@ -185,9 +185,20 @@ def render(results: list[BenchResult]) -> str:
 
 
 def command(args: argparse.Namespace) -> int:
-    if args.what != "placement":
-        print(f"unknown benchmark {args.what!r}")
-        return 2
+    if args.what == "quality":
+        print(
+            "| nodes | instances | placer = MILP optimum | MILP proven | worst gap % | mean gap %"
+            " | placer ms | MILP s |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for nodes in (int(x) for x in args.nodes.split(",")):
+            r = quality(nodes, args.instances, args.seed, args.time_limit)
+            print(
+                f"| {r.nodes} | {r.instances} | {r.equal} | {r.milp_proven} | {r.worst_gap_pct} | {r.mean_gap_pct}"
+                f" | {r.placer_ms_median} | {r.milp_s_median} |",
+                flush=True,
+            )
+        return 0
     results = []
     for gpus in (int(x) for x in args.sizes.split(",")):
         for topology in args.topology.split(","):
@@ -203,10 +214,91 @@ def command(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark (placement)")
-    parser.add_argument("what", choices=["placement"], help="which benchmark")
+    parser.add_argument("what", choices=["placement", "quality"], help="which benchmark")
     parser.add_argument("--sizes", default="1000,10000,100000", help="cluster sizes in GPUs, comma-separated")
     parser.add_argument("--topology", default="flat,tree", help="flat (node/cluster) and/or tree (rack/spine)")
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="also write the results as JSON here")
+    parser.add_argument("--nodes", default="8,16,32,64", help="quality: cluster sizes in nodes")
+    parser.add_argument("--instances", type=int, default=20, help="quality: instances per size")
+    parser.add_argument("--time-limit", type=float, default=120.0, help="quality: MILP time limit (s)")
     parser.set_defaults(handler=command)
+
+
+# ---- quality against an exact MILP ---------------------------------------------------------------------
+@dataclass
+class QualityRow:
+    nodes: int
+    instances: int
+    equal: int
+    milp_proven: int
+    worst_gap_pct: float
+    mean_gap_pct: float
+    placer_ms_median: float
+    milp_s_median: float
+
+
+def quality_instance(rng: random.Random, nodes: int) -> tuple[ClusterState, JobSpec]:
+    """A partly used rack/spine cluster (random jobs, a few failed GPUs) and a random seed-model job."""
+    from paralleljob.core import ModelShape
+
+    topo = Topology.uniform(nodes, 8, levels=[("rack", 4, 200.0), ("spine", 16, 100.0)])
+    state = ClusterState(topo)
+    placer, model = Placer(state), cost_model("seed")
+    target = rng.uniform(0.2, 0.6) * topo.num_gpus
+    used, n = 0, 0
+    while used < target and n < 1000:
+        job = JobSpec(f"bg-{n}", rng.choice([1, 2, 4]), 1, rng.choice([1, 2, 3]), 10.0)
+        n += 1
+        try:
+            placement = placer.place(job, model)
+        except PlacementInfeasible:
+            continue
+        state.allocate(Allocation(job.job_id, placement.groups, 10.0))
+        used += job.num_gpus
+    for gpu in rng.sample(range(topo.num_gpus), topo.num_gpus // 30):
+        if state.owner[gpu] is None:
+            state.set_health(gpu, GPUHealth.OFFLINE)
+    while True:
+        tp, pp, dp = rng.choice([1, 2, 4, 8]), rng.randint(1, 4), rng.randint(1, 6)
+        if pp * dp <= 16:
+            break
+    shape = ModelShape(
+        num_params_billions=rng.choice([0.05, 0.5, 7.0, 70.0]),
+        seq_len=rng.choice([2048, 8192]),
+        micro_batch_size=rng.choice([1, 4]),
+    )
+    return state, JobSpec("job", tp, pp, dp, 40.0, shape)
+
+
+def quality(nodes: int, instances: int, seed: int, time_limit_s: float) -> QualityRow:
+    from paralleljob.milp import solve
+
+    rng = random.Random(seed)
+    model = cost_model("seed")
+    gaps: list[float] = []
+    placer_ms: list[float] = []
+    milp_s: list[float] = []
+    equal = proven = 0
+    while len(gaps) < instances:
+        state, job = quality_instance(rng, nodes)
+        start = time.perf_counter()
+        try:
+            placement = Placer(state).place(job, model)
+        except PlacementInfeasible:
+            continue
+        placer_ms.append((time.perf_counter() - start) * 1e3)
+        result = solve(state, job, time_limit_s)
+        milp_s.append(result.seconds)
+        if result.cost_ms is None:
+            continue
+        proven += result.optimal
+        reference = result.cost_ms if result.optimal else (result.bound_ms or result.cost_ms)
+        gap = max(0.0, placement.cost.total_ms - reference) / max(reference, 1e-12) * 100
+        equal += gap <= 1e-6
+        gaps.append(gap)
+    return QualityRow(
+        nodes, len(gaps), equal, proven, round(max(gaps), 4), round(statistics.mean(gaps), 4),
+        round(statistics.median(placer_ms), 2), round(statistics.median(milp_s), 2),
+    )

@@ -122,6 +122,29 @@ class DomainPicker:
                 return [(level, d) for _, _, d in sorted(fitting)[:SCOPES_PER_LEVEL]]
         return []
 
+    def fit_level(self, level: int, domain: int, target: int, need: int, unit: int) -> int:
+        """The lowest level of a domain inside (level, domain) that alone holds ``need`` units."""
+        if level == target:
+            return level
+        if target == 0 and level == 1:
+            return 0 if self._fits_one_node(domain, need, unit) else 1
+        best = level
+        for child in self.children[level][domain]:
+            if self.capacity(level - 1, child, target, unit) >= need:
+                best = min(best, self.fit_level(level - 1, child, target, need, unit))
+                if best == target:
+                    break
+        return best
+
+    def _fits_one_node(self, domain: int, need: int, unit: int) -> bool:
+        if self.taken:
+            row_of = self.topology.domain_of[1]
+            if any(row_of[n] == domain and self.node_units(n, unit) >= need for n in self.taken):
+                return True
+        row = self.state.free_histogram(1, domain, self.request.memory_gb)
+        vector = self._units_vector(unit)
+        return any(count and vector[k] >= need for k, count in enumerate(row))
+
     def _ideal_parts(self, level: int, target: int, need: int, unit: int) -> int:
         if level == target:
             return 1
@@ -182,7 +205,10 @@ class DomainPicker:
         while remaining > 0 and caps:
             fitting = [(cap, c) for cap, c in caps if cap >= remaining]
             if fitting:
-                cap, child = min(fitting)
+                # The child where the remainder fits deepest (in one rack rather than a spine), then tightest.
+                cap, child = min(
+                    fitting, key=lambda cc: (self.fit_level(level - 1, cc[1], target, remaining, unit), cc)
+                )
                 take = remaining
             else:
                 cap, child = max(caps)
