@@ -1,7 +1,8 @@
 """The policies a simulation selects by name: a placement policy and a queue policy.
 
 Placement policies wrap placers from the core, imported, never copied: ``ours`` is the core
-:class:`~paralleljob.core.placer.Placer` with minimal recovery; ``first-fit`` and ``best-fit`` are the
+:class:`~paralleljob.core.placer.Placer` with minimal recovery (``ours-full``: with full recovery, to
+measure what the minimal repair buys or costs); ``first-fit`` and ``best-fit`` are the
 baselines of :mod:`paralleljob.core.baselines` with full re-placement on failure (the job restarts
 elsewhere, as a plain gang scheduler would do it).
 
@@ -41,6 +42,9 @@ class PlacementPolicy:
 PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
     "ours": PlacementPolicy(
         "ours", Placer, RecoveryStrategy.MINIMAL, "core Placer (cost-optimal placement) + minimal recovery"
+    ),
+    "ours-full": PlacementPolicy(
+        "ours-full", Placer, RecoveryStrategy.FULL, "core Placer (cost-optimal placement) + full recovery"
     ),
     "first-fit": PlacementPolicy(
         "first-fit", FirstFitPlacer, None, "FIFO + first-fit: first free GPUs in id order (topology-unaware)"
