@@ -87,6 +87,7 @@ def _build_one(go: str, spec: BinarySpec, version: str, target: Path, report: Re
         temporary.unlink(missing_ok=True)
         raise RuntimeError(f"building {spec.name} failed (exit {returncode}):\n{log_path.read_text()[-4000:]}")
     os.replace(temporary, target / spec.name)
+    log_path.unlink(missing_ok=True)  # kept only when the build failed
     report(f"built {spec.name} in {elapsed:.0f} s")
 
 

@@ -56,8 +56,12 @@ def is_running(record: state.ClusterState) -> bool:
 
 
 def up(
-    name: str = "default", shape: NodeShape | None = None, report: Report = _stderr
+    name: str = "default",
+    shape: NodeShape | None = None,
+    report: Report = _stderr,
+    die_with_caller: bool = False,
 ) -> DevCluster:
+    """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests)."""
     shape = shape or NodeShape()
     existing = state.load(name)
     if existing is not None:
@@ -76,12 +80,14 @@ def up(
         record.ports = {"etcd": etcd_port, "etcd-peer": etcd_peer_port, "kube-apiserver": api_port}
         pki = write_pki(run_dir / "pki")
 
-        etcd = controlplane.start_etcd(binaries["etcd"], run_dir, etcd_port, etcd_peer_port)
+        etcd = controlplane.start_etcd(binaries["etcd"], run_dir, etcd_port, etcd_peer_port, die_with_caller)
         _remember(record, etcd)
         controlplane.wait_etcd(etcd, etcd_port)
 
         server = f"https://127.0.0.1:{api_port}"
-        apiserver = controlplane.start_apiserver(binaries["kube-apiserver"], run_dir, pki, api_port, etcd_port)
+        apiserver = controlplane.start_apiserver(
+            binaries["kube-apiserver"], run_dir, pki, api_port, etcd_port, die_with_caller
+        )
         _remember(record, apiserver)
         controlplane.wait_apiserver(apiserver, server, pki)
         report(f"kube-apiserver ready at {server} ({time.monotonic() - started:.1f} s)")
@@ -89,7 +95,7 @@ def up(
         kubeconfig = run_dir / "kubeconfig"
         write_kubeconfig(kubeconfig, server, pki.ca_cert, pki.admin_token, f"paralleljob-{name}")
         record.kubeconfig, record.server = str(kubeconfig), server
-        _remember(record, kwok.start_kwok(binaries["kwok"], run_dir, kubeconfig))
+        _remember(record, kwok.start_kwok(binaries["kwok"], run_dir, kubeconfig, die_with_caller))
 
         installed = asyncio.run(_populate(kubeconfig, shape))
         record.nodes, record.shape = shape.names(), asdict(shape)

@@ -28,7 +28,9 @@ class StartupError(RuntimeError):
     """A process did not come up; the message carries the tail of its log."""
 
 
-def start_etcd(binary: Path, run_dir: Path, client_port: int, peer_port: int) -> ProcessRecord:
+def start_etcd(
+    binary: Path, run_dir: Path, client_port: int, peer_port: int, die_with_parent: bool = False
+) -> ProcessRecord:
     client_url = f"http://127.0.0.1:{client_port}"
     peer_url = f"http://127.0.0.1:{peer_port}"
     argv = [
@@ -45,10 +47,12 @@ def start_etcd(binary: Path, run_dir: Path, client_port: int, peer_port: int) ->
         "--unsafe-no-fsync=true",
         "--log-level=warn",
     ]
-    return process.spawn("etcd", argv, run_dir / "logs" / "etcd.log")
+    return process.spawn("etcd", argv, run_dir / "logs" / "etcd.log", die_with_parent=die_with_parent)
 
 
-def start_apiserver(binary: Path, run_dir: Path, pki: Pki, port: int, etcd_client_port: int) -> ProcessRecord:
+def start_apiserver(
+    binary: Path, run_dir: Path, pki: Pki, port: int, etcd_client_port: int, die_with_parent: bool = False
+) -> ProcessRecord:
     argv = [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{etcd_client_port}",
@@ -69,7 +73,8 @@ def start_apiserver(binary: Path, run_dir: Path, pki: Pki, port: int, etcd_clien
         "--profiling=false",
         "--v=1",
     ]
-    return process.spawn("kube-apiserver", argv, run_dir / "logs" / "kube-apiserver.log")
+    log = run_dir / "logs" / "kube-apiserver.log"
+    return process.spawn("kube-apiserver", argv, log, die_with_parent=die_with_parent)
 
 
 def _fail(record: ProcessRecord, why: str) -> StartupError:

@@ -33,7 +33,7 @@ def stage_files() -> list[Path]:
     return stages
 
 
-def start_kwok(binary: Path, run_dir: Path, kubeconfig: Path) -> ProcessRecord:
+def start_kwok(binary: Path, run_dir: Path, kubeconfig: Path, die_with_parent: bool = False) -> ProcessRecord:
     home = run_dir / "kwok"
     home.mkdir(parents=True, exist_ok=True)
     key, value = MANAGED_ANNOTATION
@@ -49,4 +49,4 @@ def start_kwok(binary: Path, run_dir: Path, kubeconfig: Path) -> ProcessRecord:
     argv += [f"--config={path}" for path in stage_files()]
     # kwok also reads ~/.kwok/kwok.yaml when it exists; a private HOME keeps a user's config out.
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
-    return process.spawn("kwok", argv, run_dir / "logs" / "kwok.log", env=env)
+    return process.spawn("kwok", argv, run_dir / "logs" / "kwok.log", env=env, die_with_parent=die_with_parent)

@@ -7,6 +7,7 @@ signals an unrelated process that happens to have reused the PID.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -21,6 +22,8 @@ from paralleljob.devcluster.state import ProcessRecord
 # Popen objects of processes started by this Python process: waiting on them reaps the zombie and keeps
 # Popen's destructor from warning that a child is still running.
 _children: dict[int, subprocess.Popen[bytes]] = {}
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def free_loopback_ports(count: int) -> list[int]:
@@ -47,7 +50,24 @@ def _start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def spawn(name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> ProcessRecord:
+def _die_with_parent() -> None:
+    """Runs in the child before exec: the kernel SIGKILLs it when the process that started it dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    die_with_parent: bool = False,
+) -> ProcessRecord:
+    """Start ``argv`` detached, appending its output to ``log_path``.
+
+    ``die_with_parent`` ties its life to this Python process (for test sessions: a killed pytest must not
+    leave an API server behind); without it the process outlives us, as ``dev-cluster up`` needs.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         process = subprocess.Popen(
@@ -58,6 +78,7 @@ def spawn(name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str]
             env=dict(env) if env is not None else None,
             start_new_session=True,
             close_fds=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
         )
     _children[process.pid] = process
     ticks = _start_ticks(process.pid)

@@ -57,10 +57,16 @@ def cache_root() -> Path:
 
 def pinned_version(module_dir: Path, module: str) -> str:
     """The version of ``module`` required by the go.mod in ``module_dir``."""
-    text = (module_dir / "go.mod").read_text()
+    go_mod = module_dir / "go.mod"
+    if not go_mod.is_file():
+        raise RuntimeError(
+            f"{go_mod} not found: the dev cluster builds from a source checkout"
+            " (or set PARALLELJOB_DEVCLUSTER_DEPLOY)"
+        )
+    text = go_mod.read_text()
     match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
     if not match:
-        raise RuntimeError(f"{module_dir / 'go.mod'} does not require {module}")
+        raise RuntimeError(f"{go_mod} does not require {module}")
     return match.group(1)
 
 
