@@ -52,6 +52,7 @@ class Executor:
         self.post_event = post_event
         self.crash_after_binds = crash_after_binds
         self.binds_done = 0
+        self.binds_started = 0
         self.services: set[tuple[str, str, str]] = set()
 
     async def execute(self, plan: Plan) -> Outcome:
@@ -155,6 +156,11 @@ class Executor:
         await self._bind(job.key, PodBind(job.namespace, meta["name"], uid, create.node), outcome)
 
     async def _bind(self, job_key: str, bind: PodBind, outcome: Outcome) -> None:
+        if self.crash_after_binds:
+            # Test hook for "killed mid-gang": issue exactly N binds, then die once they have landed.
+            if self.binds_started >= self.crash_after_binds:
+                await asyncio.Event().wait()
+            self.binds_started += 1
         try:
             await retrying(lambda: self.kube.bind(bind.namespace, bind.name, bind.uid, bind.node))
         except ApiError as exc:

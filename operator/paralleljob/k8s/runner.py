@@ -25,7 +25,11 @@ async def run_operator(
     config = config.with_identity()
     kube = await Kube.connect(kubeconfig, config.write_concurrency)
     metrics = Metrics()
-    web = await serve(metrics, config.metrics_host, config.metrics_port)
+    try:
+        web = await serve(metrics, config.metrics_host, config.metrics_port)
+    except OSError:
+        await kube.close()
+        raise
     log.info("metrics on http://%s:%d/metrics; identity %s", config.metrics_host, config.metrics_port, config.identity)
     reconciler = Reconciler(kube, config, metrics)
     election = LeaderElection(

@@ -1,0 +1,37 @@
+"""Fixtures for the operator's end-to-end tests (helpers live in ``pjhelpers``).
+
+- ``pj_operator`` (session): ``paralleljob operator`` as a real subprocess against the session's dev cluster
+  (so "kill it mid-gang" is a real kill), with its own metrics port; tests may stop and restart it.
+- ``pjs``: create/read/wait/delete ParallelJobs in the test's namespace; at teardown every ParallelJob is
+  deleted and the test waits until the operator removed their pods, so the next test starts on free GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pjhelpers import Jobs, OperatorProcess
+
+from paralleljob.devcluster.cluster import DevCluster
+from paralleljob.devcluster.session import KubeSession
+
+
+@pytest.fixture(scope="session")
+def pj_operator(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def pjs(kube: KubeSession, namespace: str, pj_operator: OperatorProcess) -> Iterator[Jobs]:
+    pj_operator.ensure_running()
+    jobs = Jobs(kube, namespace, pj_operator)
+    try:
+        yield jobs
+    finally:
+        jobs.cleanup()
