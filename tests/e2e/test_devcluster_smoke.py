@@ -122,3 +122,27 @@ def test_kubectl_sees_gpu_nodes_with_labels_and_capacity(dev_cluster: DevCluster
     assert first["metadata"]["labels"]["nvidia.com/gpu.product"] == kube.shape.gpu_product
     racks = {items[name]["metadata"]["labels"][LEAF_LABEL] for name in kube.shape.names()}
     assert len(racks) == kube.shape.count // kube.shape.nodes_per_rack
+
+
+def test_restore_nodes_undoes_every_kind_of_damage(chaos: KubeSession) -> None:
+    node = chaos.shape.node_name(4)
+    patch = {
+        "metadata": {"labels": {"nvidia.com/gpu.memory": "lots"}},
+        "spec": {"unschedulable": True, "taints": [{"key": "maintenance", "effect": "NoSchedule"}]},
+    }
+    chaos.run(chaos.core.patch_node(node, patch))
+    chaos.set_gpu_healthy_condition(node, healthy=False)
+    chaos.set_unhealthy_gpus(node, [0])
+    chaos.make_node_not_ready(node)
+    chaos.wait_node_ready(node, ready=False, timeout_s=15)
+    damaged = chaos.run(chaos.core.read_node(node))
+    assert any(c.type == "GPUHealthy" and c.status == "False" for c in damaged.status.conditions)
+
+    chaos.restore_nodes()
+
+    restored = chaos.run(chaos.core.read_node(node))
+    assert restored.metadata.labels["nvidia.com/gpu.memory"] == str(chaos.shape.gpu_memory_mib)
+    assert not restored.spec.unschedulable and not restored.spec.taints
+    assert UNHEALTHY_GPUS_ANNOTATION not in (restored.metadata.annotations or {})
+    assert {c.type: c.status for c in restored.status.conditions}.get("GPUHealthy") is None
+    chaos.wait_node_ready(node, ready=True, timeout_s=1)

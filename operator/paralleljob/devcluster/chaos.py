@@ -5,20 +5,30 @@ Each failure is one the operator must notice through the API, exactly as on a re
 - :func:`make_node_not_ready` — kwok's chaos label; kwok flips the node's Ready condition to False.
 - :func:`delete_node` — the Node object disappears (pods bound to it stay: there is no pod GC).
 - :func:`set_unhealthy_gpus` — the ``paralleljob.dev/unhealthy-gpus`` annotation the health agent writes.
+- :func:`set_gpu_healthy_condition` — the health agent's ``GPUHealthy`` node condition.
 
-:func:`heal_node` and :func:`restore_nodes` undo them, so a test can leave the shared cluster as it found it.
+:func:`heal_node` undoes the chaos on one node; :func:`restore_nodes` puts every node back as ``up`` made it
+(re-created, original labels, schedulable, untainted), so a test leaves the shared cluster as it found it.
 All functions take a kubernetes_asyncio ``ApiClient`` (see :func:`paralleljob.devcluster.kubeconfig.api_client`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from paralleljob.devcluster.kwok import NOT_READY_LABEL, NOT_READY_MESSAGE_ANNOTATION, NOT_READY_REASON_ANNOTATION
-from paralleljob.devcluster.nodes import UNHEALTHY_GPUS_ANNOTATION, NodeShape, create_gpu_nodes, wait_nodes_ready
+from paralleljob.devcluster.nodes import (
+    GPU_HEALTHY_CONDITION,
+    UNHEALTHY_GPUS_ANNOTATION,
+    NodeShape,
+    create_gpu_nodes,
+    gpu_node_manifest,
+    wait_nodes_ready,
+)
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
@@ -48,6 +58,22 @@ async def set_unhealthy_gpus(api: ApiClient, node: str, gpu_indices: Iterable[in
     indices = sorted(set(gpu_indices))
     value = ",".join(str(i) for i in indices) if indices else None
     await _core(api).patch_node(node, {"metadata": {"annotations": {UNHEALTHY_GPUS_ANNOTATION: value}}})
+
+
+async def set_gpu_healthy_condition(
+    api: ApiClient, node: str, healthy: bool, reason: str = "XID79", message: str = "GPU has fallen off the bus"
+) -> None:
+    """Write the ``GPUHealthy`` node condition as the health agent does (kwok's heartbeats keep it)."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": GPU_HEALTHY_CONDITION,
+        "status": "True" if healthy else "False",
+        "reason": "GPUsHealthy" if healthy else reason,
+        "message": "all GPUs healthy" if healthy else message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    await _core(api).patch_node_status(node, {"status": {"conditions": [condition]}})
 
 
 async def delete_node(api: ApiClient, node: str) -> None:
@@ -92,12 +118,23 @@ async def wait_node_ready(api: ApiClient, node: str, ready: bool = True, timeout
         await asyncio.sleep(0.1)
 
 
+async def reset_node(api: ApiClient, shape: NodeShape, index: int) -> None:
+    """Put node ``index`` back as ``up`` made it: chaos undone, original labels, schedulable, untainted,
+    and no ``GPUHealthy`` condition (labels a test added on top are left alone)."""
+    name = shape.node_name(index)
+    await heal_node(api, name)
+    labels = gpu_node_manifest(shape, index)["metadata"]["labels"]
+    await _core(api).patch_node(name, {"metadata": {"labels": labels}, "spec": {"unschedulable": None, "taints": None}})
+    delete_condition = {"status": {"conditions": [{"type": GPU_HEALTHY_CONDITION, "$patch": "delete"}]}}
+    await _core(api).patch_node_status(name, delete_condition)
+
+
 async def restore_nodes(api: ApiClient, shape: NodeShape, timeout_s: float = 60.0) -> None:
-    """Re-create deleted nodes, heal the others, and wait until all of ``shape``'s nodes are Ready."""
+    """Re-create deleted nodes, reset the others (:func:`reset_node`), and wait until all are Ready."""
     existing = {node.metadata.name for node in (await _core(api).list_node()).items}
     missing = [i for i, name in enumerate(shape.names()) if name not in existing]
     await create_gpu_nodes(api, shape, missing)
-    for name in shape.names():
+    for index, name in enumerate(shape.names()):
         if name in existing:
-            await heal_node(api, name)
+            await reset_node(api, shape, index)
     await wait_nodes_ready(api, shape.names(), timeout_s)

@@ -22,6 +22,7 @@ SPINE_LABEL = "network.topology.nvidia.com/spine"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 GPU_RESOURCE = "nvidia.com/gpu"
 UNHEALTHY_GPUS_ANNOTATION = "paralleljob.dev/unhealthy-gpus"
+GPU_HEALTHY_CONDITION = "GPUHealthy"  # node condition the health agent writes
 DEV_CLUSTER_LABEL = "paralleljob.dev/dev-cluster"
 
 

@@ -84,6 +84,9 @@ class KubeSession:
     def set_unhealthy_gpus(self, node: str, gpu_indices: Iterable[int]) -> None:
         self.run(chaos.set_unhealthy_gpus(self.api, node, gpu_indices))
 
+    def set_gpu_healthy_condition(self, node: str, healthy: bool, reason: str = "XID79") -> None:
+        self.run(chaos.set_gpu_healthy_condition(self.api, node, healthy, reason))
+
     def delete_node(self, node: str) -> None:
         self.run(chaos.delete_node(self.api, node))
 
