@@ -7,7 +7,11 @@ go 1.26.0
 
 godebug default=go1.26
 
-tool k8s.io/kubernetes/cmd/kube-apiserver
+// kube-scheduler is not part of the dev cluster; the benchmark builds it as a baseline from this module.
+tool (
+	k8s.io/kubernetes/cmd/kube-apiserver
+	k8s.io/kubernetes/cmd/kube-scheduler
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -39,6 +43,7 @@ require (
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/cel-go v0.26.0 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0 // indirect
