@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: all venv lint test unit demo bench clean k8s-binaries
+.PHONY: all venv lint test unit demo demo-down bench clean k8s-binaries
 
 all: test
 
@@ -35,7 +35,10 @@ test: lint k8s-binaries
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: venv
-	$(BIN)/paralleljob demo
+	$(BIN)/paralleljob demo-cluster
+
+demo-down: venv
+	$(BIN)/paralleljob demo-cluster --down
 
 bench: venv
 	$(BIN)/paralleljob bench placement

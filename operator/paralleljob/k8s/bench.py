@@ -1,0 +1,312 @@
+"""``paralleljob bench-operator``: the operator's numbers on the local control plane (SPEC section 4).
+
+1. apply -> bound: time from creating a 64-pod ParallelJob to all 64 pods bound (target <= 2 s);
+2. throughput: a stream of jobs applied at once, pods bound per second, against kube-scheduler binding the
+   same number of plain pods on the same API server in the same run (target ratio >= 1.0);
+3. repair: time from a node turning NotReady (as seen by a watch) to its replacement pods bound (<= 2 s).
+Times are taken by this process from its own watch of the API, the way a user would see them. The operator
+runs as a separate process, as it would in a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path
+from paralleljob.k8s.constants import API_VERSION, JOB_LABEL, KIND
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def watch(kube: Kube, path: str, query: dict[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
+    """Raw watch events ({type, object}) of ``path`` (a list URL), from now on."""
+    headers = await kube._headers("application/json")
+    params = {"watch": "1", "allowWatchBookmarks": "false", **(query or {})}
+    response = await kube.api.rest_client.pool_manager.get(
+        kube.host + path, params=params, headers=headers, timeout=None
+    )
+    try:
+        async for line in response.content:
+            if line.strip():
+                yield json.loads(line)
+    finally:
+        response.release()
+
+
+class PodTracker:
+    """Watches one namespace's pods and notes when each pod (by UID) was first seen bound."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.pods: dict[str, dict[str, Any]] = {}  # uid -> {name, node, labels}
+        self.bound_at: dict[str, float] = {}
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> PodTracker:
+        self.task = asyncio.create_task(self._run())
+        await asyncio.sleep(0.3)  # let the watch open before anything is created
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    async def _run(self) -> None:
+        async for event in watch(self.kube, pod_path(self.namespace)):
+            pod = event.get("object") or {}
+            meta = pod.get("metadata") or {}
+            uid = meta.get("uid")
+            if not uid:
+                continue
+            if event.get("type") == "DELETED":
+                self.pods.pop(uid, None)
+            else:
+                node = (pod.get("spec") or {}).get("nodeName")
+                self.pods[uid] = {"name": meta.get("name"), "node": node, "labels": meta.get("labels") or {}}
+                if node and uid not in self.bound_at:
+                    self.bound_at[uid] = time.monotonic()
+            self.changed.set()
+
+    async def wait(self, predicate: Callable[[], bool], timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            self.changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("benchmark condition not reached")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), remaining)
+
+    def bound(self, job: str | None = None) -> list[str]:
+        return [u for u, p in self.pods.items() if p["node"] and (job is None or p["labels"].get(JOB_LABEL) == job)]
+
+
+def job_body(name: str, tp: int, pp: int, dp: int) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "parallelism": {"tensor": tp, "pipeline": pp, "data": dp},
+            "template": {"spec": {"containers": [{"name": "trainer", "image": "bench:1"}]}},
+        },
+    }
+
+
+async def delete_jobs(kube: Kube, namespace: str, tracker: PodTracker) -> None:
+    items, _ = await kube.list(job_path(namespace))
+    await asyncio.gather(*(kube.delete(job_path(namespace, i["metadata"]["name"])) for i in items))
+    await tracker.wait(lambda: not tracker.pods, 120)
+
+
+async def bench_latency(kube: Kube, namespace: str, repeats: int) -> dict[str, Any]:
+    samples = []
+    async with PodTracker(kube, namespace) as tracker:
+        for i in range(repeats):
+            started = time.monotonic()
+            await kube.request("POST", job_path(namespace), job_body(f"wide-{i}", 1, 8, 8))
+            await tracker.wait(lambda i=i: len(tracker.bound(f"wide-{i}")) == 64)  # type: ignore[misc]
+            samples.append(max(tracker.bound_at[u] for u in tracker.bound(f"wide-{i}")) - started)
+            await delete_jobs(kube, namespace, tracker)
+    return {
+        "pods": 64,
+        "samples_s": [round(s, 4) for s in samples],
+        "median_s": round(statistics.median(samples), 4),
+        "max_s": round(max(samples), 4),
+    }
+
+
+async def bench_stream(kube: Kube, namespace: str, jobs: int, pods_per_job: int) -> dict[str, Any]:
+    async with PodTracker(kube, namespace) as tracker:
+        total = jobs * pods_per_job
+        started = time.monotonic()
+        await asyncio.gather(
+            *(
+                kube.request("POST", job_path(namespace), job_body(f"s{i}", 1, 2, pods_per_job // 2))
+                for i in range(jobs)
+            )
+        )
+        await tracker.wait(lambda: len(tracker.bound()) == total, 300)
+        elapsed = max(tracker.bound_at[u] for u in tracker.bound()) - started
+        await delete_jobs(kube, namespace, tracker)
+    return {"jobs": jobs, "pods": total, "seconds": round(elapsed, 4), "pods_per_second": round(total / elapsed, 1)}
+
+
+def plain_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"bench": "plain"}},
+        "spec": {"containers": [{"name": "c", "image": "bench:1"}]},
+    }
+
+
+async def bench_kube_scheduler(
+    kube: Kube, kubeconfig: Path, namespace: str, pods: int, qps: float, burst: int, workdir: Path
+) -> dict[str, Any]:
+    from paralleljob.k8s.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
+
+    binary = ensure_kube_scheduler(lambda m: print(m, file=sys.stderr, flush=True))
+    proc = start_kube_scheduler(binary, kubeconfig, workdir, qps, burst)
+    try:
+        async with PodTracker(kube, namespace) as tracker:
+            await asyncio.sleep(2.0)  # let its informers sync
+            started = time.monotonic()
+            await asyncio.gather(*(kube.request("POST", pod_path(namespace), plain_pod(f"p{i}")) for i in range(pods)))
+            await tracker.wait(lambda: len(tracker.bound()) == pods, 300)
+            elapsed = max(tracker.bound_at[u] for u in tracker.bound()) - started
+            await kube.request(
+                "DELETE", pod_path(namespace), query={"labelSelector": "bench=plain"}, body={"gracePeriodSeconds": 0}
+            )
+            await tracker.wait(lambda: not tracker.pods, 120)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    return {
+        "pods": pods,
+        "qps": qps,
+        "burst": burst,
+        "seconds": round(elapsed, 4),
+        "pods_per_second": round(pods / elapsed, 1),
+    }
+
+
+async def bench_repair(kube: Kube, namespace: str, repeats: int) -> dict[str, Any]:
+    from paralleljob.devcluster.chaos import heal_node, make_node_not_ready, wait_node_ready
+
+    samples = []
+    async with PodTracker(kube, namespace) as tracker:
+        await kube.request("POST", job_path(namespace), job_body("victim", 4, 2, 2))
+        await tracker.wait(lambda: len(tracker.bound("victim")) == 4)
+        for _ in range(repeats):
+            node = sorted(p["node"] for p in tracker.pods.values() if p["node"])[0]
+            before = {u for u, p in tracker.pods.items() if p["node"] == node}
+            nodes_seen: dict[str, float] = {}
+            watcher = asyncio.create_task(_wait_not_ready(kube, node, nodes_seen))
+            await asyncio.sleep(0.2)
+            await make_node_not_ready(kube.api, node)
+            await watcher
+            await tracker.wait(functools.partial(_replaced, tracker, frozenset(before)))
+            replaced = [u for u in tracker.bound("victim") if tracker.pods[u]["node"] != node and u not in before]
+            newest = max(tracker.bound_at[u] for u in tracker.bound("victim"))
+            samples.append(newest - nodes_seen["not_ready"])
+            assert replaced
+            await heal_node(kube.api, node)
+            await wait_node_ready(kube.api, node)
+        await delete_jobs(kube, namespace, tracker)
+    return {
+        "samples_s": [round(s, 4) for s in samples],
+        "median_s": round(statistics.median(samples), 4),
+        "max_s": round(max(samples), 4),
+    }
+
+
+def _replaced(tracker: PodTracker, old: frozenset[str]) -> bool:
+    return all(u not in tracker.pods for u in old) and len(tracker.bound("victim")) == 4
+
+
+async def _wait_not_ready(kube: Kube, node: str, seen: dict[str, float]) -> None:
+    async for event in watch(kube, "/api/v1/nodes", {"fieldSelector": f"metadata.name={node}"}):
+        conditions = ((event.get("object") or {}).get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") != "True" for c in conditions):
+            seen["not_ready"] = time.monotonic()
+            return
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from paralleljob.devcluster.cluster import down, up
+    from paralleljob.devcluster.nodes import NodeShape
+
+    name = f"bench-{os.getpid()}"
+    shape = NodeShape(count=args.nodes, gpus_per_node=8, nodes_per_rack=4)
+    cluster = up(name, shape, die_with_caller=True)
+    workdir = Path(tempfile.mkdtemp(prefix="pj-bench-"))
+    port = _free_port()
+    operator = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "paralleljob.cli",
+            "operator",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--metrics-port",
+            str(port),
+            "--metrics-host",
+            "127.0.0.1",
+            "--lease-duration",
+            "5",
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=(workdir / "operator.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8}
+    kube = await Kube.connect(str(cluster.kubeconfig))
+    try:
+        for ns in ("bench-latency", "bench-stream", "bench-plain", "bench-repair"):
+            with contextlib.suppress(ApiError):
+                await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        await asyncio.sleep(3.0)  # operator start-up and leader election
+        results["apply_to_bound_64"] = await bench_latency(kube, "bench-latency", args.repeats)
+        print(f"64-pod job, apply -> all bound: {results['apply_to_bound_64']}", file=sys.stderr)
+        pods_per_job = 8
+        jobs = min(args.jobs, args.nodes * 8 // pods_per_job)
+        results["stream"] = await bench_stream(kube, "bench-stream", jobs, pods_per_job)
+        print(f"stream: {results['stream']}", file=sys.stderr)
+        if not args.no_kube_scheduler:
+            total = results["stream"]["pods"]
+            default = await bench_kube_scheduler(kube, cluster.kubeconfig, "bench-plain", total, 50, 100, workdir)
+            lifted = await bench_kube_scheduler(kube, cluster.kubeconfig, "bench-plain", total, 5000, 5000, workdir)
+            results["kube_scheduler_default"] = default
+            results["kube_scheduler_unthrottled"] = lifted
+            ours = results["stream"]["pods_per_second"]
+            results["ratio_vs_default"] = round(ours / default["pods_per_second"], 2)
+            results["ratio_vs_unthrottled"] = round(ours / lifted["pods_per_second"], 2)
+            print(f"kube-scheduler: {default} / {lifted}", file=sys.stderr)
+        results["node_not_ready_to_rebound"] = await bench_repair(kube, "bench-repair", args.repeats)
+        print(f"repair: {results['node_not_ready_to_rebound']}", file=sys.stderr)
+    finally:
+        await kube.close()
+        operator.send_signal(signal.SIGTERM)
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+        down(name)
+    return results
+
+
+def main(args: argparse.Namespace) -> int:
+    if not hasattr(args, "repeats"):
+        args.repeats = 5
+    results = asyncio.run(run(args))
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
