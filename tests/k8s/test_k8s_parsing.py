@@ -1,0 +1,159 @@
+"""Pure parts of the operator: parsing nodes, pods and specs at the edge, the store's ordering rules,
+status patches, lease decisions, manifests and gauges."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from paralleljob.core.lifecycle import Event, Phase
+from paralleljob.k8s.config import LevelSource, TopologyConfig, topology_from_mapping
+from paralleljob.k8s.constants import GPU_RESOURCE
+from paralleljob.k8s.lease import verdict
+from paralleljob.k8s.manifests import binding, headless_service, worker_pod
+from paralleljob.k8s.metrics_model import jain_index
+from paralleljob.k8s.nodes import parse_node
+from paralleljob.k8s.pods import parse_pod
+from paralleljob.k8s.records import PlacementRecord, PodSlot, record_from_status
+from paralleljob.k8s.specs import parse_job
+from paralleljob.k8s.status import StatusDraft, merge_patch
+from paralleljob.k8s.store import ObjectStore
+from paralleljob.k8s.view import build_view
+from tests.k8s.factories import foreign_pod, node, paralleljob
+
+CONFIG = TopologyConfig()
+
+
+def test_node_labels_become_gpus_memory_and_domains() -> None:
+    info = parse_node(node("n1", leaf="leaf-7"), CONFIG)
+    assert info.gpu_count == 8 and info.gpu_product == "NVIDIA-H100-80GB-HBM3"
+    assert abs(info.gpu_memory_gib - 81559 / 1024) < 1e-9
+    assert info.domains == (None, "leaf-7", "spine-00", None, "zone-0")
+    assert info.takes_new_work and info.runs_work and not info.warnings
+
+
+def test_malformed_labels_are_ignored_with_a_warning() -> None:
+    body = node("n1", memory_mib="lots", unhealthy="1,x")
+    body["status"]["allocatable"][GPU_RESOURCE] = "eight"
+    info = parse_node(body, CONFIG)
+    assert info.gpu_count == 0 and info.gpu_memory_gib == CONFIG.default_gpu_memory_gib
+    assert info.unhealthy_gpus == frozenset({1})
+    assert len(info.warnings) == 3
+
+
+def test_node_health_signals() -> None:
+    assert not parse_node(node("n", ready=False), CONFIG).runs_work
+    cordoned = parse_node(node("n", cordoned=True), CONFIG)
+    assert cordoned.runs_work and not cordoned.takes_new_work
+    tainted = parse_node(node("n", taints=[{"key": "x", "effect": "NoExecute"}]), CONFIG)
+    assert not tainted.runs_work and tainted.broken_gpus() == frozenset(range(8))
+    tolerated = parse_node(node("n", taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]), CONFIG)
+    assert tolerated.takes_new_work
+    gpu_condition = node("n")
+    gpu_condition["status"]["conditions"].append({"type": "GPUHealthy", "status": "False"})
+    assert parse_node(gpu_condition, CONFIG).broken_gpus() == frozenset(range(8))
+    assert parse_node(node("n", unhealthy="2, 5"), CONFIG).broken_gpus() == frozenset({2, 5})
+
+
+def test_topology_config_refuses_bandwidth_growing_upward() -> None:
+    with pytest.raises(ValueError, match="faster"):
+        TopologyConfig(levels=(LevelSource("leaf", ("a",), 50.0), LevelSource("spine", ("b",), 80.0)))
+    custom = topology_from_mapping({"levels": [{"name": "rack", "labels": "rack", "bandwidthGbps": 100}]})
+    assert custom.levels[0].labels == ("rack",)
+
+
+def test_view_skips_absent_levels_and_counts_foreign_pods() -> None:
+    nodes = [parse_node(node(f"n{i}", leaf=f"l{i // 2}"), CONFIG) for i in range(4)]
+    view = build_view(nodes, [parse_pod(foreign_pod("x", "n1", 3))], [], CONFIG)
+    assert view.topology is not None and view.state is not None
+    assert [lv.name for lv in view.topology.levels] == ["node", "leaf", "spine", "zone", "cluster"]
+    assert view.state.usable_free(view.node_index["n1"]) == 5
+    assert view.occupants == {"n1": ["other/x"]}
+
+
+def test_view_keeps_ghost_nodes_named_by_a_record() -> None:
+    slots = (PodSlot("j-d0-p0", 0, 0, "gone", (0, 1)),)
+    record = PlacementRecord(1, "seed", 2, 1, 1, slots)
+    from paralleljob.k8s.view import Claim
+
+    view = build_view([parse_node(node("n0"), CONFIG)], [], [Claim("ns/j", "u", record)], CONFIG)
+    assert "gone" in view.ghosts and view.broken_gpus(slots[0])
+
+
+def test_spec_parsing_reports_what_to_fix() -> None:
+    job = parse_job(paralleljob("ok", 4, 2, 2))
+    assert job.request is not None and job.request.spec.num_gpus == 16 and job.phase is Phase.PENDING
+    bad = paralleljob("bad", 4, 2, 2)
+    bad["spec"]["parallelism"]["tensor"] = 100
+    assert "exceeds" in parse_job(bad).invalid
+    bad = paralleljob("bad")
+    bad["spec"]["failurePolicy"]["onUnplaceable"] = "Sometimes"
+    assert "onUnplaceable" in parse_job(bad).invalid
+
+
+def test_record_round_trips_through_the_status() -> None:
+    slots = (PodSlot("j-d0-p0", 0, 0, "n0", (0, 1), 3), PodSlot("j-d0-p1", 0, 1, "n1", (4, 5), 3))
+    record = PlacementRecord(3, "seed", 2, 2, 1, slots)
+    status = record.to_status()
+    assert status["tpGroups"] == [["n0/0", "n0/1"], ["n1/4", "n1/5"]]
+    assert status["ppStages"] == [["n0/0", "n0/1"], ["n1/4", "n1/5"]]
+    assert record_from_status({"placement": status}) == record
+
+
+def test_store_ignores_stale_events_and_deletions_of_replaced_objects() -> None:
+    store: ObjectStore[str] = ObjectStore(lambda b: b["metadata"]["uid"])
+    new = {"metadata": {"namespace": "n", "name": "p", "uid": "b", "resourceVersion": "20"}}
+    old = {"metadata": {"namespace": "n", "name": "p", "uid": "a", "resourceVersion": "10"}}
+    assert store.upsert(new)
+    assert not store.upsert(old), "an older event never overwrites a newer copy"
+    assert not store.remove(old), "the predecessor's DELETED does not remove its successor"
+    assert store.get("n", "p") == "b"
+    store.replace_all([], "15")
+    assert store.get("n", "p") == "b", "created after the list was taken: kept"
+    store.replace_all([], "25")
+    assert store.get("n", "p") is None
+
+
+def test_status_draft_moves_phase_through_the_table_and_patches_minimally() -> None:
+    draft = StatusDraft({}, Phase.PENDING, 1)
+    draft.apply(Event.ACCEPTED, "Queued", "waits", "t0")
+    draft.apply(Event.ADMITTED, "Placed", "on n0", "t0")
+    assert draft.data["phase"] == "Placing"
+    types = {c["type"]: c["status"] for c in draft.data["conditions"]}
+    assert types == {"Accepted": "True", "Placed": "True", "Bound": "False"}
+    assert merge_patch({"a": {"x": 1, "y": 2}, "b": 1}, {"a": {"x": 1}, "c": 2}) == {
+        "b": None,
+        "a": {"y": None},
+        "c": 2,
+    }
+
+
+def test_lease_verdicts() -> None:
+    now = dt.datetime(2024, 1, 1, 0, 0, 10, tzinfo=dt.UTC)
+    fresh = {"holderIdentity": "other", "renewTime": "2024-01-01T00:00:05.000000Z", "leaseDurationSeconds": 15}
+    assert not verdict(fresh, "me", now).take
+    stale = {**fresh, "renewTime": "2023-12-31T23:59:00.000000Z"}
+    assert verdict(stale, "me", now).take and verdict(stale, "me", now).transitions == 1
+    assert verdict(fresh, "other", now).take, "a holder renews its own lease"
+    assert verdict({}, "me", now).take
+
+
+def test_worker_pod_and_service_manifests() -> None:
+    job = parse_job(paralleljob("llm", 4, 2, 2))
+    assert job.request is not None
+    record = PlacementRecord(1, "seed", 4, 2, 2, (PodSlot("llm-d1-p0", 1, 0, "n3", (4, 5, 6, 7), 1),) * 4)
+    pod = worker_pod(job, job.request, record, record.slots[0], 2, 1)
+    assert pod["spec"]["schedulerName"] == "paralleljob-scheduler" and "nodeName" not in pod["spec"]
+    assert pod["metadata"]["annotations"]["paralleljob.dev/gpu-indices"] == "4,5,6,7"
+    assert pod["metadata"]["labels"]["paralleljob.dev/replica"] == "1"
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["NODE_RANK"] == "2" and env["PJ_DP_RANK"] == "1" and env["PJ_PP_RANK"] == "0"
+    assert headless_service(job)["spec"]["clusterIP"] == "None"
+    assert binding("ns", "p", "uid-1", "n3")["metadata"]["uid"] == "uid-1"
+
+
+def test_jain_index() -> None:
+    assert jain_index([1.0, 1.0, 1.0]) == 1.0
+    assert abs(jain_index([1.0, 0.0]) - 0.5) < 1e-12
+    assert jain_index([]) == 1.0
