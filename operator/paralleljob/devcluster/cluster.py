@@ -97,13 +97,14 @@ def up(
         record.kubeconfig, record.server = str(kubeconfig), server
         _remember(record, kwok.start_kwok(binaries["kwok"], run_dir, kubeconfig, die_with_caller))
 
-        installed = asyncio.run(_populate(kubeconfig, shape))
+        installed = asyncio.run(_populate(kubeconfig, shape, record.processes))
         record.nodes, record.shape = shape.names(), asdict(shape)
         state.save(record)
         crd_note = f", CRDs {', '.join(installed)}" if installed else ""
         report(f"dev cluster {name!r} up with {shape.count} GPU nodes{crd_note} ({time.monotonic() - started:.1f} s)")
-    except BaseException:
-        for proc in record.processes:
+    except BaseException as exc:
+        # A StartupError already carries the failing log's tail; otherwise show any process that died.
+        for proc in record.processes if not isinstance(exc, controlplane.StartupError) else []:
             if not process.is_alive(proc):
                 report(f"{proc.name} exited; last lines of {proc.log}:\n{process.tail(proc.log)}")
         down(name, report=lambda _: None)
@@ -116,12 +117,27 @@ def _remember(record: state.ClusterState, proc: state.ProcessRecord) -> None:
     state.save(record)
 
 
-async def _populate(kubeconfig: Path, shape: NodeShape) -> list[str]:
-    async with api_client(kubeconfig) as api:
-        installed = await crds.install_crds(api)
-        names = await create_gpu_nodes(api, shape)
-        await wait_nodes_ready(api, names)
-    return installed
+async def _populate(kubeconfig: Path, shape: NodeShape, processes: list[state.ProcessRecord]) -> list[str]:
+    """Install CRDs and create the nodes; fail fast if a process dies meanwhile (a bad kwok stage, say)."""
+
+    async def work() -> list[str]:
+        async with api_client(kubeconfig) as api:
+            installed = await crds.install_crds(api)
+            names = await create_gpu_nodes(api, shape)
+            await wait_nodes_ready(api, names)
+        return installed
+
+    worker = asyncio.create_task(work())
+    watcher = asyncio.create_task(controlplane.watch_processes(processes))
+    try:
+        await asyncio.wait({worker, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if watcher.done():
+            watcher.result()  # raises the StartupError
+        return await worker
+    finally:
+        for task in (worker, watcher):
+            task.cancel()
+        await asyncio.gather(worker, watcher, return_exceptions=True)
 
 
 def down(name: str = "default", report: Report = _stderr) -> bool:

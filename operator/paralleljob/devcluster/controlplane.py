@@ -9,6 +9,7 @@ starting a cluster needs no Kubernetes client.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import time
@@ -79,6 +80,15 @@ def start_apiserver(
 
 def _fail(record: ProcessRecord, why: str) -> StartupError:
     return StartupError(f"{record.name} {why}; last lines of {record.log}:\n{process.tail(record.log)}")
+
+
+async def watch_processes(records: list[ProcessRecord]) -> None:
+    """Raise StartupError as soon as one of ``records`` exits; run it beside work that needs them all."""
+    while True:
+        for record in records:
+            if not process.is_alive(record):
+                raise _fail(record, "exited during startup")
+        await asyncio.sleep(0.2)
 
 
 def wait_etcd(record: ProcessRecord, client_port: int, timeout_s: float = 30.0) -> None:
