@@ -43,6 +43,7 @@ class DomainPicker:
     taken: dict[int, int] = field(default_factory=dict)
     # Capacities of the untouched state, shared by every picker of one placement.
     base_cache: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
+    mixed: bool = False  # a whole-first packing had to split some chains
 
     def __post_init__(self) -> None:
         self.topology = self.state.topology
@@ -278,23 +279,26 @@ def stage_runs(picker: DomainPicker, job: JobSpec, lam: int) -> list[list[tuple[
 
 
 def pack_chains(
-    picker: DomainPicker, lam: int, domain: int, replicas: int, length: int
+    picker: DomainPicker, lam: int, domain: int, replicas: int, length: int, whole_first: bool = True
 ) -> list[list[int]] | None:
     """Nodes for ``replicas`` chains of ``length`` TP groups inside one level-``lam`` domain.
 
-    Whole chains first, on nodes that hold them; the rest over as few further nodes as possible, in
-    depth-first order. Nodes chosen are recorded in ``picker.taken``."""
+    ``whole_first``: whole chains go to nodes that hold them, the rest run over as few further nodes as
+    possible; otherwise chains are laid back to back over the chosen nodes, which splits more chains but
+    each into fewer pieces (which wins depends on the cost model, so the placer tries both). Nodes chosen
+    are recorded in ``picker.taken``; ``picker.mixed`` says whether whole-first split some chains."""
     if lam == 0:
         picker.taken[domain] = picker.taken.get(domain, 0) + replicas * length
         return [[domain] * length for _ in range(replicas)]
     chains: list[list[int]] = []
-    whole = min(replicas, picker.capacity(lam, domain, 0, length))
+    whole = min(replicas, picker.capacity(lam, domain, 0, length)) if whole_first else 0
     if whole:
         for node, count in picker.pick(lam, domain, 0, whole, length):
             picker.taken[node] = picker.taken.get(node, 0) + count * length
             chains.extend([node] * length for _ in range(count))
     rest = (replicas - len(chains)) * length
     if rest:
+        picker.mixed = picker.mixed or bool(chains)
         pieces = picker.pick(lam, domain, 0, rest, 1)
         if sum(units for _, units in pieces) < rest:
             return None
@@ -313,18 +317,24 @@ def layouts_for_dp_level(state: ClusterState, job: JobSpec, lam: int) -> list[li
     out = []
     for runs in stage_runs(DomainPicker(state, request, base_cache=cache), job, lam):
         picker = DomainPicker(state, request, base_cache=cache)
-        layout = _fill(picker, job, lam, runs)
+        layout = _fill(picker, job, lam, runs, whole_first=True)
         if layout is not None:
             out.append(layout)
+        if picker.mixed:
+            layout = _fill(DomainPicker(state, request, base_cache=cache), job, lam, runs, whole_first=False)
+            if layout is not None:
+                out.append(layout)
     return out
 
 
-def _fill(picker: DomainPicker, job: JobSpec, lam: int, runs: list[tuple[int, int]]) -> list[int] | None:
+def _fill(
+    picker: DomainPicker, job: JobSpec, lam: int, runs: list[tuple[int, int]], whole_first: bool
+) -> list[int] | None:
     pp = job.pp
     group_nodes = [-1] * job.num_groups
     stage = 0
     for domain, count in runs:
-        chains = pack_chains(picker, lam, domain, job.dp, count)
+        chains = pack_chains(picker, lam, domain, job.dp, count, whole_first)
         if chains is None:
             return None
         for d, chain in enumerate(chains):
