@@ -68,8 +68,9 @@ def run(args: argparse.Namespace) -> int:
     victim = scheduler.list_jobs()["llama-70b"]["tp_groups"][0][1]
     print(f"\nGPU {victim} fails (XID 79, fell off the bus): minimal repair")
     for action in scheduler.handle_gpu_failure(victim):
-        print(f"- {action['job_id']}: {action['action']}; cost {action['cost_before_ms']:.1f} ->"
-              f" {action['cost_after_ms'] if action['cost_after_ms'] is None else round(action['cost_after_ms'], 1)} ms")
+        after = action["cost_after_ms"]
+        after_text = "none (killed)" if after is None else f"{after:.1f} ms"
+        print(f"- {action['job_id']}: {action['action']}; cost {action['cost_before_ms']:.1f} ms -> {after_text}")
         for reason in action["reasons"]:
             if "minimal" in reason or "->" in reason:
                 print("    " + reason)
