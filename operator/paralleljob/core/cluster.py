@@ -104,11 +104,14 @@ class ClusterState:
         return GPUState.ALLOCATED if self.owner[gpu] is not None else GPUState.AVAILABLE
 
     def eligible(self, gpu: int, memory_gb: float) -> bool:
+        """Whether a job may hold this GPU: healthy, unowned, enough memory.
+
+        Deliberately silent about cordons: a cordoned node takes no *new* work (``usable_free`` is 0, so
+        the placer never picks it), but a job repaired in place keeps its intact GPUs there."""
         node = self.topology.gpu_node[gpu]
         return (
             self.owner[gpu] is None
             and self.health[gpu] is GPUHealth.HEALTHY
-            and self.node_schedulable[node]
             and self.memory_used[gpu] + memory_gb <= self.topology.node_gpu_memory_gb[node]
         )
 

@@ -310,21 +310,20 @@ def pack_chains(
     return chains
 
 
-def layouts_for_dp_level(state: ClusterState, job: JobSpec, lam: int) -> list[list[int]]:
-    """Layouts (``group_nodes[d * pp + p]``) whose DP groups stay inside level-``lam`` domains."""
+def layouts_for_dp_level(state: ClusterState, job: JobSpec, lam: int) -> Iterator[list[int]]:
+    """Layouts (``group_nodes[d * pp + p]``) whose DP groups stay inside level-``lam`` domains, built
+    lazily so the placer can stop as soon as one meets its lower bound."""
     request = Request(job.tp, job.memory_per_gpu_gb)
     cache: dict[tuple[int, int, int, int], int] = {}
-    out = []
     for runs in stage_runs(DomainPicker(state, request, base_cache=cache), job, lam):
         picker = DomainPicker(state, request, base_cache=cache)
         layout = _fill(picker, job, lam, runs, whole_first=True)
         if layout is not None:
-            out.append(layout)
+            yield layout
         if picker.mixed:
             layout = _fill(DomainPicker(state, request, base_cache=cache), job, lam, runs, whole_first=False)
             if layout is not None:
-                out.append(layout)
-    return out
+                yield layout
 
 
 def _fill(

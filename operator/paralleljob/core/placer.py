@@ -22,7 +22,7 @@ from paralleljob.core.cost import CostBreakdown, CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.evaluate import SingleMoveCost, node_level_cost, nodes_common_level
 from paralleljob.core.job import JobSpec
-from paralleljob.core.layouts import layouts_for_dp_level
+from paralleljob.core.layouts import DomainPicker, Request, layouts_for_dp_level
 from paralleljob.core.placement import Placement
 from paralleljob.core.search import SearchResult, exact_search
 
@@ -97,8 +97,14 @@ class Placer:
         # Cheapest-looking DP levels first; a level whose bound cannot beat the best layout found so far
         # is skipped without building anything.
         for bound_ms, lam in sorted((b, lam) for lam, b in bounds.items()):
-            if scored and bound_ms > min(scored)[0][0] + COST_EPS:
+            # A level that cannot be strictly cheaper than the best layout so far is not built.
+            if scored and bound_ms >= min(scored)[0][0] - COST_EPS:
                 break
+            if scored and 0 < lam < self.topology.top:
+                # Only worth its scan of the level's domains when it might save building layouts.
+                bounds[lam] = bound_ms = self.domain_bound(job, model, lam, bound_ms)
+                if bound_ms >= min(scored)[0][0] - COST_EPS:
+                    continue
             why = (
                 f"DP groups kept within one {self.topology.levels[lam].name}"
                 if job.dp > 1
@@ -106,12 +112,17 @@ class Placer:
             )
             for layout in layouts_for_dp_level(self.state, job, lam):
                 consider(layout, why)
+                if scored[-1][0][0] <= bound_ms + COST_EPS:
+                    break  # meets this level's bound: no other layout of the level is cheaper
         if not scored:
             raise PlacementInfeasible(job.job_id, ["no layout keeps every TP group inside one node"])
         _, best_layout, why = min(scored)
         if old_nodes is not None:
             best_layout = self.prefer_previous_nodes(job, model, best_layout, old_nodes)
         best_cost = node_level_cost(self.topology, job, best_layout, model)
+        for lam, lam_bound in list(bounds.items()):
+            if 0 < lam < self.topology.top and lam_bound < best_cost.total_ms - COST_EPS:
+                bounds[lam] = self.domain_bound(job, model, lam, lam_bound)
         bound = min(bounds.values())
         proven = best_cost.total_ms <= bound + COST_EPS
         notes = [why]
@@ -189,6 +200,27 @@ class Placer:
             bounds[0] = model.combine(tp_ms, pp_bound(max_slots // job.dp), model.dp_ms(job, bw(0)))
         return bounds
 
+    def domain_bound(self, job: JobSpec, model: CostModel, lam: int, bound_ms: float) -> float:
+        """A tighter bound for DP level ``lam``: every stage column sits inside one level-``lam`` domain,
+        so a replica's chain crosses between such domains at least ceil(pp / most columns any domain
+        holds) - 1 times, each at a level above ``lam``."""
+        if job.pp == 1 or job.dp == 1:
+            return bound_ms
+        picker = DomainPicker(self.state, Request(job.tp, job.memory_per_gpu_gb))
+        most = max(
+            (picker.capacity(lam, dom, lam, job.dp) for dom in range(self.topology.num_domains(lam))), default=0
+        )
+        if most == 0:
+            return math.inf
+        bw = self.topology.level_bandwidth
+        row = self.state.free_histogram(self.topology.top, 0, job.memory_per_gpu_gb)
+        max_slots = max((k // job.tp for k, c in enumerate(row) if c), default=0)
+        in_node = min(job.pp - 1, math.ceil(job.pp / max(1, max_slots)) - 1)
+        across = min(in_node, math.ceil(job.pp / most) - 1)
+        boundaries = [bw(0)] * (job.pp - 1 - in_node) + [bw(1)] * (in_node - across) + [bw(lam + 1)] * across
+        tp_ms = model.tp_ms(job, bw(0)) if job.tp > 1 else 0.0
+        return max(bound_ms, model.combine(tp_ms, model.pp_ms(job, boundaries), model.dp_ms(job, bw(lam))))
+
     def usable_nodes(self, job: JobSpec, limit: int) -> list[int] | None:
         """Nodes that can take at least one TP group, or None when there are more than ``limit``."""
         topo, t, mem = self.topology, job.tp, job.memory_per_gpu_gb
@@ -228,27 +260,33 @@ class Placer:
     def keep_and_repair(
         self, job: JobSpec, model: CostModel, old_nodes: Sequence[int], intact: Sequence[bool] | None = None
     ) -> list[int] | None:
-        """Keep each group on its old node while that node still has room, intact groups first (a group
-        that lost a GPU restarts anyway); move the rest to the nodes that raise the cost least, nearest
-        first."""
-        t, mem = job.tp, job.memory_per_gpu_gb
-        room = {n: self.state.node_slots(n, t, mem) for n in set(old_nodes)}
+        """Intact groups stay where they are (even on a cordoned node: a cordon stops new work, not
+        running work). A broken group stays on its node if the node still takes new work and has room,
+        else it moves to the spare that raises the cost least, nearest first."""
+        t, mem, state = job.tp, job.memory_per_gpu_gb, self.state
+        pinned = [bool(intact[g]) if intact is not None else False for g in range(len(old_nodes))]
+        pinned_on = Counter(node for node, pin in zip(old_nodes, pinned, strict=True) if pin)
+        room: dict[int, int] = {}
+        for node in set(old_nodes):
+            free = state.usable_free(node) if state.memory_ok(node, mem) else 0
+            if state.node_schedulable[node]:
+                free -= pinned_on[node] * t  # their GPUs are free again after the release
+            room[node] = max(0, free // t)
         moving = []
-        order = sorted(range(len(old_nodes)), key=lambda g: (not intact[g], g) if intact is not None else g)
-        for g in order:
-            node = old_nodes[g]
+        for g, node in enumerate(old_nodes):
+            if pinned[g]:
+                continue
             if room[node] > 0:
                 room[node] -= 1
             else:
                 moving.append(g)
-        moving.sort()
         pricing = SingleMoveCost(self.topology, job, old_nodes, model)
         for g in moving:
             target = self.best_replacement(job, pricing, g, room)
             if target is None:
                 return None
             pricing.apply(g, target)
-            room[target] = room.get(target, self.state.node_slots(target, t, mem)) - 1
+            room[target] = room.get(target, state.node_slots(target, t, mem)) - 1
         return pricing.layout
 
     def best_replacement(
