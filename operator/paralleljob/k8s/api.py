@@ -14,8 +14,9 @@ import asyncio
 import inspect
 import json
 import logging
+import os
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -88,6 +89,10 @@ class Kube:
         # typed as returning V1Binding; with _preload_content=False it returns the raw aiohttp response
         self.core: Any = client.CoreV1Api(self.api)
         self.host = str(configuration.host).rstrip("/")
+        if not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")):
+            # kubernetes_asyncio opens its session with trust_env=True, which makes aiohttp look for a
+            # ~/.netrc on every request; without proxies there is nothing to trust the environment for.
+            self.api.rest_client.pool_manager._trust_env = False
         self.limit = asyncio.Semaphore(concurrency)
 
     @classmethod
@@ -139,6 +144,32 @@ class Kube:
             item.setdefault("kind", kind)
             item.setdefault("apiVersion", api_version)
         return items, (data.get("metadata") or {}).get("resourceVersion")
+
+    async def watch(
+        self, path: str, resource_version: str | None, timeout_s: int = 300, query: Mapping[str, str] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events ({type, object}) of a list URL from ``resource_version`` until the server ends it."""
+        headers = await self._headers("application/json")
+        params = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s), **(query or {})}
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)
+        try:
+            response = await self.api.rest_client.pool_manager.get(
+                self.host + path, params=params, headers=headers, timeout=timeout
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, f"watch {path}: {exc!r}") from exc
+        try:
+            if response.status != 200:
+                _decode(response.status, await response.read(), "GET", path)
+            async for line in response.content:
+                if line.strip():
+                    yield json.loads(line)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, f"watch {path}: {exc!r}") from exc
+        finally:
+            response.release()
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """POST pods/binding with the pod's UID as precondition (the API refuses it for a replaced pod)."""

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path
 from paralleljob.k8s.constants import API_VERSION, JOB_LABEL, KIND
 
@@ -75,20 +76,36 @@ class PodTracker:
             await self.task
 
     async def _run(self) -> None:
-        async for event in watch(self.kube, pod_path(self.namespace)):
-            pod = event.get("object") or {}
-            meta = pod.get("metadata") or {}
-            uid = meta.get("uid")
-            if not uid:
-                continue
-            if event.get("type") == "DELETED":
-                self.pods.pop(uid, None)
-            else:
-                node = (pod.get("spec") or {}).get("nodeName")
-                self.pods[uid] = {"name": meta.get("name"), "node": node, "labels": meta.get("labels") or {}}
-                if node and uid not in self.bound_at:
-                    self.bound_at[uid] = time.monotonic()
-            self.changed.set()
+        while True:  # a watch can end (timeout, connection reset): resume with a fresh list + watch
+            try:
+                items, rv = await self.kube.list(pod_path(self.namespace))
+                self.pods.clear()
+                for pod in items:
+                    self._apply({"type": "ADDED", "object": pod})
+                async for event in watch(self.kube, pod_path(self.namespace), {"resourceVersion": rv or "0"}):
+                    self._apply(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                print(f"pod watch restarted after {exc!r}", file=sys.stderr, flush=True)
+                await asyncio.sleep(0.1)
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        pod = event.get("object") or {}
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        if event.get("type") == "DELETED":
+            self.pods.pop(uid, None)
+        else:
+            node = (pod.get("spec") or {}).get("nodeName")
+            self.pods[uid] = {"name": meta.get("name"), "node": node, "labels": meta.get("labels") or {}}
+            if node and uid not in self.bound_at:
+                self.bound_at[uid] = time.monotonic()
+        self.changed.set()
 
     async def wait(self, predicate: Callable[[], bool], timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -236,13 +253,7 @@ async def _wait_not_ready(kube: Kube, node: str, seen: dict[str, float]) -> None
             return
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from paralleljob.devcluster.cluster import down, up
-    from paralleljob.devcluster.nodes import NodeShape
-
-    name = f"bench-{os.getpid()}"
-    shape = NodeShape(count=args.nodes, gpus_per_node=8, nodes_per_rack=4)
-    cluster = up(name, shape, die_with_caller=True)
+async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-"))
     port = _free_port()
     operator = subprocess.Popen(
@@ -297,14 +308,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             operator.wait(timeout=30)
         except subprocess.TimeoutExpired:
             operator.kill()
-        down(name)
     return results
 
 
 def main(args: argparse.Namespace) -> int:
     if not hasattr(args, "repeats"):
         args.repeats = 5
-    results = asyncio.run(run(args))
+    from paralleljob.devcluster.cluster import down, up
+    from paralleljob.devcluster.nodes import NodeShape
+
+    name = f"bench-{os.getpid()}"
+    cluster = up(name, NodeShape(count=args.nodes, gpus_per_node=8, nodes_per_rack=4), die_with_caller=True)
+    try:
+        results = asyncio.run(run(args, cluster))
+    finally:
+        down(name)
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:

@@ -1,6 +1,7 @@
-"""Carry a :class:`Plan` out against the API, in the order that keeps every crash recoverable:
+"""Carry a :class:`Plan` out against the API, per job in the order that keeps every crash recoverable
+(jobs' chains run concurrently):
 
-1. status writes (the placement is recorded before any pod exists; optimistic concurrency on the job's
+1. status write (the placement is recorded before any pod exists; optimistic concurrency on the job's
    resourceVersion, so a decision made on a stale copy is refused and re-made);
 2. deletes (stale or orphaned workers);
 3. the job's headless Service, then creates, each pod bound the moment it exists;
@@ -56,24 +57,25 @@ class Executor:
         self.services: set[tuple[str, str, str]] = set()
 
     async def execute(self, plan: Plan) -> Outcome:
+        """Each job's actions run as one chain (status, then its pods); chains of different jobs overlap."""
         outcome = Outcome()
-        writes = [a for a in plan.jobs if a.writes_status]
-        results = await asyncio.gather(*(self._write_status(a, outcome) for a in writes))
-        proceed = [a for a in plan.jobs if not a.writes_status]
-        proceed += [a for a, ok in zip(writes, results, strict=True) if ok]
-        for actions in proceed:
-            for note in actions.events:
-                self.post_event(actions.job, note.event_type, note.reason, note.message)
-        deletes = [d for a in proceed for d in a.deletes] + plan.orphans
-        await asyncio.gather(*(self._delete(d, outcome) for d in deletes))
-        work: list[Awaitable[None]] = []
-        for actions in proceed:
-            if actions.service is not None:
-                work.append(self._service(actions))
-            work.extend(self._create_and_bind(actions, c, outcome) for c in actions.creates)
-            work.extend(self._bind(actions.job.key, b, outcome) for b in actions.binds)
-        await asyncio.gather(*work)
+        chains = [self._job(actions, outcome) for actions in plan.jobs]
+        chains += [self._delete(d, outcome) for d in plan.orphans]
+        await asyncio.gather(*chains)
         return outcome
+
+    async def _job(self, actions: JobActions, outcome: Outcome) -> None:
+        if actions.writes_status and not await self._write_status(actions, outcome):
+            return  # nothing about its pods happens unless the status (the placement) is recorded
+        for note in actions.events:
+            self.post_event(actions.job, note.event_type, note.reason, note.message)
+        await asyncio.gather(*(self._delete(d, outcome) for d in actions.deletes))
+        work: list[Awaitable[None]] = []
+        if actions.service is not None:
+            work.append(self._service(actions))
+        work.extend(self._create_and_bind(actions, c, outcome) for c in actions.creates)
+        work.extend(self._bind(actions.job.key, b, outcome) for b in actions.binds)
+        await asyncio.gather(*work)
 
     # ---- status -------------------------------------------------------------------------------------
     async def _write_status(self, actions: JobActions, outcome: Outcome) -> bool:

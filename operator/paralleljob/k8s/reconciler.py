@@ -95,6 +95,10 @@ class Reconciler:
         for warning in info.warnings:
             self.events.about_node(body, "Warning", "MalformedLabel", warning)
 
+    def on_pod_list(self, items: list[dict[str, Any]], version: str | None) -> None:
+        self.pods.replace_all([p for p in items if relevant_pod(p)], version)
+        self.wake.set()
+
     async def resync(self) -> None:
         """Re-list everything (level-triggered repair of whatever the watches missed)."""
         namespaces = self.config.namespaces or ("",)
@@ -171,11 +175,17 @@ class Reconciler:
         )
         self.bind_failures.clear()
         plan, view = decide(observed, self.config.topology, self.config.strict_fifo, time.perf_counter)
+        decided = time.monotonic()
         for warning in plan.warnings:
             log.warning("%s", warning)
         for seconds in plan.scheduling_seconds:
             self.metrics.scheduling.observe(seconds)
         outcome = await self.executor.execute(plan)
+        log.debug(
+            "pass %d: decide %.1f ms, execute %.1f ms; %d status writes, %d binds, %d deletes, %d pods known",
+            self.passes, (decided - started) * 1e3, (time.monotonic() - decided) * 1e3, outcome.wrote,
+            outcome.bound, outcome.deleted, len(self.pods),
+        )
         self.passes += 1
         self.metrics.passes.inc()
         self.metrics.binds.inc(outcome.bound)

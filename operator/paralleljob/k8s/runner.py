@@ -15,6 +15,7 @@ from paralleljob.k8s.election import LeaderElection
 from paralleljob.k8s.handlers import build_registry
 from paralleljob.k8s.metrics import Metrics, serve
 from paralleljob.k8s.reconciler import Reconciler
+from paralleljob.k8s.reflector import Reflector
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -74,7 +75,11 @@ async def run_operator(
         ),
         name="kopf",
     )
+    pods = Reflector(
+        kube, "/api/v1/pods", reconciler.on_pod_list, lambda kind, body: reconciler.on_event("pod", kind, body)
+    )
     helpers = [
+        asyncio.create_task(pods.run(), name="pod-reflector"),
         asyncio.create_task(election.run(), name="leader-election"),
         asyncio.create_task(follow_leadership(), name="leadership"),
         asyncio.create_task(initial_sync(), name="initial-sync"),
