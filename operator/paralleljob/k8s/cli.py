@@ -52,6 +52,7 @@ def register(subparsers: Any) -> None:
     bench.add_argument("--jobs", type=int, default=32, help="jobs in the throughput stream")
     bench.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     bench.add_argument("--repeats", type=int, default=5, help="samples of each latency (default: %(default)s)")
+    bench.add_argument("--rounds", type=int, default=3, help="throughput rounds per contender (default: %(default)s)")
     bench.add_argument("--no-kube-scheduler", action="store_true", help="skip the kube-scheduler comparison")
     bench.set_defaults(handler=_bench)
 
