@@ -11,7 +11,7 @@ all: test
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,sim,k8s]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,sim,k8s,agent]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

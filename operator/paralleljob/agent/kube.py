@@ -1,0 +1,86 @@
+"""The agent's only API calls, on its own Node: read it, merge-patch its annotations, strategic-merge-patch
+its ``GPUHealthy`` condition (``status.conditions`` merges by type, so kubelet's conditions are untouched).
+
+kubernetes_asyncio with raw JSON in and out, as the operator does; in a pod the service account is used,
+elsewhere ``--kubeconfig`` / ``$KUBECONFIG``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+
+
+class NodeApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+async def _configuration(kubeconfig: str | None) -> client.Configuration:
+    configuration = client.Configuration()
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return configuration
+        except config.ConfigException:
+            pass
+    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return configuration
+
+
+class NodeClient:
+    def __init__(self, api: client.ApiClient, node: str) -> None:
+        self.api = api
+        self.node = node
+        self.core: Any = client.CoreV1Api(api)  # Any: dict bodies, raw responses
+
+    @classmethod
+    async def connect(cls, node: str, kubeconfig: str | None = None) -> NodeClient:
+        return cls(client.ApiClient(await _configuration(kubeconfig)), node)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        # _preload_content=False: the raw response, errors included (the generated models are not needed).
+        try:
+            response = await method(*args, _preload_content=False, _request_timeout=30, **kwargs)
+            try:
+                data, status = await response.read(), int(response.status)
+            finally:
+                response.release()
+        except client.ApiException as exc:
+            raise NodeApiError(int(exc.status or 0), str(exc.reason)) from None
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise NodeApiError(0, repr(exc)) from None
+        text = data.decode(errors="replace") if data else ""
+        if not 200 <= status < 300:
+            raise NodeApiError(status, _message(text) or f"{method.__name__} failed")
+        body = json.loads(text) if text else {}
+        return body if isinstance(body, dict) else {}
+
+    async def get(self) -> dict[str, Any]:
+        return await self._call(self.core.read_node, self.node)
+
+    async def patch_annotations(self, changes: Mapping[str, str | None], resource_version: str) -> dict[str, Any]:
+        """Merge patch with the resourceVersion read: a concurrent writer (the CLI's drain) gets a 409, not lost."""
+        body = {"metadata": {"resourceVersion": resource_version, "annotations": dict(changes)}}
+        return await self._call(self.core.patch_node, self.node, body, _content_type="application/merge-patch+json")
+
+    async def patch_status(self, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._call(
+            self.core.patch_node_status, self.node, dict(patch), _content_type="application/strategic-merge-patch+json"
+        )
+
+
+def _message(body: str) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:200]
+    return str(data.get("message", "")) if isinstance(data, dict) else ""
