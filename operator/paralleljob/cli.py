@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "paralleljob.devcluster.cli",
     "paralleljob.sim.cli",
     "paralleljob.k8s.cli",
+    "paralleljob.clitools.cli",
 )
 
 

@@ -1,0 +1,189 @@
+"""``paralleljob status | describe | drain | undrain`` (and ``kubectl paralleljob ...``): the I/O around the
+pure models in this package, through the operator's API client (``paralleljob.k8s.api.Kube``).
+
+This module also registers ``paralleljob agent`` (:mod:`paralleljob.agent.cli`), so the whole node-side
+command line is wired into ``paralleljob.cli`` by one entry. Exit codes: 0 done, 1 the cluster said no (not
+found, forbidden, unreachable), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from paralleljob.core.errors import InvalidRequest
+
+EXIT_API, EXIT_USAGE = 1, 2
+
+
+def register(subparsers: Any) -> None:
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG or in-cluster")
+
+    status = subparsers.add_parser(
+        "status", help="GPU map of the cluster by domain and node: free, used (by which job), unhealthy"
+    )
+    common(status)
+    status.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    status.add_argument("--topology-config", type=Path, help="YAML: topology label keys (as for the operator)")
+    status.set_defaults(handler=_run(_status))
+
+    describe = subparsers.add_parser("describe", help="a ParallelJob: placement by rank, cost, conditions, events")
+    common(describe)
+    describe.add_argument("job", metavar="JOB", help="name, or namespace/name")
+    describe.add_argument("-n", "--namespace", default=os.environ.get("PARALLELJOB_NAMESPACE", "default"))
+    describe.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    describe.set_defaults(handler=_run(_describe))
+
+    for name, undrain in (("drain", False), ("undrain", True)):
+        verb = "give back" if undrain else "take out of service"
+        p = subparsers.add_parser(
+            name,
+            help=f"{verb} a node (cordon + all GPUs) or single GPUs (--gpu NODE:IDX)",
+            description=(
+                "Uncordon NODE and clear the GPUs drained on it (GPUs the health agent reports stay out)."
+                if undrain
+                else "Cordon NODE and mark all its GPUs unhealthy, so the operator moves the jobs there."
+            ),
+        )
+        common(p)
+        p.add_argument("node", nargs="?", metavar="NODE")
+        p.add_argument("--gpu", action="append", default=[], metavar="NODE:IDX", help="one GPU (repeatable)")
+        p.add_argument("--dry-run", action="store_true", help="print the node patch, change nothing")
+        p.set_defaults(handler=_run(_drain), undrain=undrain)
+
+    from paralleljob.agent import cli as agent_cli
+
+    agent_cli.register(subparsers)
+
+
+def _run(command: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        from kubernetes_asyncio.config import ConfigException
+
+        from paralleljob.k8s.api import ApiError
+
+        async def main() -> int:
+            from paralleljob.k8s.api import Kube
+
+            kube = await Kube.connect(args.kubeconfig, concurrency=8)
+            try:
+                return await command(kube, args)
+            finally:
+                await kube.close()
+
+        try:
+            return asyncio.run(main())
+        except InvalidRequest as exc:
+            print(f"paralleljob {args.command}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except ApiError as exc:
+            print(f"paralleljob {args.command}: {exc}", file=sys.stderr)
+            return EXIT_API
+        except (ConfigException, OSError) as exc:  # no kubeconfig, or nothing listening: one line, no traceback
+            print(f"paralleljob {args.command}: cannot reach the cluster: {exc}", file=sys.stderr)
+            return EXIT_API
+
+    return handler
+
+
+async def _status(kube: Any, args: argparse.Namespace) -> int:
+    from paralleljob.clitools.gpumap import build_map
+    from paralleljob.k8s.api import retrying
+    from paralleljob.k8s.config import TopologyConfig, load_topology_file
+    from paralleljob.k8s.constants import GROUP, PLURAL, VERSION
+
+    config = load_topology_file(args.topology_config) if args.topology_config else TopologyConfig()
+    nodes, pods, jobs = await asyncio.gather(
+        retrying(lambda: kube.list("/api/v1/nodes")),
+        retrying(lambda: kube.list("/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})),
+        retrying(lambda: kube.list(f"/apis/{GROUP}/{VERSION}/{PLURAL}")),
+    )
+    gpu_map = build_map(nodes[0], pods[0], jobs[0], config)
+    if args.output == "json":
+        print(json.dumps(gpu_map.to_json(), indent=2))
+    else:
+        from paralleljob.clitools.render import gpu_map_renderable, print_renderable
+
+        print_renderable(gpu_map_renderable(gpu_map))
+    return 0
+
+
+async def _describe(kube: Any, args: argparse.Namespace) -> int:
+    from paralleljob.clitools.describe import describe_job
+    from paralleljob.k8s.api import ApiError, job_path, retrying
+    from paralleljob.k8s.constants import JOB_LABEL, KIND
+
+    namespace, _, name = args.job.rpartition("/")
+    namespace = namespace or args.namespace
+    try:
+        body = await retrying(lambda: kube.request("GET", job_path(namespace, name)))
+    except ApiError as exc:
+        if exc.status == 404:
+            print(f"paralleljob describe: no ParallelJob {namespace}/{name}", file=sys.stderr)
+            return EXIT_API
+        raise
+    selector = f"involvedObject.name={name},involvedObject.kind={KIND}"
+    (pods, _), (events, _) = await asyncio.gather(
+        retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": f"{JOB_LABEL}={name}"})),
+        retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/events", {"fieldSelector": selector})),
+    )
+    description = describe_job(body, pods, events)
+    if args.output == "json":
+        print(json.dumps(description.to_json(), indent=2))
+    else:
+        from paralleljob.clitools.render import description_renderable, print_renderable
+
+        print_renderable(description_renderable(description))
+    return 0
+
+
+async def _drain(kube: Any, args: argparse.Namespace) -> int:
+    from paralleljob.clitools.drain import parse_gpu_ref
+
+    if bool(args.node) == bool(args.gpu):
+        raise InvalidRequest("give either NODE or one or more --gpu NODE:IDX")
+    targets: dict[str, list[int] | None] = {}
+    if args.node:
+        targets[args.node] = None
+    for ref in args.gpu:
+        node, index = parse_gpu_ref(ref)
+        listed = targets.setdefault(node, [])
+        assert listed is not None
+        listed.append(index)
+    for node, gpus in targets.items():
+        await _drain_node(kube, node, gpus, args.undrain, args.dry_run)
+    return 0
+
+
+async def _drain_node(kube: Any, node: str, gpus: list[int] | None, undrain: bool, dry_run: bool) -> None:
+    from paralleljob.clitools.drain import plan
+    from paralleljob.k8s.api import ApiError, retrying
+
+    for attempt in range(5):
+        body = await retrying(lambda: kube.request("GET", f"/api/v1/nodes/{node}"))
+        change = plan(body, gpus, undrain)
+        if dry_run:
+            print(json.dumps(change.patch, indent=2))
+            return
+        try:
+            await kube.merge_patch(f"/api/v1/nodes/{node}", change.patch)
+            break
+        except ApiError as exc:
+            if exc.status != 409 or attempt == 4:
+                raise
+    what = "node" if gpus is None else "GPU " + ",".join(map(str, sorted(gpus)))
+    verb = "undrained" if undrain else "drained"
+    cordon = "" if gpus is not None else (" and uncordoned" if undrain else " and cordoned")
+    unhealthy = ",".join(map(str, sorted(change.unhealthy))) or "none"
+    print(f"{node}: {what} {verb}{cordon}; unhealthy GPUs now: {unhealthy}")
+    for note in change.notes:
+        print(f"{node}: {note}")
+    if not undrain:
+        print(f"{node}: the operator moves the jobs on these GPUs (see `paralleljob status`)")

@@ -1,0 +1,93 @@
+"""``drain`` / ``undrain`` as a node patch (pure).
+
+Draining a node cordons it and marks every GPU unhealthy through the same annotation the health agent
+writes, so the operator repairs the jobs there exactly as for a hardware failure; draining one GPU only
+marks that GPU. The drained GPUs are also remembered in ``paralleljob.dev/drained-gpus``: the agent keeps
+them in ``unhealthy-gpus`` when it rewrites it, and ``undrain`` removes only what was drained, never a GPU
+the agent still reports broken. The patch carries the node's resourceVersion, so a concurrent write by
+the agent makes it fail with a conflict (and the CLI retries) instead of silently losing one side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from paralleljob.agent.signals import (
+    DRAINED_GPUS_ANNOTATION,
+    GPU_HEALTH_ANNOTATION,
+    UNHEALTHY_GPUS_ANNOTATION,
+    blocking_from_detail,
+    format_indices,
+    parse_health_detail,
+    parse_index_list,
+)
+from paralleljob.core.errors import InvalidRequest
+from paralleljob.k8s.config import TopologyConfig
+from paralleljob.k8s.nodes import parse_node
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    node: str
+    patch: dict[str, Any]  # JSON merge patch for the Node
+    drained: frozenset[int]
+    unhealthy: frozenset[int]
+    notes: tuple[str, ...]
+
+
+def plan(
+    body: Mapping[str, Any],
+    gpus: Iterable[int] | None,
+    undrain: bool = False,
+    config: TopologyConfig | None = None,
+) -> DrainPlan:
+    """The patch that drains (or undrains) ``gpus`` of the node ``body``; ``None`` means the whole node."""
+    info = parse_node(body, config or TopologyConfig())
+    metadata = body.get("metadata") or {}
+    annotations: Mapping[str, str] = metadata.get("annotations") or {}
+    if info.gpu_count == 0 and gpus is None and not undrain:
+        raise InvalidRequest(f"node {info.name} has no nvidia.com/gpu capacity: nothing to drain")
+    targets = frozenset(range(info.gpu_count)) if gpus is None else frozenset(gpus)
+    bad = sorted(g for g in targets if g >= info.gpu_count)
+    if bad and not undrain:
+        raise InvalidRequest(
+            f"node {info.name} has {info.gpu_count} GPUs (indices 0-{info.gpu_count - 1}); no GPU {format_indices(bad)}"
+        )
+    drained = parse_index_list(annotations.get(DRAINED_GPUS_ANNOTATION))
+    current = parse_index_list(annotations.get(UNHEALTHY_GPUS_ANNOTATION))
+    detail = parse_health_detail(annotations.get(GPU_HEALTH_ANNOTATION))
+    agent = blocking_from_detail(detail)
+    notes: list[str] = []
+    if undrain:
+        new_drained = drained - targets
+        unhealthy = (current - targets) | agent | new_drained
+        for g in sorted(targets & agent):
+            item = detail[g]
+            notes.append(
+                f"GPU {g} stays unhealthy: the health agent reports it {item.get('state')} ({item.get('reason')})"
+            )
+    else:
+        new_drained = drained | targets
+        unhealthy = current | new_drained
+    patch: dict[str, Any] = {
+        "metadata": {
+            "resourceVersion": str(metadata.get("resourceVersion", "")),
+            "annotations": {
+                DRAINED_GPUS_ANNOTATION: format_indices(new_drained) or None,
+                UNHEALTHY_GPUS_ANNOTATION: format_indices(unhealthy) or None,
+            },
+        }
+    }
+    if gpus is None:
+        patch["spec"] = {"unschedulable": None if undrain else True}
+    return DrainPlan(info.name, patch, new_drained, unhealthy, tuple(notes))
+
+
+def parse_gpu_ref(value: str) -> tuple[str, int]:
+    """``NODE:IDX`` -> (node, index)."""
+    node, sep, index = value.rpartition(":")
+    if not sep or not node or not index.isdigit():
+        raise InvalidRequest(f"--gpu expects NODE:INDEX (e.g. gpu-node-003:5), got {value!r}")
+    return node, int(index)

@@ -1,0 +1,159 @@
+"""The cluster's GPU map (pure): every node by topology domain, every GPU free, used (by which job),
+degraded, unhealthy or drained, built from raw Node, Pod and ParallelJob objects.
+
+Nothing is parsed here that the operator does not parse itself: nodes, pods and jobs go through
+``paralleljob.k8s`` (``parse_node``, ``parse_pod``, ``parse_job``) and the occupancy through the operator's
+own ``build_view``, so the map shows the cluster exactly as the scheduler sees it. The agent's detail
+annotations (``gpu-health``, ``drained-gpus``) only add *why* a GPU is out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from paralleljob.agent.signals import DRAINED_GPUS_ANNOTATION, GPU_HEALTH_ANNOTATION, parse_health_detail
+from paralleljob.agent.signals import parse_index_list as parse_drained
+from paralleljob.core.cluster import GPUHealth
+from paralleljob.k8s.config import TopologyConfig
+from paralleljob.k8s.constants import GPU_HEALTHY_CONDITION
+from paralleljob.k8s.decide import claims_of
+from paralleljob.k8s.nodes import parse_node
+from paralleljob.k8s.pods import parse_pod
+from paralleljob.k8s.specs import JobObject, parse_job
+from paralleljob.k8s.view import build_view
+
+# What a GPU cell shows, from best to worst.
+FREE, USED, CLOSED, DEGRADED, DRAINED, UNHEALTHY = "free", "used", "closed", "degraded", "drained", "unhealthy"
+
+
+@dataclass(frozen=True)
+class GpuCell:
+    index: int
+    state: str  # one of the names above
+    holder: str | None = None  # job key (ns/name) or "pod:ns/name" for a pod no ParallelJob explains
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    domain: str  # the lowest topology domain above the node, named by its whole path
+    ready: bool
+    schedulable: bool
+    why_closed: str
+    condition: str  # GPUHealthy: "", "True" or "False"
+    gpus: tuple[GpuCell, ...]
+
+
+@dataclass(frozen=True)
+class JobRow:
+    key: str
+    phase: str
+    shape: str
+    gpus: int
+    nodes: tuple[str, ...]
+    cost_ms: float | None
+
+
+@dataclass(frozen=True)
+class GpuMap:
+    domain_level: str  # the level the rows are grouped by (leaf, clique, ... or cluster)
+    nodes: tuple[NodeRow, ...]
+    jobs: tuple[JobRow, ...]
+    warnings: tuple[str, ...] = ()
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def by_domain(self) -> dict[str, list[NodeRow]]:
+        out: dict[str, list[NodeRow]] = {}
+        for row in self.nodes:
+            out.setdefault(row.domain, []).append(row)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _job_row(job: JobObject) -> JobRow:
+    record = job.record
+    shape = f"{record.tp}x{record.pp}x{record.dp}" if record else ""
+    if not shape and job.request is not None:
+        shape = f"{job.request.spec.tp}x{job.request.spec.pp}x{job.request.spec.dp}"
+    cost = (job.status.get("communicationCost") or {}).get("totalMs")
+    return JobRow(
+        key=job.key,
+        phase=job.phase.value,
+        shape=shape,
+        gpus=record.num_gpus if record else (job.request.spec.num_gpus if job.request else 0),
+        nodes=tuple(record.nodes) if record else (),
+        cost_ms=float(cost) if isinstance(cost, int | float) else None,
+    )
+
+
+def build_map(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Mapping[str, Any]],
+    config: TopologyConfig | None = None,
+) -> GpuMap:
+    config = config or TopologyConfig()
+    raw_nodes = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
+    infos = [parse_node(body, config) for body in raw_nodes.values()]
+    parsed_jobs = [parse_job(body) for body in jobs]
+    view = build_view(infos, [parse_pod(p) for p in pods], claims_of(parsed_jobs), config)
+    rows: list[NodeRow] = []
+    level = "cluster"
+    if view.topology is not None and view.state is not None:
+        topology, state = view.topology, view.state
+        level = topology.levels[1].name
+        for n, name in enumerate(topology.node_names):
+            info = view.nodes.get(name)
+            annotations = ((raw_nodes.get(name) or {}).get("metadata") or {}).get("annotations") or {}
+            detail = parse_health_detail(annotations.get(GPU_HEALTH_ANNOTATION))
+            drained = parse_drained(annotations.get(DRAINED_GPUS_ANNOTATION))
+            cells = []
+            for index, gpu in enumerate(topology.node_gpus(n)):
+                owner = state.owner[gpu]
+                agent = detail.get(index, {})
+                reason = f"{agent.get('state', '')} {agent.get('reason', '')}".strip()
+                if index in drained:
+                    cell = GpuCell(index, DRAINED, owner, "drained by an admin")
+                elif state.health[gpu] is not GPUHealth.HEALTHY:
+                    why = reason or (info.why_closed() if info is not None else f"node {name} is gone")
+                    cell = GpuCell(index, UNHEALTHY, owner, why or "reported unhealthy")
+                elif agent.get("state") == GPUHealth.DEGRADED.value:
+                    cell = GpuCell(index, DEGRADED, owner, reason)
+                elif owner is not None:
+                    cell = GpuCell(index, USED, owner)
+                elif not state.node_schedulable[n]:
+                    cell = GpuCell(index, CLOSED, None, info.why_closed() if info is not None else "")
+                else:
+                    cell = GpuCell(index, FREE)
+                cells.append(cell)
+            rows.append(
+                NodeRow(
+                    name=name,
+                    domain=topology.domain_names[1][topology.domain_of[1][n]],
+                    ready=info.ready if info is not None else False,
+                    schedulable=bool(state.node_schedulable[n]),
+                    why_closed=info.why_closed() if info is not None else f"node {name} is gone",
+                    condition=_condition(raw_nodes.get(name)),
+                    gpus=tuple(cells),
+                )
+            )
+    totals = {s: 0 for s in (FREE, USED, CLOSED, DEGRADED, DRAINED, UNHEALTHY)}
+    for row in rows:
+        for cell in row.gpus:
+            totals[cell.state] += 1
+    totals["total"] = sum(len(r.gpus) for r in rows)
+    job_rows = tuple(sorted((_job_row(j) for j in parsed_jobs), key=lambda r: r.key))
+    warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
+    return GpuMap(level, tuple(rows), job_rows, tuple(warnings), totals)
+
+
+def _condition(body: Mapping[str, Any] | None) -> str:
+    for condition in ((body or {}).get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == GPU_HEALTHY_CONDITION:
+            return str(condition.get("status", ""))
+    return ""
