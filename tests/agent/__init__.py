@@ -1,0 +1,1 @@
+"""Tests of the node GPU health agent (fake NVML; no GPU needed)."""

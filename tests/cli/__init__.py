@@ -1,0 +1,1 @@
+"""Tests of the operator command line (status, describe, drain) on pure models."""
