@@ -301,6 +301,8 @@ async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
             "5",
             "--log-level",
             "WARNING",
+            "--write-concurrency",
+            str(getattr(args, "write_concurrency", 48)),
         ],
         stdout=(workdir / "operator.log").open("wb"),
         stderr=subprocess.STDOUT,
@@ -332,7 +334,29 @@ async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
     return results
 
 
-def main(args: argparse.Namespace) -> int:
+def run_benchmark(
+    nodes: int = 32,
+    jobs: int = 32,
+    repeats: int = 5,
+    rounds: int = 3,
+    kube_scheduler: bool = True,
+    write_concurrency: int = 48,
+    out: Path | None = None,
+) -> dict[str, Any]:
+    """The whole operator benchmark on a fresh dev cluster (torn down after); returns the results."""
+    args = argparse.Namespace(
+        nodes=nodes,
+        jobs=jobs,
+        repeats=repeats,
+        rounds=rounds,
+        no_kube_scheduler=not kube_scheduler,
+        write_concurrency=write_concurrency,
+        out=out,
+    )
+    return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> dict[str, Any]:
     args.repeats = getattr(args, "repeats", 5)
     args.rounds = getattr(args, "rounds", 3)
     from paralleljob.devcluster.cluster import down, up
@@ -344,8 +368,13 @@ def main(args: argparse.Namespace) -> int:
         results = asyncio.run(run(args, cluster))
     finally:
         down(name)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def main(args: argparse.Namespace) -> int:
+    results = _measure(args)
     text = json.dumps(results, indent=2)
     print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
     return 0

@@ -35,6 +35,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="let smaller jobs pass a queue head that does not fit (default: strict FIFO)",
     )
+    op.add_argument("--write-concurrency", type=int, default=48, help="API requests in flight (default: %(default)s)")
     op.add_argument("--log-level", default=os.environ.get("PARALLELJOB_LOG_LEVEL", "INFO"))
     op.set_defaults(handler=_operator)
 
@@ -54,6 +55,7 @@ def register(subparsers: Any) -> None:
     bench.add_argument("--repeats", type=int, default=5, help="samples of each latency (default: %(default)s)")
     bench.add_argument("--rounds", type=int, default=3, help="throughput rounds per contender (default: %(default)s)")
     bench.add_argument("--no-kube-scheduler", action="store_true", help="skip the kube-scheduler comparison")
+    bench.add_argument("--write-concurrency", type=int, default=48, help="the operator's API requests in flight")
     bench.set_defaults(handler=_bench)
 
 
@@ -78,6 +80,7 @@ def _operator(args: argparse.Namespace) -> int:
         lease_duration_seconds=args.lease_duration,
         identity=args.identity,
         strict_fifo=not args.best_effort_fifo,
+        write_concurrency=max(1, args.write_concurrency),
         crash_after_binds=int(os.environ.get("PARALLELJOB_CRASH_AFTER_BINDS", "0") or 0),
     )
     asyncio.run(run_operator(config, args.kubeconfig))
