@@ -58,7 +58,8 @@ class ObjectStore(Generic[T]):
         return self._bodies.get((namespace, name))
 
     def upsert(self, body: Body) -> bool:
-        """Store ``body`` unless an equal or newer version of the same object is already here."""
+        """Store ``body`` unless an equal or newer version of the same object is already here. True when
+        what the operator sees of it changed (a node's heartbeat alone does not change its parsed value)."""
         key = object_key(body)
         current = self._bodies.get(key)
         if current is not None:
@@ -68,8 +69,12 @@ class ObjectStore(Generic[T]):
                 return False
             if same_uid and new_rv is not None and new_rv == old_rv and current == body:
                 return False
+        value = self._parse(body)
+        before = self._values.get(key)
         self._bodies[key] = body
-        self._values[key] = self._parse(body)
+        self._values[key] = value
+        if current is not None and before == value:
+            return False
         self.version += 1
         return True
 
