@@ -49,3 +49,12 @@ def test_the_track_remembers_why() -> None:
     track = advance(GpuTrack(), LOST, 0.0, POLICY)
     assert track.reason == "XID79" and track.message == "fell off the bus" and track.since == 0.0
     assert advance(track, OK, 1.0, POLICY).reason == "XID79"  # still down: still explained
+
+
+def test_the_cause_stays_in_the_explanation_while_the_symptom_persists() -> None:
+    lost = Observation(0, GPUHealth.OFFLINE, (Finding(GPUHealth.OFFLINE, "GPULost", "unreachable"),))
+    track = advance(GpuTrack(), LOST, 0.0, POLICY)  # XID 79 and, from then on, only the symptom
+    for now in (1.0, 2.0):
+        track = advance(track, lost, now, POLICY)
+    assert [f.reason for f in track.findings] == ["XID79", "GPULost"] and track.reason == "XID79"
+    assert track.last_bad == 2.0

@@ -48,11 +48,21 @@ def advance(track: GpuTrack, observation: Observation, now: float, policy: Hyste
     if seen == current:
         if observation.state is GPUHealth.HEALTHY:
             return track
-        # Same state again: the hold time restarts, and the newest findings explain it.
-        return replace(track, findings=observation.findings or track.findings, last_bad=now, good_streak=0)
+        # Same state again: the hold time restarts. The explanation keeps what set the state (an XID is seen
+        # once, its symptoms on every poll) and takes the newest reading for each reason seen again.
+        return replace(track, findings=merge(observation.findings, track.findings), last_bad=now, good_streak=0)
     streak = track.good_streak + 1
     held = track.last_bad is None or now - track.last_bad >= policy.hold_seconds
     if streak >= policy.recover_polls and held:
         last_bad = None if observation.state is GPUHealth.HEALTHY else now
         return GpuTrack(observation.state, observation.findings, since=now, last_bad=last_bad)
     return replace(track, good_streak=streak)
+
+
+def merge(new: tuple[Finding, ...], old: tuple[Finding, ...]) -> tuple[Finding, ...]:
+    """The new findings, then old reasons of the same state not seen again; XIDs (the causes) first."""
+    seen = {f.reason for f in new}
+    states = {f.state for f in new}
+    merged = [*new, *(f for f in old if f.reason not in seen and f.state in states)]
+    merged.sort(key=lambda f: not f.reason.startswith("XID"))
+    return tuple(merged)
