@@ -37,10 +37,10 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
     parts: list[object] = []
     for domain, rows in gpu_map.by_domain().items():
         table = Table(title=f"{gpu_map.domain_level} {domain}", title_justify="left", expand=False)
-        table.add_column("node")
+        table.add_column("node", overflow="fold")
         table.add_column("state")
-        table.add_column("GPUs")
-        table.add_column("jobs")
+        table.add_column("GPUs", no_wrap=True)
+        table.add_column("jobs", overflow="fold")
         for row in rows:
             state = Text("Ready" if row.ready else "NotReady", style="green" if row.ready else "bold red")
             if row.ready and not row.schedulable:
@@ -73,7 +73,7 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
     if gpu_map.jobs:
         job_table = Table(title="ParallelJobs", title_justify="left")
         for name in ("", "job", "phase", "TPxPPxDP", "GPUs", "nodes", "cost ms"):
-            job_table.add_column(name)
+            job_table.add_column(name, overflow="fold")
         for job in gpu_map.jobs:
             cost = "" if job.cost_ms is None else f"{job.cost_ms:.3f}"
             job_table.add_row(
@@ -103,8 +103,8 @@ def description_renderable(d: JobDescription) -> Group:
     parts: list[object] = [head]
     if d.pods:
         pods = Table(title="placement by rank", title_justify="left")
-        for name in ("pod", "node rank", "replica", "stage", "node", "GPUs", "ranks", "pod phase"):
-            pods.add_column(name)
+        for name in ("pod", "rank", "replica", "stage", "node", "GPUs", "ranks", "phase"):
+            pods.add_column(name, overflow="fold")
         for p in d.pods:
             ranks = f"{p.ranks[0]}-{p.ranks[-1]}" if len(p.ranks) > 1 else ",".join(map(str, p.ranks))
             pods.add_row(

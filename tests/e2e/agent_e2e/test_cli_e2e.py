@@ -1,0 +1,98 @@
+"""``paralleljob status | describe | drain | undrain`` and ``kubectl paralleljob`` on the live cluster."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from pjhelpers import Jobs, assert_gang_on_record, wait_for
+
+from paralleljob.devcluster.session import KubeSession
+
+pytestmark = pytest.mark.e2e
+
+
+def cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "paralleljob.cli", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+    if check:
+        assert done.returncode == 0, f"paralleljob {' '.join(args)}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def status_json(env: dict[str, str]) -> dict[str, Any]:
+    return dict(json.loads(cli(env, "status", "-o", "json").stdout))
+
+
+def test_status_describe_drain_undrain(pjs: Jobs, nodes_restored: KubeSession, cli_env: dict[str, str]) -> None:
+    pjs.create("cli", 4, 2, 1)
+    before = pjs.wait_phase("cli", "Running")
+    key = f"{pjs.namespace}/cli"
+    node = before["placement"]["pods"][0]["node"]
+
+    gpu_map = status_json(cli_env)
+    held = {(n["name"], c["index"]) for n in gpu_map["nodes"] for c in n["gpus"] if c["holder"] == key}
+    assert held == {(p["node"], i) for p in before["placement"]["pods"] for i in p["gpuIndices"]}
+    assert any(j["key"] == key and j["phase"] == "Running" and j["gpus"] == 8 for j in gpu_map["jobs"])
+    table = cli(cli_env, "status").stdout
+    assert key in table and "GPUs:" in table
+
+    described = json.loads(cli(cli_env, "describe", "cli", "-n", pjs.namespace, "-o", "json").stdout)
+    assert [p["ranks"] for p in described["pods"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert described["cost"]["totalMs"] == before["communicationCost"]["totalMs"]
+    assert "Placed" in {e["reason"] for e in described["events"]}
+    assert "placement by rank" in cli(cli_env, "describe", f"{pjs.namespace}/cli").stdout
+    missing = cli(cli_env, "describe", "nope", "-n", pjs.namespace, check=False)
+    assert missing.returncode == 1 and "no ParallelJob" in missing.stderr
+
+    # drain NODE: cordoned, every GPU out; the operator moves the job's pods away.
+    out = cli(cli_env, "drain", node).stdout
+    assert "cordoned" in out
+    status = pjs.wait_phase("cli", "Running", restarts=1)
+    assert node not in {p["node"] for p in status["placement"]["pods"]}
+    assert_gang_on_record(pjs, "cli")
+    row = next(n for n in status_json(cli_env)["nodes"] if n["name"] == node)
+    assert not row["schedulable"] and {c["state"] for c in row["gpus"]} == {"drained"}
+
+    cli(cli_env, "undrain", node)
+    row = next(n for n in status_json(cli_env)["nodes"] if n["name"] == node)
+    assert row["schedulable"] and {c["state"] for c in row["gpus"]} <= {"free", "used"}
+    annotations = kube_annotations(nodes_restored, node)
+    assert "paralleljob.dev/unhealthy-gpus" not in annotations and "paralleljob.dev/drained-gpus" not in annotations
+
+    # drain --gpu NODE:IDX: only that GPU, the node stays open.
+    other = next(n["name"] for n in status_json(cli_env)["nodes"] if n["name"] != node)
+    cli(cli_env, "drain", "--gpu", f"{other}:3", "--gpu", f"{other}:5")
+    assert kube_annotations(nodes_restored, other)["paralleljob.dev/unhealthy-gpus"] == "3,5"
+    row = next(n for n in status_json(cli_env)["nodes"] if n["name"] == other)
+    assert row["schedulable"] and [c["index"] for c in row["gpus"] if c["state"] == "drained"] == [3, 5]
+    cli(cli_env, "undrain", "--gpu", f"{other}:3", "--gpu", f"{other}:5")
+    assert "paralleljob.dev/unhealthy-gpus" not in kube_annotations(nodes_restored, other)
+    bad = cli(cli_env, "drain", "--gpu", f"{other}:8", check=False)
+    assert bad.returncode == 2 and "has 8 GPUs" in bad.stderr
+
+
+def kube_annotations(kube: KubeSession, node: str) -> dict[str, str]:
+    return dict(kube.run(kube.core.read_node(node)).metadata.annotations or {})
+
+
+def test_kubectl_plugin(pjs: Jobs, cli_env: dict[str, str]) -> None:
+    kubectl = shutil.which("kubectl", path=cli_env["PATH"])
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    assert shutil.which("kubectl-paralleljob", path=cli_env["PATH"]), "the console script is installed with the venv"
+    pjs.create("plugin", 2, 1, 1)
+    pjs.wait_phase("plugin", "Running")
+    done = subprocess.run(
+        [kubectl, "paralleljob", "status", "-o", "json"], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{pjs.namespace}/plugin" in {j["key"] for j in json.loads(done.stdout)["jobs"]}
+    wait_for("plugin help", lambda: "describe" in subprocess.run(
+        [kubectl, "paralleljob", "--help"], env=cli_env, capture_output=True, text=True, timeout=60
+    ).stdout, timeout_s=5)  # fmt: skip
