@@ -63,3 +63,22 @@ def test_bad_input_is_refused(
     assert "steps[0].gpu" in capsys.readouterr().err
     assert main(["agent", "--fake-nvml", str(script)]) == EXIT_BAD_INPUT  # no --node, no $NODE_NAME
     assert main(["agent", "--node", "n", "--interval", "0"]) == EXIT_BAD_INPUT
+
+
+def test_nvml_without_gpus_is_no_nvml(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 0)
+    assert main(["agent", "--once"]) == EXIT_NO_NVML
+    assert "NVML sees no GPU" in capsys.readouterr().err
+
+
+def test_without_cluster_credentials_the_agent_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "gpu.yaml"
+    script.write_text("gpus: 1\n")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    missing = tmp_path / "no-kubeconfig"
+    args = ["agent", "--node", "n", "--fake-nvml", str(script), "--kubeconfig", str(missing), "--metrics-port", "0"]
+    assert main(args) == 1
+    assert "no cluster credentials" in capsys.readouterr().err

@@ -2,7 +2,8 @@
 
 ``--once`` reads NVML one time and prints the readings and the verdict as JSON, writing nothing: the
 one-command check on a real GPU machine. ``--fake-nvml SCRIPT`` replays a scripted NVML instead of the
-real one. Exit codes: 0 done, 2 bad arguments or script, 3 NVML is not available on this machine.
+real one. Exit codes: 0 done, 1 no cluster credentials or metrics port taken, 2 bad arguments or script, 3 NVML
+is not available on this machine.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+EXIT_NO_CLUSTER = 1
 EXIT_BAD_INPUT = 2
 EXIT_NO_NVML = 3
 
@@ -121,6 +123,8 @@ def _once(config: Any, source: Any) -> int:
 
 
 async def _serve(config: Any, source: Any, args: argparse.Namespace) -> int:
+    from kubernetes_asyncio.config import ConfigException
+
     from paralleljob.agent.kube import NodeClient
     from paralleljob.agent.metrics import AgentMetrics, serve
     from paralleljob.agent.runner import Agent
@@ -130,8 +134,17 @@ async def _serve(config: Any, source: Any, args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     metrics = AgentMetrics(stale_after_s=max(60.0, 6 * config.interval_s))
-    server = await serve(metrics, args.metrics_host, args.metrics_port)
-    nodes = await NodeClient.connect(config.node, args.kubeconfig)
+    try:
+        nodes = await NodeClient.connect(config.node, args.kubeconfig)
+    except ConfigException as exc:
+        print(f"paralleljob agent: no cluster credentials (in-cluster or --kubeconfig): {exc}", file=sys.stderr)
+        return EXIT_NO_CLUSTER
+    try:
+        server = await serve(metrics, args.metrics_host, args.metrics_port)
+    except OSError as exc:
+        await nodes.close()
+        print(f"paralleljob agent: cannot serve metrics on port {args.metrics_port}: {exc}", file=sys.stderr)
+        return EXIT_NO_CLUSTER
     logging.getLogger("paralleljob.agent").info(
         "agent for node %s: polling every %.1f s, metrics on %s:%d",
         config.node,

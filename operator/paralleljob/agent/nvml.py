@@ -66,6 +66,16 @@ class PynvmlSource:
                 f"NVML could not be initialised ({exc}): this machine has no usable NVIDIA driver"
                 " (libnvidia-ml.so.1 and /dev/nvidia*)"
             ) from None
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML cannot list the GPUs ({exc})") from None
+        if count == 0:
+            # Typical of a container started without the NVIDIA runtime: reporting "all 0 GPUs healthy"
+            # would hide that the node's GPUs are not watched at all.
+            raise NvmlUnavailable(
+                "NVML sees no GPU (in a container: runtimeClassName nvidia and NVIDIA_VISIBLE_DEVICES=all)"
+            )
         self.nvml = pynvml
         self._register_xids()
 
