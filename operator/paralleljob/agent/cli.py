@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
 
 def _source(args: argparse.Namespace) -> Any:
     if args.fake_nvml is None:
-        from paralleljob.agent.nvml import PynvmlSource
+        from paralleljob.agent.pynvml_source import PynvmlSource
 
         return PynvmlSource()
     from paralleljob.agent.fake import FakeNvml, load_script
