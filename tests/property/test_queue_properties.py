@@ -86,9 +86,18 @@ def test_scheduling_pass_properties(nodes, running_spec, pending_spec, queue_spe
         for victim in preempt.victims:
             v = victims[victim]
             assert v.job.priority < head.job.priority or v.queue != head.queue
-        released = [state.release(v) for v in preempt.victims]
+        # once the victims stop (and jobs backfilled to end within the grace period have ended), the
+        # job they were preempted for fits
+        start_by = next(r.start_by for r in reserves if r.job_id == preempt.for_job)
+        gone = list(preempt.victims) + [
+            a.job_id
+            for a in plan.admitted()
+            if any("backfilled: ends by" in reason for reason in a.reasons)
+            and NOW + (by_id[a.job_id].expected_runtime_s or math.inf) <= start_by
+        ]
+        released = [state.release(v) for v in gone]
         placer.place(head.job, SEED)  # raises if the preemption would not let it run
-        for allocation in released:
+        for allocation in reversed(released):
             assert allocation is not None
             state.allocate(allocation)
     if reserves and not preempts and math.isfinite(reserves[0].start_by):

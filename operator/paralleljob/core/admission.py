@@ -17,12 +17,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placement import Placement
-from paralleljob.core.placer import Placer
+from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.core.preemption import PreemptionChoice, choose_victims
 from paralleljob.core.queueing import (
     PendingJob,
@@ -94,7 +93,7 @@ class _Head:
 
 def schedule(
     state: ClusterState,
-    placer: Placer,
+    placer: PlacerLike,
     model: CostModel,
     pending: Sequence[PendingJob],
     running: Sequence[RunningJob],
@@ -168,7 +167,7 @@ def _line_key(p: PendingJob, book: QueueBook, policy: QueuePolicy, now: float) -
 
 
 def _try_place(
-    state: ClusterState, placer: Placer, model: CostModel, job: PendingJob, head: _Head | None, now: float
+    state: ClusterState, placer: PlacerLike, model: CostModel, job: PendingJob, head: _Head | None, now: float
 ) -> tuple[Placement, tuple[str, ...]]:
     """Place ``job`` now without delaying the head (when there is one)."""
     if head is None:
@@ -191,7 +190,7 @@ def _try_place(
 
 def _block(
     state: ClusterState,
-    placer: Placer,
+    placer: PlacerLike,
     model: CostModel,
     job: PendingJob,
     running: Sequence[RunningJob],
@@ -225,27 +224,40 @@ def _block(
 
 
 def _shadow(
-    state: ClusterState, placer: Placer, model: CostModel, spec: JobSpec, running: Sequence[RunningJob], now: float
+    state: ClusterState,
+    placer: PlacerLike,
+    model: CostModel,
+    spec: JobSpec,
+    running: Sequence[RunningJob],
+    now: float,
 ) -> tuple[float, tuple[int, ...]]:
-    """When the head could start if running jobs end as expected, and the GPUs it would get then."""
+    """When the head could start if running jobs end as expected, and the GPUs it would get then.
+
+    Ends are replayed in order; the state is only touched (released, placed on, restored) once the GPUs
+    freed so far could hold the head's TP groups, so a long list of running jobs costs a count each."""
     ending = sorted(
         (r for r in running if r.expected_end_at is not None and r.job.job_id in state.allocations),
-        key=lambda r: (r.expected_end_at, r.job.job_id),
+        key=lambda r: (r.expected_end_at or 0.0, r.job.job_id),
     )
-    released: list[Allocation] = []
-    result: tuple[float, tuple[int, ...]] = (math.inf, ())
-    try:
-        for job in ending:
-            allocation = state.release(job.job.job_id)
-            if allocation is not None:
-                released.append(allocation)
-            try:
-                placement = placer.place(spec, model)
-            except PlacementInfeasible:
-                continue
-            result = (max(now, float(job.expected_end_at or now)), placement.gpus)
-            break
-    finally:
-        for allocation in reversed(released):
-            state.allocate(allocation)
-    return result
+    topo, t, mem = state.topology, spec.tp, spec.memory_per_gpu_gb
+    slots = state.domain_slots(topo.top, 0, t, mem) if topo.top else state.node_slots(0, t, mem)
+    freed: dict[int, int] = {}
+    for i, job in enumerate(ending):
+        for gpu in state.allocations[job.job.job_id].gpus:
+            node = topo.gpu_node[gpu]
+            if state.health[gpu] is GPUHealth.HEALTHY and state.node_schedulable[node] and state.memory_ok(node, mem):
+                before = (state.usable_free(node) + freed.get(node, 0)) // t
+                freed[node] = freed.get(node, 0) + 1
+                slots += (state.usable_free(node) + freed[node]) // t - before
+        if slots < spec.num_groups:
+            continue
+        released = [a for a in (state.release(r.job.job_id) for r in ending[: i + 1]) if a is not None]
+        try:
+            placement = placer.place(spec, model)
+        except PlacementInfeasible:
+            continue
+        finally:
+            for allocation in reversed(released):
+                state.allocate(allocation)
+        return max(now, float(job.expected_end_at or now)), placement.gpus
+    return math.inf, ()

@@ -49,6 +49,16 @@ class DomainPicker:
         self.topology = self.state.topology
         self.children = self.state.index.children
         self._unit_vectors: dict[int, list[int]] = {}
+        # taken nodes per (level, domain), so a capacity question only looks at its own domain's nodes
+        self._taken_in: dict[tuple[int, int], list[int]] = {}
+        self._fit_cache: dict[tuple[int, int, int, int, int], int] = {}
+
+    def take(self, node: int, groups: int) -> None:
+        """Promise ``groups`` TP groups on ``node`` to the layout being built."""
+        if node not in self.taken:
+            for level in range(1, self.topology.top + 1):
+                self._taken_in.setdefault((level, self.topology.domain_of[level][node]), []).append(node)
+        self.taken[node] = self.taken.get(node, 0) + groups
 
     def _units_vector(self, unit: int) -> list[int]:
         """units(k) for every free count k, so a domain's capacity is one dot product."""
@@ -84,9 +94,8 @@ class DomainPicker:
                 return self.node_units(domain, unit) if self.state.memory_ok(domain, memory) else 0
             row = self.state.free_histogram(level, domain, memory)
             cap: int = sum(map(operator.mul, row, self._units_vector(unit)))
-            row_of = self.topology.domain_of[level]
-            for node in self.taken:
-                if row_of[node] == domain and self.state.memory_ok(node, memory):
+            for node in self._taken_in.get((level, domain), ()):
+                if self.state.memory_ok(node, memory):
                     cap += self.node_units(node, unit) - self._units_of_free(self.state.usable_free(node), unit)
             return cap
         if level == target:
@@ -127,6 +136,15 @@ class DomainPicker:
         """The lowest level of a domain inside (level, domain) that alone holds ``need`` units."""
         if level == target:
             return level
+        if not self.taken:
+            key = (level, domain, target, need, unit)
+            cached = self._fit_cache.get(key)
+            if cached is None:
+                cached = self._fit_cache[key] = self._fit_level(level, domain, target, need, unit)
+            return cached
+        return self._fit_level(level, domain, target, need, unit)
+
+    def _fit_level(self, level: int, domain: int, target: int, need: int, unit: int) -> int:
         if target == 0 and level == 1:
             return 0 if self._fits_one_node(domain, need, unit) else 1
         best = level
@@ -138,10 +156,8 @@ class DomainPicker:
         return best
 
     def _fits_one_node(self, domain: int, need: int, unit: int) -> bool:
-        if self.taken:
-            row_of = self.topology.domain_of[1]
-            if any(row_of[n] == domain and self.node_units(n, unit) >= need for n in self.taken):
-                return True
+        if any(self.node_units(n, unit) >= need for n in self._taken_in.get((1, domain), ())):
+            return True
         row = self.state.free_histogram(1, domain, self.request.memory_gb)
         vector = self._units_vector(unit)
         return any(count and vector[k] >= need for k, count in enumerate(row))
@@ -225,13 +241,11 @@ class DomainPicker:
         Nodes come lazily from the domain's free-count buckets (plus nodes this layout already uses),
         so the cost is proportional to the nodes taken, not to the size of the domain."""
         width = self.topology.max_gpus_per_node + 1
-        row_of = self.topology.domain_of[1] if self.topology.top else None
         partial: dict[int, list[int]] = {}
-        for node in self.taken:
-            if row_of is None or row_of[node] == domain:
-                units = self.node_units(node, unit)
-                if units > 0 and self.state.memory_ok(node, self.request.memory_gb):
-                    partial.setdefault(units, []).append(node)
+        for node in self._taken_in.get((1, domain), ()) if self.topology.top else self.taken:
+            units = self.node_units(node, unit)
+            if units > 0 and self.state.memory_ok(node, self.request.memory_gb):
+                partial.setdefault(units, []).append(node)
         sources = {f: self._nodes(1, domain, f) for f in range(width) if self._units_of_free(f, unit) > 0}
         heads: dict[int, int] = {}
 
@@ -288,13 +302,13 @@ def pack_chains(
     each into fewer pieces (which wins depends on the cost model, so the placer tries both). Nodes chosen
     are recorded in ``picker.taken``; ``picker.mixed`` says whether whole-first split some chains."""
     if lam == 0:
-        picker.taken[domain] = picker.taken.get(domain, 0) + replicas * length
+        picker.take(domain, replicas * length)
         return [[domain] * length for _ in range(replicas)]
     chains: list[list[int]] = []
     whole = min(replicas, picker.capacity(lam, domain, 0, length)) if whole_first else 0
     if whole:
         for node, count in picker.pick(lam, domain, 0, whole, length):
-            picker.taken[node] = picker.taken.get(node, 0) + count * length
+            picker.take(node, count * length)
             chains.extend([node] * length for _ in range(count))
     rest = (replicas - len(chains)) * length
     if rest:
@@ -304,7 +318,7 @@ def pack_chains(
             return None
         flat = []
         for node, units in pieces:
-            picker.taken[node] = picker.taken.get(node, 0) + units
+            picker.take(node, units)
             flat.extend([node] * units)
         chains.extend(flat[i : i + length] for i in range(0, rest, length))
     return chains

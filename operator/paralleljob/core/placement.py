@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from paralleljob.core.cost import CostBreakdown
+from paralleljob.core.cost import CostBreakdown, CostModel
+
+if TYPE_CHECKING:
+    from paralleljob.core.cluster import Allocation
+    from paralleljob.core.job import JobSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,3 +35,9 @@ class Placement:
         pp_stages = [[g for d in range(dp) for g in tp_groups[d * pp + p]] for p in range(pp)]
         dp_replicas = [[g for p in range(pp) for g in tp_groups[d * pp + p]] for d in range(dp)]
         return {"tp_groups": tp_groups, "pp_stages": pp_stages, "dp_replicas": dp_replicas}
+
+
+class PlacerLike(Protocol):
+    """Anything that places a job on the state it was built with: the core placer or a baseline."""
+
+    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement: ...

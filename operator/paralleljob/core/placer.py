@@ -310,8 +310,19 @@ class Placer:
                 n for n, r in room.items() if r > 0 and n not in options and topo.common_level(n, anchor) <= level
             )
             if options:
-                return min(options, key=lambda node: (pricing.with_move(g, node), node))
+                return min(options, key=lambda node: self._repair_key(job, pricing, g, node, room))
         return None
+
+    def _repair_key(
+        self, job: JobSpec, pricing: SingleMoveCost, g: int, node: int, room: dict[int, int]
+    ) -> tuple[float, int, int, int, int]:
+        """Cheapest first; among equal costs a node the job already uses, then one that does not break a
+        whole free node, then the tightest fit (SPEC: fill partly used nodes, keep whole nodes free)."""
+        cost = round(pricing.with_move(g, node) / COST_EPS)
+        free = self.state.usable_free(node)
+        own = 0 if node in room else 1
+        breaks_whole = int(own and free == self.topology.node_gpu_count[node] and free > job.tp)
+        return (cost, own, breaks_whole, free, node)
 
     def prefer_previous_nodes(
         self, job: JobSpec, model: CostModel, layout: Sequence[int], old_nodes: Sequence[int]

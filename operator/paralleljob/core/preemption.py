@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.placement import Placement
-from paralleljob.core.placer import Placer
+from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.core.queueing import PendingJob, QueueBook, QueuePolicy, RunningJob
 
 DOMAINS_PER_LEVEL = 12  # candidate domains tried per level, cheapest first
@@ -49,7 +48,7 @@ def may_preempt(waiting: PendingJob, victim: RunningJob, book: QueueBook) -> str
 
 def choose_victims(
     state: ClusterState,
-    placer: Placer,
+    placer: PlacerLike,
     model: CostModel,
     waiting: PendingJob,
     running: Sequence[RunningJob],
@@ -107,7 +106,7 @@ def choose_victims(
 
 
 def _trial(
-    state: ClusterState, placer: Placer, model: CostModel, waiting: PendingJob, victims: Sequence[str]
+    state: ClusterState, placer: PlacerLike, model: CostModel, waiting: PendingJob, victims: Sequence[str]
 ) -> Placement | None:
     released: list[Allocation] = []
     try:
@@ -126,7 +125,7 @@ def _trial(
 
 def _trim(
     state: ClusterState,
-    placer: Placer,
+    placer: PlacerLike,
     model: CostModel,
     waiting: PendingJob,
     victims: tuple[str, ...],

@@ -51,7 +51,10 @@ class RecoveryOutcome:
 
 
 def affected_groups(state: ClusterState, allocation: Allocation) -> list[int]:
-    """TP groups holding a GPU that is broken or sits on a node that no longer runs work."""
+    """TP groups holding a broken (Offline or Resetting) GPU.
+
+    A cordon does not affect running groups; a node that stops running work (NotReady, deleted) reaches
+    the core as all of its GPUs turning Offline, which the shells report."""
     out = []
     for g, group in enumerate(allocation.groups):
         if any(state.health[gpu] in BROKEN for gpu in group):
