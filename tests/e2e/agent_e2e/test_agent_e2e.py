@@ -84,11 +84,11 @@ def test_xid79_from_the_agent_moves_the_pod_off_the_gpu_and_clears_after_recover
     others = {p["name"] for p in before["placement"]["pods"][1:]}
     old_uids = {p.metadata.name: p.metadata.uid for p in pjs.live_pods("xid")}
 
-    # Poll 2: XID 79 and the GPU is lost; poll 12 (~2 s later): it answers again.
+    # Poll 2: XID 79 and the GPU is lost; poll 25 (~5 s later): it answers again.
     script = tmp_path / "xid79.yaml"
     script.write_text(
         f"gpus: 8\nsteps:\n  - {{poll: 2, gpu: {gpu}, xid: 79, set: {{lost: true}}}}\n"
-        f"  - {{poll: 12, gpu: {gpu}, set: {{lost: false}}}}\n"
+        f"  - {{poll: 25, gpu: {gpu}, set: {{lost: false}}}}\n"
     )
     agent = AgentProcess(dev_cluster.kubeconfig, node, script, tmp_path / "agent.log")
     agents.append(agent)
@@ -105,6 +105,9 @@ def test_xid79_from_the_agent_moves_the_pod_off_the_gpu_and_clears_after_recover
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nagent log:\n{agent.log_tail()}") from None
     assert condition.reason == "XID79" and f"GPU {gpu} Offline" in condition.message
+    metrics = agent.metrics()  # read now: the scripted recovery is ~20 polls away
+    assert f'paralleljob_agent_xid_total{{class="bus",gpu="{gpu}",xid="79"}} 1.0' in metrics
+    assert f'paralleljob_agent_gpu_health{{gpu="{gpu}",state="Offline"}} 1.0' in metrics
 
     status = pjs.wait_phase("xid", "Running", restarts=1)
     repaired_s = time.monotonic() - started
@@ -116,10 +119,6 @@ def test_xid79_from_the_agent_moves_the_pod_off_the_gpu_and_clears_after_recover
     new_uids = {p.metadata.name: p.metadata.uid for p in pjs.live_pods("xid")}
     assert new_uids[victim["name"]] != old_uids[victim["name"]]
     assert all(new_uids[name] == old_uids[name] for name in others), "minimal repair re-creates only the victim"
-
-    metrics = agent.metrics()
-    assert f'paralleljob_agent_xid_total{{class="bus",gpu="{gpu}",xid="79"}} 1.0' in metrics
-    assert f'paralleljob_agent_gpu_health{{gpu="{gpu}",state="Offline"}} 1.0' in metrics
 
     def cleared() -> bool:
         annotation, condition = node_signals(kube, node)
