@@ -174,6 +174,8 @@ def admit_all(
             nodes=",".join(record.nodes),
             checkpoint=checkpoint_status(request, len(record.nodes)),
         )
+        # "Accepted" then "Placed" in one pass says nothing "Placed" alone does not; one Event write less.
+        actions.events = [e for e in actions.events if e.reason != "Accepted"]
         actions.note("Normal", "Placed", message)
         actions.placed_cost = {"tp": cost.tp_ms, "pp": cost.pp_ms, "dp": cost.dp_ms, "total": cost.total_ms}
         sync_pods(actions, job, request, record, pods_of(job), view.nodes)

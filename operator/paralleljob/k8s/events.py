@@ -8,7 +8,7 @@ import datetime as dt
 import itertools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from paralleljob.k8s.api import ApiError, Kube
@@ -21,8 +21,9 @@ MAX_BACKLOG = 1000
 
 
 class EventPoster:
-    def __init__(self, kube: Kube, instance: str) -> None:
+    def __init__(self, kube: Kube, instance: str, busy: Callable[[], bool] = lambda: False) -> None:
         self.kube = kube
+        self.busy = busy
         self.instance = instance or "paralleljob-operator"
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.counter = itertools.count()
@@ -66,6 +67,8 @@ class EventPoster:
     async def _run(self) -> None:
         while True:
             body = await self.queue.get()
+            while self.busy():  # events wait for a gang's creates and binds, never the other way round
+                await asyncio.sleep(0.05)
             namespace = body["metadata"]["namespace"]
             try:
                 await self.kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,8 +175,8 @@ class Executor:
                 outcome.failures[job_key] = f"binding {bind.name} to {bind.node} was refused: {exc.message}"
             return
 
-        def bound(body: dict[str, Any]) -> None:
-            body.setdefault("spec", {})["nodeName"] = bind.node
+        def bound(body: Mapping[str, Any]) -> dict[str, Any]:
+            return {**body, "spec": {**(body.get("spec") or {}), "nodeName": bind.node}}
 
         self.pods.patch_local(bind.namespace, bind.name, bound)
         outcome.bound += 1

@@ -55,7 +55,8 @@ class Reconciler:
         self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod)
         self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology))
         self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue)
-        self.events = EventPoster(kube, config.identity)
+        self.events = EventPoster(kube, config.identity, lambda: self.executing)
+        self.executing = False
         self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds)
         self.wake = asyncio.Event()
         self.synced = asyncio.Event()
@@ -180,11 +181,20 @@ class Reconciler:
             log.warning("%s", warning)
         for seconds in plan.scheduling_seconds:
             self.metrics.scheduling.observe(seconds)
-        outcome = await self.executor.execute(plan)
+        self.executing = True
+        try:
+            outcome = await self.executor.execute(plan)
+        finally:
+            self.executing = False
         log.debug(
             "pass %d: decide %.1f ms, execute %.1f ms; %d status writes, %d binds, %d deletes, %d pods known",
-            self.passes, (decided - started) * 1e3, (time.monotonic() - decided) * 1e3, outcome.wrote,
-            outcome.bound, outcome.deleted, len(self.pods),
+            self.passes,
+            (decided - started) * 1e3,
+            (time.monotonic() - decided) * 1e3,
+            outcome.wrote,
+            outcome.bound,
+            outcome.deleted,
+            len(self.pods),
         )
         self.passes += 1
         self.metrics.passes.inc()

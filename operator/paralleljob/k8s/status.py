@@ -7,7 +7,6 @@ fields; :meth:`StatusDraft.changed` tells the executor whether anything needs wr
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,8 +31,10 @@ EVENT_CONDITIONS: dict[Event, tuple[tuple[str, str, str], ...]] = {
 
 class StatusDraft:
     def __init__(self, status: Mapping[str, Any], phase: Phase, generation: int) -> None:
-        self.original = copy.deepcopy(dict(status))
-        self.data: dict[str, Any] = copy.deepcopy(dict(status))
+        # Shallow copies: every change below replaces a top-level value (conditions are rebuilt as a new
+        # list of new dicts), so the original is never mutated; a deep copy per job per pass was measurable.
+        self.original: Mapping[str, Any] = status
+        self.data: dict[str, Any] = dict(status)
         self.phase = phase
         self.generation = generation
         self.events: list[tuple[Event, str, str]] = []

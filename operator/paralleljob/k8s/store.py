@@ -103,16 +103,16 @@ class ObjectStore(Generic[T]):
             del self._values[(namespace, name)]
             self.version += 1
 
-    def patch_local(self, namespace: str, name: str, change: Callable[[dict[str, Any]], None]) -> None:
+    def patch_local(self, namespace: str, name: str, change: Callable[[Body], Body]) -> None:
         """Apply a change the API has confirmed but whose new version has not been seen yet (a binding:
-        the API answers with a Status, not the pod). The resourceVersion stays, so the real update wins."""
+        the API answers with a Status, not the pod). ``change`` returns a new body and must not mutate
+        the old one. The resourceVersion stays, so the real update wins."""
         current = self._bodies.get((namespace, name))
         if current is None:
             return
-        copy = _deep_copy(current)
-        change(copy)
-        self._bodies[(namespace, name)] = copy
-        self._values[(namespace, name)] = self._parse(copy)
+        updated = change(current)
+        self._bodies[(namespace, name)] = updated
+        self._values[(namespace, name)] = self._parse(updated)
         self.version += 1
 
     def replace_all(self, bodies: Iterable[Body], list_rv: str | None) -> None:
@@ -134,9 +134,3 @@ class ObjectStore(Generic[T]):
                 del self._bodies[key]
                 del self._values[key]
                 self.version += 1
-
-
-def _deep_copy(body: Body) -> dict[str, Any]:
-    import copy
-
-    return copy.deepcopy(dict(body))
