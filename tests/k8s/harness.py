@@ -27,6 +27,7 @@ class FakeCluster:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.binds: list[tuple[str, str]] = []
         self.bind_failures: dict[str, str] = {}
+        self.invalid_pods: dict[str, str] = {}
         self.events: list[tuple[str, str, str]] = []
         self.last_plan: Plan | None = None
         self.last_view: ClusterView | None = None
@@ -53,8 +54,10 @@ class FakeCluster:
             nodes=[parse_node(n, self.config) for n in self.nodes.values()],
             now=now,
             bind_failures=dict(self.bind_failures),
+            invalid_pods=dict(self.invalid_pods),
         )
         self.bind_failures.clear()
+        self.invalid_pods.clear()
         plan, view = decide(observed, self.config)
         self.last_plan, self.last_view = plan, view
         for actions in plan.jobs:

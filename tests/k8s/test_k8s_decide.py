@@ -240,3 +240,14 @@ def test_gpu_product_is_honoured() -> None:
     fc.add_job(paralleljob("k", 8, 1, 1, extra_spec={"gpuProduct": "NVIDIA-B200"}))
     fc.settle()
     assert fc.phase("ns/k") == "Failed"
+
+
+def test_pods_the_api_refuses_as_invalid_fail_the_job() -> None:
+    fc = cluster(2)
+    fc.add_job(paralleljob("j", 2, 2, 1))
+    fc.step()
+    fc.invalid_pods["ns/j"] = 'Pod "j-d0-p0" is invalid: spec.containers[0].image: Required value'
+    fc.step()
+    status = fc.job("ns/j")["status"]
+    assert status["phase"] == "Failed" and "fix spec.template" in status["message"]
+    assert not fc.job_pods("ns/j")

@@ -36,6 +36,7 @@ class Observed:
     queues: Mapping[str, QueueInfo] = field(default_factory=dict)
     bind_failures: Mapping[str, str] = field(default_factory=dict)  # job key -> why its gang could not be bound
     holds: Mapping[str, str] = field(default_factory=dict)  # job key -> why it must not be admitted just now
+    invalid_pods: Mapping[str, str] = field(default_factory=dict)  # job key -> the API refused its pods as invalid
 
 
 def claims_of(jobs: Sequence[JobObject]) -> list[Claim]:
@@ -193,6 +194,13 @@ def _decide_job(
     record = job.record
     if record is None or job.record_error:
         _requeue_lost(actions, view, pods, job.record_error or "the status has no placement", now)
+        return None
+    if job.key in observed.invalid_pods:
+        # The template itself is wrong (the API said 400/422): retrying cannot help, so fail with the reason.
+        why = f"the API server refused the job's pods: {observed.invalid_pods[job.key]}; fix spec.template"
+        _requeue_lost(actions, view, pods, why, now)
+        draft.apply(Event.REJECTED, "InvalidPodTemplate", why, now)
+        draft.set(completionTime=now)
         return None
     if job.key in observed.bind_failures:
         _requeue_lost(actions, view, pods, observed.bind_failures[job.key], now)

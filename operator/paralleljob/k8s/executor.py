@@ -35,6 +35,7 @@ class Outcome:
     deleted: int = 0
     failures: dict[str, str] = field(default_factory=dict)  # job key -> why its gang cannot be completed
     hold: dict[str, str] = field(default_factory=dict)  # job key -> transient trouble; retry after a pause
+    invalid: dict[str, str] = field(default_factory=dict)  # job key -> the API refused its pod as invalid
     written: list[JobActions] = field(default_factory=list)  # jobs whose status write went through
 
 
@@ -150,6 +151,8 @@ class Executor:
                 return  # the old pod of that name is still going away; the next pass tries again
             if exc.retryable:
                 outcome.hold[job.key] = f"creating pod {meta['name']} failed: {exc.message}"
+            elif exc.status in (400, 422):
+                outcome.invalid[job.key] = exc.message
             else:
                 outcome.failures[job.key] = f"the API refused pod {meta['name']}: {exc.message}"
             return

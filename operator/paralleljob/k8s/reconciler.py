@@ -62,6 +62,7 @@ class Reconciler:
         self.synced = asyncio.Event()
         self.leader = asyncio.Event()
         self.bind_failures: dict[str, str] = {}
+        self.invalid_pods: dict[str, str] = {}
         self.holds: dict[str, tuple[float, str]] = {}  # job key -> (not before, why)
         self.rollbacks: dict[str, int] = {}
         self.placed_at: dict[str, float] = {}
@@ -173,8 +174,10 @@ class Reconciler:
             queues={q.name: q for q in self.queues.values()},
             bind_failures=dict(self.bind_failures),
             holds=holds,
+            invalid_pods=dict(self.invalid_pods),
         )
         self.bind_failures.clear()
+        self.invalid_pods.clear()
         plan, view = decide(observed, self.config.topology, self.config.strict_fifo, time.perf_counter)
         decided = time.monotonic()
         for warning in plan.warnings:
@@ -200,6 +203,7 @@ class Reconciler:
         self.metrics.passes.inc()
         self.metrics.binds.inc(outcome.bound)
         self._account(outcome.written, started)
+        self.invalid_pods.update(outcome.invalid)
         for key, why in outcome.failures.items():
             self.bind_failures[key] = why
             count = self.rollbacks.get(key, 0)
@@ -208,7 +212,7 @@ class Reconciler:
             self.holds[key] = (time.monotonic() + pause, f"retrying in {pause:g} s after: {why}")
         self.metrics.update(gauges(view, plan.jobs, observed.queues))
         # Creates refused with 409 (a predecessor still terminating) are not "busy": its DELETED event wakes us.
-        busy = bool(outcome.wrote or outcome.bound or outcome.failures or outcome.deleted)
+        busy = bool(outcome.wrote or outcome.bound or outcome.failures or outcome.invalid or outcome.deleted)
         if outcome.hold:
             return True, 0.5
         return busy, 0.0

@@ -157,3 +157,11 @@ def test_a_64_pod_gang_binds_completely(pjs: Jobs) -> None:
     pjs.wait_phase("wide", "Running")
     # A loose bound for a shared CI machine; the 2 s target is measured by `paralleljob bench-operator`.
     assert elapsed < 30, f"64 pods took {elapsed:.2f} s to bind"
+
+
+def test_a_pod_template_the_api_refuses_fails_the_job_with_the_reason(pjs: Jobs) -> None:
+    template = {"spec": {"containers": [{"name": "trainer", "image": "x", "resources": {"limits": {"cpu": "lots"}}}]}}
+    pjs.create("broken-template", 2, 1, 1, template=template)
+    status = pjs.wait_phase("broken-template", "Failed")
+    assert "fix spec.template" in status["message"] and "quantities" in status["message"], status["message"]
+    assert not pjs.live_pods("broken-template")
