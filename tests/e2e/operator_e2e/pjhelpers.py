@@ -38,8 +38,9 @@ def free_port() -> int:
 class OperatorProcess:
     """``paralleljob operator`` in a subprocess; its log goes to a file shown when a test fails."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
+    def __init__(self, kubeconfig: Path, log_dir: Path, identity: str = "e2e-operator") -> None:
         self.kubeconfig = kubeconfig
+        self.identity = identity
         self.log_dir = log_dir
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -49,7 +50,7 @@ class OperatorProcess:
     def start(self, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
         assert self.proc is None or self.proc.poll() is not None, "operator already running"
         self.starts += 1
-        self.log_path = self.log_dir / f"operator-{self.starts}.log"
+        self.log_path = self.log_dir / f"operator-{self.identity}-{self.starts}.log"
         env = {**os.environ, **(extra_env or {})}
         argv = [
             sys.executable,
@@ -65,7 +66,7 @@ class OperatorProcess:
             "--lease-duration",
             "4",
             "--identity",
-            "e2e-operator",
+            self.identity,
             "--resync-seconds",
             "10",
             "--log-level",
