@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: all venv lint test unit demo demo-down bench clean k8s-binaries
+.PHONY: all venv lint test unit demo demo-down bench clean k8s-binaries helm chart-crds
 
 all: test
 
@@ -31,7 +31,17 @@ k8s-binaries: venv
 	@echo "==> dev-cluster binaries (cached per version; built with Go if missing)"
 	$(BIN)/paralleljob dev-cluster build
 
-test: lint k8s-binaries
+# helm for the chart's tests: reused from ~/.cache/paralleljob/tools/helm-<version>/, or built with
+# `go install` from the Go module proxy (a cold build takes a few minutes on 2 cores).
+helm: venv
+	@echo "==> helm (cached per version; built with Go if missing)"
+	$(BIN)/python -m paralleljob.packaging.helm
+
+# Refresh the chart's copy of crds/ (a test fails while they differ).
+chart-crds: venv
+	$(BIN)/python -m paralleljob.packaging.chart
+
+test: lint k8s-binaries helm
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: venv

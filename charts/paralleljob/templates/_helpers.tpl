@@ -1,0 +1,77 @@
+{{/* Names, labels and the image reference shared by every template. */}}
+
+{{- define "paralleljob.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name: the chart name unless the release name already contains it. */}}
+{{- define "paralleljob.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "paralleljob.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "paralleljob.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: paralleljob
+{{- end -}}
+
+{{- define "paralleljob.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "paralleljob.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "paralleljob.agentSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "paralleljob.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
+{{- define "paralleljob.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "paralleljob.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "paralleljob.agentServiceAccountName" -}}
+{{- printf "%s-agent" (include "paralleljob.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "paralleljob.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "paralleljob.agentImage" -}}
+{{- $repository := default .Values.image.repository .Values.agent.image.repository -}}
+{{- $tag := default (default .Chart.AppVersion .Values.image.tag) .Values.agent.image.tag -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+
+{{/* The file --topology-config reads (paralleljob.k8s.config.load_topology_file). */}}
+{{- define "paralleljob.topologyFile" -}}
+topology:
+  nodeBandwidthGbps: {{ .Values.topology.nodeBandwidthGbps }}
+  clusterBandwidthGbps: {{ .Values.topology.clusterBandwidthGbps }}
+  defaultGpuMemoryGiB: {{ .Values.topology.defaultGpuMemoryGiB }}
+  toleratedTaints: {{ .Values.topology.toleratedTaints | toJson }}
+  levels:
+  {{- range .Values.topology.levels }}
+    - name: {{ .name | quote }}
+      labels: {{ .labels | toJson }}
+      bandwidthGbps: {{ .bandwidthGbps }}
+  {{- end }}
+{{- end -}}

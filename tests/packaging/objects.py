@@ -1,0 +1,41 @@
+"""Picking objects out of a rendered chart, and the RBAC the operator is expected to have.
+
+:data:`OPERATOR_RULES` is the contract between the chart and ``operator/paralleljob/k8s/``: every call the
+operator makes needs one of these, and nothing else is granted (docs/packaging.md has the same table).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (apiGroup, resource) -> verbs, for the ClusterRole.
+OPERATOR_RULES: dict[tuple[str, str], frozenset[str]] = {
+    ("", "pods"): frozenset({"get", "list", "watch", "create", "delete"}),
+    ("", "pods/binding"): frozenset({"create"}),
+    ("", "services"): frozenset({"create"}),
+    ("", "nodes"): frozenset({"list", "watch"}),
+    ("", "events"): frozenset({"create"}),
+    ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch"}),
+    ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
+    ("paralleljob.dev", "paralleljobqueues"): frozenset({"list", "watch"}),
+}
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o.get("kind") == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[str, Any]:
+    found = [o for o in by_kind(objects, kind) if o["metadata"]["name"].endswith(name_suffix)]
+    assert len(found) == 1, f"expected one {kind} named *{name_suffix}, got {len(found)}"
+    return found[0]
+
+
+def flatten_rules(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """(group, resource) -> verbs over every rule (rules with resourceNames included)."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                out.setdefault((group, resource), set()).update(rule.get("verbs", []))
+    return out
