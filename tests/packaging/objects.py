@@ -18,6 +18,7 @@ OPERATOR_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch"}),
     ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
     ("paralleljob.dev", "paralleljobqueues"): frozenset({"list", "watch"}),
+    ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),  # Kopf's observer
 }
 
 

@@ -1,0 +1,123 @@
+"""Helpers for the chart's end-to-end tests: the release under test, a kubeconfig holding only a token of
+the chart's ServiceAccount, and the operator run with the chart Deployment's own arguments."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
+
+from pjhelpers import OperatorProcess, _die_with_pytest
+
+from paralleljob.devcluster.session import KubeSession
+from paralleljob.k8s.lease import verdict
+from paralleljob.packaging.chart import chart_dir
+from paralleljob.packaging.helm import run_helm
+
+RELEASE = "pj"
+SERVICE_ACCOUNT = "pj-paralleljob"  # the chart's fullname for release "pj"
+IDENTITY = "pj-paralleljob-e2e-0"  # stands in for the pod name ($(POD_NAME))
+# Faster than production so that a restarted operator retakes its Lease quickly.
+INSTALL_VALUES = ("operator.leaderElection.leaseDurationSeconds=4", "operator.resyncSeconds=10", "image.tag=e2e")
+
+
+@dataclass
+class Release:
+    name: str
+    namespace: str
+    env: dict[str, str]  # for helm: admin kubeconfig, private helm home
+    admin_kubeconfig: Path
+    work: Path
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run_helm([*args, "--namespace", self.namespace], self.env, check=check)
+
+    def upgrade(self, *sets: str) -> None:
+        args = ["upgrade", self.name, str(chart_dir()), "--reuse-values"]
+        for value in sets:
+            args += ["--set", value]
+        self.helm(*args)
+
+
+def other_operator_leads(kube: KubeSession) -> str:
+    """The identity of a live leader of the default Lease (the other e2e folders' operators), or ''."""
+    from kubernetes_asyncio.client import CoordinationV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    api: Any = CoordinationV1Api(kube.api)
+    try:
+        lease = kube.run(api.read_namespaced_lease("paralleljob-operator", "default"))
+    except ApiException as exc:
+        if exc.status == 404:
+            return ""
+        raise
+    spec = kube.api.sanitize_for_serialization(lease.spec) or {}
+    if verdict(spec, "helm-e2e-probe", dt.datetime.now(dt.UTC)).take:
+        return ""  # expired or released
+    return str(spec.get("holderIdentity") or "")
+
+
+def service_account_kubeconfig(kube: KubeSession, release: Release, path: Path) -> Path:
+    """A kubeconfig whose only credential is a fresh token of the chart's ServiceAccount."""
+    request = {"spec": {"expirationSeconds": 3600}}
+    token = kube.run(kube.core.create_namespaced_service_account_token(SERVICE_ACCOUNT, release.namespace, request))
+    config = yaml.safe_load(release.admin_kubeconfig.read_text())
+    config["users"] = [{"name": SERVICE_ACCOUNT, "user": {"token": token.status.token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = SERVICE_ACCOUNT
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+class ChartOperator(OperatorProcess):
+    """``paralleljob operator`` run the way the chart's Deployment runs it, with the chart's credentials."""
+
+    def __init__(self, kubeconfig: Path, log_dir: Path, deployment_args: list[str]) -> None:
+        super().__init__(kubeconfig, log_dir)
+        self.deployment_args = deployment_args
+
+    def start(self, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "operator already running"
+        self.starts += 1
+        self.log_path = self.log_dir / f"chart-operator-{self.starts}.log"
+        argv = [
+            sys.executable, "-m", "paralleljob.cli", *self.deployment_args,
+            # Out of cluster: the token kubeconfig instead of the pod's mounted token, and a free local port.
+            f"--kubeconfig={self.kubeconfig}", f"--metrics-port={self.port}", "--metrics-host=127.0.0.1",
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAME", "POD_NAMESPACE")}
+        env.update(extra_env or {})
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_pytest
+            )
+        if wait:
+            self.wait_leader()
+
+    def all_logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("chart-operator-*.log")))
+
+
+def deployment_args(kube: KubeSession, release: Release, topology_file: Path) -> list[str]:
+    """The chart Deployment's container args with what the kubelet would substitute filled in."""
+    from kubernetes_asyncio.client import AppsV1Api
+
+    apps: Any = AppsV1Api(kube.api)
+    deployment = kube.run(apps.read_namespaced_deployment(SERVICE_ACCOUNT, release.namespace))
+    (container,) = deployment.spec.template.spec.containers
+    args = []
+    for arg in container.args:
+        arg = arg.replace("$(POD_NAMESPACE)", release.namespace).replace("$(POD_NAME)", IDENTITY)
+        if arg.startswith("--topology-config="):
+            arg = f"--topology-config={topology_file}"  # the ConfigMap, as the pod would see it mounted
+        args.append(arg)
+    return args

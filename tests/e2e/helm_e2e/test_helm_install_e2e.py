@@ -1,0 +1,180 @@
+"""``helm install`` / ``upgrade`` / ``uninstall`` of the chart on a real API server, and the proof that its
+RBAC is enough for the operator (a placement and a node-failure repair done with the chart's ServiceAccount
+token only) and no more (what the operator never does is refused). Tests run in file order: the last one
+uninstalls."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import pytest
+from helmhelpers import IDENTITY, SERVICE_ACCOUNT, ChartOperator, Release, service_account_kubeconfig
+from kubernetes_asyncio.client import ApiClient, AppsV1Api, CustomObjectsApi, RbacAuthorizationV1Api
+from kubernetes_asyncio.client.exceptions import ApiException
+from pjhelpers import Jobs, assert_gang_on_record, assert_no_gpu_used_twice
+
+from paralleljob.devcluster.session import KubeSession
+from paralleljob.k8s.constants import GROUP, PLURAL, VERSION
+
+pytestmark = pytest.mark.e2e
+
+QUEUE = f"e2e-helm-{secrets.token_hex(3)}"
+
+
+def _status(kube: KubeSession, call: Any) -> int:
+    """The HTTP status of an API call: 200 when it went through."""
+    try:
+        kube.run(call)
+    except ApiException as exc:
+        return int(exc.status)
+    return 200
+
+
+def test_install_creates_the_release_objects(kube: KubeSession, release: Release) -> None:
+    listed = release.helm("list", "--output", "json").stdout
+    assert f'"name":"{release.name}"' in listed.replace(" ", "") and "deployed" in listed
+    rbac: Any = RbacAuthorizationV1Api(kube.api)
+    apps: Any = AppsV1Api(kube.api)
+    kube.run(kube.core.read_namespaced_service_account(SERVICE_ACCOUNT, release.namespace))
+    kube.run(rbac.read_cluster_role(SERVICE_ACCOUNT))
+    kube.run(rbac.read_namespaced_role(f"{SERVICE_ACCOUNT}-leader-election", release.namespace))
+    kube.run(kube.core.read_namespaced_service(f"{SERVICE_ACCOUNT}-metrics", release.namespace))
+    deployment = kube.run(apps.read_namespaced_deployment(SERVICE_ACCOUNT, release.namespace))
+    assert deployment.spec.template.spec.containers[0].image == "paralleljob:e2e"
+
+
+def test_operator_with_the_charts_service_account_places_and_repairs(
+    pjs: Jobs, chaos: KubeSession, chart_operator: ChartOperator, release: Release
+) -> None:
+    pjs.create("helm-llm", 4, 2, 2, failurePolicy={"strategy": "minimal"})
+    before = pjs.wait_phase("helm-llm", "Running")
+    assert_gang_on_record(pjs, "helm-llm")
+    victim = before["placement"]["pods"][0]["node"]
+    chaos.make_node_not_ready(victim)
+    status = pjs.wait_phase("helm-llm", "Running", restarts=1)
+    assert victim not in status["nodes"].split(",")
+    assert_gang_on_record(pjs, "helm-llm")
+    assert_no_gpu_used_twice(chaos)
+    # Events go out in the background and failures there are only logged, so check they really landed.
+    reasons = {e.reason for e in pjs.events("helm-llm")}
+    assert {"Placed", "NodeFailure", "Repaired"} <= reasons, reasons
+    # The leader-election Lease lives in the release's namespace, held by the chart's operator.
+    lease = kube_lease(chaos, release)
+    assert lease["holderIdentity"] == IDENTITY
+    logs = chart_operator.all_logs().lower()
+    assert "forbidden" not in logs and " 403" not in logs, chart_operator.log_tail()
+
+
+def kube_lease(kube: KubeSession, release: Release) -> dict[str, Any]:
+    from kubernetes_asyncio.client import CoordinationV1Api
+
+    api: Any = CoordinationV1Api(kube.api)
+    lease = kube.run(api.read_namespaced_lease("paralleljob-operator", release.namespace))
+    return dict(kube.api.sanitize_for_serialization(lease.spec))
+
+
+def test_the_service_account_may_do_nothing_else(kube: KubeSession, release: Release, namespace: str) -> None:
+    sa = KubeSession(service_account_kubeconfig(kube, release, release.work / "sa-probe-kubeconfig"))
+    try:
+        api: ApiClient = sa.api
+        rbac: Any = RbacAuthorizationV1Api(api)
+        apps: Any = AppsV1Api(api)
+        custom: Any = CustomObjectsApi(api)
+        node = kube.run(kube.core.list_node()).items[0].metadata.name
+        role = {"metadata": {"name": "pj-escalate"}, "rules": []}
+        refused = {
+            "delete a node": sa.core.delete_node(node),
+            "label a node": sa.core.patch_node(node, {"metadata": {"labels": {"x": "y"}}}),
+            "read secrets (own namespace)": sa.core.list_namespaced_secret(release.namespace),
+            "read secrets (anywhere)": sa.core.list_secret_for_all_namespaces(),
+            "read configmaps": sa.core.list_namespaced_config_map(release.namespace),
+            "create a clusterrole": rbac.create_cluster_role(role),
+            "bind a clusterrole": rbac.create_namespaced_role_binding(
+                namespace,
+                {
+                    "metadata": {"name": "pj-escalate"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+                    "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": release.namespace}],
+                },
+            ),
+            "create a deployment": apps.create_namespaced_deployment(namespace, {"metadata": {"name": "x"}}),
+            "change a job's spec": custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "any", {"spec": {"priority": 1}}
+            ),
+            "delete a job": custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "any"),
+            "create a queue": custom.create_cluster_custom_object(
+                GROUP,
+                VERSION,
+                "paralleljobqueues",
+                {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": "x"}},
+            ),
+            "patch a pod": sa.core.patch_namespaced_pod("any", namespace, {"metadata": {"labels": {"x": "y"}}}),
+            "delete a service": sa.core.delete_namespaced_service("any", namespace),
+            "read another lease": _lease_get(sa, release.namespace, "someone-else"),
+            "create a namespace": sa.core.create_namespace({"metadata": {"name": "pj-escalate"}}),
+        }
+        statuses = {what: _status(sa, call) for what, call in refused.items()}
+        assert statuses == dict.fromkeys(refused, 403)
+        # ... while what the operator does is allowed (reads here; writes were proven by the repair above).
+        assert _status(sa, sa.core.list_node()) == 200
+        assert _status(sa, sa.core.list_pod_for_all_namespaces(limit=1)) == 200
+        assert _status(sa, custom.list_cluster_custom_object(GROUP, VERSION, "paralleljobqueues")) == 200
+    finally:
+        sa.close()
+
+
+def _lease_get(session: KubeSession, namespace: str, name: str) -> Any:
+    from kubernetes_asyncio.client import CoordinationV1Api
+
+    api: Any = CoordinationV1Api(session.api)
+    return api.read_namespaced_lease(name, namespace)
+
+
+def test_upgrade_applies_changed_values(kube: KubeSession, release: Release) -> None:
+    release.upgrade(
+        "operator.logLevel=DEBUG",
+        "topology.nodeBandwidthGbps=900",
+        f"queues[0].name={QUEUE}",
+        "queues[0].maxGPUs=16",
+        "queues[0].weight=3",
+    )
+    apps: Any = AppsV1Api(kube.api)
+    deployment = kube.run(apps.read_namespaced_deployment(SERVICE_ACCOUNT, release.namespace))
+    assert "--log-level=DEBUG" in deployment.spec.template.spec.containers[0].args
+    assert deployment.metadata.generation == 2
+    configmap = kube.run(kube.core.read_namespaced_config_map(f"{SERVICE_ACCOUNT}-topology", release.namespace))
+    assert "nodeBandwidthGbps: 900" in configmap.data["topology.yaml"]
+    custom: Any = CustomObjectsApi(kube.api)
+    queue = kube.run(custom.get_cluster_custom_object(GROUP, VERSION, "paralleljobqueues", QUEUE))
+    assert queue["spec"]["maxGPUs"] == 16 and queue["spec"]["weight"] == 3
+    history = release.helm("history", release.name, "--output", "json").stdout
+    assert '"revision":2' in history.replace(" ", "")
+
+
+def test_uninstall_removes_everything_but_the_crds(
+    kube: KubeSession, release: Release, chart_operator: ChartOperator
+) -> None:
+    chart_operator.stop()  # it would lose its credentials with the ServiceAccount
+    release.helm("uninstall", release.name, "--wait", "--timeout", "60s")
+    rbac: Any = RbacAuthorizationV1Api(kube.api)
+    apps: Any = AppsV1Api(kube.api)
+    custom: Any = CustomObjectsApi(kube.api)
+    gone = {
+        "serviceaccount": kube.core.read_namespaced_service_account(SERVICE_ACCOUNT, release.namespace),
+        "deployment": apps.read_namespaced_deployment(SERVICE_ACCOUNT, release.namespace),
+        "service": kube.core.read_namespaced_service(f"{SERVICE_ACCOUNT}-metrics", release.namespace),
+        "configmap": kube.core.read_namespaced_config_map(f"{SERVICE_ACCOUNT}-topology", release.namespace),
+        "clusterrole": rbac.read_cluster_role(SERVICE_ACCOUNT),
+        "clusterrolebinding": rbac.read_cluster_role_binding(SERVICE_ACCOUNT),
+        "role": rbac.read_namespaced_role(f"{SERVICE_ACCOUNT}-leader-election", release.namespace),
+        "rolebinding": rbac.read_namespaced_role_binding(f"{SERVICE_ACCOUNT}-leader-election", release.namespace),
+        "queue": custom.get_cluster_custom_object(GROUP, VERSION, "paralleljobqueues", QUEUE),
+    }
+    assert {what: _status(kube, call) for what, call in gone.items()} == dict.fromkeys(gone, 404)
+    # CRDs came from the chart's crds/ folder: Helm never deletes those (nor, with them, every ParallelJob).
+    from kubernetes_asyncio.client import ApiextensionsV1Api
+
+    extensions: Any = ApiextensionsV1Api(kube.api)
+    kube.run(extensions.read_custom_resource_definition(f"{PLURAL}.{GROUP}"))
+    assert release.helm("list", "--output", "json").stdout.strip() == "[]"
