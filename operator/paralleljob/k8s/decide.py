@@ -20,6 +20,7 @@ from paralleljob.k8s.failures import detect, handle
 from paralleljob.k8s.nodes import NodeInfo
 from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.podsync import delete_all, must_force, observe, sync_pods
+from paralleljob.k8s.records import PlacementRecord
 from paralleljob.k8s.specs import JobObject, JobRequest
 from paralleljob.k8s.status import StatusDraft
 from paralleljob.k8s.view import Claim, ClusterView, build_view
@@ -37,13 +38,21 @@ class Observed:
     bind_failures: Mapping[str, str] = field(default_factory=dict)  # job key -> why its gang could not be bound
     holds: Mapping[str, str] = field(default_factory=dict)  # job key -> why it must not be admitted just now
     invalid_pods: Mapping[str, str] = field(default_factory=dict)  # job key -> the API refused its pods as invalid
+    # Jobs whose previous decisions are still being carried out: left alone this pass. The value is the
+    # placement being written (it holds its GPUs already), or None to keep the stored one.
+    busy: Mapping[str, PlacementRecord | None] = field(default_factory=dict)
 
 
-def claims_of(jobs: Sequence[JobObject]) -> list[Claim]:
-    """Recorded placements that hold GPUs, oldest claim first."""
-    active = [j for j in jobs if j.phase in ACTIVE and j.record is not None and not j.deleting]
-    active.sort(key=lambda j: (str(j.status.get("startTime") or j.queued_at), j.key))
-    return [Claim(j.key, j.uid, j.record) for j in active if j.record is not None]
+def claims_of(jobs: Sequence[JobObject], busy: Mapping[str, PlacementRecord | None] | None = None) -> list[Claim]:
+    """Recorded placements that hold GPUs, oldest claim first; a placement being written counts already."""
+    busy = busy or {}
+    claims: list[tuple[str, Claim]] = []
+    for job in jobs:
+        record = busy.get(job.key) or (job.record if job.phase in ACTIVE and not job.deleting else None)
+        if record is not None:
+            claims.append((str(job.status.get("startTime") or job.queued_at), Claim(job.key, job.uid, record)))
+    claims.sort(key=lambda item: (item[0], item[1].key))
+    return [claim for _, claim in claims]
 
 
 # The core's exact search can spend seconds on a large gang without improving on the structured layouts
@@ -60,7 +69,7 @@ def decide(
 ) -> tuple[Plan, ClusterView]:
     clock = clock or (lambda: 0.0)
     now = observed.now
-    view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs), topology)
+    view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
     placer = Placer(view.state, placer_config) if view.state is not None else None
     plan = Plan(warnings=list(view.warnings))
     jobs = {j.key: j for j in observed.jobs}
@@ -91,6 +100,10 @@ def decide(
     queued: list[tuple[JobObject, JobRequest]] = []
     order = sorted(observed.jobs, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
     for job in order:
+        if job.key in observed.busy:
+            if job.request is not None and (observed.busy[job.key] is not None or job.phase in ACTIVE):
+                in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
+            continue
         actions = actions_for(job)
         try:
             entry = _decide_job(actions, view, placer, job, pods_of(job), observed, now)

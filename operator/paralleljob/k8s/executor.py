@@ -65,6 +65,13 @@ class Executor:
         await asyncio.gather(*chains)
         return outcome
 
+    async def run_job(self, actions: JobActions, outcome: Outcome) -> None:
+        """One job's chain: its status first, then its pods."""
+        await self._job(actions, outcome)
+
+    async def delete_orphan(self, delete: PodDelete, outcome: Outcome) -> None:
+        await self._delete(delete, outcome)
+
     async def _job(self, actions: JobActions, outcome: Outcome) -> None:
         if actions.writes_status and not await self._write_status(actions, outcome):
             return  # nothing about its pods happens unless the status (the placement) is recorded

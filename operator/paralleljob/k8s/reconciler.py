@@ -16,17 +16,19 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from paralleljob.k8s.actions import JobActions, PodDelete
 from paralleljob.k8s.admission import QueueInfo, parse_queue
 from paralleljob.k8s.api import ApiError, Kube, retrying
 from paralleljob.k8s.config import OperatorConfig
 from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, QUEUE_PLURAL, VERSION
-from paralleljob.k8s.decide import Observed, decide
+from paralleljob.k8s.decide import ACTIVE, Observed, decide
 from paralleljob.k8s.events import EventPoster
-from paralleljob.k8s.executor import Executor
+from paralleljob.k8s.executor import Executor, Outcome
 from paralleljob.k8s.metrics import Metrics
 from paralleljob.k8s.metrics_model import gauges
 from paralleljob.k8s.nodes import NodeInfo, parse_node
 from paralleljob.k8s.pods import PodInfo, parse_pod, pod_gpu_request
+from paralleljob.k8s.records import PlacementRecord, record_from_status
 from paralleljob.k8s.specs import JobObject, parse_job
 from paralleljob.k8s.store import ObjectStore
 
@@ -55,8 +57,10 @@ class Reconciler:
         self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod)
         self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology))
         self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue)
-        self.events = EventPoster(kube, config.identity, lambda: self.executing)
-        self.executing = False
+        self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
+        # Job chains still being carried out (job key -> task, the placement it writes) and orphan deletes.
+        self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
+        self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds)
         self.wake = asyncio.Event()
         self.synced = asyncio.Event()
@@ -162,7 +166,10 @@ class Reconciler:
                 self.wake.set()
 
     async def pass_once(self) -> tuple[bool, float]:
-        """One decide-and-execute pass; returns (run again, after this many seconds)."""
+        """Decide on a snapshot and start carrying the plan out. Each job's chain (status, then pods) runs
+        as its own task, so a pass never waits for an earlier gang's binds; a job whose chain is still
+        running is left out of the next decisions, and the placement it is writing already holds its GPUs.
+        Returns (run again, after this many seconds); finished chains wake the loop themselves."""
         started = time.monotonic()
         holds = {k: why for k, (until, why) in self.holds.items() if until > started}
         self.holds = {k: v for k, v in self.holds.items() if v[0] > started}
@@ -175,32 +182,62 @@ class Reconciler:
             bind_failures=dict(self.bind_failures),
             holds=holds,
             invalid_pods=dict(self.invalid_pods),
+            busy={key: record for key, (_, record) in self.inflight.items()},
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
         plan, view = decide(observed, self.config.topology, self.config.strict_fifo, time.perf_counter)
-        decided = time.monotonic()
         for warning in plan.warnings:
             log.warning("%s", warning)
         for seconds in plan.scheduling_seconds:
             self.metrics.scheduling.observe(seconds)
-        self.executing = True
-        try:
-            outcome = await self.executor.execute(plan)
-        finally:
-            self.executing = False
-        log.debug(
-            "pass %d: decide %.1f ms, execute %.1f ms; %d status writes, %d binds, %d deletes, %d pods known",
-            self.passes,
-            (decided - started) * 1e3,
-            (time.monotonic() - decided) * 1e3,
-            outcome.wrote,
-            outcome.bound,
-            outcome.deleted,
-            len(self.pods),
-        )
+        launched = 0
+        for actions in plan.jobs:
+            if not (actions.writes_status or actions.deletes or actions.creates or actions.binds or actions.events):
+                continue
+            writing = actions.draft.phase in ACTIVE and actions.writes_status
+            record = record_from_status(actions.draft.data) if writing else None
+            task = asyncio.create_task(self._chain(actions, started), name=f"job {actions.job.key}")
+            self.inflight[actions.job.key] = (task, record)
+            launched += 1
+        for delete in plan.orphans:
+            key = (delete.namespace, delete.name)
+            if key not in self.inflight_orphans:
+                self.inflight_orphans[key] = asyncio.create_task(self._orphan(delete), name=f"orphan {key}")
         self.passes += 1
         self.metrics.passes.inc()
+        self.metrics.update(gauges(view, plan.jobs, observed.queues))
+        log.debug(
+            "pass %d: decided in %.1f ms; %d job chains started, %d in flight",
+            self.passes,
+            (time.monotonic() - started) * 1e3,
+            launched,
+            len(self.inflight),
+        )
+        return False, 0.0
+
+    async def _chain(self, actions: JobActions, started: float) -> None:
+        key = actions.job.key
+        outcome = Outcome()
+        try:
+            await self.executor.run_job(actions, outcome)
+        except Exception:  # an unexpected answer must not take the loop down; the next pass decides again
+            log.exception("carrying out the decisions for %s failed", key)
+        finally:
+            self.inflight.pop(key, None)
+            self._absorb(outcome, started)
+            self.wake.set()
+
+    async def _orphan(self, delete: PodDelete) -> None:
+        try:
+            await self.executor.delete_orphan(delete, Outcome())
+        except Exception:
+            log.exception("deleting orphan %s/%s failed", delete.namespace, delete.name)
+        finally:
+            self.inflight_orphans.pop((delete.namespace, delete.name), None)
+            self.wake.set()
+
+    def _absorb(self, outcome: Outcome, started: float) -> None:
         self.metrics.binds.inc(outcome.bound)
         self._account(outcome.written, started)
         self.invalid_pods.update(outcome.invalid)
@@ -210,12 +247,10 @@ class Reconciler:
             self.rollbacks[key] = count + 1
             pause = ROLLBACK_BACKOFF[min(count, len(ROLLBACK_BACKOFF) - 1)]
             self.holds[key] = (time.monotonic() + pause, f"retrying in {pause:g} s after: {why}")
-        self.metrics.update(gauges(view, plan.jobs, observed.queues))
-        # Creates refused with 409 (a predecessor still terminating) are not "busy": its DELETED event wakes us.
-        busy = bool(outcome.wrote or outcome.bound or outcome.failures or outcome.invalid or outcome.deleted)
-        if outcome.hold:
-            return True, 0.5
-        return busy, 0.0
+        for key, why in outcome.hold.items():
+            # transient API trouble: give the job half a second before trying again
+            self.holds[key] = (time.monotonic() + 0.5, f"retrying after: {why}")
+            asyncio.get_running_loop().call_later(0.6, self.wake.set)
 
     def _account(self, written: list[Any], started: float) -> None:
         for actions in written:
