@@ -1,20 +1,27 @@
-"""``deploy/kind/fake-gpus.sh`` against a real API server: the script only uses kubectl, so it is run here
-on throw-away Node objects (kwok leaves them alone: they lack its annotation, so they stay NotReady and
-nothing is placed on them) and the result is read back the way the operator reads nodes."""
+"""``deploy/kind/fake-gpus.sh`` and the READMEs' install commands against a real API server.
+
+The script only uses kubectl, so it runs here on throw-away Node objects (kwok leaves them alone: they lack
+its annotation, so they stay NotReady and nothing is placed on them) and the result is read back the way the
+operator reads nodes. The README's `helm install` / `kubectl` lines run verbatim."""
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from kubernetes_asyncio.client import AppsV1Api
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.devcluster.versions import repo_root
+from paralleljob.packaging.helm import ensure_helm, helm_env
 
 pytestmark = [
     pytest.mark.e2e,
@@ -81,3 +88,47 @@ def test_script_refuses_bad_input(dev_cluster: DevCluster) -> None:
     assert _run(dev_cluster, "--bogus").returncode == 2
     nothing = _run(dev_cluster, "--selector", "paralleljob.dev/kind-test=no-such-node")
     assert nothing.returncode == 1 and "no nodes" in nothing.stderr
+
+
+def _readme_commands(path: Path, heading: str | None = None) -> list[str]:
+    """The shell lines of the first ``sh`` block (after ``heading``), continuations joined, comments dropped."""
+    text = path.read_text()
+    if heading is not None:
+        text = text[text.index(heading) :]
+    block = text[text.index("```sh\n") + 6 :]
+    block = block[: block.index("```")].replace("\\\n", " ")
+    return [re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines() if line.strip()]
+
+
+def test_readme_install_commands_work_as_written(dev_cluster: DevCluster, kube: KubeSession, tmp_path: Path) -> None:
+    """The README's `helm install` and `kubectl apply` lines, run verbatim (the image is not pulled here:
+    no pod starts without a controller-manager), then cleaned up."""
+    commands = _readme_commands(repo_root() / "README.md", "## Install on a cluster")
+    kind_commands = _readme_commands(repo_root() / "deploy" / "kind" / "README.md")
+    variables = dict(line.split("=", 1) for line in commands if re.fullmatch(r"[A-Z_]+=\S+", line))
+    wanted = [c for c in commands if c.startswith(("helm ", "kubectl "))]
+    assert [c.split()[:2] for c in wanted] == [["helm", "install"], ["kubectl", "apply"], ["kubectl", "get"]]
+    env = {**os.environ, **variables, **helm_env(tmp_path / "helm-home", dev_cluster.kubeconfig)}
+    env["PATH"] = f"{ensure_helm().parent}:{env['PATH']}"
+    root = repo_root()
+    try:
+        for command in wanted:
+            result = subprocess.run(command, shell=True, cwd=root, env=env, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+        apps: Any = AppsV1Api(kube.api)
+        deployment = kube.run(apps.read_namespaced_deployment("paralleljob", "paralleljob-system"))
+        assert deployment.spec.template.spec.containers[0].image == f"{variables['IMAGE']}:0.1.0"
+        # The kind README installs the same way, with its own image: its line must be valid too.
+        (kind_install,) = [c for c in kind_commands if c.startswith("helm install")]
+        dry = kind_install.replace("helm install", "helm upgrade --dry-run=server", 1).replace(
+            " --create-namespace", ""
+        )
+        result = subprocess.run(dry, shell=True, cwd=root, env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and 'image: "paralleljob:dev"' in result.stdout, result.stderr
+    finally:
+        subprocess.run(
+            "kubectl delete -f deploy/examples/llama-7b.yaml --ignore-not-found; "
+            "helm uninstall paralleljob -n paralleljob-system --ignore-not-found",
+            shell=True, cwd=root, env=env, capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+        kube.run(kube.core.delete_namespace("paralleljob-system"))
