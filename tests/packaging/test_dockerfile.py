@@ -97,8 +97,9 @@ def test_dockerignore_keeps_the_context_to_the_package() -> None:
 
 @pytest.mark.slow
 def test_entry_points_run_from_the_installed_wheel(tmp_path: Path) -> None:
-    """What the image does, minus Docker: wheel built with --no-deps, installed with its k8s extra into a
-    fresh virtualenv, entry points run from there (not from this checkout)."""
+    """What the image's build does, minus Docker: the wheel built with --no-deps from the build context, the
+    wheels of its k8s and agent extras beside it, an offline install into a fresh virtualenv, and the entry
+    points run from there (not from this checkout)."""
     # The Docker build context: only what .dockerignore lets through (and the Dockerfile copies).
     context = tmp_path / "context"
     context.mkdir()
@@ -114,11 +115,18 @@ def test_entry_points_run_from_the_installed_wheel(tmp_path: Path) -> None:
         timeout=300,
     )
     (wheel,) = wheels.glob("paralleljob-*.whl")
+    # The Dockerfile's two steps: wheels of every dependency next to ours, then an offline install.
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(wheels), f"{wheel}[k8s,agent]"],
+        check=True, env=pip_env, timeout=600,
+    )  # fmt: skip
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    offline = ["--no-index", "--find-links", str(wheels)]
     subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "-q", f"{wheel}[k8s,agent]"], check=True, env=pip_env, timeout=600
-    )
+        [str(venv / "bin" / "pip"), "install", "-q", *offline, "paralleljob[k8s,agent]"],
+        check=True, env=pip_env, timeout=600,
+    )  # fmt: skip
     # Run from an empty folder with a read-only-ish environment: nothing may come from this checkout.
     run_env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
     where = subprocess.run(
