@@ -25,6 +25,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devcluster.versions import cache_root, repo_root
 from paralleljob.k8s.api import ApiError, Kube, job_path
 
@@ -180,12 +181,30 @@ class Demo:
         return await self.kube.request("GET", job_path(NAMESPACE, name))
 
 
-async def scenario(kubeconfig: Path) -> None:
+async def reset(kube: Kube, shape: NodeShape) -> None:
+    """A demo run again on the cluster it left running starts from scratch: jobs gone, every node back."""
+    from paralleljob.devcluster.chaos import restore_nodes
+
+    jobs, _ = await kube.list(job_path(NAMESPACE))
+    for job in jobs:
+        await kube.request("DELETE", job_path(NAMESPACE, job["metadata"]["name"]))
+    await restore_nodes(kube.api, shape)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pods, _ = await kube.list(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        if not pods:
+            break
+        await asyncio.sleep(0.5)
+
+
+async def scenario(kubeconfig: Path, shape: NodeShape, reused: bool) -> None:
     from paralleljob.devcluster.chaos import make_node_not_ready
 
     kube = await Kube.connect(str(kubeconfig))
     demo = Demo(kube, kubeconfig)
     try:
+        if reused:
+            await reset(kube, shape)
         try:
             await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         except ApiError as exc:
@@ -208,7 +227,7 @@ async def scenario(kubeconfig: Path) -> None:
                 await demo.show(live, 4)
                 failure = ((await demo.job("llama-70b")).get("status") or {}).get("lastFailure") or {}
                 demo.say(
-                    f"llama-70b repaired: {failure.get('message', '')} -> {failure.get('action', '')}"
+                    f"llama-70b: {escape(failure.get('message', ''))} -> {failure.get('action', '')}"
                     f" (cost {failure.get('costBeforeMs')} -> {failure.get('costAfterMs')} ms)"
                 )
             demo.say("[bold]gpt-pipeline finishes (deleted): its 4 nodes free up for the queued job[/bold]")
@@ -220,11 +239,11 @@ async def scenario(kubeconfig: Path) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from paralleljob.devcluster.cluster import AlreadyRunning, get, up
-    from paralleljob.devcluster.nodes import NodeShape
 
     if args.down:
         return stop_demo()
     cluster = get(CLUSTER)
+    reused = cluster is not None
     if cluster is None:
         try:
             cluster = up(CLUSTER, NodeShape(count=args.nodes, gpus_per_node=8, nodes_per_rack=4))
@@ -236,7 +255,7 @@ def main(args: argparse.Namespace) -> int:
     pid = start_operator(cluster.kubeconfig)
     console.print(f"operator started (pid {pid}), metrics on http://127.0.0.1:8080/metrics")
     time.sleep(3)
-    asyncio.run(scenario(cluster.kubeconfig))
+    asyncio.run(scenario(cluster.kubeconfig, cluster.shape, reused))
     console.print(
         f"\n[bold]The dev cluster {CLUSTER!r} and the operator keep running.[/bold]\n"
         f"  kubectl --kubeconfig {cluster.kubeconfig} get paralleljobs -n {NAMESPACE}\n"
@@ -248,12 +267,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 def stop_demo_operator_only() -> None:
+    """Stop a previous run's operator and wait until it is gone (its metrics port must be free)."""
     state = _state_file()
     pid = int(json.loads(state.read_text()).get("pid", 0))
-    if pid > 0:
-        try:
-            os.kill(pid, signal.SIGTERM)
-            time.sleep(1)
-        except ProcessLookupError:
-            pass
     state.unlink()
+    if pid <= 0:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)

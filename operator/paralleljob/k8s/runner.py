@@ -65,6 +65,8 @@ async def run_operator(
             await stop.wait()
             stop_flag.set()
 
+    # Every long-lived task exists before Kopf starts: Kopf waits 5 s on shutdown for tasks born after it.
+    reconciler.events.start()
     kopf_task = asyncio.create_task(
         kopf.operator(
             registry=registry,
