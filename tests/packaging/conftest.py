@@ -11,14 +11,15 @@ import yaml
 
 from paralleljob.packaging.chart import chart_dir
 from paralleljob.packaging.helm import ensure_helm, helm_env, run_helm
+from tests.packaging.live import live_report
 
 Render = Callable[..., list[dict[str, Any]]]
 
 
 @pytest.fixture(scope="session")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def helm(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment to run helm in (the binary is built first if the cache has none)."""
-    ensure_helm()
+    ensure_helm(live_report(pytestconfig))
     return helm_env(tmp_path_factory.mktemp("helm-home"))
 
 

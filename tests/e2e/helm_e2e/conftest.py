@@ -36,6 +36,7 @@ from helmhelpers import (
     service_account_kubeconfig,
 )
 from pjhelpers import Jobs
+from tests.packaging.live import live_report
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
@@ -44,11 +45,13 @@ from paralleljob.packaging.helm import ensure_helm, helm_env
 
 
 @pytest.fixture(scope="module")
-def release(dev_cluster: DevCluster, kube: KubeSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+def release(
+    dev_cluster: DevCluster, kube: KubeSession, pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
     other = other_operator_leads(kube)
     if other:
         pytest.fail(f"operator {other!r} is active on this cluster; the chart's RBAC test needs it stopped")
-    ensure_helm()
+    ensure_helm(live_report(pytestconfig))
     work = tmp_path_factory.mktemp("helm-release")
     namespace = f"pj-system-{secrets.token_hex(3)}"
     kube.run(kube.core.create_namespace({"metadata": {"name": namespace, "labels": {"paralleljob.dev/e2e": "true"}}}))
