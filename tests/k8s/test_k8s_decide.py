@@ -4,6 +4,9 @@ failure handling, completion, idempotence."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
+
+import pytest
 
 from paralleljob.k8s.records import record_from_status
 from tests.k8s.factories import foreign_pod, node, paralleljob
@@ -251,3 +254,36 @@ def test_pods_the_api_refuses_as_invalid_fail_the_job() -> None:
     status = fc.job("ns/j")["status"]
     assert status["phase"] == "Failed" and "fix spec.template" in status["message"]
     assert not fc.job_pods("ns/j")
+
+
+def test_malformed_template_fails_with_the_field_to_fix() -> None:
+    fc = cluster(2)
+    bad = paralleljob("bad", 2, 1, 1)
+    bad["spec"]["template"]["spec"]["containers"][0]["env"] = "PJ=1"
+    fc.add_job(bad)
+    fc.add_job(paralleljob("good", 2, 1, 1))
+    fc.settle()
+    assert fc.phase("ns/bad") == "Failed" and "env must be a list" in fc.job("ns/bad")["status"]["message"]
+    assert fc.phase("ns/good") == "Running"
+
+
+def test_an_unexpected_error_is_reported_on_the_job_and_does_not_block_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    import paralleljob.k8s.admission as admission
+
+    fc = cluster(2)
+    fc.add_job(paralleljob("a-cursed", 2, 1, 1, created="2024-01-01T00:00:00Z"))
+    fc.add_job(paralleljob("b-fine", 2, 1, 1, queue="other", created="2024-01-01T00:00:01Z"))
+    real = admission.sync_pods
+
+    def cursed(actions: Any, job: Any, *args: Any, **kwargs: Any) -> Any:
+        if job.name == "a-cursed":
+            raise RuntimeError("boom")
+        return real(actions, job, *args, **kwargs)
+
+    monkeypatch.setattr(admission, "sync_pods", cursed)
+    fc.settle()
+    status = fc.job("ns/a-cursed")["status"]
+    error = next(c for c in status["conditions"] if c["type"] == "ReconcileError")
+    assert error["status"] == "True" and "boom" in error["message"]
+    assert status.get("placement") is None and not fc.job_pods("ns/a-cursed")
+    assert fc.phase("ns/b-fine") == "Running"

@@ -24,6 +24,7 @@ from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.podsync import sync_pods
 from paralleljob.k8s.records import PlacementRecord, PodSlot, cost_to_status, pod_name
 from paralleljob.k8s.specs import JobObject, JobRequest
+from paralleljob.k8s.status import StatusDraft
 from paralleljob.k8s.view import ClusterView
 
 
@@ -96,87 +97,132 @@ def admit_all(
     durations: list[float] = []
     blocked: dict[str, str] = {}  # queue -> the job at its head that does not fit
     for job, request in queue_order(queued):
-        actions = actions_for(job)
-        draft = actions.draft
-        spec = request.spec
-        queue = queues.get(request.queue)
-        if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
-            draft.condition(
-                "Placed", "False", "QueueRefused", f"queue {queue.name} does not serve namespace {job.namespace}", now
-            )
-            continue
-        if holds and job.key in holds:
-            draft.condition("Placed", "False", "BackingOff", holds[job.key], now)
-            blocked[request.queue] = job.name
-            continue
-        if strict_fifo and request.queue in blocked:
-            draft.condition(
-                "Placed",
-                "False",
-                "Waiting",
-                f"waiting behind {blocked[request.queue]} in queue {request.queue} (strict FIFO)",
-                now,
-            )
-            continue
-        if (
-            queue is not None
-            and queue.max_gpus is not None
-            and in_use.get(request.queue, 0) + spec.num_gpus > queue.max_gpus
-        ):
-            draft.condition(
-                "Placed",
-                "False",
-                "QueueFull",
-                f"queue {queue.name} holds {in_use.get(request.queue, 0)}"
-                f" of its {queue.max_gpus} GPUs; this job needs {spec.num_gpus}",
-                now,
-            )
-            blocked[request.queue] = job.name
-            continue
-        if placer is None or view.state is None:
-            draft.condition("Placed", "False", "NoGPUNodes", "the cluster has no GPU nodes", now)
-            blocked[request.queue] = job.name
-            continue
-        started = clock()
         try:
-            with view.only_product(request.gpu_product):
-                if request.gpu_product and request.gpu_product not in view.products:
-                    raise PlacementInfeasible(
-                        job.key, [f"no node has GPU product {request.gpu_product!r}"], permanent=True
-                    )
-                placement = placer.place(spec, cost_model(request.cost_model))
-        except PlacementInfeasible as exc:
-            durations.append(clock() - started)
-            message = "; ".join(exc.reasons)
-            if exc.permanent and not job.ever_ran:
-                draft.apply(Event.REJECTED, "Unschedulable", f"can never fit this cluster: {message}", now)
-                draft.set(completionTime=now)
-                actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
-            else:
-                draft.condition("Placed", "False", "Unschedulable", message, now)
-                blocked[request.queue] = job.name
-            continue
-        durations.append(clock() - started)
-        view.state.allocate(Allocation(job.key, placement.groups, spec.memory_per_gpu_gb))
-        in_use[request.queue] = in_use.get(request.queue, 0) + spec.num_gpus
-        epoch = int(job.status.get("placementEpoch", 0) or 0) + 1
-        record = new_record(view, job, request, placement.groups, epoch, placement.reasons, placement.cost)
-        cost = placement.cost
-        message = (
-            f"{spec.describe()} on {', '.join(record.nodes)}; cost {cost.total_ms:.3f} ms"
-            f" (bottleneck {cost.bottleneck})"
-        )
-        draft.apply(Event.ADMITTED, "Placed", message, now)
-        draft.set(
-            placement=record.to_status(),
-            placementEpoch=epoch,
-            communicationCost=cost_to_status(cost, request.cost_model),
-            nodes=",".join(record.nodes),
-            checkpoint=checkpoint_status(request, len(record.nodes)),
-        )
-        # "Accepted" then "Placed" in one pass says nothing "Placed" alone does not; one Event write less.
-        actions.events = [e for e in actions.events if e.reason != "Accepted"]
-        actions.note("Normal", "Placed", message)
-        actions.placed_cost = {"tp": cost.tp_ms, "pp": cost.pp_ms, "dp": cost.dp_ms, "total": cost.total_ms}
-        sync_pods(actions, job, request, record, pods_of(job), view.nodes)
+            _admit_one(
+                actions_for(job),
+                view,
+                placer,
+                job,
+                request,
+                pods_of,
+                in_use,
+                queues,
+                blocked,
+                now,
+                clock,
+                holds or {},
+                durations,
+                strict_fifo,
+            )
+        except Exception as exc:  # one bad object must not stop the queue; its status says what happened
+            if view.state is not None:
+                view.state.release(job.key)
+            actions = actions_for(job)
+            # drop whatever was half decided for it; only the error is written
+            actions.draft = StatusDraft(job.status, job.phase, job.generation)
+            actions.creates.clear()
+            actions.binds.clear()
+            actions.events.clear()
+            actions.service = None
+            actions.placed_cost = None
+            actions.draft.condition(
+                "ReconcileError", "True", "InternalError", f"the operator could not place this job: {exc!r}", now
+            )
     return durations
+
+
+def _admit_one(
+    actions: JobActions,
+    view: ClusterView,
+    placer: Placer | None,
+    job: JobObject,
+    request: JobRequest,
+    pods_of: Callable[[JobObject], Sequence[PodInfo]],
+    in_use: dict[str, int],
+    queues: Mapping[str, QueueInfo],
+    blocked: dict[str, str],
+    now: str,
+    clock: Callable[[], float],
+    holds: Mapping[str, str],
+    durations: list[float],
+    strict_fifo: bool,
+) -> None:
+    draft = actions.draft
+    spec = request.spec
+    queue = queues.get(request.queue)
+    if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
+        draft.condition(
+            "Placed", "False", "QueueRefused", f"queue {queue.name} does not serve namespace {job.namespace}", now
+        )
+        return
+    if holds and job.key in holds:
+        draft.condition("Placed", "False", "BackingOff", holds[job.key], now)
+        blocked[request.queue] = job.name
+        return
+    if strict_fifo and request.queue in blocked:
+        draft.condition(
+            "Placed",
+            "False",
+            "Waiting",
+            f"waiting behind {blocked[request.queue]} in queue {request.queue} (strict FIFO)",
+            now,
+        )
+        return
+    if (
+        queue is not None
+        and queue.max_gpus is not None
+        and in_use.get(request.queue, 0) + spec.num_gpus > queue.max_gpus
+    ):
+        draft.condition(
+            "Placed",
+            "False",
+            "QueueFull",
+            f"queue {queue.name} holds {in_use.get(request.queue, 0)}"
+            f" of its {queue.max_gpus} GPUs; this job needs {spec.num_gpus}",
+            now,
+        )
+        blocked[request.queue] = job.name
+        return
+    if placer is None or view.state is None:
+        draft.condition("Placed", "False", "NoGPUNodes", "the cluster has no GPU nodes", now)
+        blocked[request.queue] = job.name
+        return
+    started = clock()
+    try:
+        with view.only_product(request.gpu_product):
+            if request.gpu_product and request.gpu_product not in view.products:
+                raise PlacementInfeasible(job.key, [f"no node has GPU product {request.gpu_product!r}"], permanent=True)
+            placement = placer.place(spec, cost_model(request.cost_model))
+    except PlacementInfeasible as exc:
+        durations.append(clock() - started)
+        message = "; ".join(exc.reasons)
+        if exc.permanent and not job.ever_ran:
+            draft.apply(Event.REJECTED, "Unschedulable", f"can never fit this cluster: {message}", now)
+            draft.set(completionTime=now)
+            actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
+        else:
+            draft.condition("Placed", "False", "Unschedulable", message, now)
+            blocked[request.queue] = job.name
+        return
+    durations.append(clock() - started)
+    view.state.allocate(Allocation(job.key, placement.groups, spec.memory_per_gpu_gb))
+    in_use[request.queue] = in_use.get(request.queue, 0) + spec.num_gpus
+    epoch = int(job.status.get("placementEpoch", 0) or 0) + 1
+    record = new_record(view, job, request, placement.groups, epoch, placement.reasons, placement.cost)
+    cost = placement.cost
+    message = (
+        f"{spec.describe()} on {', '.join(record.nodes)}; cost {cost.total_ms:.3f} ms (bottleneck {cost.bottleneck})"
+    )
+    draft.apply(Event.ADMITTED, "Placed", message, now)
+    draft.set(
+        placement=record.to_status(),
+        placementEpoch=epoch,
+        communicationCost=cost_to_status(cost, request.cost_model),
+        nodes=",".join(record.nodes),
+        checkpoint=checkpoint_status(request, len(record.nodes)),
+    )
+    # "Accepted" then "Placed" in one pass says nothing "Placed" alone does not; one Event write less.
+    actions.events = [e for e in actions.events if e.reason != "Accepted"]
+    actions.note("Normal", "Placed", message)
+    actions.placed_cost = {"tp": cost.tp_ms, "pp": cost.pp_ms, "dp": cost.dp_ms, "total": cost.total_ms}
+    sync_pods(actions, job, request, record, pods_of(job), view.nodes)

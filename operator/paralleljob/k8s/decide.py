@@ -107,9 +107,13 @@ def decide(
         actions = actions_for(job)
         try:
             entry = _decide_job(actions, view, placer, job, pods_of(job), observed, now)
-        except Exception as exc:  # one bad object must not stop the others
+        except Exception as exc:  # one bad object must not stop the others, and its status says why
             plan.warnings.append(f"could not reconcile {job.key}: {exc!r}")
-            actions_by_key[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            broken = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            broken.draft.condition(
+                "ReconcileError", "True", "InternalError", f"the operator could not handle this object: {exc!r}", now
+            )
+            actions_by_key[job.key] = broken
             continue
         if entry is not None:
             queued.append(entry)
@@ -129,8 +133,10 @@ def decide(
     return plan, view
 
 
-def _base_fields(draft: StatusDraft, job: JobObject) -> None:
+def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
     draft.set(observedGeneration=job.generation)
+    if any(c.get("type") == "ReconcileError" and c.get("status") == "True" for c in job.status.get("conditions") or []):
+        draft.condition("ReconcileError", "False", "Resolved", "handled normally again", now)
     if job.request is not None:
         spec = job.request.spec
         draft.set(shape=f"{spec.tp}x{spec.pp}x{spec.dp}", gpus=spec.num_gpus)
@@ -179,7 +185,7 @@ def _decide_job(
     if job.deleting:
         delete_all(actions, pods, view.nodes, "ParallelJob is being deleted")
         return None
-    _base_fields(draft, job)
+    _base_fields(draft, job, now)
     request = job.request
     if request is None:
         if not draft.phase.terminal:

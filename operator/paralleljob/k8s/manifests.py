@@ -100,7 +100,8 @@ def worker_pod(
                 values[GPU_RESOURCE] = str(record.tp)
             else:
                 values.pop(GPU_RESOURCE, None)  # the pod's GPUs are exactly the TP group, on the first container
-        kept = [item for item in container.get("env") or [] if item.get("name") not in names]
+        env_items = container.get("env") if isinstance(container.get("env"), list) else []
+        kept = [item for item in env_items if isinstance(item, dict) and item.get("name") not in names]
         container["env"] = kept + env
     return {
         "apiVersion": "v1",

@@ -150,6 +150,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     containers = template["spec"].get("containers")
     if not isinstance(containers, list) or not containers or not all(isinstance(c, Mapping) for c in containers):
         raise InvalidRequest("spec.template.spec.containers needs at least one container")
+    _check_containers(containers)
     return JobRequest(
         spec=job,
         cost_model=cost,
@@ -160,6 +161,24 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         checkpoint=checkpoint,
         template=template,
     )
+
+
+def _check_containers(containers: list[Mapping[str, Any]]) -> None:
+    """The parts of a container the operator fills in must have the shape a Pod needs (the CRD keeps the
+    rest of the template free-form, so the API server only checks it when the pods are created)."""
+    for i, container in enumerate(containers):
+        where = f"spec.template.spec.containers[{i}]"
+        env = container.get("env")
+        if env is not None and (not isinstance(env, list) or not all(isinstance(e, Mapping) for e in env)):
+            raise InvalidRequest(f"{where}.env must be a list of {{name, value}} objects")
+        resources = container.get("resources")
+        if resources is None:
+            continue
+        if not isinstance(resources, Mapping):
+            raise InvalidRequest(f"{where}.resources must be an object")
+        for section in ("limits", "requests"):
+            if resources.get(section) is not None and not isinstance(resources.get(section), Mapping):
+                raise InvalidRequest(f"{where}.resources.{section} must be an object")
 
 
 def parse_phase(status: Mapping[str, Any]) -> Phase:
