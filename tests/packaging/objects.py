@@ -1,25 +1,42 @@
 """Picking objects out of a rendered chart, and the RBAC the operator is expected to have.
 
 :data:`OPERATOR_RULES` is the contract between the chart and ``operator/paralleljob/k8s/``: every call the
-operator makes needs one of these, and nothing else is granted (docs/packaging.md has the same table).
+operator makes needs one of these, and nothing else is granted (docs/packaging.md has the same table). With
+``operator.namespaces`` set, :data:`WORKLOAD_RULES` move into a Role in each of those namespaces.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# (apiGroup, resource) -> verbs, for the ClusterRole.
-OPERATOR_RULES: dict[tuple[str, str], frozenset[str]] = {
-    ("", "pods"): frozenset({"get", "list", "watch", "create", "delete"}),
-    ("", "pods/binding"): frozenset({"create"}),
-    ("", "services"): frozenset({"create"}),
+# (apiGroup, resource) -> verbs. Always cluster-wide: what the operator reads about the whole cluster.
+CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
+    ("", "pods"): frozenset({"list", "watch"}),
     ("", "nodes"): frozenset({"list", "watch"}),
-    ("", "events"): frozenset({"create"}),
-    ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch"}),
-    ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
     ("paralleljob.dev", "paralleljobqueues"): frozenset({"list", "watch"}),
     ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),  # Kopf's observer
 }
+# What it does to jobs and their workers: cluster-wide, or per namespace when operator.namespaces is set.
+WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
+    ("", "pods"): frozenset({"get", "create", "delete"}),
+    ("", "pods/binding"): frozenset({"create"}),
+    ("", "services"): frozenset({"create"}),
+    ("", "events"): frozenset({"create"}),
+    ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch"}),
+    ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
+}
+
+
+def merged(*tables: dict[tuple[str, str], frozenset[str]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for table in tables:
+        for key, verbs in table.items():
+            out.setdefault(key, set()).update(verbs)
+    return out
+
+
+# The ClusterRole of the default install (every namespace).
+OPERATOR_RULES = merged(CLUSTER_RULES, WORKLOAD_RULES)
 
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

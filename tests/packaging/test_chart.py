@@ -13,7 +13,7 @@ from paralleljob.k8s.config import TopologyConfig, topology_from_mapping
 from paralleljob.packaging.chart import chart_dir, crd_drift
 from paralleljob.packaging.helm import ensure_helm
 from tests.packaging.conftest import Render
-from tests.packaging.objects import OPERATOR_RULES, by_kind, flatten_rules, one
+from tests.packaging.objects import CLUSTER_RULES, OPERATOR_RULES, WORKLOAD_RULES, by_kind, flatten_rules, merged, one
 
 
 def _lint(helm: dict[str, str], *sets: str) -> str:
@@ -102,7 +102,7 @@ def test_operator_rbac_is_exactly_what_the_operator_calls(render: Render) -> Non
     objects = render()
     cluster_role = one(objects, "ClusterRole")
     granted = flatten_rules(cluster_role["rules"])
-    assert granted == {key: set(verbs) for key, verbs in OPERATOR_RULES.items()}
+    assert granted == OPERATOR_RULES
     for rule in cluster_role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
     role = one(objects, "Role")
@@ -119,6 +119,22 @@ def test_operator_rbac_is_exactly_what_the_operator_calls(render: Render) -> Non
     for binding in (one(objects, "ClusterRoleBinding"), one(objects, "RoleBinding")):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pj-paralleljob", "namespace": "pj-system"}]
     assert not by_kind(render("rbac.create=false"), "ClusterRole")
+
+
+def test_watching_some_namespaces_moves_the_writes_into_their_roles(render: Render) -> None:
+    objects = render("operator.namespaces={team-a,team-b}")
+    cluster_role = one(objects, "ClusterRole")
+    namespaces_read = {("", "namespaces"): frozenset({"list", "watch"})}  # Kopf, serving some namespaces
+    assert flatten_rules(cluster_role["rules"]) == merged(CLUSTER_RULES, namespaces_read)
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind(objects, "Role")}
+    for namespace in ("team-a", "team-b"):
+        assert flatten_rules(roles[(namespace, "pj-paralleljob")]["rules"]) == merged(WORKLOAD_RULES)
+    # Events about Nodes are posted in default.
+    assert flatten_rules(roles[("default", "pj-paralleljob-node-events")]["rules"]) == {("", "events"): {"create"}}
+    bindings = {(b["metadata"]["namespace"], b["metadata"]["name"]) for b in by_kind(objects, "RoleBinding")}
+    assert set(roles) == bindings
+    with_default = render("operator.namespaces={default}")
+    assert not [r for r in by_kind(with_default, "Role") if r["metadata"]["name"].endswith("-node-events")]
 
 
 def test_deployment_is_hardened(render: Render) -> None:

@@ -75,3 +75,31 @@ topology:
       bandwidthGbps: {{ .bandwidthGbps }}
   {{- end }}
 {{- end -}}
+
+{{/* RBAC rules for what the operator does to the jobs it manages and their workers: cluster-wide, or only in
+     operator.namespaces when it watches just those (rbac.yaml). */}}
+{{- define "paralleljob.workloadRules" -}}
+# Create the gang, delete stale or failed workers, re-read one pod after a refused bind.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "create", "delete"]
+# The gang is bound by the operator itself (schedulerName: paralleljob-scheduler).
+- apiGroups: [""]
+  resources: ["pods/binding"]
+  verbs: ["create"]
+# One headless Service per job (MASTER_ADDR); it is owned by the job, so nothing else is needed.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create"]
+# Events about ParallelJobs (in their namespace).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+- apiGroups: ["paralleljob.dev"]
+  resources: ["paralleljobs"]
+  verbs: ["get", "list", "watch"]
+# Placement, phase, conditions, restarts: the operator writes only the status subresource.
+- apiGroups: ["paralleljob.dev"]
+  resources: ["paralleljobs/status"]
+  verbs: ["patch"]
+{{- end }}

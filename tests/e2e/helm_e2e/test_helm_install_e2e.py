@@ -9,7 +9,14 @@ import secrets
 from typing import Any
 
 import pytest
-from helmhelpers import IDENTITY, SERVICE_ACCOUNT, ChartOperator, Release, service_account_kubeconfig
+from helmhelpers import (
+    IDENTITY,
+    SERVICE_ACCOUNT,
+    ChartOperator,
+    Release,
+    deployment_args,
+    service_account_kubeconfig,
+)
 from kubernetes_asyncio.client import ApiClient, AppsV1Api, CustomObjectsApi, RbacAuthorizationV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, assert_gang_on_record, assert_no_gpu_used_twice
@@ -150,6 +157,39 @@ def test_upgrade_applies_changed_values(kube: KubeSession, release: Release) -> 
     assert queue["spec"]["maxGPUs"] == 16 and queue["spec"]["weight"] == 3
     history = release.helm("history", release.name, "--output", "json").stdout
     assert '"revision":2' in history.replace(" ", "")
+
+
+def test_watching_some_namespaces_narrows_the_grants_to_them(
+    kube: KubeSession, release: Release, chart_operator: ChartOperator, namespace: str
+) -> None:
+    """operator.namespaces: the workload verbs move from the ClusterRole into Roles of those namespaces."""
+    chart_operator.stop()
+    release.upgrade(f"operator.namespaces={{{namespace}}}")
+    rbac: Any = RbacAuthorizationV1Api(kube.api)
+    cluster_rules = kube.run(rbac.read_cluster_role(SERVICE_ACCOUNT)).rules
+    assert all("create" not in rule.verbs for rule in cluster_rules), "no cluster-wide writes left"
+    kube.run(rbac.read_namespaced_role(SERVICE_ACCOUNT, namespace))
+    chart_operator.deployment_args = deployment_args(kube, release, release.work / "topology.yaml")
+    assert f"--namespace={namespace}" in chart_operator.deployment_args
+    chart_operator.start()
+    jobs = Jobs(kube, namespace, chart_operator)
+    try:
+        jobs.create("scoped", 2, 2, 1)
+        jobs.wait_phase("scoped", "Running")
+        assert_gang_on_record(jobs, "scoped")
+        assert "Placed" in {e.reason for e in jobs.events("scoped")}
+    finally:
+        jobs.cleanup()
+    sa = KubeSession(chart_operator.kubeconfig)
+    try:
+        pod = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "x"}]}}
+        assert _status(sa, sa.core.create_namespaced_pod(namespace, pod)) != 403
+        assert _status(sa, sa.core.create_namespaced_pod(release.namespace, pod)) == 403
+    finally:
+        sa.close()
+    kube.run(kube.core.delete_namespaced_pod("x", namespace, grace_period_seconds=0))
+    log = chart_operator.log_path.read_text(errors="replace").lower()
+    assert "forbidden" not in log and " 403" not in log, chart_operator.log_tail()
 
 
 def test_uninstall_removes_everything_but_the_crds(
