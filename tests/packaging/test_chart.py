@@ -227,7 +227,15 @@ def test_queues_become_parallel_job_queues(render: Render) -> None:
     )
     queues = {q["metadata"]["name"]: q for q in by_kind(objects, "ParallelJobQueue")}
     assert queues["research"]["spec"] == {"weight": 2, "guaranteedGPUs": 16, "maxGPUs": 48, "namespaces": ["team-a"]}
-    assert queues["batch"]["spec"] is None or queues["batch"]["spec"] == {}
+    assert queues["batch"]["spec"] == {}, "an object, so the CRD's defaults apply"
+
+
+def test_decimals_given_with_set_arrive_as_numbers(render: Render) -> None:
+    """`helm --set` passes 1.5 as a string: the schema accepts numeric strings and the output is numeric."""
+    objects = render("queues[0].name=q", "queues[0].weight=1.5", "topology.clusterBandwidthGbps=12.5")
+    assert one(objects, "ParallelJobQueue")["spec"] == {"weight": 1.5}
+    topology = yaml.safe_load(one(objects, "ConfigMap")["data"]["topology.yaml"])["topology"]
+    assert topology["clusterBandwidthGbps"] == 12.5
 
 
 def test_agent_daemonset_runs_the_agent_command(render: Render) -> None:
@@ -252,6 +260,7 @@ def test_agent_daemonset_runs_the_agent_command(render: Render) -> None:
         ("operator.writeConcurrency=0", "writeConcurrency"),
         ("operator.logLevel=LOUD", "logLevel"),
         ("queues[0].weight=2", "name"),
+        ("queues[0].weight=heavy", "weight"),
         ("operator.replica=2", "replica"),
     ],
 )
