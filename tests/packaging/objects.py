@@ -14,6 +14,7 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "pods"): frozenset({"list", "watch"}),
     ("", "nodes"): frozenset({"list", "watch"}),
     ("paralleljob.dev", "paralleljobqueues"): frozenset({"list", "watch"}),
+    ("paralleljob.dev", "paralleljobqueues/status"): frozenset({"patch"}),
     ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),  # Kopf's observer
 }
 # What it does to jobs and their workers: cluster-wide, or per namespace when operator.namespaces is set.

@@ -93,6 +93,8 @@ class ChartOperator(OperatorProcess):
             sys.executable, "-m", "paralleljob.cli", *self.deployment_args,
             # Out of cluster: the token kubeconfig instead of the pod's mounted token, and a free local port.
             f"--kubeconfig={self.kubeconfig}", f"--metrics-port={self.port}", "--metrics-host=127.0.0.1",
+            # Some refusals are only logged at debug level (queue status, events): the tests look for 403s.
+            "--log-level=DEBUG",
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAME", "POD_NAMESPACE")}
         env.update(extra_env or {})
