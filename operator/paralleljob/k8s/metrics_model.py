@@ -72,3 +72,19 @@ def gauges(view: ClusterView, jobs: Sequence[JobActions], queues: Mapping[str, Q
         queue_gpus.get(q, 0) / (queues[q].weight if q in queues else 1.0) for q in set(queue_gpus) | set(queue_length)
     ]
     return Gauges(by_phase, counts, cost, queue_length, fragmentation_ratio(view), jain_index(shares), queue_gpus)
+
+
+def queue_statuses(jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo]) -> dict[str, dict[str, int]]:
+    """What each ParallelJobQueue's status shows: GPUs its placed jobs hold, how many run, how many wait."""
+    out = {name: {"gpusInUse": 0, "running": 0, "waiting": 0} for name in queues}
+    for actions in jobs:
+        request = actions.job.request
+        if request is None or request.queue not in out:
+            continue
+        entry = out[request.queue]
+        if actions.draft.phase in RUNNING:
+            entry["gpusInUse"] += request.spec.num_gpus
+            entry["running"] += 1
+        elif actions.draft.phase is Phase.QUEUED:
+            entry["waiting"] += 1
+    return out

@@ -25,7 +25,7 @@ from paralleljob.k8s.decide import ACTIVE, Observed, decide
 from paralleljob.k8s.events import EventPoster
 from paralleljob.k8s.executor import Executor, Outcome
 from paralleljob.k8s.metrics import Metrics
-from paralleljob.k8s.metrics_model import gauges
+from paralleljob.k8s.metrics_model import gauges, queue_statuses
 from paralleljob.k8s.nodes import NodeInfo, parse_node
 from paralleljob.k8s.pods import PodInfo, parse_pod, pod_gpu_request
 from paralleljob.k8s.records import PlacementRecord, record_from_status
@@ -61,6 +61,7 @@ class Reconciler:
         # Job chains still being carried out (job key -> task, the placement it writes) and orphan deletes.
         self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
         self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.queue_writes: asyncio.Task[None] | None = None
         self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds)
         self.wake = asyncio.Event()
         self.synced = asyncio.Event()
@@ -207,6 +208,7 @@ class Reconciler:
         self.passes += 1
         self.metrics.passes.inc()
         self.metrics.update(gauges(view, plan.jobs, observed.queues))
+        self._queue_status(plan.jobs, observed.queues)
         log.debug(
             "pass %d: decided in %.1f ms; %d job chains started, %d in flight",
             self.passes,
@@ -215,6 +217,26 @@ class Reconciler:
             len(self.inflight),
         )
         return False, 0.0
+
+    def _queue_status(self, jobs: list[JobActions], queues: Mapping[str, QueueInfo]) -> None:
+        """Keep each ParallelJobQueue's status current (in the background; it is informational)."""
+        if self.queue_writes is not None and not self.queue_writes.done():
+            return  # the previous update is still going; the next pass looks again
+        changes = []
+        for name, status in queue_statuses(jobs, queues).items():
+            body = self.queues.body("", name)
+            if body is not None and {k: (body.get("status") or {}).get(k) for k in status} != status:
+                changes.append((name, status))
+        if changes:
+            self.queue_writes = asyncio.create_task(self._write_queue_statuses(changes), name="queue-status")
+
+    async def _write_queue_statuses(self, changes: list[tuple[str, dict[str, int]]]) -> None:
+        for name, status in changes:
+            path = f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}/{name}/status"
+            try:
+                self.queues.upsert(await self.kube.merge_patch(path, {"status": status}))
+            except ApiError as exc:
+                log.debug("status of queue %s not written: %s", name, exc)
 
     async def _chain(self, actions: JobActions, started: float) -> None:
         key = actions.job.key

@@ -165,3 +165,38 @@ def test_a_pod_template_the_api_refuses_fails_the_job_with_the_reason(pjs: Jobs)
     status = pjs.wait_phase("broken-template", "Failed")
     assert "fix spec.template" in status["message"] and "quantities" in status["message"], status["message"]
     assert not pjs.live_pods("broken-template")
+
+
+def test_a_queue_caps_the_gpus_its_jobs_hold(pjs: Jobs) -> None:
+    queue = f"q-{pjs.namespace}"[:63]
+    path = ("paralleljob.dev", "v1alpha1", "paralleljobqueues")
+    body = {
+        "apiVersion": "paralleljob.dev/v1alpha1",
+        "kind": "ParallelJobQueue",
+        "metadata": {"name": queue},
+        "spec": {"maxGPUs": 8},
+    }
+    pjs.kube.run(pjs.custom.create_cluster_custom_object(*path, body))
+    try:
+        pjs.create("first", 8, 1, 1, queue=queue)
+        pjs.wait_phase("first", "Running")
+        pjs.create("second", 4, 1, 1, queue=queue)
+        pjs.wait_phase("second", "Queued")
+        full = wait_for(
+            "a QueueFull reason",
+            lambda: next(
+                (c for c in pjs.status("second").get("conditions", []) if c.get("reason") == "QueueFull"), None
+            ),
+        )
+        assert "8 GPUs" in full["message"]
+
+        def queue_status() -> dict[str, int] | None:
+            status = pjs.kube.run(pjs.custom.get_cluster_custom_object(*path, queue)).get("status") or {}
+            return status if status.get("waiting") == 1 else None
+
+        status = wait_for("the queue's status", queue_status)
+        assert status == {"gpusInUse": 8, "running": 1, "waiting": 1}
+        pjs.delete("first")
+        pjs.wait_phase("second", "Running")
+    finally:
+        pjs.kube.run(pjs.custom.delete_cluster_custom_object(*path, queue))
