@@ -1,9 +1,9 @@
 """A thin JSON client over kubernetes_asyncio: one ApiClient (its configuration, auth and aiohttp session)
 for every call the operator makes.
 
-Calls go out raw and come back as dicts: the typed models cost more CPU to build than the whole placement,
-and the official model mis-parses the Binding response, so bindings use the typed call with
-``_preload_content=False`` and read the status code themselves. Errors are :class:`ApiError` with the HTTP
+Calls go out raw (``_preload_content=False`` on the client's own REST layer) and come back as dicts: the
+typed models cost more CPU to build than the whole placement, and the generated model cannot parse the
+Status a ``pods/binding`` POST answers with anyway. Errors are :class:`ApiError` with the HTTP
 status and the API server's message; :func:`retrying` retries the transient ones (429, 5xx, connection
 errors) with exponential backoff and jitter.
 """
@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -86,14 +87,14 @@ class Kube:
         configuration.connection_pool_maxsize = max(concurrency, 4)
         self.configuration = configuration
         self.api = client.ApiClient(configuration)
-        # typed as returning V1Binding; with _preload_content=False it returns the raw aiohttp response
-        self.core: Any = client.CoreV1Api(self.api)
         self.host = str(configuration.host).rstrip("/")
         if not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")):
             # kubernetes_asyncio opens its session with trust_env=True, which makes aiohttp look for a
             # ~/.netrc on every request; without proxies there is nothing to trust the environment for.
             self.api.rest_client.pool_manager._trust_env = False
         self.limit = asyncio.Semaphore(concurrency)
+        self._auth: dict[str, str] | None = None
+        self._auth_at = 0.0
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, concurrency: int = 48) -> Kube:
@@ -103,9 +104,14 @@ class Kube:
         await self.api.close()
 
     async def _headers(self, content_type: str) -> dict[str, str]:
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
-        await self.api.update_params_for_auth(headers, [], ["BearerToken"])
-        return headers
+        # The auth header is looked up once a minute, not per request (a token file or an exec plugin may
+        # rotate it; a minute is well inside any token's lifetime).
+        now = time.monotonic()
+        if self._auth is None or now - self._auth_at > 60:
+            auth: dict[str, str] = {}
+            await self.api.update_params_for_auth(auth, [], ["BearerToken"])
+            self._auth, self._auth_at = auth, now
+        return {"Content-Type": content_type, "Accept": "application/json", **self._auth}
 
     async def request(
         self,
@@ -172,18 +178,13 @@ class Kube:
             response.release()
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """POST pods/binding with the pod's UID as precondition (the API refuses it for a replaced pod)."""
-        async with self.limit:
-            try:
-                response = await self.core.create_namespaced_pod_binding(
-                    name, namespace, binding(namespace, name, uid, node), _preload_content=False
-                )
-                data = await response.read()
-                status = response.status
-                response.release()
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise ApiError(0, f"bind {namespace}/{name}: {exc!r}") from exc
-        _decode(status, data, "POST", f"pods/{name}/binding")
+        """POST pods/binding with the pod's UID as precondition (the API refuses it for a replaced pod).
+
+        Raw like every other call: the generated ``create_namespaced_pod_binding`` would need
+        ``_preload_content=False`` anyway (it cannot parse the Status the server answers with), and its
+        per-call serialization was a visible share of the operator's CPU in a binding storm."""
+        path = f"{pod_path(namespace, name)}/binding"
+        await self.request("POST", path, binding(namespace, name, uid, node))
 
     async def delete(self, path: str, uid: str | None = None, grace_seconds: int | None = None) -> dict[str, Any]:
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
