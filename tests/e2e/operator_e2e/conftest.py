@@ -1,7 +1,8 @@
 """Fixtures for the operator's end-to-end tests (helpers live in ``pjhelpers``).
 
-- ``pj_operator`` (session): ``paralleljob operator`` as a real subprocess against the session's dev cluster
-  (so "kill it mid-gang" is a real kill), with its own metrics port; tests may stop and restart it.
+- ``pj_operator`` (module): ``paralleljob operator`` as a real subprocess against the session's dev cluster
+  (so "kill it mid-gang" is a real kill), with its own metrics port; tests may stop and restart it. Module
+  scope: it runs only while these tests do, never beside another suite's operator on the shared cluster.
 - ``pjs``: create/read/wait/delete ParallelJobs in the test's namespace; at teardown every ParallelJob is
   deleted and the test waits until the operator removed their pods, so the next test starts on free GPUs.
 """
@@ -17,7 +18,7 @@ from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pj_operator(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     proc = OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator"))
     proc.start()
