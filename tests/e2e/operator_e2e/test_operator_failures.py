@@ -139,3 +139,31 @@ def test_operator_killed_mid_gang_resumes_without_double_binding(
     for name, (uid, _) in half.items():
         assert after[name][0] == uid, f"{name} was re-created instead of adopted"
     assert_no_gpu_used_twice(kube)
+
+
+def test_gpu_healthy_condition_false_moves_the_job_off_the_node(pjs: Jobs, chaos: KubeSession) -> None:
+    pjs.create("agent-says", 4, 1, 2)
+    before = pjs.wait_phase("agent-says", "Running")
+    victim = before["placement"]["pods"][0]["node"]
+    chaos.set_gpu_healthy_condition(victim, healthy=False)
+    status = pjs.wait_phase("agent-says", "Running", restarts=1)
+    assert victim not in status["nodes"].split(",")
+    assert status["lastFailure"]["kind"] == "GPUFailure"
+    assert_gang_on_record(pjs, "agent-says")
+
+
+def test_cordoned_and_tainted_nodes_get_no_new_pods(pjs: Jobs, chaos: KubeSession) -> None:
+    names = chaos.shape.names()
+    closed = names[:7]  # one node stays open
+    for i, name in enumerate(closed):
+        patch: dict[str, object] = (
+            {"spec": {"unschedulable": True}}
+            if i % 2
+            else {"spec": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}}
+        )
+        chaos.run(chaos.core.patch_node(name, patch))
+    pjs.create("fits-one-node", 8, 1, 1)
+    status = pjs.wait_phase("fits-one-node", "Running")
+    assert status["nodes"] == names[7]
+    pjs.create("needs-two", 8, 1, 2)
+    pjs.wait_phase("needs-two", "Queued")
