@@ -14,7 +14,7 @@ as a value, each with its reasons, for the shell to carry out.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
@@ -91,10 +91,13 @@ class _Head:
     reserved: tuple[int, ...]  # GPUs free now that the head will need at its shadow time
 
 
+Models = CostModel | Callable[[JobSpec], CostModel]  # one model for all jobs, or each job's own
+
+
 def schedule(
     state: ClusterState,
     placer: PlacerLike,
-    model: CostModel,
+    model: Models,
     pending: Sequence[PendingJob],
     running: Sequence[RunningJob],
     queues: Sequence[QueueSpec],
@@ -113,6 +116,7 @@ def schedule(
         if not lines[name]:
             del lines[name]
         spec = job.job
+        job_model = model(spec) if callable(model) else model
         refusal = book.quota_refusal(job.queue, spec)
         if refusal is not None:
             decisions.append(Wait(spec.job_id, job.queue, (refusal,)))
@@ -121,13 +125,13 @@ def schedule(
             decisions.append(Wait(spec.job_id, job.queue, (f"waits behind {head.pending.job.job_id} (no backfill)",)))
             continue
         try:
-            placement, why = _try_place(state, placer, model, job, head, now)
+            placement, why = _try_place(state, placer, job_model, job, head, now)
         except PlacementInfeasible as exc:
             if exc.permanent:
                 decisions.append(Wait(spec.job_id, job.queue, exc.reasons, permanent=True))
                 continue
             if head is None:
-                head = _block(state, placer, model, job, running, book, policy, now, exc, decisions)
+                head = _block(state, placer, job_model, job, running, book, policy, now, exc, decisions)
             else:
                 decisions.append(Wait(spec.job_id, job.queue, exc.reasons))
             continue

@@ -21,6 +21,10 @@ from paralleljob.sim.policies import RunningJob, WaitingJob
 PRESETS: dict[str, queueing.QueuePolicy] = {
     # Core ordering, strict: the same semantics as the built-in FIFO, through the core's pass.
     "core-fifo": queueing.QueuePolicy(ordering="fifo", fair_share=False, backfill=False, preemption=False),
+    # DRF fair share between tenants, still strict behind a blocked head (no backfill, no preemption).
+    "core-fair-strict": queueing.QueuePolicy(backfill=False, preemption=False),
+    # Fair share plus backfill that cannot delay the reserved head job.
+    "core-fair-backfill": queueing.QueuePolicy(preemption=False),
     # Everything on: priority with aging, DRF fair share, backfill, checkpoint-aware preemption.
     "core-fair": queueing.QueuePolicy(),
 }
