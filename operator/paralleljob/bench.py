@@ -195,6 +195,24 @@ def render(results: list[BenchResult]) -> str:
 
 
 def command(args: argparse.Namespace) -> int:
+    if args.what == "operator":
+        # The operator benchmark lives with the operator (it needs the local control plane and kopf).
+        from paralleljob.k8s.bench import run_benchmark
+
+        measured = run_benchmark(
+            nodes=args.operator_nodes,
+            jobs=args.jobs,
+            repeats=min(args.repeat, 5),
+            rounds=args.rounds,
+            kube_scheduler=not args.no_kube_scheduler,
+            out=None,
+        )
+        text = json.dumps(measured, indent=2, sort_keys=True)
+        print(text)
+        if args.json:
+            with open(args.json, "w") as fh:
+                fh.write(text)
+        return 0
     if args.what == "quality":
         print(
             "| nodes | instances | placer = MILP optimum | MILP proven | worst gap % | mean gap %"
@@ -223,8 +241,8 @@ def command(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("bench", help="run a benchmark (placement)")
-    parser.add_argument("what", choices=["placement", "quality"], help="which benchmark")
+    parser = subparsers.add_parser("bench", help="run a benchmark (placement, quality, operator)")
+    parser.add_argument("what", choices=["placement", "quality", "operator"], help="which benchmark")
     parser.add_argument("--sizes", default="1000,10000,100000", help="cluster sizes in GPUs, comma-separated")
     parser.add_argument("--topology", default="flat,tree", help="flat (node/cluster) and/or tree (rack/spine)")
     parser.add_argument("--repeat", type=int, default=15)
@@ -233,6 +251,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--nodes", default="8,16,32,64", help="quality: cluster sizes in nodes")
     parser.add_argument("--instances", type=int, default=20, help="quality: instances per size")
     parser.add_argument("--time-limit", type=float, default=120.0, help="quality: MILP time limit (s)")
+    parser.add_argument("--operator-nodes", type=int, default=32, help="operator: fake GPU nodes")
+    parser.add_argument("--jobs", type=int, default=32, help="operator: jobs in the throughput stream")
+    parser.add_argument("--rounds", type=int, default=3, help="operator: throughput rounds per contender")
+    parser.add_argument("--no-kube-scheduler", action="store_true", help="operator: skip the kube-scheduler run")
     parser.set_defaults(handler=command)
 
 
