@@ -44,7 +44,7 @@ chart-crds: venv
 test: lint k8s-binaries helm
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-demo: venv
+demo: venv k8s-binaries
 	$(BIN)/paralleljob demo-cluster
 
 demo-down: venv
