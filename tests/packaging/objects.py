@@ -19,7 +19,7 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
 }
 # What it does to jobs and their workers: cluster-wide, or per namespace when operator.namespaces is set.
 WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
-    ("", "pods"): frozenset({"get", "create", "delete"}),
+    ("", "pods"): frozenset({"get", "create", "delete", "patch"}),
     ("", "pods/binding"): frozenset({"create"}),
     ("", "services"): frozenset({"create"}),
     ("", "events"): frozenset({"create"}),

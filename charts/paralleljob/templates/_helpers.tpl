@@ -79,10 +79,11 @@ topology:
 {{/* RBAC rules for what the operator does to the jobs it manages and their workers: cluster-wide, or only in
      operator.namespaces when it watches just those (rbac.yaml). */}}
 {{- define "paralleljob.workloadRules" -}}
-# Create the gang, delete stale or failed workers, re-read one pod after a refused bind.
+# Create the gang, delete stale or failed workers, re-read one pod after a refused bind, and annotate a
+# preemption victim's pods with the checkpoint-now signal (paralleljob.dev/checkpoint-requested).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "create", "delete"]
+  verbs: ["get", "create", "delete", "patch"]
 # The gang is bound by the operator itself (schedulerName: paralleljob-scheduler).
 - apiGroups: [""]
   resources: ["pods/binding"]

@@ -35,6 +35,16 @@ class PodBind:
 
 
 @dataclass(frozen=True, slots=True)
+class PodAnnotate:
+    """Merge annotations into one of the job's pods (the checkpoint-now signal of a preemption)."""
+
+    namespace: str
+    name: str
+    uid: str
+    annotations: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class EventNote:
     event_type: str  # Normal | Warning
     reason: str
@@ -49,6 +59,7 @@ class JobActions:
     deletes: list[PodDelete] = field(default_factory=list)
     creates: list[PodCreate] = field(default_factory=list)
     binds: list[PodBind] = field(default_factory=list)
+    annotates: list[PodAnnotate] = field(default_factory=list)
     service: dict[str, Any] | None = None  # the headless Service to make sure of
     # For metrics: set when this pass placed, repaired or failed the job.
     placed_cost: dict[str, float] | None = None
@@ -72,3 +83,5 @@ class Plan:
     scheduling_seconds: list[float] = field(default_factory=list)
     queue_lengths: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
+    wake_after: float | None = None  # seconds until the next preemption deadline: pass again then

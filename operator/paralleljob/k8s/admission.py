@@ -17,6 +17,7 @@ from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, cost_model
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Event
+from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer
 from paralleljob.k8s.actions import JobActions
 from paralleljob.k8s.checkpointing import checkpoint_status
@@ -207,12 +208,32 @@ def _admit_one(
     durations.append(clock() - started)
     view.state.allocate(Allocation(job.key, placement.groups, spec.memory_per_gpu_gb))
     in_use[request.queue] = in_use.get(request.queue, 0) + spec.num_gpus
+    record_admission(actions, view, job, request, placement, pods_of(job), now)
+
+
+def record_admission(
+    actions: JobActions,
+    view: ClusterView,
+    job: JobObject,
+    request: JobRequest,
+    placement: Placement,
+    pods: Sequence[PodInfo],
+    now: str,
+    extra_reasons: Sequence[str] = (),
+) -> None:
+    """Queued -> Placing with the placement recorded in the status, and the pods to create and bind (the
+    executor writes the status first). The caller has already allocated the placement in ``view.state``."""
+    draft = actions.draft
     epoch = int(job.status.get("placementEpoch", 0) or 0) + 1
-    record = new_record(view, job, request, placement.groups, epoch, placement.reasons, placement.cost)
+    reasons = (*extra_reasons, *placement.reasons)
+    record = new_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
     cost = placement.cost
     message = (
-        f"{spec.describe()} on {', '.join(record.nodes)}; cost {cost.total_ms:.3f} ms (bottleneck {cost.bottleneck})"
+        f"{request.spec.describe()} on {', '.join(record.nodes)}; cost {cost.total_ms:.3f} ms"
+        f" (bottleneck {cost.bottleneck})"
     )
+    if extra_reasons:
+        message += f"; {'; '.join(extra_reasons)}"
     draft.apply(Event.ADMITTED, "Placed", message, now)
     draft.set(
         placement=record.to_status(),
@@ -225,4 +246,4 @@ def _admit_one(
     actions.events = [e for e in actions.events if e.reason != "Accepted"]
     actions.note("Normal", "Placed", message)
     actions.placed_cost = {"tp": cost.tp_ms, "pp": cost.pp_ms, "dp": cost.dp_ms, "total": cost.total_ms}
-    sync_pods(actions, job, request, record, pods_of(job), view.nodes)
+    sync_pods(actions, job, request, record, pods, view.nodes)

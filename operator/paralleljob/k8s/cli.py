@@ -35,6 +35,19 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="let smaller jobs pass a queue head that does not fit (default: strict FIFO)",
     )
+    op.add_argument(
+        "--queue-policy",
+        default="strict-fifo",
+        choices=("strict-fifo", "fair", "fair-backfill", "fair-backfill-preempt"),
+        help="admission: the per-queue FIFO, or the core's pass with fair share, backfill, preemption"
+        " (default: %(default)s)",
+    )
+    op.add_argument(
+        "--preemption-grace-seconds",
+        type=float,
+        default=30.0,
+        help="a preempted job's time to checkpoint before its pods are deleted (default: %(default)s)",
+    )
     op.add_argument("--write-concurrency", type=int, default=48, help="API requests in flight (default: %(default)s)")
     op.add_argument("--log-level", default=os.environ.get("PARALLELJOB_LOG_LEVEL", "INFO"))
     op.set_defaults(handler=_operator)
@@ -80,6 +93,8 @@ def _operator(args: argparse.Namespace) -> int:
         lease_duration_seconds=args.lease_duration,
         identity=args.identity,
         strict_fifo=not args.best_effort_fifo,
+        queue_policy=args.queue_policy,
+        preemption_grace_seconds=args.preemption_grace_seconds,
         write_concurrency=max(1, args.write_concurrency),
         crash_after_binds=int(os.environ.get("PARALLELJOB_CRASH_AFTER_BINDS", "0") or 0),
     )

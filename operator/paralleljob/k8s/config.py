@@ -81,6 +81,9 @@ class OperatorConfig:
     lease_duration_seconds: float = 15.0
     identity: str = ""
     strict_fifo: bool = True  # a queue's head blocks the jobs behind it (Kueue's StrictFIFO)
+    # strict-fifo (the operator's own per-queue FIFO) | fair | fair-backfill | fair-backfill-preempt (the core's)
+    queue_policy: str = "strict-fifo"
+    preemption_grace_seconds: float = 30.0  # a preempted job's time to checkpoint before its pods go
     write_concurrency: int = 48  # API requests in flight at once
     crash_after_binds: int = 0  # test hook: exit hard after this many binds (0: never)
 

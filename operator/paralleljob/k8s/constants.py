@@ -29,6 +29,12 @@ GPU_INDICES_ANNOTATION = "paralleljob.dev/gpu-indices"
 TARGET_NODE_ANNOTATION = "paralleljob.dev/node"
 CHECKPOINT_BOUNDARY_ANNOTATION = "paralleljob.dev/checkpoint-boundary"
 INCARNATION_ANNOTATION = "paralleljob.dev/incarnation"  # bumped when a pod must be re-created in place
+# Set on a preemption victim's pods: checkpoint now; the pods are deleted at this time (RFC 3339, UTC).
+CHECKPOINT_REQUESTED_ANNOTATION = "paralleljob.dev/checkpoint-requested"
+
+# Annotation a training job may keep on its ParallelJob: when its last checkpoint completed (RFC 3339).
+# Preemption prefers victims that lose the least work since then.
+LAST_CHECKPOINT_ANNOTATION = "paralleljob.dev/last-checkpoint"
 
 # Node signals written by the health agent (or by an admin).
 UNHEALTHY_GPUS_ANNOTATION = "paralleljob.dev/unhealthy-gpus"

@@ -1,9 +1,11 @@
 """One reconcile pass, as a pure function: objects in, a :class:`Plan` out.
 
 Every ParallelJob is compared with its recorded placement and the pods that exist; running jobs are
-checked for broken hardware and crashed workers first (repairs go before new admissions), then queued jobs
-are admitted in order on what is left. Nothing here talks to the API; the executor carries the plan out,
-status first. A job whose decision raises is reported and skipped, so one bad object never stops the rest.
+checked for broken hardware and crashed workers first (repairs go before new admissions), preemptions
+whose grace period ended are finished, then queued jobs are admitted on what is left: by the operator's
+strict FIFO per queue (no policy), or by the core's queueing pass (fair share, backfill, preemption).
+Nothing here talks to the API; the executor carries the plan out, status first. A job whose decision
+raises is reported and skipped, so one bad object never stops the rest.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placer import Placer, PlacerConfig
+from paralleljob.core.queueing import QueuePolicy, RunningJob
 from paralleljob.k8s.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.admission import QueueInfo, admit_all
 from paralleljob.k8s.config import TopologyConfig
@@ -20,7 +23,10 @@ from paralleljob.k8s.failures import detect, handle
 from paralleljob.k8s.nodes import NodeInfo
 from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.podsync import delete_all, must_force, observe, sync_pods
+from paralleljob.k8s.preempting import continue_preemption, making_room, pending_deadlines
+from paralleljob.k8s.queues import parse_time, preemption_of, running_job
 from paralleljob.k8s.records import PlacementRecord
+from paralleljob.k8s.scheduling import admit_with_core
 from paralleljob.k8s.specs import JobObject, JobRequest
 from paralleljob.k8s.status import StatusDraft
 from paralleljob.k8s.view import Claim, ClusterView, build_view
@@ -41,6 +47,11 @@ class Observed:
     # Jobs whose previous decisions are still being carried out: left alone this pass. The value is the
     # placement being written (it holds its GPUs already), or None to keep the stored one.
     busy: Mapping[str, PlacementRecord | None] = field(default_factory=dict)
+    now_s: float | None = None  # ``now`` as epoch seconds (finer than the stamp); parsed from it when absent
+
+    @property
+    def seconds(self) -> float:
+        return self.now_s if self.now_s is not None else (parse_time(self.now) or 0.0)
 
 
 def claims_of(jobs: Sequence[JobObject], busy: Mapping[str, PlacementRecord | None] | None = None) -> list[Claim]:
@@ -66,9 +77,13 @@ def decide(
     strict_fifo: bool = True,
     clock: Callable[[], float] | None = None,
     placer_config: PlacerConfig = OPERATOR_PLACER,
+    policy: QueuePolicy | None = None,
 ) -> tuple[Plan, ClusterView]:
+    """``policy`` None: strict (or best-effort) FIFO per queue; else the core's queueing pass with it."""
     clock = clock or (lambda: 0.0)
     now = observed.now
+    now_s = observed.seconds
+    jobs_by_key = {j.key: j for j in observed.jobs}
     view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
     placer = Placer(view.state, placer_config) if view.state is not None else None
     plan = Plan(warnings=list(view.warnings))
@@ -98,15 +113,17 @@ def decide(
 
     in_use: dict[str, int] = {}
     queued: list[tuple[JobObject, JobRequest]] = []
+    held: list[tuple[JobObject, JobRequest, bool]] = []  # jobs holding GPUs; whether they may be preempted
     order = sorted(observed.jobs, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
     for job in order:
         if job.key in observed.busy:
             if job.request is not None and (observed.busy[job.key] is not None or job.phase in ACTIVE):
                 in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
+                held.append((job, job.request, False))
             continue
         actions = actions_for(job)
         try:
-            entry = _decide_job(actions, view, placer, job, pods_of(job), observed, now)
+            entry = _decide_job(actions, view, placer, job, pods_of(job), observed, jobs_by_key, now_s)
         except Exception as exc:  # one bad object must not stop the others, and its status says why
             plan.warnings.append(f"could not reconcile {job.key}: {exc!r}")
             broken = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
@@ -119,13 +136,41 @@ def decide(
             queued.append(entry)
         elif job.request is not None and actions.draft.phase in ACTIVE:
             in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
+            preemptible = actions.draft.phase is Phase.RUNNING and preemption_of(actions.draft.data) is None
+            held.append((job, job.request, preemptible))
     try:
-        plan.scheduling_seconds = admit_all(
-            actions_for, view, placer, queued, pods_of, in_use, observed.queues, strict_fifo, now, clock
-        )
+        if policy is None:
+            plan.scheduling_seconds = admit_all(
+                actions_for, view, placer, queued, pods_of, in_use, observed.queues, strict_fifo, now, clock
+            )
+        else:
+            running: dict[str, RunningJob] = {
+                job.key: running_job(job, request, now_s, preemptible) for job, request, preemptible in held
+            }
+            plan.scheduling_seconds, core_plan = admit_with_core(
+                actions_for,
+                view,
+                placer,
+                queued,
+                held,
+                running,
+                pods_of,
+                observed.queues,
+                policy,
+                now,
+                now_s,
+                clock,
+                observed.holds,
+                making_room(observed.jobs),
+            )
+            if core_plan is not None:
+                plan.fairness = core_plan.jain_index
     except Exception as exc:
         plan.warnings.append(f"admission failed: {exc!r}")
     plan.jobs = list(actions_by_key.values())
+    deadlines = pending_deadlines(plan.jobs)
+    if deadlines:
+        plan.wake_after = max(0.0, min(deadlines) - now_s)
     for actions in plan.jobs:
         if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
             queue = actions.job.request.queue
@@ -178,10 +223,12 @@ def _decide_job(
     job: JobObject,
     pods: Sequence[PodInfo],
     observed: Observed,
-    now: str,
+    jobs: Mapping[str, JobObject],
+    now_s: float,
 ) -> tuple[JobObject, JobRequest] | None:
     """Decide one job; returns it when it should try admission this pass."""
     draft = actions.draft
+    now = observed.now
     if job.deleting:
         delete_all(actions, pods, view.nodes, "ParallelJob is being deleted")
         return None
@@ -204,8 +251,9 @@ def _decide_job(
         draft.set(queuedAt=now)
         actions.note("Normal", "Accepted", f"{request.spec.describe()} accepted")
     if draft.phase is Phase.PREEMPTED:
-        draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue", now)
-        draft.set(queuedAt=now)
+        # back in line at its old place (queuedAt unchanged), with its restart count
+        draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue at its place", now)
+        draft.set(queuedAt=job.status.get("queuedAt") or now)
     if draft.phase is Phase.QUEUED:
         delete_all(actions, pods, view.nodes, "leftover of an earlier placement")
         return job, request
@@ -224,6 +272,8 @@ def _decide_job(
     if job.key in observed.bind_failures:
         _requeue_lost(actions, view, pods, observed.bind_failures[job.key], now)
         return None
+    if continue_preemption(actions, pods, view.nodes, jobs, now, now_s):
+        return None  # its GPUs stay held in this pass's view: its pods are still going away
     seen = observe(record, pods, job.uid)
     breakage = detect(view, job, record, seen.failed)
     if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):

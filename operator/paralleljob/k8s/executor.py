@@ -3,7 +3,7 @@
 
 1. status write (the placement is recorded before any pod exists; optimistic concurrency on the job's
    resourceVersion, so a decision made on a stale copy is refused and re-made);
-2. deletes (stale or orphaned workers);
+2. deletes (stale or orphaned workers) and annotations (a preemption's checkpoint-now signal);
 3. the job's headless Service, then creates, each pod bound the moment it exists;
 4. binds of pods that exist but are unbound (an operator restarted mid-gang).
 Each response is written back into the stores at once, so the next pass sees what was just done even
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from paralleljob.k8s.actions import JobActions, Plan, PodBind, PodCreate, PodDelete
+from paralleljob.k8s.actions import JobActions, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
 from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path, retrying
 from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.specs import JobObject
@@ -77,7 +77,10 @@ class Executor:
             return  # nothing about its pods happens unless the status (the placement) is recorded
         for note in actions.events:
             self.post_event(actions.job, note.event_type, note.reason, note.message)
-        await asyncio.gather(*(self._delete(d, outcome) for d in actions.deletes))
+        await asyncio.gather(
+            *(self._delete(d, outcome) for d in actions.deletes),
+            *(self._annotate(a) for a in actions.annotates),
+        )
         work: list[Awaitable[None]] = []
         if actions.service is not None:
             work.append(self._service(actions))
@@ -132,6 +135,17 @@ class Executor:
             self.pods.forget(delete.namespace, delete.name, delete.uid)
         else:
             self.pods.upsert(body)
+
+    async def _annotate(self, annotate: PodAnnotate) -> None:
+        patch = {"metadata": {"uid": annotate.uid, "annotations": annotate.annotations}}
+        try:
+            body = await retrying(
+                lambda: self.kube.merge_patch(pod_path(annotate.namespace, annotate.name), patch)
+            )
+        except ApiError as exc:  # gone or replaced meanwhile: the next pass looks again
+            log.debug("could not annotate pod %s/%s: %s", annotate.namespace, annotate.name, exc)
+            return
+        self.pods.upsert(body)
 
     async def _service(self, actions: JobActions) -> None:
         job = actions.job

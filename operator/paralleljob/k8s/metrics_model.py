@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.lifecycle import Phase
+from paralleljob.core.queueing import QueueBook, QueueSpec
 from paralleljob.k8s.actions import JobActions
 from paralleljob.k8s.admission import QueueInfo
 from paralleljob.k8s.view import ClusterView
@@ -46,7 +47,30 @@ def jain_index(values: Sequence[float]) -> float:
     return sum(values) ** 2 / (len(values) * squares)
 
 
-def gauges(view: ClusterView, jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo]) -> Gauges:
+def queue_book(view: ClusterView, jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo]) -> QueueBook:
+    """The queues' usage after this pass (jobs placed, being placed or repaired), measured against the
+    cluster's GPUs and GPU memory: the dominant shares that fair share orders by."""
+    topo = view.topology
+    total_gpus = topo.num_gpus if topo is not None else 0
+    total_memory = (
+        sum(c * m for c, m in zip(topo.node_gpu_count, topo.node_gpu_memory_gb, strict=True)) if topo else 0.0
+    )
+    specs = [QueueSpec(q.name, q.weight if q.weight > 0 else 1.0) for q in queues.values() if q.name]
+    book = QueueBook({s.name: s for s in specs}, total_gpus, total_memory)
+    for actions in jobs:
+        request = actions.job.request
+        if request is not None and actions.draft.phase in RUNNING:
+            book.add(request.queue, request.spec)
+    return book
+
+
+def gauges(
+    view: ClusterView,
+    jobs: Sequence[JobActions],
+    queues: Mapping[str, QueueInfo],
+    fairness: float | None = None,
+) -> Gauges:
+    """``fairness``: Jain's index from the queueing pass when it ran; else computed here the same way."""
     phases = Counter(a.draft.phase.value for a in jobs)
     by_phase = {p.value: phases.get(p.value, 0) for p in Phase}
     counts = view.state.counts() if view.state is not None else {"total": 0, "allocated": 0, "unhealthy": 0, "free": 0}
@@ -68,15 +92,18 @@ def gauges(view: ClusterView, jobs: Sequence[JobActions], queues: Mapping[str, Q
             queue_length[request.queue] = queue_length.get(request.queue, 0) + 1
     for name in queues:
         queue_length.setdefault(name, 0)
-    shares = [
-        queue_gpus.get(q, 0) / (queues[q].weight if q in queues else 1.0) for q in set(queue_gpus) | set(queue_length)
-    ]
-    return Gauges(by_phase, counts, cost, queue_length, fragmentation_ratio(view), jain_index(shares), queue_gpus)
+    if fairness is None:
+        demanding = sorted(set(queue_gpus) | {q for q, n in queue_length.items() if n})
+        fairness = queue_book(view, jobs, queues).jain_index(demanding)
+    return Gauges(by_phase, counts, cost, queue_length, fragmentation_ratio(view), fairness, queue_gpus)
 
 
-def queue_statuses(jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo]) -> dict[str, dict[str, int]]:
-    """What each ParallelJobQueue's status shows: GPUs its placed jobs hold, how many run, how many wait."""
-    out = {name: {"gpusInUse": 0, "running": 0, "waiting": 0} for name in queues}
+def queue_statuses(
+    jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo], view: ClusterView
+) -> dict[str, dict[str, float]]:
+    """What each ParallelJobQueue's status shows: GPUs its placed jobs hold, how many run (admitted), how
+    many wait, and its fair share: the weighted dominant share (DRF over GPUs and GPU memory)."""
+    out: dict[str, dict[str, float]] = {name: {"gpusInUse": 0, "running": 0, "waiting": 0} for name in queues}
     for actions in jobs:
         request = actions.job.request
         if request is None or request.queue not in out:
@@ -87,4 +114,7 @@ def queue_statuses(jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo]) 
             entry["running"] += 1
         elif actions.draft.phase is Phase.QUEUED:
             entry["waiting"] += 1
+    book = queue_book(view, jobs, queues)
+    for name, entry in out.items():
+        entry["dominantShare"] = round(book.dominant_share(name), 4)
     return out

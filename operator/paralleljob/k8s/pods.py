@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paralleljob.k8s.constants import (
+    CHECKPOINT_REQUESTED_ANNOTATION,
     GPU_INDICES_ANNOTATION,
     GPU_RESOURCE,
     INCARNATION_ANNOTATION,
@@ -37,6 +38,7 @@ class PodInfo:
     incarnation: int
     deleting: bool
     failure: str = ""  # why it failed, for lastFailure and events
+    checkpoint_requested: str = ""  # the preemption deadline it was told about, if any
 
     @property
     def key(self) -> str:
@@ -120,4 +122,5 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
         incarnation=incarnation,
         deleting=bool(metadata.get("deletionTimestamp")),
         failure=_failure(status) if phase == "Failed" else "",
+        checkpoint_requested=str(annotations.get(CHECKPOINT_REQUESTED_ANNOTATION, "")),
     )

@@ -28,9 +28,11 @@ from paralleljob.k8s.metrics import Metrics
 from paralleljob.k8s.metrics_model import gauges, queue_statuses
 from paralleljob.k8s.nodes import NodeInfo, parse_node
 from paralleljob.k8s.pods import PodInfo, parse_pod, pod_gpu_request
+from paralleljob.k8s.queues import queue_policy
 from paralleljob.k8s.records import PlacementRecord, record_from_status
 from paralleljob.k8s.specs import JobObject, parse_job
 from paralleljob.k8s.store import ObjectStore
+from paralleljob.k8s.view import ClusterView
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -74,6 +76,8 @@ class Reconciler:
         self.failed_at: dict[str, float] = {}
         self.node_warnings: dict[str, tuple[str, ...]] = {}
         self.passes = 0
+        self.policy = queue_policy(config.queue_policy, config.preemption_grace_seconds)
+        self.deadline_timer: asyncio.TimerHandle | None = None
 
     # ---- inputs -------------------------------------------------------------------------------------
     def on_event(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -179,6 +183,7 @@ class Reconciler:
             pods=self.pods.values(),
             nodes=self.nodes.values(),
             now=now_rfc3339(),
+            now_s=time.time(),
             queues={q.name: q for q in self.queues.values()},
             bind_failures=dict(self.bind_failures),
             holds=holds,
@@ -187,14 +192,28 @@ class Reconciler:
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
-        plan, view = decide(observed, self.config.topology, self.config.strict_fifo, time.perf_counter)
+        plan, view = decide(
+            observed, self.config.topology, self.config.strict_fifo, time.perf_counter, policy=self.policy
+        )
+        if plan.wake_after is not None:
+            # a preemption's grace period ends then: pass again even if nothing else happens
+            if self.deadline_timer is not None:
+                self.deadline_timer.cancel()
+            self.deadline_timer = asyncio.get_running_loop().call_later(plan.wake_after + 0.05, self.wake.set)
         for warning in plan.warnings:
             log.warning("%s", warning)
         for seconds in plan.scheduling_seconds:
             self.metrics.scheduling.observe(seconds)
         launched = 0
         for actions in plan.jobs:
-            if not (actions.writes_status or actions.deletes or actions.creates or actions.binds or actions.events):
+            if not (
+                actions.writes_status
+                or actions.deletes
+                or actions.creates
+                or actions.binds
+                or actions.events
+                or actions.annotates
+            ):
                 continue
             writing = actions.draft.phase in ACTIVE and actions.writes_status
             record = record_from_status(actions.draft.data) if writing else None
@@ -207,8 +226,8 @@ class Reconciler:
                 self.inflight_orphans[key] = asyncio.create_task(self._orphan(delete), name=f"orphan {key}")
         self.passes += 1
         self.metrics.passes.inc()
-        self.metrics.update(gauges(view, plan.jobs, observed.queues))
-        self._queue_status(plan.jobs, observed.queues)
+        self.metrics.update(gauges(view, plan.jobs, observed.queues, plan.fairness))
+        self._queue_status(plan.jobs, observed.queues, view)
         log.debug(
             "pass %d: decided in %.1f ms; %d job chains started, %d in flight",
             self.passes,
@@ -218,19 +237,19 @@ class Reconciler:
         )
         return False, 0.0
 
-    def _queue_status(self, jobs: list[JobActions], queues: Mapping[str, QueueInfo]) -> None:
+    def _queue_status(self, jobs: list[JobActions], queues: Mapping[str, QueueInfo], view: ClusterView) -> None:
         """Keep each ParallelJobQueue's status current (in the background; it is informational)."""
         if self.queue_writes is not None and not self.queue_writes.done():
             return  # the previous update is still going; the next pass looks again
         changes = []
-        for name, status in queue_statuses(jobs, queues).items():
+        for name, status in queue_statuses(jobs, queues, view).items():
             body = self.queues.body("", name)
             if body is not None and {k: (body.get("status") or {}).get(k) for k in status} != status:
                 changes.append((name, status))
         if changes:
             self.queue_writes = asyncio.create_task(self._write_queue_statuses(changes), name="queue-status")
 
-    async def _write_queue_statuses(self, changes: list[tuple[str, dict[str, int]]]) -> None:
+    async def _write_queue_statuses(self, changes: list[tuple[str, dict[str, float]]]) -> None:
         for name, status in changes:
             path = f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}/{name}/status"
             try:

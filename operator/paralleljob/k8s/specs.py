@@ -44,6 +44,8 @@ class JobRequest:
     failure: FailurePolicy
     checkpoint: CheckpointSpec
     template: Mapping[str, Any]
+    expected_runtime_s: float | None = None  # spec.expectedRuntimeSeconds: lets backfill use the gap
+    preemptible: bool = True  # spec.preemptible: false keeps the job from ever being preempted
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class JobObject:
     record: PlacementRecord | None
     record_error: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -151,6 +154,12 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     if not isinstance(containers, list) or not containers or not all(isinstance(c, Mapping) for c in containers):
         raise InvalidRequest("spec.template.spec.containers needs at least one container")
     _check_containers(containers)
+    runtime = _num(spec, "expectedRuntimeSeconds", None)
+    if runtime is not None and runtime <= 0:
+        raise InvalidRequest("spec.expectedRuntimeSeconds must be above 0")
+    preemptible = spec.get("preemptible", True)
+    if not isinstance(preemptible, bool):
+        raise InvalidRequest(f"spec.preemptible must be true or false, got {preemptible!r}")
     return JobRequest(
         spec=job,
         cost_model=cost,
@@ -160,6 +169,8 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         failure=policy,
         checkpoint=checkpoint,
         template=template,
+        expected_runtime_s=runtime,
+        preemptible=preemptible,
     )
 
 
@@ -222,4 +233,5 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
         record=record,
         record_error=record_error,
         labels=metadata.get("labels") or {},
+        annotations=metadata.get("annotations") or {},
     )
