@@ -7,7 +7,9 @@ import copy
 import itertools
 from typing import Any
 
+from paralleljob.core.queueing import QueuePolicy
 from paralleljob.k8s.actions import Plan
+from paralleljob.k8s.admission import QueueInfo
 from paralleljob.k8s.config import TopologyConfig
 from paralleljob.k8s.decide import Observed, decide
 from paralleljob.k8s.nodes import parse_node
@@ -20,8 +22,16 @@ _clock = itertools.count(1)
 
 
 class FakeCluster:
-    def __init__(self, nodes: list[dict[str, Any]], config: TopologyConfig | None = None) -> None:
+    def __init__(
+        self,
+        nodes: list[dict[str, Any]],
+        config: TopologyConfig | None = None,
+        policy: QueuePolicy | None = None,
+        queues: dict[str, QueueInfo] | None = None,
+    ) -> None:
         self.config = config or TopologyConfig()
+        self.policy = policy
+        self.queues = queues or {}
         self.nodes = {n["metadata"]["name"]: n for n in nodes}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
@@ -53,12 +63,13 @@ class FakeCluster:
             pods=[parse_pod(p) for p in self.pods.values()],
             nodes=[parse_node(n, self.config) for n in self.nodes.values()],
             now=now,
+            queues=self.queues,
             bind_failures=dict(self.bind_failures),
             invalid_pods=dict(self.invalid_pods),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
-        plan, view = decide(observed, self.config)
+        plan, view = decide(observed, self.config, policy=self.policy)
         self.last_plan, self.last_view = plan, view
         for actions in plan.jobs:
             key = actions.job.key
@@ -67,6 +78,10 @@ class FakeCluster:
                 body["status"] = copy.deepcopy(actions.draft.data)
                 self.jobs[key] = body
             self.events.extend((key, e.reason, e.message) for e in actions.events)
+            for a in actions.annotates:
+                pod = self.pods.get((a.namespace, a.name))
+                if pod is not None and pod["metadata"]["uid"] == a.uid:
+                    pod["metadata"].setdefault("annotations", {}).update(a.annotations)
             for d in actions.deletes:
                 self.pods.pop((d.namespace, d.name), None)  # kwok deletes at once
             for c in actions.creates:
