@@ -38,8 +38,11 @@ def free_port() -> int:
 class OperatorProcess:
     """``paralleljob operator`` in a subprocess; its log goes to a file shown when a test fails."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, identity: str = "e2e-operator") -> None:
+    def __init__(
+        self, kubeconfig: Path, log_dir: Path, identity: str = "e2e-operator", extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.kubeconfig = kubeconfig
+        self.extra_args = extra_args
         self.identity = identity
         self.log_dir = log_dir
         self.port = free_port()
@@ -71,6 +74,7 @@ class OperatorProcess:
             "10",
             "--log-level",
             "INFO",
+            *self.extra_args,
         ]
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
