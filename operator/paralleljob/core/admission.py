@@ -30,6 +30,7 @@ from paralleljob.core.queueing import (
     QueueSpec,
     RunningJob,
     effective_priority,
+    order_key,
     starving,
 )
 
@@ -111,7 +112,7 @@ def schedule(
     decisions: list[Decision] = []
     head: _Head | None = None
     while lines:
-        name = min(lines, key=lambda q: _line_key(lines[q][0], book, policy, now))
+        name = min(lines, key=lambda q: order_key(lines[q][0], book, policy, now))
         job = lines[name].pop(0)
         if not lines[name]:
             del lines[name]
@@ -156,18 +157,6 @@ def _queue_lines(pending: Sequence[PendingJob], policy: QueuePolicy, now: float)
             )
         )
     return lines
-
-
-def _line_key(p: PendingJob, book: QueueBook, policy: QueuePolicy, now: float) -> tuple[int, float, float, float, str]:
-    starved = starving(p, policy, now)
-    share = book.dominant_share(p.queue) if policy.fair_share and not starved else 0.0
-    return (
-        0 if starved else 1,
-        p.submitted_at if starved else share,
-        -effective_priority(p, policy, now),
-        p.submitted_at,
-        p.job.job_id,
-    )
 
 
 def _try_place(

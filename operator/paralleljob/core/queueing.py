@@ -158,18 +158,20 @@ def starving(pending: PendingJob, policy: QueuePolicy, now: float) -> bool:
     return now - pending.submitted_at >= policy.max_wait_s
 
 
+def order_key(p: PendingJob, book: QueueBook, policy: QueuePolicy, now: float) -> tuple[int, float, float, float, str]:
+    """Sort key of a waiting job across queues: starving first (oldest first), then the queue's weighted
+    dominant share (with fair share on), then priority with aging, then submission time."""
+    starved = starving(p, policy, now)
+    share = book.dominant_share(p.queue) if policy.fair_share and not starved else 0.0
+    return (
+        0 if starved else 1,
+        p.submitted_at if starved else share,
+        -effective_priority(p, policy, now),
+        p.submitted_at,
+        p.job.job_id,
+    )
+
+
 def order(pending: Sequence[PendingJob], book: QueueBook, policy: QueuePolicy, now: float) -> list[PendingJob]:
     """The order in which jobs are considered, most deserving first; stable for equal keys."""
-
-    def key(p: PendingJob) -> tuple[int, float, float, float, str]:
-        starved = starving(p, policy, now)
-        share = book.dominant_share(p.queue) if policy.fair_share and not starved else 0.0
-        return (
-            0 if starved else 1,
-            p.submitted_at if starved else share,
-            -effective_priority(p, policy, now),
-            p.submitted_at,
-            p.job.job_id,
-        )
-
-    return sorted(pending, key=key)
+    return sorted(pending, key=lambda p: order_key(p, book, policy, now))
