@@ -28,8 +28,10 @@ class FakeCluster:
         config: TopologyConfig | None = None,
         policy: QueuePolicy | None = None,
         queues: dict[str, QueueInfo] | None = None,
+        namespaces: tuple[str, ...] = (),
     ) -> None:
         self.config = config or TopologyConfig()
+        self.namespaces = namespaces
         self.policy = policy
         self.queues = queues or {}
         self.nodes = {n["metadata"]["name"]: n for n in nodes}
@@ -66,6 +68,7 @@ class FakeCluster:
             queues=self.queues,
             bind_failures=dict(self.bind_failures),
             invalid_pods=dict(self.invalid_pods),
+            namespaces=self.namespaces,
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()

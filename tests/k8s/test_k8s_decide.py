@@ -287,3 +287,18 @@ def test_an_unexpected_error_is_reported_on_the_job_and_does_not_block_others(mo
     assert error["status"] == "True" and "boom" in error["message"]
     assert status.get("placement") is None and not fc.job_pods("ns/a-cursed")
     assert fc.phase("ns/b-fine") == "Running"
+
+
+def test_labelled_pods_outside_the_served_namespaces_are_not_orphans() -> None:
+    """With --namespace, a ParallelJob in another namespace is invisible, not deleted: its pods stay."""
+    fc = FakeCluster([node(f"n{i}") for i in range(2)], namespaces=("team-a",))
+    for namespace in ("team-a", "team-b"):
+        pod = foreign_pod(f"gone-d0-p0-{namespace}", "n0", 1, namespace=namespace)
+        pod["metadata"]["labels"] = {"paralleljob.dev/job": "gone"}
+        pod["metadata"]["ownerReferences"] = [
+            {"apiVersion": "paralleljob.dev/v1alpha1", "kind": "ParallelJob", "name": "gone", "uid": "uid-gone",
+             "controller": True}
+        ]
+        fc.pods[(namespace, pod["metadata"]["name"])] = pod
+    plan = fc.step()
+    assert [(o.namespace, o.name) for o in plan.orphans] == [("team-a", "gone-d0-p0-team-a")]

@@ -48,6 +48,9 @@ class Observed:
     # placement being written (it holds its GPUs already), or None to keep the stored one.
     busy: Mapping[str, PlacementRecord | None] = field(default_factory=dict)
     now_s: float | None = None  # ``now`` as epoch seconds (finer than the stamp); parsed from it when absent
+    # The namespaces this operator serves (empty: all). A labelled pod elsewhere belongs to a ParallelJob this
+    # operator cannot see, not to a deleted one, so it must never be taken for an orphan.
+    namespaces: tuple[str, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -95,6 +98,8 @@ def decide(
         key = f"{pod.namespace}/{pod.job}"
         if key in jobs:
             pods_by_job.setdefault(key, []).append(pod)
+        elif observed.namespaces and pod.namespace not in observed.namespaces:
+            continue
         elif not pod.deleting or must_force(pod, view.nodes):
             plan.orphans.append(
                 PodDelete(

@@ -189,6 +189,7 @@ class Reconciler:
             holds=holds,
             invalid_pods=dict(self.invalid_pods),
             busy={key: record for key, (_, record) in self.inflight.items()},
+            namespaces=tuple(self.config.namespaces),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
