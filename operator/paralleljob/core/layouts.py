@@ -324,11 +324,18 @@ def pack_chains(
     return chains
 
 
-def layouts_for_dp_level(state: ClusterState, job: JobSpec, lam: int) -> Iterator[list[int]]:
+CapacityCache = dict[tuple[int, int, int, int], int]
+
+
+def layouts_for_dp_level(
+    state: ClusterState, job: JobSpec, lam: int, cache: CapacityCache | None = None
+) -> Iterator[list[int]]:
     """Layouts (``group_nodes[d * pp + p]``) whose DP groups stay inside level-``lam`` domains, built
-    lazily so the placer can stop as soon as one meets its lower bound."""
+    lazily so the placer can stop as soon as one meets its lower bound. ``cache`` holds capacities of the
+    untouched state; one placement shares it across DP levels and bounds."""
     request = Request(job.tp, job.memory_per_gpu_gb)
-    cache: dict[tuple[int, int, int, int], int] = {}
+    if cache is None:
+        cache = {}
     for runs in stage_runs(DomainPicker(state, request, base_cache=cache), job, lam):
         picker = DomainPicker(state, request, base_cache=cache)
         layout = _fill(picker, job, lam, runs, whole_first=True)

@@ -22,7 +22,7 @@ from paralleljob.core.cost import CostBreakdown, CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.evaluate import SingleMoveCost, node_level_cost, nodes_common_level
 from paralleljob.core.job import JobSpec
-from paralleljob.core.layouts import DomainPicker, Request, layouts_for_dp_level
+from paralleljob.core.layouts import CapacityCache, DomainPicker, Request, layouts_for_dp_level
 from paralleljob.core.placement import Placement
 from paralleljob.core.search import SearchResult, exact_search
 
@@ -94,6 +94,7 @@ class Placer:
             if kept is not None:
                 consider(kept, "previous placement kept where it still stands")
         bounds = self.level_bounds(job, model)
+        capacities: CapacityCache = {}  # of the untouched state, shared by every DP level and bound below
         # Cheapest-looking DP levels first; a level whose bound cannot beat the best layout found so far
         # is skipped without building anything.
         for bound_ms, lam in sorted((b, lam) for lam, b in bounds.items()):
@@ -102,7 +103,7 @@ class Placer:
                 break
             if scored and 0 < lam < self.topology.top:
                 # Only worth its scan of the level's domains when it might save building layouts.
-                bounds[lam] = bound_ms = self.domain_bound(job, model, lam, bound_ms)
+                bounds[lam] = bound_ms = self.domain_bound(job, model, lam, bound_ms, capacities)
                 if bound_ms >= min(scored)[0][0] - COST_EPS:
                     continue
             why = (
@@ -110,7 +111,7 @@ class Placer:
                 if job.dp > 1
                 else "no DP traffic; pipeline stages packed as close as they fit"
             )
-            for layout in layouts_for_dp_level(self.state, job, lam):
+            for layout in layouts_for_dp_level(self.state, job, lam, capacities):
                 consider(layout, why)
                 if scored[-1][0][0] <= bound_ms + COST_EPS:
                     break  # meets this level's bound: no other layout of the level is cheaper
@@ -122,7 +123,7 @@ class Placer:
         best_cost = node_level_cost(self.topology, job, best_layout, model)
         for lam, lam_bound in list(bounds.items()):
             if 0 < lam < self.topology.top and lam_bound < best_cost.total_ms - COST_EPS:
-                bounds[lam] = self.domain_bound(job, model, lam, lam_bound)
+                bounds[lam] = self.domain_bound(job, model, lam, lam_bound, capacities)
         bound = min(bounds.values())
         proven = best_cost.total_ms <= bound + COST_EPS
         notes = [why]
@@ -200,13 +201,15 @@ class Placer:
             bounds[0] = model.combine(tp_ms, pp_bound(max_slots // job.dp), model.dp_ms(job, bw(0)))
         return bounds
 
-    def domain_bound(self, job: JobSpec, model: CostModel, lam: int, bound_ms: float) -> float:
+    def domain_bound(
+        self, job: JobSpec, model: CostModel, lam: int, bound_ms: float, cache: CapacityCache | None = None
+    ) -> float:
         """A tighter bound for DP level ``lam``: every stage column sits inside one level-``lam`` domain,
         so a replica's chain crosses between such domains at least ceil(pp / most columns any domain
         holds) - 1 times, each at a level above ``lam``."""
         if job.pp == 1 or job.dp == 1:
             return bound_ms
-        picker = DomainPicker(self.state, Request(job.tp, job.memory_per_gpu_gb))
+        picker = DomainPicker(self.state, Request(job.tp, job.memory_per_gpu_gb), base_cache=cache if cache is not None else {})
         most = max(
             (picker.capacity(lam, dom, lam, job.dp) for dom in range(self.topology.num_domains(lam))), default=0
         )
