@@ -10,7 +10,6 @@ in a normal run its operator has stopped (releasing the lease) before theirs sta
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,26 +27,9 @@ from paralleljob.devcluster.session import KubeSession
 IDENTITY = "e2e-agent-operator"
 
 
-class AgentTestsOperator(OperatorProcess):
-    """``OperatorProcess`` with this folder's leader identity (the argv is otherwise the same)."""
-
-    def start(self, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
-        real_popen = subprocess.Popen
-
-        def popen(argv: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
-            argv = [IDENTITY if a == "e2e-operator" else a for a in argv]
-            return real_popen(argv, **kwargs)  # type: ignore[call-overload,no-any-return]
-
-        subprocess.Popen = popen  # type: ignore[assignment,misc]
-        try:
-            super().start(extra_env, wait)
-        finally:
-            subprocess.Popen = real_popen  # type: ignore[misc]
-
-
 @pytest.fixture(scope="module")
 def agent_operator(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    proc = AgentTestsOperator(dev_cluster.kubeconfig, tmp_path_factory.mktemp("agent-operator"))
+    proc = OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("agent-operator"), identity=IDENTITY)
     proc.start()
     try:
         yield proc
