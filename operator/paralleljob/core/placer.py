@@ -209,7 +209,8 @@ class Placer:
         holds) - 1 times, each at a level above ``lam``."""
         if job.pp == 1 or job.dp == 1:
             return bound_ms
-        picker = DomainPicker(self.state, Request(job.tp, job.memory_per_gpu_gb), base_cache=cache if cache is not None else {})
+        request = Request(job.tp, job.memory_per_gpu_gb)
+        picker = DomainPicker(self.state, request, base_cache=cache if cache is not None else {})
         most = max(
             (picker.capacity(lam, dom, lam, job.dp) for dom in range(self.topology.num_domains(lam))), default=0
         )
