@@ -3,6 +3,7 @@ failure handling, completion, idempotence."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -302,3 +303,42 @@ def test_labelled_pods_outside_the_served_namespaces_are_not_orphans() -> None:
         fc.pods[(namespace, pod["metadata"]["name"])] = pod
     plan = fc.step()
     assert [(o.namespace, o.name) for o in plan.orphans] == [("team-a", "gone-d0-p0-team-a")]
+
+
+def degraded(body: dict[str, Any], detail: str) -> dict[str, Any]:
+    body["metadata"].setdefault("annotations", {})["paralleljob.dev/gpu-health"] = detail
+    return body
+
+
+def test_degraded_gpus_keep_their_job_but_take_no_new_one() -> None:
+    fc = cluster(1)
+    fc.add_job(paralleljob("running", 2, 1, 1))
+    fc.settle()
+    uids = {p["metadata"]["uid"] for p in fc.job_pods("ns/running")}
+    record = record_from_status(fc.job("ns/running")["status"])
+    assert record is not None
+    held = record.slots[0].gpu_indices
+    # the agent marks the job's GPUs and four more Degraded (e.g. running hot)
+    others = [i for i in range(8) if i not in held][:4]
+    hot = {"state": "Degraded", "reason": "Thermal", "message": "92 C"}
+    detail = json.dumps({str(i): hot for i in [*held, *others]})
+    fc.nodes["gpu-node-000"] = degraded(node("gpu-node-000"), detail)
+    fc.add_job(paralleljob("new", 4, 1, 1))
+    fc.settle()
+    assert fc.phase("ns/running") == "Running"
+    assert {p["metadata"]["uid"] for p in fc.job_pods("ns/running")} == uids, "a Degraded GPU keeps its job"
+    assert fc.phase("ns/new") == "Queued", "only 2 GPUs are neither held nor Degraded"
+    fc.nodes["gpu-node-000"] = node("gpu-node-000")  # recovered
+    fc.settle()
+    assert fc.phase("ns/new") == "Running"
+
+
+def test_malformed_gpu_health_is_ignored_with_a_warning() -> None:
+    from paralleljob.k8s.config import TopologyConfig
+    from paralleljob.k8s.nodes import parse_node
+
+    info = parse_node(degraded(node("n0"), "{not json"), TopologyConfig())
+    assert info.degraded_gpus == frozenset()
+    assert any("gpu-health" in w for w in info.warnings)
+    info = parse_node(degraded(node("n1"), '{"3": {"state": "Degraded"}, "5": {"state": "Offline"}}'), TopologyConfig())
+    assert info.degraded_gpus == frozenset({3})

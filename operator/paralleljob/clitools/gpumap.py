@@ -119,10 +119,10 @@ def build_map(
                 reason = f"{agent.get('state', '')} {agent.get('reason', '')}".strip()
                 if index in drained:
                     cell = GpuCell(index, DRAINED, owner, "drained by an admin")
-                elif state.health[gpu] is not GPUHealth.HEALTHY:
+                elif state.health[gpu] in (GPUHealth.OFFLINE, GPUHealth.RESETTING):
                     why = reason or (info.why_closed() if info is not None else f"node {name} is gone")
                     cell = GpuCell(index, UNHEALTHY, owner, why or "reported unhealthy")
-                elif agent.get("state") == GPUHealth.DEGRADED.value:
+                elif state.health[gpu] is GPUHealth.DEGRADED or agent.get("state") == GPUHealth.DEGRADED.value:
                     cell = GpuCell(index, DEGRADED, owner, reason)
                 elif owner is not None:
                     cell = GpuCell(index, USED, owner)

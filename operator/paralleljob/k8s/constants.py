@@ -38,6 +38,8 @@ LAST_CHECKPOINT_ANNOTATION = "paralleljob.dev/last-checkpoint"
 
 # Node signals written by the health agent (or by an admin).
 UNHEALTHY_GPUS_ANNOTATION = "paralleljob.dev/unhealthy-gpus"
+# The health agent's per-GPU detail (JSON {index: {state, reason, message}}); Degraded GPUs get no new work.
+GPU_HEALTH_ANNOTATION = "paralleljob.dev/gpu-health"
 GPU_HEALTHY_CONDITION = "GPUHealthy"
 
 # NVIDIA GPU Feature Discovery labels.

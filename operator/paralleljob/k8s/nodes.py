@@ -9,6 +9,7 @@ NoExecute) are separate answers. A malformed label never fails the parse: it is 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 from paralleljob.k8s.config import TopologyConfig
 from paralleljob.k8s.constants import (
     GPU_COUNT_LABEL,
+    GPU_HEALTH_ANNOTATION,
     GPU_HEALTHY_CONDITION,
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
@@ -43,6 +45,7 @@ class NodeInfo:
     gpu_condition_false: bool  # GPUHealthy=False from the health agent
     unhealthy_gpus: frozenset[int]
     warnings: tuple[str, ...] = ()
+    degraded_gpus: frozenset[int] = frozenset()  # still run their job, take no new one (agent's gpu-health)
 
     @property
     def takes_new_work(self) -> bool:
@@ -168,6 +171,9 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         unhealthy, warning = parse_indices(str(annotations[UNHEALTHY_GPUS_ANNOTATION]))
         if warning:
             warnings.append(warning)
+    degraded, warning = parse_degraded(annotations.get(GPU_HEALTH_ANNOTATION))
+    if warning:
+        warnings.append(warning)
 
     return NodeInfo(
         name=name,
@@ -184,4 +190,25 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         gpu_condition_false=gpu_condition_false,
         unhealthy_gpus=unhealthy,
         warnings=tuple(warnings),
+        degraded_gpus=frozenset(i for i in degraded if i < gpu_count) - unhealthy,
+    )
+
+
+def parse_degraded(value: object) -> tuple[frozenset[int], str]:
+    """Indices the agent reports Degraded in its ``gpu-health`` JSON, and a warning if it is malformed."""
+    if not value:
+        return frozenset(), ""
+    try:
+        data = json.loads(str(value))
+    except ValueError:
+        return frozenset(), f"ignored {GPU_HEALTH_ANNOTATION}: not JSON"
+    if not isinstance(data, dict):
+        return frozenset(), f"ignored {GPU_HEALTH_ANNOTATION}: not a JSON object"
+    return (
+        frozenset(
+            int(key)
+            for key, item in data.items()
+            if str(key).isdigit() and isinstance(item, dict) and item.get("state") == "Degraded"
+        ),
+        "",
     )

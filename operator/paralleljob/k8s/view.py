@@ -159,6 +159,9 @@ def build_view(
         first = topology.node_first_gpu[n]
         for index in broken:
             state.set_health(first + index, GPUHealth.OFFLINE)
+        if info is not None:
+            for index in info.degraded_gpus - broken:
+                state.set_health(first + index, GPUHealth.DEGRADED)
         if info is None or not info.takes_new_work:
             state.set_node_schedulable(n, False)
     return view
