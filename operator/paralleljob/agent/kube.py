@@ -12,25 +12,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
+
+from paralleljob.shellkit.kubeconfig import load_configuration
 
 
 class NodeApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
-
-
-async def _configuration(kubeconfig: str | None) -> client.Configuration:
-    configuration = client.Configuration()
-    if kubeconfig is None:
-        try:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return configuration
-        except config.ConfigException:
-            pass
-    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return configuration
 
 
 class NodeClient:
@@ -41,7 +31,7 @@ class NodeClient:
 
     @classmethod
     async def connect(cls, node: str, kubeconfig: str | None = None) -> NodeClient:
-        return cls(client.ApiClient(await _configuration(kubeconfig)), node)
+        return cls(client.ApiClient(await load_configuration(kubeconfig)), node)
 
     async def close(self) -> None:
         await self.api.close()

@@ -10,12 +10,13 @@ import time
 from collections.abc import Iterable, Mapping
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from paralleljob.agent.hysteresis import GpuTrack
 from paralleljob.agent.model import NodeSample, XidEvent
 from paralleljob.agent.xid import classify_xid
 from paralleljob.core.cluster import GPUHealth
+from paralleljob.shellkit.http import serve_metrics
 
 
 class AgentMetrics:
@@ -98,17 +99,8 @@ class AgentMetrics:
 
 
 async def serve(metrics: AgentMetrics, host: str, port: int) -> web.AppRunner:
-    async def metrics_handler(_: web.Request) -> web.Response:
-        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def healthz(_: web.Request) -> web.Response:
+    def health() -> tuple[bool, str]:
         ok = metrics.healthy()
-        return web.Response(text="ok\n" if ok else "no NVML poll completed recently\n", status=200 if ok else 503)
+        return ok, "ok\n" if ok else "no NVML poll completed recently\n"
 
-    app = web.Application()
-    app.router.add_get("/metrics", metrics_handler)
-    app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+    return await serve_metrics(metrics.render, health, host, port)

@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from paralleljob.k8s.manifests import binding
+from paralleljob.shellkit.kubeconfig import load_configuration
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -57,19 +58,6 @@ async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 5, first_de
         await asyncio.sleep(delay * (0.5 + random.random()))
         delay = min(delay * 2, 5.0)
     raise AssertionError("unreachable")
-
-
-async def load_configuration(kubeconfig: str | None) -> client.Configuration:
-    """From ``kubeconfig`` (or $KUBECONFIG / ~/.kube/config), or the in-cluster service account."""
-    configuration = client.Configuration()
-    if kubeconfig is None:
-        try:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return configuration
-        except config.ConfigException:
-            pass
-    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return configuration
 
 
 async def bearer_token(configuration: client.Configuration) -> str | None:

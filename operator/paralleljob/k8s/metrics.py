@@ -7,9 +7,10 @@ section 4.
 from __future__ import annotations
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from paralleljob.k8s.metrics_model import Gauges
+from paralleljob.shellkit.http import serve_metrics
 
 FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -80,16 +81,6 @@ class Metrics:
 
 
 async def serve(metrics: Metrics, host: str, port: int) -> web.AppRunner:
-    async def metrics_handler(_: web.Request) -> web.Response:
-        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n" if metrics.healthy else "unhealthy\n", status=200 if metrics.healthy else 503)
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics_handler)
-    app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+    return await serve_metrics(
+        metrics.render, lambda: (metrics.healthy, "ok\n" if metrics.healthy else "unhealthy\n"), host, port
+    )
