@@ -23,9 +23,11 @@ from paralleljob.core import (
     RecoveryStrategy,
     Topology,
     checkpointable_boundary,
-    cost_model,
     rank_level_cost,
     recover,
+)
+from paralleljob.core import (
+    cost_model as cost_model_named,
 )
 
 
@@ -105,7 +107,7 @@ class GPUClusterScheduler:
         self._topology = topology.build()
         self._state = ClusterState(self._topology)
         self._placer = Placer(self._state)
-        self._model = _cost_model(cost_model)
+        self._model = cost_model_named(cost_model)
         self.recovery = RecoveryStrategy.parse(recovery)
         self._jobs: dict[str, JobSpec] = {}
         self._placements: dict[str, Placement] = {}
@@ -213,10 +215,6 @@ class GPUClusterScheduler:
             view = self.gpus[g]
             view.memory_used_gb = state.memory_used[g]
             view.is_healthy = state.health[g] is GPUHealth.HEALTHY
-
-
-def _cost_model(name: str) -> Any:
-    return cost_model(name)
 
 
 def _validated_groups(spec: JobSpec, placement: Mapping[str, Any], num_gpus: int) -> list[list[int]]:

@@ -85,8 +85,12 @@ class Placer:
         old_nodes = self._nodes_of(previous, job) if previous is not None else None
         scored: list[tuple[tuple[float, int, int, int, int], tuple[int, ...], str]] = []
 
+        priced: dict[tuple[int, ...], CostBreakdown] = {}
+
         def consider(layout: Sequence[int], why: str) -> None:
-            scored.append((self._score(job, model, layout, old_nodes), tuple(layout), why))
+            key = tuple(layout)
+            priced[key] = node_level_cost(self.topology, job, key, model)
+            scored.append((self._score(job, priced[key].total_ms, key, old_nodes), key, why))
 
         intact = self._intact_groups(job, previous) if previous is not None else None
         if old_nodes is not None:
@@ -120,7 +124,7 @@ class Placer:
         _, best_layout, why = min(scored)
         if old_nodes is not None:
             best_layout = self.prefer_previous_nodes(job, model, best_layout, old_nodes)
-        best_cost = node_level_cost(self.topology, job, best_layout, model)
+        best_cost = priced.get(tuple(best_layout)) or node_level_cost(self.topology, job, best_layout, model)
         for lam, lam_bound in list(bounds.items()):
             if 0 < lam < self.topology.top and lam_bound < best_cost.total_ms - COST_EPS:
                 bounds[lam] = self.domain_bound(job, model, lam, lam_bound, capacities)
@@ -145,9 +149,8 @@ class Placer:
 
     # ---- scoring ----------------------------------------------------------------------------------
     def _score(
-        self, job: JobSpec, model: CostModel, layout: Sequence[int], old_nodes: Sequence[int] | None
+        self, job: JobSpec, cost: float, layout: Sequence[int], old_nodes: Sequence[int] | None
     ) -> tuple[float, int, int, int, int]:
-        cost = node_level_cost(self.topology, job, layout, model).total_ms
         moved = 0 if old_nodes is None else sum(1 for a, b in zip(layout, old_nodes, strict=True) if a != b)
         broken, leftover = self.fragmentation(job, layout)
         span = nodes_common_level(self.topology, layout)
