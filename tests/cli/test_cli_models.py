@@ -97,6 +97,9 @@ def test_describe_lists_ranks_cost_conditions_and_events_in_order() -> None:
     d = describe_job(fc.job("ns/llm"), fc.job_pods("ns/llm"), events)
     assert d.key == "ns/llm" and d.phase == "Running" and d.shape == "TP4 x PP2 x DP2" and d.gpus == 16
     assert [p.ranks for p in d.pods] == [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11), (12, 13, 14, 15)]
+    # tp-dp-pp (the default): pipeline outermost, so both replicas' stage 0 come first
+    assert d.rank_order == "tp-dp-pp"
+    assert [(p.replica, p.stage) for p in d.pods] == [(0, 0), (1, 0), (0, 1), (1, 1)]
     assert all(p.pod_phase == "Running" for p in d.pods)
     assert set(d.cost) >= {"tpMs", "ppMs", "dpMs", "totalMs", "bottleneck"}
     assert {c["type"] for c in d.conditions} >= {"Placed", "Bound"}
@@ -104,7 +107,7 @@ def test_describe_lists_ranks_cost_conditions_and_events_in_order() -> None:
     console = Console(record=True, width=160, color_system=None)
     console.print(description_renderable(d))
     text = console.export_text()
-    assert "placement by rank" in text and "12-15" in text and "ok (x2)" in text
+    assert "placement by rank" in text and "12-15" in text and "tp-dp-pp" in text and "ok (x2)" in text
 
 
 def test_describe_a_job_without_placement_or_with_a_bad_spec() -> None:

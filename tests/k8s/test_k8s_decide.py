@@ -342,3 +342,34 @@ def test_malformed_gpu_health_is_ignored_with_a_warning() -> None:
     assert any("gpu-health" in w for w in info.warnings)
     info = parse_node(degraded(node("n1"), '{"3": {"state": "Degraded"}, "5": {"state": "Offline"}}'), TopologyConfig())
     assert info.degraded_gpus == frozenset({3})
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize("strategy", ["minimal", "full"])
+def test_a_repair_numbers_replacements_like_their_siblings(strategy: str) -> None:
+    """A job recorded before rankOrder existed (d·pp + p) keeps that numbering through a repair, though its
+    spec now says tp-dp-pp (the API's default): no pod may disagree with its siblings on the ranks."""
+    fc = cluster(4)
+    body = paralleljob("j", 4, 2, 2)
+    body["spec"]["failurePolicy"]["strategy"] = strategy
+    fc.add_job(body)
+    fc.settle()
+    status = fc.job("ns/j")["status"]
+    assert status["placement"]["rankOrder"] == "tp-dp-pp"
+    del status["placement"]["rankOrder"]  # as an operator of the previous version recorded it
+    for pod in fc.job_pods("ns/j"):
+        fc.pods.pop((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+    fc.settle()  # the pods come back with the recorded (legacy) numbering
+    before = {p["metadata"]["name"]: env_of(p)["NODE_RANK"] for p in fc.job_pods("ns/j")}
+    assert before == {"j-d0-p0": "0", "j-d0-p1": "1", "j-d1-p0": "2", "j-d1-p1": "3"}
+    victim = next(p for p in fc.job_pods("ns/j") if p["metadata"]["name"] == "j-d1-p0")["spec"]["nodeName"]
+    fc.nodes[victim] = node(victim, ready=False, leaf="leaf-00")
+    fc.settle()
+    after = record_from_status(fc.job("ns/j")["status"])
+    assert after is not None and after.rank_order.value == "tp-pp-dp" and victim not in after.nodes
+    assert {p["metadata"]["name"]: env_of(p)["NODE_RANK"] for p in fc.job_pods("ns/j")} == before
+    assert all(env_of(p)["PJ_RANK_ORDER"] == "tp-pp-dp" for p in fc.job_pods("ns/j"))
+    assert_invariants(fc)

@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from paralleljob.core.lifecycle import Event, Phase
+from paralleljob.core.rankorder import RankOrder
 from paralleljob.k8s.config import LevelSource, TopologyConfig, topology_from_mapping
 from paralleljob.k8s.constants import GPU_RESOURCE
 from paralleljob.k8s.lease import verdict
@@ -74,7 +75,7 @@ def test_view_skips_absent_levels_and_counts_foreign_pods() -> None:
 
 def test_view_keeps_ghost_nodes_named_by_a_record() -> None:
     slots = (PodSlot("j-d0-p0", 0, 0, "gone", (0, 1)),)
-    record = PlacementRecord(1, "seed", 2, 1, 1, slots)
+    record = PlacementRecord(1, "seed", 2, 1, 1, slots, RankOrder.TP_DP_PP)
     from paralleljob.k8s.view import Claim
 
     view = build_view([parse_node(node("n0"), CONFIG)], [], [Claim("ns/j", "u", record)], CONFIG)
@@ -94,7 +95,7 @@ def test_spec_parsing_reports_what_to_fix() -> None:
 
 def test_record_round_trips_through_the_status() -> None:
     slots = (PodSlot("j-d0-p0", 0, 0, "n0", (0, 1), 3), PodSlot("j-d0-p1", 0, 1, "n1", (4, 5), 3))
-    record = PlacementRecord(3, "seed", 2, 2, 1, slots)
+    record = PlacementRecord(3, "seed", 2, 2, 1, slots, RankOrder.TP_DP_PP)
     status = record.to_status()
     assert status["tpGroups"] == [["n0/0", "n0/1"], ["n1/4", "n1/5"]]
     assert status["ppStages"] == [["n0/0", "n0/1"], ["n1/4", "n1/5"]]
@@ -142,8 +143,9 @@ def test_lease_verdicts() -> None:
 def test_worker_pod_and_service_manifests() -> None:
     job = parse_job(paralleljob("llm", 4, 2, 2))
     assert job.request is not None
-    record = PlacementRecord(1, "seed", 4, 2, 2, (PodSlot("llm-d1-p0", 1, 0, "n3", (4, 5, 6, 7), 1),) * 4)
-    pod = worker_pod(job, job.request, record, record.slots[0], 2, 1)
+    slots = tuple(PodSlot(f"llm-d{d}-p{p}", d, p, "n3", (4, 5, 6, 7), 1) for d in range(2) for p in range(2))
+    record = PlacementRecord(1, "seed", 4, 2, 2, slots, RankOrder.TP_PP_DP)
+    pod = worker_pod(job, job.request, record, record.slots[2], 1)
     assert pod["spec"]["schedulerName"] == "paralleljob-scheduler" and "nodeName" not in pod["spec"]
     assert pod["metadata"]["annotations"]["paralleljob.dev/gpu-indices"] == "4,5,6,7"
     assert pod["metadata"]["labels"]["paralleljob.dev/replica"] == "1"

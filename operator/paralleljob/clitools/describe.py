@@ -44,6 +44,7 @@ class JobDescription:
     queue: str
     priority: int
     strategy: str
+    rank_order: str  # the recorded one once placed (the pods' numbering), else the spec's
     restarts: int
     message: str
     invalid: str
@@ -95,6 +96,7 @@ def describe_job(
                     pod_phase=phases.get(item["name"], ""),
                 )
             )
+        lines.sort(key=lambda line: line.node_rank)
     request = job.request
     shape, gpus = "", 0
     if request is not None:
@@ -122,6 +124,7 @@ def describe_job(
         queue=request.queue if request else "",
         priority=request.priority if request else 0,
         strategy=request.failure.strategy.value if request else "",
+        rank_order=(job.record.rank_order if job.record else request.rank_order).value if request else "",
         restarts=job.restarts,
         message=str(status.get("message") or ""),
         invalid=job.invalid,

@@ -94,6 +94,7 @@ def description_renderable(d: JobDescription) -> Group:
         ("phase", d.phase + (f" ({d.message})" if d.message else "")),
         ("shape", f"{d.shape}  = {d.gpus} GPUs" if d.shape else d.invalid),
         ("queue / priority", f"{d.queue} / {d.priority}"),
+        ("rank order", d.rank_order),
         ("recovery", f"{d.strategy}, {d.restarts} restarts"),
         ("placement epoch", "" if d.epoch is None else str(d.epoch)),
     ):

@@ -77,7 +77,15 @@ def new_record(
         replica, stage = divmod(g, spec.pp)
         slots.append(PodSlot(pod_name(job.name, replica, stage), replica, stage, node, indices, epoch))
     return PlacementRecord(
-        epoch, request.cost_model, spec.tp, spec.pp, spec.dp, tuple(slots), cost, tuple(placement_reasons)
+        epoch,
+        request.cost_model,
+        spec.tp,
+        spec.pp,
+        spec.dp,
+        tuple(slots),
+        rank_order=request.rank_order,
+        cost=cost,
+        reasons=tuple(placement_reasons),
     )
 
 

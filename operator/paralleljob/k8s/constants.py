@@ -21,6 +21,7 @@ FIELD_MANAGER = "paralleljob-operator"
 JOB_LABEL = "paralleljob.dev/job"
 REPLICA_LABEL = "paralleljob.dev/replica"
 STAGE_LABEL = "paralleljob.dev/stage"
+NODE_RANK_LABEL = "paralleljob.dev/node-rank"  # under the job's rank order: torchrun's --node-rank
 MANAGED_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_VALUE = "paralleljob-operator"
 

@@ -31,6 +31,7 @@ from paralleljob.k8s.api import ApiError, Kube, job_path
 
 CLUSTER = "demo"
 NAMESPACE = "demo"
+QUEUED_JOB_WAIT_S = 60.0  # the queued job is placed within a pass or two of the capacity freeing
 STATE = "demo-operator.json"
 console = Console()
 if not console.is_terminal:
@@ -177,6 +178,16 @@ class Demo:
             live.update(await self.snapshot())
             await asyncio.sleep(0.5)
 
+    async def show_until(self, live: Live, name: str, phase: str, timeout: float) -> float:
+        """Keep the table live until job ``name`` reaches ``phase`` (or ``timeout``); seconds waited."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            live.update(await self.snapshot())
+            if ((await self.job(name)).get("status") or {}).get("phase") == phase:
+                break
+            await asyncio.sleep(0.5)
+        return time.monotonic() - start
+
     async def job(self, name: str) -> dict[str, Any]:
         return await self.kube.request("GET", job_path(NAMESPACE, name))
 
@@ -232,7 +243,20 @@ async def scenario(kubeconfig: Path, shape: NodeShape, reused: bool) -> None:
                 )
             demo.say("[bold]gpt-pipeline finishes (deleted): its 4 nodes free up for the queued job[/bold]")
             await kube.request("DELETE", job_path(NAMESPACE, "gpt-pipeline"))
-            await demo.show(live, 5)
+            waited = await demo.show_until(live, "big-pretrain", "Running", QUEUED_JOB_WAIT_S)
+            status = (await demo.job("big-pretrain")).get("status") or {}
+            if status.get("phase") == "Running":
+                cost = (status.get("communicationCost") or {}).get("totalMs")
+                demo.say(
+                    f"[bold green]big-pretrain left the queue after {waited:.1f} s[/bold green]: on "
+                    f"{status.get('nodes', '')}, {cost} ms per step"
+                )
+            else:
+                demo.say(
+                    f"[red]big-pretrain is still {status.get('phase')} after {waited:.0f} s:[/red] "
+                    f"{escape(str(status.get('message', '')))}"
+                )
+            await demo.show(live, 2)
     finally:
         await kube.close()
 

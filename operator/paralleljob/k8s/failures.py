@@ -10,7 +10,7 @@ outcome lands in the status (``lastFailure``, ``restarts``, conditions) and as a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, cost_model
@@ -164,8 +164,9 @@ def handle(
         cost = record.cost
         why = [f"{'whole gang' if restart_all else f'{len(failed)} pod(s)'} restarted on the same GPUs"]
     moved = [s.name for s, old in zip(slots, record.slots, strict=True) if s != old]
-    new_record = PlacementRecord(
-        epoch, request.cost_model, record.tp, record.pp, record.dp, tuple(slots), cost, tuple(why)
+    # The pods keep the rank order they started with: a replacement is numbered like its siblings.
+    new_record = replace(
+        record, epoch=epoch, cost_model=request.cost_model, slots=tuple(slots), cost=cost, reasons=tuple(why)
     )
     failure.update(action="rescheduled", costAfterMs=round(cost.total_ms, 6) if cost else None)
     message = f"{policy.strategy.value} repair: {len(moved)} pod(s) re-created ({', '.join(moved)})"

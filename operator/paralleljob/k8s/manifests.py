@@ -19,12 +19,13 @@ from paralleljob.k8s.constants import (
     MANAGED_LABEL,
     MANAGED_VALUE,
     MASTER_PORT,
+    NODE_RANK_LABEL,
     REPLICA_LABEL,
     SCHEDULER_NAME,
     STAGE_LABEL,
     TARGET_NODE_ANNOTATION,
 )
-from paralleljob.k8s.records import PlacementRecord, PodSlot, pod_name
+from paralleljob.k8s.records import PlacementRecord, PodSlot
 from paralleljob.k8s.specs import JobObject, JobRequest
 
 
@@ -39,32 +40,43 @@ def owner_reference(job: JobObject) -> dict[str, Any]:
     }
 
 
-def worker_env(
-    job: JobObject, record: PlacementRecord, slot: PodSlot, node_rank: int, boundary: int
-) -> list[dict[str, str]]:
+# torchrun reads any of its flags from PET_<FLAG> (its argparse `env` action): with these a bare
+# `torchrun train.py` joins the job's static rendezvous as the right node. Kubeflow's PyTorchJob uses the
+# same names. The static backend is the only one that honours --node-rank; c10d sorts nodes its own way.
+def worker_env(job: JobObject, record: PlacementRecord, slot: PodSlot, boundary: int) -> list[dict[str, str]]:
+    """The environment every container of ``slot``'s pod gets; it overrides the template's own values."""
     tp, pp, dp = record.tp, record.pp, record.dp
-    master = f"{pod_name(job.name, 0, 0)}.{job.name}.{job.namespace}.svc"
+    master = f"{record.master_slot().name}.{job.name}.{job.namespace}.svc"
+    rank = record.node_rank(slot)
     values = {
         "PJ_JOB_NAME": job.name,
+        "PJ_POD_NAME": slot.name,
         "PJ_TP_SIZE": tp,
         "PJ_PP_SIZE": pp,
         "PJ_DP_SIZE": dp,
         "PJ_PP_RANK": slot.stage,
         "PJ_DP_RANK": slot.replica,
+        "PJ_RANK_ORDER": record.rank_order.value,
         "PJ_NPROC_PER_NODE": tp,
         "PJ_NNODES": pp * dp,
         "PJ_GPU_INDICES": ",".join(str(i) for i in slot.gpu_indices),
         "PJ_CHECKPOINT_BOUNDARY": boundary,
         "WORLD_SIZE": tp * pp * dp,
-        "NODE_RANK": node_rank,
+        "NODE_RANK": rank,
         "MASTER_ADDR": master,
         "MASTER_PORT": MASTER_PORT,
+        "PET_NNODES": pp * dp,
+        "PET_NPROC_PER_NODE": tp,
+        "PET_NODE_RANK": rank,
+        "PET_MASTER_ADDR": master,
+        "PET_MASTER_PORT": MASTER_PORT,
+        "PET_RDZV_BACKEND": "static",
     }
     return [{"name": name, "value": str(value)} for name, value in values.items()]
 
 
 def worker_pod(
-    job: JobObject, request: JobRequest, record: PlacementRecord, slot: PodSlot, node_rank: int, boundary: int
+    job: JobObject, request: JobRequest, record: PlacementRecord, slot: PodSlot, boundary: int
 ) -> dict[str, Any]:
     """One worker: a TP group's ``tp`` GPUs on ``slot.node``, to be bound there by the operator."""
     template: Mapping[str, Any] = request.template
@@ -75,6 +87,7 @@ def worker_pod(
         JOB_LABEL: job.name,
         REPLICA_LABEL: str(slot.replica),
         STAGE_LABEL: str(slot.stage),
+        NODE_RANK_LABEL: str(record.node_rank(slot)),
         MANAGED_LABEL: MANAGED_VALUE,
     }
     annotations = {
@@ -89,7 +102,7 @@ def worker_pod(
     spec["hostname"] = slot.name
     spec["subdomain"] = job.name
     spec.setdefault("restartPolicy", "Never")
-    env = worker_env(job, record, slot, node_rank, boundary)
+    env = worker_env(job, record, slot, boundary)
     names = {item["name"] for item in env}
     for i, container in enumerate(spec.get("containers") or []):
         resources = container.setdefault("resources", {})
@@ -118,7 +131,7 @@ def worker_pod(
 
 
 def headless_service(job: JobObject) -> dict[str, Any]:
-    """Stable DNS names for the workers: ``<pod>.<job>.<namespace>.svc`` (MASTER_ADDR points at rank 0)."""
+    """Stable DNS names for the workers, ``<pod>.<job>.<namespace>.svc``; MASTER_ADDR names global rank 0's pod."""
     return {
         "apiVersion": "v1",
         "kind": "Service",

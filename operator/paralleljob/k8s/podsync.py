@@ -83,7 +83,7 @@ def sync_pods(
     for extra in pods:
         if extra.name not in wanted:
             delete(actions, extra, nodes, "not part of the job's placement")
-    for rank, slot in enumerate(record.slots):
+    for slot in record.slots:
         pod = by_name.get(slot.name)
         if pod is not None and pod.deleting:
             if must_force(pod, nodes):
@@ -94,10 +94,10 @@ def sync_pods(
             delete(actions, pod, nodes, f"placed differently from the record (now {where})")
             if must_force(pod, nodes):
                 # a forced delete removes it at once: the replacement can follow in the same pass
-                actions.creates.append(PodCreate(worker_pod(job, request, record, slot, rank, boundary), slot.node))
+                actions.creates.append(PodCreate(worker_pod(job, request, record, slot, boundary), slot.node))
             continue
         if pod is None:
-            actions.creates.append(PodCreate(worker_pod(job, request, record, slot, rank, boundary), slot.node))
+            actions.creates.append(PodCreate(worker_pod(job, request, record, slot, boundary), slot.node))
         elif not pod.bound:
             actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node))
     if actions.creates:

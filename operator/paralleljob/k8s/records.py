@@ -4,7 +4,9 @@ The record is written before any pod exists, so an operator that dies at any poi
 exactly which pod belongs on which node and GPUs. Each pod slot carries an ``incarnation`` that is bumped
 when its pod must be re-created even though its GPUs did not change (a worker crashed, a full restart).
 GPUs are named ``node/index`` everywhere in the record: global GPU ids are an artefact of one operator's
-view of the cluster and would not survive a node joining or leaving.
+view of the cluster and would not survive a node joining or leaving. The rank order the pods were started
+with is part of the record, so every repair numbers a replacement pod the way its siblings were numbered,
+and a job placed before ``spec.rankOrder`` existed keeps the order its pods started with.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from paralleljob.core.cost import CostBreakdown
+from paralleljob.core.rankorder import LEGACY_RANK_ORDER, RankOrder, global_ranks, node_rank
 
 
 def pod_name(job: str, replica: int, stage: int) -> str:
@@ -42,7 +45,8 @@ class PlacementRecord:
     tp: int
     pp: int
     dp: int
-    slots: tuple[PodSlot, ...]  # in group order d * pp + p
+    slots: tuple[PodSlot, ...]  # in group order d * pp + p (the seed's order, whatever the rank order)
+    rank_order: RankOrder
     cost: CostBreakdown | None = None
     reasons: tuple[str, ...] = ()
 
@@ -60,6 +64,13 @@ class PlacementRecord:
                 return slot
         return None
 
+    def node_rank(self, slot: PodSlot) -> int:
+        return node_rank(self.rank_order, slot.replica, slot.stage, self.pp, self.dp)
+
+    def master_slot(self) -> PodSlot:
+        """The pod holding global rank 0 (node rank 0): torchrun's rendezvous host, ``MASTER_ADDR``."""
+        return next(s for s in self.slots if self.node_rank(s) == 0)
+
     def with_slots(self, slots: Sequence[PodSlot], epoch: int) -> PlacementRecord:
         return replace(self, slots=tuple(slots), epoch=epoch)
 
@@ -67,22 +78,23 @@ class PlacementRecord:
         pp, dp = self.pp, self.dp
         groups = [slot.gpu_names() for slot in self.slots]
         pods = []
-        for g, slot in enumerate(self.slots):
+        for slot in self.slots:
             pods.append(
                 {
                     "name": slot.name,
                     "replica": slot.replica,
                     "stage": slot.stage,
-                    "nodeRank": g,
+                    "nodeRank": self.node_rank(slot),
                     "node": slot.node,
                     "gpuIndices": list(slot.gpu_indices),
-                    "ranks": [g * self.tp + k for k in range(len(slot.gpu_indices))],
+                    "ranks": global_ranks(self.rank_order, slot.replica, slot.stage, self.tp, pp, dp),
                     "incarnation": slot.incarnation,
                 }
             )
         out: dict[str, Any] = {
             "epoch": self.epoch,
             "costModel": self.cost_model,
+            "rankOrder": self.rank_order.value,
             "shape": {"tensor": self.tp, "pipeline": pp, "data": dp},
             "pods": pods,
             "tpGroups": groups,
@@ -142,6 +154,10 @@ def record_from_status(status: Mapping[str, Any]) -> PlacementRecord | None:
             )
         if len(slots) != pp * dp or any(len(s.gpu_indices) != tp for s in slots):
             raise MalformedRecord(f"status.placement lists {len(slots)} pods; TP{tp}xPP{pp}xDP{dp} needs {pp * dp}")
+        if [(s.replica, s.stage) for s in slots] != [(d, p) for d in range(dp) for p in range(pp)]:
+            raise MalformedRecord(f"status.placement must list the pods of PP{pp}xDP{dp} in order d·pp + p")
+        # No rankOrder: recorded before the field existed, when every pod was numbered d·pp + p.
+        order = RankOrder.parse(str(data.get("rankOrder") or LEGACY_RANK_ORDER.value))
         return PlacementRecord(
             epoch=int(data.get("epoch", 0)),
             cost_model=str(data.get("costModel", "seed")),
@@ -149,6 +165,7 @@ def record_from_status(status: Mapping[str, Any]) -> PlacementRecord | None:
             pp=pp,
             dp=dp,
             slots=tuple(slots),
+            rank_order=order,
             cost=cost_from_status(status.get("communicationCost")),
             reasons=tuple(str(r) for r in data.get("reasons", [])),
         )

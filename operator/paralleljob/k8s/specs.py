@@ -12,6 +12,7 @@ from typing import Any
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.job import JobSpec, ModelShape
 from paralleljob.core.lifecycle import Phase
+from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.k8s.constants import DEFAULT_QUEUE
 from paralleljob.k8s.records import MalformedRecord, PlacementRecord, record_from_status
@@ -46,6 +47,7 @@ class JobRequest:
     template: Mapping[str, Any]
     expected_runtime_s: float | None = None  # spec.expectedRuntimeSeconds: lets backfill use the gap
     preemptible: bool = True  # spec.preemptible: false keeps the job from ever being preempted
+    rank_order: RankOrder = DEFAULT_RANK_ORDER  # spec.rankOrder: how (replica, stage) become node ranks
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,10 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     runtime = _num(spec, "expectedRuntimeSeconds", None)
     if runtime is not None and runtime <= 0:
         raise InvalidRequest("spec.expectedRuntimeSeconds must be above 0")
+    try:
+        rank_order = RankOrder.parse(str(spec.get("rankOrder") or DEFAULT_RANK_ORDER.value))
+    except ValueError as exc:
+        raise InvalidRequest(f"spec.rankOrder: {exc}") from None
     preemptible = spec.get("preemptible", True)
     if not isinstance(preemptible, bool):
         raise InvalidRequest(f"spec.preemptible must be true or false, got {preemptible!r}")
@@ -171,6 +177,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         template=template,
         expected_runtime_s=runtime,
         preemptible=preemptible,
+        rank_order=rank_order,
     )
 
 
