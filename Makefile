@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: venv
-	$(BIN)/ruff check operator tests
+	$(BIN)/ruff check operator tests deploy/examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
