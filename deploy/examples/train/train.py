@@ -62,17 +62,19 @@ def main() -> int:
         if at[dim] != given[dim]:
             problems.append(f"mesh says {dim} {at[dim]}, the operator gave this pod {dim} {given[dim]}")
 
-    me = (pod, at["dp"], at["pp"], at["tp"])
+    # What each member's pod was placed as (by the operator), not its mesh coordinates: those agree with
+    # the mesh by construction, and the question is whether the mesh's groups are the placer's groups.
+    me = (pod, given["dp"], given["pp"], given["tp"])
     dp_members: list[tuple[str, int, int, int] | None] = [None] * dp
     pp_members: list[tuple[str, int, int, int] | None] = [None] * pp
     dist.all_gather_object(dp_members, me, group=mesh.get_group("dp"))
     dist.all_gather_object(pp_members, me, group=mesh.get_group("pp"))
-    dp_ok = {m[2] for m in dp_members if m} == {at["pp"]} and sorted(m[1] for m in dp_members if m) == list(range(dp))
-    pp_ok = {m[1] for m in pp_members if m} == {at["dp"]} and [m[2] for m in pp_members if m] == list(range(pp))
-    if not dp_ok:
-        problems.append("DP group spans stages")
-    if not pp_ok:
-        problems.append("PP group spans replicas")
+    dp_stages = sorted({m[2] for m in dp_members if m})
+    if len(dp_stages) != 1 or sorted(m[1] for m in dp_members if m) != list(range(dp)):
+        problems.append(f"DP group holds stages {dp_stages} (the placer's holds one stage of every replica)")
+    pp_replicas = sorted({m[1] for m in pp_members if m})
+    if len(pp_replicas) != 1 or [m[2] for m in pp_members if m] != list(range(pp)):
+        problems.append(f"PP group holds replicas {pp_replicas} (the placer's holds every stage of one replica)")
 
     # A few real DP steps: every replica of a stage must end with the same weights.
     torch.manual_seed(1234 + at["pp"] * 100 + at["tp"])

@@ -27,7 +27,7 @@ from rich.table import Table
 
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devcluster.versions import cache_root, repo_root
-from paralleljob.k8s.api import ApiError, Kube, job_path
+from paralleljob.k8s.api import ApiError, Kube, job_path, retrying
 
 CLUSTER = "demo"
 NAMESPACE = "demo"
@@ -119,10 +119,16 @@ class Demo:
             else:
                 self.say(f"[red]the API server refused {name}:[/red] {escape(exc.message)}")
 
+    async def _list(self, path: str) -> list[dict[str, Any]]:
+        # A CRD just installed answers 429 "storage is (re)initializing" for a moment, longer on a busy
+        # machine: the demo waits it out like the operator does, instead of dying with a traceback.
+        items, _ = await retrying(lambda: self.kube.list(path), attempts=12, first_delay=0.2)
+        return items
+
     async def snapshot(self) -> Group:
-        jobs, _ = await self.kube.list(job_path(NAMESPACE))
-        pods, _ = await self.kube.list(f"/api/v1/namespaces/{NAMESPACE}/pods")
-        nodes, _ = await self.kube.list("/api/v1/nodes")
+        jobs = await self._list(job_path(NAMESPACE))
+        pods = await self._list(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        nodes = await self._list("/api/v1/nodes")
         table = Table(title="ParallelJobs", expand=True)
         for column in ("job", "phase", "TPxPPxDP", "GPUs", "nodes", "cost ms", "restarts", "why"):
             table.add_column(column)
@@ -189,7 +195,7 @@ class Demo:
         return time.monotonic() - start
 
     async def job(self, name: str) -> dict[str, Any]:
-        return await self.kube.request("GET", job_path(NAMESPACE, name))
+        return await retrying(lambda: self.kube.request("GET", job_path(NAMESPACE, name)), attempts=12, first_delay=0.2)
 
 
 async def reset(kube: Kube, shape: NodeShape) -> None:

@@ -30,6 +30,24 @@ def test_several_shapes_are_placed_and_bound_all_or_nothing(pjs: Jobs, kube: Kub
     env = {e.name: e.value for e in pjs.pods("seed")[0].spec.containers[0].env}
     assert env["WORLD_SIZE"] == "16" and env["PJ_TP_SIZE"] == "4" and env["NODE_RANK"] == "0"
     assert env["MASTER_ADDR"] == f"seed-d0-p0.seed.{pjs.namespace}.svc" and env["MASTER_PORT"] == "29500"
+    # tp-dp-pp (the default): node rank p*dp + d, the same in torchrun's PET_* and in the status
+    by_pod = {item["name"]: item for item in seed["placement"]["pods"]}
+    assert seed["placement"]["rankOrder"] == "tp-dp-pp"
+    for pod in pjs.pods("seed"):
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        d, p = int(env["PJ_DP_RANK"]), int(env["PJ_PP_RANK"])
+        assert (
+            env["NODE_RANK"]
+            == env["PET_NODE_RANK"]
+            == str(p * 2 + d)
+            == pod.metadata.labels["paralleljob.dev/node-rank"]
+        )
+        assert by_pod[pod.metadata.name]["nodeRank"] == p * 2 + d
+        assert (
+            env["PET_MASTER_ADDR"] == env["MASTER_ADDR"]
+            and env["PET_NNODES"] == "4"
+            and env["PET_NPROC_PER_NODE"] == "4"
+        )
     service = kube.run(kube.core.read_namespaced_service("seed", pjs.namespace))
     assert service.spec.cluster_ip == "None"
     assert any(e.reason == "Placed" for e in pjs.events("seed"))
