@@ -1,0 +1,180 @@
+"""Each job's node filter (``core.eligibility.NodeFilter``), from its pod template and ``gpuProduct``.
+
+A node is out for a job when its GPU product differs from ``gpuProduct``, its labels do not satisfy the
+template's ``nodeSelector`` or required node affinity, it carries a NoSchedule/NoExecute taint the template
+does not tolerate (``matching.py``: Kubernetes' own rules), or one worker's requests (CPU, memory,
+ephemeral storage, extended resources; ``template.py``) exceed its allocatable. Those are permanent: the core
+counts only the remaining nodes when it decides whether a job can ever fit. What is free *now* is the node's
+allocatable minus what bound, unfinished pods request there: our own workers are counted from the recorded
+placements in the state (so a gang admitted earlier in the same pass counts before its pods exist), every
+other pod from its spec. A node with room for fewer of the job's workers than its free GPUs would take has
+its surplus GPUs held back while the job is placed.
+
+Filters are built lazily and cached per pass by what they depend on (constraints, product, TP size), so a
+thousand jobs from one template cost one scan of the nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from paralleljob.core.cluster import ClusterState
+from paralleljob.core.eligibility import NodeFilter
+from paralleljob.core.job import JobSpec
+from paralleljob.k8s.matching import affinity_matches, selector_matches, untolerated
+from paralleljob.k8s.nodes import NodeInfo
+from paralleljob.k8s.pods import PodInfo
+from paralleljob.k8s.quantity import format_amount
+from paralleljob.k8s.specs import JobRequest
+from paralleljob.k8s.template import PodConstraints
+from paralleljob.k8s.view import ClusterView
+
+Usage = dict[str, int]
+_Static = tuple[frozenset[int] | None, dict[int, int], tuple[str, ...]]
+
+
+def _groups_fitting(requests: Sequence[tuple[str, int]], free: Mapping[str, int]) -> int | float:
+    """How many workers with ``requests`` fit in ``free`` (inf when the worker requests nothing)."""
+    most: int | float = math.inf
+    for name, amount in requests:
+        most = min(most, max(0, free.get(name, 0)) // amount)
+    return most
+
+
+def node_refusal(info: NodeInfo, constraints: PodConstraints, product: str) -> str:
+    """Why this node can never take the job's workers, as a short category (empty: it can)."""
+    if product and info.gpu_product != product:
+        return f"GPU product is not {product}"
+    if constraints.node_selector and not selector_matches(constraints.selector, info.labels):
+        wanted = ", ".join(f"{k}={v}" for k, v in constraints.node_selector)
+        return f"labels do not match nodeSelector {{{wanted}}}"
+    if not affinity_matches(constraints.affinity, info.labels, info.name):
+        return "labels do not match the required node affinity"
+    taint = untolerated(info.taints, constraints.tolerations)
+    if taint is not None:
+        return f"taint {taint} is not tolerated"
+    short = [name for name, amount in constraints.requests if amount > info.allocatable.get(name, 0)]
+    if short:
+        return "allocatable " + ", ".join(short) + " is less than one worker requests"
+    return ""
+
+
+class Eligibility:
+    """Node filters for one pass over ``view``; ``requests`` maps every job key to its request."""
+
+    def __init__(self, view: ClusterView, pods: Sequence[PodInfo], requests: Mapping[str, JobRequest]) -> None:
+        self.view = view
+        self.requests = requests
+        self._static: dict[tuple[PodConstraints, str, int], _Static] = {}
+        self.any_taints = any(info.taints for info in view.nodes.values())
+        self._base: dict[int, Usage] = {}
+        state = view.state
+        claimed = set(state.allocations) if state is not None else set()
+        for pod in pods:
+            if not pod.requests or not pod.bound or pod.terminal:
+                continue
+            if pod.job is not None and f"{pod.namespace}/{pod.job}" in claimed:
+                continue  # counted from its job's recorded placement instead
+            n = view.node_index.get(pod.node)
+            if n is not None:
+                _add(self._base.setdefault(n, {}), dict(pod.requests), 1)
+        self._counted: dict[str, object] = {}  # allocation id -> the allocation counted (identity)
+        self._used: dict[int, Usage] = {n: dict(u) for n, u in self._base.items()}
+
+    def _sync(self, state: ClusterState) -> None:
+        """Bring the usage of our own workers in line with the allocations in ``state`` right now."""
+        current = state.allocations
+        for key in [k for k in self._counted if current.get(k) is not self._counted[k]]:
+            self._count(state, self._counted.pop(key), key, -1)
+        for key, allocation in current.items():
+            if key not in self._counted and key in self.requests and self.requests[key].constraints.requests:
+                self._counted[key] = allocation
+                self._count(state, allocation, key, +1)
+
+    def _count(self, state: ClusterState, allocation: object, key: str, sign: int) -> None:
+        requests = dict(self.requests[key].constraints.requests)
+        groups = getattr(allocation, "groups", ())
+        per_node = Counter(state.topology.gpu_node[group[0]] for group in groups if group)
+        for n, count in per_node.items():
+            _add(self._used.setdefault(n, {}), requests, sign * count)
+
+    def _static_filter(self, constraints: PodConstraints, product: str, tp: int) -> _Static:
+        key = (constraints, product, tp)
+        if key in self._static:
+            return self._static[key]
+        view = self.view
+        assert view.topology is not None
+        unconstrained = (
+            not product
+            and not constraints.node_selector
+            and constraints.affinity is None
+            and not constraints.requests
+            and not self.any_taints
+        )
+        if unconstrained:
+            self._static[key] = (None, {}, ())
+            return self._static[key]
+        allowed: set[int] = set()
+        ever: dict[int, int] = {}
+        out: Counter[str] = Counter()
+        for n, name in enumerate(view.topology.node_names):
+            info = view.nodes.get(name)
+            if info is None:
+                continue  # a ghost: gone, never eligible for new work
+            why = node_refusal(info, constraints, product)
+            if why:
+                out[why] += 1
+                continue
+            allowed.add(n)
+            fit = _groups_fitting(constraints.requests, info.allocatable)
+            if fit < view.topology.node_gpu_count[n] // tp:
+                ever[n] = int(fit)
+        reasons = tuple(f"{count} node(s): {why}" for why, count in sorted(out.items(), key=lambda i: (-i[1], i[0])))
+        if constraints.requests and not allowed:
+            largest = {
+                name: max((info.allocatable.get(name, 0) for info in view.nodes.values()), default=0)
+                for name, _ in constraints.requests
+            }
+            reasons += (
+                f"one worker requests {_describe(constraints.requests)};"
+                f" the most any node has allocatable is {_describe(tuple(largest.items()))}",
+            )
+        self._static[key] = (frozenset(allowed), ever, reasons)
+        return self._static[key]
+
+    def filter_for(self, key: str, spec: JobSpec, with_usage: bool = True) -> NodeFilter | None:
+        """The job's filter (None: it may use every node); ``with_usage`` False leaves out what other pods
+        use now (for repairs, whose own workers are still counted there)."""
+        request = self.requests.get(key)
+        if request is None or self.view.state is None:
+            return None
+        allowed, ever, why = self._static_filter(request.constraints, request.gpu_product, spec.tp)
+        if allowed is None:
+            return None
+        now: dict[int, int] = dict(ever)
+        requests = request.constraints.requests
+        if with_usage and requests:
+            self._sync(self.view.state)
+            counts = self.view.topology.node_gpu_count if self.view.topology is not None else ()
+            for n, used in self._used.items():
+                if n not in allowed or not any(used.get(name) for name, _ in requests):
+                    continue
+                info = self.view.nodes.get(self.view.topology.node_names[n]) if self.view.topology else None
+                if info is None:
+                    continue
+                free = {name: info.allocatable.get(name, 0) - used.get(name, 0) for name, _ in requests}
+                fit = _groups_fitting(requests, free)
+                if fit < counts[n] // spec.tp:
+                    now[n] = min(now.get(n, counts[n]), int(fit))
+        return NodeFilter(allowed, ever, now, why)
+
+
+def _add(total: Usage, extra: Mapping[str, int], times: int) -> None:
+    for name, amount in extra.items():
+        total[name] = total.get(name, 0) + amount * times
+
+
+def _describe(requests: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{name}={format_amount(name, amount)}" for name, amount in requests)
