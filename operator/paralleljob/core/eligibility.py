@@ -9,7 +9,8 @@ same way on every path — admission, the queueing pass, preemption, repairs:
 - ``restricted`` applies the filter to a :class:`ClusterState` for the length of one decision: other nodes
   are closed, and on nodes where the job may place fewer groups than their free GPUs would take
   (``now_groups``: resources already used by other pods) the surplus GPUs are held back. Both are undone on
-  exit, so the state's counters are exactly as before.
+  exit: every owner and counter is as before (only the order inside a free-count bucket may change, as
+  after any cordon and uncordon).
 - :class:`FilteredPlacer` wraps any placer with both, per job id, so the core's queueing pass and the
   simulator's policies need no change to honour filters.
 """
@@ -83,7 +84,7 @@ def never_fits(topology: Topology, job: JobSpec, node_filter: NodeFilter | None 
 
 @contextmanager
 def restricted(state: ClusterState, job: JobSpec, node_filter: NodeFilter | None) -> Iterator[None]:
-    """``state`` as ``job`` may use it, for the duration of the block; restored exactly on exit."""
+    """``state`` as ``job`` may use it, for the duration of the block; restored on exit."""
     if node_filter is None or (node_filter.allowed is None and not node_filter.now_groups):
         yield
         return

@@ -155,6 +155,7 @@ class Eligibility:
             return None
         now: dict[int, int] = dict(ever)
         requests = request.constraints.requests
+        short = 0
         if with_usage and requests:
             self._sync(self.view.state)
             counts = self.view.topology.node_gpu_count if self.view.topology is not None else ()
@@ -168,6 +169,12 @@ class Eligibility:
                 fit = _groups_fitting(requests, free)
                 if fit < counts[n] // spec.tp:
                     now[n] = min(now.get(n, counts[n]), int(fit))
+                    short += 1
+        if short:
+            why += (
+                f"{short} node(s) have room for fewer workers: their allocatable minus what bound pods request"
+                f" is less than {_describe(requests)} per worker",
+            )
         return NodeFilter(allowed, ever, now, why)
 
 
