@@ -208,3 +208,18 @@ def test_owned_fields_are_refused_with_invalid_template() -> None:
         assert status["phase"] == "Failed" and status["reason"] == "InvalidTemplate" and why in status["message"]
         assert not fc.job_pods(f"ns/{name}")
     assert ("ns/pinned", "InvalidTemplate") in {(k, r) for k, r, _ in fc.events}
+
+
+def test_a_taint_on_every_node_makes_a_job_wait_not_fail() -> None:
+    raw = nodes(2)
+    for body in raw:
+        body["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+    fc = FakeCluster(raw)
+    fc.add_job(paralleljob("patient", 8, 1, 1))
+    fc.settle()
+    placed = condition(fc, "ns/patient", "Placed")
+    assert fc.phase("ns/patient") == "Queued" and "maintenance:NoSchedule is not tolerated" in placed["message"]
+    for body in raw:
+        body["spec"]["taints"] = []
+    fc.settle()
+    assert fc.phase("ns/patient") == "Running"

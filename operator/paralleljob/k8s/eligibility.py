@@ -1,14 +1,16 @@
 """Each job's node filter (``core.eligibility.NodeFilter``), from its pod template and ``gpuProduct``.
 
 A node is out for a job when its GPU product differs from ``gpuProduct``, its labels do not satisfy the
-template's ``nodeSelector`` or required node affinity, it carries a NoSchedule/NoExecute taint the template
-does not tolerate (``matching.py``: Kubernetes' own rules), or one worker's requests (CPU, memory,
-ephemeral storage, extended resources; ``template.py``) exceed its allocatable. Those are permanent: the core
-counts only the remaining nodes when it decides whether a job can ever fit. What is free *now* is the node's
-allocatable minus what bound, unfinished pods request there: our own workers are counted from the recorded
-placements in the state (so a gang admitted earlier in the same pass counts before its pods exist), every
-other pod from its spec. A node with room for fewer of the job's workers than its free GPUs would take has
-its surplus GPUs held back while the job is placed.
+template's ``nodeSelector`` or required node affinity, or one worker's requests (CPU, memory, ephemeral
+storage, extended resources; ``template.py``) exceed its allocatable. Those are permanent: the core counts
+only the remaining nodes when it decides whether a job can ever fit. A NoSchedule/NoExecute taint the
+template does not tolerate (``matching.py``: Kubernetes' own rules) closes the node to the job *for now*:
+taints come and go with maintenance, so the job waits instead of failing.
+
+What is free now is the node's allocatable minus what bound, unfinished pods request there: our own workers
+are counted from the recorded placements in the state (so a gang admitted earlier in the same pass counts
+before its pods exist), every other pod from its spec. A node with room for fewer of the job's workers than
+its free GPUs would take has its surplus GPUs held back while the job is placed.
 
 Filters are built lazily and cached per pass by what they depend on (constraints, product, TP size), so a
 thousand jobs from one template cost one scan of the nodes.
@@ -23,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from paralleljob.core.cluster import ClusterState
 from paralleljob.core.eligibility import NodeFilter
 from paralleljob.core.job import JobSpec
-from paralleljob.k8s.matching import affinity_matches, selector_matches, untolerated
+from paralleljob.k8s.matching import Toleration, affinity_matches, selector_matches, untolerated
 from paralleljob.k8s.nodes import NodeInfo
 from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.quantity import format_amount
@@ -33,6 +35,7 @@ from paralleljob.k8s.view import ClusterView
 
 Usage = dict[str, int]
 _Static = tuple[frozenset[int] | None, dict[int, int], tuple[str, ...]]
+_Tainted = tuple[frozenset[int], tuple[str, ...]]
 
 
 def _groups_fitting(requests: Sequence[tuple[str, int]], free: Mapping[str, int]) -> int | float:
@@ -44,7 +47,8 @@ def _groups_fitting(requests: Sequence[tuple[str, int]], free: Mapping[str, int]
 
 
 def node_refusal(info: NodeInfo, constraints: PodConstraints, product: str) -> str:
-    """Why this node can never take the job's workers, as a short category (empty: it can)."""
+    """Why this node can never take the job's workers, as a short category (empty: it can). Taints are not
+    asked here: they come and go with maintenance, so a taint makes a job wait, never fail."""
     if product and info.gpu_product != product:
         return f"GPU product is not {product}"
     if constraints.node_selector and not selector_matches(constraints.selector, info.labels):
@@ -52,9 +56,6 @@ def node_refusal(info: NodeInfo, constraints: PodConstraints, product: str) -> s
         return f"labels do not match nodeSelector {{{wanted}}}"
     if not affinity_matches(constraints.affinity, info.labels, info.name):
         return "labels do not match the required node affinity"
-    taint = untolerated(info.taints, constraints.tolerations)
-    if taint is not None:
-        return f"taint {taint} is not tolerated"
     short = [name for name, amount in constraints.requests if amount > info.allocatable.get(name, 0)]
     if short:
         return "allocatable " + ", ".join(short) + " is less than one worker requests"
@@ -68,7 +69,12 @@ class Eligibility:
         self.view = view
         self.requests = requests
         self._static: dict[tuple[PodConstraints, str, int], _Static] = {}
-        self.any_taints = any(info.taints for info in view.nodes.values())
+        self._tainted: dict[tuple[Toleration, ...], _Tainted] = {}
+        self.tainted_nodes = [
+            (view.node_index[name], info)
+            for name, info in view.nodes.items()
+            if info.taints and name in view.node_index
+        ]
         self._base: dict[int, Usage] = {}
         state = view.state
         claimed = set(state.allocations) if state is not None else set()
@@ -107,11 +113,7 @@ class Eligibility:
         view = self.view
         assert view.topology is not None
         unconstrained = (
-            not product
-            and not constraints.node_selector
-            and constraints.affinity is None
-            and not constraints.requests
-            and not self.any_taints
+            not product and not constraints.node_selector and constraints.affinity is None and not constraints.requests
         )
         if unconstrained:
             self._static[key] = (None, {}, ())
@@ -144,6 +146,20 @@ class Eligibility:
         self._static[key] = (frozenset(allowed), ever, reasons)
         return self._static[key]
 
+    def _taints(self, tolerations: tuple[Toleration, ...]) -> _Tainted:
+        """Nodes with a NoSchedule/NoExecute taint these tolerations do not match, and why, in words."""
+        if tolerations not in self._tainted:
+            out: Counter[str] = Counter()
+            nodes = set()
+            for n, info in self.tainted_nodes:
+                taint = untolerated(info.taints, tolerations)
+                if taint is not None:
+                    nodes.add(n)
+                    out[f"taint {taint} is not tolerated"] += 1
+            why = tuple(f"{count} node(s): {what}" for what, count in sorted(out.items(), key=lambda i: (-i[1], i[0])))
+            self._tainted[tolerations] = (frozenset(nodes), why)
+        return self._tainted[tolerations]
+
     def filter_for(self, key: str, spec: JobSpec, with_usage: bool = True) -> NodeFilter | None:
         """The job's filter (None: it may use every node); ``with_usage`` False leaves out what other pods
         use now (for repairs, whose own workers are still counted there)."""
@@ -151,16 +167,19 @@ class Eligibility:
         if request is None or self.view.state is None:
             return None
         allowed, ever, why = self._static_filter(request.constraints, request.gpu_product, spec.tp)
-        if allowed is None:
+        tainted, taint_why = self._taints(request.constraints.tolerations)
+        if allowed is None and not tainted:
             return None
         now: dict[int, int] = dict(ever)
+        now.update((n, 0) for n in tainted if allowed is None or n in allowed)
+        why += taint_why
         requests = request.constraints.requests
         short = 0
         if with_usage and requests:
             self._sync(self.view.state)
             counts = self.view.topology.node_gpu_count if self.view.topology is not None else ()
             for n, used in self._used.items():
-                if n not in allowed or not any(used.get(name) for name, _ in requests):
+                if (allowed is not None and n not in allowed) or not any(used.get(name) for name, _ in requests):
                     continue
                 info = self.view.nodes.get(self.view.topology.node_names[n]) if self.view.topology else None
                 if info is None:
