@@ -239,7 +239,8 @@ def test_allocatable_gpus_are_capped_at_the_gfd_count_and_the_configured_maximum
 
 
 def test_empty_topology_labels_and_out_of_range_indices_are_warned() -> None:
-    info = parse_node(node("n1", leaf="", unhealthy="3,9,12"), TopologyConfig())
+    info = parse_node(node("n1", leaf="", unhealthy="3,9,12", product=""), TopologyConfig())
+    assert any("ignored empty label nvidia.com/gpu.product" in w for w in info.warnings)
     assert info.domains[1] is None
     assert any("empty topology label network.topology.nvidia.com/leaf" in w for w in info.warnings)
     assert any("ignored GPU indices [9, 12]" in w for w in info.warnings)

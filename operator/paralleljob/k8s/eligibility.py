@@ -22,7 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from paralleljob.core.cluster import ClusterState
+from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.eligibility import NodeFilter
 from paralleljob.core.job import JobSpec
 from paralleljob.k8s.matching import Toleration, affinity_matches, selector_matches, untolerated
@@ -75,7 +75,7 @@ class Eligibility:
             for name, info in view.nodes.items()
             if info.taints and name in view.node_index
         ]
-        self._base: dict[int, Usage] = {}
+        self._used: dict[int, Usage] = {}  # node -> what bound pods and our recorded workers request there
         state = view.state
         claimed = set(state.allocations) if state is not None else set()
         for pod in pods:
@@ -85,9 +85,8 @@ class Eligibility:
                 continue  # counted from its job's recorded placement instead
             n = view.node_index.get(pod.node)
             if n is not None:
-                _add(self._base.setdefault(n, {}), dict(pod.requests), 1)
-        self._counted: dict[str, object] = {}  # allocation id -> the allocation counted (identity)
-        self._used: dict[int, Usage] = {n: dict(u) for n, u in self._base.items()}
+                _add(self._used.setdefault(n, {}), dict(pod.requests), 1)
+        self._counted: dict[str, Allocation] = {}  # allocation id -> the allocation counted (by identity)
 
     def _sync(self, state: ClusterState) -> None:
         """Bring the usage of our own workers in line with the allocations in ``state`` right now."""
@@ -99,10 +98,9 @@ class Eligibility:
                 self._counted[key] = allocation
                 self._count(state, allocation, key, +1)
 
-    def _count(self, state: ClusterState, allocation: object, key: str, sign: int) -> None:
+    def _count(self, state: ClusterState, allocation: Allocation, key: str, sign: int) -> None:
         requests = dict(self.requests[key].constraints.requests)
-        groups = getattr(allocation, "groups", ())
-        per_node = Counter(state.topology.gpu_node[group[0]] for group in groups if group)
+        per_node = Counter(state.topology.gpu_node[group[0]] for group in allocation.groups if group)
         for n, count in per_node.items():
             _add(self._used.setdefault(n, {}), requests, sign * count)
 

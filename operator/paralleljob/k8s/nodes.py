@@ -164,6 +164,9 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
                 f" assuming {config.default_gpu_memory_gib:g} GiB"
             )
 
+    if GPU_PRODUCT_LABEL in labels and not str(labels[GPU_PRODUCT_LABEL]).strip():
+        warnings.append(f"ignored empty label {GPU_PRODUCT_LABEL}: node {name} matches no gpuProduct")
+
     domains: list[str | None] = []
     for level in config.levels:
         value = next((labels[key] for key in level.labels if labels.get(key)), None)

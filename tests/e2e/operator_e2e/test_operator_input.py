@@ -85,11 +85,12 @@ def test_a_tainted_node_takes_only_jobs_that_tolerate_it(pjs: Jobs, chaos: KubeS
     pjs.create("plain-too", 8, 1, 1)
     waiting = placed_condition(pjs, "plain-too", "Unschedulable")
     assert "dedicated=ml:NoSchedule is not tolerated" in waiting["message"]
+    pjs.delete("plain-too")  # under strict FIFO it would hold back the next job of its queue
     tolerant = template(tolerations=[{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}])
     pjs.create("tolerant", 8, 1, 2, template=tolerant)
     status = pjs.wait_phase("tolerant", "Running")
     assert set(status["nodes"].split(",")) <= set(tainted)
-    assert pjs.status("plain-too")["phase"] == "Queued"
+    assert_gang_on_record(pjs, "tolerant")
 
 
 def test_a_cpu_request_no_node_can_hold_is_refused_with_the_reason(pjs: Jobs) -> None:
