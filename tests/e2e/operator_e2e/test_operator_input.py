@@ -53,7 +53,7 @@ def test_a_node_selector_nobody_matches_fails_with_the_reason(pjs: Jobs) -> None
     pjs.create("picky", 8, 1, 1, template=template(nodeSelector={POOL: "nowhere"}))
     status = pjs.wait_phase("picky", "Failed")
     assert status["reason"] == "Unschedulable" and f"nodeSelector {{{POOL}=nowhere}}" in status["message"]
-    assert any(e.reason == "Unschedulable" for e in pjs.events("picky"))
+    wait_for("an Unschedulable event", lambda: any(e.reason == "Unschedulable" for e in pjs.events("picky")))
     assert not pjs.pods("picky")
 
 
@@ -124,7 +124,7 @@ def test_a_gpu_request_other_than_tensor_fails_the_job_as_invalid_template(pjs: 
     pjs.create("sidecar-gpu", 2, 1, 1, template=template(containers=wrong))
     status = pjs.wait_phase("sidecar-gpu", "Failed")
     assert status["reason"] == "InvalidTemplate" and "containers[1]" in status["message"], status
-    assert any(e.reason == "InvalidTemplate" for e in pjs.events("sidecar-gpu"))
+    wait_for("an InvalidTemplate event", lambda: any(e.reason == "InvalidTemplate" for e in pjs.events("sidecar-gpu")))
     assert not pjs.pods("sidecar-gpu")
 
 
@@ -150,3 +150,14 @@ def test_a_node_reporting_999_gpus_is_capped_at_its_gpu_count(pjs: Jobs, chaos: 
         assert len(pods_on_node) == 1
     finally:
         chaos.run(chaos.core.patch_node_status(node, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}}))
+
+
+def test_can_never_fit_fails_at_once_behind_a_blocked_strict_fifo_head(pjs: Jobs) -> None:
+    pjs.create("everything", 8, 1, 8)  # the whole cluster
+    pjs.wait_phase("everything", "Running")
+    pjs.create("head", 8, 1, 1)  # blocks its queue until room frees
+    placed_condition(pjs, "head", "Unschedulable")
+    pjs.create("behind-huge", 16, 1, 1)  # behind the head in the same queue, and can never fit
+    status = pjs.wait_phase("behind-huge", "Failed", timeout_s=10)
+    assert status["reason"] == "Unschedulable" and "largest node has 8" in status["message"]
+    assert pjs.status("head")["phase"] == "Queued"
