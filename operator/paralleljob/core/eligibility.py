@@ -39,9 +39,25 @@ class NodeFilter:
     ever_groups: Mapping[int, int] = field(default_factory=dict)  # node -> most groups it could ever hold
     now_groups: Mapping[int, int] = field(default_factory=dict)  # node -> most groups it can take now
     why: tuple[str, ...] = ()  # why nodes are out, in words, for the refusal's reasons
+    # Shared by filters with the same ``allowed`` and ``ever_groups`` (the shell passes one dict per
+    # constraint set and pass), so the scan of the eligible nodes for a verdict runs once, not per job.
+    memo: dict[tuple[int, float], tuple[int, float, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def admits(self, node: int) -> bool:
         return self.allowed is None or node in self.allowed
+
+    def summary(self, topology: Topology, tp: int, memory_gb: float) -> tuple[int, float, int]:
+        """(GPUs of the largest eligible node, most GPU memory there, TP groups the eligible nodes hold empty)."""
+        key = (tp, memory_gb)
+        if key not in self.memo:
+            nodes = range(topology.num_nodes) if self.allowed is None else self.allowed
+            counts, memory = topology.node_gpu_count, topology.node_gpu_memory_gb
+            self.memo[key] = (
+                max((counts[n] for n in nodes), default=0),
+                max((memory[n] for n in nodes), default=0.0),
+                sum(min(counts[n] // tp, self.ever_groups.get(n, counts[n])) for n in nodes if memory[n] >= memory_gb),
+            )
+        return self.memo[key]
 
 
 def never_fits(topology: Topology, job: JobSpec, node_filter: NodeFilter | None = None) -> list[str]:
@@ -57,26 +73,17 @@ def never_fits(topology: Topology, job: JobSpec, node_filter: NodeFilter | None 
         if capacity < job.num_groups:
             return [f"needs {job.num_groups} TP groups of {t} GPUs; even an empty cluster holds only {capacity}", *why]
         return []
-    nodes = range(topology.num_nodes) if node_filter.allowed is None else sorted(node_filter.allowed)
     why = list(node_filter.why)
-    if not nodes:
+    if node_filter.allowed is not None and not node_filter.allowed:
         return ["no node satisfies this job's constraints", *why]
-    counts = topology.node_gpu_count
-    largest = max(counts[n] for n in nodes)
+    largest, memory, capacity = node_filter.summary(topology, t, mem)
     if t > largest:
         return [f"needs {t} GPUs in one node for each TP group; the largest eligible node has {largest}", *why]
-    memory = max(topology.node_gpu_memory_gb[n] for n in nodes)
     if mem > memory:
         return [f"needs {mem:g} GB per GPU; the largest GPU on an eligible node has {memory:g} GB", *why]
-    capacity = sum(
-        min(counts[n] // t, node_filter.ever_groups.get(n, counts[n]))
-        for n in nodes
-        if topology.node_gpu_memory_gb[n] >= mem
-    )
     if capacity < job.num_groups:
         return [
-            f"needs {job.num_groups} TP groups of {t} GPUs;"
-            f" the eligible nodes hold only {capacity} even when empty",
+            f"needs {job.num_groups} TP groups of {t} GPUs; the eligible nodes hold only {capacity} even when empty",
             *why,
         ]
     return []

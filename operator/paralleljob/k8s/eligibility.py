@@ -34,7 +34,7 @@ from paralleljob.k8s.template import PodConstraints
 from paralleljob.k8s.view import ClusterView
 
 Usage = dict[str, int]
-_Static = tuple[frozenset[int] | None, dict[int, int], tuple[str, ...]]
+_Static = tuple[frozenset[int] | None, dict[int, int], tuple[str, ...], dict[tuple[int, float], tuple[int, float, int]]]
 _Tainted = tuple[frozenset[int], tuple[str, ...]]
 
 
@@ -87,6 +87,9 @@ class Eligibility:
             if n is not None:
                 _add(self._used.setdefault(n, {}), dict(pod.requests), 1)
         self._counted: dict[str, Allocation] = {}  # allocation id -> the allocation counted (by identity)
+        self._changed: list[int] = []  # nodes whose usage changed, in order (a log the limits catch up on)
+        # (requests, tp) -> (log position seen, node -> most workers that fit there now, when below its GPUs)
+        self._limits: dict[tuple[tuple[tuple[str, int], ...], int], tuple[int, dict[int, int]]] = {}
 
     def _sync(self, state: ClusterState) -> None:
         """Bring the usage of our own workers in line with the allocations in ``state`` right now."""
@@ -103,6 +106,7 @@ class Eligibility:
         per_node = Counter(state.topology.gpu_node[group[0]] for group in allocation.groups if group)
         for n, count in per_node.items():
             _add(self._used.setdefault(n, {}), requests, sign * count)
+            self._changed.append(n)
 
     def _static_filter(self, constraints: PodConstraints, product: str, tp: int) -> _Static:
         key = (constraints, product, tp)
@@ -114,7 +118,7 @@ class Eligibility:
             not product and not constraints.node_selector and constraints.affinity is None and not constraints.requests
         )
         if unconstrained:
-            self._static[key] = (None, {}, ())
+            self._static[key] = (None, {}, (), {})
             return self._static[key]
         allowed: set[int] = set()
         ever: dict[int, int] = {}
@@ -141,7 +145,9 @@ class Eligibility:
                 f"one worker requests {_describe(constraints.requests)};"
                 f" the most any node has allocatable is {_describe(tuple(largest.items()))}",
             )
-        self._static[key] = (frozenset(allowed), ever, reasons)
+        # every node eligible: say so, and the core skips the per-node work of a filter
+        everyone = len(allowed) == view.topology.num_nodes
+        self._static[key] = (None if everyone else frozenset(allowed), ever, reasons, {})
         return self._static[key]
 
     def _taints(self, tolerations: tuple[Toleration, ...]) -> _Tainted:
@@ -164,35 +170,52 @@ class Eligibility:
         request = self.requests.get(key)
         if request is None or self.view.state is None:
             return None
-        allowed, ever, why = self._static_filter(request.constraints, request.gpu_product, spec.tp)
+        allowed, ever, why, memo = self._static_filter(request.constraints, request.gpu_product, spec.tp)
         tainted, taint_why = self._taints(request.constraints.tolerations)
-        if allowed is None and not tainted:
+        if allowed is None and not tainted and not ever and not (with_usage and request.constraints.requests):
             return None
         now: dict[int, int] = dict(ever)
         now.update((n, 0) for n in tainted if allowed is None or n in allowed)
         why += taint_why
         requests = request.constraints.requests
-        short = 0
         if with_usage and requests:
-            self._sync(self.view.state)
-            counts = self.view.topology.node_gpu_count if self.view.topology is not None else ()
-            for n, used in self._used.items():
-                if (allowed is not None and n not in allowed) or not any(used.get(name) for name, _ in requests):
-                    continue
-                info = self.view.nodes.get(self.view.topology.node_names[n]) if self.view.topology else None
-                if info is None:
-                    continue
-                free = {name: info.allocatable.get(name, 0) - used.get(name, 0) for name, _ in requests}
-                fit = _groups_fitting(requests, free)
-                if fit < counts[n] // spec.tp:
-                    now[n] = min(now.get(n, counts[n]), int(fit))
+            short = 0
+            for n, fit in self._usage_limits(requests, spec.tp).items():
+                if allowed is None or n in allowed:
+                    now[n] = min(now.get(n, fit), fit)
                     short += 1
-        if short:
-            why += (
-                f"{short} node(s) have room for fewer workers: their allocatable minus what bound pods request"
-                f" is less than {_describe(requests)} per worker",
+            if short:
+                why += (
+                    f"{short} node(s) have room for fewer workers: their allocatable minus what bound pods request"
+                    f" is less than {_describe(requests)} per worker",
+                )
+        return NodeFilter(allowed, ever, now, why, memo)
+
+    def _usage_limits(self, requests: tuple[tuple[str, int], ...], tp: int) -> dict[int, int]:
+        """Nodes where what is requested already leaves room for fewer such workers than their GPUs would
+        take; caught up incrementally on the nodes whose usage changed since the last question."""
+        view = self.view
+        assert view.state is not None and view.topology is not None
+        self._sync(view.state)
+        key = (requests, tp)
+        seen, limits = self._limits.get(key, (-1, {}))
+        if seen == len(self._changed):
+            return limits
+        nodes = self._used.keys() if seen < 0 else set(self._changed[seen:])
+        names, counts = view.topology.node_names, view.topology.node_gpu_count
+        for n in nodes:
+            used = self._used.get(n, {})
+            info = view.nodes.get(names[n])
+            limits.pop(n, None)
+            if info is None or not any(used.get(name) for name, _ in requests):
+                continue
+            fit = _groups_fitting(
+                requests, {name: info.allocatable.get(name, 0) - used.get(name, 0) for name, _ in requests}
             )
-        return NodeFilter(allowed, ever, now, why)
+            if fit < counts[n] // tp:
+                limits[n] = int(fit)
+        self._limits[key] = (len(self._changed), limits)
+        return limits
 
 
 def _add(total: Usage, extra: Mapping[str, int], times: int) -> None:
