@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from paralleljob.k8s.admission import QueueInfo
 from paralleljob.k8s.records import record_from_status
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -272,6 +273,7 @@ def test_an_unexpected_error_is_reported_on_the_job_and_does_not_block_others(mo
     import paralleljob.k8s.admission as admission
 
     fc = cluster(2)
+    fc.queues["other"] = QueueInfo("other")
     fc.add_job(paralleljob("a-cursed", 2, 1, 1, created="2024-01-01T00:00:00Z"))
     fc.add_job(paralleljob("b-fine", 2, 1, 1, queue="other", created="2024-01-01T00:00:01Z"))
     real = admission.sync_pods

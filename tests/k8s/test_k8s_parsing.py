@@ -40,7 +40,8 @@ def test_malformed_labels_are_ignored_with_a_warning() -> None:
     info = parse_node(body, CONFIG)
     assert info.gpu_count == 0 and info.gpu_memory_gib == CONFIG.default_gpu_memory_gib
     assert info.unhealthy_gpus == frozenset({1})
-    assert len(info.warnings) == 3
+    assert len(info.warnings) == 4  # allocatable, memory, the index "x", and index 1 of a node with no GPUs
+    assert "ignored GPU indices [1]" in info.warnings[-1]
 
 
 def test_node_health_signals() -> None:

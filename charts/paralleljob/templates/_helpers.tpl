@@ -68,6 +68,7 @@ topology:
   clusterBandwidthGbps: {{ .Values.topology.clusterBandwidthGbps }}
   defaultGpuMemoryGiB: {{ .Values.topology.defaultGpuMemoryGiB }}
   toleratedTaints: {{ .Values.topology.toleratedTaints | toJson }}
+  maxGpusPerNode: {{ .Values.topology.maxGpusPerNode | default 16 }}
   levels:
   {{- range .Values.topology.levels }}
     - name: {{ .name | quote }}

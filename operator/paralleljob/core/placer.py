@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import CostBreakdown, CostModel
+from paralleljob.core.eligibility import never_fits
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.evaluate import SingleMoveCost, node_level_cost, nodes_common_level
 from paralleljob.core.job import JobSpec
@@ -46,24 +47,9 @@ class Placer:
     def check_feasible(self, job: JobSpec) -> None:
         """Raise :class:`PlacementInfeasible` with reasons when the job cannot be placed now."""
         topo, state, t, mem = self.topology, self.state, job.tp, job.memory_per_gpu_gb
-        if t > topo.max_gpus_per_node:
-            raise PlacementInfeasible(
-                job.job_id,
-                [f"needs {t} GPUs in one node for each TP group; the largest node has {topo.max_gpus_per_node}"],
-                permanent=True,
-            )
-        biggest = topo.max_gpu_memory_gb
-        if mem > biggest:
-            raise PlacementInfeasible(
-                job.job_id, [f"needs {mem:g} GB per GPU; the largest GPU has {biggest:g} GB"], permanent=True
-            )
-        capacity = topo.group_capacity(t, mem)
-        if capacity < job.num_groups:
-            raise PlacementInfeasible(
-                job.job_id,
-                [f"needs {job.num_groups} TP groups of {t} GPUs; even an empty cluster holds only {capacity}"],
-                permanent=True,
-            )
+        permanent = never_fits(topo, job)
+        if permanent:
+            raise PlacementInfeasible(job.job_id, permanent, permanent=True)
         top = topo.top
         free_slots = state.domain_slots(top, 0, t, mem) if top else state.node_slots(0, t, mem)
         if free_slots < job.num_groups:

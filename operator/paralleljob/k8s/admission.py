@@ -3,9 +3,12 @@
 Order within a queue: higher priority first, then the time it (re)entered the queue. With strict FIFO
 (the default, like Kueue's StrictFIFO) a queue's head that does not fit blocks the jobs behind it, so a
 large job is never starved by a stream of small ones; queues never block each other. A queue's ``maxGPUs``
-caps what its running jobs hold. Jobs that can never fit (a TP group larger than any node, more GPUs than
-the cluster has) fail with the reason instead of waiting forever — unless they ran before, in which case
-the missing capacity is assumed to be a failure that will be repaired.
+caps what its running jobs hold; a job naming a queue that does not exist waits (``QueueNotFound``) and is
+never placed uncapped (the ``default`` queue needs no object: without one it has no cap, as before). Jobs that
+can never fit (a TP group larger than any eligible node, more GPUs than the eligible nodes have, a template
+constraint no node satisfies) fail with the reason before any queue rule is applied, wherever they stand in
+their queue — unless they ran before, in which case the missing capacity is assumed to be a failure that
+will be repaired. Every job is placed through its node filter (``eligibility.py``).
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ from dataclasses import dataclass
 
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event
-from paralleljob.core.placement import Placement
-from paralleljob.core.placer import Placer
+from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.k8s.actions import JobActions
 from paralleljob.k8s.checkpointing import checkpoint_status
+from paralleljob.k8s.constants import DEFAULT_QUEUE
+from paralleljob.k8s.eligibility import Eligibility
 from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.podsync import sync_pods
 from paralleljob.k8s.records import PlacementRecord, PodSlot, cost_to_status, pod_name
@@ -92,7 +98,7 @@ def new_record(
 def admit_all(
     actions_for: Callable[[JobObject], JobActions],
     view: ClusterView,
-    placer: Placer | None,
+    placer: PlacerLike | None,
     queued: Sequence[tuple[JobObject, JobRequest]],
     pods_of: Callable[[JobObject], Sequence[PodInfo]],
     in_use: dict[str, int],
@@ -101,16 +107,24 @@ def admit_all(
     now: str,
     clock: Callable[[], float],
     holds: Mapping[str, str] | None = None,
+    eligibility: Eligibility | None = None,
 ) -> list[float]:
     """Place what fits, in order; returns how long each placement decision took (seconds)."""
     durations: list[float] = []
     blocked: dict[str, str] = {}  # queue -> the job at its head that does not fit
+    filtered = (
+        FilteredPlacer(placer, view.state, node_filters(eligibility))
+        if placer is not None and view.state is not None
+        else None
+    )
     for job, request in queue_order(queued):
         try:
+            if refuse_before_queueing(actions_for(job), view, job, request, queues, now, eligibility):
+                continue
             _admit_one(
                 actions_for(job),
                 view,
-                placer,
+                filtered,
                 job,
                 request,
                 pods_of,
@@ -140,10 +154,57 @@ def admit_all(
     return durations
 
 
+def node_filters(eligibility: Eligibility | None) -> Callable[[JobSpec], NodeFilter | None]:
+    def filter_for(spec: JobSpec) -> NodeFilter | None:
+        return eligibility.filter_for(spec.job_id, spec) if eligibility is not None else None
+
+    return filter_for
+
+
+def unknown_queue(request: JobRequest, queues: Mapping[str, QueueInfo]) -> str:
+    """Why the job's queue is unusable because it does not exist (empty: it exists, or is the default)."""
+    if request.queue == DEFAULT_QUEUE or request.queue in queues:
+        return ""
+    return (
+        f"queue {request.queue} does not exist: create the ParallelJobQueue {request.queue} or fix spec.queue;"
+        " the job waits and is not placed outside a queue's quota"
+    )
+
+
+def refuse_before_queueing(
+    actions: JobActions,
+    view: ClusterView,
+    job: JobObject,
+    request: JobRequest,
+    queues: Mapping[str, QueueInfo],
+    now: str,
+    eligibility: Eligibility | None,
+) -> bool:
+    """What is decided for every queued job whatever its place in line: a job that can never fit fails now,
+    a job whose queue does not exist waits with the reason. True when the job goes no further this pass."""
+    if view.topology is not None and not job.ever_ran:
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False) if eligibility else None
+        reasons = never_fits(view.topology, request.spec, node_filter)
+        if reasons:
+            fail_unschedulable(actions, "; ".join(reasons), now)
+            return True
+    missing = unknown_queue(request, queues)
+    if missing:
+        actions.draft.condition("Placed", "False", "QueueNotFound", missing, now)
+        return True
+    return False
+
+
+def fail_unschedulable(actions: JobActions, message: str, now: str) -> None:
+    actions.draft.apply(Event.REJECTED, "Unschedulable", f"can never fit this cluster: {message}", now)
+    actions.draft.set(completionTime=now)
+    actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
+
+
 def _admit_one(
     actions: JobActions,
     view: ClusterView,
-    placer: Placer | None,
+    placer: FilteredPlacer | None,
     job: JobObject,
     request: JobRequest,
     pods_of: Callable[[JobObject], Sequence[PodInfo]],
@@ -198,17 +259,12 @@ def _admit_one(
         return
     started = clock()
     try:
-        with view.only_product(request.gpu_product):
-            if request.gpu_product and request.gpu_product not in view.products:
-                raise PlacementInfeasible(job.key, [f"no node has GPU product {request.gpu_product!r}"], permanent=True)
-            placement = placer.place(spec, cost_model(request.cost_model))
+        placement = placer.place(spec, cost_model(request.cost_model))
     except PlacementInfeasible as exc:
         durations.append(clock() - started)
         message = "; ".join(exc.reasons)
         if exc.permanent and not job.ever_ran:
-            draft.apply(Event.REJECTED, "Unschedulable", f"can never fit this cluster: {message}", now)
-            draft.set(completionTime=now)
-            actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
+            fail_unschedulable(actions, message, now)
         else:
             draft.condition("Placed", "False", "Unschedulable", message, now)
             blocked[request.queue] = job.name

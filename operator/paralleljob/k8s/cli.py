@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
@@ -30,6 +31,12 @@ def register(subparsers: Any) -> None:
     op.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default: %(default)s)")
     op.add_argument("--identity", default=os.environ.get("POD_NAME", ""), help="leader-election identity")
     op.add_argument("--topology-config", type=Path, help="YAML: topology label keys and bandwidths")
+    op.add_argument(
+        "--max-gpus-per-node",
+        type=int,
+        default=None,
+        help="cap on a node's allocatable GPUs (default: the topology file's maxGpusPerNode, else 16)",
+    )
     op.add_argument(
         "--best-effort-fifo",
         action="store_true",
@@ -79,6 +86,8 @@ def _operator(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         topology = load_topology_file(args.topology_config) if args.topology_config else TopologyConfig()
+        if args.max_gpus_per_node is not None:
+            topology = dataclasses.replace(topology, max_gpus_per_node=args.max_gpus_per_node)
     except (InvalidRequest, OSError) as exc:
         print(f"bad --topology-config: {exc}", file=sys.stderr)
         return 2

@@ -42,6 +42,10 @@ DEFAULT_LEVELS: tuple[LevelSource, ...] = (
 DEFAULT_TOLERATED_TAINTS: tuple[str, ...] = ("nvidia.com/gpu",)
 
 
+# Larger than any GPU node built today (8 in HGX/DGX, 16 in DGX-2, 4 per GB200 tray); a sanity cap only.
+DEFAULT_MAX_GPUS_PER_NODE = 16
+
+
 @dataclass(frozen=True, slots=True)
 class TopologyConfig:
     node_bandwidth_gbps: float = 600.0
@@ -49,6 +53,8 @@ class TopologyConfig:
     cluster_bandwidth_gbps: float = 12.5
     default_gpu_memory_gib: float = 80.0  # when a node has no (valid) nvidia.com/gpu.memory label
     tolerated_taints: tuple[str, ...] = DEFAULT_TOLERATED_TAINTS
+    # A node reporting more allocatable GPUs than this is used with this many (and gets a warning event).
+    max_gpus_per_node: int = DEFAULT_MAX_GPUS_PER_NODE
 
     def __post_init__(self) -> None:
         previous = ("node", self.node_bandwidth_gbps)
@@ -64,6 +70,8 @@ class TopologyConfig:
                     f" ({previous[1]} GB/s); bandwidth must not grow going up"
                 )
             previous = (name, bandwidth)
+        if self.max_gpus_per_node < 1:
+            raise InvalidRequest(f"maxGpusPerNode must be at least 1, got {self.max_gpus_per_node}")
         names = [lv.name for lv in self.levels]
         if len(set(names)) != len(names) or {"node", "cluster"} & set(names):
             raise InvalidRequest(f"topology level names must be unique and not 'node'/'cluster': {names}")
@@ -112,7 +120,8 @@ def _levels_from(values: Sequence[Mapping[str, Any]]) -> tuple[LevelSource, ...]
 
 
 def topology_from_mapping(data: Mapping[str, Any]) -> TopologyConfig:
-    """``{nodeBandwidthGbps, clusterBandwidthGbps, defaultGpuMemoryGiB, toleratedTaints, levels: [...]}``."""
+    """``{nodeBandwidthGbps, clusterBandwidthGbps, defaultGpuMemoryGiB, toleratedTaints, maxGpusPerNode,
+    levels: [...]}``."""
     base = TopologyConfig()
     try:
         return TopologyConfig(
@@ -121,6 +130,7 @@ def topology_from_mapping(data: Mapping[str, Any]) -> TopologyConfig:
             cluster_bandwidth_gbps=float(data.get("clusterBandwidthGbps", base.cluster_bandwidth_gbps)),
             default_gpu_memory_gib=float(data.get("defaultGpuMemoryGiB", base.default_gpu_memory_gib)),
             tolerated_taints=tuple(str(x) for x in data.get("toleratedTaints", base.tolerated_taints)),
+            max_gpus_per_node=int(data.get("maxGpusPerNode", base.max_gpus_per_node)),
         )
     except (TypeError, ValueError) as exc:
         raise InvalidRequest(f"bad topology configuration: {exc}") from None

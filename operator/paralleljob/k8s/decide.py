@@ -19,6 +19,7 @@ from paralleljob.core.queueing import QueuePolicy, RunningJob
 from paralleljob.k8s.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.admission import QueueInfo, admit_all
 from paralleljob.k8s.config import TopologyConfig
+from paralleljob.k8s.eligibility import Eligibility
 from paralleljob.k8s.failures import detect, handle
 from paralleljob.k8s.nodes import NodeInfo
 from paralleljob.k8s.pods import PodInfo
@@ -90,6 +91,7 @@ def decide(
     jobs_by_key = {j.key: j for j in observed.jobs}
     view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
     placer = Placer(view.state, placer_config) if view.state is not None else None
+    eligibility = Eligibility(view, observed.pods, {j.key: j.request for j in observed.jobs if j.request is not None})
     plan = Plan(warnings=list(view.warnings))
     jobs = {j.key: j for j in observed.jobs}
     pods_by_job: dict[str, list[PodInfo]] = {}
@@ -129,7 +131,7 @@ def decide(
             continue
         actions = actions_for(job)
         try:
-            entry = _decide_job(actions, view, placer, job, pods_of(job), observed, jobs_by_key, now_s)
+            entry = _decide_job(actions, view, placer, job, pods_of(job), observed, jobs_by_key, now_s, eligibility)
         except Exception as exc:  # one bad object must not stop the others, and its status says why
             plan.warnings.append(f"could not reconcile {job.key}: {exc!r}")
             broken = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
@@ -147,7 +149,17 @@ def decide(
     try:
         if policy is None:
             plan.scheduling_seconds = admit_all(
-                actions_for, view, placer, queued, pods_of, in_use, observed.queues, strict_fifo, now, clock
+                actions_for,
+                view,
+                placer,
+                queued,
+                pods_of,
+                in_use,
+                observed.queues,
+                strict_fifo,
+                now,
+                clock,
+                eligibility=eligibility,
             )
         else:
             running: dict[str, RunningJob] = {
@@ -168,6 +180,7 @@ def decide(
                 clock,
                 observed.holds,
                 making_room(observed.jobs),
+                eligibility,
             )
             if core_plan is not None:
                 plan.fairness = core_plan.jain_index
@@ -196,14 +209,15 @@ def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
 
 def _fail_invalid(actions: JobActions, why: str, now: str) -> None:
     draft = actions.draft
+    reason = actions.job.invalid_reason
     if draft.phase is Phase.PLACING:
-        draft.apply(Event.BIND_FAILED, "InvalidSpec", why, now)
+        draft.apply(Event.BIND_FAILED, reason, why, now)
     if draft.phase in (Phase.PENDING, Phase.QUEUED):
-        draft.apply(Event.REJECTED, "InvalidSpec", why, now)
+        draft.apply(Event.REJECTED, reason, why, now)
     elif draft.phase in (Phase.RUNNING, Phase.RECOVERING):
-        draft.apply(Event.GAVE_UP, "InvalidSpec", why, now)
+        draft.apply(Event.GAVE_UP, reason, why, now)
     draft.set(completionTime=now)
-    actions.note("Warning", "InvalidSpec", why)
+    actions.note("Warning", reason, why)
 
 
 def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo], why: str, now: str) -> None:
@@ -231,6 +245,7 @@ def _decide_job(
     observed: Observed,
     jobs: Mapping[str, JobObject],
     now_s: float,
+    eligibility: Eligibility,
 ) -> tuple[JobObject, JobRequest] | None:
     """Decide one job; returns it when it should try admission this pass."""
     draft = actions.draft
@@ -283,7 +298,8 @@ def _decide_job(
     seen = observe(record, pods, job.uid)
     breakage = detect(view, job, record, seen.failed)
     if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
-        repaired = handle(actions, view, placer, job, request, record, pods, breakage, now)
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
+        repaired = handle(actions, view, placer, job, request, record, pods, breakage, now, node_filter)
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes)
         return None

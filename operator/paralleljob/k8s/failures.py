@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.eligibility import NodeFilter, restricted
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placer import Placer
@@ -97,9 +98,11 @@ def handle(
     pods: Sequence[PodInfo],
     breakage: Breakage,
     now: str,
+    node_filter: NodeFilter | None = None,
 ) -> PlacementRecord | None:
     """Decide the repair for ``breakage``; mutates the view's state (the job's GPUs move or are freed).
-    Returns the repaired placement to bring the pods in line with, or None when the job left the cluster."""
+    Returns the repaired placement to bring the pods in line with, or None when the job left the cluster.
+    ``node_filter``: the nodes the job's template allows (moved groups go only there)."""
     draft = actions.draft
     assert view.state is not None
     policy = request.failure
@@ -130,7 +133,7 @@ def handle(
     if breakage.hardware:
         full = policy.strategy is RecoveryStrategy.FULL
         try:
-            with view.only_product(request.gpu_product):
+            with restricted(view.state, request.spec, node_filter):
                 if job.key in view.state.allocations:
                     outcome = recover(view.state, placer, request.spec, model, policy.strategy)
                     new = outcome.new

@@ -1,10 +1,12 @@
 """Nodes as the placer needs them, parsed at the edge from raw Node objects (plain dicts).
 
-A node's GPU count comes from ``status.allocatable["nvidia.com/gpu"]``; memory and product from GPU Feature
-Discovery labels; its domain at each topology level from the configured label keys. Whether it takes new
-work (Ready, not cordoned, no NoSchedule/NoExecute taint) and whether work on it survives (Ready, no
-NoExecute) are separate answers. A malformed label never fails the parse: it is ignored and reported in
-``warnings``, which the operator turns into a Warning event on the node.
+A node's GPU count comes from ``status.allocatable["nvidia.com/gpu"]`` (a Kubernetes quantity), capped at
+GPU Feature Discovery's ``nvidia.com/gpu.count`` and at the configured maximum per node, since a device plugin
+that reports 999 GPUs must not get 999 GPUs of work; memory and product from GFD labels; its domain at each
+topology level from the configured label keys. Whether it takes new work at all (Ready, not cordoned, no
+NoExecute taint) and whether work on it survives (Ready, no NoExecute) are separate answers; NoSchedule taints
+are kept for each job's tolerations to answer (``eligibility.py``). A malformed label or value never fails the
+parse: it is ignored and reported in ``warnings``, which the operator turns into a MalformedLabel event.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from paralleljob.k8s.config import TopologyConfig
@@ -25,6 +27,8 @@ from paralleljob.k8s.constants import (
     GPU_RESOURCE,
     UNHEALTHY_GPUS_ANNOTATION,
 )
+from paralleljob.k8s.matching import FILTER_EFFECTS, Taint
+from paralleljob.k8s.quantity import parse_count, parse_resources
 
 MIB_PER_GIB = 1024.0
 
@@ -40,16 +44,20 @@ class NodeInfo:
     ready: bool
     not_ready_reason: str
     cordoned: bool
-    blocking_taints: tuple[str, ...]  # NoSchedule/NoExecute taints that keep new pods away
+    blocking_taints: tuple[str, ...]  # NoSchedule/NoExecute taints that keep pods without a toleration away
     no_execute: bool  # a NoExecute taint evicts what runs there
     gpu_condition_false: bool  # GPUHealthy=False from the health agent
     unhealthy_gpus: frozenset[int]
     warnings: tuple[str, ...] = ()
     degraded_gpus: frozenset[int] = frozenset()  # still run their job, take no new one (agent's gpu-health)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()  # the NoSchedule/NoExecute taints a job must tolerate to land here
+    allocatable: Mapping[str, int] = field(default_factory=dict)  # scheduler units; GPUs are ``gpu_count``
 
     @property
     def takes_new_work(self) -> bool:
-        return self.ready and not self.cordoned and not self.blocking_taints and not self.no_execute
+        """For any job at all; a NoSchedule taint closes the node only to jobs that do not tolerate it."""
+        return self.ready and not self.cordoned and not self.no_execute
 
     @property
     def runs_work(self) -> bool:
@@ -77,17 +85,6 @@ class NodeInfo:
         return ""
 
 
-def _parse_quantity_int(value: object) -> int | None:
-    """Extended resources are plain integers ("8"); anything else is malformed."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
-
-
 def parse_indices(value: str) -> tuple[frozenset[int], str]:
     """``"0,3, 5"`` -> {0, 3, 5}; returns the parsed set and a warning for any part that is not an index."""
     indices: set[int] = set()
@@ -104,6 +101,38 @@ def parse_indices(value: str) -> tuple[frozenset[int], str]:
     return frozenset(indices), warning
 
 
+def _gpu_count(
+    allocatable: object, labels: Mapping[str, str], name: str, config: TopologyConfig
+) -> tuple[int, list[str]]:
+    """Allocatable GPUs, capped at what GFD counted and at the configured maximum, with a warning for each cap."""
+    warnings: list[str] = []
+    count = 0
+    if allocatable is not None:
+        parsed = parse_count(allocatable)
+        if parsed is None:
+            warnings.append(f"ignored malformed allocatable {GPU_RESOURCE}={allocatable!r}: not a whole number")
+        else:
+            count = parsed
+    if GPU_COUNT_LABEL in labels:
+        label_count = parse_count(labels[GPU_COUNT_LABEL])
+        if label_count is None:
+            warnings.append(f"ignored malformed label {GPU_COUNT_LABEL}={labels[GPU_COUNT_LABEL]!r}")
+        elif count > label_count:
+            warnings.append(
+                f"allocatable {GPU_RESOURCE}={allocatable} is more than {GPU_COUNT_LABEL}={label_count};"
+                f" node {name} is used with {label_count} GPUs"
+            )
+            count = label_count
+    if count > config.max_gpus_per_node:
+        warnings.append(
+            f"allocatable {GPU_RESOURCE}={allocatable} is more than the configured maximum of"
+            f" {config.max_gpus_per_node} per node (maxGpusPerNode); node {name} is used with"
+            f" {config.max_gpus_per_node}"
+        )
+        count = config.max_gpus_per_node
+    return count, warnings
+
+
 def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
     metadata = body.get("metadata") or {}
     spec = body.get("spec") or {}
@@ -113,18 +142,13 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
     name = str(metadata.get("name", ""))
     warnings: list[str] = []
 
-    allocatable = (status.get("allocatable") or {}).get(GPU_RESOURCE)
-    gpu_count = 0
-    if allocatable is not None:
-        parsed = _parse_quantity_int(allocatable)
-        if parsed is None:
-            warnings.append(f"ignored malformed allocatable {GPU_RESOURCE}={allocatable!r}: not a whole number")
-        else:
-            gpu_count = parsed
-    if GPU_COUNT_LABEL in labels:
-        label_count = _parse_quantity_int(labels[GPU_COUNT_LABEL])
-        if label_count is None:
-            warnings.append(f"ignored malformed label {GPU_COUNT_LABEL}={labels[GPU_COUNT_LABEL]!r}")
+    raw_allocatable = status.get("allocatable") or {}
+    if not isinstance(raw_allocatable, Mapping):
+        raw_allocatable = {}
+    gpu_count, gpu_warnings = _gpu_count(raw_allocatable.get(GPU_RESOURCE), labels, name, config)
+    warnings.extend(gpu_warnings)
+    allocatable, bad = parse_resources({k: v for k, v in raw_allocatable.items() if k != GPU_RESOURCE})
+    warnings.extend(f"ignored malformed allocatable {item}" for item in bad)
 
     memory = config.default_gpu_memory_gib
     if GPU_MEMORY_LABEL in labels:
@@ -140,10 +164,16 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
                 f" assuming {config.default_gpu_memory_gib:g} GiB"
             )
 
+    if GPU_PRODUCT_LABEL in labels and not str(labels[GPU_PRODUCT_LABEL]).strip():
+        warnings.append(f"ignored empty label {GPU_PRODUCT_LABEL}: node {name} matches no gpuProduct")
+
     domains: list[str | None] = []
     for level in config.levels:
         value = next((labels[key] for key in level.labels if labels.get(key)), None)
         domains.append(value)
+        empty = [key for key in level.labels if key in labels and not labels[key]]
+        if value is None and empty:
+            warnings.append(f"ignored empty topology label {empty[0]}: node {name} has no {level.name} domain")
 
     ready, reason, gpu_condition_false = False, "no Ready condition", False
     for condition in status.get("conditions") or []:
@@ -155,22 +185,28 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         elif condition.get("type") == GPU_HEALTHY_CONDITION:
             gpu_condition_false = condition.get("status") == "False"
 
-    blocking, no_execute = [], False
-    for taint in spec.get("taints") or []:
-        if not isinstance(taint, Mapping):
+    blocking, no_execute, taints = [], False, []
+    for raw in spec.get("taints") or []:
+        if not isinstance(raw, Mapping):
             continue
-        key, effect = str(taint.get("key", "")), taint.get("effect")
-        if effect == "NoExecute":
-            no_execute = True
-            blocking.append(f"{key}:NoExecute")
-        elif effect == "NoSchedule" and key not in config.tolerated_taints:
-            blocking.append(f"{key}:NoSchedule")
+        taint = Taint(str(raw.get("key") or ""), str(raw.get("value") or ""), str(raw.get("effect") or ""))
+        expected = taint.effect == "NoSchedule" and taint.key in config.tolerated_taints
+        if taint.effect not in FILTER_EFFECTS or expected:
+            continue  # PreferNoSchedule is a preference; the tolerated keys are expected on every GPU node
+        no_execute = no_execute or taint.effect == "NoExecute"
+        blocking.append(f"{taint.key}:{taint.effect}")
+        taints.append(taint)
 
     unhealthy: frozenset[int] = frozenset()
     if annotations.get(UNHEALTHY_GPUS_ANNOTATION):
         unhealthy, warning = parse_indices(str(annotations[UNHEALTHY_GPUS_ANNOTATION]))
         if warning:
             warnings.append(warning)
+        beyond = sorted(i for i in unhealthy if i >= gpu_count)
+        if beyond:
+            warnings.append(
+                f"ignored GPU indices {beyond} in {UNHEALTHY_GPUS_ANNOTATION}: node {name} has {gpu_count} GPUs"
+            )
     degraded, warning = parse_degraded(annotations.get(GPU_HEALTH_ANNOTATION))
     if warning:
         warnings.append(warning)
@@ -191,6 +227,9 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         unhealthy_gpus=unhealthy,
         warnings=tuple(warnings),
         degraded_gpus=frozenset(i for i in degraded if i < gpu_count) - unhealthy,
+        labels=dict(labels),
+        taints=tuple(taints),
+        allocatable=allocatable,
     )
 
 

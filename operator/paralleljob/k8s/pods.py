@@ -19,6 +19,8 @@ from paralleljob.k8s.constants import (
     KIND,
     TARGET_NODE_ANNOTATION,
 )
+from paralleljob.k8s.quantity import parse_count
+from paralleljob.k8s.template import InvalidTemplate, effective_requests
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -39,6 +41,7 @@ class PodInfo:
     deleting: bool
     failure: str = ""  # why it failed, for lastFailure and events
     checkpoint_requested: str = ""  # the preemption deadline it was told about, if any
+    requests: tuple[tuple[str, int], ...] = ()  # what it reserves on its node besides GPUs (scheduler units)
 
     @property
     def key(self) -> str:
@@ -63,10 +66,7 @@ def _container_gpus(container: Mapping[str, Any]) -> int:
     for section in ("limits", "requests"):
         value = (resources.get(section) or {}).get(GPU_RESOURCE)
         if value is not None:
-            try:
-                return max(0, int(str(value)))
-            except ValueError:
-                return 0
+            return parse_count(value) or 0
     return 0
 
 
@@ -75,6 +75,16 @@ def pod_gpu_request(spec: Mapping[str, Any]) -> int:
     containers = sum(_container_gpus(c) for c in spec.get("containers") or [] if isinstance(c, Mapping))
     init = max((_container_gpus(c) for c in spec.get("initContainers") or [] if isinstance(c, Mapping)), default=0)
     return max(containers, init)
+
+
+def pod_requests(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The pod's effective non-GPU requests, as the scheduler counts them against its node."""
+    try:
+        requests = effective_requests(spec)
+    except InvalidTemplate:
+        return ()  # the API validated it; a shape we cannot read holds nothing we can count
+    requests.pop(GPU_RESOURCE, None)
+    return tuple(sorted(requests.items()))
 
 
 def _failure(status: Mapping[str, Any]) -> str:
@@ -123,4 +133,5 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
         deleting=bool(metadata.get("deletionTimestamp")),
         failure=_failure(status) if phase == "Failed" else "",
         checkpoint_requested=str(annotations.get(CHECKPOINT_REQUESTED_ANNOTATION, "")),
+        requests=pod_requests(spec) if spec.get("nodeName") and phase not in TERMINAL_PHASES else (),
     )

@@ -27,7 +27,7 @@ from paralleljob.k8s.executor import Executor, Outcome
 from paralleljob.k8s.metrics import Metrics
 from paralleljob.k8s.metrics_model import gauges, queue_statuses
 from paralleljob.k8s.nodes import NodeInfo, parse_node
-from paralleljob.k8s.pods import PodInfo, parse_pod, pod_gpu_request
+from paralleljob.k8s.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
 from paralleljob.k8s.queues import queue_policy
 from paralleljob.k8s.records import PlacementRecord, record_from_status
 from paralleljob.k8s.specs import JobObject, parse_job
@@ -44,9 +44,15 @@ def now_rfc3339() -> str:
 
 
 def relevant_pod(body: Mapping[str, Any]) -> bool:
-    """Only our workers and pods that hold GPUs matter; everything else is not kept in memory."""
+    """Our workers, pods that hold GPUs, and bound, unfinished pods that request anything (their CPU and
+    memory count against their node's allocatable); everything else is not kept in memory."""
     labels = (body.get("metadata") or {}).get("labels") or {}
-    return JOB_LABEL in labels or pod_gpu_request(body.get("spec") or {}) > 0
+    spec = body.get("spec") or {}
+    if JOB_LABEL in labels or pod_gpu_request(spec) > 0:
+        return True
+    if not spec.get("nodeName") or (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return False
+    return any((c.get("resources") or {}) for c in spec.get("containers") or [] if isinstance(c, Mapping))
 
 
 class Reconciler:

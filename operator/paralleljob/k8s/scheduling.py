@@ -22,37 +22,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from paralleljob.core.admission import Admit, Preempt, Reserve, SchedulingPlan, Wait, schedule
-from paralleljob.core.cluster import Allocation
-from paralleljob.core.cost import CostModel, cost_model
-from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.job import JobSpec
+from paralleljob.core.cost import cost_model
+from paralleljob.core.eligibility import FilteredPlacer
 from paralleljob.core.lifecycle import Event
-from paralleljob.core.placement import Placement, PlacerLike
+from paralleljob.core.placement import PlacerLike
 from paralleljob.core.queueing import PendingJob, QueuePolicy, RunningJob
 from paralleljob.k8s.actions import JobActions
-from paralleljob.k8s.admission import QueueInfo, record_admission
+from paralleljob.k8s.admission import QueueInfo, node_filters, record_admission, refuse_before_queueing
+from paralleljob.k8s.eligibility import Eligibility
 from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.preempting import request_checkpoint, start_preemption
 from paralleljob.k8s.queues import format_time, pending_job, queue_spec
 from paralleljob.k8s.specs import JobObject, JobRequest
 from paralleljob.k8s.view import ClusterView
-
-
-class ProductPlacer:
-    """The core placer with each job's ``gpuProduct`` applied: other products' nodes are closed while that
-    job is placed, and a product no node has is a permanent refusal."""
-
-    def __init__(self, placer: PlacerLike, view: ClusterView, products: Mapping[str, str]) -> None:
-        self.placer = placer
-        self.view = view
-        self.products = products
-
-    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement:
-        product = self.products.get(job.job_id, "")
-        if product and product not in self.view.products:
-            raise PlacementInfeasible(job.job_id, [f"no node has GPU product {product!r}"], permanent=True)
-        with self.view.only_product(product):
-            return self.placer.place(job, model, previous)
 
 
 def wait_reason(reasons: Sequence[str]) -> str:
@@ -79,6 +61,7 @@ def admit_with_core(
     clock: Callable[[], float],
     holds: Mapping[str, str],
     making_room: Mapping[str, tuple[float, list[str]]],
+    eligibility: Eligibility | None = None,
 ) -> tuple[list[float], SchedulingPlan | None]:
     """One queueing pass; returns the time it took (seconds) and the core's plan (None: nothing to decide)."""
     jobs: dict[str, tuple[JobObject, JobRequest]] = {}
@@ -86,6 +69,8 @@ def admit_with_core(
     for job, request in queued:
         draft = actions_for(job).draft
         queue = queues.get(request.queue)
+        if refuse_before_queueing(actions_for(job), view, job, request, queues, now, eligibility):
+            continue
         if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
             why = f"queue {queue.name} does not serve namespace {job.namespace}"
             draft.condition("Placed", "False", "QueueRefused", why, now)
@@ -105,7 +90,7 @@ def admit_with_core(
     requests = {key: request for key, (_, request) in jobs.items()}
     by_key = {job.key: (job, request) for job, request, _ in held}
     models = {name: cost_model(name) for name in {r.cost_model for r in requests.values()}}
-    wrapped = ProductPlacer(placer, view, {key: r.gpu_product for key, r in requests.items()})
+    wrapped = FilteredPlacer(placer, view.state, node_filters(eligibility))
     specs = [queue_spec(q) for q in queues.values()]
     started = clock()
     plan = schedule(

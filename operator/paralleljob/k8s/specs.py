@@ -16,6 +16,7 @@ from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.k8s.constants import DEFAULT_QUEUE
 from paralleljob.k8s.records import MalformedRecord, PlacementRecord, record_from_status
+from paralleljob.k8s.template import InvalidTemplate, PodConstraints, parse_constraints
 
 COST_MODELS = ("seed", "megatron")
 ON_UNPLACEABLE = ("Requeue", "Fail")
@@ -48,6 +49,7 @@ class JobRequest:
     expected_runtime_s: float | None = None  # spec.expectedRuntimeSeconds: lets backfill use the gap
     preemptible: bool = True  # spec.preemptible: false keeps the job from ever being preempted
     rank_order: RankOrder = DEFAULT_RANK_ORDER  # spec.rankOrder: how (replica, stage) become node ranks
+    constraints: PodConstraints = field(default_factory=PodConstraints)  # what the pod template asks of a node
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,7 @@ class JobObject:
     record_error: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    invalid_reason: str = "InvalidSpec"  # the condition reason for ``invalid`` (InvalidTemplate for the pods)
 
     @property
     def key(self) -> str:
@@ -156,6 +159,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     if not isinstance(containers, list) or not containers or not all(isinstance(c, Mapping) for c in containers):
         raise InvalidRequest("spec.template.spec.containers needs at least one container")
     _check_containers(containers)
+    constraints = parse_constraints(template["spec"], job.tp)
     runtime = _num(spec, "expectedRuntimeSeconds", None)
     if runtime is not None and runtime <= 0:
         raise InvalidRequest("spec.expectedRuntimeSeconds must be above 0")
@@ -178,6 +182,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         expected_runtime_s=runtime,
         preemptible=preemptible,
         rank_order=rank_order,
+        constraints=constraints,
     )
 
 
@@ -214,11 +219,13 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
     namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
     key = f"{namespace}/{name}"
     request: JobRequest | None = None
-    invalid = ""
+    invalid, invalid_reason = "", "InvalidSpec"
     try:
         request = parse_request(key, body.get("spec") or {})
     except InvalidRequest as exc:
         invalid = str(exc)
+        if isinstance(exc, InvalidTemplate):
+            invalid_reason = "InvalidTemplate"
     record, record_error = None, ""
     try:
         record = record_from_status(status)
@@ -241,4 +248,5 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
         record_error=record_error,
         labels=metadata.get("labels") or {},
         annotations=metadata.get("annotations") or {},
+        invalid_reason=invalid_reason,
     )

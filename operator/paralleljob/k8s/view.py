@@ -15,8 +15,7 @@ only split a domain, never make the tree invalid.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
@@ -82,21 +81,6 @@ class ClusterView:
         if ids is None or self.state is None:
             return True
         return any(self.state.health[g] in (GPUHealth.OFFLINE, GPUHealth.RESETTING) for g in ids)
-
-    @contextmanager
-    def only_product(self, product: str) -> Iterator[None]:
-        """Temporarily close every node whose GPU product differs, for a job that asks for one product."""
-        if not product or self.state is None:
-            yield
-            return
-        closed = [n for n, p in enumerate(self.products) if p != product and self.state.node_schedulable[n]]
-        for n in closed:
-            self.state.set_node_schedulable(n, False)
-        try:
-            yield
-        finally:
-            for n in closed:
-                self.state.set_node_schedulable(n, True)
 
 
 def _domains(values: Sequence[str | None], node: str) -> tuple[str, ...]:

@@ -1,0 +1,142 @@
+"""Per-job node filters: which nodes one job may use, and how many of its TP groups each may hold.
+
+The shell decides *why* a node is out for a job (a label its selector wants, a taint it does not tolerate,
+a GPU product, CPU or memory its workers need); the core only sees a :class:`NodeFilter` and applies it the
+same way on every path — admission, the queueing pass, preemption, repairs:
+
+- ``never_fits`` is the permanent verdict: counted on the eligible nodes alone, at most ``ever_groups`` TP
+  groups each (what the node's resources allow when it is empty), can the job fit an empty cluster?
+- ``restricted`` applies the filter to a :class:`ClusterState` for the length of one decision: other nodes
+  are closed, and on nodes where the job may place fewer groups than their free GPUs would take
+  (``now_groups``: resources already used by other pods) the surplus GPUs are held back. Both are undone on
+  exit: every owner and counter is as before (only the order inside a free-count bucket may change, as
+  after any cordon and uncordon).
+- :class:`FilteredPlacer` wraps any placer with both, per job id, so the core's queueing pass and the
+  simulator's policies need no change to honour filters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.cost import CostModel
+from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.job import JobSpec
+from paralleljob.core.placement import Placement, PlacerLike
+from paralleljob.core.topology import Topology
+
+HOLD = "__held_back__"
+
+
+@dataclass(frozen=True)
+class NodeFilter:
+    """The nodes one job may use. ``allowed`` None: every node. Node indices are the topology's."""
+
+    allowed: frozenset[int] | None = None
+    ever_groups: Mapping[int, int] = field(default_factory=dict)  # node -> most groups it could ever hold
+    now_groups: Mapping[int, int] = field(default_factory=dict)  # node -> most groups it can take now
+    why: tuple[str, ...] = ()  # why nodes are out, in words, for the refusal's reasons
+    # Shared by filters with the same ``allowed`` and ``ever_groups`` (the shell passes one dict per
+    # constraint set and pass), so the scan of the eligible nodes for a verdict runs once, not per job.
+    memo: dict[tuple[int, float], tuple[int, float, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def admits(self, node: int) -> bool:
+        return self.allowed is None or node in self.allowed
+
+    def summary(self, topology: Topology, tp: int, memory_gb: float) -> tuple[int, float, int]:
+        """(GPUs of the largest eligible node, most GPU memory there, TP groups the eligible nodes hold empty)."""
+        key = (tp, memory_gb)
+        if key not in self.memo:
+            nodes = range(topology.num_nodes) if self.allowed is None else self.allowed
+            counts, memory = topology.node_gpu_count, topology.node_gpu_memory_gb
+            self.memo[key] = (
+                max((counts[n] for n in nodes), default=0),
+                max((memory[n] for n in nodes), default=0.0),
+                sum(min(counts[n] // tp, self.ever_groups.get(n, counts[n])) for n in nodes if memory[n] >= memory_gb),
+            )
+        return self.memo[key]
+
+
+def never_fits(topology: Topology, job: JobSpec, node_filter: NodeFilter | None = None) -> list[str]:
+    """Why ``job`` cannot fit even an empty cluster, using only the nodes the filter admits (empty: it can)."""
+    t, mem = job.tp, job.memory_per_gpu_gb
+    if node_filter is None or (node_filter.allowed is None and not node_filter.ever_groups):
+        why = list(node_filter.why) if node_filter is not None else []
+        if t > topology.max_gpus_per_node:
+            return [f"needs {t} GPUs in one node for each TP group; the largest node has {topology.max_gpus_per_node}"]
+        if mem > topology.max_gpu_memory_gb:
+            return [f"needs {mem:g} GB per GPU; the largest GPU has {topology.max_gpu_memory_gb:g} GB"]
+        capacity = topology.group_capacity(t, mem)
+        if capacity < job.num_groups:
+            return [f"needs {job.num_groups} TP groups of {t} GPUs; even an empty cluster holds only {capacity}", *why]
+        return []
+    why = list(node_filter.why)
+    if node_filter.allowed is not None and not node_filter.allowed:
+        return ["no node satisfies this job's constraints", *why]
+    largest, memory, capacity = node_filter.summary(topology, t, mem)
+    if t > largest:
+        return [f"needs {t} GPUs in one node for each TP group; the largest eligible node has {largest}", *why]
+    if mem > memory:
+        return [f"needs {mem:g} GB per GPU; the largest GPU on an eligible node has {memory:g} GB", *why]
+    if capacity < job.num_groups:
+        return [
+            f"needs {job.num_groups} TP groups of {t} GPUs; the eligible nodes hold only {capacity} even when empty",
+            *why,
+        ]
+    return []
+
+
+@contextmanager
+def restricted(state: ClusterState, job: JobSpec, node_filter: NodeFilter | None) -> Iterator[None]:
+    """``state`` as ``job`` may use it, for the duration of the block; restored on exit."""
+    if node_filter is None or (node_filter.allowed is None and not node_filter.now_groups):
+        yield
+        return
+    closed = [n for n in range(state.topology.num_nodes) if state.node_schedulable[n] and not node_filter.admits(n)]
+    for n in closed:
+        state.set_node_schedulable(n, False)
+    held: list[int] = []
+    for n, limit in node_filter.now_groups.items():
+        if not node_filter.admits(n) or not state.node_schedulable[n]:
+            continue
+        surplus = state.usable_free(n) - max(0, limit) * job.tp
+        if surplus > 0:
+            free = [g for g in state.topology.node_gpus(n) if state.eligible(g, 0.0)]
+            held.extend(free[len(free) - surplus :])
+    if held:
+        state.allocate(Allocation(HOLD, tuple((g,) for g in held), 0.0))
+    try:
+        yield
+    finally:
+        if held:
+            state.release(HOLD)
+        for n in closed:
+            state.set_node_schedulable(n, True)
+
+
+class FilteredPlacer:
+    """Any placer, with each job's node filter applied: a permanent refusal when the eligible nodes can never
+    hold the job, else the placer's answer on the restricted state (with the filter's reasons on a "no")."""
+
+    def __init__(
+        self, placer: PlacerLike, state: ClusterState, filter_for: Callable[[JobSpec], NodeFilter | None]
+    ) -> None:
+        self.placer = placer
+        self.state = state
+        self.filter_for = filter_for
+
+    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement:
+        node_filter = self.filter_for(job)
+        reasons = never_fits(self.state.topology, job, node_filter)
+        if reasons:
+            raise PlacementInfeasible(job.job_id, reasons, permanent=True)
+        try:
+            with restricted(self.state, job, node_filter):
+                return self.placer.place(job, model, previous)
+        except PlacementInfeasible as exc:
+            if node_filter is None or not node_filter.why or exc.permanent:
+                raise
+            raise PlacementInfeasible(job.job_id, [*exc.reasons, *node_filter.why]) from None
