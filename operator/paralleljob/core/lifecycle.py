@@ -31,6 +31,7 @@ class Event(enum.Enum):
     HARDWARE_FAILED = "HardwareFailed"  # a node or GPU under the job broke
     WORKER_FAILED = "WorkerFailed"  # a worker pod failed
     REPAIRED = "Repaired"
+    MIGRATED = "Migrated"  # moved at a checkpoint boundary to a cheaper placement (re-optimisation)
     REQUEUED = "Requeued"  # no room now; wait in line again
     GAVE_UP = "GaveUp"  # no room and policy Fail, or maxRestarts exhausted
     PREEMPTED = "Preempted"
@@ -52,6 +53,7 @@ TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
     (P.RUNNING, E.PREEMPTED): P.PREEMPTED,
     (P.RUNNING, E.COMPLETED): P.SUCCEEDED,
     (P.RUNNING, E.GAVE_UP): P.FAILED,
+    (P.RUNNING, E.MIGRATED): P.RECOVERING,  # the gang restarts on its new placement, as after a repair
     (P.RECOVERING, E.REPAIRED): P.RUNNING,
     (P.RECOVERING, E.REQUEUED): P.QUEUED,
     (P.RECOVERING, E.GAVE_UP): P.FAILED,

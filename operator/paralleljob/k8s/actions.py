@@ -67,6 +67,7 @@ class JobActions:
     recovery_done: bool = False
     gang_bound: bool = False
     failure_action: str = ""
+    migrated: bool = False
 
     @property
     def writes_status(self) -> bool:

@@ -27,6 +27,7 @@ from paralleljob.k8s.podsync import delete_all, must_force, observe, sync_pods
 from paralleljob.k8s.preempting import continue_preemption, making_room, pending_deadlines
 from paralleljob.k8s.queues import parse_time, preemption_of, running_job
 from paralleljob.k8s.records import PlacementRecord
+from paralleljob.k8s.reoptimizing import reconsider
 from paralleljob.k8s.scheduling import admit_with_core
 from paralleljob.k8s.specs import JobObject, JobRequest
 from paralleljob.k8s.status import StatusDraft
@@ -303,6 +304,12 @@ def _decide_job(
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes)
         return None
+    if seen.bound == seen.total and placer is not None:
+        node_filter = eligibility.filter_for(job.key, request.spec)
+        migrated = reconsider(actions, view, placer, job, request, record, now, now_s, node_filter)
+        if migrated is not None:
+            sync_pods(actions, job, request, migrated, pods, view.nodes)
+            return None
     sync_pods(actions, job, request, record, pods, view.nodes)
     if seen.bound == seen.total:
         if draft.phase is Phase.PLACING:

@@ -58,6 +58,14 @@ class Metrics:
         self.leader = Gauge("paralleljob_leader", "1 while this instance holds the leader lease", registry=r)
         self.passes = Counter("paralleljob_reconcile_passes_total", "Reconcile passes run", registry=r)
         self.binds = Counter("paralleljob_binds_total", "Pods bound", registry=r)
+        self.reoptimizable = Gauge(
+            "paralleljob_reoptimizable_jobs",
+            "Repaired jobs whose cheaper placement now is worth moving to (condition Reoptimizable=True)",
+            registry=r,
+        )
+        self.migrations = Counter(
+            "paralleljob_migrations_total", "Jobs moved to a cheaper placement at a checkpoint boundary", registry=r
+        )
         self.healthy = True
         self._queues: set[str] = set()
 
@@ -75,6 +83,7 @@ class Metrics:
         self._queues |= set(g.queue_length)
         self.fragmentation.set(g.fragmentation)
         self.fairness.set(g.fairness)
+        self.reoptimizable.set(g.reoptimizable)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

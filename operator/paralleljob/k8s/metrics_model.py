@@ -24,6 +24,7 @@ class Gauges:
     fragmentation: float
     fairness: float
     queue_gpus: dict[str, int] = field(default_factory=dict)
+    reoptimizable: int = 0  # running jobs with Reoptimizable=True: a cheaper placement is worth moving to
 
 
 def fragmentation_ratio(view: ClusterView) -> float:
@@ -95,7 +96,15 @@ def gauges(
     if fairness is None:
         demanding = sorted(set(queue_gpus) | {q for q, n in queue_length.items() if n})
         fairness = queue_book(view, jobs, queues).jain_index(demanding)
-    return Gauges(by_phase, counts, cost, queue_length, fragmentation_ratio(view), fairness, queue_gpus)
+    reoptimizable = sum(
+        1
+        for a in jobs
+        if a.draft.phase in RUNNING
+        and any(
+            c.get("type") == "Reoptimizable" and c.get("status") == "True" for c in a.draft.data.get("conditions") or []
+        )
+    )
+    return Gauges(by_phase, counts, cost, queue_length, fragmentation_ratio(view), fairness, queue_gpus, reoptimizable)
 
 
 def queue_statuses(

@@ -307,6 +307,8 @@ class Reconciler:
                 self.placed_at[key] = started
             if actions.recovery_started and key not in self.failed_at:
                 self.failed_at[key] = started
+            if actions.migrated:
+                self.metrics.migrations.inc()
             if actions.failure_action:
                 self.metrics.failures.labels(action=actions.failure_action).inc()
                 if actions.failure_action in ("requeued", "failed"):

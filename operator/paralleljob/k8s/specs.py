@@ -20,6 +20,7 @@ from paralleljob.k8s.template import InvalidTemplate, PodConstraints, parse_cons
 
 COST_MODELS = ("seed", "megatron")
 ON_UNPLACEABLE = ("Requeue", "Fail")
+REOPTIMIZE = ("Propose", "MigrateAtCheckpoint")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class FailurePolicy:
     strategy: RecoveryStrategy = RecoveryStrategy.MINIMAL
     max_restarts: int = 3
     on_unplaceable: str = "Requeue"
+    reoptimize: str = "Propose"  # or MigrateAtCheckpoint: move a repaired job back when it pays off
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +147,13 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     max_restarts = _int(policy_data, "maxRestarts", 3)
     if max_restarts is None or max_restarts < 0:
         raise InvalidRequest("spec.failurePolicy.maxRestarts must be >= 0")
+    reoptimize = str(policy_data.get("reoptimize", "Propose"))
+    if reoptimize not in REOPTIMIZE:
+        raise InvalidRequest(
+            f"spec.failurePolicy.reoptimize must be Propose or MigrateAtCheckpoint, got {reoptimize!r}"
+        )
     policy = FailurePolicy(
-        RecoveryStrategy.parse(str(policy_data.get("strategy", "minimal"))), max_restarts, on_unplaceable
+        RecoveryStrategy.parse(str(policy_data.get("strategy", "minimal"))), max_restarts, on_unplaceable, reoptimize
     )
     ck = spec.get("checkpoint") or {}
     checkpoint = CheckpointSpec(

@@ -22,6 +22,7 @@ EVENT_CONDITIONS: dict[Event, tuple[tuple[str, str, str], ...]] = {
     Event.HARDWARE_FAILED: (("Healthy", "False", "HardwareFailed"),),
     Event.WORKER_FAILED: (("Healthy", "False", "WorkerFailed"),),
     Event.REPAIRED: (("Healthy", "True", "Repaired"), ("Bound", "True", "AllPodsBound")),
+    Event.MIGRATED: (("Bound", "False", "Migrating"),),
     Event.REQUEUED: (("Placed", "False", "Requeued"), ("Bound", "False", "Requeued")),
     Event.GAVE_UP: (("Failed", "True", "GaveUp"),),
     Event.PREEMPTED: (("Placed", "False", "Preempted"),),
