@@ -45,6 +45,27 @@ class ApiError(Exception):
         return self.status in RETRYABLE
 
 
+class NotLeading(ApiError):
+    """A write refused on this side: the instance is not (or can no longer be sure it is) the leader."""
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(-1, f"{method} {path} not sent: this instance does not hold the leader lease")
+
+
+def parse_watch_line(line: bytes, path: str) -> dict[str, Any] | None:
+    """One watch event, or None for a line that is not one (a proxy's garbage, a truncated chunk): skipped
+    with a warning, because a watch that dies on one bad line leaves the operator blind."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        log.warning("watch %s: skipped a line that is not JSON: %r", path, line[:120])
+        return None
+    if not isinstance(event, dict):
+        log.warning("watch %s: skipped a line that is not an event: %r", path, line[:120])
+        return None
+    return event
+
+
 async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 5, first_delay: float = 0.05) -> T:
     """Run ``call``; on a transient error wait (exponentially longer, with jitter) and try again."""
     delay = first_delay
@@ -81,6 +102,11 @@ class Kube:
             # ~/.netrc on every request; without proxies there is nothing to trust the environment for.
             self.api.rest_client.pool_manager._trust_env = False
         self.limit = asyncio.Semaphore(concurrency)
+        # Set by the runtime to the leader election's "still leading" test: every write (anything but GET)
+        # checks it just before it goes out, so an instance that lost its lease, or was paused past its
+        # renew deadline, cannot act on a stale view while another replica leads. The lease's own writes
+        # pass ``fenced=False``.
+        self.write_fence: Callable[[], bool] | None = None
         self._auth: dict[str, str] | None = None
         self._auth_at = 0.0
 
@@ -108,9 +134,12 @@ class Kube:
         body: Any = None,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        fenced: bool = True,
     ) -> dict[str, Any]:
         headers = await self._headers(content_type)
         async with self.limit:
+            if fenced and method != "GET" and self.write_fence is not None and not self.write_fence():
+                raise NotLeading(method, path)
             try:
                 response = await self.api.rest_client.request(
                     method,
@@ -159,7 +188,9 @@ class Kube:
                 _decode(response.status, await response.read(), "GET", path)
             async for line in response.content:
                 if line.strip():
-                    yield json.loads(line)
+                    event = parse_watch_line(line, path)
+                    if event is not None:
+                        yield event
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, f"watch {path}: {exc!r}") from exc
         finally:

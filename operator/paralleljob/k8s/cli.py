@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def register(subparsers: Any) -> None:
 
 def _operator(args: argparse.Namespace) -> int:
     from paralleljob.k8s.config import OperatorConfig, TopologyConfig, load_topology_file
-    from paralleljob.k8s.runner import run_operator
+    from paralleljob.k8s.runner import OperatorFailed, run_operator
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -106,13 +107,19 @@ def _operator(args: argparse.Namespace) -> int:
         preemption_grace_seconds=args.preemption_grace_seconds,
         write_concurrency=max(1, args.write_concurrency),
         crash_after_binds=int(os.environ.get("PARALLELJOB_CRASH_AFTER_BINDS", "0") or 0),
+        kill_task=os.environ.get("PARALLELJOB_KILL_TASK", ""),
     )
     try:  # optional: uvloop's event loop makes the operator's HTTP and TLS handling markedly cheaper
         import uvloop
 
-        uvloop.run(run_operator(config, args.kubeconfig))
+        runner: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
     except ImportError:
-        asyncio.run(run_operator(config, args.kubeconfig))
+        runner = asyncio.run
+    try:
+        runner(run_operator(config, args.kubeconfig))
+    except OperatorFailed as exc:
+        print(f"paralleljob operator stopped: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -94,6 +94,7 @@ class OperatorConfig:
     preemption_grace_seconds: float = 30.0  # a preempted job's time to checkpoint before its pods go
     write_concurrency: int = 48  # API requests in flight at once
     crash_after_binds: int = 0  # test hook: exit hard after this many binds (0: never)
+    kill_task: str = ""  # test hook, "<task>:<seconds>": cancel that supervised task then (PARALLELJOB_KILL_TASK)
 
     def with_identity(self) -> OperatorConfig:
         if self.identity:

@@ -139,9 +139,7 @@ class Executor:
     async def _annotate(self, annotate: PodAnnotate) -> None:
         patch = {"metadata": {"uid": annotate.uid, "annotations": annotate.annotations}}
         try:
-            body = await retrying(
-                lambda: self.kube.merge_patch(pod_path(annotate.namespace, annotate.name), patch)
-            )
+            body = await retrying(lambda: self.kube.merge_patch(pod_path(annotate.namespace, annotate.name), patch))
         except ApiError as exc:  # gone or replaced meanwhile: the next pass looks again
             log.debug("could not annotate pod %s/%s: %s", annotate.namespace, annotate.name, exc)
             return

@@ -6,6 +6,8 @@ section 4.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -66,7 +68,6 @@ class Metrics:
         self.migrations = Counter(
             "paralleljob_migrations_total", "Jobs moved to a cheaper placement at a checkpoint boundary", registry=r
         )
-        self.healthy = True
         self._queues: set[str] = set()
 
     def update(self, g: Gauges) -> None:
@@ -89,7 +90,6 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-async def serve(metrics: Metrics, host: str, port: int) -> web.AppRunner:
-    return await serve_metrics(
-        metrics.render, lambda: (metrics.healthy, "ok\n" if metrics.healthy else "unhealthy\n"), host, port
-    )
+async def serve(metrics: Metrics, host: str, port: int, health: Callable[[], tuple[bool, str]]) -> web.AppRunner:
+    """/metrics, and /healthz answering ``health()`` (503 while it says unhealthy)."""
+    return await serve_metrics(metrics.render, health, host, port)

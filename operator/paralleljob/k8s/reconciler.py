@@ -13,7 +13,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from paralleljob.k8s.actions import JobActions, PodDelete
@@ -84,6 +84,7 @@ class Reconciler:
         self.passes = 0
         self.policy = queue_policy(config.queue_policy, config.preemption_grace_seconds)
         self.deadline_timer: asyncio.TimerHandle | None = None
+        self.on_pass: Callable[[], None] = lambda: None  # the runtime's health report: a pass completed
 
     # ---- inputs -------------------------------------------------------------------------------------
     def on_event(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -170,11 +171,21 @@ class Reconciler:
                 continue
             try:
                 again, delay = await self.pass_once()
+                self.on_pass()
             except Exception:  # the loop must survive anything a pass throws
                 log.exception("reconcile pass failed")
                 again, delay = True, 1.0
             if again:
                 self.wake.set()
+
+    def stop_acting(self) -> None:
+        """Leadership is gone: cancel every write still in flight at once (the next leader decides anew)."""
+        self.leader.clear()
+        tasks = [task for task, _ in self.inflight.values()] + list(self.inflight_orphans.values())
+        if self.queue_writes is not None:
+            tasks.append(self.queue_writes)
+        for task in tasks:
+            task.cancel()
 
     async def pass_once(self) -> tuple[bool, float]:
         """Decide on a snapshot and start carrying the plan out. Each job's chain (status, then pods) runs

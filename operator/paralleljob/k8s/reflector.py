@@ -23,11 +23,14 @@ OnEvent = Callable[[str, Mapping[str, Any]], None]
 
 
 class Reflector:
-    def __init__(self, kube: Kube, path: str, on_list: OnList, on_event: OnEvent) -> None:
+    def __init__(
+        self, kube: Kube, path: str, on_list: OnList, on_event: OnEvent, on_state: Callable[[bool], None] | None = None
+    ) -> None:
         self.kube = kube
         self.path = path
         self.on_list = on_list
         self.on_event = on_event
+        self.on_state = on_state or (lambda connected: None)  # for /healthz: is the watch getting through?
         self.synced = asyncio.Event()
 
     async def run(self) -> None:
@@ -39,6 +42,7 @@ class Reflector:
                     items, version = await self.kube.list(self.path)
                     self.on_list(items, version)
                     self.synced.set()
+                self.on_state(True)
                 async for event in self.kube.watch(self.path, version):
                     kind = event.get("type")
                     body = event.get("object") or {}
@@ -53,6 +57,7 @@ class Reflector:
             except ApiError as exc:
                 if exc.status == 410:
                     version = None
+                self.on_state(False)
                 log.debug("pod watch interrupted (%s); resuming", exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
