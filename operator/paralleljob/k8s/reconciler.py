@@ -244,6 +244,7 @@ class Reconciler:
                 self.inflight_orphans[key] = asyncio.create_task(self._orphan(delete), name=f"orphan {key}")
         self.passes += 1
         self.metrics.passes.inc()
+        self.metrics.pass_duration.observe(time.monotonic() - started)
         self.metrics.update(gauges(view, plan.jobs, observed.queues, plan.fairness))
         self._queue_status(plan.jobs, observed.queues, view)
         log.debug(

@@ -161,10 +161,12 @@ def test_metrics_and_health(pjs: Jobs, pj_operator: OperatorProcess) -> None:
     assert values['paralleljob_gpus{state="allocated"}'] >= 4
     assert values["paralleljob_bind_duration_seconds_count"] >= 1
     assert values["paralleljob_scheduling_duration_seconds_count"] >= 1
+    assert values["paralleljob_reconcile_pass_duration_seconds_count"] >= 1
+    assert values["paralleljob_reoptimizable_jobs"] == 0 and "paralleljob_migrations_total" in values
     assert values['paralleljob_placement_cost_ms{term="total"}'] > 0
     for name in ("paralleljob_fragmentation_ratio", "paralleljob_fairness_jain", "paralleljob_leader"):
         assert name in values
-    assert pj_operator.healthz() == (200, "ok\n")
+    assert pj_operator.healthz() == (200, "ok (leader)")
 
 
 def test_a_64_pod_gang_binds_completely(pjs: Jobs) -> None:
