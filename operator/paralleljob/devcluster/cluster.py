@@ -3,10 +3,9 @@
 ``up`` builds missing binaries, starts etcd, kube-apiserver and kwok on free loopback ports, writes the
 kubeconfig, installs the CRDs, starts kube-controller-manager (after the CRDs, so its garbage collector
 watches ParallelJobs from its first discovery), creates the fake GPU nodes and returns once they are Ready
-and the controller manager is healthy. Every process is
-recorded in ``state.json`` the moment it starts, and a failure or Ctrl-C part-way tears down what was
-started, so nothing is left running behind an error. ``down`` stops the recorded processes by PID and
-removes the run directory.
+and the controller manager is healthy. Every process is recorded in ``state.json`` the moment it starts,
+and a failure or Ctrl-C part-way tears down what was started, so nothing is left running behind an error.
+``down`` stops the recorded processes by PID and removes the run directory.
 """
 
 from __future__ import annotations

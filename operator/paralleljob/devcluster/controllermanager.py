@@ -62,7 +62,9 @@ def start_controller_manager(
 
 
 def wait_controller_manager(record: ProcessRecord, port: int, pki: Pki, timeout_s: float = 60.0) -> None:
-    """/healthz is always allowed without credentials; it answers 200 once the controllers have started."""
+    """/healthz needs no credentials. It answers as soon as the server is up, a moment before the controllers
+    start (there is no leader election to wait for); they work level-triggered, so objects made meanwhile are
+    handled once their informers have listed them."""
     context = ssl.create_default_context(cafile=str(pki.ca_cert))
 
     def healthy() -> bool:
