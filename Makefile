@@ -25,8 +25,9 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit tests/property $(PYTEST_ARGS)
 
-# etcd, kube-apiserver and kwok for the e2e tests: reused from ~/.cache/paralleljob/k8s/<versions>/, or
-# built with Go from deploy/devcluster/ (a cold build takes about ten minutes on 2 cores).
+# etcd, kube-apiserver, kube-controller-manager and kwok for the e2e tests: reused from
+# ~/.cache/paralleljob/k8s/<versions>/, or built with Go from deploy/devcluster/ (a cold build takes about
+# ten minutes on 2 quiet cores, 20 on busy ones).
 k8s-binaries: venv
 	@echo "==> dev-cluster binaries (cached per version; built with Go if missing)"
 	$(BIN)/paralleljob dev-cluster build

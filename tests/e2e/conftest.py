@@ -5,8 +5,11 @@
   Set ``PARALLELJOB_E2E_CLUSTER=<name>`` to run against an already running ``paralleljob dev-cluster up``
   instead (faster when iterating; that cluster is left running).
 - ``kube`` (session): a :class:`~paralleljob.devcluster.session.KubeSession` (sync calls, chaos helpers).
-- ``namespace``: a fresh namespace per test. There is no controller-manager, hence no garbage collection:
-  the fixture deletes the test's pods itself so their GPUs are free for the next test.
+- ``namespace``: a fresh namespace per test, deleted afterwards as on a real cluster: the controller
+  manager's namespace controller deletes what is in it. The fixture waits only until its pods are gone (so
+  their GPUs are free for the next test), not for the namespace itself, which the controller finishes
+  later. The controller starts 5 s after the deletion (fixed upstream), so a test that leaves pods behind
+  pays that much here.
 - ``chaos``: the same KubeSession, plus a guarantee that every node is back and Ready after the test.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -75,10 +79,18 @@ def namespace(kube: KubeSession, request: pytest.FixtureRequest) -> Iterator[str
     try:
         yield name
     finally:
-        # grace 0: kwok removes bound pods at once; unbound ones go immediately anyway.
-        kube.run(kube.core.delete_collection_namespaced_pod(name, grace_period_seconds=0))
-        # Without a namespace controller it stays Terminating; harmless, and names are never reused.
         kube.run(kube.core.delete_namespace(name))
+        wait_pods_gone(kube, name)
+
+
+def wait_pods_gone(kube: KubeSession, namespace: str, timeout_s: float = 30.0) -> None:
+    """Until the namespace controller has deleted every pod (kwok removes bound ones at once)."""
+    deadline = time.monotonic() + timeout_s
+    while pods := kube.run(kube.core.list_namespaced_pod(namespace)).items:
+        if time.monotonic() > deadline:
+            left = ", ".join(pod.metadata.name for pod in pods)
+            pytest.fail(f"pods of deleted namespace {namespace} still there after {timeout_s:.0f} s: {left}")
+        time.sleep(0.1)
 
 
 @pytest.fixture

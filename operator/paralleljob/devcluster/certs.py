@@ -1,5 +1,6 @@
-"""Key material for one dev cluster: a throw-away CA, the API server's serving certificate, the
-service-account signing key pair and the static token file.
+"""Key material for one dev cluster: a throw-away CA, the serving certificates of kube-apiserver and
+kube-controller-manager, the service-account signing key pair and the static token file (one token for the
+admin, one for kube-controller-manager's own identity).
 
 A tiny CA signs the serving certificate (rather than a bare self-signed leaf) because strict X.509
 verification, as Python's ssl applies it, rejects a leaf certificate used as its own trust anchor.
@@ -23,6 +24,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 SERVING_DNS_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
 SERVING_IPS = ("127.0.0.1", "10.96.0.1")
 ADMIN_USER = "paralleljob-admin"
+# The user the API server's bootstrap RBAC binds to the system:kube-controller-manager ClusterRole.
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,9 @@ class Pki:
     service_account_public_key: Path
     token_file: Path
     admin_token: str
+    controller_manager_cert: Path
+    controller_manager_key: Path
+    controller_manager_token: str
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -78,30 +84,16 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         .sign(ca_key, hashes.SHA256())
     )
 
-    serving_key = ec.generate_private_key(ec.SECP256R1())
     alt_names: list[x509.GeneralName] = [x509.DNSName(name) for name in SERVING_DNS_NAMES]
     alt_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVING_IPS]
-    serving_cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("kube-apiserver"))
-        .issuer_name(ca_cert.subject)
-        .public_key(serving_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(serving_key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    serving_key, serving_cert = _serving_pair("kube-apiserver", alt_names, ca_key, ca_cert, not_before, not_after)
+    # kube-controller-manager serves /healthz on loopback; a certificate from the same CA lets `up` verify it.
+    loopback: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    kcm_key, kcm_cert = _serving_pair("kube-controller-manager", loopback, ca_key, ca_cert, not_before, not_after)
 
     # The API server signs service-account tokens with this key; RSA is what every verifier accepts.
     service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    token = secrets.token_urlsafe(32)
+    token, kcm_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     pki = Pki(
         ca_cert=directory / "ca.crt",
         serving_cert=directory / "apiserver.crt",
@@ -110,10 +102,15 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         service_account_public_key=directory / "sa.pub",
         token_file=directory / "tokens.csv",
         admin_token=token,
+        controller_manager_cert=directory / "kube-controller-manager.crt",
+        controller_manager_key=directory / "kube-controller-manager.key",
+        controller_manager_token=kcm_token,
     )
     _write(pki.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.serving_cert, serving_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.serving_key, _pem_key(serving_key))
+    _write(pki.controller_manager_cert, kcm_cert.public_bytes(serialization.Encoding.PEM))
+    _write(pki.controller_manager_key, _pem_key(kcm_key))
     _write(pki.service_account_key, _pem_key(service_account_key))
     _write(
         pki.service_account_public_key,
@@ -121,6 +118,39 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         ),
     )
-    # token,user,uid,"groups": system:masters is the superuser group that RBAC always allows.
-    _write(pki.token_file, f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'.encode())
+    # token,user,uid,"groups": system:masters is the superuser group that RBAC always allows. The
+    # controller manager gets no group: its bootstrap role lets it mint per-controller service-account
+    # tokens, and each controller then acts with its own bootstrap role, as on a real cluster.
+    lines = [
+        f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"',
+        f"{kcm_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}",
+    ]
+    _write(pki.token_file, ("\n".join(lines) + "\n").encode())
     return pki
+
+
+def _serving_pair(
+    common_name: str,
+    alt_names: list[x509.GeneralName],
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    not_before: datetime.datetime,
+    not_after: datetime.datetime,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert

@@ -1,7 +1,8 @@
 """``paralleljob dev-cluster up|down|status|kubeconfig|build``: the local control plane from the shell.
 
-``up`` returns once the GPU nodes are Ready and leaves etcd, kube-apiserver and kwok running in their own
-session; ``kubeconfig`` prints the path to hand to kubectl; ``down`` stops exactly what ``up`` started.
+``up`` returns once the GPU nodes are Ready and leaves etcd, kube-apiserver, kwok and kube-controller-manager
+running in their own session; ``kubeconfig`` prints the path to hand to kubectl; ``down`` stops exactly what
+``up`` started.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from paralleljob.devcluster import process, state
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "dev-cluster",
-        help="local Kubernetes control plane (etcd + kube-apiserver + kwok) with fake GPU nodes",
+        help="local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kwok), fake GPU nodes",
         description="Run a real Kubernetes API server on 127.0.0.1 with kwok-simulated GPU nodes.",
     )
     commands = parser.add_subparsers(dest="dev_cluster_command", metavar="SUBCOMMAND")
@@ -37,7 +38,7 @@ def register(subparsers: Any) -> None:
     add("down", "stop every process the cluster started and delete its files", _down)
     add("status", "show the cluster's processes and nodes", _status)
     add("kubeconfig", "print the path of the cluster's kubeconfig", _kubeconfig)
-    add("build", "build (or locate) the etcd, kube-apiserver and kwok binaries", _build)
+    add("build", "build (or locate) the etcd, kube-apiserver, kube-controller-manager and kwok binaries", _build)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -88,7 +89,7 @@ def _status(args: argparse.Namespace) -> int:
     print(f"  kubeconfig  {record.kubeconfig}")
     print(f"  versions    {', '.join(f'{k} {v}' for k, v in sorted(record.versions.items()))}")
     for proc, is_up in zip(record.processes, alive, strict=True):
-        print(f"  {proc.name:<15} pid {proc.pid:<8} {'up' if is_up else 'EXITED'}  log {proc.log}")
+        print(f"  {proc.name:<23} pid {proc.pid:<8} {'up' if is_up else 'EXITED'}  log {proc.log}")
     if record.kubeconfig and all(alive):
         print(asyncio.run(_node_summary(record.kubeconfig)))
     return 0 if alive and all(alive) else 1

@@ -1,10 +1,11 @@
 """Bring a named dev cluster up and down.
 
 ``up`` builds missing binaries, starts etcd, kube-apiserver and kwok on free loopback ports, writes the
-kubeconfig, installs the CRDs, creates the fake GPU nodes and returns once they are Ready. Every process is
-recorded in ``state.json`` the moment it starts, and a failure or Ctrl-C part-way tears down what was
-started, so nothing is left running behind an error. ``down`` stops the recorded processes by PID and
-removes the run directory.
+kubeconfig, installs the CRDs, starts kube-controller-manager (after the CRDs, so its garbage collector
+watches ParallelJobs from its first discovery), creates the fake GPU nodes and returns once they are Ready
+and the controller manager is healthy. Every process is recorded in ``state.json`` the moment it starts,
+and a failure or Ctrl-C part-way tears down what was started, so nothing is left running behind an error.
+``down`` stops the recorded processes by PID and removes the run directory.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from paralleljob.devcluster import controlplane, crds, kwok, process, state
+from paralleljob.devcluster import controllermanager, controlplane, crds, kwok, process, state
 from paralleljob.devcluster.build import ensure_binaries
-from paralleljob.devcluster.certs import write_pki
+from paralleljob.devcluster.certs import Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
 from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes, wait_nodes_ready
 from paralleljob.devcluster.versions import versions
@@ -76,8 +77,11 @@ def up(
     record = state.ClusterState(name=name, run_dir=str(run_dir), versions=versions(), owner_pid=os.getpid())
     state.save(record)
     try:
-        etcd_port, etcd_peer_port, api_port = process.free_loopback_ports(3)
-        record.ports = {"etcd": etcd_port, "etcd-peer": etcd_peer_port, "kube-apiserver": api_port}
+        etcd_port, etcd_peer_port, api_port, kcm_port = process.free_loopback_ports(4)
+        record.ports = {
+            "etcd": etcd_port, "etcd-peer": etcd_peer_port, "kube-apiserver": api_port,
+            "kube-controller-manager": kcm_port,
+        }  # fmt: skip
         pki = write_pki(run_dir / "pki")
 
         etcd = controlplane.start_etcd(binaries["etcd"], run_dir, etcd_port, etcd_peer_port, die_with_caller)
@@ -97,7 +101,16 @@ def up(
         record.kubeconfig, record.server = str(kubeconfig), server
         _remember(record, kwok.start_kwok(binaries["kwok"], run_dir, kubeconfig, die_with_caller))
 
-        installed = asyncio.run(_populate(kubeconfig, shape, record.processes))
+        def start_controller_manager() -> state.ProcessRecord:
+            kcm_kubeconfig = _controller_manager_kubeconfig(run_dir, server, pki, name)
+            kcm = controllermanager.start_controller_manager(
+                binaries["kube-controller-manager"], run_dir, pki, kcm_kubeconfig, kcm_port, die_with_caller
+            )
+            _remember(record, kcm)
+            return kcm
+
+        installed, kcm = asyncio.run(_populate(kubeconfig, shape, record.processes, start_controller_manager))
+        controllermanager.wait_controller_manager(kcm, kcm_port, pki)
         record.nodes, record.shape = shape.names(), asdict(shape)
         state.save(record)
         crd_note = f", CRDs {', '.join(installed)}" if installed else ""
@@ -117,15 +130,31 @@ def _remember(record: state.ClusterState, proc: state.ProcessRecord) -> None:
     state.save(record)
 
 
-async def _populate(kubeconfig: Path, shape: NodeShape, processes: list[state.ProcessRecord]) -> list[str]:
-    """Install CRDs and create the nodes; fail fast if a process dies meanwhile (a bad kwok stage, say)."""
+def _controller_manager_kubeconfig(run_dir: Path, server: str, pki: Pki, name: str) -> Path:
+    """Its own credentials (user system:kube-controller-manager), not the admin's superuser token."""
+    path = run_dir / "kube-controller-manager.kubeconfig"
+    write_kubeconfig(
+        path, server, pki.ca_cert, pki.controller_manager_token, f"paralleljob-{name}", user="kube-controller-manager"
+    )
+    return path
 
-    async def work() -> list[str]:
+
+async def _populate(
+    kubeconfig: Path,
+    shape: NodeShape,
+    processes: list[state.ProcessRecord],
+    after_crds: Callable[[], state.ProcessRecord],
+) -> tuple[list[str], state.ProcessRecord]:
+    """Install CRDs, call ``after_crds`` and create the nodes; fail fast if a process dies meanwhile (a bad
+    kwok stage, say). The process ``after_crds`` starts is watched from then on too."""
+
+    async def work() -> tuple[list[str], state.ProcessRecord]:
         async with api_client(kubeconfig) as api:
             installed = await crds.install_crds(api)
+            started = after_crds()
             names = await create_gpu_nodes(api, shape)
             await wait_nodes_ready(api, names)
-        return installed
+        return installed, started
 
     worker = asyncio.create_task(work())
     watcher = asyncio.create_task(controlplane.watch_processes(processes))

@@ -2,9 +2,10 @@
 
 The API server is configured the way controller-runtime's envtest runs it: static token authentication,
 a self-signed serving certificate, RBAC, and service-account signing keys, with the ``ServiceAccount`` and
-``TaintNodesByCondition`` admission plugins off because there is no controller-manager to create service
-accounts and no kubelet whose conditions should taint nodes. Readiness is probed with plain HTTPS so that
-starting a cluster needs no Kubernetes client.
+``TaintNodesByCondition`` admission plugins off: the controller manager runs no service-account controller
+(so no namespace gets a ``default`` ServiceAccount for the plugin to demand), and there is no kubelet whose
+conditions should taint nodes. Readiness is probed with plain HTTPS so that starting a cluster needs no
+Kubernetes client.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def wait_etcd(record: ProcessRecord, client_port: int, timeout_s: float = 30.0) 
         with urllib.request.urlopen(f"http://127.0.0.1:{client_port}/health", timeout=2) as response:
             return bool(json.load(response).get("health") == "true")
 
-    _poll(record, healthy, timeout_s)
+    poll(record, healthy, timeout_s)
 
 
 def wait_apiserver(record: ProcessRecord, server: str, pki: Pki, timeout_s: float = 90.0) -> None:
@@ -107,10 +108,11 @@ def wait_apiserver(record: ProcessRecord, server: str, pki: Pki, timeout_s: floa
         with urllib.request.urlopen(request, timeout=5, context=context) as response:
             return bool(response.status == 200)
 
-    _poll(record, ready, timeout_s)
+    poll(record, ready, timeout_s)
 
 
-def _poll(record: ProcessRecord, check: Callable[[], bool], timeout_s: float) -> None:
+def poll(record: ProcessRecord, check: Callable[[], bool], timeout_s: float) -> None:
+    """Call ``check`` until it returns True; StartupError if ``record`` exits or time runs out."""
     deadline = time.monotonic() + timeout_s
     last_error = "no answer"
     while time.monotonic() < deadline:

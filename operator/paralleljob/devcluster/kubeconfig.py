@@ -1,7 +1,8 @@
-"""Write the dev cluster's admin kubeconfig and open Kubernetes API clients from it.
+"""Write the dev cluster's kubeconfigs (the admin's, and kube-controller-manager's own) and open Kubernetes
+API clients from them.
 
-The kubeconfig embeds the CA and the bearer token, so it works from any directory and with kubectl,
-kwok and kubernetes_asyncio alike.
+A kubeconfig embeds the CA and the bearer token, so it works from any directory and with kubectl, kwok,
+kube-controller-manager and kubernetes_asyncio alike.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
 
 
-def write_kubeconfig(path: Path, server: str, ca_cert: Path, token: str, context: str) -> None:
-    user = f"{context}-admin"
+def write_kubeconfig(path: Path, server: str, ca_cert: Path, token: str, context: str, user: str = "admin") -> None:
+    user = f"{context}-{user}"
     config = {
         "apiVersion": "v1",
         "kind": "Config",

@@ -5,7 +5,8 @@ down by ``down``; ``status`` and ``kubeconfig`` read it. Layout of ``<cache>/run
 
     state.json        PIDs, ports, paths
     kubeconfig        admin kubeconfig (bearer token)
-    pki/              CA, serving certificate, service-account keys, token file
+    kube-controller-manager.kubeconfig   the controller manager's own credentials
+    pki/              CA, serving certificates, service-account keys, token file
     etcd-data/        etcd's data directory
     kwok/             kwok's stage configuration and HOME
     logs/<proc>.log   one log per process

@@ -2,7 +2,7 @@
 
 The versions come from the committed wrapper Go modules in ``deploy/devcluster/<module>/go.mod``, so a
 version bump there changes the cache directory name and the next ``build`` rebuilds instead of reusing
-stale binaries.
+stale binaries. The name is made of every binary's name and version, so adding a binary changes it too.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ class BinarySpec:
 BINARIES: tuple[BinarySpec, ...] = (
     BinarySpec("etcd", "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3"),
     BinarySpec("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes"),
+    BinarySpec(
+        "kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", "k8s.io/kubernetes"
+    ),
     BinarySpec("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok"),
 )
 
