@@ -1,0 +1,113 @@
+"""Re-optimisation: should a running job move to a cheaper placement at its next checkpoint boundary?
+
+A repair (minimal or full) places a job on whatever is free at that moment; the job may then run for days
+at a communication cost well above what the placer would choose once the hardware is back. Moving it
+loses no work when it happens right after a checkpoint, but it costs a restart (pods deleted, re-created,
+bound and rendezvoused, the checkpoint loaded), and every move risks a new failure. This module decides,
+as a value, whether the gain is worth that; the operator and the simulator both call it and carry it out.
+
+The rule (thresholds in :class:`ReoptimizeRule`, chosen from simulator runs, see docs/simulator.md):
+
+1. Nothing to gain: no pod would move, or the best placement now costs no less than the current one.
+2. The gain must be material: ``current / best >= min_cost_ratio`` and ``current - best >= min_saving_ms``.
+3. The move must be cheap next to the checkpoint interval: ``restart_s + per_pod_s * pods_to_move <=
+   max_overhead_share * checkpoint_interval_s``. A job that never checkpoints (infinite interval) has no
+   boundary to move at, so it stays.
+
+All four inputs are plain numbers, so the caller computes them however it likes (the simulator: the
+current placement's cost, the placer's choice with the job's own GPUs counted as free, the pods whose GPUs
+differ, the job's Young/Daly interval).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from paralleljob.core.errors import InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ReoptimizeRule:
+    min_cost_ratio: float = 1.2  # current / best cost per step
+    min_saving_ms: float = 1.0  # current - best, per step
+    restart_s: float = 60.0  # a migration's fixed price: stop, re-create, rendezvous, load the checkpoint
+    per_pod_s: float = 0.5  # and per pod that moves (delete, create, bind; the operator does them in parallel)
+    max_overhead_share: float = 0.25  # the price must stay under this share of one checkpoint interval
+
+    def __post_init__(self) -> None:
+        for name in ("min_cost_ratio", "min_saving_ms", "restart_s", "per_pod_s", "max_overhead_share"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise InvalidRequest(f"ReoptimizeRule.{name} must be a finite number >= 0, got {value!r}")
+        if self.min_cost_ratio < 1.0:
+            raise InvalidRequest(f"ReoptimizeRule.min_cost_ratio must be >= 1, got {self.min_cost_ratio!r}")
+
+
+DEFAULT_RULE = ReoptimizeRule()
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationDecision:
+    migrate: bool
+    reasons: tuple[str, ...]
+    cost_ratio: float  # current / best (inf when best is 0 and current is not)
+    saving_ms: float  # per step, >= 0
+    overhead_s: float  # what the move would cost in wall seconds
+
+
+def decide_migration(
+    current_cost_ms: float,
+    best_cost_ms: float,
+    pods_to_move: int,
+    checkpoint_interval_s: float,
+    rule: ReoptimizeRule = DEFAULT_RULE,
+) -> MigrationDecision:
+    """Whether to migrate at the next checkpoint boundary, with the reasons either way."""
+    for name, value in (("current_cost_ms", current_cost_ms), ("best_cost_ms", best_cost_ms)):
+        if not math.isfinite(value) or value < 0:
+            raise InvalidRequest(f"{name} must be a finite number >= 0, got {value!r}")
+    if pods_to_move < 0:
+        raise InvalidRequest(f"pods_to_move must be >= 0, got {pods_to_move}")
+    if math.isnan(checkpoint_interval_s) or checkpoint_interval_s <= 0:
+        raise InvalidRequest(f"checkpoint_interval_s must be > 0 (inf: never), got {checkpoint_interval_s!r}")
+    saving = max(0.0, current_cost_ms - best_cost_ms)
+    ratio = current_cost_ms / best_cost_ms if best_cost_ms > 0 else (math.inf if current_cost_ms > 0 else 1.0)
+    overhead = rule.restart_s + rule.per_pod_s * pods_to_move
+    summary = (
+        f"cost {current_cost_ms:.3f} ms now, {best_cost_ms:.3f} ms at best ({_ratio(ratio)});"
+        f" {pods_to_move} pod(s) would move"
+    )
+
+    def no(reason: str) -> MigrationDecision:
+        return MigrationDecision(False, (reason, summary), ratio, saving, overhead)
+
+    if pods_to_move == 0 or saving <= 0:
+        return no("already at the best placement available")
+    if ratio < rule.min_cost_ratio:
+        return no(f"the gain is small: {_ratio(ratio)} < {rule.min_cost_ratio:g}x")
+    if saving < rule.min_saving_ms:
+        return no(f"the gain is small: {saving:.3f} ms per step < {rule.min_saving_ms:g} ms")
+    if math.isinf(checkpoint_interval_s):
+        return no("the job never checkpoints, so there is no boundary to migrate at")
+    budget = rule.max_overhead_share * checkpoint_interval_s
+    if overhead > budget:
+        return no(
+            f"moving costs {overhead:.0f} s, more than {rule.max_overhead_share:g} of the"
+            f" {checkpoint_interval_s:.0f} s checkpoint interval ({budget:.0f} s)"
+        )
+    return MigrationDecision(
+        True,
+        (
+            f"migrate at the next checkpoint boundary: {saving:.3f} ms per step saved ({_ratio(ratio)}),"
+            f" for about {overhead:.0f} s of restart",
+            summary,
+        ),
+        ratio,
+        saving,
+        overhead,
+    )
+
+
+def _ratio(ratio: float) -> str:
+    return "the best costs nothing" if math.isinf(ratio) else f"{ratio:.2f}x the best"
