@@ -23,7 +23,7 @@ from paralleljob.sim.engine import SimConfig, SimResult, Simulation
 from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rate
 from paralleljob.sim.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from paralleljob.sim.progress import ProgressBar
-from paralleljob.sim.trace import TraceError, TraceJob, read_generic
+from paralleljob.sim.trace import TraceError, TraceJob, open_csv, read_generic
 
 DAY = 86_400.0
 
@@ -41,6 +41,10 @@ def register(subparsers: Any) -> None:
     where.add_argument("--nodes", type=int, help="a uniform cluster of N nodes")
     where.add_argument("--node-list", type=Path, help="nodes from a CSV (Alibaba sn,gpu,model or name,gpus,...)")
     p.add_argument("--node-sample", type=int, help="use a seeded random subset of N nodes of --node-list")
+    p.add_argument(
+        "--cluster-seed", type=int, default=0,
+        help="seed of --node-sample's subset (independent of --seed, so the cluster stays the same across job seeds)",
+    )
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--levels", default="", help="levels above the node, e.g. rack:32:50,spine:512:25")
     p.add_argument("--intra-node-bw", type=float, default=600.0, help="GB/s per GPU inside a node")
@@ -79,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
 def _trace_format(path: Path, given: str | None) -> str:
     if given:
         return given
-    with path.open() as handle:
+    with open_csv(path) as handle:
         header = handle.readline()
     return "alibaba" if "creation_time" in header and "num_gpu" in header else "generic"
 
@@ -132,15 +136,19 @@ def _run(args: argparse.Namespace) -> int:
     if args.nodes is not None:
         topology = uniform_cluster(args.nodes, args.gpus_per_node, args.levels, *bandwidths)
     else:
-        topology = node_list_cluster(args.node_list, args.node_sample, args.seed, *bandwidths)
+        topology = node_list_cluster(args.node_list, args.node_sample, args.cluster_seed, *bandwidths)
     stats = _failure_stats(args)
     rate = parse_rate(args.failures, stats)
     if rate > 0 and stats is None:
         raise ValueError("failure injection needs failure_stats.csv for its causes: pass --failure-stats")
     results: dict[str, SimResult] = {}
+    replayed = len(trace)
     for policy in policies:
         config = _config(args, policy, stats, rate)
         simulation = Simulation(topology, trace, config, progress=None)
+        replayed = len(simulation.trace)  # --days leaves out the jobs submitted after the horizon
+        if not replayed:
+            raise ValueError(f"no job of the trace is submitted within --days {args.days:g}")
         bar = ProgressBar(policy, simulation.span)
         simulation.progress = bar
         started = time.monotonic()
@@ -148,12 +156,16 @@ def _run(args: argparse.Namespace) -> int:
         bar.close()
         wall = time.monotonic() - started
         events = results[policy].metrics["events"]
-        print(f"{policy}: {len(trace)} jobs, {events} events in {wall:.1f} s", file=sys.stderr)
+        print(f"{policy}: {replayed} jobs, {events} events in {wall:.1f} s", file=sys.stderr)
+        rejected = results[policy].metrics["jobs"]["rejected"]
+        if rejected:
+            print(f"{policy}: {rejected} job(s) rejected (can never fit); they are in no JCT", file=sys.stderr)
     header = {
-        "trace": {"file": args.trace.name, "format": fmt, "jobs": len(trace)},
+        "trace": {"file": args.trace.name, "format": fmt, "jobs": replayed, "jobs_read": len(trace)},
         "cluster": describe(topology),
         "config": {
             "seed": args.seed,
+            "cluster_seed": args.cluster_seed,
             "queue": args.queue,
             "cost_model": args.cost_model,
             "comm_fraction": args.comm_fraction,

@@ -63,6 +63,10 @@ class SimConfig:
     start_latency_s: float = 0.0
     memory_per_gpu_gb: float = 0.0
     horizon_s: float | None = None  # stop here; jobs submitted later are not loaded
+    # Failures are injected in [0, failure_horizon_s) whatever the policy: the same schedule for every policy
+    # of a comparison, however long its own run lasts. None: the horizon, else the trace's span (the last
+    # submit + duration), which does not depend on the policy.
+    failure_horizon_s: float | None = None
     samples: int = 200
     seed: int = 0
     check_invariants: bool = False
@@ -124,6 +128,14 @@ class Simulation:
         span = horizon or max((t.submit_s + t.duration_s for t in self.trace), default=1.0)
         self.span = max(span, 1.0)
         self.sample_every = self.span / max(1, config.samples)
+        self.failure_horizon = config.failure_horizon_s if config.failure_horizon_s is not None else self.span
+        if config.horizon_s is not None:
+            self.failure_horizon = min(self.failure_horizon, config.horizon_s)
+        # The busy period, over which allocation is comparable between policies: from the first submit to
+        # the last (the load is offered); the final drain, whose length depends on the policy, is excluded.
+        self.busy_from = self.trace[0].submit_s if self.trace else 0.0
+        self.busy_to = self.trace[-1].submit_s if self.trace else 0.0
+        self._busy_gpu_s = 0.0
         self.failures = FailureProcess(
             FailureConfig(config.failure_rate, config.causes, config.gpu_repair_hours, config.node_repair_hours),
             topology.num_nodes,
@@ -137,7 +149,7 @@ class Simulation:
             self.events.push(self.trace[0].submit_s, Kind.ARRIVAL)
         if self.failures.enabled:
             self._push_failure(self.failures.next_after(0.0))
-        for failure in self.config.scripted_failures:
+        for failure in self.config.scripted_failures:  # exact, so not cut at the failure horizon
             self.events.push(failure.time, Kind.FAILURE, payload=(failure, False))
         self.events.push(0.0, Kind.SAMPLE)
         if self.config.horizon_s is not None:
@@ -171,6 +183,9 @@ class Simulation:
     def _advance(self, to: float) -> None:
         elapsed = to - self._last_time
         if elapsed > 0:
+            busy = min(to, self.busy_to) - max(self._last_time, self.busy_from)
+            if busy > 0:
+                self._busy_gpu_s += self.allocated_gpus * busy
             self._allocated_gpu_s += self.allocated_gpus * elapsed
             self._unhealthy_gpu_s += self.gpus_down * elapsed
             self._last_time = to
@@ -206,7 +221,12 @@ class Simulation:
         now = self.clock.now()
         for waiting in self.queue.candidates(now):
             job = self.jobs[waiting.job_id]
+            free = self.topology.num_gpus - self.allocated_gpus - self.gpus_down
             try:
+                if job.num_gpus > free and (self.state.allocations or self.gpus_down):
+                    # Cannot fit now, and the cluster is not empty, so it is no verdict on "never": no need
+                    # to ask the placer (a long queue would ask it once per waiting job per pass).
+                    raise PlacementInfeasible(job.job_id, [f"needs {job.num_gpus} GPUs; {free} are free"])
                 placement = self.placer.place(job.spec, self.model)
             except PlacementInfeasible as exc:
                 if exc.permanent or (not self.running and not self.state.allocations and not self.gpus_down):
@@ -220,8 +240,8 @@ class Simulation:
                     for victim in victims:
                         self.events.push(now, Kind.PREEMPT, victim)
                     return
-                if self.queue.blocking:
-                    return
+                if self.queue.blocking or free == 0:
+                    return  # strict order, or nothing is free for anyone behind it either
                 continue
             self.queue.remove(job.job_id)
             self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
@@ -339,7 +359,7 @@ class Simulation:
 
     # ---- failures, repairs, preemption --------------------------------------------------------------
     def _push_failure(self, failure: Failure) -> None:
-        if self.config.horizon_s is None or failure.time < self.config.horizon_s:
+        if failure.time < self.failure_horizon:
             self.events.push(failure.time, Kind.FAILURE, payload=(failure, True))
 
     def _on_failure(self, event: Event) -> None:
@@ -469,7 +489,10 @@ class Simulation:
             return
         series.time_s.append(self.clock.now())
         series.allocation.append(self.allocated_gpus / self.topology.num_gpus)
-        series.fragmentation.append(stranded / total_free if total_free else 0.0)
+        # Stranded GPUs as a share of the cluster: a share of the *free* GPUs jumps to 100% whenever the last
+        # whole free node is taken, however few GPUs that is.
+        series.fragmentation.append(stranded / self.topology.num_gpus)
+        series.free.append(total_free / self.topology.num_gpus)
         series.queued.append(len(self.queue))
         series.running.append(len(self.running))
 
@@ -482,6 +505,10 @@ class Simulation:
         if counts["unhealthy"] != self.gpus_down:
             raise InvariantViolated(f"{counts['unhealthy']} GPUs unhealthy, {self.gpus_down} recorded down")
 
+    def _busy_allocation(self) -> float | None:
+        span = self.busy_to - self.busy_from
+        return self._busy_gpu_s / (self.topology.num_gpus * span) if span > 0 else None
+
     def _result(self) -> SimResult:
         jobs = list(self.jobs.values())
         elapsed = self.clock.now()
@@ -492,6 +519,8 @@ class Simulation:
             "simulated_days": elapsed / 86_400.0,
             "events": self._processed,
             **job_metrics(jobs, self.topology.num_gpus, elapsed, self._allocated_gpu_s, self._unhealthy_gpu_s),
+            "gpu_allocation_busy_period": self._busy_allocation(),
+            "busy_period_s": max(0.0, self.busy_to - self.busy_from),
             "fragmentation_mean": mean_fragmentation(self.series),
             "failures": failure_metrics(self.tally),
         }

@@ -6,8 +6,11 @@ gives the same bytes. Percentiles use the nearest-rank method (no interpolation 
 Definitions:
 * JCT: finish - submit, for jobs that finished. Queueing delay: first start - submit, for jobs that started.
 * GPU allocation: GPU-seconds allocated / (GPUs x simulated time), time-weighted and exact.
-* Fragmentation (per sample): free GPUs that sit on a node where some GPU is allocated, as a share of all
-  free GPUs: 0 when every free GPU is on a whole free node, 1 when none is.
+* Fragmentation (per sample): free GPUs stranded on a node where some GPU is allocated, as a share of all
+  GPUs of the cluster (not of the free ones, which jumps to 100% as soon as the last whole node is taken).
+* Makespan: the last finish - the first submit. Allocation over the busy period: the same ratio as GPU
+  allocation, over [first submit, last submit] only, where every policy is offered the same load.
+* Empty sets (no job completed, none started) give ``None`` (``null`` in JSON, "n/a" in reports), not 0.
 * Communication cost: the cost model's total_ms of each job's first placement, over multi-GPU jobs.
 * Goodput lost to failures: GPU-hours of computing whose work was thrown away (since the last checkpoint),
   plus GPU-hours held while jobs restarted.
@@ -46,15 +49,17 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-def summary(values: Sequence[float]) -> dict[str, float | int]:
+def summary(values: Sequence[float]) -> dict[str, float | int | None]:
+    """count, mean, p50, p99, max; every statistic None when there is no value (no made-up zeros)."""
     ordered = sorted(values)
-    mean = math.fsum(ordered) / len(ordered) if ordered else 0.0
+    if not ordered:
+        return {"count": 0, "mean": None, "p50": None, "p99": None, "max": None}
     return {
         "count": len(ordered),
-        "mean": mean,
+        "mean": math.fsum(ordered) / len(ordered),
         "p50": percentile(ordered, 50),
         "p99": percentile(ordered, 99),
-        "max": ordered[-1] if ordered else 0.0,
+        "max": ordered[-1],
     }
 
 
@@ -65,6 +70,7 @@ class Series:
     time_s: list[float] = field(default_factory=list)
     allocation: list[float] = field(default_factory=list)
     fragmentation: list[float] = field(default_factory=list)
+    free: list[float] = field(default_factory=list)  # free healthy GPUs, share of the cluster
     queued: list[int] = field(default_factory=list)
     running: list[int] = field(default_factory=list)
 
@@ -73,6 +79,7 @@ class Series:
             "time_s": self.time_s,
             "allocation": self.allocation,
             "fragmentation": self.fragmentation,
+            "free": self.free,
             "queued": self.queued,
             "running": self.running,
         }
@@ -93,6 +100,7 @@ def job_metrics(
     jobs: Sequence[SimJob], total_gpus: int, elapsed_s: float, allocated_gpu_s: float, unhealthy_gpu_s: float
 ) -> dict[str, Any]:
     done = [j for j in jobs if j.finished is not None]
+    finishes = [j.finished for j in done if j.finished is not None]
     started = [j for j in jobs if j.first_start is not None]
     multi = [j for j in started if j.num_gpus > 1]
     capacity = total_gpus * elapsed_s
@@ -107,6 +115,7 @@ def job_metrics(
             "restarted": sum(1 for j in jobs if j.restarts),
             "preempted": sum(j.preemptions for j in jobs),
         },
+        "makespan_s": max(finishes) - min(j.trace.submit_s for j in jobs) if finishes else None,
         "jct_s": summary([j.finished - j.trace.submit_s for j in done if j.finished is not None]),
         "queueing_delay_s": summary([j.first_start - j.trace.submit_s for j in started if j.first_start is not None]),
         "gpu_allocation": allocated_gpu_s / capacity if capacity else 0.0,
@@ -137,5 +146,5 @@ def failure_metrics(tally: FailureTally) -> dict[str, Any]:
     }
 
 
-def mean_fragmentation(series: Series) -> float:
-    return math.fsum(series.fragmentation) / len(series.fragmentation) if series.fragmentation else 0.0
+def mean_fragmentation(series: Series) -> float | None:
+    return math.fsum(series.fragmentation) / len(series.fragmentation) if series.fragmentation else None
