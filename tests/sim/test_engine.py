@@ -73,10 +73,10 @@ def test_first_fit_split_stretches_the_job_by_the_cost_model() -> None:
     # at 50 GB/s instead of NVLink's 600, 12x the (only) cost term. With 10% communication at the ideal
     # placement the step takes 0.9 + 0.1 * 12 = 2.1x as long: 100 s of work become 210 s.
     trace = [job("J1", 0, 1000, (1, 1, 7)), job("J2", 1, 100, (1, 1, 2))]
-    first_fit = run(Topology.uniform(2), trace, policy="first-fit", comm_fraction=0.1)
+    first_fit = run(Topology.uniform(2), trace, policy="first-fit", step_model="fraction", comm_fraction=0.1)
     assert jct(first_fit, "J2") == pytest.approx(210.0, rel=1e-9)
     assert first_fit.jobs["J2"].first_slowdown == pytest.approx(2.1, rel=1e-9)
-    ours = run(Topology.uniform(2), trace, policy="ours", comm_fraction=0.1)
+    ours = run(Topology.uniform(2), trace, policy="ours", step_model="fraction", comm_fraction=0.1)
     assert jct(ours, "J2") == 100.0  # both GPUs on node 1: the ideal placement, no stretch
 
 

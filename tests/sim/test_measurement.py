@@ -86,7 +86,7 @@ def test_every_policy_sees_the_same_failures_over_the_same_horizon() -> None:
     for policy in ("ours", "first-fit"):
         simulation = run(
             Topology.uniform(2), trace, policy=policy, failure_rate=5_000.0, causes=causes, seed=4,
-            comm_fraction=0.5,
+            step_model="fraction", comm_fraction=0.5,
         )  # fmt: skip
         finish = max(j.finished or 0.0 for j in simulation.jobs.values())
         tallies[policy] = (simulation.tally.injected, simulation.failure_horizon, finish)

@@ -23,7 +23,8 @@ from paralleljob.sim.engine import SimConfig, SimResult, Simulation
 from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rate
 from paralleljob.sim.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from paralleljob.sim.progress import ProgressBar
-from paralleljob.sim.trace import TraceError, TraceJob, open_csv, read_generic
+from paralleljob.sim.steptime import STEP_MODELS, StepTimeModel
+from paralleljob.sim.trace import PARAMS_BILLIONS_PER_SHARD, TraceError, TraceJob, open_csv, read_generic
 
 DAY = 86_400.0
 
@@ -53,7 +54,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--compare", help="comma-separated policies to run side by side (overrides --policy)")
     p.add_argument("--queue", default="fifo", choices=sorted([*QUEUE_POLICIES, *CORE_QUEUES]))
     p.add_argument("--cost-model", default="seed", choices=sorted(COST_MODELS))
-    p.add_argument("--comm-fraction", type=float, default=0.1, help="share of a step spent communicating")
+    p.add_argument(
+        "--step-model", default="flops", choices=list(STEP_MODELS),
+        help="flops: compute from FLOPs + the cost model's ms (default); fraction: a fixed share scaled by the cost",
+    )
+    p.add_argument("--gpu-tflops", type=float, default=989.0, help="peak dense TFLOPS per GPU (flops model)")
+    p.add_argument("--mfu", type=float, default=0.4, help="achieved share of that peak (flops model)")
+    p.add_argument("--comm-overlap", type=float, default=0.0, help="share of communication hidden by compute")
+    p.add_argument("--comm-fraction", type=float, default=0.1, help="fraction model: share of a step communicating")
+    p.add_argument(
+        "--params-per-shard", type=float, default=PARAMS_BILLIONS_PER_SHARD,
+        help="billions of parameters per TP x PP shard, for trace jobs that give only a GPU count",
+    )
     p.add_argument("--failures", default="none", help="per 1000 node-days, or rsc2 / llama3 / rsc1, or none")
     p.add_argument("--failure-stats", type=Path, help="failure_stats.csv (default: next to the trace)")
     p.add_argument("--gpu-repair-hours", type=float, default=24.0)
@@ -107,7 +119,12 @@ def _config(args: argparse.Namespace, policy: str, stats: FailureStats | None, r
         policy=policy,
         queue=args.queue,
         cost_model=args.cost_model,
+        step_model=args.step_model,
+        gpu_tflops=args.gpu_tflops,
+        mfu=args.mfu,
+        comm_overlap=args.comm_overlap,
         comm_fraction=args.comm_fraction,
+        params_per_shard=args.params_per_shard,
         failure_rate=rate,
         causes=stats.causes if stats and rate > 0 else (),
         gpu_repair_hours=args.gpu_repair_hours,
@@ -128,8 +145,7 @@ def _run(args: argparse.Namespace) -> int:
     unknown = [p for p in policies if p not in PLACEMENT_POLICIES]
     if unknown or not policies:
         raise ValueError(f"unknown policy {unknown}; choose from {sorted(PLACEMENT_POLICIES)}")
-    if not 0.0 <= args.comm_fraction <= 1.0:
-        raise ValueError("--comm-fraction must be between 0 and 1")
+    StepTimeModel(args.step_model, args.gpu_tflops, args.mfu, args.comm_overlap, args.comm_fraction)  # validates
     fmt = _trace_format(args.trace, args.trace_format)
     trace = load_trace(args.trace, fmt, args.max_jobs)
     bandwidths = (args.intra_node_bw, args.inter_node_bw)
@@ -168,7 +184,13 @@ def _run(args: argparse.Namespace) -> int:
             "cluster_seed": args.cluster_seed,
             "queue": args.queue,
             "cost_model": args.cost_model,
-            "comm_fraction": args.comm_fraction,
+            "step_model": args.step_model,
+            **(
+                {"comm_fraction": args.comm_fraction}
+                if args.step_model == "fraction"
+                else {"gpu_tflops": args.gpu_tflops, "mfu": args.mfu, "comm_overlap": args.comm_overlap}
+            ),
+            "params_per_shard": args.params_per_shard,
             "failure_rate_per_1000_node_days": rate,
             "checkpoint_interval": args.checkpoint_interval,
             "checkpoint_cost_s": args.checkpoint_cost,

@@ -32,13 +32,14 @@ from paralleljob.sim.ideal import IdealCosts
 from paralleljob.sim.jobs import SimJob
 from paralleljob.sim.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
 from paralleljob.sim.policies import QueuePolicy, RunningJob, WaitingJob, placement_policy, queue_policy
-from paralleljob.sim.trace import TraceJob
-from paralleljob.sim.work import plan_for, slowdown
+from paralleljob.sim.steptime import StepTimeModel
+from paralleljob.sim.trace import PARAMS_BILLIONS_PER_SHARD, TraceJob
+from paralleljob.sim.work import plan_for
 
 
 def _spec(trace: TraceJob, config: SimConfig) -> JobSpec:
     try:
-        return trace.spec(config.seed, config.memory_per_gpu_gb)
+        return trace.spec(config.seed, config.memory_per_gpu_gb, config.params_per_shard)
     except InvalidRequest as exc:
         raise ValueError(f"trace job {trace.job_id}: {exc}") from None
 
@@ -52,7 +53,12 @@ class SimConfig:
     policy: str = "ours"
     queue: str = "fifo"
     cost_model: str = "seed"
-    comm_fraction: float = 0.2  # share of a step spent communicating at the ideal placement
+    step_model: str = "flops"  # see sim/steptime.py
+    gpu_tflops: float = 989.0
+    mfu: float = 0.40
+    comm_overlap: float = 0.0
+    comm_fraction: float = 0.1  # the "fraction" step model: communication's share of a step at the ideal
+    params_per_shard: float = PARAMS_BILLIONS_PER_SHARD  # model size of trace jobs that give only a GPU count
     failure_rate: float = 0.0  # node failures per 1000 node-days; 0 disables injection
     causes: tuple[Cause, ...] = ()
     gpu_repair_hours: float = 24.0
@@ -97,6 +103,9 @@ class Simulation:
         self.placer = self.policy.make_placer(self.state)
         self.model = cost_model(config.cost_model)
         self.ideal = IdealCosts(topology, self.model)
+        self.steptime = StepTimeModel(
+            config.step_model, config.gpu_tflops, config.mfu, config.comm_overlap, config.comm_fraction
+        )
         if queue is None:
             queue = make_core_queue(config.queue)  # None unless it names a core queue policy
         self.queue = queue if queue is not None else queue_policy(config.queue)
@@ -300,7 +309,7 @@ class Simulation:
             job.first_slowdown = self._slowdown(job)
 
     def _slowdown(self, job: SimJob) -> float:
-        return slowdown(job.cost_ms, self.ideal.total_ms(job.spec), self.config.comm_fraction)
+        return self.steptime.slowdown(job.spec, job.cost_ms, self.ideal.total_ms(job.spec))
 
     def _on_start(self, event: Event) -> None:
         job = self.jobs[event.job_id]

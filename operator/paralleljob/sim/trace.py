@@ -35,9 +35,13 @@ class TraceJob:
     tenant: str = "default"
     shape: tuple[int, int, int] | None = None  # (tp, pp, dp) when the trace gives one
 
-    def spec(self, seed: int, memory_per_gpu_gb: float = 0.0) -> JobSpec:
+    model: ModelShape | None = None  # the model behind the job, when an overlay gives one
+
+    def spec(
+        self, seed: int, memory_per_gpu_gb: float = 0.0, params_per_shard: float = PARAMS_BILLIONS_PER_SHARD
+    ) -> JobSpec:
         tp, pp, dp = self.shape or shape_for(self.num_gpus, random.Random(f"{seed}:shape:{self.job_id}"))
-        model = ModelShape(num_params_billions=PARAMS_BILLIONS_PER_SHARD * tp * pp)
+        model = self.model or ModelShape(num_params_billions=params_per_shard * tp * pp)
         return JobSpec(self.job_id, tp, pp, dp, memory_per_gpu_gb, model)
 
 
