@@ -17,14 +17,22 @@ from typing import Any
 
 from paralleljob.core.cost import COST_MODELS
 from paralleljob.sim.alibaba import read_pods
-from paralleljob.sim.clusters import describe, node_list_cluster, uniform_cluster
+from paralleljob.sim.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
 from paralleljob.sim.core_queue import PRESETS as CORE_QUEUES
 from paralleljob.sim.engine import SimConfig, SimResult, Simulation
 from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rate
+from paralleljob.sim.overlay import mixed_workload, overlay_3d
 from paralleljob.sim.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from paralleljob.sim.progress import ProgressBar
 from paralleljob.sim.steptime import STEP_MODELS, StepTimeModel
-from paralleljob.sim.trace import PARAMS_BILLIONS_PER_SHARD, TraceError, TraceJob, open_csv, read_generic
+from paralleljob.sim.trace import (
+    PARAMS_BILLIONS_PER_SHARD,
+    TraceError,
+    TraceJob,
+    open_csv,
+    read_generic,
+    sort_and_limit,
+)
 
 DAY = 86_400.0
 
@@ -36,7 +44,16 @@ def register(subparsers: Any) -> None:
         description="Trace-driven discrete-event simulation of the same core placer, recovery and queue policies"
         " the operator runs. Writes metrics.json, timeseries.json, jobs-<policy>.csv, PNG plots and report.md.",
     )
-    p.add_argument("--trace", type=Path, required=True, help="trace CSV (generic or Alibaba 2023 pods)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", type=Path, help="trace CSV (generic or Alibaba 2023 pods)")
+    source.add_argument(
+        "--workload", choices=["mixed"],
+        help="a synthetic workload instead of a trace: mixed = many small jobs + a few large 3D-parallel ones",
+    )
+    p.add_argument("--workload-jobs", type=int, default=2000, help="jobs of --workload")
+    p.add_argument("--workload-load", type=float, default=0.8, help="offered load of --workload")
+    p.add_argument("--overlay-3d", type=float, default=0.0,
+                   help="replace this share of the trace's jobs with published 3D-parallel LLM layouts")
     p.add_argument("--trace-format", choices=["generic", "alibaba"], help="default: told apart by the header")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--nodes", type=int, help="a uniform cluster of N nodes")
@@ -50,6 +67,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--levels", default="", help="levels above the node, e.g. rack:32:50,spine:512:25")
     p.add_argument("--intra-node-bw", type=float, default=600.0, help="GB/s per GPU inside a node")
     p.add_argument("--inter-node-bw", type=float, default=50.0, help="GB/s per GPU across the whole cluster")
+    p.add_argument(
+        "--oversubscription", type=float, default=1.0,
+        help="divide the bandwidth of every level above the lowest switch level by this (Llama 3: 7)",
+    )
     p.add_argument("--policy", default="ours", choices=sorted(PLACEMENT_POLICIES))
     p.add_argument("--compare", help="comma-separated policies to run side by side (overrides --policy)")
     p.add_argument("--queue", default="fifo", choices=sorted([*QUEUE_POLICIES, *CORE_QUEUES]))
@@ -104,7 +125,25 @@ def load_trace(path: Path, fmt: str, limit: int | None) -> list[TraceJob]:
     return read_pods(path, limit) if fmt == "alibaba" else read_generic(path, limit)
 
 
+def _jobs(args: argparse.Namespace, cluster_gpus: int) -> tuple[list[TraceJob], dict[str, Any]]:
+    """The jobs to replay and how the header describes them."""
+    if args.workload is not None:
+        trace = mixed_workload(args.workload_jobs, cluster_gpus, seed=args.seed, load=args.workload_load)
+        return sort_and_limit(trace, args.max_jobs), {
+            "file": None, "format": f"synthetic {args.workload}", "offered_load": args.workload_load
+        }
+    fmt = _trace_format(args.trace, args.trace_format)
+    trace = load_trace(args.trace, fmt, args.max_jobs)
+    info: dict[str, Any] = {"file": args.trace.name, "format": fmt}
+    if args.overlay_3d:
+        trace = overlay_3d(trace, args.overlay_3d, cluster_gpus // 2, args.seed)
+        info["overlay_3d_share"] = args.overlay_3d
+    return trace, info
+
+
 def _failure_stats(args: argparse.Namespace) -> FailureStats | None:
+    if args.failure_stats is None and args.trace is None:
+        return None
     path = args.failure_stats or args.trace.parent / "failure_stats.csv"
     if path.is_file():
         return load_failure_stats(path)
@@ -146,13 +185,16 @@ def _run(args: argparse.Namespace) -> int:
     if unknown or not policies:
         raise ValueError(f"unknown policy {unknown}; choose from {sorted(PLACEMENT_POLICIES)}")
     StepTimeModel(args.step_model, args.gpu_tflops, args.mfu, args.comm_overlap, args.comm_fraction)  # validates
-    fmt = _trace_format(args.trace, args.trace_format)
-    trace = load_trace(args.trace, fmt, args.max_jobs)
     bandwidths = (args.intra_node_bw, args.inter_node_bw)
     if args.nodes is not None:
-        topology = uniform_cluster(args.nodes, args.gpus_per_node, args.levels, *bandwidths)
+        levels = oversubscribed(args.levels, args.oversubscription)
+        inter = args.inter_node_bw / (args.oversubscription if levels else 1.0)
+        topology = uniform_cluster(args.nodes, args.gpus_per_node, levels, args.intra_node_bw, inter)
     else:
+        if args.oversubscription != 1.0:
+            raise ValueError("--oversubscription needs --nodes with --levels (a node list has one network level)")
         topology = node_list_cluster(args.node_list, args.node_sample, args.cluster_seed, *bandwidths)
+    trace, trace_info = _jobs(args, topology.num_gpus)
     stats = _failure_stats(args)
     rate = parse_rate(args.failures, stats)
     if rate > 0 and stats is None:
@@ -177,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
         if rejected:
             print(f"{policy}: {rejected} job(s) rejected (can never fit); they are in no JCT", file=sys.stderr)
     header = {
-        "trace": {"file": args.trace.name, "format": fmt, "jobs": replayed, "jobs_read": len(trace)},
+        "trace": {**trace_info, "jobs": replayed, "jobs_read": len(trace)},
         "cluster": describe(topology),
         "config": {
             "seed": args.seed,
@@ -198,6 +240,7 @@ def _run(args: argparse.Namespace) -> int:
             "gpu_repair_hours": args.gpu_repair_hours,
             "node_repair_hours": args.node_repair_hours,
             "days": args.days,
+            "oversubscription": args.oversubscription,
         },
     }
     plots = None

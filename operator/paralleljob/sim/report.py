@@ -126,7 +126,8 @@ def markdown_report(
     parts = [
         "# Simulation report",
         "",
-        f"Trace `{trace['file']}` ({trace['format']}, {trace['jobs']} jobs); cluster of {cluster['nodes']} nodes /"
+        f"Trace `{trace['file'] or 'none'}` ({trace['format']}, {trace['jobs']} jobs);"
+        f" cluster of {cluster['nodes']} nodes /"
         f" {cluster['gpus']} GPUs (levels: {', '.join(cluster['levels'])}); seed {config['seed']};"
         f" cost model `{config['cost_model']}`; failures {config['failure_rate_per_1000_node_days']} per 1000"
         f" node-days; queue `{config['queue']}`.",
