@@ -181,7 +181,7 @@ def random_trace(seed: int, jobs: int, max_gpus: int = 24) -> list[TraceJob]:
     return out
 
 
-@pytest.mark.parametrize("policy", ["ours", "first-fit", "best-fit"])
+@pytest.mark.parametrize("policy", ["ours", "first-fit", "best-fit", "volcano"])
 def test_gpus_are_conserved_at_every_event_under_heavy_failures(policy: str) -> None:
     from paralleljob.sim.failures import Cause
 

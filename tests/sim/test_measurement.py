@@ -122,7 +122,7 @@ class CountingPlacer:
         return self.inner.place(*args, **kwargs)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("policy", ["ours", "first-fit", "best-fit"])
+@pytest.mark.parametrize("policy", ["ours", "first-fit", "best-fit", "volcano"])
 def test_a_pass_does_not_ask_the_placer_about_jobs_larger_than_what_is_free(policy: str) -> None:
     # A fills the cluster for 1000 s; 50 more jobs wait. Passes happen at every arrival, yet the placer is
     # asked only for A and then once per job when A is gone.

@@ -65,3 +65,22 @@ def test_mixed_workload_from_the_command_line(tmp_path: Path) -> None:
     ours, first = metrics["policies"]["ours"], metrics["policies"]["first-fit"]
     assert ours["tp_groups_across_nodes"] == 0 < first["tp_groups_across_nodes"]
     assert ours["jct_s"]["mean"] < first["jct_s"]["mean"]
+
+
+def test_several_seeds_give_intervals_and_ratios(tmp_path: Path) -> None:
+    from paralleljob.sim.compare import mean_ci, t95
+
+    assert mean_ci([1.0, 3.0]) == {"mean": 2.0, "ci95": pytest.approx(12.706), "n": 2}
+    assert mean_ci([5.0]) == {"mean": 5.0, "ci95": None, "n": 1}
+    assert t95(100) == 1.96
+    out = tmp_path / "o"
+    args = ["simulate", "--workload", "mixed", "--workload-jobs", "60", "--nodes", "16", "--levels", "rack:4:50",
+            "--compare", "ours,best-fit,volcano", "--seeds", "3", "--seed", "5", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["seeds"] == [5, 6, 7] and sorted(metrics["per_seed"]) == ["5", "6", "7"]
+    assert metrics["summary"]["ours"]["jct_mean_s"]["n"] == 3
+    assert set(metrics["ratios"]["ours"]) == {"best-fit", "volcano"}
+    report = (out / "report.md").read_text()
+    assert "## Over 3 seeds (5, 6, 7)" in report and "| ours / best-fit |" in report
+    assert (out / "ratios.png").read_bytes()[:4] == b"\x89PNG"

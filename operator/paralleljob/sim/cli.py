@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.core.cost import COST_MODELS
+from paralleljob.core.topology import Topology
 from paralleljob.sim.alibaba import read_pods
 from paralleljob.sim.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
+from paralleljob.sim.compare import summarize
 from paralleljob.sim.core_queue import PRESETS as CORE_QUEUES
 from paralleljob.sim.engine import SimConfig, SimResult, Simulation
 from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rate
@@ -98,6 +100,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--days", type=float, help="simulate this many days (later jobs are not loaded)")
     p.add_argument("--max-jobs", type=int, help="only the first N jobs of the trace")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=1,
+                   help="replicate over seeds seed..seed+K-1; the report adds means, 95%% intervals and ratios")
     p.add_argument("--samples", type=int, default=200, help="time-series samples over the run")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -125,10 +129,10 @@ def load_trace(path: Path, fmt: str, limit: int | None) -> list[TraceJob]:
     return read_pods(path, limit) if fmt == "alibaba" else read_generic(path, limit)
 
 
-def _jobs(args: argparse.Namespace, cluster_gpus: int) -> tuple[list[TraceJob], dict[str, Any]]:
+def _jobs(args: argparse.Namespace, cluster_gpus: int, seed: int) -> tuple[list[TraceJob], dict[str, Any]]:
     """The jobs to replay and how the header describes them."""
     if args.workload is not None:
-        trace = mixed_workload(args.workload_jobs, cluster_gpus, seed=args.seed, load=args.workload_load)
+        trace = mixed_workload(args.workload_jobs, cluster_gpus, seed=seed, load=args.workload_load)
         return sort_and_limit(trace, args.max_jobs), {
             "file": None, "format": f"synthetic {args.workload}", "offered_load": args.workload_load
         }
@@ -136,7 +140,7 @@ def _jobs(args: argparse.Namespace, cluster_gpus: int) -> tuple[list[TraceJob], 
     trace = load_trace(args.trace, fmt, args.max_jobs)
     info: dict[str, Any] = {"file": args.trace.name, "format": fmt}
     if args.overlay_3d:
-        trace = overlay_3d(trace, args.overlay_3d, cluster_gpus // 2, args.seed)
+        trace = overlay_3d(trace, args.overlay_3d, cluster_gpus // 2, seed)
         info["overlay_3d_share"] = args.overlay_3d
     return trace, info
 
@@ -152,7 +156,9 @@ def _failure_stats(args: argparse.Namespace) -> FailureStats | None:
     return None
 
 
-def _config(args: argparse.Namespace, policy: str, stats: FailureStats | None, rate: float) -> SimConfig:
+def _config(
+    args: argparse.Namespace, policy: str, stats: FailureStats | None, rate: float, seed: int
+) -> SimConfig:
     interval = None if args.checkpoint_interval == "young-daly" else float(args.checkpoint_interval)
     return SimConfig(
         policy=policy,
@@ -174,9 +180,35 @@ def _config(args: argparse.Namespace, policy: str, stats: FailureStats | None, r
         memory_per_gpu_gb=args.memory_per_gpu,
         horizon_s=args.days * DAY if args.days is not None else None,
         samples=args.samples,
-        seed=args.seed,
+        seed=seed,
         check_invariants=args.check_invariants,
     )
+
+
+def _run_policies(
+    args: argparse.Namespace, topology: Topology, trace: list[TraceJob], policies: list[str],
+    stats: FailureStats | None, rate: float, seed: int,
+) -> tuple[dict[str, SimResult], int]:  # fmt: skip
+    results: dict[str, SimResult] = {}
+    replayed = len(trace)
+    for policy in policies:
+        config = _config(args, policy, stats, rate, seed)
+        simulation = Simulation(topology, trace, config, progress=None)
+        replayed = len(simulation.trace)  # --days leaves out the jobs submitted after the horizon
+        if not replayed:
+            raise ValueError(f"no job of the trace is submitted within --days {args.days:g}")
+        bar = ProgressBar(f"{policy} seed {seed}", simulation.span)
+        simulation.progress = bar
+        started = time.monotonic()
+        results[policy] = simulation.run()
+        bar.close()
+        wall = time.monotonic() - started
+        events = results[policy].metrics["events"]
+        print(f"{policy} (seed {seed}): {replayed} jobs, {events} events in {wall:.1f} s", file=sys.stderr)
+        rejected = results[policy].metrics["jobs"]["rejected"]
+        if rejected:
+            print(f"{policy}: {rejected} job(s) rejected (can never fit); they are in no JCT", file=sys.stderr)
+    return results, replayed
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -194,32 +226,24 @@ def _run(args: argparse.Namespace) -> int:
         if args.oversubscription != 1.0:
             raise ValueError("--oversubscription needs --nodes with --levels (a node list has one network level)")
         topology = node_list_cluster(args.node_list, args.node_sample, args.cluster_seed, *bandwidths)
-    trace, trace_info = _jobs(args, topology.num_gpus)
     stats = _failure_stats(args)
     rate = parse_rate(args.failures, stats)
     if rate > 0 and stats is None:
         raise ValueError("failure injection needs failure_stats.csv for its causes: pass --failure-stats")
-    results: dict[str, SimResult] = {}
-    replayed = len(trace)
-    for policy in policies:
-        config = _config(args, policy, stats, rate)
-        simulation = Simulation(topology, trace, config, progress=None)
-        replayed = len(simulation.trace)  # --days leaves out the jobs submitted after the horizon
-        if not replayed:
-            raise ValueError(f"no job of the trace is submitted within --days {args.days:g}")
-        bar = ProgressBar(policy, simulation.span)
-        simulation.progress = bar
-        started = time.monotonic()
-        results[policy] = simulation.run()
-        bar.close()
-        wall = time.monotonic() - started
-        events = results[policy].metrics["events"]
-        print(f"{policy}: {replayed} jobs, {events} events in {wall:.1f} s", file=sys.stderr)
-        rejected = results[policy].metrics["jobs"]["rejected"]
-        if rejected:
-            print(f"{policy}: {rejected} job(s) rejected (can never fit); they are in no JCT", file=sys.stderr)
-    header = {
-        "trace": {**trace_info, "jobs": replayed, "jobs_read": len(trace)},
+    if args.seeds < 1:
+        raise ValueError("--seeds must be >= 1")
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    by_seed: dict[int, dict[str, SimResult]] = {}
+    first: tuple[int, int, dict[str, Any]] | None = None  # the first seed's jobs read, replayed, description
+    for seed in seeds:
+        trace, trace_info = _jobs(args, topology.num_gpus, seed)
+        by_seed[seed], replayed = _run_policies(args, topology, trace, policies, stats, rate, seed)
+        first = first or (len(trace), replayed, trace_info)
+    assert first is not None
+    results = by_seed[seeds[0]]
+    jobs_read, replayed, trace_info = first
+    header: dict[str, Any] = {
+        "trace": {**trace_info, "jobs": replayed, "jobs_read": jobs_read},
         "cluster": describe(topology),
         "config": {
             "seed": args.seed,
@@ -247,9 +271,13 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_plots:
         from paralleljob.sim.plots import plot_all  # matplotlib only when plots are wanted
 
-        plots = plot_all(results, args.out)
+        plots = plot_all(results, args.out, by_seed if len(seeds) > 1 else None)
     from paralleljob.sim.report import write_outputs
 
+    comparison = summarize({s: {p: r.metrics for p, r in runs.items()} for s, runs in by_seed.items()})
+    if len(seeds) > 1:
+        header = {**header, "seeds": seeds, **comparison}
+        header["per_seed"] = {str(s): {p: r.metrics for p, r in runs.items()} for s, runs in by_seed.items()}
     write_outputs(args.out, header, results, plots)
     print(f"wrote {args.out / 'metrics.json'} and {args.out / 'report.md'}", file=sys.stderr)
     return 0

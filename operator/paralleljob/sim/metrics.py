@@ -12,6 +12,8 @@ Definitions:
   allocation, over [first submit, last submit] only, where every policy is offered the same load.
 * Empty sets (no job completed, none started) give ``None`` (``null`` in JSON, "n/a" in reports), not 0.
 * Communication cost: the cost model's total_ms of each job's first placement, over multi-GPU jobs.
+* ETTR (effective training time ratio): trace GPU-time / GPU-time from first start to finish, completed jobs.
+* Finish-time ratio (Themis-style fairness): JCT / trace duration per completed job (1 = as if alone).
 * Goodput lost to failures: GPU-hours of computing whose work was thrown away (since the last checkpoint),
   plus GPU-hours held while jobs restarted.
 """
@@ -118,6 +120,10 @@ def job_metrics(
         "makespan_s": max(finishes) - min(j.trace.submit_s for j in jobs) if finishes else None,
         "jct_s": summary([j.finished - j.trace.submit_s for j in done if j.finished is not None]),
         "queueing_delay_s": summary([j.first_start - j.trace.submit_s for j in started if j.first_start is not None]),
+        "ettr": ettr(done),
+        "finish_time_ratio": summary(
+            [(j.finished - j.trace.submit_s) / j.trace.duration_s for j in done if j.finished and j.trace.duration_s]
+        ),
         "gpu_allocation": allocated_gpu_s / capacity if capacity else 0.0,
         "gpu_unhealthy_share": unhealthy_gpu_s / capacity if capacity else 0.0,
         "comm_cost_ms_multi_gpu_jobs": summary([j.first_cost_ms or 0.0 for j in multi]),
@@ -132,6 +138,17 @@ def job_metrics(
             "share_of_capacity": (lost_gpu_s + restart_gpu_s) / capacity if capacity else 0.0,
         },
     }
+
+
+def ettr(done: Sequence[SimJob]) -> float | None:
+    """Effective training time ratio, GPU-weighted over completed jobs: the GPU-time a job needs on the ideal
+    placement without failures (its trace duration) over the GPU-time from its first start to its finish.
+    Placement slowdown, lost work, restarts, checkpoint writes and waits after a requeue all lower it."""
+    need = math.fsum(j.trace.duration_s * j.num_gpus for j in done)
+    held = math.fsum(
+        (j.finished - j.first_start) * j.num_gpus for j in done if j.finished and j.first_start is not None
+    )
+    return need / held if held > 0 else None
 
 
 def failure_metrics(tally: FailureTally) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Placement policies wrap placers from the core, imported, never copied: ``ours`` is the core
 :class:`~paralleljob.core.placer.Placer` with minimal recovery (``ours-full``: with full recovery, to
 measure what the minimal repair buys or costs); ``first-fit`` and ``best-fit`` are the
-baselines of :mod:`paralleljob.core.baselines` with full re-placement on failure (the job restarts
+baselines of :mod:`paralleljob.core.baselines`, ``volcano`` the tier-scoring one of
+:mod:`paralleljob.sim.volcano`; the baselines re-place the whole job on failure (the job restarts
 elsewhere, as a plain gang scheduler would do it).
 
 Queue policies decide the order in which waiting jobs are tried and whom to preempt. This is the seam for
@@ -24,6 +25,7 @@ from paralleljob.core.job import JobSpec
 from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import RecoveryStrategy
+from paralleljob.sim.volcano import VolcanoTierPlacer
 
 
 class PlacerLike(Protocol):
@@ -51,6 +53,9 @@ PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
     ),
     "best-fit": PlacementPolicy(
         "best-fit", BestFitDomainPlacer, None, "FIFO + best-fit by domain (Kueue-TAS-like, no cost model)"
+    ),
+    "volcano": PlacementPolicy(
+        "volcano", VolcanoTierPlacer, None, "FIFO + Volcano-style tier scoring, binpack pod by pod (rank-blind)"
     ),
 }
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from paralleljob.sim.compare import markdown_summary
 from paralleljob.sim.engine import SimResult
 from paralleljob.sim.metrics import rounded
 
@@ -142,9 +143,14 @@ def markdown_report(
         "",
         *rejection_note(results),
     ]
+    if "summary" in header:
+        parts += markdown_summary(header, header["seeds"])
     if plots:
         parts += ["## Plots", ""]
-        titles = {"jct_cdf": "JCT CDF", "allocation": "GPU allocation over time", "fragmentation": "Fragmentation"}
+        titles = {
+            "jct_cdf": "JCT CDF", "allocation": "GPU allocation over time", "fragmentation": "Fragmentation",
+            "ratios": "Ratios to the first baseline, over seeds (95% intervals)",
+        }  # fmt: skip
         for key, file in plots.items():
             parts += [f"### {titles.get(key, key)}", "", f"![{titles.get(key, key)}]({file})", ""]
     parts += [
