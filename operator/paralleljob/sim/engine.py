@@ -24,6 +24,7 @@ from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import recover
+from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule, decide_migration
 from paralleljob.core.topology import Topology
 from paralleljob.sim.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
 from paralleljob.sim.events import Event, EventQueue, Kind, SimClock
@@ -77,6 +78,7 @@ class SimConfig:
     seed: int = 0
     check_invariants: bool = False
     scripted_failures: tuple[Failure, ...] = ()  # exact failures (tests), on top of the Poisson ones
+    reoptimize_rule: ReoptimizeRule = DEFAULT_RULE  # for policies with reoptimize (ours-reopt)
 
 
 @dataclass
@@ -120,6 +122,9 @@ class Simulation:
         self.running: dict[str, RunningJob] = {}  # jobs in phase Running, for queue policies
         self.expected_end: dict[str, float] = {}  # when each running job finishes if nothing interrupts it
         self._preempting: set[str] = set()
+        self._dearer: set[str] = set()  # running jobs placed above their ideal cost (after a repair)
+        self._migrating: set[str] = set()  # a migration back is scheduled at their next checkpoint
+        self.migrations = 0
         self.node_allocated = [0] * topology.num_nodes
         self.allocated_gpus = 0
         self.gpus_down = 0
@@ -226,7 +231,12 @@ class Simulation:
         self._schedule_pending = False
         if isinstance(self.queue, CoreQueue):
             self._core_pass(self.queue)
-            return
+        else:
+            self._queue_pass()
+        if self.policy.reoptimize and self._dearer:
+            self._reoptimize_pass()
+
+    def _queue_pass(self) -> None:
         now = self.clock.now()
         for waiting in self.queue.candidates(now):
             job = self.jobs[waiting.job_id]
@@ -301,6 +311,10 @@ class Simulation:
                         self.events.push(now + decision.grace_period_s, Kind.PREEMPT, victim)
 
     def _placed(self, job: SimJob, groups: tuple[tuple[int, ...], ...], cost_ms: float) -> None:
+        if cost_ms > self.ideal.total_ms(job.spec) * (1 + 1e-9):
+            self._dearer.add(job.job_id)
+        else:
+            self._dearer.discard(job.job_id)
         job.placements += 1
         job.tp_groups_split += tp_groups_across_nodes(self.state, groups)
         job.cost_ms = cost_ms
@@ -336,6 +350,7 @@ class Simulation:
         job = self.jobs[event.job_id]
         if event.payload != (job.epoch,):
             return
+        self._dearer.discard(job.job_id)
         self._release(job.job_id)
         self.running.pop(job.job_id, None)
         self.expected_end.pop(job.job_id, None)
@@ -472,8 +487,62 @@ class Simulation:
         if repaired:
             self._request_schedule()
 
+    # ---- re-optimisation: moving a repaired job back -------------------------------------------------
+    def _best_now(self, job: SimJob) -> tuple[float, int] | None:
+        """(cost, pods that would move) of the placer's choice now, the job's own GPUs counted as free."""
+        assert isinstance(self.placer, Placer)
+        old = self.state.release(job.job_id)
+        assert old is not None
+        try:
+            best = self.placer.place(job.spec, self.model, previous=old)
+        except PlacementInfeasible:
+            return None
+        finally:
+            self.state.allocate(old)
+        moved = sum(1 for a, b in zip(old.groups, best.groups, strict=True) if a != b)
+        return best.cost.total_ms, moved
+
+    def _reoptimize_pass(self) -> None:
+        """For every running job above its ideal cost, ask core.reoptimize whether to move back; if so, at
+        the end of its next checkpoint write (no work is lost), as the operator would."""
+        now = self.clock.now()
+        for job_id in sorted(self._dearer - self._migrating):
+            job = self.jobs[job_id]
+            if job.phase is not Phase.RUNNING or now < job.segment_start:
+                continue  # restarting: decide once it runs
+            best = self._best_now(job)
+            if best is None:
+                continue
+            decision = decide_migration(job.cost_ms, best[0], best[1], job.plan.interval_s, self.config.reoptimize_rule)
+            if decision.migrate:
+                period = job.plan.period_s
+                boundary = job.segment_start + (math.floor((now - job.segment_start) / period) + 1) * period
+                self._migrating.add(job_id)
+                self.events.push(boundary, Kind.PREEMPT, job_id, ("migrate", job.epoch))
+
+    def _migrate(self, job: SimJob) -> None:
+        self._migrating.discard(job.job_id)
+        best = self._best_now(job)
+        if best is None or best[0] >= job.cost_ms:
+            return  # the room went meanwhile: keep running where it is
+        self._interrupt(job, graceful=True)  # right after a checkpoint: nothing is lost
+        old = self._release(job.job_id)
+        assert old is not None and isinstance(self.placer, Placer)
+        placement = self.placer.place(job.spec, self.model, previous=old)
+        self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
+        job.step(Step.WORKER_FAILED, Step.REPAIRED)  # the lifecycle's restart-in-place path
+        self.migrations += 1
+        self._placed(job, placement.groups, placement.cost.total_ms)
+        self._restart(job)
+
     def _on_preempt(self, event: Event) -> None:
         job = self.jobs[event.job_id]
+        if event.payload and event.payload[0] == "migrate":
+            if event.payload[1] == job.epoch and job.phase is Phase.RUNNING:
+                self._migrate(job)
+            else:
+                self._migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
+            return
         self._preempting.discard(job.job_id)
         if job.phase is not Phase.RUNNING:
             return
@@ -532,6 +601,7 @@ class Simulation:
             "busy_period_s": max(0.0, self.busy_to - self.busy_from),
             "fragmentation_mean": mean_fragmentation(self.series),
             "failures": failure_metrics(self.tally),
+            **({"migrations_back": self.migrations} if self.policy.reoptimize else {}),
         }
         if isinstance(self.queue, CoreQueue) and self.queue.jain:
             metrics["fairness_jain_mean"] = math.fsum(self.queue.jain) / len(self.queue.jain)

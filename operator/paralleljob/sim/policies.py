@@ -39,6 +39,8 @@ class PlacementPolicy:
     # Minimal/full use the core's recover(); None re-places the whole job with this policy's own placer.
     recovery: RecoveryStrategy | None
     description: str
+    # Move a job back to a cheaper placement at a checkpoint boundary when core.reoptimize says so.
+    reoptimize: bool = False
 
 
 PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
@@ -47,6 +49,14 @@ PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
     ),
     "ours-full": PlacementPolicy(
         "ours-full", Placer, RecoveryStrategy.FULL, "core Placer (cost-optimal placement) + full recovery"
+    ),
+    "ours-reopt": PlacementPolicy(
+        "ours-reopt", Placer, RecoveryStrategy.MINIMAL,
+        "core Placer + minimal recovery + migration back at a checkpoint (core.reoptimize)", reoptimize=True,
+    ),
+    "ours-full-reopt": PlacementPolicy(
+        "ours-full-reopt", Placer, RecoveryStrategy.FULL,
+        "core Placer + full recovery + migration back at a checkpoint (core.reoptimize)", reoptimize=True,
     ),
     "first-fit": PlacementPolicy(
         "first-fit", FirstFitPlacer, None, "FIFO + first-fit: first free GPUs in id order (topology-unaware)"
