@@ -223,3 +223,23 @@ def test_core_fair_pass_backfills_past_a_blocked_head() -> None:
     assert jct(fair, "C") == 50.0
     assert jct(fair, "B") == jct(strict, "B") == 1090.0
     assert "fairness_jain_mean" in fair._result().metrics
+
+
+def test_a_repaired_job_migrates_back_at_a_checkpoint_once_the_hardware_returns() -> None:
+    # J (TP8 x DP2) sits on nodes 0 and 1 (rack 0). Node 1 fails at t=100 for 500 s: the minimal repair moves
+    # that group to node 2, in the other rack, where its DP ring crawls at 10 GB/s. When node 1 is back at
+    # t=600, core.reoptimize says move back; it does so at the end of the next checkpoint write (t=770:
+    # restarted at 160, periods of 300 + 5 s), losing nothing, and finishes earlier than staying put.
+    topology = Topology.uniform(3, levels=[("rack", 2, 100.0)], inter_node_bw_gbps=10.0)
+    failure = Failure(100.0, node=1, cause="NIC", scope=Scope.NODE, gpu_index=0, repair_s=500.0)
+    trace = [job("J", 0, 20_000, (8, 1, 2))]
+    common = dict(checkpoint_interval_s=300.0, checkpoint_cost_s=5.0, scripted_failures=(failure,))
+    stay = run(topology, trace, policy="ours", **common)
+    back = run(topology, trace, policy="ours-reopt", **common)
+    j = back.jobs["J"]
+    assert back.migrations == 1 and stay.migrations == 0
+    assert j.placements == 3 and j.restarts == 1 and j.lost_work_s == stay.jobs["J"].lost_work_s
+    assert j.restart_gpu_s == 2 * 60.0 * 16  # the failure's restart and the migration's
+    assert j.cost_ms == back.ideal.total_ms(j.spec) < stay.jobs["J"].cost_ms
+    assert jct(back, "J") < jct(stay, "J")
+    assert back._result().metrics["migrations_back"] == 1
