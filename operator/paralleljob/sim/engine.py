@@ -125,6 +125,9 @@ class Simulation:
         self._dearer: set[str] = set()  # running jobs placed above their ideal cost (after a repair)
         self._migrating: set[str] = set()  # a migration back is scheduled at their next checkpoint
         self.migrations = 0
+        # Bumped whenever GPUs are freed or come back: a job found not worth moving is asked again only then.
+        self._room_epoch = 0
+        self._asked_at: dict[str, int] = {}
         self.node_allocated = [0] * topology.num_nodes
         self.allocated_gpus = 0
         self.gpus_down = 0
@@ -373,6 +376,7 @@ class Simulation:
         allocation = self.state.release(job_id)
         if allocation is not None:
             self._count(allocation, -1)
+            self._room_epoch += 1
         return allocation
 
     def _count(self, allocation: Allocation, sign: int) -> None:
@@ -444,6 +448,7 @@ class Simulation:
         job.step(Step.HARDWARE_FAILED)
         job.restarts += 1
         old = self.state.allocations[job.job_id]
+        self._room_epoch += 1  # its healthy GPUs may be freed
         groups: tuple[tuple[int, ...], ...] | None = None
         cost_ms = 0.0
         if self.policy.recovery is not None:
@@ -485,6 +490,7 @@ class Simulation:
                 repaired += 1
         self.gpus_down -= repaired
         if repaired:
+            self._room_epoch += 1
             self._request_schedule()
 
     # ---- re-optimisation: moving a repaired job back -------------------------------------------------
@@ -510,6 +516,9 @@ class Simulation:
             job = self.jobs[job_id]
             if job.phase is not Phase.RUNNING or now < job.segment_start:
                 continue  # restarting: decide once it runs
+            if self._asked_at.get(job_id) == self._room_epoch:
+                continue  # nothing was freed since the last "no": the answer is the same
+            self._asked_at[job_id] = self._room_epoch
             best = self._best_now(job)
             if best is None:
                 continue
