@@ -140,3 +140,10 @@ def test_first_fit_computes_cluster_capacity_once_per_memory_size() -> None:
     assert placer.capacity(40.0) == 32 and placer.capacity(100.0) == 0
     placer.state.topology = Topology.uniform(1)  # a stale topology would show: the cache answers
     assert placer.capacity(40.0) == 32
+
+
+def test_jobs_are_counted_by_the_level_their_placement_spans() -> None:
+    # Two racks of one node each: an 8-GPU job fits a node; a 16-GPU job must cross racks.
+    topology = Topology.uniform(2, levels=[("rack", 1, 100.0)])
+    simulation = run(topology, [job("A", 0, 10, (8, 1, 1)), job("B", 20, 10, (8, 1, 2)), job("C", 40, 10, (1, 1, 1))])
+    assert simulation._result().metrics["multi_gpu_jobs_by_span_level"] == {"node": 1, "rack": 0, "cluster": 1}

@@ -19,6 +19,7 @@ from paralleljob.core.baselines import tp_groups_across_nodes
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
+from paralleljob.core.evaluate import nodes_common_level
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
@@ -322,6 +323,8 @@ class Simulation:
         job.tp_groups_split += tp_groups_across_nodes(self.state, groups)
         job.cost_ms = cost_ms
         if job.first_cost_ms is None:
+            gpu_node = self.topology.gpu_node
+            job.first_span_level = nodes_common_level(self.topology, {gpu_node[g] for grp in groups for g in grp})
             job.first_cost_ms = cost_ms
             job.first_slowdown = self._slowdown(job)
 
@@ -592,6 +595,16 @@ class Simulation:
         if counts["unhealthy"] != self.gpus_down:
             raise InvariantViolated(f"{counts['unhealthy']} GPUs unhealthy, {self.gpus_down} recorded down")
 
+    def _span_levels(self, jobs: list[SimJob]) -> dict[str, int]:
+        """Multi-GPU jobs by the lowest level that holds their first placement: how many rings and pipelines
+        cross a rack or a spine."""
+        names = [level.name for level in self.topology.levels]
+        counts = dict.fromkeys(names, 0)
+        for job in jobs:
+            if job.num_gpus > 1 and job.first_cost_ms is not None:
+                counts[names[job.first_span_level]] += 1
+        return counts
+
     def _busy_allocation(self) -> float | None:
         span = self.busy_to - self.busy_from
         return self._busy_gpu_s / (self.topology.num_gpus * span) if span > 0 else None
@@ -609,6 +622,7 @@ class Simulation:
             "gpu_allocation_busy_period": self._busy_allocation(),
             "busy_period_s": max(0.0, self.busy_to - self.busy_from),
             "fragmentation_mean": mean_fragmentation(self.series),
+            "multi_gpu_jobs_by_span_level": self._span_levels(jobs),
             "failures": failure_metrics(self.tally),
             **({"migrations_back": self.migrations} if self.policy.reoptimize else {}),
         }

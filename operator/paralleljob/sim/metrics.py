@@ -12,6 +12,7 @@ Definitions:
   allocation, over [first submit, last submit] only, where every policy is offered the same load.
 * Empty sets (no job completed, none started) give ``None`` (``null`` in JSON, "n/a" in reports), not 0.
 * Communication cost: the cost model's total_ms of each job's first placement, over multi-GPU jobs.
+* Span: multi-GPU jobs by the lowest topology level that holds their first placement (node, rack, ...).
 * ETTR (effective training time ratio): trace GPU-time / GPU-time from first start to finish, completed jobs.
 * Finish-time ratio (Themis-style fairness): JCT / trace duration per completed job (1 = as if alone).
 * Goodput lost to failures: GPU-hours of computing whose work was thrown away (since the last checkpoint),
