@@ -73,10 +73,10 @@ def test_first_fit_split_stretches_the_job_by_the_cost_model() -> None:
     # at 50 GB/s instead of NVLink's 600, 12x the (only) cost term. With 10% communication at the ideal
     # placement the step takes 0.9 + 0.1 * 12 = 2.1x as long: 100 s of work become 210 s.
     trace = [job("J1", 0, 1000, (1, 1, 7)), job("J2", 1, 100, (1, 1, 2))]
-    first_fit = run(Topology.uniform(2), trace, policy="first-fit", comm_fraction=0.1)
+    first_fit = run(Topology.uniform(2), trace, policy="first-fit", step_model="fraction", comm_fraction=0.1)
     assert jct(first_fit, "J2") == pytest.approx(210.0, rel=1e-9)
     assert first_fit.jobs["J2"].first_slowdown == pytest.approx(2.1, rel=1e-9)
-    ours = run(Topology.uniform(2), trace, policy="ours", comm_fraction=0.1)
+    ours = run(Topology.uniform(2), trace, policy="ours", step_model="fraction", comm_fraction=0.1)
     assert jct(ours, "J2") == 100.0  # both GPUs on node 1: the ideal placement, no stretch
 
 
@@ -181,7 +181,7 @@ def random_trace(seed: int, jobs: int, max_gpus: int = 24) -> list[TraceJob]:
     return out
 
 
-@pytest.mark.parametrize("policy", ["ours", "first-fit", "best-fit"])
+@pytest.mark.parametrize("policy", ["ours", "first-fit", "best-fit", "volcano"])
 def test_gpus_are_conserved_at_every_event_under_heavy_failures(policy: str) -> None:
     from paralleljob.sim.failures import Cause
 
@@ -223,3 +223,23 @@ def test_core_fair_pass_backfills_past_a_blocked_head() -> None:
     assert jct(fair, "C") == 50.0
     assert jct(fair, "B") == jct(strict, "B") == 1090.0
     assert "fairness_jain_mean" in fair._result().metrics
+
+
+def test_a_repaired_job_migrates_back_at_a_checkpoint_once_the_hardware_returns() -> None:
+    # J (TP8 x DP2) sits on nodes 0 and 1 (rack 0). Node 1 fails at t=100 for 500 s: the minimal repair moves
+    # that group to node 2, in the other rack, where its DP ring crawls at 10 GB/s. When node 1 is back at
+    # t=600, core.reoptimize says move back; it does so at the end of the next checkpoint write (t=770:
+    # restarted at 160, periods of 300 + 5 s), losing nothing, and finishes earlier than staying put.
+    topology = Topology.uniform(3, levels=[("rack", 2, 100.0)], inter_node_bw_gbps=10.0)
+    failure = Failure(100.0, node=1, cause="NIC", scope=Scope.NODE, gpu_index=0, repair_s=500.0)
+    trace = [job("J", 0, 20_000, (8, 1, 2))]
+    common = dict(checkpoint_interval_s=300.0, checkpoint_cost_s=5.0, scripted_failures=(failure,))
+    stay = run(topology, trace, policy="ours", **common)
+    back = run(topology, trace, policy="ours-reopt", **common)
+    j = back.jobs["J"]
+    assert back.migrations == 1 and stay.migrations == 0
+    assert j.placements == 3 and j.restarts == 1 and j.lost_work_s == stay.jobs["J"].lost_work_s
+    assert j.restart_gpu_s == 2 * 60.0 * 16  # the failure's restart and the migration's
+    assert j.cost_ms == back.ideal.total_ms(j.spec) < stay.jobs["J"].cost_ms
+    assert jct(back, "J") < jct(stay, "J")
+    assert back._result().metrics["migrations_back"] == 1

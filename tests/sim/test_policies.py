@@ -31,7 +31,7 @@ def fragmented_trace() -> list[TraceJob]:
     return trace
 
 
-@pytest.mark.parametrize("policy", ["ours", "best-fit", "first-fit"])
+@pytest.mark.parametrize("policy", ["ours", "best-fit", "first-fit", "volcano"])
 def test_tp_groups_across_nodes(policy: str) -> None:
     simulation = Simulation(Topology.uniform(6), fragmented_trace(), SimConfig(policy=policy, check_invariants=True))
     metrics = simulation.run().metrics
@@ -98,3 +98,17 @@ def test_fifo_keeps_arrival_order_across_requeues() -> None:
     assert [j.job_id for j in queue.candidates(5.0)] == ["a", "b", "c"]
     queue.remove("b")
     assert [j.job_id for j in queue.candidates(5.0)] == ["a", "c"] and len(queue) == 2
+
+
+def test_volcano_takes_the_lowest_tier_then_the_fullest_node_pod_by_pod() -> None:
+    from paralleljob.sim.volcano import VolcanoTierPlacer
+
+    # Two racks of two nodes. Rack 0 has node 0 with 6 GPUs taken; rack 1 is empty. A TP2 x DP2 job fits
+    # rack 0 (the most utilised rack that holds it); its pods binpack: node 0's last two GPUs first.
+    state = ClusterState(Topology.uniform(4, levels=[("rack", 2, 100.0)]))
+    state.allocate(Allocation("busy", ((0, 1, 2, 3, 4, 5),), 0.0))
+    placement = VolcanoTierPlacer(state).place(JobSpec("j", 2, 1, 2, 0.0), SEED)
+    assert placement.groups == ((6, 7), (8, 9))
+    assert tp_groups_across_nodes(state, placement.groups) == 0
+    with pytest.raises(PlacementInfeasible):
+        VolcanoTierPlacer(state).place(JobSpec("big", 8, 1, 4, 0.0), SEED)

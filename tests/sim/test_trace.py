@@ -42,6 +42,9 @@ def test_generic_trace_with_and_without_shapes(tmp_path: Path) -> None:
         ("submit_s,duration_s,num_gpus\n1,x,2\n", "t.csv:2: duration_s must be a number"),
         ("submit_s,duration_s,num_gpus\n1,2,0\n", "num_gpus must be a whole number >= 1"),
         ("submit_s,duration_s,num_gpus,tp,pp,dp\n1,2,8,2,2,1\n", "tp\\*pp\\*dp = 4 but num_gpus = 8"),
+        ("submit_s,duration_s,num_gpus\n1,2,4\n3,4\n", "t.csv:3: 2 field\\(s\\), but the header has 3"),
+        ("submit_s,duration_s,num_gpus\n1,2,4,9\n", "t.csv:2: 4 field\\(s\\), but the header has 3"),
+        ("submit_s,duration_s,num_gpus\n", "no jobs \\(only a header\\)"),
     ],
 )
 def test_bad_generic_traces_name_the_line(tmp_path: Path, body: str, message: str) -> None:
@@ -49,6 +52,23 @@ def test_bad_generic_traces_name_the_line(tmp_path: Path, body: str, message: st
     path.write_text(body)
     with pytest.raises(TraceError, match=message):
         read_generic(path)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes("\ufeffsubmit_s,duration_s,num_gpus\n1,2,4\n".encode())
+    assert [(j.submit_s, j.num_gpus) for j in read_generic(path)] == [(1.0, 4)]
+
+
+def test_alibaba_adapter_refuses_short_rows_and_empty_files(tmp_path: Path) -> None:
+    path = tmp_path / "pods.csv"
+    header = "name,num_gpu,gpu_milli,creation_time,deletion_time,scheduled_time"
+    path.write_text("\ufeff" + header + "\n")
+    with pytest.raises(TraceError, match="no pod with a GPU"):
+        read_pods(path)
+    path.write_text(header + "\np,1,1000,0,5\n")
+    with pytest.raises(TraceError, match=r"pods\.csv:2: 5 field"):
+        read_pods(path)
 
 
 def test_alibaba_adapter_rules(tmp_path: Path) -> None:

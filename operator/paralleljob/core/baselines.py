@@ -58,13 +58,23 @@ class FirstFitPlacer:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self._capacity: dict[float, int] = {}  # GPUs with at least this much memory; the topology is fixed
+
+    def capacity(self, memory_gb: float) -> int:
+        """GPUs of the whole cluster with enough memory, computed once per memory size (not per waiting job)."""
+        cached = self._capacity.get(memory_gb)
+        if cached is None:
+            topology = self.state.topology
+            cached = self._capacity[memory_gb] = sum(
+                count
+                for count, m in zip(topology.node_gpu_count, topology.node_gpu_memory_gb, strict=True)
+                if m >= memory_gb
+            )
+        return cached
 
     def check_feasible(self, job: JobSpec) -> None:
         state, mem = self.state, job.memory_per_gpu_gb
-        topology = state.topology
-        capacity = sum(
-            count for count, m in zip(topology.node_gpu_count, topology.node_gpu_memory_gb, strict=True) if m >= mem
-        )
+        capacity = self.capacity(mem)
         if capacity < job.num_gpus:
             raise PlacementInfeasible(
                 job.job_id,

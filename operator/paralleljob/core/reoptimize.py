@@ -29,11 +29,14 @@ from paralleljob.core.errors import InvalidRequest
 
 @dataclass(frozen=True, slots=True)
 class ReoptimizeRule:
-    min_cost_ratio: float = 1.2  # current / best cost per step
+    min_cost_ratio: float = 1.05  # current / best cost per step (swept 1.05 / 1.2 / 2: 1.05 best)
     min_saving_ms: float = 1.0  # current - best, per step
     restart_s: float = 60.0  # a migration's fixed price: stop, re-create, rendezvous, load the checkpoint
     per_pod_s: float = 0.5  # and per pod that moves (delete, create, bind; the operator does them in parallel)
-    max_overhead_share: float = 0.25  # the price must stay under this share of one checkpoint interval
+    # The price must stay under this share of one checkpoint interval. A failure loses half an interval on
+    # average; a move that costs more than a quarter of one is not worth a few percent. The simulator could
+    # not discriminate 0.1 / 0.25 / 1 (Young/Daly intervals there are hours long, a restart a minute).
+    max_overhead_share: float = 0.25
 
     def __post_init__(self) -> None:
         for name in ("min_cost_ratio", "min_saving_ms", "restart_s", "per_pod_s", "max_overhead_share"):

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from paralleljob.core.topology import Level, NodeSpec, Topology
-from paralleljob.sim.trace import TraceError, TraceJob, sort_and_limit
+from paralleljob.sim.trace import TraceError, TraceJob, check_row_width, open_csv, sort_and_limit
 
 GPU_MEMORY_GB = {"P100": 16.0, "T4": 16.0, "V100M16": 16.0, "V100M32": 32.0, "A10": 24.0, "G2": 32.0, "G3": 32.0}
 DEFAULT_GPU_MEMORY_GB = 32.0
@@ -26,13 +26,16 @@ DEFAULT_GPU_MEMORY_GB = 32.0
 
 def read_pods(path: Path, limit: int | None = None) -> list[TraceJob]:
     jobs = []
-    with path.open(newline="") as handle:
+    with open_csv(path) as handle:
         reader = csv.DictReader(handle)
         needed = {"name", "num_gpu", "gpu_milli", "creation_time", "deletion_time", "scheduled_time"}
         missing = needed - set(reader.fieldnames or ())
         if missing:
             raise TraceError(f"{path.name}: not an Alibaba 2023 pod list, missing column(s) {sorted(missing)}")
-        for line, row in enumerate(reader, start=2):
+        width = len(reader.fieldnames or ())
+        for row in reader:
+            line = reader.line_num
+            check_row_width(row, width, f"{path.name}:{line}")
             try:
                 gpus = int(row["num_gpu"] or 0)
                 milli = int(row["gpu_milli"] or 0)
@@ -54,6 +57,8 @@ def read_pods(path: Path, limit: int | None = None) -> list[TraceJob]:
                     tenant=(row.get("qos") or "").strip() or "default",
                 )
             )
+    if not jobs:
+        raise TraceError(f"{path.name}: no pod with a GPU and an end (deletion_time) to replay")
     return sort_and_limit(jobs, limit)
 
 
@@ -62,7 +67,7 @@ def read_nodes(
 ) -> Topology:
     """A flat topology (node, cluster) of the trace's heterogeneous GPU nodes, in file order."""
     specs = []
-    with path.open(newline="") as handle:
+    with open_csv(path) as handle:
         reader = csv.DictReader(handle)
         if not {"sn", "gpu"} <= set(reader.fieldnames or ()):
             raise TraceError(f"{path.name}: not an Alibaba node list (need columns sn, gpu, model)")
@@ -82,7 +87,7 @@ def read_generic_nodes(
 ) -> Topology:
     """A generic node list: ``name,gpus[,gpu_memory_gb][,model][,rack]``; a ``rack`` column adds a level."""
     specs = []
-    with path.open(newline="") as handle:
+    with open_csv(path) as handle:
         reader = csv.DictReader(handle)
         columns = set(reader.fieldnames or ())
         if not {"name", "gpus"} <= columns:
@@ -107,7 +112,7 @@ def read_generic_nodes(
 
 def read_node_list(path: Path, **bandwidths: float) -> Topology:
     """Either node-list format, told apart by its header."""
-    with path.open(newline="") as handle:
+    with open_csv(path) as handle:
         header = next(csv.reader(handle), [])
     if "sn" in header:
         return read_nodes(path, **{k: v for k, v in bandwidths.items() if k != "rack_bw_gbps"})

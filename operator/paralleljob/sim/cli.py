@@ -16,14 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.core.cost import COST_MODELS
+from paralleljob.core.topology import Topology
 from paralleljob.sim.alibaba import read_pods
-from paralleljob.sim.clusters import describe, node_list_cluster, uniform_cluster
+from paralleljob.sim.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
+from paralleljob.sim.compare import summarize
 from paralleljob.sim.core_queue import PRESETS as CORE_QUEUES
 from paralleljob.sim.engine import SimConfig, SimResult, Simulation
 from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rate
+from paralleljob.sim.overlay import mixed_workload, overlay_3d
 from paralleljob.sim.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from paralleljob.sim.progress import ProgressBar
-from paralleljob.sim.trace import TraceError, TraceJob, read_generic
+from paralleljob.sim.steptime import STEP_MODELS, StepTimeModel
+from paralleljob.sim.trace import (
+    PARAMS_BILLIONS_PER_SHARD,
+    TraceError,
+    TraceJob,
+    open_csv,
+    read_generic,
+    sort_and_limit,
+)
 
 DAY = 86_400.0
 
@@ -35,21 +46,49 @@ def register(subparsers: Any) -> None:
         description="Trace-driven discrete-event simulation of the same core placer, recovery and queue policies"
         " the operator runs. Writes metrics.json, timeseries.json, jobs-<policy>.csv, PNG plots and report.md.",
     )
-    p.add_argument("--trace", type=Path, required=True, help="trace CSV (generic or Alibaba 2023 pods)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", type=Path, help="trace CSV (generic or Alibaba 2023 pods)")
+    source.add_argument(
+        "--workload", choices=["mixed"],
+        help="a synthetic workload instead of a trace: mixed = many small jobs + a few large 3D-parallel ones",
+    )
+    p.add_argument("--workload-jobs", type=int, default=2000, help="jobs of --workload")
+    p.add_argument("--workload-load", type=float, default=0.8, help="offered load of --workload")
+    p.add_argument("--overlay-3d", type=float, default=0.0,
+                   help="replace this share of the trace's jobs with published 3D-parallel LLM layouts")
     p.add_argument("--trace-format", choices=["generic", "alibaba"], help="default: told apart by the header")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--nodes", type=int, help="a uniform cluster of N nodes")
     where.add_argument("--node-list", type=Path, help="nodes from a CSV (Alibaba sn,gpu,model or name,gpus,...)")
     p.add_argument("--node-sample", type=int, help="use a seeded random subset of N nodes of --node-list")
+    p.add_argument(
+        "--cluster-seed", type=int, default=0,
+        help="seed of --node-sample's subset (independent of --seed, so the cluster stays the same across job seeds)",
+    )
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--levels", default="", help="levels above the node, e.g. rack:32:50,spine:512:25")
     p.add_argument("--intra-node-bw", type=float, default=600.0, help="GB/s per GPU inside a node")
     p.add_argument("--inter-node-bw", type=float, default=50.0, help="GB/s per GPU across the whole cluster")
+    p.add_argument(
+        "--oversubscription", type=float, default=1.0,
+        help="divide the bandwidth of every level above the lowest switch level by this (Llama 3: 7)",
+    )
     p.add_argument("--policy", default="ours", choices=sorted(PLACEMENT_POLICIES))
     p.add_argument("--compare", help="comma-separated policies to run side by side (overrides --policy)")
     p.add_argument("--queue", default="fifo", choices=sorted([*QUEUE_POLICIES, *CORE_QUEUES]))
     p.add_argument("--cost-model", default="seed", choices=sorted(COST_MODELS))
-    p.add_argument("--comm-fraction", type=float, default=0.1, help="share of a step spent communicating")
+    p.add_argument(
+        "--step-model", default="flops", choices=list(STEP_MODELS),
+        help="flops: compute from FLOPs + the cost model's ms (default); fraction: a fixed share scaled by the cost",
+    )
+    p.add_argument("--gpu-tflops", type=float, default=989.0, help="peak dense TFLOPS per GPU (flops model)")
+    p.add_argument("--mfu", type=float, default=0.4, help="achieved share of that peak (flops model)")
+    p.add_argument("--comm-overlap", type=float, default=0.0, help="share of communication hidden by compute")
+    p.add_argument("--comm-fraction", type=float, default=0.1, help="fraction model: share of a step communicating")
+    p.add_argument(
+        "--params-per-shard", type=float, default=PARAMS_BILLIONS_PER_SHARD,
+        help="billions of parameters per TP x PP shard, for trace jobs that give only a GPU count",
+    )
     p.add_argument("--failures", default="none", help="per 1000 node-days, or rsc2 / llama3 / rsc1, or none")
     p.add_argument("--failure-stats", type=Path, help="failure_stats.csv (default: next to the trace)")
     p.add_argument("--gpu-repair-hours", type=float, default=24.0)
@@ -61,6 +100,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--days", type=float, help="simulate this many days (later jobs are not loaded)")
     p.add_argument("--max-jobs", type=int, help="only the first N jobs of the trace")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=1,
+                   help="replicate over seeds seed..seed+K-1; the report adds means, 95%% intervals and ratios")
     p.add_argument("--samples", type=int, default=200, help="time-series samples over the run")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -79,7 +120,7 @@ def main(args: argparse.Namespace) -> int:
 def _trace_format(path: Path, given: str | None) -> str:
     if given:
         return given
-    with path.open() as handle:
+    with open_csv(path) as handle:
         header = handle.readline()
     return "alibaba" if "creation_time" in header and "num_gpu" in header else "generic"
 
@@ -88,7 +129,25 @@ def load_trace(path: Path, fmt: str, limit: int | None) -> list[TraceJob]:
     return read_pods(path, limit) if fmt == "alibaba" else read_generic(path, limit)
 
 
+def _jobs(args: argparse.Namespace, cluster_gpus: int, seed: int) -> tuple[list[TraceJob], dict[str, Any]]:
+    """The jobs to replay and how the header describes them."""
+    if args.workload is not None:
+        trace = mixed_workload(args.workload_jobs, cluster_gpus, seed=seed, load=args.workload_load)
+        return sort_and_limit(trace, args.max_jobs), {
+            "file": None, "format": f"synthetic {args.workload}", "offered_load": args.workload_load
+        }
+    fmt = _trace_format(args.trace, args.trace_format)
+    trace = load_trace(args.trace, fmt, args.max_jobs)
+    info: dict[str, Any] = {"file": args.trace.name, "format": fmt}
+    if args.overlay_3d:
+        trace = overlay_3d(trace, args.overlay_3d, cluster_gpus // 2, seed)
+        info["overlay_3d_share"] = args.overlay_3d
+    return trace, info
+
+
 def _failure_stats(args: argparse.Namespace) -> FailureStats | None:
+    if args.failure_stats is None and args.trace is None:
+        return None
     path = args.failure_stats or args.trace.parent / "failure_stats.csv"
     if path.is_file():
         return load_failure_stats(path)
@@ -97,13 +156,20 @@ def _failure_stats(args: argparse.Namespace) -> FailureStats | None:
     return None
 
 
-def _config(args: argparse.Namespace, policy: str, stats: FailureStats | None, rate: float) -> SimConfig:
+def _config(
+    args: argparse.Namespace, policy: str, stats: FailureStats | None, rate: float, seed: int
+) -> SimConfig:
     interval = None if args.checkpoint_interval == "young-daly" else float(args.checkpoint_interval)
     return SimConfig(
         policy=policy,
         queue=args.queue,
         cost_model=args.cost_model,
+        step_model=args.step_model,
+        gpu_tflops=args.gpu_tflops,
+        mfu=args.mfu,
+        comm_overlap=args.comm_overlap,
         comm_fraction=args.comm_fraction,
+        params_per_shard=args.params_per_shard,
         failure_rate=rate,
         causes=stats.causes if stats and rate > 0 else (),
         gpu_repair_hours=args.gpu_repair_hours,
@@ -114,9 +180,35 @@ def _config(args: argparse.Namespace, policy: str, stats: FailureStats | None, r
         memory_per_gpu_gb=args.memory_per_gpu,
         horizon_s=args.days * DAY if args.days is not None else None,
         samples=args.samples,
-        seed=args.seed,
+        seed=seed,
         check_invariants=args.check_invariants,
     )
+
+
+def _run_policies(
+    args: argparse.Namespace, topology: Topology, trace: list[TraceJob], policies: list[str],
+    stats: FailureStats | None, rate: float, seed: int,
+) -> tuple[dict[str, SimResult], int]:  # fmt: skip
+    results: dict[str, SimResult] = {}
+    replayed = len(trace)
+    for policy in policies:
+        config = _config(args, policy, stats, rate, seed)
+        simulation = Simulation(topology, trace, config, progress=None)
+        replayed = len(simulation.trace)  # --days leaves out the jobs submitted after the horizon
+        if not replayed:
+            raise ValueError(f"no job of the trace is submitted within --days {args.days:g}")
+        bar = ProgressBar(f"{policy} seed {seed}", simulation.span)
+        simulation.progress = bar
+        started = time.monotonic()
+        results[policy] = simulation.run()
+        bar.close()
+        wall = time.monotonic() - started
+        events = results[policy].metrics["events"]
+        print(f"{policy} (seed {seed}): {replayed} jobs, {events} events in {wall:.1f} s", file=sys.stderr)
+        rejected = results[policy].metrics["jobs"]["rejected"]
+        if rejected:
+            print(f"{policy}: {rejected} job(s) rejected (can never fit); they are in no JCT", file=sys.stderr)
+    return results, replayed
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -124,39 +216,47 @@ def _run(args: argparse.Namespace) -> int:
     unknown = [p for p in policies if p not in PLACEMENT_POLICIES]
     if unknown or not policies:
         raise ValueError(f"unknown policy {unknown}; choose from {sorted(PLACEMENT_POLICIES)}")
-    if not 0.0 <= args.comm_fraction <= 1.0:
-        raise ValueError("--comm-fraction must be between 0 and 1")
-    fmt = _trace_format(args.trace, args.trace_format)
-    trace = load_trace(args.trace, fmt, args.max_jobs)
+    StepTimeModel(args.step_model, args.gpu_tflops, args.mfu, args.comm_overlap, args.comm_fraction)  # validates
     bandwidths = (args.intra_node_bw, args.inter_node_bw)
     if args.nodes is not None:
-        topology = uniform_cluster(args.nodes, args.gpus_per_node, args.levels, *bandwidths)
+        levels = oversubscribed(args.levels, args.oversubscription)
+        inter = args.inter_node_bw / (args.oversubscription if levels else 1.0)
+        topology = uniform_cluster(args.nodes, args.gpus_per_node, levels, args.intra_node_bw, inter)
     else:
-        topology = node_list_cluster(args.node_list, args.node_sample, args.seed, *bandwidths)
+        if args.oversubscription != 1.0:
+            raise ValueError("--oversubscription needs --nodes with --levels (a node list has one network level)")
+        topology = node_list_cluster(args.node_list, args.node_sample, args.cluster_seed, *bandwidths)
     stats = _failure_stats(args)
     rate = parse_rate(args.failures, stats)
     if rate > 0 and stats is None:
         raise ValueError("failure injection needs failure_stats.csv for its causes: pass --failure-stats")
-    results: dict[str, SimResult] = {}
-    for policy in policies:
-        config = _config(args, policy, stats, rate)
-        simulation = Simulation(topology, trace, config, progress=None)
-        bar = ProgressBar(policy, simulation.span)
-        simulation.progress = bar
-        started = time.monotonic()
-        results[policy] = simulation.run()
-        bar.close()
-        wall = time.monotonic() - started
-        events = results[policy].metrics["events"]
-        print(f"{policy}: {len(trace)} jobs, {events} events in {wall:.1f} s", file=sys.stderr)
-    header = {
-        "trace": {"file": args.trace.name, "format": fmt, "jobs": len(trace)},
+    if args.seeds < 1:
+        raise ValueError("--seeds must be >= 1")
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    by_seed: dict[int, dict[str, SimResult]] = {}
+    first: tuple[int, int, dict[str, Any]] | None = None  # the first seed's jobs read, replayed, description
+    for seed in seeds:
+        trace, trace_info = _jobs(args, topology.num_gpus, seed)
+        by_seed[seed], replayed = _run_policies(args, topology, trace, policies, stats, rate, seed)
+        first = first or (len(trace), replayed, trace_info)
+    assert first is not None
+    results = by_seed[seeds[0]]
+    jobs_read, replayed, trace_info = first
+    header: dict[str, Any] = {
+        "trace": {**trace_info, "jobs": replayed, "jobs_read": jobs_read},
         "cluster": describe(topology),
         "config": {
             "seed": args.seed,
+            "cluster_seed": args.cluster_seed,
             "queue": args.queue,
             "cost_model": args.cost_model,
-            "comm_fraction": args.comm_fraction,
+            "step_model": args.step_model,
+            **(
+                {"comm_fraction": args.comm_fraction}
+                if args.step_model == "fraction"
+                else {"gpu_tflops": args.gpu_tflops, "mfu": args.mfu, "comm_overlap": args.comm_overlap}
+            ),
+            "params_per_shard": args.params_per_shard,
             "failure_rate_per_1000_node_days": rate,
             "checkpoint_interval": args.checkpoint_interval,
             "checkpoint_cost_s": args.checkpoint_cost,
@@ -164,15 +264,20 @@ def _run(args: argparse.Namespace) -> int:
             "gpu_repair_hours": args.gpu_repair_hours,
             "node_repair_hours": args.node_repair_hours,
             "days": args.days,
+            "oversubscription": args.oversubscription,
         },
     }
     plots = None
     if not args.no_plots:
         from paralleljob.sim.plots import plot_all  # matplotlib only when plots are wanted
 
-        plots = plot_all(results, args.out)
+        plots = plot_all(results, args.out, by_seed if len(seeds) > 1 else None)
     from paralleljob.sim.report import write_outputs
 
+    comparison = summarize({s: {p: r.metrics for p, r in runs.items()} for s, runs in by_seed.items()})
+    if len(seeds) > 1:
+        header = {**header, "seeds": seeds, **comparison}
+        header["per_seed"] = {str(s): {p: r.metrics for p, r in runs.items()} for s, runs in by_seed.items()}
     write_outputs(args.out, header, results, plots)
     print(f"wrote {args.out / 'metrics.json'} and {args.out / 'report.md'}", file=sys.stderr)
     return 0

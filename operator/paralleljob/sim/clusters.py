@@ -7,6 +7,7 @@ seeded random subset that keeps the file order, to size a real cluster's node mi
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,21 @@ def parse_levels(text: str) -> list[tuple[str, int, float]]:
         except ValueError:
             raise ValueError(f"bad level {part!r}: use name:nodes_per_domain:bandwidth_gbps") from None
     return levels
+
+
+def oversubscribed(levels: str, ratio: float) -> str:
+    """``levels`` with every level above the lowest one (the leaf / rack switch) divided by ``ratio``: a spine
+    oversubscribed R:1 gives each GPU 1/R of the bandwidth it has inside its leaf. The cluster level on top
+    is divided by the caller (it is not in ``levels``). Empty ``levels`` with a ratio is an error."""
+    if not math.isfinite(ratio) or ratio < 1.0:
+        raise ValueError(f"--oversubscription must be a number >= 1, got {ratio}")
+    parsed = parse_levels(levels)
+    if ratio == 1.0:
+        return levels
+    if not parsed:
+        raise ValueError("--oversubscription needs --levels: there is no level above a leaf switch to divide")
+    out = [parsed[0], *((name, size, bw / ratio) for name, size, bw in parsed[1:])]
+    return ",".join(f"{name}:{size}:{bw!r}" for name, size, bw in out)
 
 
 def uniform_cluster(

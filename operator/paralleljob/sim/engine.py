@@ -19,11 +19,13 @@ from paralleljob.core.baselines import tp_groups_across_nodes
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
+from paralleljob.core.evaluate import nodes_common_level
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import recover
+from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule, decide_migration
 from paralleljob.core.topology import Topology
 from paralleljob.sim.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
 from paralleljob.sim.events import Event, EventQueue, Kind, SimClock
@@ -32,13 +34,14 @@ from paralleljob.sim.ideal import IdealCosts
 from paralleljob.sim.jobs import SimJob
 from paralleljob.sim.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
 from paralleljob.sim.policies import QueuePolicy, RunningJob, WaitingJob, placement_policy, queue_policy
-from paralleljob.sim.trace import TraceJob
-from paralleljob.sim.work import plan_for, slowdown
+from paralleljob.sim.steptime import StepTimeModel
+from paralleljob.sim.trace import PARAMS_BILLIONS_PER_SHARD, TraceJob
+from paralleljob.sim.work import plan_for
 
 
 def _spec(trace: TraceJob, config: SimConfig) -> JobSpec:
     try:
-        return trace.spec(config.seed, config.memory_per_gpu_gb)
+        return trace.spec(config.seed, config.memory_per_gpu_gb, config.params_per_shard)
     except InvalidRequest as exc:
         raise ValueError(f"trace job {trace.job_id}: {exc}") from None
 
@@ -52,7 +55,12 @@ class SimConfig:
     policy: str = "ours"
     queue: str = "fifo"
     cost_model: str = "seed"
-    comm_fraction: float = 0.2  # share of a step spent communicating at the ideal placement
+    step_model: str = "flops"  # see sim/steptime.py
+    gpu_tflops: float = 989.0
+    mfu: float = 0.40
+    comm_overlap: float = 0.0
+    comm_fraction: float = 0.1  # the "fraction" step model: communication's share of a step at the ideal
+    params_per_shard: float = PARAMS_BILLIONS_PER_SHARD  # model size of trace jobs that give only a GPU count
     failure_rate: float = 0.0  # node failures per 1000 node-days; 0 disables injection
     causes: tuple[Cause, ...] = ()
     gpu_repair_hours: float = 24.0
@@ -63,10 +71,15 @@ class SimConfig:
     start_latency_s: float = 0.0
     memory_per_gpu_gb: float = 0.0
     horizon_s: float | None = None  # stop here; jobs submitted later are not loaded
+    # Failures are injected in [0, failure_horizon_s) whatever the policy: the same schedule for every policy
+    # of a comparison, however long its own run lasts. None: the horizon, else the trace's span (the last
+    # submit + duration), which does not depend on the policy.
+    failure_horizon_s: float | None = None
     samples: int = 200
     seed: int = 0
     check_invariants: bool = False
     scripted_failures: tuple[Failure, ...] = ()  # exact failures (tests), on top of the Poisson ones
+    reoptimize_rule: ReoptimizeRule = DEFAULT_RULE  # for policies with reoptimize (ours-reopt)
 
 
 @dataclass
@@ -93,6 +106,9 @@ class Simulation:
         self.placer = self.policy.make_placer(self.state)
         self.model = cost_model(config.cost_model)
         self.ideal = IdealCosts(topology, self.model)
+        self.steptime = StepTimeModel(
+            config.step_model, config.gpu_tflops, config.mfu, config.comm_overlap, config.comm_fraction
+        )
         if queue is None:
             queue = make_core_queue(config.queue)  # None unless it names a core queue policy
         self.queue = queue if queue is not None else queue_policy(config.queue)
@@ -107,6 +123,12 @@ class Simulation:
         self.running: dict[str, RunningJob] = {}  # jobs in phase Running, for queue policies
         self.expected_end: dict[str, float] = {}  # when each running job finishes if nothing interrupts it
         self._preempting: set[str] = set()
+        self._dearer: set[str] = set()  # running jobs placed above their ideal cost (after a repair)
+        self._migrating: set[str] = set()  # a migration back is scheduled at their next checkpoint
+        self.migrations = 0
+        # Bumped whenever GPUs are freed or come back: a job found not worth moving is asked again only then.
+        self._room_epoch = 0
+        self._asked_at: dict[str, int] = {}
         self.node_allocated = [0] * topology.num_nodes
         self.allocated_gpus = 0
         self.gpus_down = 0
@@ -124,6 +146,14 @@ class Simulation:
         span = horizon or max((t.submit_s + t.duration_s for t in self.trace), default=1.0)
         self.span = max(span, 1.0)
         self.sample_every = self.span / max(1, config.samples)
+        self.failure_horizon = config.failure_horizon_s if config.failure_horizon_s is not None else self.span
+        if config.horizon_s is not None:
+            self.failure_horizon = min(self.failure_horizon, config.horizon_s)
+        # The busy period, over which allocation is comparable between policies: from the first submit to
+        # the last (the load is offered); the final drain, whose length depends on the policy, is excluded.
+        self.busy_from = self.trace[0].submit_s if self.trace else 0.0
+        self.busy_to = self.trace[-1].submit_s if self.trace else 0.0
+        self._busy_gpu_s = 0.0
         self.failures = FailureProcess(
             FailureConfig(config.failure_rate, config.causes, config.gpu_repair_hours, config.node_repair_hours),
             topology.num_nodes,
@@ -137,7 +167,7 @@ class Simulation:
             self.events.push(self.trace[0].submit_s, Kind.ARRIVAL)
         if self.failures.enabled:
             self._push_failure(self.failures.next_after(0.0))
-        for failure in self.config.scripted_failures:
+        for failure in self.config.scripted_failures:  # exact, so not cut at the failure horizon
             self.events.push(failure.time, Kind.FAILURE, payload=(failure, False))
         self.events.push(0.0, Kind.SAMPLE)
         if self.config.horizon_s is not None:
@@ -171,6 +201,9 @@ class Simulation:
     def _advance(self, to: float) -> None:
         elapsed = to - self._last_time
         if elapsed > 0:
+            busy = min(to, self.busy_to) - max(self._last_time, self.busy_from)
+            if busy > 0:
+                self._busy_gpu_s += self.allocated_gpus * busy
             self._allocated_gpu_s += self.allocated_gpus * elapsed
             self._unhealthy_gpu_s += self.gpus_down * elapsed
             self._last_time = to
@@ -202,11 +235,21 @@ class Simulation:
         self._schedule_pending = False
         if isinstance(self.queue, CoreQueue):
             self._core_pass(self.queue)
-            return
+        else:
+            self._queue_pass()
+        if self.policy.reoptimize and self._dearer:
+            self._reoptimize_pass()
+
+    def _queue_pass(self) -> None:
         now = self.clock.now()
         for waiting in self.queue.candidates(now):
             job = self.jobs[waiting.job_id]
+            free = self.topology.num_gpus - self.allocated_gpus - self.gpus_down
             try:
+                if job.num_gpus > free and (self.state.allocations or self.gpus_down):
+                    # Cannot fit now, and the cluster is not empty, so it is no verdict on "never": no need
+                    # to ask the placer (a long queue would ask it once per waiting job per pass).
+                    raise PlacementInfeasible(job.job_id, [f"needs {job.num_gpus} GPUs; {free} are free"])
                 placement = self.placer.place(job.spec, self.model)
             except PlacementInfeasible as exc:
                 if exc.permanent or (not self.running and not self.state.allocations and not self.gpus_down):
@@ -220,8 +263,8 @@ class Simulation:
                     for victim in victims:
                         self.events.push(now, Kind.PREEMPT, victim)
                     return
-                if self.queue.blocking:
-                    return
+                if self.queue.blocking or free == 0:
+                    return  # strict order, or nothing is free for anyone behind it either
                 continue
             self.queue.remove(job.job_id)
             self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
@@ -272,15 +315,21 @@ class Simulation:
                         self.events.push(now + decision.grace_period_s, Kind.PREEMPT, victim)
 
     def _placed(self, job: SimJob, groups: tuple[tuple[int, ...], ...], cost_ms: float) -> None:
+        if cost_ms > self.ideal.total_ms(job.spec) * (1 + 1e-9):
+            self._dearer.add(job.job_id)
+        else:
+            self._dearer.discard(job.job_id)
         job.placements += 1
         job.tp_groups_split += tp_groups_across_nodes(self.state, groups)
         job.cost_ms = cost_ms
         if job.first_cost_ms is None:
+            gpu_node = self.topology.gpu_node
+            job.first_span_level = nodes_common_level(self.topology, {gpu_node[g] for grp in groups for g in grp})
             job.first_cost_ms = cost_ms
             job.first_slowdown = self._slowdown(job)
 
     def _slowdown(self, job: SimJob) -> float:
-        return slowdown(job.cost_ms, self.ideal.total_ms(job.spec), self.config.comm_fraction)
+        return self.steptime.slowdown(job.spec, job.cost_ms, self.ideal.total_ms(job.spec))
 
     def _on_start(self, event: Event) -> None:
         job = self.jobs[event.job_id]
@@ -307,6 +356,7 @@ class Simulation:
         job = self.jobs[event.job_id]
         if event.payload != (job.epoch,):
             return
+        self._dearer.discard(job.job_id)
         self._release(job.job_id)
         self.running.pop(job.job_id, None)
         self.expected_end.pop(job.job_id, None)
@@ -329,6 +379,7 @@ class Simulation:
         allocation = self.state.release(job_id)
         if allocation is not None:
             self._count(allocation, -1)
+            self._room_epoch += 1
         return allocation
 
     def _count(self, allocation: Allocation, sign: int) -> None:
@@ -339,7 +390,7 @@ class Simulation:
 
     # ---- failures, repairs, preemption --------------------------------------------------------------
     def _push_failure(self, failure: Failure) -> None:
-        if self.config.horizon_s is None or failure.time < self.config.horizon_s:
+        if failure.time < self.failure_horizon:
             self.events.push(failure.time, Kind.FAILURE, payload=(failure, True))
 
     def _on_failure(self, event: Event) -> None:
@@ -400,6 +451,7 @@ class Simulation:
         job.step(Step.HARDWARE_FAILED)
         job.restarts += 1
         old = self.state.allocations[job.job_id]
+        self._room_epoch += 1  # its healthy GPUs may be freed
         groups: tuple[tuple[int, ...], ...] | None = None
         cost_ms = 0.0
         if self.policy.recovery is not None:
@@ -441,10 +493,68 @@ class Simulation:
                 repaired += 1
         self.gpus_down -= repaired
         if repaired:
+            self._room_epoch += 1
             self._request_schedule()
+
+    # ---- re-optimisation: moving a repaired job back -------------------------------------------------
+    def _best_now(self, job: SimJob) -> tuple[float, int] | None:
+        """(cost, pods that would move) of the placer's choice now, the job's own GPUs counted as free."""
+        assert isinstance(self.placer, Placer)
+        old = self.state.release(job.job_id)
+        assert old is not None
+        try:
+            best = self.placer.place(job.spec, self.model, previous=old)
+        except PlacementInfeasible:
+            return None
+        finally:
+            self.state.allocate(old)
+        moved = sum(1 for a, b in zip(old.groups, best.groups, strict=True) if a != b)
+        return best.cost.total_ms, moved
+
+    def _reoptimize_pass(self) -> None:
+        """For every running job above its ideal cost, ask core.reoptimize whether to move back; if so, at
+        the end of its next checkpoint write (no work is lost), as the operator would."""
+        now = self.clock.now()
+        for job_id in sorted(self._dearer - self._migrating):
+            job = self.jobs[job_id]
+            if job.phase is not Phase.RUNNING or now < job.segment_start:
+                continue  # restarting: decide once it runs
+            if self._asked_at.get(job_id) == self._room_epoch:
+                continue  # nothing was freed since the last "no": the answer is the same
+            self._asked_at[job_id] = self._room_epoch
+            best = self._best_now(job)
+            if best is None:
+                continue
+            decision = decide_migration(job.cost_ms, best[0], best[1], job.plan.interval_s, self.config.reoptimize_rule)
+            if decision.migrate:
+                period = job.plan.period_s
+                boundary = job.segment_start + (math.floor((now - job.segment_start) / period) + 1) * period
+                self._migrating.add(job_id)
+                self.events.push(boundary, Kind.PREEMPT, job_id, ("migrate", job.epoch))
+
+    def _migrate(self, job: SimJob) -> None:
+        self._migrating.discard(job.job_id)
+        best = self._best_now(job)
+        if best is None or best[0] >= job.cost_ms:
+            return  # the room went meanwhile: keep running where it is
+        self._interrupt(job, graceful=True)  # right after a checkpoint: nothing is lost
+        old = self._release(job.job_id)
+        assert old is not None and isinstance(self.placer, Placer)
+        placement = self.placer.place(job.spec, self.model, previous=old)
+        self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
+        job.step(Step.WORKER_FAILED, Step.REPAIRED)  # the lifecycle's restart-in-place path
+        self.migrations += 1
+        self._placed(job, placement.groups, placement.cost.total_ms)
+        self._restart(job)
 
     def _on_preempt(self, event: Event) -> None:
         job = self.jobs[event.job_id]
+        if event.payload and event.payload[0] == "migrate":
+            if event.payload[1] == job.epoch and job.phase is Phase.RUNNING:
+                self._migrate(job)
+            else:
+                self._migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
+            return
         self._preempting.discard(job.job_id)
         if job.phase is not Phase.RUNNING:
             return
@@ -469,7 +579,10 @@ class Simulation:
             return
         series.time_s.append(self.clock.now())
         series.allocation.append(self.allocated_gpus / self.topology.num_gpus)
-        series.fragmentation.append(stranded / total_free if total_free else 0.0)
+        # Stranded GPUs as a share of the cluster: a share of the *free* GPUs jumps to 100% whenever the last
+        # whole free node is taken, however few GPUs that is.
+        series.fragmentation.append(stranded / self.topology.num_gpus)
+        series.free.append(total_free / self.topology.num_gpus)
         series.queued.append(len(self.queue))
         series.running.append(len(self.running))
 
@@ -482,6 +595,20 @@ class Simulation:
         if counts["unhealthy"] != self.gpus_down:
             raise InvariantViolated(f"{counts['unhealthy']} GPUs unhealthy, {self.gpus_down} recorded down")
 
+    def _span_levels(self, jobs: list[SimJob]) -> dict[str, int]:
+        """Multi-GPU jobs by the lowest level that holds their first placement: how many rings and pipelines
+        cross a rack or a spine."""
+        names = [level.name for level in self.topology.levels]
+        counts = dict.fromkeys(names, 0)
+        for job in jobs:
+            if job.num_gpus > 1 and job.first_cost_ms is not None:
+                counts[names[job.first_span_level]] += 1
+        return counts
+
+    def _busy_allocation(self) -> float | None:
+        span = self.busy_to - self.busy_from
+        return self._busy_gpu_s / (self.topology.num_gpus * span) if span > 0 else None
+
     def _result(self) -> SimResult:
         jobs = list(self.jobs.values())
         elapsed = self.clock.now()
@@ -492,8 +619,12 @@ class Simulation:
             "simulated_days": elapsed / 86_400.0,
             "events": self._processed,
             **job_metrics(jobs, self.topology.num_gpus, elapsed, self._allocated_gpu_s, self._unhealthy_gpu_s),
+            "gpu_allocation_busy_period": self._busy_allocation(),
+            "busy_period_s": max(0.0, self.busy_to - self.busy_from),
             "fragmentation_mean": mean_fragmentation(self.series),
+            "multi_gpu_jobs_by_span_level": self._span_levels(jobs),
             "failures": failure_metrics(self.tally),
+            **({"migrations_back": self.migrations} if self.policy.reoptimize else {}),
         }
         if isinstance(self.queue, CoreQueue) and self.queue.jain:
             metrics["fairness_jain_mean"] = math.fsum(self.queue.jain) / len(self.queue.jain)

@@ -20,7 +20,7 @@ class Kind(enum.IntEnum):
     FINISH = 0  # a job's work is done: free its GPUs first so everything after sees them
     REPAIR = 1  # hardware comes back
     FAILURE = 2  # node, GPU or software failure
-    PREEMPT = 3  # the queue policy asked for a running job to make room
+    PREEMPT = 3  # the queue policy asked for a running job to make room (also: a migration back, at a checkpoint)
     ARRIVAL = 4  # a job is submitted
     START = 5  # a placed job begins running (after the start-up latency)
     SCHEDULE = 6  # one pass of the queue policy over the waiting jobs

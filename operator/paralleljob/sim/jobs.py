@@ -34,6 +34,7 @@ class SimJob:
     finished: float | None = None
     first_cost_ms: float | None = None
     first_slowdown: float | None = None
+    first_span_level: int = 0  # lowest topology level holding all of the first placement (0: one node)
     placements: int = 0
     tp_groups_split: int = 0  # over every placement of this job
     restarts: int = 0

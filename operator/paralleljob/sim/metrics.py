@@ -6,9 +6,15 @@ gives the same bytes. Percentiles use the nearest-rank method (no interpolation 
 Definitions:
 * JCT: finish - submit, for jobs that finished. Queueing delay: first start - submit, for jobs that started.
 * GPU allocation: GPU-seconds allocated / (GPUs x simulated time), time-weighted and exact.
-* Fragmentation (per sample): free GPUs that sit on a node where some GPU is allocated, as a share of all
-  free GPUs: 0 when every free GPU is on a whole free node, 1 when none is.
+* Fragmentation (per sample): free GPUs stranded on a node where some GPU is allocated, as a share of all
+  GPUs of the cluster (not of the free ones, which jumps to 100% as soon as the last whole node is taken).
+* Makespan: the last finish - the first submit. Allocation over the busy period: the same ratio as GPU
+  allocation, over [first submit, last submit] only, where every policy is offered the same load.
+* Empty sets (no job completed, none started) give ``None`` (``null`` in JSON, "n/a" in reports), not 0.
 * Communication cost: the cost model's total_ms of each job's first placement, over multi-GPU jobs.
+* Span: multi-GPU jobs by the lowest topology level that holds their first placement (node, rack, ...).
+* ETTR (effective training time ratio): trace GPU-time / GPU-time from first start to finish, completed jobs.
+* Finish-time ratio (Themis-style fairness): JCT / trace duration per completed job (1 = as if alone).
 * Goodput lost to failures: GPU-hours of computing whose work was thrown away (since the last checkpoint),
   plus GPU-hours held while jobs restarted.
 """
@@ -46,15 +52,17 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-def summary(values: Sequence[float]) -> dict[str, float | int]:
+def summary(values: Sequence[float]) -> dict[str, float | int | None]:
+    """count, mean, p50, p99, max; every statistic None when there is no value (no made-up zeros)."""
     ordered = sorted(values)
-    mean = math.fsum(ordered) / len(ordered) if ordered else 0.0
+    if not ordered:
+        return {"count": 0, "mean": None, "p50": None, "p99": None, "max": None}
     return {
         "count": len(ordered),
-        "mean": mean,
+        "mean": math.fsum(ordered) / len(ordered),
         "p50": percentile(ordered, 50),
         "p99": percentile(ordered, 99),
-        "max": ordered[-1] if ordered else 0.0,
+        "max": ordered[-1],
     }
 
 
@@ -65,6 +73,7 @@ class Series:
     time_s: list[float] = field(default_factory=list)
     allocation: list[float] = field(default_factory=list)
     fragmentation: list[float] = field(default_factory=list)
+    free: list[float] = field(default_factory=list)  # free healthy GPUs, share of the cluster
     queued: list[int] = field(default_factory=list)
     running: list[int] = field(default_factory=list)
 
@@ -73,6 +82,7 @@ class Series:
             "time_s": self.time_s,
             "allocation": self.allocation,
             "fragmentation": self.fragmentation,
+            "free": self.free,
             "queued": self.queued,
             "running": self.running,
         }
@@ -93,6 +103,7 @@ def job_metrics(
     jobs: Sequence[SimJob], total_gpus: int, elapsed_s: float, allocated_gpu_s: float, unhealthy_gpu_s: float
 ) -> dict[str, Any]:
     done = [j for j in jobs if j.finished is not None]
+    finishes = [j.finished for j in done if j.finished is not None]
     started = [j for j in jobs if j.first_start is not None]
     multi = [j for j in started if j.num_gpus > 1]
     capacity = total_gpus * elapsed_s
@@ -107,8 +118,13 @@ def job_metrics(
             "restarted": sum(1 for j in jobs if j.restarts),
             "preempted": sum(j.preemptions for j in jobs),
         },
+        "makespan_s": max(finishes) - min(j.trace.submit_s for j in jobs) if finishes else None,
         "jct_s": summary([j.finished - j.trace.submit_s for j in done if j.finished is not None]),
         "queueing_delay_s": summary([j.first_start - j.trace.submit_s for j in started if j.first_start is not None]),
+        "ettr": ettr(done),
+        "finish_time_ratio": summary(
+            [(j.finished - j.trace.submit_s) / j.trace.duration_s for j in done if j.finished and j.trace.duration_s]
+        ),
         "gpu_allocation": allocated_gpu_s / capacity if capacity else 0.0,
         "gpu_unhealthy_share": unhealthy_gpu_s / capacity if capacity else 0.0,
         "comm_cost_ms_multi_gpu_jobs": summary([j.first_cost_ms or 0.0 for j in multi]),
@@ -125,6 +141,17 @@ def job_metrics(
     }
 
 
+def ettr(done: Sequence[SimJob]) -> float | None:
+    """Effective training time ratio, GPU-weighted over completed jobs: the GPU-time a job needs on the ideal
+    placement without failures (its trace duration) over the GPU-time from its first start to its finish.
+    Placement slowdown, lost work, restarts, checkpoint writes and waits after a requeue all lower it."""
+    need = math.fsum(j.trace.duration_s * j.num_gpus for j in done)
+    held = math.fsum(
+        (j.finished - j.first_start) * j.num_gpus for j in done if j.finished and j.first_start is not None
+    )
+    return need / held if held > 0 else None
+
+
 def failure_metrics(tally: FailureTally) -> dict[str, Any]:
     return {
         "injected": tally.injected,
@@ -137,5 +164,5 @@ def failure_metrics(tally: FailureTally) -> dict[str, Any]:
     }
 
 
-def mean_fragmentation(series: Series) -> float:
-    return math.fsum(series.fragmentation) / len(series.fragmentation) if series.fragmentation else 0.0
+def mean_fragmentation(series: Series) -> float | None:
+    return math.fsum(series.fragmentation) / len(series.fragmentation) if series.fragmentation else None

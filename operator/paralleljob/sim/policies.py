@@ -3,7 +3,8 @@
 Placement policies wrap placers from the core, imported, never copied: ``ours`` is the core
 :class:`~paralleljob.core.placer.Placer` with minimal recovery (``ours-full``: with full recovery, to
 measure what the minimal repair buys or costs); ``first-fit`` and ``best-fit`` are the
-baselines of :mod:`paralleljob.core.baselines` with full re-placement on failure (the job restarts
+baselines of :mod:`paralleljob.core.baselines`, ``volcano`` the tier-scoring one of
+:mod:`paralleljob.sim.volcano`; the baselines re-place the whole job on failure (the job restarts
 elsewhere, as a plain gang scheduler would do it).
 
 Queue policies decide the order in which waiting jobs are tried and whom to preempt. This is the seam for
@@ -24,6 +25,7 @@ from paralleljob.core.job import JobSpec
 from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import RecoveryStrategy
+from paralleljob.sim.volcano import VolcanoTierPlacer
 
 
 class PlacerLike(Protocol):
@@ -37,6 +39,8 @@ class PlacementPolicy:
     # Minimal/full use the core's recover(); None re-places the whole job with this policy's own placer.
     recovery: RecoveryStrategy | None
     description: str
+    # Move a job back to a cheaper placement at a checkpoint boundary when core.reoptimize says so.
+    reoptimize: bool = False
 
 
 PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
@@ -46,11 +50,22 @@ PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
     "ours-full": PlacementPolicy(
         "ours-full", Placer, RecoveryStrategy.FULL, "core Placer (cost-optimal placement) + full recovery"
     ),
+    "ours-reopt": PlacementPolicy(
+        "ours-reopt", Placer, RecoveryStrategy.MINIMAL,
+        "core Placer + minimal recovery + migration back at a checkpoint (core.reoptimize)", reoptimize=True,
+    ),
+    "ours-full-reopt": PlacementPolicy(
+        "ours-full-reopt", Placer, RecoveryStrategy.FULL,
+        "core Placer + full recovery + migration back at a checkpoint (core.reoptimize)", reoptimize=True,
+    ),
     "first-fit": PlacementPolicy(
         "first-fit", FirstFitPlacer, None, "FIFO + first-fit: first free GPUs in id order (topology-unaware)"
     ),
     "best-fit": PlacementPolicy(
         "best-fit", BestFitDomainPlacer, None, "FIFO + best-fit by domain (Kueue-TAS-like, no cost model)"
+    ),
+    "volcano": PlacementPolicy(
+        "volcano", VolcanoTierPlacer, None, "FIFO + Volcano-style tier scoring, binpack pod by pod (rank-blind)"
     ),
 }
 

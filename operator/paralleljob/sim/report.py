@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from paralleljob.sim.compare import markdown_summary
 from paralleljob.sim.engine import SimResult
 from paralleljob.sim.metrics import rounded
 
@@ -67,9 +68,11 @@ ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("mean JCT", "h", ("jct_s", "mean"), "hours"),
     ("p50 JCT", "h", ("jct_s", "p50"), "hours"),
     ("p99 JCT", "h", ("jct_s", "p99"), "hours"),
+    ("makespan", "h", ("makespan_s",), "hours"),
     ("mean queueing delay", "h", ("queueing_delay_s", "mean"), "hours"),
     ("p99 queueing delay", "h", ("queueing_delay_s", "p99"), "hours"),
-    ("GPU allocation", "%", ("gpu_allocation",), "percent"),
+    ("GPU allocation over the busy period", "%", ("gpu_allocation_busy_period",), "percent"),
+    ("GPU allocation over the whole run", "%", ("gpu_allocation",), "percent"),
     ("mean fragmentation", "%", ("fragmentation_mean",), "percent"),
     ("comm. cost per multi-GPU job, mean", "ms", ("comm_cost_ms_multi_gpu_jobs", "mean"), "{:.1f}"),
     ("comm. cost per multi-GPU job, p99", "ms", ("comm_cost_ms_multi_gpu_jobs", "p99"), "{:.1f}"),
@@ -85,7 +88,9 @@ ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 def _cell(metrics: Mapping[str, Any], path: tuple[str, ...], fmt: str) -> str:
     value: Any = metrics
     for key in path:
-        value = value[key]
+        value = value.get(key) if isinstance(value, Mapping) else None
+    if value is None:
+        return "n/a"
     if fmt == "hours":
         return f"{value / 3600.0:.2f}"
     if fmt == "percent":
@@ -102,6 +107,19 @@ def markdown_table(results: Mapping[str, SimResult]) -> str:
     return "\n".join(lines)
 
 
+def rejection_note(results: Mapping[str, SimResult]) -> list[str]:
+    """Say so when policies' JCTs are over different job sets (a job one policy rejects is in no JCT)."""
+    rejected = {name: r.metrics["jobs"]["rejected"] for name, r in results.items()}
+    if not any(rejected.values()):
+        return []
+    counts = ", ".join(f"{name} {count}" for name, count in rejected.items())
+    return [
+        f"**Rejected jobs are not in the JCT figures** ({counts} rejected because they can never fit); where the"
+        " counts differ, the policies' JCTs are over different sets of jobs.",
+        "",
+    ]
+
+
 def markdown_report(
     header: Mapping[str, Any], results: Mapping[str, SimResult], plots: Mapping[str, str] | None
 ) -> str:
@@ -109,7 +127,8 @@ def markdown_report(
     parts = [
         "# Simulation report",
         "",
-        f"Trace `{trace['file']}` ({trace['format']}, {trace['jobs']} jobs); cluster of {cluster['nodes']} nodes /"
+        f"Trace `{trace['file'] or 'none'}` ({trace['format']}, {trace['jobs']} jobs);"
+        f" cluster of {cluster['nodes']} nodes /"
         f" {cluster['gpus']} GPUs (levels: {', '.join(cluster['levels'])}); seed {config['seed']};"
         f" cost model `{config['cost_model']}`; failures {config['failure_rate_per_1000_node_days']} per 1000"
         f" node-days; queue `{config['queue']}`.",
@@ -122,18 +141,26 @@ def markdown_report(
         "",
         markdown_table(results),
         "",
+        *rejection_note(results),
     ]
+    if "summary" in header:
+        parts += markdown_summary(header, header["seeds"])
     if plots:
         parts += ["## Plots", ""]
-        titles = {"jct_cdf": "JCT CDF", "allocation": "GPU allocation over time", "fragmentation": "Fragmentation"}
+        titles = {
+            "jct_cdf": "JCT CDF", "allocation": "GPU allocation over time", "fragmentation": "Fragmentation",
+            "ratios": "Ratios to the first baseline, over seeds (95% intervals)",
+        }  # fmt: skip
         for key, file in plots.items():
             parts += [f"### {titles.get(key, key)}", "", f"![{titles.get(key, key)}]({file})", ""]
     parts += [
         "## Definitions",
         "",
-        "JCT = finish - submit (completed jobs). Queueing delay = first start - submit. GPU allocation is"
-        " time-weighted over the run. Fragmentation = free GPUs on nodes with some GPU allocated / all free GPUs"
-        " (sampled). Communication cost = the cost model's total per step of each multi-GPU job's first placement;"
+        "JCT = finish - submit (completed jobs). Queueing delay = first start - submit. Makespan = last finish"
+        " - first submit. GPU allocation is time-weighted, over the busy period (first to last submit, the same"
+        " window for every policy) and over the whole run. Fragmentation = free GPUs stranded on nodes with some"
+        " GPU allocated / all GPUs (sampled). n/a: no job to measure. Communication cost = the cost model's"
+        " total per step of each multi-GPU job's first placement;"
         " slowdown = how much that stretches the job (docs/simulator.md). Goodput lost = GPU-hours of work"
         " since the last checkpoint thrown away by failures, plus GPU-hours spent restarting.",
         "",

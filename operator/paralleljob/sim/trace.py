@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import csv
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TextIO
 
 from paralleljob.core.job import JobSpec, ModelShape
 
@@ -34,9 +35,13 @@ class TraceJob:
     tenant: str = "default"
     shape: tuple[int, int, int] | None = None  # (tp, pp, dp) when the trace gives one
 
-    def spec(self, seed: int, memory_per_gpu_gb: float = 0.0) -> JobSpec:
+    model: ModelShape | None = None  # the model behind the job, when an overlay gives one
+
+    def spec(
+        self, seed: int, memory_per_gpu_gb: float = 0.0, params_per_shard: float = PARAMS_BILLIONS_PER_SHARD
+    ) -> JobSpec:
         tp, pp, dp = self.shape or shape_for(self.num_gpus, random.Random(f"{seed}:shape:{self.job_id}"))
-        model = ModelShape(num_params_billions=PARAMS_BILLIONS_PER_SHARD * tp * pp)
+        model = self.model or ModelShape(num_params_billions=params_per_shard * tp * pp)
         return JobSpec(self.job_id, tp, pp, dp, memory_per_gpu_gb, model)
 
 
@@ -80,18 +85,35 @@ def _integer(row: dict[str, str], name: str, where: str) -> int:
     return int(number)
 
 
+def open_csv(path: Path) -> TextIO:
+    """A CSV file for reading; a UTF-8 byte-order mark (spreadsheet exports) is dropped, not read as part
+    of the first column's name."""
+    return path.open(newline="", encoding="utf-8-sig")
+
+
+def check_row_width(row: Mapping[Any, Any], width: int, where: str) -> None:
+    """A row with fewer or more fields than the header is an error naming the line, not a bad value."""
+    if None in row or any(value is None for value in row.values()):
+        extra = row.get(None)
+        have = width + len(extra) if isinstance(extra, list) else sum(1 for v in row.values() if v is not None)
+        raise TraceError(f"{where}: {have} field(s), but the header has {width}")
+
+
 def read_generic(path: Path, limit: int | None = None) -> list[TraceJob]:
-    """Read a generic trace CSV; raises :class:`TraceError` naming the first bad line."""
-    with path.open(newline="") as handle:
+    """Read a generic trace CSV; raises :class:`TraceError` naming the first bad line, or when it has no job."""
+    with open_csv(path) as handle:
         reader = csv.DictReader(handle)
         columns = set(reader.fieldnames or ())
         missing = {"submit_s", "duration_s", "num_gpus"} - columns
         if missing:
             raise TraceError(f"{path.name}: missing column(s) {sorted(missing)}; need submit_s,duration_s,num_gpus")
         has_shape = {"tp", "pp", "dp"} <= columns
-        jobs = []
-        for line, row in enumerate(reader, start=2):
+        jobs: list[TraceJob] = []
+        width = len(reader.fieldnames or ())
+        for row in reader:
+            line = reader.line_num
             where = f"{path.name}:{line}"
+            check_row_width(row, width, where)
             gpus = _integer(row, "num_gpus", where)
             shape = None
             if has_shape and any((row.get(c) or "").strip() for c in ("tp", "pp", "dp")):
@@ -100,7 +122,7 @@ def read_generic(path: Path, limit: int | None = None) -> list[TraceJob]:
                     raise TraceError(f"{where}: tp*pp*dp = {shape[0] * shape[1] * shape[2]} but num_gpus = {gpus}")
             jobs.append(
                 TraceJob(
-                    job_id=f"job-{line - 2:06d}",
+                    job_id=f"job-{len(jobs):06d}",
                     submit_s=_number(row, "submit_s", where),
                     duration_s=_number(row, "duration_s", where),
                     num_gpus=gpus,
@@ -108,6 +130,8 @@ def read_generic(path: Path, limit: int | None = None) -> list[TraceJob]:
                     shape=shape,
                 )
             )
+    if not jobs:
+        raise TraceError(f"{path.name}: no jobs (only a header)")
     return sort_and_limit(jobs, limit)
 
 

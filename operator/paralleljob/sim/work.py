@@ -1,7 +1,7 @@
 """How a running job turns wall time into work, with checkpoints, and how much a failure throws away.
 
 Work is measured in trace seconds: a job's trace duration is its total work, done at rate 1 on the best
-placement the cluster allows. On a worse placement the rate is ``1 / slowdown`` (see :func:`slowdown`).
+placement the cluster allows. On a worse placement the rate is ``1 / slowdown`` (see ``sim/steptime.py``).
 
 A run segment (from a start or restart to the next interruption) alternates ``interval`` wall seconds of
 computing with ``cost`` wall seconds of writing a checkpoint, which makes no progress. Work counts as saved
@@ -39,16 +39,6 @@ def plan_for(
         return CheckpointPlan(NO_CHECKPOINTS, cost_s)
     mtbf = job_mtbf_seconds(max(1, nodes), rate_per_1000_node_days)
     return CheckpointPlan(young_daly_interval_seconds(cost_s, mtbf), cost_s)
-
-
-def slowdown(cost_ms: float, ideal_ms: float, comm_fraction: float) -> float:
-    """Step-time stretch of a placement whose communication costs ``cost_ms`` where the best costs ``ideal_ms``.
-
-    At the ideal placement communication is ``comm_fraction`` of a step; only that part scales with the
-    cost model, the compute part does not. Never below 1: the trace ran on a placement at least that good."""
-    if ideal_ms <= 0 or cost_ms <= ideal_ms:
-        return 1.0
-    return (1.0 - comm_fraction) + comm_fraction * cost_ms / ideal_ms
 
 
 def progress(elapsed_s: float, rate: float, plan: CheckpointPlan) -> tuple[float, float]:

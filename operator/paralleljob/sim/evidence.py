@@ -1,0 +1,202 @@
+"""The experiments behind docs/simulator.md's conclusions, re-runnable: ``python -m paralleljob.sim.evidence``.
+
+* ``placement``: ours vs best-fit vs Volcano-style vs first-fit on the synthetic mixed workload and on the
+  Alibaba trace with the 3D overlay, on a rack/spine cluster with Llama 3's 1:7 oversubscription above the
+  rack, Megatron cost model, Llama 3 failure rate.
+* ``recovery``: minimal vs full recovery, each with and without migration back (core.reoptimize), under
+  load and at 1x and 10x the Llama 3 failure rate.
+* ``reopt-sweep``: the re-optimisation rule's thresholds.
+* ``validate``: the Megatron cost model on Megatron-LM's published layouts, for comparison with the paper.
+
+Each prints Markdown tables (mean ± 95% half-width over the seeds, and per-seed ratios). Same arguments,
+same output. Minutes, not seconds: not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from paralleljob.core.reoptimize import ReoptimizeRule
+from paralleljob.core.topology import Topology
+from paralleljob.sim.alibaba import read_pods
+from paralleljob.sim.clusters import oversubscribed, uniform_cluster
+from paralleljob.sim.compare import fmt_ci, mean_ci, metric, summarize
+from paralleljob.sim.engine import SimConfig, Simulation
+from paralleljob.sim.failures import load_failure_stats
+from paralleljob.sim.overlay import mixed_workload, overlay_3d
+from paralleljob.sim.trace import TraceJob
+
+TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
+ROWS = (
+    ("mean JCT (h)", ("jct_s", "mean"), 1 / 3600.0, 2),
+    ("p99 JCT (h)", ("jct_s", "p99"), 1 / 3600.0, 1),
+    ("mean queueing (h)", ("queueing_delay_s", "mean"), 1 / 3600.0, 2),
+    ("allocation, busy period (%)", ("gpu_allocation_busy_period",), 100.0, 1),
+    ("slowdown, multi-GPU (x)", ("slowdown_multi_gpu_jobs", "mean"), 1.0, 3),
+    ("TP groups across nodes", ("tp_groups_across_nodes",), 1.0, 0),
+    ("ETTR", ("ettr",), 1.0, 3),
+    ("goodput lost (GPU-h)", ("goodput_lost", "total_gpu_hours"), 1.0, 0),
+)
+
+
+def cluster(nodes: int = 64, oversubscription: float = 7.0) -> Topology:
+    return uniform_cluster(nodes, 8, oversubscribed("rack:8:50,spine:32:50", oversubscription), 600.0, 50.0 / 7)
+
+
+def grid(
+    topology: Topology, workload: Callable[[int], Sequence[TraceJob]], configs: Mapping[str, SimConfig],
+    seeds: Sequence[int],
+) -> dict[int, dict[str, dict[str, Any]]]:  # fmt: skip
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    for seed in seeds:
+        trace = workload(seed)
+        out[seed] = {
+            name: Simulation(topology, trace, replace(config, seed=seed)).run().metrics
+            for name, config in configs.items()
+        }
+    return out
+
+
+def table(by_seed: Mapping[int, Mapping[str, Mapping[str, Any]]], against: str) -> str:
+    names = list(next(iter(by_seed.values())))
+    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for label, path, scale, digits in ROWS:
+        cells = [fmt_ci(mean_ci([v for r in by_seed.values() if (v := metric(r[n], path)) is not None]), scale, digits)
+                 for n in names]  # fmt: skip
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    for label, path in (("mean JCT", ("jct_s", "mean")), ("p99 JCT", ("jct_s", "p99"))):
+        cells = []
+        for n in names:
+            ratios = [m / b for r in by_seed.values() if (m := metric(r[n], path)) and (b := metric(r[against], path))]
+            cells.append(fmt_ci(mean_ci(ratios), 1.0, 3))
+        lines.append(f"| {label} / {against} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def base_config(rate: float, **extra: Any) -> SimConfig:
+    stats = load_failure_stats(TRACES / "failure_stats.csv")
+    return SimConfig(cost_model="megatron", failure_rate=rate, causes=stats.causes if rate else (), **extra)
+
+
+def placement(seeds: Sequence[int]) -> None:
+    llama3 = load_failure_stats(TRACES / "failure_stats.csv").rates["llama3"]
+    topology = cluster()
+    configs = {p: replace(base_config(llama3), policy=p) for p in ("ours", "best-fit", "volcano", "first-fit")}
+    print(f"## Mixed workload, 1,500 jobs, load 0.8, {topology.num_gpus} GPUs, Llama 3 failure rate\n")
+    print(table(grid(topology, lambda s: mixed_workload(1500, topology.num_gpus, seed=s, load=0.8), configs, seeds),
+                "best-fit"))  # fmt: skip
+    pods = read_pods(TRACES / "alibaba2023_openb_pods.csv")
+    # The openb trace is light (it peaks at ~70 GPUs in use): on 24 nodes (one rack of 8 and two more) with
+    # 2% of its jobs turned into published LLM layouts of up to half the cluster, jobs queue for hours. Strict
+    # FIFO would hold the whole trace behind one large job for weeks, so every policy gets FIFO with skipping.
+    small = cluster(24)
+    print("\n## Alibaba 2023 openb trace (7,064 jobs), 2% replaced by 3D-parallel layouts, 24 nodes, fifo-skip\n")
+    workload = lambda s: overlay_3d(pods, 0.02, small.num_gpus // 2, s)  # noqa: E731
+    skip = {name: replace(config, queue="fifo-skip") for name, config in configs.items()}
+    print(table(grid(small, workload, skip, seeds), "best-fit"))
+
+
+def recovery(seeds: Sequence[int], loads: Sequence[float] = (0.7, 0.9), factors: Sequence[float] = (1, 10)) -> None:
+    llama3 = load_failure_stats(TRACES / "failure_stats.csv").rates["llama3"]
+    topology = cluster()
+    policies = ("ours", "ours-full", "ours-reopt", "ours-full-reopt", "best-fit")
+    for load in loads:
+        for factor in factors:
+            configs = {p: replace(base_config(llama3 * factor), policy=p) for p in policies}
+            rate = llama3 * factor
+            print(f"\n## 600 jobs at load {load}, {factor:g}x the Llama 3 failure rate ({rate:g} per 1000 node-days)\n")
+            work = lambda s, load=load: mixed_workload(600, topology.num_gpus, seed=s, load=load)  # noqa: E731
+            print(table(grid(topology, work, configs, seeds), "ours-full"))
+
+
+def recovery_why(seeds: Sequence[int]) -> None:
+    """Minimal vs full under the measurement as it was (flat fraction model, failures until each policy's
+    run ends) and as it is now, one change at a time."""
+    llama3 = load_failure_stats(TRACES / "failure_stats.csv").rates["llama3"]
+    topology = cluster()
+    variants: dict[str, dict[str, Any]] = {
+        "fraction, own horizon": {"step_model": "fraction", "failure_horizon_s": 1e15},
+        "fraction, one horizon": {"step_model": "fraction"},
+        "flops, one horizon": {},
+    }
+    for label, extra in variants.items():
+        configs = {p: replace(base_config(llama3 * 10, **extra), policy=p) for p in ("ours", "ours-full")}
+        print(f"\n## {label}: 600 jobs at load 0.9, 10x the Llama 3 failure rate\n")
+        work = lambda s: mixed_workload(600, topology.num_gpus, seed=s, load=0.9)  # noqa: E731
+        print(table(grid(topology, work, configs, seeds), "ours-full"))
+
+
+def reopt_sweep(seeds: Sequence[int]) -> None:
+    llama3 = load_failure_stats(TRACES / "failure_stats.csv").rates["llama3"]
+    topology = cluster()
+    configs = {"ours": replace(base_config(llama3 * 10), policy="ours")}
+    for ratio in (1.05, 1.2, 2.0):
+        for share in (0.1, 0.25, 1.0):
+            rule = ReoptimizeRule(min_cost_ratio=ratio, max_overhead_share=share)
+            configs[f"r{ratio:g}/s{share:g}"] = replace(
+                base_config(llama3 * 10), policy="ours-reopt", reoptimize_rule=rule
+            )
+    print("\n## Migration rule sweep: load 0.9, 10x Llama 3 failures; columns min_cost_ratio / max_overhead_share\n")
+    work = lambda s: mixed_workload(600, topology.num_gpus, seed=s, load=0.9)  # noqa: E731
+    by_seed = grid(topology, work, configs, seeds)
+    print(table(by_seed, "ours"))
+    print("\nmigrations back:", {n: mean_ci([r[n].get("migrations_back", 0) for r in by_seed.values()])["mean"]
+                                 for n in configs})  # fmt: skip
+    _ = summarize  # the CLI's aggregation; the tables here use the same mean_ci
+
+
+def validate(seeds: Sequence[int]) -> None:
+    """The Megatron model on Megatron-LM's published layouts, with A100-era figures (docs/simulator.md)."""
+    from paralleljob.core.cluster import ClusterState
+    from paralleljob.core.cost import MegatronCostModel
+    from paralleljob.core.job import JobSpec
+    from paralleljob.core.placer import Placer
+    from paralleljob.sim.overlay import PUBLISHED_LAYOUTS, model_of
+    from paralleljob.sim.steptime import StepTimeModel
+
+    model, peak, kernel_eff = MegatronCostModel(), StepTimeModel(gpu_tflops=312.0, mfu=1.0), 0.6
+    print("| layout | TP x PP x DP | GPUs | compute/step (s) | TP, PP, DP comm/step (s) | comm share | implied MFU |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for lay in PUBLISHED_LAYOUTS:
+        if lay.name.startswith("llama"):
+            continue
+        topology = Topology.uniform(lay.gpus // 8, 8, intra_node_bw_gbps=240.0, inter_node_bw_gbps=25.0)
+        job = JobSpec(lay.name, lay.tp, lay.pp, lay.dp, 0.0, model_of(lay, lay.dp))
+        cost = Placer(ClusterState(topology)).place(job, model).cost
+        compute = peak.compute_ms(job) / kernel_eff
+        share = cost.total_ms / (compute + cost.total_ms)
+        print(f"| {lay.name} | {lay.tp}x{lay.pp}x{lay.dp} | {lay.gpus} | {compute / 1e3:.2f} |"
+              f" {cost.tp_ms / 1e3:.2f}, {cost.pp_ms / 1e3:.2f}, {cost.dp_ms / 1e3:.2f} | {share:.0%} |"
+              f" {kernel_eff * (1 - share):.0%} |")  # fmt: skip
+    lay = next(x for x in PUBLISHED_LAYOUTS if x.name == "gpt-18b")
+    for tp, bandwidth in ((8, 240.0), (16, 25.0)):
+        job = JobSpec("tp", tp, 1, lay.gpus // tp, 0.0, model_of(lay, lay.gpus // tp))
+        print(f"\n{lay.name} with TP{tp}: TP all-reduces {model.tp_ms(job, bandwidth) / 1e3:.2f} s per step,"
+              f" compute {peak.compute_ms(job) / kernel_eff / 1e3:.2f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m paralleljob.sim.evidence", description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=["placement", "recovery", "recovery-why", "reopt-sweep", "validate"])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--loads", default="0.7,0.9", help="recovery: offered loads")
+    parser.add_argument("--factors", default="1,10", help="recovery: multiples of the Llama 3 failure rate")
+    args = parser.parse_args(argv)
+    seeds = list(range(1, args.seeds + 1))
+    if args.what == "recovery":
+        recovery(seeds, [float(x) for x in args.loads.split(",")], [float(x) for x in args.factors.split(",")])
+        return 0
+    experiments = {
+        "placement": placement, "recovery-why": recovery_why, "reopt-sweep": reopt_sweep, "validate": validate
+    }  # fmt: skip
+    experiments[args.what](seeds)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""The step-time model: compute from FLOPs plus the cost model's communication for the actual placement,
+calibrated so that the ideal placement takes exactly the trace's duration."""
+
+from __future__ import annotations
+
+import pytest
+
+from paralleljob.core.cost import MegatronCostModel, SeedCostModel
+from paralleljob.core.job import JobSpec, ModelShape
+from paralleljob.core.topology import Topology
+from paralleljob.sim.engine import SimConfig, Simulation
+from paralleljob.sim.steptime import StepTimeModel
+from paralleljob.sim.trace import TraceJob
+
+H100_BF16_ACHIEVED = 989e12 * 0.40  # FLOP/s per GPU at the default 40% MFU
+
+
+def run(trace: list[TraceJob], **config: object) -> Simulation:
+    simulation = Simulation(Topology.uniform(2), trace, SimConfig(check_invariants=True, **config))  # type: ignore[arg-type]
+    simulation.run()
+    return simulation
+
+
+def finished(simulation: Simulation, job_id: str) -> float:
+    job = simulation.jobs[job_id]
+    assert job.finished is not None
+    return job.finished - job.trace.submit_s
+
+
+def test_compute_is_six_flops_per_parameter_per_token_over_the_shard() -> None:
+    job = JobSpec("j", 4, 2, 8, 0.0, ModelShape(num_params_billions=16.0))
+    tokens = 4 * 2 * 1 * 2048  # 4 micro-batches per stage (Megatron's default), 1 x 2048 tokens each
+    expected_ms = 6 * 16e9 * tokens / (4 * 2) / H100_BF16_ACHIEVED * 1e3
+    assert StepTimeModel().compute_ms(job) == pytest.approx(expected_ms)
+
+
+def test_first_fit_split_dp_ring_slows_the_job_by_the_seed_model_milliseconds() -> None:
+    # J1 takes GPUs 0-6; first-fit gives J2 (DP2, 2B parameters) GPU 7 and GPU 8: its gradient all-reduce of
+    # 4 GB crosses nodes at 50 GB/s (80 ms) instead of NVLink at 600 GB/s (6.67 ms); compute 248.5 ms.
+    trace = [TraceJob("J1", 0, 10_000, 7, "t", (1, 1, 7)), TraceJob("J2", 1, 1000, 2, "t", (1, 1, 2))]
+    spec = JobSpec("J2", 1, 1, 2, 0.0, ModelShape(num_params_billions=2.0))
+    seed = SeedCostModel()
+    compute = 6 * 2e9 * (4 * 2048) / H100_BF16_ACHIEVED * 1e3
+    expected = (compute + seed.dp_ms(spec, 50.0)) / (compute + seed.dp_ms(spec, 600.0))
+    first_fit = run(trace, policy="first-fit")
+    assert first_fit.jobs["J2"].first_slowdown == pytest.approx(expected, rel=1e-9)
+    assert expected == pytest.approx((248.49 + 80.0) / (248.49 + 6.667), rel=1e-3)
+    assert finished(first_fit, "J2") == pytest.approx(1000 * expected, rel=1e-9)
+    assert finished(run(trace, policy="ours"), "J2") == 1000.0  # the ideal placement: the trace's duration
+
+
+def test_first_fit_split_tp_group_costs_what_the_megatron_model_says() -> None:
+    # J1 takes GPUs 0-5; first-fit cuts J2's TP4 group over GPUs 6, 7 (node 0) and 8, 9 (node 1): every
+    # per-layer all-reduce runs at 50 GB/s instead of 600 GB/s.
+    trace = [TraceJob("J1", 0, 10_000, 6, "t", (1, 1, 6)), TraceJob("J2", 1, 1000, 4, "t", (4, 1, 1))]
+    spec = JobSpec("J2", 4, 1, 1, 0.0, ModelShape(num_params_billions=8.0))
+    megatron = MegatronCostModel()
+    compute = 6 * 8e9 * (4 * 2048) / 4 / H100_BF16_ACHIEVED * 1e3
+    split, ideal = megatron.tp_ms(spec, 50.0), megatron.tp_ms(spec, 600.0)
+    expected = (compute + split) / (compute + ideal)
+    first_fit = run(trace, policy="first-fit", cost_model="megatron")
+    assert first_fit.jobs["J2"].tp_groups_split == 1
+    assert first_fit.jobs["J2"].first_slowdown == pytest.approx(expected, rel=1e-9)
+    assert expected > 1.5  # a split TP group is expensive, as practitioners expect
+    assert finished(first_fit, "J2") == pytest.approx(1000 * expected, rel=1e-9)
+
+
+def test_overlap_hides_communication_and_the_fraction_model_is_still_there() -> None:
+    job = JobSpec("j", 1, 1, 2, 0.0, ModelShape(num_params_billions=2.0))
+    exposed = StepTimeModel().slowdown(job, 80.0, 10.0)
+    hidden = StepTimeModel(overlap=0.5).slowdown(job, 80.0, 10.0)
+    assert 1.0 < hidden < exposed
+    assert StepTimeModel().slowdown(job, 5.0, 10.0) == 1.0  # never faster than the trace
+    assert StepTimeModel("fraction", comm_fraction=0.1).slowdown(job, 120.0, 10.0) == pytest.approx(2.1)
+    with pytest.raises(ValueError, match="unknown step model"):
+        StepTimeModel("magic")
+
+
+def test_steps_are_calibrated_on_the_ideal_placement() -> None:
+    job = JobSpec("j", 1, 1, 2, 0.0, ModelShape(num_params_billions=2.0))
+    model = StepTimeModel()
+    steps = model.steps(job, 3600.0, 10.0)
+    assert steps * model.step_ms(job, 10.0) == pytest.approx(3.6e6)
