@@ -37,13 +37,17 @@ def no_gpu_twice(fc: FakeCluster) -> None:
     assert all(n == 1 for n in used.values()), used
 
 
-def repaired_expensively(reoptimize: str = "Propose") -> tuple[FakeCluster, str]:
+def repaired_expensively(
+    reoptimize: str | None = "Propose", checkpoint: dict[str, Any] | None = None
+) -> tuple[FakeCluster, str]:
     """The seed job on a, b; c and d half taken by someone else; a fails, so its two stage-0 groups must
     split over c and d: the DP all-reduce of stage 0 leaves NVLink. Then a comes back."""
     fc = FakeCluster([node(n, leaf="leaf-00") for n in ("a", "b", "c", "d")])
     fc.pods[("other", "x")] = foreign_pod("x", "c", 4)
     fc.pods[("other", "y")] = foreign_pod("y", "d", 4)
-    spec = {"checkpoint": {"intervalSeconds": 3600}, "failurePolicy": {"reoptimize": reoptimize}}
+    spec: dict[str, Any] = {"checkpoint": {"intervalSeconds": 3600} if checkpoint is None else checkpoint}
+    if reoptimize is not None:
+        spec["failurePolicy"] = {"reoptimize": reoptimize}
     fc.add_job(paralleljob("seed", 4, 2, 2, memory=70.0, extra_spec=spec))
     for _ in range(4):
         fc.step(at(0))
@@ -113,3 +117,26 @@ def test_migrate_at_checkpoint_moves_the_gang_back_after_the_next_checkpoint_onl
     assert status["reoptimization"]["podsToMove"] == 0 and "proposedAt" not in status["reoptimization"]
     assert {p["spec"]["nodeName"] for p in fc.job_pods("ns/seed")} == set(after.nodes)
     no_gpu_twice(fc)
+
+
+def test_by_default_a_job_that_declares_no_checkpoints_is_never_moved() -> None:
+    fc, _ = repaired_expensively(reoptimize=None, checkpoint={})
+    assert fc.job("ns/seed")["spec"].get("failurePolicy", {}).get("reoptimize") is None  # the default applies
+    before = fc.job("ns/seed")["status"]["placement"]
+    for t in (PROPOSE_AT, PROPOSE_AT + 2 * int(RECHECK_SECONDS)):
+        fc.step(at(t))
+    cond = condition(fc, "Reoptimizable")
+    assert cond["status"] == "False" and "never checkpoints" in cond["message"], cond
+    assert fc.job("ns/seed")["status"]["placement"] == before
+
+
+def test_by_default_a_job_with_a_checkpoint_interval_moves_back() -> None:
+    fc, healed = repaired_expensively(reoptimize=None)
+    fc.step(at(PROPOSE_AT))
+    assert condition(fc, "Reoptimizable")["status"] == "True"
+    # no annotation: the boundary is the latest multiple of intervalSeconds (3600 s) since the job started
+    for t in (3600 + 5, 3600 + 6, 3600 + 7, 3600 + 8):
+        fc.step(at(t))
+    after = record_from_status(fc.job("ns/seed")["status"])
+    assert after is not None and after.cost is not None and abs(after.cost.total_ms - SEED_COST_MS) < 1e-3
+    assert healed in after.nodes and fc.phase("ns/seed") == "Running"

@@ -9,11 +9,12 @@ core's rule (``core.reoptimize``) says whether moving is worth it next to the jo
 - A worthwhile move is *proposed*: condition ``Reoptimizable=True`` with the numbers, and
   ``status.reoptimization`` (``proposedAt``, costs, pods to move); the gauge
   ``paralleljob_reoptimizable_jobs`` counts such jobs.
-- With ``failurePolicy.reoptimize: MigrateAtCheckpoint`` the job is *moved* at its first checkpoint
-  boundary after the proposal (its ``paralleljob.dev/last-checkpoint`` annotation, else the latest multiple
-  of ``checkpoint.intervalSeconds``): the best placement is recomputed, recorded, and the whole gang
-  restarts there from that checkpoint (phase Recovering until all pods are bound again). Only a job that
-  says so is ever moved; ``Propose`` (the default) only reports.
+- With ``failurePolicy.reoptimize: MigrateAtCheckpoint`` (the default: the simulator found minimal
+  recovery plus this move-back the best policy, docs/simulator.md) the job is *moved* at its first
+  checkpoint boundary after the proposal (its ``paralleljob.dev/last-checkpoint`` annotation, else the
+  latest multiple of ``checkpoint.intervalSeconds``): the best placement is recomputed, recorded, and the
+  whole gang restarts there from that checkpoint (phase Recovering until all pods are bound again). A job
+  that declares neither never moves (no boundary is known); ``Propose`` only reports.
 
 Everything here is a decision on the pass's view, like a repair: the caller brings the pods in line with
 the record it returns.

@@ -28,7 +28,7 @@ class FailurePolicy:
     strategy: RecoveryStrategy = RecoveryStrategy.MINIMAL
     max_restarts: int = 3
     on_unplaceable: str = "Requeue"
-    reoptimize: str = "Propose"  # or MigrateAtCheckpoint: move a repaired job back when it pays off
+    reoptimize: str = "MigrateAtCheckpoint"  # or Propose: only report that moving back would pay off
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +147,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     max_restarts = _int(policy_data, "maxRestarts", 3)
     if max_restarts is None or max_restarts < 0:
         raise InvalidRequest("spec.failurePolicy.maxRestarts must be >= 0")
-    reoptimize = str(policy_data.get("reoptimize", "Propose"))
+    reoptimize = str(policy_data.get("reoptimize", "MigrateAtCheckpoint"))
     if reoptimize not in REOPTIMIZE:
         raise InvalidRequest(
             f"spec.failurePolicy.reoptimize must be Propose or MigrateAtCheckpoint, got {reoptimize!r}"
