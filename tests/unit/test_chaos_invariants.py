@@ -69,8 +69,9 @@ def test_half_bound_gangs_lost_and_unsettled_jobs() -> None:
     checker = InvariantChecker(grace_s=10.0, expected={"a", "b", "gone"})
     pods = [pod("a-0", "a", "n1", "0"), pod("a-1", "a", "n1", "1", phase="Failed")]
     jobs = [job("a", "Running", ["a-0", "a-1"]), job("b", "Placing", [])]
-    assert {v.kind for v in checker.check(snapshot(0.0, [node("n1")], pods, jobs), 0.0)} == {"lost"}
-    late = checker.check(snapshot(11.0, [node("n1")], pods, jobs), 0.0)
+    expected = checker.expected
+    assert {v.kind for v in checker.check(snapshot(0.0, [node("n1")], pods, jobs, expected), 0.0)} == {"lost"}
+    late = checker.check(snapshot(11.0, [node("n1")], pods, jobs, expected), 0.0)
     assert {(v.kind, v.subject) for v in late} == {("lost", "gone"), ("half-bound", "a")}
     final = checker.final(snapshot(12.0, [node("n1")], pods, jobs))
     assert {(v.kind, v.subject) for v in final} == {("lost", "gone"), ("unsettled", "b")}

@@ -60,6 +60,7 @@ class Snapshot:
     allocatable: Mapping[str, int]  # node -> GPUs
     pods: tuple[PodView, ...]
     jobs: Mapping[str, JobView]
+    expected: frozenset[str] = frozenset()  # jobs that must be listed: applied before, not deleted during
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,11 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
 
 
 def snapshot(
-    at: float, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], jobs: Iterable[Mapping[str, Any]]
+    at: float,
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Mapping[str, Any]],
+    expected: Iterable[str] = (),
 ) -> Snapshot:
     ready: dict[str, bool] = {}
     allocatable: dict[str, int] = {}
@@ -112,13 +117,13 @@ def snapshot(
         name = str((job.get("metadata") or {}).get("name"))
         slots = tuple(str(p.get("name")) for p in placement.get("pods") or [])
         views[name] = JobView(name, str(status.get("phase") or ""), str(status.get("reason") or ""), slots)
-    return Snapshot(at, ready, allocatable, tuple(pod_view(p) for p in pods), views)
+    return Snapshot(at, ready, allocatable, tuple(pod_view(p) for p in pods), views, frozenset(expected))
 
 
 @dataclass
 class InvariantChecker:
     grace_s: float = 10.0
-    expected: set[str] = field(default_factory=set)  # jobs applied and not deleted by the run
+    expected: set[str] = field(default_factory=set)  # jobs applied and not deleted by the run (for final)
     down_since: dict[str, float] = field(default_factory=dict)  # node -> first seen NotReady/missing
     half_since: dict[str, float] = field(default_factory=dict)  # job -> first seen half-bound
     bare_since: dict[str, float] = field(default_factory=dict)  # job -> first seen without a status
@@ -168,7 +173,7 @@ class InvariantChecker:
 
     def _gangs(self, snap: Snapshot, up_since: float | None) -> list[Violation]:
         found = []
-        for name in sorted(self.expected - set(snap.jobs)):
+        for name in sorted(snap.expected - set(snap.jobs)):
             found.append(Violation("lost", name, "applied, never deleted, no longer in the API", snap.at))
         bound: Counter[str] = Counter()
         live: Counter[str] = Counter()

@@ -38,7 +38,7 @@ class OperatorProcess:
         log_dir: Path,
         identity: str = "chaos-operator",
         lease_seconds: int = 4,
-        resync_seconds: float = 10.0,
+        resync_seconds: float = 30.0,  # the operator's default
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.kubeconfig = kubeconfig

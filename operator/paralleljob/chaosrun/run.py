@@ -70,10 +70,13 @@ class ChaosRun:
 
     async def observe(self) -> Snapshot:
         ns = self.config.namespace
+        # A job must be listed if it was applied before the lists were taken and not deleted meanwhile (the
+        # monkey forgets a job before it deletes it): in the set both before and after listing.
+        before = set(self.monkey.jobs)
         nodes, _ = await self.kube.list("/api/v1/nodes")
         jobs, _ = await self.kube.list(job_path(ns))
         pods, _ = await self.kube.list(pod_path(ns), {"labelSelector": JOB_LABEL})
-        return snapshot(time.monotonic(), nodes, pods, jobs)
+        return snapshot(time.monotonic(), nodes, pods, jobs, before & self.monkey.jobs)
 
     async def _checks(self) -> None:
         while True:
