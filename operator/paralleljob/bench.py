@@ -206,6 +206,7 @@ def command(args: argparse.Namespace) -> int:
             rounds=args.rounds,
             kube_scheduler=not args.no_kube_scheduler,
             out=None,
+            crashes=args.crashes,
         )
         text = json.dumps(measured, indent=2, sort_keys=True)
         print(text)
@@ -213,6 +214,14 @@ def command(args: argparse.Namespace) -> int:
             with open(args.json, "w") as fh:
                 fh.write(text)
         return 0
+    if args.what == "worker-crash":
+        from paralleljob.k8s.bench_crash import run_worker_crash
+
+        return _emit(run_worker_crash(crashes=args.crashes), args.json)
+    if args.what == "chaos":
+        from paralleljob.chaosrun.bench import run_chaos_bench
+
+        return _emit(run_chaos_bench(seed=args.seed, kills=args.kills, nodes=args.chaos_nodes), args.json)
     if args.what == "quality":
         print(
             "| nodes | instances | placer = MILP optimum | MILP proven | worst gap % | mean gap %"
@@ -240,9 +249,20 @@ def command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _emit(measured: dict[str, Any], json_path: str | None) -> int:
+    text = json.dumps(measured, indent=2, sort_keys=True)
+    print(text)
+    if json_path:
+        with open(json_path, "w") as fh:
+            fh.write(text)
+    return 0
+
+
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("bench", help="run a benchmark (placement, quality, operator)")
-    parser.add_argument("what", choices=["placement", "quality", "operator"], help="which benchmark")
+    parser = subparsers.add_parser("bench", help="run a benchmark (placement, quality, operator, worker-crash, chaos)")
+    parser.add_argument(
+        "what", choices=["placement", "quality", "operator", "worker-crash", "chaos"], help="which benchmark"
+    )
     parser.add_argument("--sizes", default="1000,10000,100000", help="cluster sizes in GPUs, comma-separated")
     parser.add_argument("--topology", default="flat,tree", help="flat (node/cluster) and/or tree (rack/spine)")
     parser.add_argument("--repeat", type=int, default=15)
@@ -255,6 +275,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--jobs", type=int, default=32, help="operator: jobs in the throughput stream")
     parser.add_argument("--rounds", type=int, default=3, help="operator: throughput rounds per contender")
     parser.add_argument("--no-kube-scheduler", action="store_true", help="operator: skip the kube-scheduler run")
+    parser.add_argument("--crashes", type=int, default=20, help="operator, worker-crash: worker crashes")
+    parser.add_argument("--kills", type=int, default=100, help="chaos: operator SIGKILLs in the long run")
+    parser.add_argument("--chaos-nodes", type=int, default=24, help="chaos: fake GPU nodes")
     parser.set_defaults(handler=command)
 
 

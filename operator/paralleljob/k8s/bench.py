@@ -3,7 +3,8 @@
 1. apply -> bound: time from creating a 64-pod ParallelJob to all 64 pods bound (target <= 2 s);
 2. throughput: a stream of jobs applied at once, pods bound per second, against kube-scheduler binding the
    same number of plain pods on the same API server in the same run (target ratio >= 1.0);
-3. repair: time from a node turning NotReady (as seen by a watch) to its replacement pods bound (<= 2 s).
+3. repair: time from a node turning NotReady (as seen by a watch) to its replacement pods bound (<= 2 s);
+4. worker crash: time from a worker pod turning Failed to its replacement bound (``bench_crash``, p99 <= 2 s).
 Times are taken by this process from its own watch of the API, the way a user would see them. The operator
 runs as a separate process, as it would in a cluster.
 """
@@ -61,6 +62,7 @@ class PodTracker:
         self.namespace = namespace
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> {name, node, labels}
         self.bound_at: dict[str, float] = {}
+        self.failed_at: dict[str, float] = {}
         self.changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -102,9 +104,13 @@ class PodTracker:
             self.pods.pop(uid, None)
         else:
             node = (pod.get("spec") or {}).get("nodeName")
-            self.pods[uid] = {"name": meta.get("name"), "node": node, "labels": meta.get("labels") or {}}
+            phase = (pod.get("status") or {}).get("phase")
+            labels = meta.get("labels") or {}
+            self.pods[uid] = {"name": meta.get("name"), "node": node, "labels": labels, "phase": phase}
             if node and uid not in self.bound_at:
                 self.bound_at[uid] = time.monotonic()
+            if phase == "Failed" and uid not in self.failed_at:
+                self.failed_at[uid] = time.monotonic()
         self.changed.set()
 
     async def wait(self, predicate: Callable[[], bool], timeout_s: float = 120.0) -> None:
@@ -282,10 +288,10 @@ async def _wait_not_ready(kube: Kube, node: str, seen: dict[str, float]) -> None
             return
 
 
-async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
-    workdir = Path(tempfile.mkdtemp(prefix="pj-bench-"))
+def start_operator(cluster: DevCluster, workdir: Path, write_concurrency: int = 48) -> subprocess.Popen[bytes]:
+    """``paralleljob operator`` as a separate process against ``cluster`` (log in ``workdir``)."""
     port = _free_port()
-    operator = subprocess.Popen(
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -302,15 +308,30 @@ async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
             "--log-level",
             "WARNING",
             "--write-concurrency",
-            str(getattr(args, "write_concurrency", 48)),
+            str(write_concurrency),
         ],
         stdout=(workdir / "operator.log").open("wb"),
         stderr=subprocess.STDOUT,
     )
+
+
+def stop_operator(operator: subprocess.Popen[bytes]) -> None:
+    operator.send_signal(signal.SIGTERM)
+    try:
+        operator.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        operator.kill()
+
+
+async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
+    from paralleljob.k8s.bench_crash import bench_worker_crash
+
+    workdir = Path(tempfile.mkdtemp(prefix="pj-bench-"))
+    operator = start_operator(cluster, workdir, getattr(args, "write_concurrency", 48))
     results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8}
     kube = await Kube.connect(str(cluster.kubeconfig))
     try:
-        for ns in ("bench-latency", "bench-stream", "bench-plain", "bench-repair"):
+        for ns in ("bench-latency", "bench-stream", "bench-plain", "bench-repair", "bench-crash"):
             with contextlib.suppress(ApiError):
                 await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
         await asyncio.sleep(3.0)  # operator start-up and leader election
@@ -324,13 +345,11 @@ async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
         print(f"throughput: {results['throughput']}", file=sys.stderr)
         results["node_not_ready_to_rebound"] = await bench_repair(kube, "bench-repair", args.repeats)
         print(f"repair: {results['node_not_ready_to_rebound']}", file=sys.stderr)
+        results["worker_failed_to_rebound"] = await bench_worker_crash(kube, "bench-crash", args.crashes)
+        print(f"worker crash: {results['worker_failed_to_rebound']}", file=sys.stderr)
     finally:
         await kube.close()
-        operator.send_signal(signal.SIGTERM)
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
+        stop_operator(operator)
     return results
 
 
@@ -342,6 +361,7 @@ def run_benchmark(
     kube_scheduler: bool = True,
     write_concurrency: int = 48,
     out: Path | None = None,
+    crashes: int = 20,
 ) -> dict[str, Any]:
     """The whole operator benchmark on a fresh dev cluster (torn down after); returns the results."""
     args = argparse.Namespace(
@@ -352,6 +372,7 @@ def run_benchmark(
         no_kube_scheduler=not kube_scheduler,
         write_concurrency=write_concurrency,
         out=out,
+        crashes=crashes,
     )
     return _measure(args)
 
@@ -359,6 +380,7 @@ def run_benchmark(
 def _measure(args: argparse.Namespace) -> dict[str, Any]:
     args.repeats = getattr(args, "repeats", 5)
     args.rounds = getattr(args, "rounds", 3)
+    args.crashes = getattr(args, "crashes", 20)
     from paralleljob.devcluster.cluster import down, up
     from paralleljob.devcluster.nodes import NodeShape
 

@@ -95,8 +95,10 @@ class Reconciler:
             "queue": self.queues,
         }
         store = stores[kind]
-        if event_type == "DELETED" or (kind == "pod" and not relevant_pod(body)):
+        if event_type == "DELETED":
             changed = store.remove(body)
+        elif kind == "pod" and not relevant_pod(body):
+            changed = store.remove(body, deleted=False)
         else:
             changed = store.upsert(body)
         if kind == "node" and changed and event_type != "DELETED":

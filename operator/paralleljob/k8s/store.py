@@ -1,23 +1,45 @@
 """In-memory copies of the objects the operator watches, fed by watch events, full re-lists and the
 operator's own write responses.
 
-Two rules keep the copies honest when those sources interleave:
-- an update older than what is stored (by resourceVersion) is ignored, so a late watch event never undoes
-  what the operator just wrote and already recorded here;
-- a deletion only removes the object with the same UID, so the DELETED event of a pod that was replaced
-  under the same name never removes its successor.
+Those sources interleave in any order: the watch is ordered, but a write's response may be handled before
+or after the watch delivers the same change, and a re-list may be answered after later events were seen.
+Three rules keep the copies honest:
+
+1. **Newest wins.** An object older than the stored copy (by resourceVersion) is ignored, so a late watch
+   event or response never undoes something newer already recorded here.
+2. **Deletions match by UID.** A deletion removes only the object with the same UID, so the DELETED event
+   of a pod that was replaced under the same name never removes its successor.
+3. **Gone stays gone.** Every removal leaves a *tombstone* (namespace, name, UID, resourceVersion): no
+   body of that UID at or below that resourceVersion is accepted again. A DELETED event carries the
+   object's last resourceVersion, so nothing older can bring it back; the operator's own confirmed
+   deletions (:meth:`ObjectStore.forget`) know no version and block the UID outright; an object missing
+   from a re-list is tombstoned at the list's version. This is what stops a DELETE response (a body with a
+   deletionTimestamp) that is handled after the watch's DELETED event from resurrecting the pod.
+
+Tombstones are bounded: each expires ``tombstone_ttl`` seconds after it was laid (longer than any request
+may take, including retries, so no stale body can still be on its way), expired ones are compacted on
+every write, and at most ``max_tombstones`` are kept (the oldest go first). A body of a tombstoned UID
+with a newer resourceVersion (it was only filtered out, not deleted) is accepted and lifts the tombstone.
+
 resourceVersions are opaque to clients in general; every etcd-backed API server uses the etcd revision,
-so they are compared as integers when both parse, and otherwise the newest arrival wins.
+so they are compared as integers when both parse; when one does not, the newest arrival wins, except
+against a tombstone, which then holds.
 """
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 Body = Mapping[str, Any]
+
+TOMBSTONE_TTL_SECONDS = 300.0
+MAX_TOMBSTONES = 65536
 
 
 def _rv(body: Body) -> int | None:
@@ -28,22 +50,50 @@ def _rv(body: Body) -> int | None:
         return None
 
 
+def _uid(body: Body) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
+
+
 def object_key(body: Body) -> tuple[str, str]:
     metadata = body.get("metadata") or {}
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    up_to: int | None  # no body of the UID at or below this resourceVersion is accepted; None: none at all
+    expires: float
+
+    def blocks(self, rv: int | None) -> bool:
+        return self.up_to is None or rv is None or rv <= self.up_to
+
+
 class ObjectStore(Generic[T]):
     """Raw bodies plus a parsed value per object (parsed once, on arrival)."""
 
-    def __init__(self, parse: Callable[[Body], T]) -> None:
+    def __init__(
+        self,
+        parse: Callable[[Body], T],
+        clock: Callable[[], float] = time.monotonic,
+        tombstone_ttl: float = TOMBSTONE_TTL_SECONDS,
+        max_tombstones: int = MAX_TOMBSTONES,
+    ) -> None:
         self._parse = parse
+        self._clock = clock
+        self._ttl = tombstone_ttl
+        self._max_tombstones = max_tombstones
         self._bodies: dict[tuple[str, str], Body] = {}
         self._values: dict[tuple[str, str], T] = {}
+        # (namespace, name, uid) -> tombstone, oldest first (laid in clock order, so expiry is from the front)
+        self._tombstones: OrderedDict[tuple[str, str, str], Tombstone] = OrderedDict()
         self.version = 0  # bumped on every change, so readers can cache what they derive
 
     def __len__(self) -> int:
         return len(self._bodies)
+
+    @property
+    def tombstones(self) -> int:
+        return len(self._tombstones)
 
     def values(self) -> list[T]:
         return list(self._values.values())
@@ -58,16 +108,24 @@ class ObjectStore(Generic[T]):
         return self._bodies.get((namespace, name))
 
     def upsert(self, body: Body) -> bool:
-        """Store ``body`` unless an equal or newer version of the same object is already here. True when
-        what the operator sees of it changed (a node's heartbeat alone does not change its parsed value)."""
+        """Store ``body`` unless an equal or newer version of the same object is already here, or the
+        object was removed at or after this version (a tombstone). True when what the operator sees of it
+        changed (a node's heartbeat alone does not change its parsed value)."""
+        self._compact()
         key = object_key(body)
+        new_rv = _rv(body)
+        grave = (*key, _uid(body))
+        tombstone = self._tombstones.get(grave)
+        if tombstone is not None:
+            if tombstone.blocks(new_rv):
+                return False
+            del self._tombstones[grave]  # a newer version of it: it is back for real
         current = self._bodies.get(key)
         if current is not None:
-            new_rv, old_rv = _rv(body), _rv(current)
-            same_uid = (current.get("metadata") or {}).get("uid") == (body.get("metadata") or {}).get("uid")
+            old_rv = _rv(current)
             if new_rv is not None and old_rv is not None and new_rv < old_rv:
                 return False
-            if same_uid and new_rv is not None and new_rv == old_rv and current == body:
+            if _uid(current) == _uid(body) and new_rv is not None and new_rv == old_rv and current == body:
                 return False
         value = self._parse(body)
         before = self._values.get(key)
@@ -78,30 +136,34 @@ class ObjectStore(Generic[T]):
         self.version += 1
         return True
 
-    def remove(self, body: Body) -> bool:
-        """Forget the object if the stored copy is the same one (same UID) and not newer."""
+    def remove(self, body: Body, deleted: bool = True) -> bool:
+        """The object is gone (a DELETED event: tombstoned even when not stored, since its creation's
+        response may still be on its way), or with ``deleted=False`` it merely stopped being of interest
+        as of its resourceVersion (tombstoned only if it was stored and not newer). Forgets the stored
+        copy if it is the same object (same UID). True when the store changed."""
+        self._compact()
         key = object_key(body)
+        uid, rv = _uid(body), _rv(body)
         current = self._bodies.get(key)
-        if current is None:
+        same = current is not None and _uid(current) == uid
+        if not deleted:
+            old_rv = _rv(current) if current is not None else None
+            if not same or (rv is not None and old_rv is not None and rv < old_rv):
+                return False
+        self._bury(key, uid, rv)
+        if not same:
             return False
-        uid = (body.get("metadata") or {}).get("uid")
-        if uid and (current.get("metadata") or {}).get("uid") != uid:
-            return False
-        new_rv, old_rv = _rv(body), _rv(current)
-        if new_rv is not None and old_rv is not None and new_rv < old_rv:
-            return False
-        del self._bodies[key]
-        del self._values[key]
-        self.version += 1
+        self._drop(key)
         return True
 
     def forget(self, namespace: str, name: str, uid: str) -> None:
-        """The operator itself deleted it (and the API confirmed): drop it now, do not wait for the watch."""
+        """The operator itself deleted it (and the API confirmed): drop it now, do not wait for the watch,
+        and accept no body of that UID again."""
+        self._compact()
+        self._bury((namespace, name), uid, None)
         current = self._bodies.get((namespace, name))
-        if current is not None and (current.get("metadata") or {}).get("uid") == uid:
-            del self._bodies[(namespace, name)]
-            del self._values[(namespace, name)]
-            self.version += 1
+        if current is not None and _uid(current) == uid:
+            self._drop((namespace, name))
 
     def patch_local(self, namespace: str, name: str, change: Callable[[Body], Body]) -> None:
         """Apply a change the API has confirmed but whose new version has not been seen yet (a binding:
@@ -117,7 +179,8 @@ class ObjectStore(Generic[T]):
 
     def replace_all(self, bodies: Iterable[Body], list_rv: str | None) -> None:
         """Merge a full list: upsert each, and drop stored objects the list no longer has unless they are
-        newer than the list itself (created after it was taken)."""
+        newer than the list itself (created after it was taken); each dropped one is tombstoned at the
+        list's version."""
         seen = set()
         for body in bodies:
             seen.add(object_key(body))
@@ -129,8 +192,31 @@ class ObjectStore(Generic[T]):
         for key in list(self._bodies):
             if key in seen:
                 continue
-            rv = _rv(self._bodies[key])
+            current = self._bodies[key]
+            rv = _rv(current)
             if horizon is None or rv is None or rv <= horizon:
-                del self._bodies[key]
-                del self._values[key]
-                self.version += 1
+                self._bury(key, _uid(current), horizon if horizon is not None else rv)
+                self._drop(key)
+
+    # ---- internals ----------------------------------------------------------------------------------
+    def _drop(self, key: tuple[str, str]) -> None:
+        del self._bodies[key]
+        del self._values[key]
+        self.version += 1
+
+    def _bury(self, key: tuple[str, str], uid: str, rv: int | None) -> None:
+        grave = (*key, uid)
+        old = self._tombstones.pop(grave, None)
+        if old is not None and (old.up_to is None or (rv is not None and old.up_to > rv)):
+            rv = old.up_to  # a tombstone only ever grows
+        self._tombstones[grave] = Tombstone(rv, self._clock() + self._ttl)
+        while len(self._tombstones) > self._max_tombstones:
+            self._tombstones.popitem(last=False)
+
+    def _compact(self) -> None:
+        now = self._clock()
+        while self._tombstones:
+            grave, tombstone = next(iter(self._tombstones.items()))
+            if tombstone.expires > now:
+                return
+            del self._tombstones[grave]

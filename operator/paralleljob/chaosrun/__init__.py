@@ -1,0 +1,12 @@
+"""Seeded chaos runs against a dev cluster: jobs applied and deleted, the operator SIGKILLed and
+restarted, nodes flapping NotReady/Ready, deleted and re-created, unhealthy-GPU annotations set and
+cleared, workers crashing; with the scheduling invariants checked from the API throughout.
+
+- :mod:`.invariants` — what must hold, judged from listed API objects only (pure, clock passed in);
+- :mod:`.monkey` — the seeded disturbances;
+- :mod:`.operatorproc` — the operator as a subprocess that can be SIGKILLed and restarted;
+- :mod:`.run` — one bounded run, returning a report (operations, kills, checks, violations);
+- :mod:`.bench` — ``paralleljob bench chaos``: the long run on a fresh dev cluster.
+
+The e2e test (``tests/e2e/chaos_e2e``) and the scale work reuse these; nothing here is test-only.
+"""
