@@ -64,8 +64,7 @@ def test_operator_with_the_charts_service_account_places_and_repairs(
     assert_gang_on_record(pjs, "helm-llm")
     assert_no_gpu_used_twice(chaos)
     # Events go out in the background and failures there are only logged, so check they really landed.
-    reasons = {e.reason for e in pjs.events("helm-llm")}
-    assert {"Placed", "NodeFailure", "Repaired"} <= reasons, reasons
+    pjs.wait_events("helm-llm", {"Placed", "NodeFailure", "Repaired"})
     # The leader-election Lease lives in the release's namespace, held by the chart's operator.
     lease = kube_lease(chaos, release)
     assert lease["holderIdentity"] == IDENTITY
@@ -179,7 +178,7 @@ def test_watching_some_namespaces_narrows_the_grants_to_them(
         jobs.create("scoped", 2, 2, 1)
         jobs.wait_phase("scoped", "Running")
         assert_gang_on_record(jobs, "scoped")
-        assert "Placed" in {e.reason for e in jobs.events("scoped")}
+        jobs.wait_events("scoped", {"Placed"})
     finally:
         jobs.cleanup()
     sa = KubeSession(chart_operator.kubeconfig)

@@ -206,6 +206,22 @@ class Jobs:
         )
         return list(listed.items)
 
+    def wait_events(self, name: str, reasons: set[str], timeout_s: float = 15.0) -> set[str]:
+        """The operator posts Events in the background, after the status write that a test usually waits
+        for, so they are waited for too (bounded): all of ``reasons`` must land."""
+        seen: set[str] = set()
+
+        def landed() -> bool:
+            seen.clear()
+            seen.update(e.reason for e in self.events(name))
+            return reasons <= seen
+
+        try:
+            wait_for(f"events {sorted(reasons)} about {name}", landed, timeout_s, interval=0.2)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; landed: {sorted(seen)}\noperator log:\n{self.operator.log_tail()}") from None
+        return set(seen)
+
     def cleanup(self) -> None:
         listed = self.kube.run(self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL))
         for item in listed.get("items", []):

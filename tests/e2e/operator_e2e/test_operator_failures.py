@@ -37,8 +37,7 @@ def test_node_failure_minimal_moves_only_the_pods_on_that_node(pjs: Jobs, chaos:
             assert new_uids[name] != old_uids[name]
         else:
             assert new_uids[name] == old_uids[name], f"{name} was not on the failed node but was re-created"
-    reasons = {e.reason for e in pjs.events("llm")}
-    assert {"NodeFailure", "Rescheduled", "Repaired"} <= reasons
+    pjs.wait_events("llm", {"NodeFailure", "Rescheduled", "Repaired"})
     assert repaired_in < 15, repaired_in
 
 

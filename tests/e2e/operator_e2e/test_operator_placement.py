@@ -50,7 +50,7 @@ def test_several_shapes_are_placed_and_bound_all_or_nothing(pjs: Jobs, kube: Kub
         )
     service = kube.run(kube.core.read_namespaced_service("seed", pjs.namespace))
     assert service.spec.cluster_ip == "None"
-    assert any(e.reason == "Placed" for e in pjs.events("seed"))
+    pjs.wait_events("seed", {"Placed"})
     assert_no_gpu_used_twice(kube)
 
 

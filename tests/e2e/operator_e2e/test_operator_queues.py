@@ -116,8 +116,7 @@ def test_a_high_priority_job_preempts_after_the_grace_period(pjs: Jobs, kube: Ku
     low = pjs.wait_phase("low", "Queued")
     assert low.get("restarts", 0) == restarts and low["queuedAt"] == queued_at and "preemption" not in low
     assert condition(low, "PreemptionPending")["status"] == "False"
-    reasons = {e.reason for e in pjs.events("low")}
-    assert {"PreemptionPending", "Preempted"} <= reasons, reasons
+    pjs.wait_events("low", {"PreemptionPending", "Preempted"})
     assert not pjs.live_pods("low")
     print(f"victim signalled after {signalled_after:.2f} s; high-priority job running after {running_after:.2f} s")
     assert_no_gpu_used_twice(kube)
