@@ -12,17 +12,39 @@ from typing import Any
 
 from paralleljob.k8s.constants import (
     CHECKPOINT_REQUESTED_ANNOTATION,
+    COMPLETION_INDEX_KEY,
+    COST_MODEL_ANNOTATION,
     GPU_INDICES_ANNOTATION,
+    GPU_MEMORY_ANNOTATION,
     GPU_RESOURCE,
     INCARNATION_ANNOTATION,
     JOB_LABEL,
     KIND,
+    NODE_RANK_ANNOTATION,
+    PARALLELISM_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_TIMEOUT_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    QUEUE_ANNOTATION,
+    RANK_ORDER_ANNOTATION,
+    SCHEDULER_NAME,
     TARGET_NODE_ANNOTATION,
 )
 from paralleljob.k8s.quantity import parse_count
 from paralleljob.k8s.template import InvalidTemplate, effective_requests
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+GROUP_DECLARATION_KEYS = frozenset(
+    {
+        PARALLELISM_ANNOTATION,
+        RANK_ORDER_ANNOTATION,
+        COST_MODEL_ANNOTATION,
+        GPU_MEMORY_ANNOTATION,
+        QUEUE_ANNOTATION,
+        PRIORITY_ANNOTATION,
+        POD_GROUP_TIMEOUT_ANNOTATION,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +64,13 @@ class PodInfo:
     failure: str = ""  # why it failed, for lastFailure and events
     checkpoint_requested: str = ""  # the preemption deadline it was told about, if any
     requests: tuple[tuple[str, int], ...] = ()  # what it reserves on its node besides GPUs (scheduler units)
+    # Pod groups (docs/pod-groups.md): set only on pods of another controller that ask for our scheduler.
+    group: str | None = None
+    group_rank: int | None = None  # its node rank in the group; None when it declares none (or a bad one)
+    group_rank_error: str = ""
+    first_container_gpus: int = 0
+    declaration: tuple[tuple[str, str], ...] = ()  # the group's paralleljob.dev/* annotations on this pod
+    controller: tuple[tuple[str, str], ...] = ()  # its controller's ownerReference (apiVersion, kind, name, uid)
 
     @property
     def key(self) -> str:
@@ -118,6 +147,9 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
     except ValueError:
         incarnation = -1
     phase = str(status.get("phase") or "Pending")
+    group = labels.get(POD_GROUP_LABEL)
+    if owner_uid is not None or spec.get("schedulerName") != SCHEDULER_NAME or not isinstance(group, str):
+        group = None  # our own workers, or pods another scheduler places
     return PodInfo(
         namespace=str(metadata.get("namespace", "")),
         name=str(metadata.get("name", "")),
@@ -134,4 +166,43 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
         failure=_failure(status) if phase == "Failed" else "",
         checkpoint_requested=str(annotations.get(CHECKPOINT_REQUESTED_ANNOTATION, "")),
         requests=pod_requests(spec) if spec.get("nodeName") and phase not in TERMINAL_PHASES else (),
+        **(_group_fields(group, metadata, spec) if group else {}),
     )
+
+
+def _group_rank(metadata: Mapping[str, Any]) -> tuple[int | None, str]:
+    """The pod's node rank: an explicit annotation, else the Job controller's completion index."""
+    annotations = metadata.get("annotations") or {}
+    labels = metadata.get("labels") or {}
+    for where, source, key in (
+        ("annotation", annotations, NODE_RANK_ANNOTATION),
+        ("annotation", annotations, COMPLETION_INDEX_KEY),
+        ("label", labels, COMPLETION_INDEX_KEY),
+    ):
+        value = source.get(key)
+        if value is None:
+            continue
+        text = str(value).strip()
+        if not text.isdigit():
+            return None, f"{where} {key}={value!r} is not a node rank (a whole number >= 0)"
+        return int(text), ""
+    return None, f"it has no node rank: set annotation {NODE_RANK_ANNOTATION} or use an Indexed Job"
+
+
+def _group_fields(group: str, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    rank, error = _group_rank(metadata)
+    annotations = metadata.get("annotations") or {}
+    declaration = tuple(sorted((k, str(v)) for k, v in annotations.items() if k in GROUP_DECLARATION_KEYS))
+    controller: tuple[tuple[str, str], ...] = ()
+    for ref in metadata.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            controller = tuple((k, str(ref.get(k, ""))) for k in ("apiVersion", "kind", "name", "uid"))
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    return {
+        "group": group,
+        "group_rank": rank,
+        "group_rank_error": error,
+        "first_container_gpus": _container_gpus(containers[0]) if containers else 0,
+        "declaration": declaration,
+        "controller": controller,
+    }
