@@ -114,7 +114,37 @@ def test_a_group_pod_takes_its_node_rank_from_the_completion_index_or_the_explic
     missing = parse_pod(group_pod(None))
     assert missing.group_rank is None and NODE_RANK_ANNOTATION in missing.group_rank_error
     bad = parse_pod(group_pod(None, extra_annotations={NODE_RANK_ANNOTATION: "one"}))
-    assert bad.group_rank is None and "not a node rank" in bad.group_rank_error
+    assert bad.group_rank is None and "not a whole number" in bad.group_rank_error
+
+
+@pytest.mark.parametrize(
+    ("keys", "rank"),
+    [
+        # a JobSet of two child Jobs with two pods each: the second Job's second pod
+        (
+            {
+                "jobset.sigs.k8s.io/job-global-index": "1",
+                COMPLETION_INDEX_KEY: "1",
+                "paralleljob.dev/pods-per-job": "2",
+            },
+            3,
+        ),
+        # a JobSet of one-pod Jobs
+        ({"jobset.sigs.k8s.io/job-global-index": "2", COMPLETION_INDEX_KEY: "0"}, 2),
+        # a PyTorchJob worker (its Master is node rank 0)
+        ({"training.kubeflow.org/replica-index": "0", "paralleljob.dev/node-rank-offset": "1"}, 1),
+        ({"training.kubeflow.org/replica-index": "0"}, 0),
+    ],
+)
+def test_jobset_and_kubeflow_indices_give_the_node_rank(keys: dict[str, str], rank: int) -> None:
+    pod = group_pod(None, extra_annotations=keys)
+    assert parse_pod(pod).group_rank == rank
+
+
+def test_a_jobset_pod_beyond_its_pods_per_job_says_so() -> None:
+    extra = {"jobset.sigs.k8s.io/job-global-index": "0", COMPLETION_INDEX_KEY: "2"}
+    pod = parse_pod(group_pod(None, extra_annotations=extra))
+    assert pod.group_rank is None and "paralleljob.dev/pods-per-job=1" in pod.group_rank_error
 
 
 def test_only_pods_for_our_scheduler_and_not_our_own_workers_form_groups() -> None:

@@ -12,7 +12,6 @@ from typing import Any
 
 from paralleljob.k8s.constants import (
     CHECKPOINT_REQUESTED_ANNOTATION,
-    COMPLETION_INDEX_KEY,
     COST_MODEL_ANNOTATION,
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
@@ -20,7 +19,6 @@ from paralleljob.k8s.constants import (
     INCARNATION_ANNOTATION,
     JOB_LABEL,
     KIND,
-    NODE_RANK_ANNOTATION,
     PARALLELISM_ANNOTATION,
     POD_GROUP_LABEL,
     POD_GROUP_TIMEOUT_ANNOTATION,
@@ -30,6 +28,7 @@ from paralleljob.k8s.constants import (
     SCHEDULER_NAME,
     TARGET_NODE_ANNOTATION,
 )
+from paralleljob.k8s.noderank import node_rank_of
 from paralleljob.k8s.quantity import parse_count
 from paralleljob.k8s.template import InvalidTemplate, effective_requests
 
@@ -170,27 +169,8 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
     )
 
 
-def _group_rank(metadata: Mapping[str, Any]) -> tuple[int | None, str]:
-    """The pod's node rank: an explicit annotation, else the Job controller's completion index."""
-    annotations = metadata.get("annotations") or {}
-    labels = metadata.get("labels") or {}
-    for where, source, key in (
-        ("annotation", annotations, NODE_RANK_ANNOTATION),
-        ("annotation", annotations, COMPLETION_INDEX_KEY),
-        ("label", labels, COMPLETION_INDEX_KEY),
-    ):
-        value = source.get(key)
-        if value is None:
-            continue
-        text = str(value).strip()
-        if not text.isdigit():
-            return None, f"{where} {key}={value!r} is not a node rank (a whole number >= 0)"
-        return int(text), ""
-    return None, f"it has no node rank: set annotation {NODE_RANK_ANNOTATION} or use an Indexed Job"
-
-
 def _group_fields(group: str, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
-    rank, error = _group_rank(metadata)
+    rank, error = node_rank_of(metadata)
     annotations = metadata.get("annotations") or {}
     declaration = tuple(sorted((k, str(v)) for k, v in annotations.items() if k in GROUP_DECLARATION_KEYS))
     controller: tuple[tuple[str, str], ...] = ()
