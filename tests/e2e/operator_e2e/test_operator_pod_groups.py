@@ -6,9 +6,11 @@ controller replaces one, and their GPUs come free when the Job is deleted (garba
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio.client import BatchV1Api
 from pjhelpers import Jobs, wait_for
 
@@ -17,47 +19,24 @@ from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.constants import (
     COMPLETION_INDEX_KEY,
     GPU_INDICES_ANNOTATION,
-    GPU_RESOURCE,
-    PARALLELISM_ANNOTATION,
     POD_GROUP_LABEL,
     POD_GROUP_TIMEOUT_ANNOTATION,
-    SCHEDULER_NAME,
 )
 
 pytestmark = pytest.mark.e2e
+GROUP = "llm-pretrain"  # the example's Job and pod group
 
 
-def indexed_job(name: str, group: str, parallelism: int, completions: int = 4) -> dict[str, Any]:
-    resources = {GPU_RESOURCE: "4", "cpu": "1", "memory": "1Gi"}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": completions,
-            "parallelism": parallelism,
-            "backoffLimit": 6,
-            "template": {
-                "metadata": {
-                    "labels": {POD_GROUP_LABEL: group},
-                    # the timeout is short so the test sees the "waited too long" reason quickly
-                    "annotations": {PARALLELISM_ANNOTATION: "TP4xPP2xDP2", POD_GROUP_TIMEOUT_ANNOTATION: "3"},
-                },
-                "spec": {
-                    "schedulerName": SCHEDULER_NAME,
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "trainer:e2e",
-                            "resources": {"requests": resources, "limits": resources},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+EXAMPLE = Path(__file__).parents[3] / "deploy" / "examples" / "pod-groups" / "indexed-job.yaml"
+
+
+def example_job(parallelism: int) -> dict[str, Any]:
+    """The documented example (deploy/examples/pod-groups/indexed-job.yaml), started with ``parallelism``
+    pods and a short group timeout so the test sees the "waited too long" reason quickly."""
+    job = next(d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d["kind"] == "Job")
+    job["spec"]["parallelism"] = parallelism
+    job["spec"]["template"]["metadata"]["annotations"][POD_GROUP_TIMEOUT_ANNOTATION] = "3"
+    return dict(job)
 
 
 def group_pods(kube: KubeSession, namespace: str, group: str) -> list[Any]:
@@ -76,12 +55,12 @@ def condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
 def test_an_indexed_jobs_pods_are_gang_placed_by_rank_and_repaired_in_place(pjs: Jobs, kube: KubeSession) -> None:
     batch: Any = BatchV1Api(kube.api)
     ns = pjs.namespace
-    kube.run(batch.create_namespaced_job(ns, indexed_job("trainer", "llm", parallelism=3)))
+    kube.run(batch.create_namespaced_job(ns, example_job(parallelism=3)))
 
     # Three of four pods: the operator creates the group's ParallelJob and holds it, saying why.
     def waiting_too_long() -> dict[str, Any] | None:
         try:
-            status = pjs.status("llm")
+            status = pjs.status(GROUP)
         except Exception:
             return None
         return status if condition(status, "PodGroupReady").get("reason") == "PodGroupTimeout" else None
@@ -92,16 +71,16 @@ def test_an_indexed_jobs_pods_are_gang_placed_by_rank_and_repaired_in_place(pjs:
         raise AssertionError(f"{exc}\noperator log:\n{pjs.operator.log_tail()}") from None
     assert status["phase"] == "Queued"
     assert "3 of 4 pods exist (missing node ranks 3)" in condition(status, "PodGroupReady")["message"]
-    job = pjs.get("llm")
-    assert job["spec"]["podGroup"] == "llm" and "template" not in job["spec"]
+    job = pjs.get(GROUP)
+    assert job["spec"]["podGroup"] == GROUP and "template" not in job["spec"]
     assert job["metadata"]["ownerReferences"][0]["kind"] == "Job"
-    assert len(group_pods(kube, ns, "llm")) == 3
-    assert not any(p.spec.node_name for p in group_pods(kube, ns, "llm")), "nothing is bound before the gang exists"
-    assert any(e.reason == "PodGroupTimeout" for e in pjs.events("llm"))
+    assert len(group_pods(kube, ns, GROUP)) == 3
+    assert not any(p.spec.node_name for p in group_pods(kube, ns, GROUP)), "nothing is bound before the gang exists"
+    assert any(e.reason == "PodGroupTimeout" for e in pjs.events(GROUP))
 
     # The fourth pod appears: all four are placed at once, with the cost of the equivalent ParallelJob.
-    kube.run(batch.patch_namespaced_job("trainer", ns, {"spec": {"parallelism": 4}}))
-    status = pjs.wait_phase("llm", "Running", timeout_s=30)
+    kube.run(batch.patch_namespaced_job(GROUP, ns, {"spec": {"parallelism": 4}}))
+    status = pjs.wait_phase(GROUP, "Running", timeout_s=30)
     assert condition(status, "PodGroupReady")["status"] == "True"
     assert abs(status["communicationCost"]["totalMs"] - 233.7) < 0.1, status["communicationCost"]
     pjs.create("twin", 4, 2, 2)
@@ -116,7 +95,7 @@ def test_an_indexed_jobs_pods_are_gang_placed_by_rank_and_repaired_in_place(pjs:
     # the seed shape's DP all-reduce on NVLink: both replicas of a stage share a node
     for stage in (0, 1):
         assert slots[(0, stage)]["node"] == slots[(1, stage)]["node"], placement["pods"]
-    pods = group_pods(kube, ns, "llm")
+    pods = group_pods(kube, ns, GROUP)
     assert sorted(index_of(p) for p in pods) == [0, 1, 2, 3]
     for pod in pods:
         slot = slots[slot_of(order, index_of(pod), 2, 2)]
@@ -131,7 +110,7 @@ def test_an_indexed_jobs_pods_are_gang_placed_by_rank_and_repaired_in_place(pjs:
     kube.run(kube.core.delete_namespaced_pod(victim.metadata.name, ns, grace_period_seconds=0))
 
     def replaced_and_bound() -> Any:
-        for pod in group_pods(kube, ns, "llm"):
+        for pod in group_pods(kube, ns, GROUP):
             if index_of(pod) == 1 and pod.metadata.uid != victim.metadata.uid and pod.spec.node_name:
                 return pod
         return None
@@ -141,16 +120,16 @@ def test_an_indexed_jobs_pods_are_gang_placed_by_rank_and_repaired_in_place(pjs:
     assert (
         replacement.metadata.annotations[GPU_INDICES_ANNOTATION] == victim.metadata.annotations[GPU_INDICES_ANNOTATION]
     )
-    assert pjs.status("llm")["phase"] == "Running"
-    assert pjs.status("llm")["placement"] == placement, "the placement is unchanged"
+    assert pjs.status(GROUP)["phase"] == "Running"
+    assert pjs.status(GROUP)["placement"] == placement, "the placement is unchanged"
 
     # Deleting the Job deletes its pods and (garbage collection) the group's ParallelJob: the GPUs are free.
-    kube.run(batch.delete_namespaced_job("trainer", ns, propagation_policy="Background"))
-    wait_for("the Job's pods gone", lambda: not group_pods(kube, ns, "llm"), timeout_s=60)
+    kube.run(batch.delete_namespaced_job(GROUP, ns, propagation_policy="Background"))
+    wait_for("the Job's pods gone", lambda: not group_pods(kube, ns, GROUP), timeout_s=60)
 
     def adopted_gone() -> bool:
         listed = kube.run(pjs.custom.list_namespaced_custom_object("paralleljob.dev", "v1alpha1", ns, "paralleljobs"))
-        return not [i for i in listed["items"] if i["metadata"]["name"] == "llm"]
+        return not [i for i in listed["items"] if i["metadata"]["name"] == GROUP]
 
     wait_for("the group's ParallelJob deleted by garbage collection", adopted_gone, timeout_s=60)
     shape = kube.shape
