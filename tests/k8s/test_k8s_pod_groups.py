@@ -141,10 +141,15 @@ def test_jobset_and_kubeflow_indices_give_the_node_rank(keys: dict[str, str], ra
     assert parse_pod(pod).group_rank == rank
 
 
-def test_a_jobset_pod_beyond_its_pods_per_job_says_so() -> None:
-    extra = {"jobset.sigs.k8s.io/job-global-index": "0", COMPLETION_INDEX_KEY: "2"}
+def test_a_jobset_of_several_multi_pod_jobs_needs_the_pods_per_job() -> None:
+    extra = {"jobset.sigs.k8s.io/job-global-index": "1", COMPLETION_INDEX_KEY: "1"}
     pod = parse_pod(group_pod(None, extra_annotations=extra))
-    assert pod.group_rank is None and "paralleljob.dev/pods-per-job=1" in pod.group_rank_error
+    assert pod.group_rank is None and "needs annotation paralleljob.dev/pods-per-job" in pod.group_rank_error
+    beyond = parse_pod(group_pod(None, extra_annotations={**extra, "paralleljob.dev/pods-per-job": "1"}))
+    assert beyond.group_rank is None and "now 1" in beyond.group_rank_error
+    # a TrainJob's single "node" Job: its completion index is the node rank
+    single = {"jobset.sigs.k8s.io/job-global-index": "0", COMPLETION_INDEX_KEY: "5"}
+    assert parse_pod(group_pod(None, extra_annotations=single)).group_rank == 5
 
 
 def test_only_pods_for_our_scheduler_and_not_our_own_workers_form_groups() -> None:

@@ -2,8 +2,8 @@
 
 In this order, the first that is present wins:
 1. ``paralleljob.dev/node-rank`` (annotation): explicit, for controllers with no index of their own;
-2. JobSet: ``jobset.sigs.k8s.io/job-global-index`` x ``paralleljob.dev/pods-per-job`` (default 1) plus the
-   child Job's completion index;
+2. JobSet: ``jobset.sigs.k8s.io/job-global-index`` x ``paralleljob.dev/pods-per-job`` plus the child
+   Job's completion index (the count may be left out with a single child Job, or one pod per Job);
 3. an Indexed Job's ``batch.kubernetes.io/job-completion-index`` (annotation, or label since Kubernetes 1.28);
 4. Kubeflow's ``training.kubeflow.org/replica-index`` plus ``paralleljob.dev/node-rank-offset`` (default 0;
    a PyTorchJob's Worker template sets 1, its Master being node rank 0).
@@ -49,10 +49,13 @@ def node_rank_of(metadata: Mapping[str, Any]) -> tuple[int | None, str]:
         completion = _number(metadata, COMPLETION_INDEX)
         job_index = _number(metadata, JOBSET_GLOBAL_INDEX)
         if job_index is not None and completion is not None:
-            per_job = _number(metadata, PODS_PER_JOB) or 1
-            if completion >= per_job:
-                why = f"completion index {completion} is not below {PODS_PER_JOB}={per_job} (the pods per child Job)"
-                return None, why
+            per_job = _number(metadata, PODS_PER_JOB)
+            if per_job is None and (job_index == 0 or completion == 0):
+                # one child Job (a TrainJob's "node" Job) or one pod per Job: no count needed
+                return job_index + completion, ""
+            if per_job is None or completion >= per_job:
+                why = f"JobSet child Job {job_index}'s completion index {completion} needs annotation {PODS_PER_JOB}"
+                return None, f"{why} (the pods per child Job){'' if per_job is None else f', now {per_job}'}"
             return job_index * per_job + completion, ""
         if completion is not None:
             return completion, ""
