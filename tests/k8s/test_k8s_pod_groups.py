@@ -321,3 +321,25 @@ def test_a_group_requeued_for_lack_of_room_keeps_its_pods() -> None:
     no_writes_but_binds(fc)  # the shared failure path asks to delete the gang's pods: never for a group
     assert fc.phase("ns/llm") == "Queued"
     assert len(fc.pods) == 4
+
+
+def test_the_pods_node_selector_is_honoured_and_their_restart_policy_is_their_owners() -> None:
+    pods = []
+    for i in range(4):
+        pod = group_pod(i)
+        pod["spec"].update(nodeSelector={"pool": "a"}, restartPolicy="OnFailure")
+        pods.append(pod)
+    fc = FakeCluster([node(f"n{i}", labels={"pool": "a" if i in (1, 3) else "b"}) for i in range(4)])
+    for pod in pods:
+        fc.pods[("ns", pod["metadata"]["name"])] = pod
+    fc.add_job(adopted(fc.step().adopt[0]))
+    no_writes_but_binds(fc)
+    assert fc.phase("ns/llm") == "Running"
+    assert {p["spec"]["nodeName"] for p in fc.pods.values()} == {"n1", "n3"}
+
+
+def test_a_pod_asking_for_gpus_on_a_second_container_is_named() -> None:
+    pod = group_pod(0)
+    pod["spec"]["containers"].append({"name": "side", "image": "x", "resources": {"limits": {GPU_RESOURCE: "1"}}})
+    state = group_state(request_4x2x2(), [parse_pod(pod)])
+    assert state.reason == "InvalidPodGroup" and "only the first container gets GPUs" in state.message

@@ -27,6 +27,7 @@ from paralleljob.k8s.podgroups import (
     adopting_manifest,
     by_group,
     finish_group,
+    group_requests,
     hold_until_complete,
     observe_group,
 )
@@ -100,7 +101,8 @@ def decide(
     jobs_by_key = {j.key: j for j in observed.jobs}
     view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
     placer = Placer(view.state, placer_config) if view.state is not None else None
-    eligibility = Eligibility(view, observed.pods, {j.key: j.request for j in observed.jobs if j.request is not None})
+    groups = by_group(observed.pods)
+    eligibility = Eligibility(view, observed.pods, group_requests(observed.jobs, groups))
     plan = Plan(warnings=list(view.warnings))
     jobs = {j.key: j for j in observed.jobs}
     pods_by_job: dict[str, list[PodInfo]] = {}
@@ -118,7 +120,7 @@ def decide(
                     pod.namespace, pod.name, pod.uid, must_force(pod, view.nodes), f"its ParallelJob {pod.job} is gone"
                 )
             )
-    for key, group_pods in by_group(observed.pods).items():
+    for key, group_pods in groups.items():
         job = jobs.get(key)
         if job is not None and job.request is not None and job.request.pod_group:
             pods_by_job[key] = group_pods

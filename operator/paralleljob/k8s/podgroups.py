@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from paralleljob.k8s.actions import JobActions, PodAnnotate, PodBind
@@ -39,6 +39,7 @@ from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.podsync import SyncResult
 from paralleljob.k8s.records import MalformedRecord, PlacementRecord, record_from_status
 from paralleljob.k8s.specs import JobObject, JobRequest
+from paralleljob.k8s.template import PodConstraints
 
 DEFAULT_TIMEOUT_S = 60.0
 READY_CONDITION = "PodGroupReady"
@@ -137,6 +138,8 @@ def group_state(request: JobRequest, pods: Sequence[PodInfo]) -> GroupState:
                 f"pod {pod.name} must request {GPU_RESOURCE}: {spec.tp} on its first container and no other GPUs"
                 f" (one pod is one TP group); it requests {pod.first_container_gpus} there, {pod.gpus} in all"
             )
+        if pod.constraints is None:
+            problems.append(f"pod {pod.name}: its pod spec cannot be read for placement: {pod.constraints_error}")
         if pod.group_rank is None:
             problems.append(f"pod {pod.name}: {pod.group_rank_error}")
         elif pod.group_rank >= total:
@@ -153,6 +156,11 @@ def group_state(request: JobRequest, pods: Sequence[PodInfo]) -> GroupState:
         message = f"{len(by_rank)} of {total} pods exist (missing node ranks {shown})"
         return GroupState(False, "WaitingForPods", message, by_rank)
     return GroupState(True, "PodsReady", f"all {total} pods exist", by_rank)
+
+
+def group_constraints(pods: Sequence[PodInfo]) -> PodConstraints | None:
+    """What the group's pods ask of a node (they share a template; the first readable live pod speaks)."""
+    return next((p.constraints for p in live_pods(pods) if p.constraints is not None), None)
 
 
 def timeout_of(job: JobObject) -> float:
@@ -244,3 +252,13 @@ def finish_group(actions: JobActions, pods: Sequence[PodInfo], active: bool) -> 
             continue  # its predecessor still runs there: bind once it is gone
         actions.annotates.append(annotate)
         actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node))
+
+
+def group_requests(jobs: Sequence[JobObject], groups: Mapping[str, Sequence[PodInfo]]) -> dict[str, JobRequest]:
+    """Every job's request, a group's with its pods' node constraints (an adopting job has no template)."""
+    requests = {j.key: j.request for j in jobs if j.request is not None}
+    for key, request in requests.items():
+        constraints = group_constraints(groups.get(key, ())) if request.pod_group else None
+        if constraints is not None:
+            requests[key] = replace(request, constraints=constraints)
+    return requests

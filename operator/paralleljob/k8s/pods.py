@@ -30,7 +30,7 @@ from paralleljob.k8s.constants import (
 )
 from paralleljob.k8s.noderank import node_rank_of
 from paralleljob.k8s.quantity import parse_count
-from paralleljob.k8s.template import InvalidTemplate, effective_requests
+from paralleljob.k8s.template import InvalidTemplate, PodConstraints, effective_requests, parse_constraints
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 GROUP_DECLARATION_KEYS = frozenset(
@@ -70,6 +70,8 @@ class PodInfo:
     first_container_gpus: int = 0
     declaration: tuple[tuple[str, str], ...] = ()  # the group's paralleljob.dev/* annotations on this pod
     controller: tuple[tuple[str, str], ...] = ()  # its controller's ownerReference (apiVersion, kind, name, uid)
+    constraints: PodConstraints | None = None  # what it asks of a node; None: unreadable (constraints_error)
+    constraints_error: str = ""
 
     @property
     def key(self) -> str:
@@ -178,11 +180,22 @@ def _group_fields(group: str, metadata: Mapping[str, Any], spec: Mapping[str, An
         if isinstance(ref, Mapping) and ref.get("controller"):
             controller = tuple((k, str(ref.get(k, ""))) for k in ("apiVersion", "kind", "name", "uid"))
     containers = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    first_gpus = _container_gpus(containers[0]) if containers else 0
+    # what it asks of a node, read as a ParallelJob's template is; nodeName and restartPolicy are its
+    # controller's business here (the pod is bound by the operator, restarted by its owner)
+    readable = {k: v for k, v in spec.items() if k not in ("nodeName", "restartPolicy")}
+    constraints_error = ""
+    try:
+        constraints: PodConstraints | None = parse_constraints(readable, first_gpus)
+    except InvalidTemplate as exc:
+        constraints, constraints_error = None, str(exc)
     return {
         "group": group,
         "group_rank": rank,
         "group_rank_error": error,
-        "first_container_gpus": _container_gpus(containers[0]) if containers else 0,
+        "first_container_gpus": first_gpus,
+        "constraints": constraints,
+        "constraints_error": constraints_error,
         "declaration": declaration,
         "controller": controller,
     }
