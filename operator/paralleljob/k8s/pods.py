@@ -1,7 +1,9 @@
 """Pods as the operator needs them, parsed at the edge from raw Pod objects (plain dicts).
 
-Two kinds matter: our workers (labelled with their job, annotated with their GPU indices) and everybody
-else's pods that hold GPUs on a node, which the placer must treat as used.
+Three kinds matter: our workers (labelled with their job, annotated with their GPU indices), the pods of
+pod groups (another controller's pods that ask for our scheduler; their node rank, shape and constraints are
+read here, see podgroups.py), and everybody else's pods that hold GPUs on a node, which the placer must
+treat as used.
 """
 
 from __future__ import annotations
