@@ -135,3 +135,50 @@ def test_an_indexed_jobs_pods_are_gang_placed_by_rank_and_repaired_in_place(pjs:
     shape = kube.shape
     pjs.create("everything", shape.gpus_per_node, 1, shape.count)
     pjs.wait_phase("everything", "Running", timeout_s=30)
+
+
+def test_a_broken_gpu_moves_the_slot_and_the_owners_replacement_lands_there(pjs: Jobs, chaos: KubeSession) -> None:
+    batch: Any = BatchV1Api(chaos.api)
+    ns = pjs.namespace
+    job = example_job(parallelism=4)
+    kube_job = chaos.run(batch.create_namespaced_job(ns, job))
+    assert kube_job.metadata.name == GROUP
+    status = pjs.wait_phase(GROUP, "Running", timeout_s=30)
+    victim = next(p for p in group_pods(chaos, ns, GROUP) if index_of(p) == 0)
+    indices = [int(i) for i in victim.metadata.annotations[GPU_INDICES_ANNOTATION].split(",")]
+    chaos.set_unhealthy_gpus(victim.spec.node_name, [indices[0]])
+
+    # The operator moves rank 0's slot off the broken GPU (minimal repair) but leaves the pod to its owner.
+    def moved() -> dict[str, Any] | None:
+        current = pjs.status(GROUP)
+        slot = next(s for s in current["placement"]["pods"] if s["nodeRank"] == 0)
+        return current if (slot["node"], slot["gpuIndices"]) != (victim.spec.node_name, indices) else None
+
+    repaired = wait_for("rank 0's slot moved off the broken GPU", moved, timeout_s=30)
+    assert repaired["phase"] == "Recovering"
+    still = [p for p in group_pods(chaos, ns, GROUP) if p.metadata.uid == victim.metadata.uid]
+    assert still, "the operator never deletes a pod it does not own"
+    new_slot = next(s for s in repaired["placement"]["pods"] if s["nodeRank"] == 0)
+    old_slots = {(s["node"], tuple(s["gpuIndices"])) for s in status["placement"]["pods"] if s["nodeRank"] != 0}
+    assert {(s["node"], tuple(s["gpuIndices"])) for s in repaired["placement"]["pods"] if s["nodeRank"] != 0} == (
+        old_slots
+    ), "only the broken rank moves"
+
+    # Its owner's side (here: whoever evicts the pod) deletes it; the Job controller's replacement is bound
+    # to the new slot and the group runs again.
+    chaos.run(chaos.core.delete_namespaced_pod(victim.metadata.name, ns, grace_period_seconds=0))
+
+    def replacement_bound() -> Any:
+        for pod in group_pods(chaos, ns, GROUP):
+            if index_of(pod) == 0 and pod.metadata.uid != victim.metadata.uid and pod.spec.node_name:
+                return pod
+        return None
+
+    replacement = wait_for("the replacement of rank 0 bound", replacement_bound, timeout_s=60)
+    assert replacement.spec.node_name == new_slot["node"]
+    assert [int(i) for i in replacement.metadata.annotations[GPU_INDICES_ANNOTATION].split(",")] == new_slot[
+        "gpuIndices"
+    ]
+    pjs.wait_phase(GROUP, "Running", timeout_s=30)
+    chaos.run(batch.delete_namespaced_job(GROUP, ns, propagation_policy="Background"))
+    wait_for("the Job's pods gone", lambda: not group_pods(chaos, ns, GROUP), timeout_s=60)
