@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from paralleljob.core.rankorder import RankOrder, slot_of
+from paralleljob.k8s.admission import QueueInfo
 from paralleljob.k8s.constants import (
     COMPLETION_INDEX_KEY,
     GPU_INDICES_ANNOTATION,
@@ -343,3 +344,16 @@ def test_a_pod_asking_for_gpus_on_a_second_container_is_named() -> None:
     pod["spec"]["containers"].append({"name": "side", "image": "x", "resources": {"limits": {GPU_RESOURCE: "1"}}})
     state = group_state(request_4x2x2(), [parse_pod(pod)])
     assert state.reason == "InvalidPodGroup" and "only the first container gets GPUs" in state.message
+
+
+def test_a_group_goes_through_its_queues_limit_like_any_job() -> None:
+    pods = [group_pod(i, extra_annotations={QUEUE_ANNOTATION: "capped"}) for i in range(4)]
+    fc = FakeCluster([node(f"n{i}") for i in range(4)], queues={"capped": QueueInfo("capped", max_gpus=8)})
+    for pod in pods:
+        fc.pods[("ns", pod["metadata"]["name"])] = pod
+    fc.add_job(adopted(fc.step().adopt[0]))
+    no_writes_but_binds(fc)
+    status = fc.job("ns/llm")["status"]
+    assert status["phase"] == "Queued" and not fc.binds
+    placed = next(c for c in status["conditions"] if c["type"] == "Placed")
+    assert placed["reason"] == "QueueFull" and "of its 8 GPUs" in placed["message"], placed
