@@ -23,7 +23,7 @@ WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "pods/binding"): frozenset({"create"}),
     ("", "services"): frozenset({"create"}),
     ("", "events"): frozenset({"create"}),
-    ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch"}),
+    ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch", "create"}),
     ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
 }
 

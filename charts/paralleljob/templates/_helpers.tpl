@@ -97,9 +97,10 @@ topology:
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# `create`: the adopting ParallelJob of a pod group (docs/pod-groups.md).
 - apiGroups: ["paralleljob.dev"]
   resources: ["paralleljobs"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "create"]
 # Placement, phase, conditions, restarts: the operator writes only the status subresource.
 - apiGroups: ["paralleljob.dev"]
   resources: ["paralleljobs/status"]

@@ -68,6 +68,7 @@ class JobActions:
     gang_bound: bool = False
     failure_action: str = ""
     migrated: bool = False
+    wake_at: float | None = None  # epoch seconds: decide again then even if nothing changes (a group's timeout)
 
     @property
     def writes_status(self) -> bool:
@@ -86,3 +87,4 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
     wake_after: float | None = None  # seconds until the next preemption deadline: pass again then
+    adopt: list[dict[str, Any]] = field(default_factory=list)  # ParallelJobs to create for pod groups

@@ -50,3 +50,16 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 
 MASTER_PORT = 29500
 DEFAULT_QUEUE = "default"
+
+# Pod groups: pods another controller creates (an Indexed Job, a JobSet), gang-placed by the operator
+# through an adopting ParallelJob of the group's name (docs/pod-groups.md).
+POD_GROUP_LABEL = "paralleljob.dev/pod-group"
+PARALLELISM_ANNOTATION = "paralleljob.dev/parallelism"  # TPxPPxDP
+RANK_ORDER_ANNOTATION = "paralleljob.dev/rank-order"
+COST_MODEL_ANNOTATION = "paralleljob.dev/cost-model"
+GPU_MEMORY_ANNOTATION = "paralleljob.dev/gpu-memory-gib"
+QUEUE_ANNOTATION = "paralleljob.dev/queue"
+PRIORITY_ANNOTATION = "paralleljob.dev/priority"
+NODE_RANK_ANNOTATION = "paralleljob.dev/node-rank"  # explicit node rank of a group's pod
+POD_GROUP_TIMEOUT_ANNOTATION = "paralleljob.dev/pod-group-timeout-seconds"
+COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"  # the Job controller's index

@@ -22,6 +22,15 @@ from paralleljob.k8s.config import TopologyConfig
 from paralleljob.k8s.eligibility import Eligibility
 from paralleljob.k8s.failures import detect, handle
 from paralleljob.k8s.nodes import NodeInfo
+from paralleljob.k8s.podgroups import (
+    GroupDeclarationError,
+    adopting_manifest,
+    by_group,
+    finish_group,
+    group_requests,
+    hold_until_complete,
+    observe_group,
+)
 from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.podsync import delete_all, must_force, observe, sync_pods
 from paralleljob.k8s.preempting import continue_preemption, making_room, pending_deadlines
@@ -92,7 +101,8 @@ def decide(
     jobs_by_key = {j.key: j for j in observed.jobs}
     view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
     placer = Placer(view.state, placer_config) if view.state is not None else None
-    eligibility = Eligibility(view, observed.pods, {j.key: j.request for j in observed.jobs if j.request is not None})
+    groups = by_group(observed.pods)
+    eligibility = Eligibility(view, observed.pods, group_requests(observed.jobs, groups))
     plan = Plan(warnings=list(view.warnings))
     jobs = {j.key: j for j in observed.jobs}
     pods_by_job: dict[str, list[PodInfo]] = {}
@@ -110,6 +120,17 @@ def decide(
                     pod.namespace, pod.name, pod.uid, must_force(pod, view.nodes), f"its ParallelJob {pod.job} is gone"
                 )
             )
+    for key, group_pods in groups.items():
+        job = jobs.get(key)
+        if job is not None and job.request is not None and job.request.pod_group:
+            pods_by_job[key] = group_pods
+        elif job is not None:
+            plan.warnings.append(f"pod group {key}: the ParallelJob of that name does not adopt it (no spec.podGroup)")
+        elif not observed.namespaces or group_pods[0].namespace in observed.namespaces:
+            try:
+                plan.adopt.append(adopting_manifest(group_pods[0].namespace, group_pods[0].group or "", group_pods))
+            except GroupDeclarationError as exc:
+                plan.warnings.append(f"pod group {key} cannot be adopted: {exc}")
     actions_by_key: dict[str, JobActions] = {}
 
     def actions_for(job: JobObject) -> JobActions:
@@ -188,7 +209,10 @@ def decide(
     except Exception as exc:
         plan.warnings.append(f"admission failed: {exc!r}")
     plan.jobs = list(actions_by_key.values())
-    deadlines = pending_deadlines(plan.jobs)
+    for actions in plan.jobs:
+        if actions.job.request is not None and actions.job.request.pod_group:
+            finish_group(actions, pods_of(actions.job), actions.draft.phase in ACTIVE and not actions.job.deleting)
+    deadlines = pending_deadlines(plan.jobs) + [a.wake_at for a in plan.jobs if a.wake_at is not None]
     if deadlines:
         plan.wake_after = max(0.0, min(deadlines) - now_s)
     for actions in plan.jobs:
@@ -277,6 +301,9 @@ def _decide_job(
         draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue at its place", now)
         draft.set(queuedAt=job.status.get("queuedAt") or now)
     if draft.phase is Phase.QUEUED:
+        if request.pod_group:
+            since = parse_time(str(draft.data.get("queuedAt") or job.queued_at)) or now_s
+            return (job, request) if hold_until_complete(actions, request, pods, now, now_s, since) else None
         delete_all(actions, pods, view.nodes, "leftover of an earlier placement")
         return job, request
     # Placing, Running, Recovering: hold the recorded placement
@@ -296,7 +323,14 @@ def _decide_job(
         return None
     if continue_preemption(actions, pods, view.nodes, jobs, now, now_s):
         return None  # its GPUs stay held in this pass's view: its pods are still going away
-    seen = observe(record, pods, job.uid)
+    seen = observe_group(record, pods) if request.pod_group else observe(record, pods, job.uid)
+    if request.pod_group and draft.phase is Phase.RUNNING and not pods:
+        # every pod of the group is gone (its owner was deleted or cleaned up): nothing holds the GPUs now
+        draft.apply(Event.COMPLETED, "PodGroupGone", "all pods of the group are gone", now)
+        draft.set(completionTime=now)
+        if view.state is not None:
+            view.state.release(job.key)
+        return None
     breakage = detect(view, job, record, seen.failed)
     if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
@@ -304,7 +338,7 @@ def _decide_job(
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes)
         return None
-    if seen.bound == seen.total and placer is not None:
+    if seen.bound == seen.total and placer is not None and not request.pod_group:
         node_filter = eligibility.filter_for(job.key, request.spec)
         migrated = reconsider(actions, view, placer, job, request, record, now, now_s, node_filter)
         if migrated is not None:

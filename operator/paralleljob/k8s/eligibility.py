@@ -83,6 +83,8 @@ class Eligibility:
                 continue
             if pod.job is not None and f"{pod.namespace}/{pod.job}" in claimed:
                 continue  # counted from its job's recorded placement instead
+            if pod.group is not None and f"{pod.namespace}/{pod.group}" in claimed:
+                continue  # likewise for a pod group's pod (its adopting job's placement)
             n = view.node_index.get(pod.node)
             if n is not None:
                 _add(self._used.setdefault(n, {}), dict(pod.requests), 1)

@@ -88,6 +88,21 @@ class Executor:
         work.extend(self._bind(actions.job.key, b, outcome) for b in actions.binds)
         await asyncio.gather(*work)
 
+    async def create_job(self, manifest: dict[str, Any]) -> bool:
+        """Create a pod group's adopting ParallelJob; one that exists already (409) is left as it is.
+        False when the API refused it (the caller waits before trying again)."""
+        meta = manifest["metadata"]
+        path = job_path(meta["namespace"])
+        try:
+            body = await retrying(lambda: self.kube.request("POST", path, manifest))
+        except ApiError as exc:
+            if exc.status != 409:
+                log.warning("ParallelJob for pod group %s/%s not created: %s", meta["namespace"], meta["name"], exc)
+            return exc.status == 409
+        log.info("created ParallelJob %s/%s for its pod group", meta["namespace"], meta["name"])
+        self.jobs.upsert(body)
+        return True
+
     # ---- status -------------------------------------------------------------------------------------
     async def _write_status(self, actions: JobActions, outcome: Outcome) -> bool:
         job = actions.job

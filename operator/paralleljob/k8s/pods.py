@@ -1,7 +1,9 @@
 """Pods as the operator needs them, parsed at the edge from raw Pod objects (plain dicts).
 
-Two kinds matter: our workers (labelled with their job, annotated with their GPU indices) and everybody
-else's pods that hold GPUs on a node, which the placer must treat as used.
+Three kinds matter: our workers (labelled with their job, annotated with their GPU indices), the pods of
+pod groups (another controller's pods that ask for our scheduler; their node rank, shape and constraints are
+read here, see podgroups.py), and everybody else's pods that hold GPUs on a node, which the placer must
+treat as used.
 """
 
 from __future__ import annotations
@@ -12,17 +14,38 @@ from typing import Any
 
 from paralleljob.k8s.constants import (
     CHECKPOINT_REQUESTED_ANNOTATION,
+    COST_MODEL_ANNOTATION,
     GPU_INDICES_ANNOTATION,
+    GPU_MEMORY_ANNOTATION,
     GPU_RESOURCE,
     INCARNATION_ANNOTATION,
     JOB_LABEL,
     KIND,
+    PARALLELISM_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_TIMEOUT_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    QUEUE_ANNOTATION,
+    RANK_ORDER_ANNOTATION,
+    SCHEDULER_NAME,
     TARGET_NODE_ANNOTATION,
 )
+from paralleljob.k8s.noderank import node_rank_of
 from paralleljob.k8s.quantity import parse_count
-from paralleljob.k8s.template import InvalidTemplate, effective_requests
+from paralleljob.k8s.template import InvalidTemplate, PodConstraints, effective_requests, parse_constraints
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+GROUP_DECLARATION_KEYS = frozenset(
+    {
+        PARALLELISM_ANNOTATION,
+        RANK_ORDER_ANNOTATION,
+        COST_MODEL_ANNOTATION,
+        GPU_MEMORY_ANNOTATION,
+        QUEUE_ANNOTATION,
+        PRIORITY_ANNOTATION,
+        POD_GROUP_TIMEOUT_ANNOTATION,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +65,15 @@ class PodInfo:
     failure: str = ""  # why it failed, for lastFailure and events
     checkpoint_requested: str = ""  # the preemption deadline it was told about, if any
     requests: tuple[tuple[str, int], ...] = ()  # what it reserves on its node besides GPUs (scheduler units)
+    # Pod groups (docs/pod-groups.md): set only on pods of another controller that ask for our scheduler.
+    group: str | None = None
+    group_rank: int | None = None  # its node rank in the group; None when it declares none (or a bad one)
+    group_rank_error: str = ""
+    first_container_gpus: int = 0
+    declaration: tuple[tuple[str, str], ...] = ()  # the group's paralleljob.dev/* annotations on this pod
+    controller: tuple[tuple[str, str], ...] = ()  # its controller's ownerReference (apiVersion, kind, name, uid)
+    constraints: PodConstraints | None = None  # what it asks of a node; None: unreadable (constraints_error)
+    constraints_error: str = ""
 
     @property
     def key(self) -> str:
@@ -118,6 +150,9 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
     except ValueError:
         incarnation = -1
     phase = str(status.get("phase") or "Pending")
+    group = labels.get(POD_GROUP_LABEL)
+    if owner_uid is not None or spec.get("schedulerName") != SCHEDULER_NAME or not isinstance(group, str):
+        group = None  # our own workers, or pods another scheduler places
     return PodInfo(
         namespace=str(metadata.get("namespace", "")),
         name=str(metadata.get("name", "")),
@@ -134,4 +169,35 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
         failure=_failure(status) if phase == "Failed" else "",
         checkpoint_requested=str(annotations.get(CHECKPOINT_REQUESTED_ANNOTATION, "")),
         requests=pod_requests(spec) if spec.get("nodeName") and phase not in TERMINAL_PHASES else (),
+        **(_group_fields(group, metadata, spec) if group else {}),
     )
+
+
+def _group_fields(group: str, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    rank, error = node_rank_of(metadata)
+    annotations = metadata.get("annotations") or {}
+    declaration = tuple(sorted((k, str(v)) for k, v in annotations.items() if k in GROUP_DECLARATION_KEYS))
+    controller: tuple[tuple[str, str], ...] = ()
+    for ref in metadata.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            controller = tuple((k, str(ref.get(k, ""))) for k in ("apiVersion", "kind", "name", "uid"))
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
+    first_gpus = _container_gpus(containers[0]) if containers else 0
+    # what it asks of a node, read as a ParallelJob's template is; nodeName and restartPolicy are its
+    # controller's business here (the pod is bound by the operator, restarted by its owner)
+    readable = {k: v for k, v in spec.items() if k not in ("nodeName", "restartPolicy")}
+    constraints_error = ""
+    try:
+        constraints: PodConstraints | None = parse_constraints(readable, first_gpus)
+    except InvalidTemplate as exc:
+        constraints, constraints_error = None, str(exc)
+    return {
+        "group": group,
+        "group_rank": rank,
+        "group_rank_error": error,
+        "first_container_gpus": first_gpus,
+        "constraints": constraints,
+        "constraints_error": constraints_error,
+        "declaration": declaration,
+        "controller": controller,
+    }

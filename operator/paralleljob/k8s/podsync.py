@@ -77,6 +77,8 @@ def sync_pods(
     nodes: Mapping[str, NodeInfo],
 ) -> None:
     """Append the deletes, creates and binds that move the job's pods toward ``record``."""
+    if request.pod_group:
+        return  # another controller's pods: only annotated and bound, by podgroups.finish_group
     by_name = {p.name: p for p in pods}
     wanted = {slot.name for slot in record.slots}
     boundary = checkpointable_boundary(record.pp)

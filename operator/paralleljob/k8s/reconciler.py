@@ -20,7 +20,7 @@ from paralleljob.k8s.actions import JobActions, PodDelete
 from paralleljob.k8s.admission import QueueInfo, parse_queue
 from paralleljob.k8s.api import ApiError, Kube, retrying
 from paralleljob.k8s.config import OperatorConfig
-from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.decide import ACTIVE, Observed, decide
 from paralleljob.k8s.events import EventPoster
 from paralleljob.k8s.executor import Executor, Outcome
@@ -37,6 +37,7 @@ from paralleljob.k8s.view import ClusterView
 log = logging.getLogger("paralleljob.k8s")
 
 ROLLBACK_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+ADOPTION_RETRY_SECONDS = 10.0
 
 
 def now_rfc3339() -> str:
@@ -48,7 +49,7 @@ def relevant_pod(body: Mapping[str, Any]) -> bool:
     memory count against their node's allocatable); everything else is not kept in memory."""
     labels = (body.get("metadata") or {}).get("labels") or {}
     spec = body.get("spec") or {}
-    if JOB_LABEL in labels or pod_gpu_request(spec) > 0:
+    if JOB_LABEL in labels or POD_GROUP_LABEL in labels or pod_gpu_request(spec) > 0:
         return True
     if not spec.get("nodeName") or (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
         return False
@@ -69,6 +70,8 @@ class Reconciler:
         # Job chains still being carried out (job key -> task, the placement it writes) and orphan deletes.
         self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
         self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
+        self.adoption_pauses: dict[str, float] = {}  # pod group -> not before (its ParallelJob was refused)
         self.queue_writes: asyncio.Task[None] | None = None
         self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds)
         self.wake = asyncio.Event()
@@ -244,6 +247,10 @@ class Reconciler:
             key = (delete.namespace, delete.name)
             if key not in self.inflight_orphans:
                 self.inflight_orphans[key] = asyncio.create_task(self._orphan(delete), name=f"orphan {key}")
+        for manifest in plan.adopt:
+            group = f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
+            if group not in self.inflight_adoptions and self.adoption_pauses.get(group, 0.0) <= started:
+                self.inflight_adoptions[group] = asyncio.create_task(self._adopt(group, manifest), name=group)
         self.passes += 1
         self.metrics.passes.inc()
         self.metrics.pass_duration.observe(time.monotonic() - started)
@@ -297,6 +304,21 @@ class Reconciler:
             log.exception("deleting orphan %s/%s failed", delete.namespace, delete.name)
         finally:
             self.inflight_orphans.pop((delete.namespace, delete.name), None)
+            self.wake.set()
+
+    async def _adopt(self, key: str, manifest: dict[str, Any]) -> None:
+        created = False
+        try:
+            created = await self.executor.create_job(manifest)
+        except Exception:
+            log.exception("creating the ParallelJob for pod group %s failed", key)
+        finally:
+            if created:
+                self.adoption_pauses.pop(key, None)
+            else:  # refused (the log says why): try again later, not in a tight loop
+                self.adoption_pauses[key] = time.monotonic() + ADOPTION_RETRY_SECONDS
+                asyncio.get_running_loop().call_later(ADOPTION_RETRY_SECONDS, self.wake.set)
+            self.inflight_adoptions.pop(key, None)
             self.wake.set()
 
     def _absorb(self, outcome: Outcome, started: float) -> None:

@@ -52,6 +52,7 @@ class JobRequest:
     preemptible: bool = True  # spec.preemptible: false keeps the job from ever being preempted
     rank_order: RankOrder = DEFAULT_RANK_ORDER  # spec.rankOrder: how (replica, stage) become node ranks
     constraints: PodConstraints = field(default_factory=PodConstraints)  # what the pod template asks of a node
+    pod_group: str = ""  # spec.podGroup: adopt the pods of this group instead of creating any (pod-groups.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,14 +160,22 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     checkpoint = CheckpointSpec(
         _int(ck, "intervalSeconds", None), _num(ck, "costSeconds", None), _num(ck, "failuresPer1000NodeDays", None)
     )
+    pod_group = spec.get("podGroup") or ""
     template = spec.get("template")
-    if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
-        raise InvalidRequest("spec.template with a pod spec is required")
-    containers = template["spec"].get("containers")
-    if not isinstance(containers, list) or not containers or not all(isinstance(c, Mapping) for c in containers):
-        raise InvalidRequest("spec.template.spec.containers needs at least one container")
-    _check_containers(containers)
-    constraints = parse_constraints(template["spec"], job.tp)
+    if pod_group:
+        if not isinstance(pod_group, str) or pod_group != key.partition("/")[2]:
+            raise InvalidRequest(f"spec.podGroup must equal metadata.name, got {pod_group!r}")
+        if template is not None:
+            raise InvalidRequest("spec.podGroup adopts pods another controller creates: leave spec.template out")
+        template, constraints = {}, PodConstraints()
+    else:
+        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+            raise InvalidRequest("spec.template with a pod spec is required")
+        containers = template["spec"].get("containers")
+        if not isinstance(containers, list) or not containers or not all(isinstance(c, Mapping) for c in containers):
+            raise InvalidRequest("spec.template.spec.containers needs at least one container")
+        _check_containers(containers)
+        constraints = parse_constraints(template["spec"], job.tp)
     runtime = _num(spec, "expectedRuntimeSeconds", None)
     if runtime is not None and runtime <= 0:
         raise InvalidRequest("spec.expectedRuntimeSeconds must be above 0")
@@ -177,6 +186,8 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     preemptible = spec.get("preemptible", True)
     if not isinstance(preemptible, bool):
         raise InvalidRequest(f"spec.preemptible must be true or false, got {preemptible!r}")
+    if pod_group:
+        preemptible = False  # preempting a group would mean deleting pods the operator does not own
     return JobRequest(
         spec=job,
         cost_model=cost,
@@ -190,6 +201,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         preemptible=preemptible,
         rank_order=rank_order,
         constraints=constraints,
+        pod_group=pod_group,
     )
 
 

@@ -175,7 +175,13 @@ def _load_claim(view: ClusterView, claim: Claim) -> bool:
 
 
 def _explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
-    """True when a loaded claim already holds this pod's GPUs: same job, same slot, same node and GPUs."""
+    """True when a loaded claim already holds this pod's GPUs: same job, same slot, same node and GPUs (for
+    a pod group's pod: any slot of its adopting job's record on that node with those GPUs)."""
+    if pod.group is not None:
+        group_claim = loaded.get(f"{pod.namespace}/{pod.group}")
+        return group_claim is not None and any(
+            s.node == pod.node and s.gpu_indices == pod.gpu_indices for s in group_claim.record.slots
+        )
     claim = loaded.get(f"{pod.namespace}/{pod.job}") if pod.job is not None else None
     if claim is None or claim.uid != pod.owner_uid:
         return False
