@@ -4,12 +4,16 @@ Per GPU: health and owner. Per node: how many healthy, unowned GPUs it has and w
 Per domain (every level above the node): a histogram of its nodes by free count (split by GPU-memory
 class) and the nodes themselves bucketed by free count. Every change touches O(levels) counters, and every
 feasibility question reads histograms, never the GPUs (SPEC section 3, "Scale").
+
+A state that lives longer than one round of decisions (the operator's incremental view) can try decisions
+out and take them back: between :meth:`ClusterState.begin_trial` and :meth:`ClusterState.rollback` every
+mutation is journalled with its inverse, so undoing costs what the decisions changed, not the cluster.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from paralleljob.core.errors import InvalidRequest
@@ -68,6 +72,43 @@ class ClusterState:
             self.buckets.append([[{} for _ in range(self._width)] for _ in range(doms)])
         for node in range(topology.num_nodes):
             self._account(node, self.usable_free(node), +1)
+        self._undo: list[Callable[[], object]] | None = None  # inverses of the mutations of a trial
+
+    # ---- trials ----------------------------------------------------------------------------------
+    @property
+    def in_trial(self) -> bool:
+        return self._undo is not None
+
+    def begin_trial(self) -> None:
+        """Journal every mutation from now on, so :meth:`rollback` can take them all back."""
+        if self._undo is not None:
+            raise InvalidRequest("a trial is already under way")
+        self._undo = []
+
+    def rollback(self) -> int:
+        """Undo every mutation since :meth:`begin_trial`, newest first; returns how many were undone.
+
+        Counters, owners, health and allocations come back exactly; only the order in which a domain's
+        nodes with the same free count are listed may differ (a node that moved comes back last)."""
+        undo, self._undo = self._undo, None
+        if undo is None:
+            return 0
+        for step in reversed(undo):
+            step()
+        return len(undo)
+
+    def _reinstate(self, allocation: Allocation) -> None:
+        """The exact inverse of :meth:`release`: no checks, since the GPUs may have broken while held."""
+        taken: dict[int, int] = {}
+        gpu_node = self.topology.gpu_node
+        for gpu in allocation.gpus:
+            self.owner[gpu] = allocation.job_id
+            self.memory_used[gpu] += allocation.memory_per_gpu_gb
+            if self.health[gpu] is GPUHealth.HEALTHY:
+                taken[gpu_node[gpu]] = taken.get(gpu_node[gpu], 0) + 1
+        for node, count in taken.items():
+            self._change_node(node, free_delta=-count)
+        self.allocations[allocation.job_id] = allocation
 
     # ---- counters ------------------------------------------------------------------------------
     def usable_free(self, node: int) -> int:
@@ -188,8 +229,10 @@ class ClusterState:
         for gpu in gpus:
             if not (isinstance(gpu, int) and 0 <= gpu < num_gpus):
                 self.topology.check_gpu(gpu)  # raises with the message a user needs
-            if owner[gpu] is not None or health[gpu] is not GPUHealth.HEALTHY or not self.eligible(
-                gpu, allocation.memory_per_gpu_gb
+            if (
+                owner[gpu] is not None
+                or health[gpu] is not GPUHealth.HEALTHY
+                or not self.eligible(gpu, allocation.memory_per_gpu_gb)
             ):
                 raise InvalidRequest(f"GPU {gpu} cannot take {allocation.job_id!r}: {self.gpu_state(gpu).value}")
         taken: dict[int, int] = {}
@@ -202,8 +245,16 @@ class ClusterState:
         for node, count in taken.items():
             self._change_node(node, free_delta=-count)
         self.allocations[allocation.job_id] = allocation
+        if self._undo is not None:
+            self._undo.append(lambda: self._release(allocation.job_id))
 
     def release(self, job_id: str) -> Allocation | None:
+        allocation = self._release(job_id)
+        if allocation is not None and self._undo is not None:
+            self._undo.append(lambda: self._reinstate(allocation))
+        return allocation
+
+    def _release(self, job_id: str) -> Allocation | None:
         allocation = self.allocations.pop(job_id, None)
         if allocation is None:
             return None
@@ -225,6 +276,8 @@ class ClusterState:
         before = self.health[gpu]
         if before is health:
             return before
+        if self._undo is not None:
+            self._undo.append(lambda: self.set_health(gpu, before))
         self.health[gpu] = health
         if self.owner[gpu] is None:
             was_free, is_free = before is GPUHealth.HEALTHY, health is GPUHealth.HEALTHY
@@ -235,6 +288,9 @@ class ClusterState:
     def set_node_schedulable(self, node: int, schedulable: bool) -> None:
         if not 0 <= node < self.topology.num_nodes:
             raise InvalidRequest(f"unknown node index {node}")
+        before = self.node_schedulable[node]
+        if self._undo is not None and before != schedulable:
+            self._undo.append(lambda: self.set_node_schedulable(node, before))
         self._change_node(node, schedulable=schedulable)
 
     def jobs_on(self, gpus: Sequence[int]) -> list[str]:
