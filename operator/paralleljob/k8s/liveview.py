@@ -19,7 +19,7 @@ Nothing here is persisted: a restarted operator starts with a rebuild, so crash 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.k8s.config import TopologyConfig
@@ -56,8 +56,15 @@ def _job_key(pod: PodInfo) -> str | None:
 class LiveView:
     """The view over ``nodes`` and ``pods`` (stores this object alone drains), refreshed once per pass."""
 
-    def __init__(self, config: TopologyConfig, nodes: ObjectStore[NodeInfo], pods: ObjectStore[PodInfo]) -> None:
+    def __init__(
+        self,
+        config: TopologyConfig,
+        nodes: ObjectStore[NodeInfo],
+        pods: ObjectStore[PodInfo],
+        on_rebuild: Callable[[str], None] = lambda why: None,
+    ) -> None:
         self.config = config
+        self.on_rebuild = on_rebuild
         self.nodes = nodes
         self.pods = pods
         self.view: ClusterView | None = None
@@ -74,6 +81,7 @@ class LiveView:
         pods = self.pods.values()
         self.adopt(build_view(self.nodes.values(), pods, claims, self.config), claims, pods)
         self.rebuilds[why] = self.rebuilds.get(why, 0) + 1
+        self.on_rebuild(why)
         assert self.view is not None
         return self.view
 
