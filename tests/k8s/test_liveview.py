@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any, cast
+
 import pytest
 
 from paralleljob.core.cluster import Allocation, GPUHealth
 from paralleljob.k8s import liveview
+from paralleljob.k8s.config import OperatorConfig
 from paralleljob.k8s.liveview import LiveView
 from paralleljob.k8s.metrics import Metrics
+from paralleljob.k8s.reconciler import Reconciler
 from paralleljob.k8s.view import build_view
 from paralleljob.k8s.viewcheck import CheckedView, view_differences
 from tests.k8s.viewworld import World, claim, node_body, pod_body
@@ -124,3 +129,30 @@ def test_the_self_check_runs_by_time_too() -> None:
     now[0] = 31.0
     checked.refresh([])
     assert checked.checks == 1 and checked.mismatches == 0
+
+
+def test_the_reconciler_keeps_its_view_across_passes_and_rebuilds_after_a_relist() -> None:
+    async def scenario() -> Reconciler:
+        metrics = Metrics()
+        reconciler = Reconciler(cast(Any, object()), OperatorConfig(view_check_passes=1), metrics)
+        for i in range(3):
+            reconciler.on_event("node", "ADDED", node_body(f"n{i}", 8))
+        reconciler.on_event("pod", "ADDED", pod_body("web", "n0", 2))
+        await reconciler.pass_once()
+        reconciler.on_event("node", "MODIFIED", node_body("n1", 8, unhealthy="0"))
+        await reconciler.pass_once()
+        kept = reconciler.view.live.view
+        assert kept is not None and kept.state is not None and not kept.state.in_trial
+        assert kept.state.health[8] is GPUHealth.OFFLINE and kept.state.owner[0] == "pod:ns/web"
+        relisted = pod_body("web", "n0", 2)
+        relisted["metadata"]["resourceVersion"] = "1"
+        reconciler.on_pod_list([relisted], "2")  # the pod reflector re-listed
+        await reconciler.pass_once()
+        return reconciler
+
+    reconciler = asyncio.run(scenario())
+    samples = reconciler.metrics.registry
+    assert samples.get_sample_value("paralleljob_view_rebuilds_total", {"reason": "start"}) == 1.0
+    assert samples.get_sample_value("paralleljob_view_rebuilds_total", {"reason": "relist"}) == 1.0
+    assert reconciler.view.checks == 1 and reconciler.view.mismatches == 0  # checked on the patched pass
+    assert samples.get_sample_value("paralleljob_view_rebuild_mismatches_total") == 0.0
