@@ -56,6 +56,25 @@ def test_rollback_restores_the_state_before_the_trial(before: list[Op], trial: l
     kept.rollback()
     assert not kept.in_trial
     assert state_differences(kept, reference) == []
+    assert kept.counts() == _recount(kept) == reference.counts()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(operation, max_size=30))
+def test_kept_totals_equal_a_recount(ops: list[Op]) -> None:
+    state = ClusterState(TOPOLOGY)
+    for op in ops:
+        _apply(state, op)
+        assert state.counts() == _recount(state)
+
+
+def _recount(state: ClusterState) -> dict[str, int]:
+    return {
+        "total": state.topology.num_gpus,
+        "allocated": sum(1 for owner in state.owner if owner is not None),
+        "unhealthy": sum(1 for health in state.health if health is not GPUHealth.HEALTHY),
+        "free": sum(state.usable_free(n) for n in range(state.topology.num_nodes)),
+    }
 
 
 def test_differences_are_named() -> None:

@@ -73,6 +73,10 @@ class ClusterState:
         for node in range(topology.num_nodes):
             self._account(node, self.usable_free(node), +1)
         self._undo: list[Callable[[], object]] | None = None  # inverses of the mutations of a trial
+        # Totals kept as things change, so counts() never scans the GPUs (it is read after every pass).
+        self._allocated = 0
+        self._unhealthy = 0
+        self._usable = sum(self.node_free)
 
     # ---- trials ----------------------------------------------------------------------------------
     @property
@@ -109,6 +113,7 @@ class ClusterState:
         for node, count in taken.items():
             self._change_node(node, free_delta=-count)
         self.allocations[allocation.job_id] = allocation
+        self._allocated += len(allocation.gpus)
 
     # ---- counters ------------------------------------------------------------------------------
     def usable_free(self, node: int) -> int:
@@ -133,6 +138,7 @@ class ClusterState:
         if schedulable is not None:
             self.node_schedulable[node] = schedulable
         after = self.usable_free(node)
+        self._usable += after - before
         if after != before:
             self._account(node, before, -1)
             self._account(node, after, +1)
@@ -211,11 +217,13 @@ class ClusterState:
                 yield node
 
     def counts(self) -> dict[str, int]:
-        total = self.topology.num_gpus
-        unhealthy = sum(1 for h in self.health if h is not GPUHealth.HEALTHY)
-        allocated = sum(1 for o in self.owner if o is not None)
-        usable = sum(self.usable_free(n) for n in range(self.topology.num_nodes))
-        return {"total": total, "allocated": allocated, "unhealthy": unhealthy, "free": usable}
+        """GPUs in total, allocated, not healthy, and free for new work; O(1)."""
+        return {
+            "total": self.topology.num_gpus,
+            "allocated": self._allocated,
+            "unhealthy": self._unhealthy,
+            "free": self._usable,
+        }
 
     # ---- mutations -------------------------------------------------------------------------------
     def allocate(self, allocation: Allocation) -> None:
@@ -245,6 +253,7 @@ class ClusterState:
         for node, count in taken.items():
             self._change_node(node, free_delta=-count)
         self.allocations[allocation.job_id] = allocation
+        self._allocated += len(gpus)
         if self._undo is not None:
             self._undo.append(lambda: self._release(allocation.job_id))
 
@@ -268,6 +277,7 @@ class ClusterState:
                 freed[node] = freed.get(node, 0) + 1
         for node, count in freed.items():
             self._change_node(node, free_delta=count)
+        self._allocated -= len(allocation.gpus)
         return allocation
 
     def set_health(self, gpu: int, health: GPUHealth) -> GPUHealth:
@@ -279,6 +289,7 @@ class ClusterState:
         if self._undo is not None:
             self._undo.append(lambda: self.set_health(gpu, before))
         self.health[gpu] = health
+        self._unhealthy += (before is GPUHealth.HEALTHY) - (health is GPUHealth.HEALTHY)
         if self.owner[gpu] is None:
             was_free, is_free = before is GPUHealth.HEALTHY, health is GPUHealth.HEALTHY
             if was_free != is_free:
