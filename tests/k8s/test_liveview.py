@@ -12,6 +12,7 @@ from paralleljob.k8s import liveview
 from paralleljob.k8s.config import OperatorConfig
 from paralleljob.k8s.liveview import LiveView
 from paralleljob.k8s.metrics import Metrics
+from paralleljob.k8s.metrics_model import fragmentation_ratio
 from paralleljob.k8s.reconciler import Reconciler
 from paralleljob.k8s.view import build_view
 from paralleljob.k8s.viewcheck import CheckedView, view_differences
@@ -156,3 +157,13 @@ def test_the_reconciler_keeps_its_view_across_passes_and_rebuilds_after_a_relist
     assert samples.get_sample_value("paralleljob_view_rebuilds_total", {"reason": "relist"}) == 1.0
     assert reconciler.view.checks == 1 and reconciler.view.mismatches == 0  # checked on the patched pass
     assert samples.get_sample_value("paralleljob_view_rebuild_mismatches_total") == 0.0
+
+
+def test_fragmentation_is_read_from_the_counters_and_equals_a_count_per_node() -> None:
+    world, live = _world(4)
+    world.put(world.pods, pod_body("web", "n0", 2))
+    world.put(world.nodes, node_body("n1", 8, unhealthy="0"))
+    world.put(world.nodes, node_body("n2", 8, cordoned=True))
+    assert fragmentation_ratio(live.refresh([])) == (6 + 7) / (6 + 7 + 8)
+    world.put(world.nodes, node_body("n3", 4))  # mixed GPU counts: counted node by node
+    assert fragmentation_ratio(live.refresh([])) == (6 + 7) / (6 + 7 + 4)
