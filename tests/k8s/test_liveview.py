@@ -167,3 +167,18 @@ def test_fragmentation_is_read_from_the_counters_and_equals_a_count_per_node() -
     assert fragmentation_ratio(live.refresh([])) == (6 + 7) / (6 + 7 + 8)
     world.put(world.nodes, node_body("n3", 4))  # mixed GPU counts: counted node by node
     assert fragmentation_ratio(live.refresh([])) == (6 + 7) / (6 + 7 + 4)
+
+
+def test_a_rebuild_that_fails_leaves_no_stale_view_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    world, live = _world()
+    world.put(world.nodes, node_body("n9", 8))  # a new node: the next refresh rebuilds
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("the build failed")
+
+    monkeypatch.setattr(liveview, "build_view", broken)
+    with pytest.raises(RuntimeError):
+        live.refresh([])
+    monkeypatch.undo()
+    assert view_differences(live.refresh([]), _fresh(world)) == []  # type: ignore[arg-type]
+    assert live.rebuilds == {"start": 2}

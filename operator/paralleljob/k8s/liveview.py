@@ -40,7 +40,7 @@ from paralleljob.k8s.view import (
 log = logging.getLogger("paralleljob.k8s.view")
 
 
-class Rebuild(Exception):
+class NeedsRebuild(Exception):
     """What changed cannot be patched in; the view is built again from scratch."""
 
 
@@ -76,6 +76,7 @@ class LiveView:
 
     def rebuild(self, claims: Sequence[Claim], why: str) -> ClusterView:
         """Start over from the stores (what every pass did before this view was kept)."""
+        self.view = None  # if the build raises, the changes just drained are lost: the next refresh starts over
         self.nodes.take_changes()
         self.pods.take_changes()
         pods = self.pods.values()
@@ -103,7 +104,7 @@ class LiveView:
             return self.rebuild(claims, "relist")
         try:
             self._patch(node_keys, pod_keys, claims)
-        except Rebuild as why:
+        except NeedsRebuild as why:
             return self.rebuild(claims, str(why))
         except Exception:  # a half-patched view must never be used; the rebuild is always right
             log.exception("patching the cluster view failed; rebuilding it")
@@ -122,7 +123,7 @@ class LiveView:
             new = info if info is not None and info.gpu_count > 0 else None
             old = view.nodes.get(name)
             if (old is None) != (new is None) or (old and new and _shape(old) != _shape(new)):
-                raise Rebuild("topology")
+                raise NeedsRebuild("topology")
             if new is not None:
                 view.nodes[name] = new
                 dirty.add(name)
@@ -133,16 +134,16 @@ class LiveView:
         new_claims = [claim for claim in claims if self._claims.get(claim.key) != claim]
         if gone or new_claims:
             if view.conflicts:
-                raise Rebuild("conflict")
+                raise NeedsRebuild("conflict")
             if self._ghosts(claims) != self._ghosts_now():
-                raise Rebuild("topology")
+                raise NeedsRebuild("topology")
             for claim in [self._claims[key] for key in gone] + new_claims:
                 dirty |= {slot.node for slot in claim.record.slots}
                 dirty |= {self._gpu_pods[key].node for key in self._of_job.get(claim.key, ())}
         known = sorted(name for name in dirty if name in view.node_index)
         if view.state is None:
             if known or gone or new_claims:
-                raise Rebuild("empty")
+                raise NeedsRebuild("empty")
             return
         self._redo(known, gone, new_claims)
         self._claims = wanted
@@ -211,7 +212,7 @@ class LiveView:
             view.loaded.pop(key, None)
         for claim in new_claims:
             if not load_claim(view, claim):
-                raise Rebuild("conflict")
+                raise NeedsRebuild("conflict")
         for name in dirty:
             for store_key in sorted(self._on_node.get(name, ()), key=self.pods.arrival):
                 pod = self._gpu_pods[store_key]
