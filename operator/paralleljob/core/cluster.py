@@ -4,12 +4,16 @@ Per GPU: health and owner. Per node: how many healthy, unowned GPUs it has and w
 Per domain (every level above the node): a histogram of its nodes by free count (split by GPU-memory
 class) and the nodes themselves bucketed by free count. Every change touches O(levels) counters, and every
 feasibility question reads histograms, never the GPUs (SPEC section 3, "Scale").
+
+A state that lives longer than one round of decisions (the operator's incremental view) can try decisions
+out and take them back: between :meth:`ClusterState.begin_trial` and :meth:`ClusterState.rollback` every
+mutation is journalled with its inverse, so undoing costs what the decisions changed, not the cluster.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from paralleljob.core.errors import InvalidRequest
@@ -68,6 +72,48 @@ class ClusterState:
             self.buckets.append([[{} for _ in range(self._width)] for _ in range(doms)])
         for node in range(topology.num_nodes):
             self._account(node, self.usable_free(node), +1)
+        self._undo: list[Callable[[], object]] | None = None  # inverses of the mutations of a trial
+        # Totals kept as things change, so counts() never scans the GPUs (it is read after every pass).
+        self._allocated = 0
+        self._unhealthy = 0
+        self._usable = sum(self.node_free)
+
+    # ---- trials ----------------------------------------------------------------------------------
+    @property
+    def in_trial(self) -> bool:
+        return self._undo is not None
+
+    def begin_trial(self) -> None:
+        """Journal every mutation from now on, so :meth:`rollback` can take them all back."""
+        if self._undo is not None:
+            raise InvalidRequest("a trial is already under way")
+        self._undo = []
+
+    def rollback(self) -> int:
+        """Undo every mutation since :meth:`begin_trial`, newest first; returns how many were undone.
+
+        Counters, owners, health and allocations come back exactly; only the order in which a domain's
+        nodes with the same free count are listed may differ (a node that moved comes back last)."""
+        undo, self._undo = self._undo, None
+        if undo is None:
+            return 0
+        for step in reversed(undo):
+            step()
+        return len(undo)
+
+    def _reinstate(self, allocation: Allocation) -> None:
+        """The exact inverse of :meth:`release`: no checks, since the GPUs may have broken while held."""
+        taken: dict[int, int] = {}
+        gpu_node = self.topology.gpu_node
+        for gpu in allocation.gpus:
+            self.owner[gpu] = allocation.job_id
+            self.memory_used[gpu] += allocation.memory_per_gpu_gb
+            if self.health[gpu] is GPUHealth.HEALTHY:
+                taken[gpu_node[gpu]] = taken.get(gpu_node[gpu], 0) + 1
+        for node, count in taken.items():
+            self._change_node(node, free_delta=-count)
+        self.allocations[allocation.job_id] = allocation
+        self._allocated += len(allocation.gpus)
 
     # ---- counters ------------------------------------------------------------------------------
     def usable_free(self, node: int) -> int:
@@ -92,6 +138,7 @@ class ClusterState:
         if schedulable is not None:
             self.node_schedulable[node] = schedulable
         after = self.usable_free(node)
+        self._usable += after - before
         if after != before:
             self._account(node, before, -1)
             self._account(node, after, +1)
@@ -170,11 +217,13 @@ class ClusterState:
                 yield node
 
     def counts(self) -> dict[str, int]:
-        total = self.topology.num_gpus
-        unhealthy = sum(1 for h in self.health if h is not GPUHealth.HEALTHY)
-        allocated = sum(1 for o in self.owner if o is not None)
-        usable = sum(self.usable_free(n) for n in range(self.topology.num_nodes))
-        return {"total": total, "allocated": allocated, "unhealthy": unhealthy, "free": usable}
+        """GPUs in total, allocated, not healthy, and free for new work; O(1)."""
+        return {
+            "total": self.topology.num_gpus,
+            "allocated": self._allocated,
+            "unhealthy": self._unhealthy,
+            "free": self._usable,
+        }
 
     # ---- mutations -------------------------------------------------------------------------------
     def allocate(self, allocation: Allocation) -> None:
@@ -188,8 +237,10 @@ class ClusterState:
         for gpu in gpus:
             if not (isinstance(gpu, int) and 0 <= gpu < num_gpus):
                 self.topology.check_gpu(gpu)  # raises with the message a user needs
-            if owner[gpu] is not None or health[gpu] is not GPUHealth.HEALTHY or not self.eligible(
-                gpu, allocation.memory_per_gpu_gb
+            if (
+                owner[gpu] is not None
+                or health[gpu] is not GPUHealth.HEALTHY
+                or not self.eligible(gpu, allocation.memory_per_gpu_gb)
             ):
                 raise InvalidRequest(f"GPU {gpu} cannot take {allocation.job_id!r}: {self.gpu_state(gpu).value}")
         taken: dict[int, int] = {}
@@ -202,8 +253,17 @@ class ClusterState:
         for node, count in taken.items():
             self._change_node(node, free_delta=-count)
         self.allocations[allocation.job_id] = allocation
+        self._allocated += len(gpus)
+        if self._undo is not None:
+            self._undo.append(lambda: self._release(allocation.job_id))
 
     def release(self, job_id: str) -> Allocation | None:
+        allocation = self._release(job_id)
+        if allocation is not None and self._undo is not None:
+            self._undo.append(lambda: self._reinstate(allocation))
+        return allocation
+
+    def _release(self, job_id: str) -> Allocation | None:
         allocation = self.allocations.pop(job_id, None)
         if allocation is None:
             return None
@@ -217,6 +277,7 @@ class ClusterState:
                 freed[node] = freed.get(node, 0) + 1
         for node, count in freed.items():
             self._change_node(node, free_delta=count)
+        self._allocated -= len(allocation.gpus)
         return allocation
 
     def set_health(self, gpu: int, health: GPUHealth) -> GPUHealth:
@@ -225,7 +286,10 @@ class ClusterState:
         before = self.health[gpu]
         if before is health:
             return before
+        if self._undo is not None:
+            self._undo.append(lambda: self.set_health(gpu, before))
         self.health[gpu] = health
+        self._unhealthy += (before is GPUHealth.HEALTHY) - (health is GPUHealth.HEALTHY)
         if self.owner[gpu] is None:
             was_free, is_free = before is GPUHealth.HEALTHY, health is GPUHealth.HEALTHY
             if was_free != is_free:
@@ -235,6 +299,9 @@ class ClusterState:
     def set_node_schedulable(self, node: int, schedulable: bool) -> None:
         if not 0 <= node < self.topology.num_nodes:
             raise InvalidRequest(f"unknown node index {node}")
+        before = self.node_schedulable[node]
+        if self._undo is not None and before != schedulable:
+            self._undo.append(lambda: self.set_node_schedulable(node, before))
         self._change_node(node, schedulable=schedulable)
 
     def jobs_on(self, gpus: Sequence[int]) -> list[str]:

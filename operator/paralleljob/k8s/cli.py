@@ -27,6 +27,18 @@ def register(subparsers: Any) -> None:
     op.add_argument("--metrics-port", type=int, default=int(os.environ.get("PARALLELJOB_METRICS_PORT", "8080")))
     op.add_argument("--metrics-host", default="0.0.0.0")
     op.add_argument("--resync-seconds", type=float, default=30.0, help="full re-list period (default: %(default)s)")
+    op.add_argument(
+        "--view-check-passes",
+        type=int,
+        default=1000,
+        help="compare the kept cluster view with a rebuild every N passes, 0: never by count (default: %(default)s)",
+    )
+    op.add_argument(
+        "--view-check-seconds",
+        type=float,
+        default=300.0,
+        help="... and at least every this many seconds, 0: never by time (default: %(default)s)",
+    )
     op.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     op.add_argument("--lease-name", default="paralleljob-operator")
     op.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default: %(default)s)")
@@ -96,6 +108,8 @@ def _operator(args: argparse.Namespace) -> int:
         topology=topology,
         namespaces=tuple(args.namespace),
         resync_seconds=args.resync_seconds,
+        view_check_passes=args.view_check_passes,
+        view_check_seconds=args.view_check_seconds,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         lease_name=args.lease_name,

@@ -82,6 +82,9 @@ class OperatorConfig:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     resync_seconds: float = 30.0  # full re-list and reconcile of everything, level-triggered
+    # The kept cluster view is compared with a rebuild every so many passes or seconds (0: not by that).
+    view_check_passes: int = 1000
+    view_check_seconds: float = 300.0
     metrics_port: int = 8080
     metrics_host: str = "0.0.0.0"
     lease_name: str = "paralleljob-operator"

@@ -93,13 +93,17 @@ def decide(
     clock: Callable[[], float] | None = None,
     placer_config: PlacerConfig = OPERATOR_PLACER,
     policy: QueuePolicy | None = None,
+    view: ClusterView | None = None,
 ) -> tuple[Plan, ClusterView]:
-    """``policy`` None: strict (or best-effort) FIFO per queue; else the core's queueing pass with it."""
+    """``policy`` None: strict (or best-effort) FIFO per queue; else the core's queueing pass with it.
+    ``view``: the cluster as of ``observed`` (the reconciler's kept one); built from ``observed`` when None.
+    The pass changes the view's state as it decides (allocations, releases)."""
     clock = clock or (lambda: 0.0)
     now = observed.now
     now_s = observed.seconds
     jobs_by_key = {j.key: j for j in observed.jobs}
-    view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
+    if view is None:
+        view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
     placer = Placer(view.state, placer_config) if view.state is not None else None
     groups = by_group(observed.pods)
     eligibility = Eligibility(view, observed.pods, group_requests(observed.jobs, groups))

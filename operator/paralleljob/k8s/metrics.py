@@ -74,6 +74,17 @@ class Metrics:
         self.migrations = Counter(
             "paralleljob_migrations_total", "Jobs moved to a cheaper placement at a checkpoint boundary", registry=r
         )
+        self.view_rebuilds = Counter(
+            "paralleljob_view_rebuilds_total",
+            "Cluster view built from scratch instead of patched, by why (start, relist, topology, conflict, ...)",
+            ["reason"],
+            registry=r,
+        )
+        self.view_mismatches = Counter(
+            "paralleljob_view_rebuild_mismatches_total",
+            "Self-checks that found the kept cluster view different from a rebuild (then adopted); a bug if not 0",
+            registry=r,
+        )
         self._queues: set[str] = set()
 
     def update(self, g: Gauges) -> None:

@@ -32,6 +32,17 @@ def fragmentation_ratio(view: ClusterView) -> float:
     if view.state is None or view.topology is None:
         return 0.0
     free = stranded = 0
+    topology, state = view.topology, view.state
+    full = topology.max_gpus_per_node
+    if topology.top >= 1 and min(topology.node_gpu_count) == full:
+        # Every node has the same GPU count: the top domain's histogram of free counts says it all.
+        row = state.hist[topology.top][0]
+        for slot, nodes in enumerate(row):
+            usable = slot % (full + 1)
+            free += usable * nodes
+            if 0 < usable < full:
+                stranded += usable * nodes
+        return stranded / free if free else 0.0
     for n in range(view.topology.num_nodes):
         usable = view.state.usable_free(n)
         free += usable

@@ -4,6 +4,11 @@ stores and executes the plan, and another pass follows at once while there is wo
 Passes never overlap, so one pass's allocations are always visible to the next. The first pass waits for
 complete lists of nodes, pods, jobs and queues (a placement made on a partial view could take GPUs that an
 unlisted job holds). A full re-list every ``resync_seconds`` repairs anything a watch may have missed.
+
+The cluster view is kept between passes (``liveview.py``: patched with what the stores say changed, rebuilt
+after a re-list, checked against a rebuild now and then by ``viewcheck.py``). A pass decides on it as a
+trial and takes its tentative allocations back at the end: what it decided reaches the next view through
+the API objects (a written placement is a claim), exactly as it would after a restart.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from paralleljob.k8s.admission import QueueInfo, parse_queue
 from paralleljob.k8s.api import ApiError, Kube, retrying
 from paralleljob.k8s.config import OperatorConfig
 from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
-from paralleljob.k8s.decide import ACTIVE, Observed, decide
+from paralleljob.k8s.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.events import EventPoster
 from paralleljob.k8s.executor import Executor, Outcome
+from paralleljob.k8s.liveview import LiveView
 from paralleljob.k8s.metrics import Metrics
 from paralleljob.k8s.metrics_model import gauges, queue_statuses
 from paralleljob.k8s.nodes import NodeInfo, parse_node
@@ -33,6 +39,7 @@ from paralleljob.k8s.records import PlacementRecord, record_from_status
 from paralleljob.k8s.specs import JobObject, parse_job
 from paralleljob.k8s.store import ObjectStore
 from paralleljob.k8s.view import ClusterView
+from paralleljob.k8s.viewcheck import CheckedView
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -67,6 +74,12 @@ class Reconciler:
         self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology))
         self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue)
         self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
+        self.view = CheckedView(
+            LiveView(topology, self.nodes, self.pods, lambda why: metrics.view_rebuilds.labels(reason=why).inc()),
+            every_passes=config.view_check_passes,
+            every_seconds=config.view_check_seconds,
+            on_mismatch=lambda differences: metrics.view_mismatches.inc(),
+        )
         # Job chains still being carried out (job key -> task, the placement it writes) and orphan deletes.
         self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
         self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -193,15 +206,29 @@ class Reconciler:
             task.cancel()
 
     async def pass_once(self) -> tuple[bool, float]:
+        started = time.monotonic()
+        busy = {key: record for key, (_, record) in self.inflight.items()}
+        jobs = self.jobs.values()
+        view = self.view.refresh(claims_of(jobs, busy))
+        if view.state is not None:
+            view.state.begin_trial()
+        try:
+            return self._decide_and_launch(started, jobs, busy, view)
+        finally:
+            if view.state is not None:
+                view.state.rollback()
+
+    def _decide_and_launch(
+        self, started: float, jobs: list[JobObject], busy: dict[str, PlacementRecord | None], view: ClusterView
+    ) -> tuple[bool, float]:
         """Decide on a snapshot and start carrying the plan out. Each job's chain (status, then pods) runs
         as its own task, so a pass never waits for an earlier gang's binds; a job whose chain is still
         running is left out of the next decisions, and the placement it is writing already holds its GPUs.
         Returns (run again, after this many seconds); finished chains wake the loop themselves."""
-        started = time.monotonic()
         holds = {k: why for k, (until, why) in self.holds.items() if until > started}
         self.holds = {k: v for k, v in self.holds.items() if v[0] > started}
         observed = Observed(
-            jobs=self.jobs.values(),
+            jobs=jobs,
             pods=self.pods.values(),
             nodes=self.nodes.values(),
             now=now_rfc3339(),
@@ -210,13 +237,13 @@ class Reconciler:
             bind_failures=dict(self.bind_failures),
             holds=holds,
             invalid_pods=dict(self.invalid_pods),
-            busy={key: record for key, (_, record) in self.inflight.items()},
+            busy=busy,
             namespaces=tuple(self.config.namespaces),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
         plan, view = decide(
-            observed, self.config.topology, self.config.strict_fifo, time.perf_counter, policy=self.policy
+            observed, self.config.topology, self.config.strict_fifo, time.perf_counter, policy=self.policy, view=view
         )
         if plan.wake_after is not None:
             # a preemption's grace period ends then: pass again even if nothing else happens

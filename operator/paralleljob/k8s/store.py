@@ -21,6 +21,11 @@ may take, including retries, so no stale body can still be on its way), expired 
 every write, and at most ``max_tombstones`` are kept (the oldest go first). A body of a tombstoned UID
 with a newer resourceVersion (it was only filtered out, not deleted) is accepted and lifts the tombstone.
 
+Readers that keep something derived alive (the incremental cluster view) drain :meth:`ObjectStore.take_changes`:
+the keys whose parsed value changed since the last drain, in no particular order, and whether the store was
+re-listed meanwhile (then they start over). The store also numbers each object by arrival, so a reader can
+put a few objects back in the store's own order without scanning it.
+
 resourceVersions are opaque to clients in general; every etcd-backed API server uses the etcd revision,
 so they are compared as integers when both parse; when one does not, the newest arrival wins, except
 against a tombstone, which then holds.
@@ -40,6 +45,7 @@ Body = Mapping[str, Any]
 
 TOMBSTONE_TTL_SECONDS = 300.0
 MAX_TOMBSTONES = 65536
+MAX_PENDING_CHANGES = 100_000  # undrained changed keys kept; beyond, the reader is told to start over
 
 
 def _rv(body: Body) -> int | None:
@@ -87,6 +93,10 @@ class ObjectStore(Generic[T]):
         # (namespace, name, uid) -> tombstone, oldest first (laid in clock order, so expiry is from the front)
         self._tombstones: OrderedDict[tuple[str, str, str], Tombstone] = OrderedDict()
         self.version = 0  # bumped on every change, so readers can cache what they derive
+        self._changed: dict[tuple[str, str], None] = {}  # keys changed since the last take_changes
+        self._lost_track = False  # too many undrained changes (or a re-list): the reader must start over
+        self._arrivals = 0
+        self._arrival: dict[tuple[str, str], int] = {}  # key -> its place in the store's (dict) order
 
     def __len__(self) -> int:
         return len(self._bodies)
@@ -106,6 +116,25 @@ class ObjectStore(Generic[T]):
 
     def body(self, namespace: str, name: str) -> Body | None:
         return self._bodies.get((namespace, name))
+
+    def arrival(self, key: tuple[str, str]) -> int:
+        """The object's place in :meth:`values` order (larger: later); -1 when it is not stored."""
+        return self._arrival.get(key, -1)
+
+    def take_changes(self) -> tuple[list[tuple[str, str]], bool]:
+        """Keys whose value changed (added, changed, removed) since the last call, and whether the reader
+        must start over from :meth:`values` instead (a re-list happened, or too much changed to track)."""
+        changed, restart = list(self._changed), self._lost_track
+        self._changed.clear()
+        self._lost_track = False
+        return changed, restart
+
+    def _mark(self, key: tuple[str, str]) -> None:
+        self.version += 1
+        self._changed[key] = None
+        if len(self._changed) > MAX_PENDING_CHANGES:
+            self._changed.clear()
+            self._lost_track = True
 
     def upsert(self, body: Body) -> bool:
         """Store ``body`` unless an equal or newer version of the same object is already here, or the
@@ -129,11 +158,14 @@ class ObjectStore(Generic[T]):
                 return False
         value = self._parse(body)
         before = self._values.get(key)
+        if key not in self._values:
+            self._arrivals += 1
+            self._arrival[key] = self._arrivals
         self._bodies[key] = body
         self._values[key] = value
         if current is not None and before == value:
             return False
-        self.version += 1
+        self._mark(key)
         return True
 
     def remove(self, body: Body, deleted: bool = True) -> bool:
@@ -175,12 +207,13 @@ class ObjectStore(Generic[T]):
         updated = change(current)
         self._bodies[(namespace, name)] = updated
         self._values[(namespace, name)] = self._parse(updated)
-        self.version += 1
+        self._mark((namespace, name))
 
     def replace_all(self, bodies: Iterable[Body], list_rv: str | None) -> None:
         """Merge a full list: upsert each, and drop stored objects the list no longer has unless they are
         newer than the list itself (created after it was taken); each dropped one is tombstoned at the
-        list's version."""
+        list's version. Readers of :meth:`take_changes` start over after it."""
+        self._lost_track = True
         seen = set()
         for body in bodies:
             seen.add(object_key(body))
@@ -202,7 +235,8 @@ class ObjectStore(Generic[T]):
     def _drop(self, key: tuple[str, str]) -> None:
         del self._bodies[key]
         del self._values[key]
-        self.version += 1
+        del self._arrival[key]
+        self._mark(key)
 
     def _bury(self, key: tuple[str, str], uid: str, rv: int | None) -> None:
         grave = (*key, uid)

@@ -10,6 +10,9 @@ happened while it was away, the next view is derived from the objects alone. The
    GPUs *owned by that job*, which is exactly what the core's recovery looks for.
 Domains are named by their whole path to the top (``leaf-01/spine-00/zone-0``), so inconsistent labels can
 only split a domain, never make the tree invalid.
+
+The reconciler keeps one view alive between passes and patches it (``liveview.py``); steps 2-4 are written
+per claim, per pod and per node here so that both paths run the very same code.
 """
 
 from __future__ import annotations
@@ -47,8 +50,13 @@ class ClusterView:
     products: list[str]
     ghosts: frozenset[str]
     conflicts: dict[str, str] = field(default_factory=dict)  # job key -> why its record could not be loaded
+    loaded: dict[str, Claim] = field(default_factory=dict)  # job key -> its claim, holding its GPUs
     occupants: dict[str, list[str]] = field(default_factory=dict)  # node -> pods not explained by a record
-    warnings: list[str] = field(default_factory=list)
+    node_warnings: dict[str, list[str]] = field(default_factory=dict)  # node -> what is wrong with it
+
+    @property
+    def warnings(self) -> list[str]:
+        return [warning for found in self.node_warnings.values() for warning in found]
 
     @property
     def empty(self) -> bool:
@@ -133,25 +141,38 @@ def build_view(
         [spec.gpu_product for spec in specs],
         frozenset(ghost_counts),
     )
-    loaded = {claim.key: claim for claim in claims if _load_claim(view, claim)}
+    for claim in claims:
+        load_claim(view, claim)
     for pod in pods:
-        if pod.holds_gpus and not _explained(pod, loaded):
-            _occupy(view, pod)
-    for n, name in enumerate(topology.node_names):
-        info = live.get(name)
-        broken = frozenset(range(topology.node_gpu_count[n])) if info is None else info.broken_gpus()
-        first = topology.node_first_gpu[n]
-        for index in broken:
-            state.set_health(first + index, GPUHealth.OFFLINE)
-        if info is not None:
-            for index in info.degraded_gpus - broken:
-                state.set_health(first + index, GPUHealth.DEGRADED)
-        if info is None or not info.takes_new_work:
-            state.set_node_schedulable(n, False)
+        if pod.holds_gpus and not explained(pod, view.loaded):
+            warning = occupy(view, pod)
+            if warning:
+                view.node_warnings.setdefault(pod.node, []).append(warning)
+    for n in range(topology.num_nodes):
+        apply_health(view, n)
     return view
 
 
-def _load_claim(view: ClusterView, claim: Claim) -> bool:
+def apply_health(view: ClusterView, n: int) -> None:
+    """Step 4 for one node, on a node whose GPUs are all healthy and which is schedulable: a ghost is
+    wholly offline, a live node gets its broken GPUs offline, its degraded ones degraded, and no new work
+    if it takes none."""
+    assert view.state is not None and view.topology is not None
+    state, topology = view.state, view.topology
+    info = view.nodes.get(topology.node_names[n])
+    broken = frozenset(range(topology.node_gpu_count[n])) if info is None else info.broken_gpus()
+    first = topology.node_first_gpu[n]
+    for index in broken:
+        state.set_health(first + index, GPUHealth.OFFLINE)
+    if info is not None:
+        for index in info.degraded_gpus - broken:
+            state.set_health(first + index, GPUHealth.DEGRADED)
+    if info is None or not info.takes_new_work:
+        state.set_node_schedulable(n, False)
+
+
+def load_claim(view: ClusterView, claim: Claim) -> bool:
+    """Step 2 for one claim: all of its GPUs, or none and the reason in ``conflicts``."""
     assert view.state is not None
     groups = []
     for slot in claim.record.slots:
@@ -171,10 +192,11 @@ def _load_claim(view: ClusterView, claim: Claim) -> bool:
     except InvalidRequest as exc:
         view.conflicts[claim.key] = str(exc)
         return False
+    view.loaded[claim.key] = claim
     return True
 
 
-def _explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
+def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
     """True when a loaded claim already holds this pod's GPUs: same job, same slot, same node and GPUs (for
     a pod group's pod: any slot of its adopting job's record on that node with those GPUs)."""
     if pod.group is not None:
@@ -189,21 +211,26 @@ def _explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
     return slot is not None and slot.node == pod.node and slot.gpu_indices == pod.gpu_indices
 
 
-def _occupy(view: ClusterView, pod: PodInfo) -> None:
-    """GPUs held by a pod no record explains: its annotated indices when it has them, else any free ones."""
+def occupy(view: ClusterView, pod: PodInfo) -> str:
+    """Step 3 for one pod no record explains: it holds its annotated GPUs when they are free, else any free
+    ones (allocation ``pod:<key>``). Returns a warning when its node has fewer free GPUs than it holds."""
     assert view.state is not None and view.topology is not None
     n = view.node_index.get(pod.node)
     if n is None:
-        return
+        return ""
     gpus = list(view.topology.node_gpus(n))
     free = [g for g in gpus if view.state.owner[g] is None]
     first = view.topology.node_first_gpu[n]
     preferred = [first + i for i in pod.gpu_indices or () if first + i in free]
     chosen = (preferred + [g for g in free if g not in preferred])[: pod.gpus]
-    if len(chosen) < pod.gpus:
-        view.warnings.append(
-            f"node {pod.node} is oversubscribed: pod {pod.key} holds {pod.gpus} GPUs, only {len(chosen)} were free"
-        )
     view.occupants.setdefault(pod.node, []).append(pod.key)
     if chosen:
-        view.state.allocate(Allocation(f"pod:{pod.key}", (tuple(chosen),), 0.0))
+        view.state.allocate(Allocation(occupant_id(pod.key), (tuple(chosen),), 0.0))
+    if len(chosen) < pod.gpus:
+        return f"node {pod.node} is oversubscribed: pod {pod.key} holds {pod.gpus} GPUs, only {len(chosen)} were free"
+    return ""
+
+
+def occupant_id(pod_key: str) -> str:
+    """The allocation id of a pod that holds GPUs no record explains."""
+    return f"pod:{pod_key}"

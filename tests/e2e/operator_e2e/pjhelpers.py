@@ -72,6 +72,8 @@ class OperatorProcess:
             self.identity,
             "--resync-seconds",
             "10",
+            "--view-check-passes",  # every pass compares the kept cluster view with a rebuild
+            "1",
             "--log-level",
             "INFO",
             *self.extra_args,
@@ -122,6 +124,14 @@ class OperatorProcess:
     def ensure_running(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             self.start()
+
+    def view_mismatches(self) -> list[str]:
+        """Self-check mismatches of the kept cluster view logged by any start of this operator."""
+        found = []
+        for path in sorted(self.log_dir.glob("operator-*.log")):
+            text = path.read_text(errors="replace")
+            found += [line for line in text.splitlines() if "kept cluster view differed from a rebuild" in line]
+        return found
 
     def log_tail(self, lines: int = 60) -> str:
         try:
