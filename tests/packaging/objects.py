@@ -16,6 +16,8 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("paralleljob.dev", "paralleljobqueues"): frozenset({"list", "watch"}),
     ("paralleljob.dev", "paralleljobqueues/status"): frozenset({"patch"}),
     ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),  # Kopf's observer
+    ("resource.k8s.io", "resourceslices"): frozenset({"list", "watch"}),  # DRA: GPUs as devices (dra.driver)
+    ("resource.k8s.io", "resourceclaims"): frozenset({"list", "watch"}),  # DRA: devices others hold
 }
 # What it does to jobs and their workers: cluster-wide, or per namespace when operator.namespaces is set.
 WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {

@@ -53,6 +53,11 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()  # the NoSchedule/NoExecute taints a job must tolerate to land here
     allocatable: Mapping[str, int] = field(default_factory=dict)  # scheduler units; GPUs are ``gpu_count``
+    # Set only for a node whose GPUs are DRA devices (``dra.overlay_node``): the device name of each GPU
+    # index, the pool they are published in, and the indices other ResourceClaims have allocated.
+    gpu_devices: tuple[str, ...] = ()
+    dra_pool: str = ""
+    held_gpus: frozenset[int] = frozenset()
 
     @property
     def takes_new_work(self) -> bool:

@@ -22,6 +22,7 @@ from paralleljob.k8s.api import ApiError, Kube, retrying
 from paralleljob.k8s.config import OperatorConfig
 from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.decide import ACTIVE, Observed, decide
+from paralleljob.k8s.dra import CLAIMS_PATH, SLICES_PATH, ClaimInfo, SliceInfo, overlay_nodes, parse_claim, parse_slice
 from paralleljob.k8s.events import EventPoster
 from paralleljob.k8s.executor import Executor, Outcome
 from paralleljob.k8s.metrics import Metrics
@@ -65,6 +66,10 @@ class Reconciler:
         self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod)
         self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology))
         self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue)
+        # DRA (dra.py): ResourceSlices publish GPUs, ResourceClaims hold them; empty unless DRA is on.
+        self.slices: ObjectStore[SliceInfo] = ObjectStore(parse_slice)
+        self.claims: ObjectStore[ClaimInfo] = ObjectStore(parse_claim)
+        self._gpu_nodes: tuple[tuple[int, int, int], list[NodeInfo]] | None = None
         self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
         # Job chains still being carried out (job key -> task, the placement it writes) and orphan deletes.
         self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
@@ -93,6 +98,8 @@ class Reconciler:
             "pod": self.pods,
             "job": self.jobs,
             "queue": self.queues,
+            "resourceslice": self.slices,
+            "resourceclaim": self.claims,
         }
         store = stores[kind]
         if event_type == "DELETED":
@@ -119,6 +126,12 @@ class Reconciler:
         self.pods.replace_all([p for p in items if relevant_pod(p)], version)
         self.wake.set()
 
+    def on_list(self, kind: str, items: list[dict[str, Any]], version: str | None) -> None:
+        """A reflector's full list of ResourceSlices or ResourceClaims."""
+        store: ObjectStore[Any] = self.slices if kind == "resourceslice" else self.claims
+        store.replace_all(items, version)
+        self.wake.set()
+
     async def resync(self) -> None:
         """Re-list everything (level-triggered repair of whatever the watches missed)."""
         namespaces = self.config.namespaces or ("",)
@@ -128,6 +141,8 @@ class Reconciler:
             (self.jobs, [_ns_path(f"/apis/{GROUP}/{VERSION}", ns, PLURAL) for ns in namespaces]),
             (self.pods, ["/api/v1/pods"]),
         ]
+        if self.config.dra.enabled:
+            sources += [(self.slices, [SLICES_PATH]), (self.claims, [CLAIMS_PATH])]
         for store, paths in sources:
             items: list[dict[str, Any]] = []
             rv: str | None = None
@@ -137,6 +152,11 @@ class Reconciler:
                 except ApiError as exc:
                     if exc.status == 404 and store is self.queues:
                         listed, rv = [], None  # the queue CRD is optional
+                    elif exc.status in (403, 404) and store in (self.slices, self.claims):
+                        # A cluster before 1.34 (no resource.k8s.io/v1) or a role without its verbs: every
+                        # node is then a device-plugin node, as before DRA support.
+                        log.warning("cannot list %s (%s); nodes' GPUs come from allocatable only", path, exc)
+                        listed, rv = [], None
                     else:
                         raise
                 items.extend(listed)
@@ -189,6 +209,21 @@ class Reconciler:
         for task in tasks:
             task.cancel()
 
+    def gpu_nodes(self) -> list[NodeInfo]:
+        """The nodes with DRA nodes' GPUs taken from their ResourceSlices (dra.py); recomputed only when a
+        node, slice or claim changed."""
+        versions = (self.nodes.version, self.slices.version, self.claims.version)
+        if self._gpu_nodes is None or self._gpu_nodes[0] != versions:
+            nodes = overlay_nodes(
+                self.nodes.values(),
+                self.slices.values(),
+                self.claims.values(),
+                self.config.dra,
+                self.config.topology.default_gpu_memory_gib,
+            )
+            self._gpu_nodes = (versions, nodes)
+        return self._gpu_nodes[1]
+
     async def pass_once(self) -> tuple[bool, float]:
         """Decide on a snapshot and start carrying the plan out. Each job's chain (status, then pods) runs
         as its own task, so a pass never waits for an earlier gang's binds; a job whose chain is still
@@ -200,7 +235,7 @@ class Reconciler:
         observed = Observed(
             jobs=self.jobs.values(),
             pods=self.pods.values(),
-            nodes=self.nodes.values(),
+            nodes=self.gpu_nodes(),
             now=now_rfc3339(),
             now_s=time.time(),
             queues={q.name: q for q in self.queues.values()},

@@ -5,7 +5,8 @@ happened while it was away, the next view is derived from the objects alone. The
 1. topology from the GPU nodes, plus *ghost* nodes that recorded placements still name after the Node
    object is gone (so the job's allocation can be loaded and its groups found broken);
 2. every recorded placement is allocated (the operator's own claims);
-3. bound pods the records do not explain — other schedulers' GPU pods, our stale workers — take GPUs too;
+3. bound pods the records do not explain — other schedulers' GPU pods, our stale workers — take GPUs too,
+   and so do DRA devices allocated in other ResourceClaims (``NodeInfo.held_gpus``, see ``dra.py``);
 4. only then health and schedulability are applied, so broken hardware under a job shows up as broken
    GPUs *owned by that job*, which is exactly what the core's recovery looks for.
 Domains are named by their whole path to the top (``leaf-01/spine-00/zone-0``), so inconsistent labels can
@@ -137,6 +138,7 @@ def build_view(
     for pod in pods:
         if pod.holds_gpus and not _explained(pod, loaded):
             _occupy(view, pod)
+    _hold_claimed_devices(view)
     for n, name in enumerate(topology.node_names):
         info = live.get(name)
         broken = frozenset(range(topology.node_gpu_count[n])) if info is None else info.broken_gpus()
@@ -181,6 +183,17 @@ def _explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
         return False
     slot = claim.record.slot_named(pod.name)
     return slot is not None and slot.node == pod.node and slot.gpu_indices == pod.gpu_indices
+
+
+def _hold_claimed_devices(view: ClusterView) -> None:
+    """GPUs of DRA nodes that other ResourceClaims have allocated (``NodeInfo.held_gpus``) are taken, by a
+    holder per node; a GPU already owned (a record or a pod claims it too) is left to that owner."""
+    assert view.state is not None
+    for name, info in view.nodes.items():
+        gpus = [gpu for i in sorted(info.held_gpus) if (gpu := view.gpu_id(name, i)) is not None]
+        free = tuple(g for g in gpus if view.state.owner[g] is None)
+        if free:
+            view.state.allocate(Allocation(f"claims:{name}", (free,), 0.0))
 
 
 def _occupy(view: ClusterView, pod: PodInfo) -> None:
