@@ -141,13 +141,16 @@ def test_only_the_newest_generation_and_the_configured_driver_count() -> None:
     assert node_gpus([parse_slice(network)], "gpu.nvidia.com") == {}  # not bound to one node
 
 
-def test_claims_of_others_hold_devices_ours_do_not() -> None:
+def test_every_allocated_claim_holds_its_devices_of_the_driver() -> None:
     theirs = parse_claim(claim("theirs", [("gpu.nvidia.com", "n1", "gpu-3"), ("gpu.example.com", "n1", "gpu-4")]))
-    ours = parse_claim(claim("ours", [("gpu.nvidia.com", "n1", "gpu-5")], {"paralleljob.dev/job": "train"}))
+    labels = {"paralleljob.dev/job": "train", "paralleljob.dev/pod": "train-d0-p0"}
+    ours = parse_claim(claim("ours", [("gpu.nvidia.com", "n1", "gpu-5")], labels))
     pending = parse_claim({"metadata": {"name": "pending", "namespace": "team"}, "status": {}})
-    assert theirs.devices[0].device == "gpu-3" and not theirs.operator_owned and ours.operator_owned
+    assert theirs.devices[0].device == "gpu-3" and not theirs.operator_owned
+    assert ours.operator_owned and (ours.job, ours.pod, ours.reserved_for) == ("train", "train-d0-p0", ("pod-uid",))
     assert pending.devices == ()
-    assert held_devices([theirs, ours, pending], "gpu.nvidia.com") == {"n1": frozenset({"gpu-3"})}
+    # The operator's own claims too: the view loads records first, so only leftovers keep GPUs from new work.
+    assert held_devices([theirs, ours, pending], "gpu.nvidia.com") == {"n1": frozenset({"gpu-3", "gpu-5"})}
 
 
 def test_overlay_replaces_a_dra_nodes_gpus_and_leaves_device_plugin_nodes() -> None:
@@ -162,7 +165,8 @@ def test_overlay_replaces_a_dra_nodes_gpus_and_leaves_device_plugin_nodes() -> N
     assert plugin_out is plugin
     assert dra_out.gpu_count == 8 and dra_out.gpu_product == "NVIDIA-H100-80GB-HBM3"
     assert abs(dra_out.gpu_memory_gib - 81559 / 1024) < 1e-9
-    assert dra_out.gpu_devices[6] == "gpu-6" and dra_out.dra_pool == "dra"
+    assert dra_out.dra is not None and dra_out.dra.devices[6] == "gpu-6" and dra_out.dra.pool == "dra"
+    assert dra_out.dra.device_names((7, 2)) == ("gpu-7", "gpu-2") and dra_out.dra.device_names((8,)) is None
     assert dra_out.held_gpus == frozenset({1})
     assert dra_out.broken_gpus() == frozenset({6}) and dra_out.degraded_gpus == frozenset({5})
 

@@ -23,8 +23,8 @@ generation of a pool: a driver replacing its slices leaves older ones behind unt
 repaired); ``NoSchedule`` and ``None`` make it Degraded: it keeps its job and gets no new one.
 
 **Used devices.** Every device of this driver in the ``status.allocation`` of a ResourceClaim counts as
-used, except claims the operator made itself (labelled with the job), which its placement records
-already account for.
+used. The operator's own claims (``claims.py``) are no exception: the view loads placement records
+first, so a claim a record explains holds GPUs its job owns already.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from fractions import Fraction
 from typing import Any
 
 from paralleljob.k8s.config import DraConfig
-from paralleljob.k8s.constants import JOB_LABEL
-from paralleljob.k8s.nodes import NodeInfo
+from paralleljob.k8s.constants import JOB_LABEL, POD_LABEL
+from paralleljob.k8s.nodes import DraGpus, NodeInfo
 from paralleljob.k8s.quantity import QuantityError, parse_quantity
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
@@ -102,6 +102,9 @@ class ClaimInfo:
     uid: str
     operator_owned: bool
     devices: tuple[AllocatedDevice, ...]
+    job: str = ""  # the operator's claims: the ParallelJob (same namespace) and worker pod they serve
+    pod: str = ""
+    reserved_for: tuple[str, ...] = ()  # UIDs of the consumers in status.reservedFor
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,12 +219,17 @@ def parse_claim(body: Mapping[str, Any]) -> ClaimInfo:
         for r in results
         if isinstance(r, Mapping)
     )
+    labels = metadata.get("labels") or {}
+    reserved = (body.get("status") or {}).get("reservedFor") or []
     return ClaimInfo(
         namespace=str(metadata.get("namespace") or ""),
         name=str(metadata.get("name") or ""),
         uid=str(metadata.get("uid") or ""),
-        operator_owned=JOB_LABEL in (metadata.get("labels") or {}),
+        operator_owned=JOB_LABEL in labels and POD_LABEL in labels,
         devices=devices,
+        job=str(labels.get(JOB_LABEL) or ""),
+        pod=str(labels.get(POD_LABEL) or ""),
+        reserved_for=tuple(str(r.get("uid") or "") for r in reserved if isinstance(r, Mapping)),
     )
 
 
@@ -252,18 +260,20 @@ def node_gpus(slices: Iterable[SliceInfo], driver: str) -> dict[str, NodeGpus]:
 
 
 def held_devices(claims: Iterable[ClaimInfo], driver: str) -> dict[str, frozenset[str]]:
-    """Pool -> names of its devices allocated in claims the operator did not make."""
+    """Pool -> names of its devices allocated in any claim. The operator's own count too: the view loads
+    placement records first, so a claim its record explains holds GPUs the job owns already, and only a
+    leftover (a stale worker's claim not yet deleted) keeps its devices from new work."""
     held: dict[str, set[str]] = {}
     for claim in claims:
-        if claim.operator_owned:
-            continue
         for device in claim.devices:
             if device.driver == driver:
                 held.setdefault(device.pool, set()).add(device.device)
     return {pool: frozenset(names) for pool, names in held.items()}
 
 
-def overlay_node(node: NodeInfo, gpus: NodeGpus, held: frozenset[str], default_memory_gib: float) -> NodeInfo:
+def overlay_node(
+    node: NodeInfo, gpus: NodeGpus, held: frozenset[str], config: DraConfig, default_memory_gib: float
+) -> NodeInfo:
     """``node`` with its GPUs taken from its pool instead of allocatable and GFD labels."""
     warnings = list(gpus.warnings)
     products = sorted({d.product for d in gpus.devices if d.product})
@@ -288,8 +298,7 @@ def overlay_node(node: NodeInfo, gpus: NodeGpus, held: frozenset[str], default_m
         unhealthy_gpus=frozenset(i for i in unhealthy if i < count),
         degraded_gpus=frozenset(i for i in degraded if i < count) - unhealthy,
         warnings=node.warnings + tuple(warnings),
-        gpu_devices=tuple(d.name for d in gpus.devices),
-        dra_pool=gpus.pool,
+        dra=DraGpus(gpus.driver, gpus.pool, config.device_class, tuple(d.name for d in gpus.devices)),
         held_gpus=frozenset(i for i, d in enumerate(gpus.devices) if d.name in held),
     )
 
@@ -314,5 +323,5 @@ def overlay_nodes(
         if gpus is None:
             out.append(node)
         else:
-            out.append(overlay_node(node, gpus, held.get(gpus.pool, frozenset()), default_memory_gib))
+            out.append(overlay_node(node, gpus, held.get(gpus.pool, frozenset()), config, default_memory_gib))
     return out

@@ -19,6 +19,7 @@ from typing import Any
 from paralleljob.k8s.actions import JobActions, PodDelete
 from paralleljob.k8s.admission import QueueInfo, parse_queue
 from paralleljob.k8s.api import ApiError, Kube, retrying
+from paralleljob.k8s.claims import claim_path
 from paralleljob.k8s.config import OperatorConfig
 from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.decide import ACTIVE, Observed, decide
@@ -75,7 +76,10 @@ class Reconciler:
         self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
         self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.queue_writes: asyncio.Task[None] | None = None
-        self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds)
+        self.executor = Executor(
+            kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds, claim_store=self.claims
+        )
+        self.claim_deletes: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.wake = asyncio.Event()
         self.synced = asyncio.Event()
         self.leader = asyncio.Event()
@@ -279,6 +283,7 @@ class Reconciler:
             key = (delete.namespace, delete.name)
             if key not in self.inflight_orphans:
                 self.inflight_orphans[key] = asyncio.create_task(self._orphan(delete), name=f"orphan {key}")
+        self._collect_claims()
         self.passes += 1
         self.metrics.passes.inc()
         self.metrics.pass_duration.observe(time.monotonic() - started)
@@ -332,6 +337,37 @@ class Reconciler:
             log.exception("deleting orphan %s/%s failed", delete.namespace, delete.name)
         finally:
             self.inflight_orphans.pop((delete.namespace, delete.name), None)
+            self.wake.set()
+
+    def _collect_claims(self) -> None:
+        """Delete the operator's ResourceClaims whose worker pod is gone or finished, so no device stays
+        allocated for a pod that no longer needs it (the garbage collector would only act once the whole
+        ParallelJob is deleted). Never while the job's chain runs: it may be creating that very pod."""
+        for claim in self.claims.values():
+            if not claim.operator_owned:
+                continue
+            if self.config.namespaces and claim.namespace not in self.config.namespaces:
+                continue
+            key = (claim.namespace, claim.name)
+            if key in self.claim_deletes or f"{claim.namespace}/{claim.job}" in self.inflight:
+                continue
+            pod = self.pods.get(claim.namespace, claim.pod)
+            if pod is not None and not pod.terminal:
+                continue
+            self.claim_deletes[key] = asyncio.create_task(self._delete_claim(claim), name=f"claim {key}")
+
+    async def _delete_claim(self, claim: ClaimInfo) -> None:
+        try:
+            await retrying(lambda: self.kube.delete(claim_path(claim.namespace, claim.name), claim.uid or None))
+            log.info("deleted ResourceClaim %s/%s: its pod %s is gone", claim.namespace, claim.name, claim.pod)
+            self.claims.forget(claim.namespace, claim.name, claim.uid)
+        except ApiError as exc:
+            if exc.status in (404, 409):  # gone already, or replaced (UID precondition): nothing of ours to free
+                self.claims.forget(claim.namespace, claim.name, claim.uid)
+            else:
+                log.warning("could not delete ResourceClaim %s/%s: %s", claim.namespace, claim.name, exc)
+        finally:
+            self.claim_deletes.pop((claim.namespace, claim.name), None)
             self.wake.set()
 
     def _absorb(self, outcome: Outcome, started: float) -> None:
