@@ -107,14 +107,17 @@ def _status(args: argparse.Namespace) -> int:
 async def _node_summary(kubeconfig: str) -> str:
     from kubernetes_asyncio.client import CoreV1Api
 
+    from paralleljob.devcluster.dra import count_slice_gpus
     from paralleljob.devcluster.kubeconfig import api_client
     from paralleljob.devcluster.nodes import GPU_RESOURCE, is_ready
 
     async with api_client(kubeconfig) as api:
         listed = await CoreV1Api(api).list_node()
+        devices = await count_slice_gpus(api)
     ready = sum(1 for node in listed.items if is_ready(node))
     gpus = sum(int((node.status.allocatable or {}).get(GPU_RESOURCE, 0)) for node in listed.items)
-    return f"  nodes       {len(listed.items)} ({ready} Ready), {gpus} GPUs allocatable"
+    dra_note = f", {devices} GPUs as DRA devices" if devices else ""
+    return f"  nodes       {len(listed.items)} ({ready} Ready), {gpus} GPUs allocatable{dra_note}"
 
 
 def _build(args: argparse.Namespace) -> int:

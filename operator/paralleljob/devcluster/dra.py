@@ -151,3 +151,16 @@ async def publish_slices(api: ApiClient, shape: NodeShape, nodes: list[str]) -> 
     for node in nodes:
         current = await core.read_node(node)
         await _create(api, "resourceslices", resource_slice_manifest(shape, node, str(current.metadata.uid)))
+
+
+async def count_slice_gpus(api: ApiClient) -> int:
+    """Devices of the driver in all ResourceSlices (0 where the API is not served)."""
+    from kubernetes_asyncio.client import CustomObjectsApi
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    custom = CustomObjectsApi(api)
+    try:
+        listed = await custom.list_cluster_custom_object(RESOURCE_GROUP, RESOURCE_VERSION, "resourceslices")
+    except ApiException:
+        return 0
+    return sum(len(item["spec"].get("devices") or []) for item in listed["items"] if item["spec"]["driver"] == DRIVER)
