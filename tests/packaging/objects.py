@@ -16,6 +16,9 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("paralleljob.dev", "paralleljobqueues"): frozenset({"list", "watch"}),
     ("paralleljob.dev", "paralleljobqueues/status"): frozenset({"patch"}),
     ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),  # Kopf's observer
+    ("resource.k8s.io", "resourceslices"): frozenset({"list", "watch"}),  # DRA: GPUs as devices (dra.driver)
+    ("resource.k8s.io", "resourceclaims"): frozenset({"list", "watch"}),  # DRA: devices others hold
+    ("resource.k8s.io", "resourceclaims/binding"): frozenset({"patch"}),  # DRA: allocating (checked cluster-wide)
 }
 # What it does to jobs and their workers: cluster-wide, or per namespace when operator.namespaces is set.
 WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
@@ -25,6 +28,8 @@ WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "events"): frozenset({"create"}),
     ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch", "create"}),
     ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
+    ("resource.k8s.io", "resourceclaims"): frozenset({"get", "create", "delete"}),  # DRA: a claim per worker
+    ("resource.k8s.io", "resourceclaims/status"): frozenset({"patch"}),
 }
 
 

@@ -121,6 +121,17 @@ def test_operator_rbac_is_exactly_what_the_operator_calls(render: Render) -> Non
     assert not by_kind(render("rbac.create=false"), "ClusterRole")
 
 
+def test_dra_values_reach_the_operator_and_an_empty_driver_drops_its_rbac(render: Render) -> None:
+    defaults = build_parser().parse_args(_operator_args(render))
+    assert (defaults.dra_driver, defaults.dra_device_class) == ("gpu.nvidia.com", "gpu.nvidia.com")
+    custom = build_parser().parse_args(_operator_args(render, "dra.driver=gpu.example.com", "dra.deviceClass=big"))
+    assert (custom.dra_driver, custom.dra_device_class) == ("gpu.example.com", "big")
+    off = render("dra.driver=")
+    assert build_parser().parse_args(_operator_args(render, "dra.driver=")).dra_driver == ""
+    granted = flatten_rules(one(off, "ClusterRole")["rules"])
+    assert not [key for key in granted if key[0] == "resource.k8s.io"]
+
+
 def test_watching_some_namespaces_moves_the_writes_into_their_roles(render: Render) -> None:
     objects = render("operator.namespaces={team-a,team-b}")
     cluster_role = one(objects, "ClusterRole")

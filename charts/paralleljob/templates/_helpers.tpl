@@ -105,4 +105,14 @@ topology:
 - apiGroups: ["paralleljob.dev"]
   resources: ["paralleljobs/status"]
   verbs: ["patch"]
+{{- if .Values.dra.driver }}
+# DRA (docs/dra.md): one ResourceClaim per worker on a DRA node, read back, replaced when allocated to
+# other devices, deleted when its pod is gone; its status carries the allocation and reservation.
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims"]
+  verbs: ["get", "create", "delete"]
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaims/status"]
+  verbs: ["patch"]
+{{- end }}
 {{- end }}

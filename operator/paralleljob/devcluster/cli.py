@@ -35,6 +35,13 @@ def register(subparsers: Any) -> None:
     up_parser.add_argument("--nodes", type=int, default=4, help="fake GPU nodes (default: %(default)s)")
     up_parser.add_argument("--gpus-per-node", type=int, default=8, help="default: %(default)s")
     up_parser.add_argument("--nodes-per-rack", type=int, default=4, help="nodes per leaf switch (default: %(default)s)")
+    up_parser.add_argument(
+        "--gpu-api",
+        choices=("device-plugin", "dra"),
+        default="device-plugin",
+        help="how nodes publish GPUs: allocatable nvidia.com/gpu + GFD labels, or DRA ResourceSlices of"
+        " gpu.nvidia.com (default: %(default)s)",
+    )
     add("down", "stop every process the cluster started and delete its files", _down)
     add("status", "show the cluster's processes and nodes", _status)
     add("kubeconfig", "print the path of the cluster's kubeconfig", _kubeconfig)
@@ -48,7 +55,9 @@ def _up(args: argparse.Namespace) -> int:
     if args.nodes < 1 or args.gpus_per_node < 1 or args.nodes_per_rack < 1:
         print("--nodes, --gpus-per-node and --nodes-per-rack must be at least 1", file=sys.stderr)
         return 2
-    shape = NodeShape(count=args.nodes, gpus_per_node=args.gpus_per_node, nodes_per_rack=args.nodes_per_rack)
+    shape = NodeShape(
+        count=args.nodes, gpus_per_node=args.gpus_per_node, nodes_per_rack=args.nodes_per_rack, gpu_api=args.gpu_api
+    )
     try:
         cluster = up(args.name, shape)
     except AlreadyRunning as exc:
@@ -98,14 +107,17 @@ def _status(args: argparse.Namespace) -> int:
 async def _node_summary(kubeconfig: str) -> str:
     from kubernetes_asyncio.client import CoreV1Api
 
+    from paralleljob.devcluster.dra import count_slice_gpus
     from paralleljob.devcluster.kubeconfig import api_client
     from paralleljob.devcluster.nodes import GPU_RESOURCE, is_ready
 
     async with api_client(kubeconfig) as api:
         listed = await CoreV1Api(api).list_node()
+        devices = await count_slice_gpus(api)
     ready = sum(1 for node in listed.items if is_ready(node))
     gpus = sum(int((node.status.allocatable or {}).get(GPU_RESOURCE, 0)) for node in listed.items)
-    return f"  nodes       {len(listed.items)} ({ready} Ready), {gpus} GPUs allocatable"
+    dra_note = f", {devices} GPUs as DRA devices" if devices else ""
+    return f"  nodes       {len(listed.items)} ({ready} Ready), {gpus} GPUs allocatable{dra_note}"
 
 
 def _build(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from paralleljob.devcluster import controllermanager, controlplane, crds, kwok, process, state
+from paralleljob.devcluster import controllermanager, controlplane, crds, dra, kwok, process, state
 from paralleljob.devcluster.build import ensure_binaries
 from paralleljob.devcluster.certs import Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
@@ -69,6 +69,7 @@ def up(
         if is_running(existing):
             raise AlreadyRunning(f"dev cluster {name!r} is already running (kubeconfig {existing.kubeconfig})")
         down(name, report=lambda _: None)  # leftovers of a crashed run
+    dra_mode = shape.gpu_api == "dra"
     binaries = ensure_binaries(report)
     started = time.monotonic()
     run_dir = state.run_dir(name)
@@ -90,7 +91,13 @@ def up(
 
         server = f"https://127.0.0.1:{api_port}"
         apiserver = controlplane.start_apiserver(
-            binaries["kube-apiserver"], run_dir, pki, api_port, etcd_port, die_with_caller
+            binaries["kube-apiserver"],
+            run_dir,
+            pki,
+            api_port,
+            etcd_port,
+            die_with_caller,
+            dra.APISERVER_ARGS if dra_mode else (),
         )
         _remember(record, apiserver)
         controlplane.wait_apiserver(apiserver, server, pki)
@@ -104,7 +111,13 @@ def up(
         def start_controller_manager() -> state.ProcessRecord:
             kcm_kubeconfig = _controller_manager_kubeconfig(run_dir, server, pki, name)
             kcm = controllermanager.start_controller_manager(
-                binaries["kube-controller-manager"], run_dir, pki, kcm_kubeconfig, kcm_port, die_with_caller
+                binaries["kube-controller-manager"],
+                run_dir,
+                pki,
+                kcm_kubeconfig,
+                kcm_port,
+                die_with_caller,
+                dra.CONTROLLER_MANAGER_ARGS if dra_mode else (),
             )
             _remember(record, kcm)
             return kcm
@@ -114,7 +127,11 @@ def up(
         record.nodes, record.shape = shape.names(), asdict(shape)
         state.save(record)
         crd_note = f", CRDs {', '.join(installed)}" if installed else ""
-        report(f"dev cluster {name!r} up with {shape.count} GPU nodes{crd_note} ({time.monotonic() - started:.1f} s)")
+        api_note = f", GPUs as DRA devices ({dra.DRIVER})" if dra_mode else ""
+        report(
+            f"dev cluster {name!r} up with {shape.count} GPU nodes{crd_note}{api_note}"
+            f" ({time.monotonic() - started:.1f} s)"
+        )
     except BaseException as exc:
         # A StartupError already carries the failing log's tail; otherwise show any process that died.
         for proc in record.processes if not isinstance(exc, controlplane.StartupError) else []:
@@ -152,6 +169,8 @@ async def _populate(
         async with api_client(kubeconfig) as api:
             installed = await crds.install_crds(api)
             started = after_crds()
+            if shape.gpu_api == "dra":
+                await dra.publish_device_class(api)
             names = await create_gpu_nodes(api, shape)
             await wait_nodes_ready(api, names)
         return installed, started

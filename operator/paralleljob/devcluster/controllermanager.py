@@ -33,7 +33,9 @@ CONTROLLERS = (
 CLIENT_QPS, CLIENT_BURST = 200, 400
 
 
-def controller_manager_argv(binary: Path, run_dir: Path, pki: Pki, kubeconfig: Path, port: int) -> list[str]:
+def controller_manager_argv(
+    binary: Path, run_dir: Path, pki: Pki, kubeconfig: Path, port: int, extra_args: tuple[str, ...] = ()
+) -> list[str]:
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -50,13 +52,20 @@ def controller_manager_argv(binary: Path, run_dir: Path, pki: Pki, kubeconfig: P
         f"--kube-api-burst={CLIENT_BURST}",
         "--profiling=false",
         "--v=1",
+        *extra_args,
     ]
 
 
 def start_controller_manager(
-    binary: Path, run_dir: Path, pki: Pki, kubeconfig: Path, port: int, die_with_parent: bool = False
+    binary: Path,
+    run_dir: Path,
+    pki: Pki,
+    kubeconfig: Path,
+    port: int,
+    die_with_parent: bool = False,
+    extra_args: tuple[str, ...] = (),
 ) -> ProcessRecord:
-    argv = controller_manager_argv(binary, run_dir, pki, kubeconfig, port)
+    argv = controller_manager_argv(binary, run_dir, pki, kubeconfig, port, extra_args)
     log = run_dir / "logs" / "kube-controller-manager.log"
     return process.spawn("kube-controller-manager", argv, log, die_with_parent=die_with_parent)
 

@@ -53,7 +53,13 @@ def start_etcd(
 
 
 def start_apiserver(
-    binary: Path, run_dir: Path, pki: Pki, port: int, etcd_client_port: int, die_with_parent: bool = False
+    binary: Path,
+    run_dir: Path,
+    pki: Pki,
+    port: int,
+    etcd_client_port: int,
+    die_with_parent: bool = False,
+    extra_args: tuple[str, ...] = (),
 ) -> ProcessRecord:
     argv = [
         str(binary),
@@ -74,6 +80,7 @@ def start_apiserver(
         "--allow-privileged=true",
         "--profiling=false",
         "--v=1",
+        *extra_args,
     ]
     log = run_dir / "logs" / "kube-apiserver.log"
     return process.spawn("kube-apiserver", argv, log, die_with_parent=die_with_parent)

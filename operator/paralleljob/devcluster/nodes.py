@@ -3,6 +3,8 @@ create them and wait until kwok reports them Ready.
 
 Topology: ``nodes_per_rack`` nodes share a leaf switch (rack), ``racks_per_spine`` racks a spine, and
 ``spines_per_zone`` spines a zone, so even a small cluster has every level the placer understands.
+With ``gpu_api="dra"`` a node carries no GPU resource or GFD labels; its GPUs are a ResourceSlice
+(:mod:`paralleljob.devcluster.dra`), published right after the node is created.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ class NodeShape:
     memory: str = "2Ti"
     pods: int = 110
     name_prefix: str = "gpu-node"
+    # "device-plugin": allocatable nvidia.com/gpu and GFD labels; "dra": ResourceSlices (devcluster/dra.py)
+    gpu_api: str = "device-plugin"
+
+    def __post_init__(self) -> None:
+        if self.gpu_api not in ("device-plugin", "dra"):
+            raise ValueError(f"gpu_api must be 'device-plugin' or 'dra', not {self.gpu_api!r}")
 
     def node_name(self, index: int) -> str:
         return f"{self.name_prefix}-{index:03d}"
@@ -54,13 +62,19 @@ def gpu_node_manifest(shape: NodeShape, index: int) -> dict[str, Any]:
     spine = rack // shape.racks_per_spine
     zone = spine // shape.spines_per_zone
     name = shape.node_name(index)
-    resources = {
-        "cpu": shape.cpu,
-        "memory": shape.memory,
-        "pods": str(shape.pods),
-        "ephemeral-storage": "1Ti",
-        GPU_RESOURCE: str(shape.gpus_per_node),
+    resources = {"cpu": shape.cpu, "memory": shape.memory, "pods": str(shape.pods), "ephemeral-storage": "1Ti"}
+    gpu_labels = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": shape.gpu_product,
+        "nvidia.com/gpu.memory": str(shape.gpu_memory_mib),
+        "nvidia.com/gpu.count": str(shape.gpus_per_node),
     }
+    if shape.gpu_api == "dra":
+        # A DRA node has no device plugin: its GPUs are known only from its ResourceSlice, so the operator
+        # has nothing else to fall back on (no nvidia.com/gpu allocatable, no GFD GPU labels).
+        gpu_labels = {}
+    else:
+        resources[GPU_RESOURCE] = str(shape.gpus_per_node)
     key, value = MANAGED_ANNOTATION
     return {
         "apiVersion": "v1",
@@ -74,10 +88,7 @@ def gpu_node_manifest(shape: NodeShape, index: int) -> dict[str, Any]:
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok",
                 DEV_CLUSTER_LABEL: "true",
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": shape.gpu_product,
-                "nvidia.com/gpu.memory": str(shape.gpu_memory_mib),
-                "nvidia.com/gpu.count": str(shape.gpus_per_node),
+                **gpu_labels,
                 LEAF_LABEL: f"leaf-{rack:02d}",
                 SPINE_LABEL: f"spine-{spine:02d}",
                 ZONE_LABEL: f"zone-{zone}",
@@ -90,7 +101,8 @@ def gpu_node_manifest(shape: NodeShape, index: int) -> dict[str, Any]:
 
 
 async def create_gpu_nodes(api: ApiClient, shape: NodeShape, indices: list[int] | None = None) -> list[str]:
-    """Create the nodes (all of ``shape``, or just ``indices``); ones that already exist are left as they are."""
+    """Create the nodes (all of ``shape``, or just ``indices``) and, in DRA mode, their ResourceSlices; ones
+    that already exist are left as they are."""
     from kubernetes_asyncio.client import CoreV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -103,6 +115,10 @@ async def create_gpu_nodes(api: ApiClient, shape: NodeShape, indices: list[int] 
             if exc.status != 409:
                 raise
         created.append(shape.node_name(index))
+    if shape.gpu_api == "dra":
+        from paralleljob.devcluster.dra import publish_slices
+
+        await publish_slices(api, shape, created)
     return created
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from paralleljob.k8s.claims import DeviceClaim
 from paralleljob.k8s.specs import JobObject
 from paralleljob.k8s.status import StatusDraft
 
@@ -24,6 +25,7 @@ class PodDelete:
 class PodCreate:
     manifest: dict[str, Any]
     node: str  # where to bind it right after it is created
+    claim: DeviceClaim | None = None  # on a DRA node: allocated for the pod before it is bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,7 @@ class PodBind:
     name: str
     uid: str
     node: str
+    claim: DeviceClaim | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,16 @@ def register(subparsers: Any) -> None:
         default=30.0,
         help="a preempted job's time to checkpoint before its pods are deleted (default: %(default)s)",
     )
+    op.add_argument(
+        "--dra-driver",
+        default=os.environ.get("PARALLELJOB_DRA_DRIVER", "gpu.nvidia.com"),
+        help="DRA driver whose ResourceSlices publish nodes' GPUs; empty: DRA off (default: %(default)s)",
+    )
+    op.add_argument(
+        "--dra-device-class",
+        default=os.environ.get("PARALLELJOB_DRA_DEVICE_CLASS", "gpu.nvidia.com"),
+        help="DeviceClass of full GPUs that the operator's ResourceClaims request (default: %(default)s)",
+    )
     op.add_argument("--write-concurrency", type=int, default=48, help="API requests in flight (default: %(default)s)")
     op.add_argument("--log-level", default=os.environ.get("PARALLELJOB_LOG_LEVEL", "INFO"))
     op.set_defaults(handler=_operator)
@@ -93,7 +103,7 @@ def register(subparsers: Any) -> None:
 
 
 def _operator(args: argparse.Namespace) -> int:
-    from paralleljob.k8s.config import OperatorConfig, TopologyConfig, load_topology_file
+    from paralleljob.k8s.config import DraConfig, OperatorConfig, TopologyConfig, load_topology_file
     from paralleljob.k8s.runner import OperatorFailed, run_operator
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -106,6 +116,7 @@ def _operator(args: argparse.Namespace) -> int:
         return 2
     config = OperatorConfig(
         topology=topology,
+        dra=DraConfig(driver=args.dra_driver.strip(), device_class=args.dra_device_class.strip()),
         namespaces=tuple(args.namespace),
         resync_seconds=args.resync_seconds,
         view_check_passes=args.view_check_passes,

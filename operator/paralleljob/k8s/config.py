@@ -78,8 +78,22 @@ class TopologyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DraConfig:
+    """Which DRA driver's devices are GPUs (``dra.py``), and the DeviceClass the operator's claims name.
+    An empty driver turns DRA off: resource.k8s.io objects are then neither listed nor watched."""
+
+    driver: str = "gpu.nvidia.com"
+    device_class: str = "gpu.nvidia.com"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.driver)
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorConfig:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
+    dra: DraConfig = field(default_factory=DraConfig)
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     resync_seconds: float = 30.0  # full re-list and reconcile of everything, level-triggered
     # The kept cluster view is compared with a rebuild every so many passes or seconds (0: not by that).

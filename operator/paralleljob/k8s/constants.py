@@ -23,6 +23,8 @@ REPLICA_LABEL = "paralleljob.dev/replica"
 STAGE_LABEL = "paralleljob.dev/stage"
 NODE_RANK_LABEL = "paralleljob.dev/node-rank"  # under the job's rank order: torchrun's --node-rank
 MANAGED_LABEL = "app.kubernetes.io/managed-by"
+# On the operator's ResourceClaims (with JOB_LABEL): the worker pod the claim's devices are for.
+POD_LABEL = "paralleljob.dev/pod"
 MANAGED_VALUE = "paralleljob-operator"
 
 # Annotations on worker pods.

@@ -6,6 +6,10 @@
 2. deletes (stale or orphaned workers) and annotations (a preemption's checkpoint-now signal);
 3. the job's headless Service, then creates, each pod bound the moment it exists;
 4. binds of pods that exist but are unbound (an operator restarted mid-gang).
+On a DRA node a pod's ResourceClaim is made sure of between its creation and its bind (``_ensure_claim``):
+created if missing, replaced if allocated to other devices, its status written with exactly the placed
+devices and reserved for the pod's UID. Every step is idempotent, so a crash anywhere in between is
+finished by the next pass's bind of the unbound pod, and no pod is bound before its claim is allocated.
 Each response is written back into the stores at once, so the next pass sees what was just done even
 before the watch delivers it. The executor decides nothing: failures are reported to the next pass.
 """
@@ -19,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from paralleljob.k8s import claims
 from paralleljob.k8s.actions import JobActions, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
 from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path, retrying
 from paralleljob.k8s.pods import PodInfo
@@ -47,10 +52,12 @@ class Executor:
         pods: ObjectStore[PodInfo],
         post_event: Callable[[JobObject, str, str, str], None],
         crash_after_binds: int = 0,
+        claim_store: ObjectStore[Any] | None = None,
     ) -> None:
         self.kube = kube
         self.jobs = jobs
         self.pods = pods
+        self.claim_store = claim_store
         self.post_event = post_event
         self.crash_after_binds = crash_after_binds
         self.binds_done = 0
@@ -192,9 +199,11 @@ class Executor:
             return
         self.pods.upsert(body)
         uid = str(body["metadata"]["uid"])
-        await self._bind(job.key, PodBind(job.namespace, meta["name"], uid, create.node), outcome)
+        await self._bind(job.key, PodBind(job.namespace, meta["name"], uid, create.node, create.claim), outcome)
 
     async def _bind(self, job_key: str, bind: PodBind, outcome: Outcome) -> None:
+        if bind.claim is not None and not await self._ensure_claim(job_key, bind, bind.claim, outcome):
+            return
         if self.crash_after_binds:
             # Test hook for "killed mid-gang": issue exactly N binds, then die once they have landed.
             if self.binds_started >= self.crash_after_binds:
@@ -221,6 +230,66 @@ class Executor:
         if self.crash_after_binds and self.binds_done >= self.crash_after_binds:
             log.error("crash hook: exiting hard after %d binds", self.binds_done)
             os._exit(17)
+
+    # ---- DRA claims -------------------------------------------------------------------------------
+    async def _ensure_claim(self, job_key: str, bind: PodBind, claim: claims.DeviceClaim, outcome: Outcome) -> bool:
+        """The pod's claim exists, is the job's, is allocated with exactly ``claim.devices`` on the pod's
+        node and reserved for this pod (UID). True when the pod may be bound."""
+        namespace, _, name = job_key.partition("/")
+        job = self.jobs.get(namespace, name)
+        if job is None:
+            return False  # deleted meanwhile; its pods and claims are cleaned up as orphans
+        path = claims.claim_path(bind.namespace, claim.name)
+        try:
+            body = await self._claim_body(job, bind, claim)
+            if not claims.is_ours(body, job, bind.name):
+                outcome.failures[job_key] = (
+                    f"ResourceClaim {claim.name} exists and is not the one this job made for pod {bind.name}"
+                )
+                return False
+            verdict = claims.state(body, claim, bind.uid)
+            if verdict == "stale":
+                # An allocation cannot be changed: a claim left from an earlier placement is replaced.
+                uid = str((body.get("metadata") or {}).get("uid") or "")
+                await retrying(lambda: self.kube.delete(path, uid or None))
+                log.info("replaced ResourceClaim %s/%s allocated to other devices", bind.namespace, claim.name)
+                body = await self._claim_body(job, bind, claim)
+                verdict = claims.state(body, claim, bind.uid)
+            if verdict == "write":
+                patch = {
+                    # The claim's UID as precondition: a claim replaced meanwhile is not written to.
+                    "metadata": {"uid": (body.get("metadata") or {}).get("uid")},
+                    "status": {
+                        "allocation": claims.allocation(claim, bind.node),
+                        "reservedFor": claims.reserved_for(bind.name, bind.uid),
+                    },
+                }
+                body = await retrying(lambda: self.kube.merge_patch(f"{path}/status", patch))
+        except ApiError as exc:
+            if exc.retryable or exc.status in (404, 409):
+                outcome.hold[job_key] = f"ResourceClaim {claim.name} for pod {bind.name} not ready: {exc.message}"
+            else:
+                outcome.failures[job_key] = f"the API refused ResourceClaim {claim.name}: {exc.message}"
+            return False
+        if self.claim_store is not None:
+            self.claim_store.upsert(body)
+        return True
+
+    async def _claim_body(self, job: JobObject, bind: PodBind, claim: claims.DeviceClaim) -> dict[str, Any]:
+        """The claim as it is now, created (unallocated) if it does not exist."""
+        path = claims.claim_path(bind.namespace, claim.name)
+        try:
+            return await retrying(lambda: self.kube.request("GET", path))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        manifest = claims.claim_manifest(job, bind.name, claim)
+        try:
+            return await retrying(lambda: self.kube.request("POST", claims.claim_path(bind.namespace), manifest))
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        return await retrying(lambda: self.kube.request("GET", path))
 
     async def _refresh_pod(self, namespace: str, name: str) -> None:
         try:

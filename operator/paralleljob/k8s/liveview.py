@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.k8s.config import TopologyConfig
@@ -31,13 +32,25 @@ from paralleljob.k8s.view import (
     ClusterView,
     apply_health,
     build_view,
+    claims_holder_id,
     explained,
+    hold_claimed_devices,
     load_claim,
     occupant_id,
     occupy,
 )
 
 log = logging.getLogger("paralleljob.k8s.view")
+
+
+class NodeSource(Protocol):
+    """Where the view reads nodes: the node store itself, or the DRA overlay of it (``dranodes.py``)."""
+
+    def values(self) -> list[NodeInfo]: ...
+
+    def get(self, namespace: str, name: str) -> NodeInfo | None: ...
+
+    def take_changes(self) -> tuple[list[tuple[str, str]], bool]: ...
 
 
 class NeedsRebuild(Exception):
@@ -61,7 +74,7 @@ class LiveView:
     def __init__(
         self,
         config: TopologyConfig,
-        nodes: ObjectStore[NodeInfo],
+        nodes: NodeSource,
         pods: ObjectStore[PodInfo],
         on_rebuild: Callable[[str], None] = lambda why: None,
     ) -> None:
@@ -208,6 +221,7 @@ class LiveView:
             state.set_node_schedulable(n, True)
             for pod_key in view.occupants.pop(name, []):
                 state.release(occupant_id(pod_key))
+            state.release(claims_holder_id(name))
             view.node_warnings.pop(name, None)
         for key in gone:
             state.release(key)
@@ -222,4 +236,5 @@ class LiveView:
                     warning = occupy(view, pod)
                     if warning:
                         view.node_warnings.setdefault(name, []).append(warning)
+            hold_claimed_devices(view, name)
             apply_health(view, view.node_index[name])

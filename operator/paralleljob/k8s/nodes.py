@@ -34,6 +34,21 @@ MIB_PER_GIB = 1024.0
 
 
 @dataclass(frozen=True, slots=True)
+class DraGpus:
+    """A DRA node's GPUs as claims name them: GPU index ``i`` is device ``devices[i]`` of ``pool``."""
+
+    driver: str
+    pool: str
+    device_class: str  # what the operator's claims for these GPUs request
+    devices: tuple[str, ...]
+
+    def device_names(self, indices: tuple[int, ...]) -> tuple[str, ...] | None:
+        if any(not 0 <= i < len(self.devices) for i in indices):
+            return None
+        return tuple(self.devices[i] for i in indices)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     name: str
     uid: str
@@ -53,6 +68,10 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()  # the NoSchedule/NoExecute taints a job must tolerate to land here
     allocatable: Mapping[str, int] = field(default_factory=dict)  # scheduler units; GPUs are ``gpu_count``
+    # Set only for a node whose GPUs are DRA devices (``dra.overlay_node``): where its devices are
+    # published, and the GPU indices that ResourceClaims have allocated.
+    dra: DraGpus | None = None
+    held_gpus: frozenset[int] = frozenset()
 
     @property
     def takes_new_work(self) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from paralleljob.core.checkpoint import checkpointable_boundary
 from paralleljob.k8s.actions import JobActions, PodBind, PodCreate, PodDelete
+from paralleljob.k8s.claims import DeviceClaim, claim_name, with_claim
 from paralleljob.k8s.manifests import headless_service, worker_pod
 from paralleljob.k8s.nodes import NodeInfo
 from paralleljob.k8s.pods import PodInfo
@@ -96,14 +97,40 @@ def sync_pods(
             delete(actions, pod, nodes, f"placed differently from the record (now {where})")
             if must_force(pod, nodes):
                 # a forced delete removes it at once: the replacement can follow in the same pass
-                actions.creates.append(PodCreate(worker_pod(job, request, record, slot, boundary), slot.node))
+                actions.creates.append(_create(job, request, record, slot, boundary, nodes))
             continue
         if pod is None:
-            actions.creates.append(PodCreate(worker_pod(job, request, record, slot, boundary), slot.node))
+            actions.creates.append(_create(job, request, record, slot, boundary, nodes))
         elif not pod.bound:
-            actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node))
+            actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node, device_claim(slot, nodes)))
     if actions.creates:
         actions.service = headless_service(job)
+
+
+def device_claim(slot: PodSlot, nodes: Mapping[str, NodeInfo]) -> DeviceClaim | None:
+    """The claim the slot's pod needs when its node's GPUs are DRA devices (None: a device-plugin node)."""
+    info = nodes.get(slot.node)
+    if info is None or info.dra is None:
+        return None
+    devices = info.dra.device_names(slot.gpu_indices)
+    if devices is None:
+        return None  # the record names GPUs the node no longer has; the view reports that job as broken
+    return DeviceClaim(claim_name(slot.name), info.dra.driver, info.dra.pool, info.dra.device_class, devices)
+
+
+def _create(
+    job: JobObject,
+    request: JobRequest,
+    record: PlacementRecord,
+    slot: PodSlot,
+    boundary: int,
+    nodes: Mapping[str, NodeInfo],
+) -> PodCreate:
+    manifest = worker_pod(job, request, record, slot, boundary)
+    claim = device_claim(slot, nodes)
+    if claim is not None:
+        manifest = with_claim(manifest, claim.name)
+    return PodCreate(manifest, slot.node, claim)
 
 
 def delete_all(actions: JobActions, pods: Sequence[PodInfo], nodes: Mapping[str, NodeInfo], why: str) -> None:

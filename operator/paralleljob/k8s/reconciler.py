@@ -24,12 +24,15 @@ from typing import Any
 from paralleljob.k8s.actions import JobActions, PodDelete
 from paralleljob.k8s.admission import QueueInfo, parse_queue
 from paralleljob.k8s.api import ApiError, Kube, retrying
+from paralleljob.k8s.claims import claim_path
 from paralleljob.k8s.config import OperatorConfig
 from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.decide import ACTIVE, Observed, claims_of, decide
+from paralleljob.k8s.dra import CLAIMS_PATH, SLICES_PATH, ClaimInfo, SliceInfo, overlay_nodes, parse_claim, parse_slice
+from paralleljob.k8s.dranodes import OverlaidNodes
 from paralleljob.k8s.events import EventPoster
 from paralleljob.k8s.executor import Executor, Outcome
-from paralleljob.k8s.liveview import LiveView
+from paralleljob.k8s.liveview import LiveView, NodeSource
 from paralleljob.k8s.metrics import Metrics
 from paralleljob.k8s.metrics_model import gauges, queue_statuses
 from paralleljob.k8s.nodes import NodeInfo, parse_node
@@ -73,9 +76,18 @@ class Reconciler:
         self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod)
         self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology))
         self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue)
+        # DRA (dra.py): ResourceSlices publish GPUs, ResourceClaims hold them; empty unless DRA is on.
+        self.slices: ObjectStore[SliceInfo] = ObjectStore(parse_slice)
+        self.claims: ObjectStore[ClaimInfo] = ObjectStore(parse_claim)
+        self._gpu_nodes: tuple[tuple[int, int, int], list[NodeInfo]] | None = None
         self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
+        node_source: NodeSource = self.nodes
+        if config.dra.enabled:
+            node_source = OverlaidNodes(
+                self.nodes, self.slices, self.claims, config.dra, config.topology.default_gpu_memory_gib
+            )
         self.view = CheckedView(
-            LiveView(topology, self.nodes, self.pods, lambda why: metrics.view_rebuilds.labels(reason=why).inc()),
+            LiveView(topology, node_source, self.pods, lambda why: metrics.view_rebuilds.labels(reason=why).inc()),
             every_passes=config.view_check_passes,
             every_seconds=config.view_check_seconds,
             on_mismatch=lambda differences: metrics.view_mismatches.inc(),
@@ -86,7 +98,10 @@ class Reconciler:
         self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
         self.adoption_pauses: dict[str, float] = {}  # pod group -> not before (its ParallelJob was refused)
         self.queue_writes: asyncio.Task[None] | None = None
-        self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds)
+        self.executor = Executor(
+            kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds, claim_store=self.claims
+        )
+        self.claim_deletes: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.wake = asyncio.Event()
         self.synced = asyncio.Event()
         self.leader = asyncio.Event()
@@ -109,6 +124,8 @@ class Reconciler:
             "pod": self.pods,
             "job": self.jobs,
             "queue": self.queues,
+            "resourceslice": self.slices,
+            "resourceclaim": self.claims,
         }
         store = stores[kind]
         if event_type == "DELETED":
@@ -135,6 +152,12 @@ class Reconciler:
         self.pods.replace_all([p for p in items if relevant_pod(p)], version)
         self.wake.set()
 
+    def on_list(self, kind: str, items: list[dict[str, Any]], version: str | None) -> None:
+        """A reflector's full list of ResourceSlices or ResourceClaims."""
+        store: ObjectStore[Any] = self.slices if kind == "resourceslice" else self.claims
+        store.replace_all(items, version)
+        self.wake.set()
+
     async def resync(self) -> None:
         """Re-list everything (level-triggered repair of whatever the watches missed)."""
         namespaces = self.config.namespaces or ("",)
@@ -144,6 +167,8 @@ class Reconciler:
             (self.jobs, [_ns_path(f"/apis/{GROUP}/{VERSION}", ns, PLURAL) for ns in namespaces]),
             (self.pods, ["/api/v1/pods"]),
         ]
+        if self.config.dra.enabled:
+            sources += [(self.slices, [SLICES_PATH]), (self.claims, [CLAIMS_PATH])]
         for store, paths in sources:
             items: list[dict[str, Any]] = []
             rv: str | None = None
@@ -153,6 +178,11 @@ class Reconciler:
                 except ApiError as exc:
                     if exc.status == 404 and store is self.queues:
                         listed, rv = [], None  # the queue CRD is optional
+                    elif exc.status in (403, 404) and store in (self.slices, self.claims):
+                        # A cluster before 1.34 (no resource.k8s.io/v1) or a role without its verbs: every
+                        # node is then a device-plugin node, as before DRA support.
+                        log.warning("cannot list %s (%s); nodes' GPUs come from allocatable only", path, exc)
+                        listed, rv = [], None
                     else:
                         raise
                 items.extend(listed)
@@ -205,6 +235,21 @@ class Reconciler:
         for task in tasks:
             task.cancel()
 
+    def gpu_nodes(self) -> list[NodeInfo]:
+        """The nodes with DRA nodes' GPUs taken from their ResourceSlices (dra.py); recomputed only when a
+        node, slice or claim changed."""
+        versions = (self.nodes.version, self.slices.version, self.claims.version)
+        if self._gpu_nodes is None or self._gpu_nodes[0] != versions:
+            nodes = overlay_nodes(
+                self.nodes.values(),
+                self.slices.values(),
+                self.claims.values(),
+                self.config.dra,
+                self.config.topology.default_gpu_memory_gib,
+            )
+            self._gpu_nodes = (versions, nodes)
+        return self._gpu_nodes[1]
+
     async def pass_once(self) -> tuple[bool, float]:
         started = time.monotonic()
         busy = {key: record for key, (_, record) in self.inflight.items()}
@@ -230,7 +275,7 @@ class Reconciler:
         observed = Observed(
             jobs=jobs,
             pods=self.pods.values(),
-            nodes=self.nodes.values(),
+            nodes=self.gpu_nodes(),
             now=now_rfc3339(),
             now_s=time.time(),
             queues={q.name: q for q in self.queues.values()},
@@ -278,6 +323,7 @@ class Reconciler:
             group = f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
             if group not in self.inflight_adoptions and self.adoption_pauses.get(group, 0.0) <= started:
                 self.inflight_adoptions[group] = asyncio.create_task(self._adopt(group, manifest), name=group)
+        self._collect_claims()
         self.passes += 1
         self.metrics.passes.inc()
         self.metrics.pass_duration.observe(time.monotonic() - started)
@@ -346,6 +392,37 @@ class Reconciler:
                 self.adoption_pauses[key] = time.monotonic() + ADOPTION_RETRY_SECONDS
                 asyncio.get_running_loop().call_later(ADOPTION_RETRY_SECONDS, self.wake.set)
             self.inflight_adoptions.pop(key, None)
+            self.wake.set()
+
+    def _collect_claims(self) -> None:
+        """Delete the operator's ResourceClaims whose worker pod is gone or finished, so no device stays
+        allocated for a pod that no longer needs it (the garbage collector would only act once the whole
+        ParallelJob is deleted). Never while the job's chain runs: it may be creating that very pod."""
+        for claim in self.claims.values():
+            if not claim.operator_owned:
+                continue
+            if self.config.namespaces and claim.namespace not in self.config.namespaces:
+                continue
+            key = (claim.namespace, claim.name)
+            if key in self.claim_deletes or f"{claim.namespace}/{claim.job}" in self.inflight:
+                continue
+            pod = self.pods.get(claim.namespace, claim.pod)
+            if pod is not None and not pod.terminal:
+                continue
+            self.claim_deletes[key] = asyncio.create_task(self._delete_claim(claim), name=f"claim {key}")
+
+    async def _delete_claim(self, claim: ClaimInfo) -> None:
+        try:
+            await retrying(lambda: self.kube.delete(claim_path(claim.namespace, claim.name), claim.uid or None))
+            log.info("deleted ResourceClaim %s/%s: its pod %s is gone", claim.namespace, claim.name, claim.pod)
+            self.claims.forget(claim.namespace, claim.name, claim.uid)
+        except ApiError as exc:
+            if exc.status in (404, 409):  # gone already, or replaced (UID precondition): nothing of ours to free
+                self.claims.forget(claim.namespace, claim.name, claim.uid)
+            else:
+                log.warning("could not delete ResourceClaim %s/%s: %s", claim.namespace, claim.name, exc)
+        finally:
+            self.claim_deletes.pop((claim.namespace, claim.name), None)
             self.wake.set()
 
     def _absorb(self, outcome: Outcome, started: float) -> None:

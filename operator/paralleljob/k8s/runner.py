@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import kopf
 
 from paralleljob.k8s.api import Kube
 from paralleljob.k8s.config import OperatorConfig
+from paralleljob.k8s.dra import CLAIMS_PATH, SLICES_PATH
 from paralleljob.k8s.election import LeaderElection
 from paralleljob.k8s.handlers import build_registry
 from paralleljob.k8s.health import Health
@@ -121,6 +122,10 @@ async def run_operator(
         supervised[asyncio.create_task(coro, name=name)] = forever
 
     start(pods.run(), "pod-watch")
+    if config.dra.enabled:
+        # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold): the same list-and-watch.
+        for kind, path in (("resourceslice", SLICES_PATH), ("resourceclaim", CLAIMS_PATH)):
+            start(_dra_reflector(kube, reconciler, kind, path).run(), f"{kind}-watch")
     start(election.run(), "leader-election")
     start(follow_leadership(), "leadership")
     start(initial_sync(), "initial-sync", forever=False)
@@ -144,6 +149,16 @@ async def run_operator(
         log.info("operator stopped")
     if failure:
         raise OperatorFailed(failure[0])
+
+
+def _dra_reflector(kube: Kube, reconciler: Reconciler, kind: str, path: str) -> Reflector:
+    def on_list(items: list[dict[str, Any]], version: str | None) -> None:
+        reconciler.on_list(kind, items, version)
+
+    def on_event(event: str, body: Mapping[str, Any]) -> None:
+        reconciler.on_event(kind, event, body)
+
+    return Reflector(kube, path, on_list, on_event)
 
 
 async def _supervise(

@@ -5,7 +5,8 @@ happened while it was away, the next view is derived from the objects alone. The
 1. topology from the GPU nodes, plus *ghost* nodes that recorded placements still name after the Node
    object is gone (so the job's allocation can be loaded and its groups found broken);
 2. every recorded placement is allocated (the operator's own claims);
-3. bound pods the records do not explain — other schedulers' GPU pods, our stale workers — take GPUs too;
+3. bound pods the records do not explain — other schedulers' GPU pods, our stale workers — take GPUs too,
+   and so do DRA devices allocated in other ResourceClaims (``NodeInfo.held_gpus``, see ``dra.py``);
 4. only then health and schedulability are applied, so broken hardware under a job shows up as broken
    GPUs *owned by that job*, which is exactly what the core's recovery looks for.
 Domains are named by their whole path to the top (``leaf-01/spine-00/zone-0``), so inconsistent labels can
@@ -148,6 +149,8 @@ def build_view(
             warning = occupy(view, pod)
             if warning:
                 view.node_warnings.setdefault(pod.node, []).append(warning)
+    for name in live:
+        hold_claimed_devices(view, name)
     for n in range(topology.num_nodes):
         apply_health(view, n)
     return view
@@ -209,6 +212,25 @@ def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
         return False
     slot = claim.record.slot_named(pod.name)
     return slot is not None and slot.node == pod.node and slot.gpu_indices == pod.gpu_indices
+
+
+def hold_claimed_devices(view: ClusterView, name: str) -> None:
+    """Step 3b for one DRA node: GPUs that other ResourceClaims have allocated (``NodeInfo.held_gpus``) are
+    taken by one holder per node (allocation ``claims:<node>``); a GPU already owned (a record or a pod
+    claims it too) is left to that owner."""
+    assert view.state is not None
+    info = view.nodes.get(name)
+    if info is None or not info.held_gpus:
+        return
+    gpus = [gpu for i in sorted(info.held_gpus) if (gpu := view.gpu_id(name, i)) is not None]
+    free = tuple(g for g in gpus if view.state.owner[g] is None)
+    if free:
+        view.state.allocate(Allocation(claims_holder_id(name), (free,), 0.0))
+
+
+def claims_holder_id(node: str) -> str:
+    """The allocation id of the GPUs of ``node`` that claims the operator does not explain hold."""
+    return f"claims:{node}"
 
 
 def occupy(view: ClusterView, pod: PodInfo) -> str:

@@ -1,0 +1,111 @@
+"""Fixtures for the DRA end-to-end tests: a dev cluster whose GPUs are ResourceSlices (``--gpu-api dra``).
+
+It is a second, smaller cluster beside the session's device-plugin one (which these tests never start):
+the API server flags differ, so one cluster cannot serve both modes. The operator's helpers
+(``tests/e2e/operator_e2e/pjhelpers.py``) are reused as they are.
+
+- ``dra_cluster`` (session): ``e2e-dra-<pid>``, four 8-GPU nodes in one rack, torn down at the end.
+  ``PARALLELJOB_E2E_DRA_CLUSTER=<name>`` runs against a running ``paralleljob dev-cluster up --gpu-api dra
+  --name <name>`` instead and leaves it running.
+- ``dra_kube`` (session): a KubeSession on it.
+- ``dra_namespace``: a fresh namespace per test, deleted afterwards.
+- ``dra_operator`` (module): ``paralleljob operator`` against it, DRA discovery on (the default driver).
+- ``dra_pjs``: ParallelJobs in the test's namespace, cleaned up as the operator suite's ``pjs`` are.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
+
+from pjhelpers import Jobs, OperatorProcess, wait_for
+
+from paralleljob.devcluster.cluster import DevCluster, down, get, reap_abandoned, up
+from paralleljob.devcluster.nodes import NodeShape
+from paralleljob.devcluster.session import KubeSession
+
+DRA_CLUSTER_PREFIX = "e2e-dra-"
+DRA_SHAPE = NodeShape(count=4, gpus_per_node=8, nodes_per_rack=4, gpu_api="dra")
+
+
+@pytest.fixture(scope="session")
+def dra_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+
+    def progress(message: str) -> None:
+        if capture is None:
+            print(message, flush=True)
+            return
+        with capture.global_and_fixture_disabled():
+            print(f"[dev-cluster dra] {message}", flush=True)
+
+    reuse = os.environ.get("PARALLELJOB_E2E_DRA_CLUSTER")
+    if reuse:
+        cluster = get(reuse)
+        if cluster is None or cluster.shape.gpu_api != "dra":
+            pytest.fail(f"PARALLELJOB_E2E_DRA_CLUSTER={reuse} but no dev cluster with --gpu-api dra has that name")
+        yield cluster
+        return
+    reap_abandoned(DRA_CLUSTER_PREFIX, report=progress)
+    name = f"{DRA_CLUSTER_PREFIX}{os.getpid()}"
+    cluster = up(name, DRA_SHAPE, report=progress, die_with_caller=True)
+    try:
+        yield cluster
+    finally:
+        down(name, report=progress)
+
+
+@pytest.fixture(scope="session")
+def dra_kube(dra_cluster: DevCluster) -> Iterator[KubeSession]:
+    session = KubeSession(dra_cluster.kubeconfig, dra_cluster.shape)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@pytest.fixture
+def dra_namespace(dra_kube: KubeSession, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = f"dra-{request.node.name.lower().replace('_', '-')[:30].strip('-')}-{secrets.token_hex(3)}"
+    labels = {"paralleljob.dev/e2e": "true"}
+    dra_kube.run(dra_kube.core.create_namespace({"metadata": {"name": name, "labels": labels}}))
+    try:
+        yield name
+    finally:
+        dra_kube.run(dra_kube.core.delete_namespace(name))
+        # Until the namespace controller has deleted its pods, so their GPUs are free for the next test.
+        wait_for(
+            f"pods of deleted namespace {name} gone",
+            lambda: not dra_kube.run(dra_kube.core.list_namespaced_pod(name)).items,
+            timeout_s=30,
+        )
+
+
+@pytest.fixture(scope="module")
+def dra_operator(dra_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(dra_cluster.kubeconfig, tmp_path_factory.mktemp("dra-operator"), identity="e2e-dra")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def dra_pjs(dra_kube: KubeSession, dra_namespace: str, dra_operator: OperatorProcess) -> Iterator[Jobs]:
+    dra_operator.ensure_running()
+    jobs = Jobs(dra_kube, dra_namespace, dra_operator)
+    try:
+        yield jobs
+    finally:
+        jobs.cleanup()
+    # The operator checks its kept view against a rebuild every pass (pjhelpers): in DRA mode the view also
+    # patches nodes whose slices or claims changed (dranodes.py), and must still equal a rebuild.
+    assert dra_operator.view_mismatches() == [], "the kept cluster view differed from a rebuild"
