@@ -27,6 +27,7 @@ from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import recover
 from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule, decide_migration
 from paralleljob.core.topology import Topology
+from paralleljob.core.traffic import level_bytes_per_step
 from paralleljob.sim.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
 from paralleljob.sim.events import Event, EventQueue, Kind, SimClock
 from paralleljob.sim.failures import Cause, Failure, FailureConfig, FailureProcess, Scope
@@ -320,6 +321,9 @@ class Simulation:
         else:
             self._dearer.discard(job.job_id)
         job.placements += 1
+        if job.num_gpus > 1:
+            job.bytes_per_step = level_bytes_per_step(self.topology, job.spec, groups, self.model)
+            job.steps_per_work_s = self.steptime.steps(job.spec, 1.0, self.ideal.total_ms(job.spec))
         job.tp_groups_split += tp_groups_across_nodes(self.state, groups)
         job.cost_ms = cost_ms
         if job.first_cost_ms is None:
@@ -362,6 +366,7 @@ class Simulation:
         self.expected_end.pop(job.job_id, None)
         job.step(Step.COMPLETED)
         job.finished = self.clock.now()
+        job.charge_traffic(job.work_left)
         job.work_left = 0.0
         self.unfinished -= 1
         self._request_schedule()
@@ -605,6 +610,14 @@ class Simulation:
                 counts[names[job.first_span_level]] += 1
         return counts
 
+    def _bytes_by_level(self, jobs: list[SimJob]) -> dict[str, float]:
+        """Bytes every job's steps moved over each topology level, summed over the run (segments that ended:
+        finished, interrupted or preempted)."""
+        names = [level.name for level in self.topology.levels]
+        return {
+            name: math.fsum(j.level_bytes[i] for j in jobs if j.level_bytes) for i, name in enumerate(names)
+        }
+
     def _busy_allocation(self) -> float | None:
         span = self.busy_to - self.busy_from
         return self._busy_gpu_s / (self.topology.num_gpus * span) if span > 0 else None
@@ -623,6 +636,7 @@ class Simulation:
             "busy_period_s": max(0.0, self.busy_to - self.busy_from),
             "fragmentation_mean": mean_fragmentation(self.series),
             "multi_gpu_jobs_by_span_level": self._span_levels(jobs),
+            "bytes_by_level": self._bytes_by_level(jobs),
             "failures": failure_metrics(self.tally),
             **({"migrations_back": self.migrations} if self.policy.reoptimize else {}),
         }
