@@ -636,7 +636,8 @@ class Simulation:
             "busy_period_s": max(0.0, self.busy_to - self.busy_from),
             "fragmentation_mean": mean_fragmentation(self.series),
             "multi_gpu_jobs_by_span_level": self._span_levels(jobs),
-            "bytes_by_level": self._bytes_by_level(jobs),
+            "bytes_by_level": (by_level := self._bytes_by_level(jobs)),
+            "bytes_above_node": math.fsum(list(by_level.values())[1:]),
             "failures": failure_metrics(self.tally),
             **({"migrations_back": self.migrations} if self.policy.reoptimize else {}),
         }

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from paralleljob.sim.compare import markdown_summary
+from paralleljob.sim.compare import PB, markdown_summary
 from paralleljob.sim.engine import SimResult
 from paralleljob.sim.metrics import rounded
 
@@ -104,6 +104,10 @@ def markdown_table(results: Mapping[str, SimResult]) -> str:
     for label, unit, path, fmt in ROWS:
         cells = [_cell(results[name].metrics, path, fmt) for name in names]
         lines.append(f"| {label}{f' ({unit})' if unit else ''} | " + " | ".join(cells) + " |")
+    levels = list(results[names[0]].metrics.get("bytes_by_level", {})) if names else []
+    for i, level in enumerate(levels):
+        cells = [f"{results[name].metrics['bytes_by_level'][level] * PB:.3f}" for name in names]
+        lines.append(f"| {'within' if i == 0 else 'over'} {level} (PB) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -162,7 +166,10 @@ def markdown_report(
         " GPU allocated / all GPUs (sampled). n/a: no job to measure. Communication cost = the cost model's"
         " total per step of each multi-GPU job's first placement;"
         " slowdown = how much that stretches the job (docs/simulator.md). Goodput lost = GPU-hours of work"
-        " since the last checkpoint thrown away by failures, plus GPU-hours spent restarting.",
+        " since the last checkpoint thrown away by failures, plus GPU-hours spent restarting. PB within/over a"
+        " level = petabytes (1e15) the jobs' steps moved through that level: each TP group's, pipeline pair's"
+        " and DP ring's bytes per step (the cost model's volumes) charged to the lowest level holding all its"
+        " members, times the steps run on that placement (lost work included).",
         "",
     ]
     return "\n".join(parts)
