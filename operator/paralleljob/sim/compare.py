@@ -25,6 +25,7 @@ METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("ettr", ("ettr",), False),
     ("goodput_lost_gpu_hours", ("goodput_lost", "total_gpu_hours"), True),
     ("bytes_above_node", ("bytes_above_node",), True),
+    ("jain", ("fairness_jain_mean",), False),
 )
 BASELINES = ("best-fit", "volcano", "first-fit")
 RATIO_METRICS = ("jct_mean_s", "jct_p99_s", "queueing_mean_s", "makespan_s", "ettr", "bytes_above_node")
@@ -119,6 +120,7 @@ LABELS = {
     "ettr": ("ETTR (GPU-weighted)", 1.0, 3),
     "goodput_lost_gpu_hours": ("goodput lost to failures (GPU-h)", 1.0, 1),
     "bytes_above_node": ("PB above the node", PB, 3),
+    "jain": ("Jain's index over tenants (core queues)", 1.0, 3),
 }
 
 

@@ -111,6 +111,62 @@ def markdown_table(results: Mapping[str, SimResult]) -> str:
     return "\n".join(lines)
 
 
+def tenant_tables(results: Mapping[str, SimResult], without: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Per policy, one row per tenant: jobs, quota, share of the allocated GPU-hours, peak GPUs, GPU-hours
+    borrowed above the guarantee, mean / p99 queueing; with ``without`` (``--compare-quotas``) the same
+    tenant's figures from the run without quotas on the same seed, side by side."""
+    lines: list[str] = []
+    for name, result in results.items():
+        tenants: Mapping[str, Any] = result.metrics.get("tenants", {})
+        if len(tenants) < 2 and not any("quota" in row for row in tenants.values()):
+            continue  # one tenant and no quota: the main table says it all
+        other: Mapping[str, Any] = (without or {}).get(name, {}).get("tenants", {})
+        head = "| tenant | jobs | guaranteed / max GPUs | guaranteed (%) | GPU-h share (%) | peak GPUs | borrowed GPU-h"
+        head += " | mean queueing (h) | p99 queueing (h) |"
+        if other:
+            head += " without quotas: GPU-h share (%) | peak GPUs | mean queueing (h) | p99 queueing (h) |"
+        lines += [f"### Tenants: {name}", "", head, "|---|" + "---:|" * (head.count("|") - 2)]
+        for tenant, row in tenants.items():
+            quota = row.get("quota")
+            cells = [
+                tenant,
+                str(row["jobs"]),
+                f"{quota['guaranteed_gpus']} / {'none' if quota['max_gpus'] is None else quota['max_gpus']}"
+                if quota
+                else "-",
+                _cell(row, ("quota", "guaranteed_share"), "percent") if quota else "-",
+                *_tenant_cells(row),
+            ]
+            cells.insert(6, _cell(row, ("quota", "borrowed_gpu_hours"), "{:.1f}") if quota else "-")
+            if other:
+                cells += _tenant_cells(other.get(tenant, {}))
+            lines.append("| " + " | ".join(cells) + " |")
+        jain = [_cell(result.metrics, ("fairness_jain_mean",), "{:.3f}")]
+        if without and name in without:
+            jain.append(f"{_cell(without[name], ('fairness_jain_mean',), '{:.3f}')} without quotas")
+        jain_line = f"Jain's index over the tenants' dominant shares, mean over scheduling passes: {'; '.join(jain)}."
+        lines += ["", jain_line, ""]
+    if lines:
+        lines = [
+            "## Tenants",
+            "",
+            "Share of all allocated GPU-hours, the most GPUs held at once, GPU-hours held above the guarantee (the"
+            " only ones another tenant may reclaim by preemption) and the queueing delay of each tenant's jobs.",
+            "",
+            *lines,
+        ]
+    return lines
+
+
+def _tenant_cells(row: Mapping[str, Any]) -> list[str]:
+    return [
+        _cell(row, ("gpu_share",), "percent"),
+        _cell(row, ("peak_gpus",), "{:d}"),
+        _cell(row, ("queueing_delay_s", "mean"), "hours"),
+        _cell(row, ("queueing_delay_s", "p99"), "hours"),
+    ]
+
+
 def rejection_note(results: Mapping[str, SimResult]) -> list[str]:
     """Say so when policies' JCTs are over different job sets (a job one policy rejects is in no JCT)."""
     rejected = {name: r.metrics["jobs"]["rejected"] for name, r in results.items()}
@@ -135,7 +191,7 @@ def markdown_report(
         f" cluster of {cluster['nodes']} nodes /"
         f" {cluster['gpus']} GPUs (levels: {', '.join(cluster['levels'])}); seed {config['seed']};"
         f" cost model `{config['cost_model']}`; failures {config['failure_rate_per_1000_node_days']} per 1000"
-        f" node-days; queue `{config['queue']}`.",
+        f" node-days; queue `{config['queue']}`, quotas `{config.get('quotas', 'none')}`.",
         "",
         "## Policies",
         "",
@@ -146,6 +202,7 @@ def markdown_report(
         markdown_table(results),
         "",
         *rejection_note(results),
+        *tenant_tables(results, header.get("without_quotas")),
     ]
     if "summary" in header:
         parts += markdown_summary(header, header["seeds"])
