@@ -111,6 +111,7 @@ def test_borrowed_gpus_are_taken_back_for_a_tenant_within_its_guarantee() -> Non
     tenants = sim._result().metrics["tenants"]
     assert tenants["a"]["peak_gpus"] == 16 and tenants["a"]["quota"]["borrowed_gpu_hours"] > 0
     assert tenants["b"]["quota"]["borrowed_gpu_hours"] == 0
+    assert (tenants["a"]["preemptions"], tenants["b"]["preemptions"]) == (1, 0)
 
 
 def test_without_preemption_a_borrower_keeps_its_gpus() -> None:
@@ -182,6 +183,7 @@ def test_same_seed_same_bytes_and_a_report_with_and_without_quotas(traces: Path,
     assert "quota" not in metrics["without_quotas"]["ours"]["tenants"]["LS"]
     report = (first / "report.md").read_text()
     assert "## Tenants" in report and "without quotas: GPU-h share (%)" in report
+    assert "| metric | ours with quotas | ours without |" in report
     assert "| LS | " in report
 
 

@@ -111,6 +111,32 @@ def markdown_table(results: Mapping[str, SimResult]) -> str:
     return "\n".join(lines)
 
 
+QUOTA_ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("mean JCT (h)", ("jct_s", "mean"), "hours"),
+    ("p99 JCT (h)", ("jct_s", "p99"), "hours"),
+    ("mean queueing delay (h)", ("queueing_delay_s", "mean"), "hours"),
+    ("p99 queueing delay (h)", ("queueing_delay_s", "p99"), "hours"),
+    ("makespan (h)", ("makespan_s",), "hours"),
+    ("GPU allocation over the busy period (%)", ("gpu_allocation_busy_period",), "percent"),
+    ("ETTR", ("ettr",), "{:.3f}"),
+    ("preemptions", ("jobs", "preempted"), "{:d}"),
+    ("Jain's index over tenants (mean over passes)", ("fairness_jain_mean",), "{:.3f}"),
+)
+
+
+def quota_comparison(results: Mapping[str, SimResult], without: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """``--compare-quotas``: each policy with the quotas and without them, on the same seed and jobs."""
+    names = [name for name in results if name in (without or {})]
+    if not without or not names:
+        return []
+    head = "| metric | " + " | ".join(f"{n} with quotas | {n} without" for n in names) + " |"
+    lines = ["## With and without quotas (same seed, same jobs)", "", head, "|---|" + "---:|" * (2 * len(names))]
+    for label, path, fmt in QUOTA_ROWS:
+        cells = [c for n in names for c in (_cell(results[n].metrics, path, fmt), _cell(without[n], path, fmt))]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def tenant_tables(results: Mapping[str, SimResult], without: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
     """Per policy, one row per tenant: jobs, quota, share of the allocated GPU-hours, peak GPUs, GPU-hours
     borrowed above the guarantee, mean / p99 queueing; with ``without`` (``--compare-quotas``) the same
@@ -122,7 +148,7 @@ def tenant_tables(results: Mapping[str, SimResult], without: Mapping[str, Mappin
             continue  # one tenant and no quota: the main table says it all
         other: Mapping[str, Any] = (without or {}).get(name, {}).get("tenants", {})
         head = "| tenant | jobs | guaranteed / max GPUs | guaranteed (%) | GPU-h share (%) | peak GPUs | borrowed GPU-h"
-        head += " | mean queueing (h) | p99 queueing (h) |"
+        head += " | preemptions | mean queueing (h) | p99 queueing (h) |"
         if other:
             head += " without quotas: GPU-h share (%) | peak GPUs | mean queueing (h) | p99 queueing (h) |"
         lines += [f"### Tenants: {name}", "", head, "|---|" + "---:|" * (head.count("|") - 2)]
@@ -138,6 +164,7 @@ def tenant_tables(results: Mapping[str, SimResult], without: Mapping[str, Mappin
                 *_tenant_cells(row),
             ]
             cells.insert(6, _cell(row, ("quota", "borrowed_gpu_hours"), "{:.1f}") if quota else "-")
+            cells.insert(7, _cell(row, ("preemptions",), "{:d}"))
             if other:
                 cells += _tenant_cells(other.get(tenant, {}))
             lines.append("| " + " | ".join(cells) + " |")
@@ -202,6 +229,7 @@ def markdown_report(
         markdown_table(results),
         "",
         *rejection_note(results),
+        *quota_comparison(results, header.get("without_quotas")),
         *tenant_tables(results, header.get("without_quotas")),
     ]
     if "summary" in header:

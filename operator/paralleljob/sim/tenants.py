@@ -46,8 +46,9 @@ class TenantBook:
         ]
 
     def metrics(self, jobs: Sequence[SimJob], cluster_gpus: int, now: float) -> dict[str, Any]:
-        """Per tenant: jobs, queueing delay, JCT, share of all allocated GPU-seconds, peak GPUs, and its
-        quota (guarantee as a share of the cluster, maximum, GPU-hours borrowed above the guarantee)."""
+        """Per tenant: jobs, queueing delay, JCT, share of all allocated GPU-seconds, peak GPUs, preemptions
+        of its jobs, and its quota (guarantee as a share of the cluster, maximum, GPU-hours borrowed above the
+        guarantee)."""
         for tenant in list(self.gpus):
             self.add(tenant, 0, now)  # bring the GPU-seconds up to now
         total = math.fsum(self._gpu_s.values())
@@ -66,6 +67,7 @@ class TenantBook:
                 "gpu_hours": gpu_s / 3600.0,
                 "gpu_share": gpu_s / total if total > 0 else None,
                 "peak_gpus": self.peak.get(tenant, 0),
+                "preemptions": sum(j.preemptions for j in own),
             }
             if quota is not None:
                 row["quota"] = {
