@@ -99,6 +99,18 @@ def test_a_tenant_never_exceeds_its_max_even_on_an_idle_cluster() -> None:
     assert started(free, "a2") == 0.0 and free.tenants.peak["a"] == 16  # the cap, not the cluster, held it
 
 
+def test_a_job_placed_but_not_started_counts_against_its_tenant() -> None:
+    # a1 is placed at 0 and starts at 50; a2 arrives at 10, in between. Counting only running jobs would
+    # admit it then and put tenant a at 16 GPUs, above its maximum of 8.
+    quotas = (QueueSpec("a", guaranteed_gpus=8, max_gpus=8),)
+    trace = [job("a1", 0, 1000, 8, "a"), job("a2", 10, 1000, 8, "a")]
+    config = SimConfig(queue="core-fair", quotas=quotas, check_invariants=True, start_latency_s=50.0)
+    sim = Simulation(Topology.uniform(2), trace, config)
+    sim.run()
+    assert started(sim, "a1") == 50.0 and started(sim, "a2") == 1050.0 + 50.0
+    assert sim.tenants.peak["a"] == 8
+
+
 def test_borrowed_gpus_are_taken_back_for_a_tenant_within_its_guarantee() -> None:
     # a is guaranteed 8 of 16 GPUs and may borrow to 16: both its jobs start. b (guaranteed 8) arrives at 100:
     # a borrows, b is within its guarantee, so the core preempts one of a's jobs after the grace period.

@@ -88,7 +88,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--quota-borrow", type=float, default=DEFAULT_BORROW,
                    help="--quotas trace: a tenant's maximum = this x its guarantee (default 2; 1: no borrowing)")
     p.add_argument("--compare-quotas", action="store_true",
-                   help="also run every policy without quotas on the same seed; the report puts tenants side by side")
+                   help="also run every policy without quotas on the (first) seed; the report puts them side by side")
     p.add_argument("--cost-model", default="seed", choices=sorted(COST_MODELS))
     p.add_argument(
         "--step-model", default="flops", choices=list(STEP_MODELS),
