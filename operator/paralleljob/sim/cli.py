@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.core.cost import COST_MODELS
+from paralleljob.core.queueing import QueueSpec
 from paralleljob.core.topology import Topology
 from paralleljob.sim.alibaba import read_pods
 from paralleljob.sim.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
@@ -26,6 +27,7 @@ from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rat
 from paralleljob.sim.overlay import mixed_workload, overlay_3d
 from paralleljob.sim.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from paralleljob.sim.progress import ProgressBar
+from paralleljob.sim.quotas import DEFAULT_BORROW, DEFAULT_FLOOR_GPUS, parse_quotas
 from paralleljob.sim.steptime import STEP_MODELS, StepTimeModel
 from paralleljob.sim.trace import (
     PARAMS_BILLIONS_PER_SHARD,
@@ -76,6 +78,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--policy", default="ours", choices=sorted(PLACEMENT_POLICIES))
     p.add_argument("--compare", help="comma-separated policies to run side by side (overrides --policy)")
     p.add_argument("--queue", default="fifo", choices=sorted([*QUEUE_POLICIES, *CORE_QUEUES]))
+    p.add_argument(
+        "--quotas", default="none",
+        help="per-tenant queues for a core-* queue: none; trace (guarantee from each tenant's share of the trace's"
+        " GPU-hours, see --quota-floor, --quota-borrow); or a CSV tenant,weight,guaranteed,max",
+    )  # fmt: skip
+    p.add_argument("--quota-floor", type=int, default=DEFAULT_FLOOR_GPUS,
+                   help="--quotas trace: GPUs guaranteed to every tenant before the demand shares (default 8)")
+    p.add_argument("--quota-borrow", type=float, default=DEFAULT_BORROW,
+                   help="--quotas trace: a tenant's maximum = this x its guarantee (default 2; 1: no borrowing)")
+    p.add_argument("--compare-quotas", action="store_true",
+                   help="also run every policy without quotas on the (first) seed; the report puts them side by side")
     p.add_argument("--cost-model", default="seed", choices=sorted(COST_MODELS))
     p.add_argument(
         "--step-model", default="flops", choices=list(STEP_MODELS),
@@ -157,8 +170,9 @@ def _failure_stats(args: argparse.Namespace) -> FailureStats | None:
 
 
 def _config(
-    args: argparse.Namespace, policy: str, stats: FailureStats | None, rate: float, seed: int
-) -> SimConfig:
+    args: argparse.Namespace, policy: str, stats: FailureStats | None, rate: float, seed: int,
+    quotas: tuple[QueueSpec, ...] = (),
+) -> SimConfig:  # fmt: skip
     interval = None if args.checkpoint_interval == "young-daly" else float(args.checkpoint_interval)
     return SimConfig(
         policy=policy,
@@ -182,29 +196,30 @@ def _config(
         samples=args.samples,
         seed=seed,
         check_invariants=args.check_invariants,
+        quotas=quotas,
     )
 
 
 def _run_policies(
     args: argparse.Namespace, topology: Topology, trace: list[TraceJob], policies: list[str],
-    stats: FailureStats | None, rate: float, seed: int,
+    stats: FailureStats | None, rate: float, seed: int, quotas: tuple[QueueSpec, ...] = (), label: str = "",
 ) -> tuple[dict[str, SimResult], int]:  # fmt: skip
     results: dict[str, SimResult] = {}
     replayed = len(trace)
     for policy in policies:
-        config = _config(args, policy, stats, rate, seed)
+        config = _config(args, policy, stats, rate, seed, quotas)
         simulation = Simulation(topology, trace, config, progress=None)
         replayed = len(simulation.trace)  # --days leaves out the jobs submitted after the horizon
         if not replayed:
             raise ValueError(f"no job of the trace is submitted within --days {args.days:g}")
-        bar = ProgressBar(f"{policy} seed {seed}", simulation.span)
+        bar = ProgressBar(f"{policy}{label} seed {seed}", simulation.span)
         simulation.progress = bar
         started = time.monotonic()
         results[policy] = simulation.run()
         bar.close()
         wall = time.monotonic() - started
         events = results[policy].metrics["events"]
-        print(f"{policy} (seed {seed}): {replayed} jobs, {events} events in {wall:.1f} s", file=sys.stderr)
+        print(f"{policy}{label} (seed {seed}): {replayed} jobs, {events} events in {wall:.1f} s", file=sys.stderr)
         rejected = results[policy].metrics["jobs"]["rejected"]
         if rejected:
             print(f"{policy}: {rejected} job(s) rejected (can never fit); they are in no JCT", file=sys.stderr)
@@ -233,11 +248,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise ValueError("--seeds must be >= 1")
     seeds = list(range(args.seed, args.seed + args.seeds))
+    if args.compare_quotas and args.quotas == "none":
+        raise ValueError("--compare-quotas compares with --quotas trace or a quota file: give one")
     by_seed: dict[int, dict[str, SimResult]] = {}
     first: tuple[int, int, dict[str, Any]] | None = None  # the first seed's jobs read, replayed, description
+    without: dict[str, SimResult] = {}  # the first seed's runs without quotas (--compare-quotas)
     for seed in seeds:
         trace, trace_info = _jobs(args, topology.num_gpus, seed)
-        by_seed[seed], replayed = _run_policies(args, topology, trace, policies, stats, rate, seed)
+        # From the jobs as replayed (overlay included), so a 3D-parallel job's GPU-hours count for its tenant.
+        quotas = parse_quotas(args.quotas, trace, topology.num_gpus, args.quota_borrow, args.quota_floor)
+        by_seed[seed], replayed = _run_policies(args, topology, trace, policies, stats, rate, seed, quotas)
+        if args.compare_quotas and seed == seeds[0]:
+            without, _ = _run_policies(args, topology, trace, policies, stats, rate, seed, (), " without quotas")
         first = first or (len(trace), replayed, trace_info)
     assert first is not None
     results = by_seed[seeds[0]]
@@ -249,6 +271,12 @@ def _run(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "cluster_seed": args.cluster_seed,
             "queue": args.queue,
+            "quotas": args.quotas,
+            **(
+                {"quota_floor_gpus": args.quota_floor, "quota_borrow": args.quota_borrow}
+                if args.quotas == "trace"
+                else {}
+            ),
             "cost_model": args.cost_model,
             "step_model": args.step_model,
             **(
@@ -278,6 +306,8 @@ def _run(args: argparse.Namespace) -> int:
     if len(seeds) > 1:
         header = {**header, "seeds": seeds, **comparison}
         header["per_seed"] = {str(s): {p: r.metrics for p, r in runs.items()} for s, runs in by_seed.items()}
+    if without:
+        header["without_quotas"] = {p: r.metrics for p, r in without.items()}
     write_outputs(args.out, header, results, plots)
     print(f"wrote {args.out / 'metrics.json'} and {args.out / 'report.md'}", file=sys.stderr)
     return 0

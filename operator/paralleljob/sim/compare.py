@@ -24,9 +24,12 @@ METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("tp_groups_across_nodes", ("tp_groups_across_nodes",), True),
     ("ettr", ("ettr",), False),
     ("goodput_lost_gpu_hours", ("goodput_lost", "total_gpu_hours"), True),
+    ("bytes_above_node", ("bytes_above_node",), True),
+    ("jain", ("fairness_jain_mean",), False),
 )
 BASELINES = ("best-fit", "volcano", "first-fit")
-RATIO_METRICS = ("jct_mean_s", "jct_p99_s", "queueing_mean_s", "makespan_s", "ettr")
+RATIO_METRICS = ("jct_mean_s", "jct_p99_s", "queueing_mean_s", "makespan_s", "ettr", "bytes_above_node")
+PB = 1e-15
 
 # two-sided 95% Student t quantiles by degrees of freedom (1..10); 1.96 beyond 30
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
@@ -59,13 +62,25 @@ def metric(metrics: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def level_metrics(runs: Mapping[str, Mapping[str, Any]]) -> tuple[tuple[str, tuple[str, ...], bool], ...]:
+    """One metric per topology level of the run: the bytes its jobs' steps moved over that level."""
+    levels = next(iter(runs.values())).get("bytes_by_level", {})
+    return tuple((f"bytes_{name}", ("bytes_by_level", name), True) for name in levels)
+
+
+def level_label(key: str, first: bool) -> tuple[str, float, int]:
+    name = key.removeprefix("bytes_")
+    return (f"PB within {name}" if first else f"PB over {name}", PB, 3)
+
+
 def summarize(by_seed: Mapping[int, Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
     """{"summary": {policy: {metric: mean_ci}}, "ratios": {policy: {baseline: {metric: mean_ci}}}}."""
     policies = list(next(iter(by_seed.values())))
+    metrics = (*METRICS, *level_metrics(next(iter(by_seed.values()))))
     summary: dict[str, Any] = {}
     for policy in policies:
         row = {}
-        for key, path, _ in METRICS:
+        for key, path, _ in metrics:
             values = [v for runs in by_seed.values() if (v := metric(runs[policy], path)) is not None]
             row[key] = mean_ci(values)
         summary[policy] = row
@@ -104,7 +119,15 @@ LABELS = {
     "tp_groups_across_nodes": ("TP groups across nodes", 1.0, 0),
     "ettr": ("ETTR (GPU-weighted)", 1.0, 3),
     "goodput_lost_gpu_hours": ("goodput lost to failures (GPU-h)", 1.0, 1),
+    "bytes_above_node": ("PB above the node", PB, 3),
+    "jain": ("Jain's index over tenants (core queues)", 1.0, 3),
 }
+
+
+def label(key: str, first_level: str) -> tuple[str, float, int]:
+    if key in LABELS:
+        return LABELS[key]
+    return level_label(key, key == f"bytes_{first_level}")
 
 
 def markdown_summary(doc: Mapping[str, Any], seeds: Sequence[int]) -> list[str]:
@@ -116,9 +139,14 @@ def markdown_summary(doc: Mapping[str, Any], seeds: Sequence[int]) -> list[str]:
         "| metric | " + " | ".join(names) + " |",
         "|---|" + "---:|" * len(names),
     ]
-    for key, _, _ in METRICS:
-        label, scale, digits = LABELS[key]
-        lines.append(f"| {label} | " + " | ".join(fmt_ci(summary[n][key], scale, digits) for n in names) + " |")
+    keys = list(summary[names[0]])
+    levels = [k for k in keys if k.startswith("bytes_") and k != "bytes_above_node"]
+    first_level = levels[0].removeprefix("bytes_") if levels else ""
+    for key in keys:
+        if key == "jain" and all(summary[n][key]["mean"] is None for n in names):
+            continue  # only the core queues measure fairness between tenants
+        text, scale, digits = label(key, first_level)
+        lines.append(f"| {text} | " + " | ".join(fmt_ci(summary[n][key], scale, digits) for n in names) + " |")
     if ratios:
         lines += ["", "### Ratios, per seed then averaged (< 1: lower than the baseline)", ""]
         lines += ["| policy / baseline | " + " | ".join(LABELS[k][0] for k in RATIO_METRICS) + " |"]

@@ -5,7 +5,7 @@ priority with aging), a reservation for the first blocked job, backfill that can
 preemption that frees a whole domain at the least lost work. :class:`CoreQueue` keeps the waiting jobs and
 turns the simulator's view into the core's snapshot types; the engine carries out the plan's decisions
 exactly as the operator would. Tenants are the trace's tenant column, each a queue of weight 1 unless
-configured otherwise.
+``--quotas`` gives them weights, guarantees and maxima (sim/quotas.py).
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def last_checkpoint_at(job: SimJob, now: float) -> float | None:
     return job.segment_start + periods * plan.period_s if periods else None
 
 
-def make_core_queue(name: str) -> CoreQueue | None:
+def make_core_queue(name: str, queues: Sequence[QueueSpec] = ()) -> CoreQueue | None:
+    """The core queue ``name`` with the tenants' queue objects (quotas), or None for a built-in queue."""
     policy = PRESETS.get(name)
-    return None if policy is None else CoreQueue(name, policy)
+    return None if policy is None else CoreQueue(name, policy, queues)

@@ -27,6 +27,7 @@ from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import recover
 from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule, decide_migration
 from paralleljob.core.topology import Topology
+from paralleljob.core.traffic import level_bytes_per_step
 from paralleljob.sim.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
 from paralleljob.sim.events import Event, EventQueue, Kind, SimClock
 from paralleljob.sim.failures import Cause, Failure, FailureConfig, FailureProcess, Scope
@@ -35,6 +36,7 @@ from paralleljob.sim.jobs import SimJob
 from paralleljob.sim.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
 from paralleljob.sim.policies import QueuePolicy, RunningJob, WaitingJob, placement_policy, queue_policy
 from paralleljob.sim.steptime import StepTimeModel
+from paralleljob.sim.tenants import TenantBook
 from paralleljob.sim.trace import PARAMS_BILLIONS_PER_SHARD, TraceJob
 from paralleljob.sim.work import plan_for
 
@@ -80,6 +82,7 @@ class SimConfig:
     check_invariants: bool = False
     scripted_failures: tuple[Failure, ...] = ()  # exact failures (tests), on top of the Poisson ones
     reoptimize_rule: ReoptimizeRule = DEFAULT_RULE  # for policies with reoptimize (ours-reopt)
+    quotas: tuple[queueing.QueueSpec, ...] = ()  # per-tenant queues for the core queue policies (sim/quotas.py)
 
 
 @dataclass
@@ -110,8 +113,10 @@ class Simulation:
             config.step_model, config.gpu_tflops, config.mfu, config.comm_overlap, config.comm_fraction
         )
         if queue is None:
-            queue = make_core_queue(config.queue)  # None unless it names a core queue policy
+            queue = make_core_queue(config.queue, config.quotas)  # None unless it names a core queue policy
         self.queue = queue if queue is not None else queue_policy(config.queue)
+        if config.quotas and not isinstance(self.queue, CoreQueue):
+            raise ValueError(f"quotas need a core queue policy (core-fair, ...), not {config.queue!r}")
         self.clock = SimClock()
         self.events = EventQueue()
         horizon = config.horizon_s
@@ -131,6 +136,7 @@ class Simulation:
         self._asked_at: dict[str, int] = {}
         self.node_allocated = [0] * topology.num_nodes
         self.allocated_gpus = 0
+        self.tenants = TenantBook(config.quotas)
         self.gpus_down = 0
         self.down_token: dict[int, int] = {}
         self.unfinished = len(self.trace)
@@ -285,6 +291,12 @@ class Simulation:
                     self.expected_end.get(job_id),
                 )
             )
+        # A job placed but not started yet holds its GPUs too, so it counts against its tenant's maximum, as
+        # the operator's queue counts every admitted job, not only running pods. It has nothing to lose and
+        # is about to start, so it is not offered as a preemption victim.
+        for job_id in sorted(set(self.state.allocations) - set(self.running)):
+            job = self.jobs[job_id]
+            running.append(queueing.RunningJob(job.spec, job.trace.tenant, now, None, None, preemptible=False))
         # The planner is typed for the core Placer; the baselines have its place() shape, which is all it calls.
         placer = cast(Placer, self.placer)
         plan = admission.schedule(
@@ -320,6 +332,9 @@ class Simulation:
         else:
             self._dearer.discard(job.job_id)
         job.placements += 1
+        if job.num_gpus > 1:
+            job.bytes_per_step = level_bytes_per_step(self.topology, job.spec, groups, self.model)
+            job.steps_per_work_s = self.steptime.steps(job.spec, 1.0, self.ideal.total_ms(job.spec))
         job.tp_groups_split += tp_groups_across_nodes(self.state, groups)
         job.cost_ms = cost_ms
         if job.first_cost_ms is None:
@@ -362,6 +377,7 @@ class Simulation:
         self.expected_end.pop(job.job_id, None)
         job.step(Step.COMPLETED)
         job.finished = self.clock.now()
+        job.charge_traffic(job.work_left)
         job.work_left = 0.0
         self.unfinished -= 1
         self._request_schedule()
@@ -387,6 +403,7 @@ class Simulation:
         for gpu in allocation.gpus:
             self.node_allocated[gpu_node[gpu]] += sign
         self.allocated_gpus += sign * len(allocation.gpus)
+        self.tenants.add(self.jobs[allocation.job_id].trace.tenant, sign * len(allocation.gpus), self.clock.now())
 
     # ---- failures, repairs, preemption --------------------------------------------------------------
     def _push_failure(self, failure: Failure) -> None:
@@ -594,6 +611,9 @@ class Simulation:
             raise InvariantViolated(f"allocation books disagree at t={self.clock.now()}: {counts}")
         if counts["unhealthy"] != self.gpus_down:
             raise InvariantViolated(f"{counts['unhealthy']} GPUs unhealthy, {self.gpus_down} recorded down")
+        over = self.tenants.over_quota()
+        if over:
+            raise InvariantViolated(f"at t={self.clock.now()}: " + "; ".join(over))
 
     def _span_levels(self, jobs: list[SimJob]) -> dict[str, int]:
         """Multi-GPU jobs by the lowest level that holds their first placement: how many rings and pipelines
@@ -604,6 +624,14 @@ class Simulation:
             if job.num_gpus > 1 and job.first_cost_ms is not None:
                 counts[names[job.first_span_level]] += 1
         return counts
+
+    def _bytes_by_level(self, jobs: list[SimJob]) -> dict[str, float]:
+        """Bytes every job's steps moved over each topology level, summed over the run (segments that ended:
+        finished, interrupted or preempted)."""
+        names = [level.name for level in self.topology.levels]
+        return {
+            name: math.fsum(j.level_bytes[i] for j in jobs if j.level_bytes) for i, name in enumerate(names)
+        }
 
     def _busy_allocation(self) -> float | None:
         span = self.busy_to - self.busy_from
@@ -623,9 +651,12 @@ class Simulation:
             "busy_period_s": max(0.0, self.busy_to - self.busy_from),
             "fragmentation_mean": mean_fragmentation(self.series),
             "multi_gpu_jobs_by_span_level": self._span_levels(jobs),
+            "bytes_by_level": (by_level := self._bytes_by_level(jobs)),
+            "bytes_above_node": math.fsum(list(by_level.values())[1:]),
             "failures": failure_metrics(self.tally),
             **({"migrations_back": self.migrations} if self.policy.reoptimize else {}),
         }
+        metrics["tenants"] = self.tenants.metrics(jobs, self.topology.num_gpus, elapsed)
         if isinstance(self.queue, CoreQueue) and self.queue.jain:
             metrics["fairness_jain_mean"] = math.fsum(self.queue.jain) / len(self.queue.jain)
         return SimResult(self.policy.name, metrics, self.series, jobs)

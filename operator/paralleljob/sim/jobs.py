@@ -44,6 +44,11 @@ class SimJob:
     lost_gpu_s: float = 0.0  # GPU-seconds spent computing work that was then lost
     restart_gpu_s: float = 0.0  # GPU-seconds held while restarting
     rejected_reason: str = ""
+    # cross-level traffic: bytes per step of the current placement per topology level, training steps per
+    # trace second of work (the step-time model's calibration), and the bytes moved so far per level
+    bytes_per_step: tuple[float, ...] = ()
+    steps_per_work_s: float = 0.0
+    level_bytes: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.work_left = self.trace.duration_s
@@ -60,6 +65,17 @@ class SimJob:
         for event in events:
             self.phase = transition(self.phase, event)
 
+    def charge_traffic(self, work_s: float) -> None:
+        """Count the bytes of ``work_s`` trace seconds computed on the current placement (lost work too:
+        its steps crossed the links all the same)."""
+        if not self.bytes_per_step or work_s <= 0:
+            return
+        if not self.level_bytes:
+            self.level_bytes = [0.0] * len(self.bytes_per_step)
+        steps = work_s * self.steps_per_work_s
+        for level, per_step in enumerate(self.bytes_per_step):
+            self.level_bytes[level] += per_step * steps
+
     def begin_segment(self, start: float, rate: float, plan: CheckpointPlan) -> float:
         """Start computing at ``start``; returns the wall time the job will finish if nothing interrupts."""
         self.segment_start, self.rate, self.plan = start, rate, plan
@@ -72,6 +88,7 @@ class SimJob:
         done, saved = progress(now - self.segment_start, self.rate, self.plan)
         if save_all:
             saved = done
+        self.charge_traffic(done)
         self.work_left = max(0.0, self.work_left - saved)
         lost = done - saved
         self.lost_work_s += lost

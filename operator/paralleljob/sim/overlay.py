@@ -11,8 +11,9 @@ for. This module takes shapes from published training runs instead:
   GPUs, sequence length 8192, 16M tokens per batch (context parallelism, used only for long context, left
   out).
 
-:func:`overlay_3d` keeps every trace job's submit time, duration and tenant and replaces a seeded share of
-them (``share``) with a layout from the table that fits ``max_gpus``; DP is scaled down (by powers of two,
+:func:`overlay_3d` keeps every trace job's submit time and duration and replaces a seeded share of them
+(``share``) with a layout from the table that fits ``max_gpus``, in tenant ``llm`` (an LLM team, so
+per-tenant quotas see it as one); the other jobs keep their tenant. DP is scaled down (by powers of two,
 at least 1) when the published GPU count exceeds it, keeping the global batch, so each replica does more
 micro-batches per step. :func:`mixed_workload` draws a whole workload: Poisson arrivals, many small
 (1-8 GPU) jobs and a share of large 3D-parallel ones, durations log-normal, the arrival rate set for an

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from paralleljob.sim.compare import markdown_summary
+from paralleljob.sim.compare import PB, markdown_summary
 from paralleljob.sim.engine import SimResult
 from paralleljob.sim.metrics import rounded
 
@@ -104,7 +104,94 @@ def markdown_table(results: Mapping[str, SimResult]) -> str:
     for label, unit, path, fmt in ROWS:
         cells = [_cell(results[name].metrics, path, fmt) for name in names]
         lines.append(f"| {label}{f' ({unit})' if unit else ''} | " + " | ".join(cells) + " |")
+    levels = list(results[names[0]].metrics.get("bytes_by_level", {})) if names else []
+    for i, level in enumerate(levels):
+        cells = [f"{results[name].metrics['bytes_by_level'][level] * PB:.3f}" for name in names]
+        lines.append(f"| {'within' if i == 0 else 'over'} {level} (PB) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+QUOTA_ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("mean JCT (h)", ("jct_s", "mean"), "hours"),
+    ("p99 JCT (h)", ("jct_s", "p99"), "hours"),
+    ("mean queueing delay (h)", ("queueing_delay_s", "mean"), "hours"),
+    ("p99 queueing delay (h)", ("queueing_delay_s", "p99"), "hours"),
+    ("makespan (h)", ("makespan_s",), "hours"),
+    ("GPU allocation over the busy period (%)", ("gpu_allocation_busy_period",), "percent"),
+    ("ETTR", ("ettr",), "{:.3f}"),
+    ("preemptions", ("jobs", "preempted"), "{:d}"),
+    ("Jain's index over tenants (mean over passes)", ("fairness_jain_mean",), "{:.3f}"),
+)
+
+
+def quota_comparison(results: Mapping[str, SimResult], without: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """``--compare-quotas``: each policy with the quotas and without them, on the same seed and jobs."""
+    names = [name for name in results if name in (without or {})]
+    if not without or not names:
+        return []
+    head = "| metric | " + " | ".join(f"{n} with quotas | {n} without" for n in names) + " |"
+    lines = ["## With and without quotas (same seed, same jobs)", "", head, "|---|" + "---:|" * (2 * len(names))]
+    for label, path, fmt in QUOTA_ROWS:
+        cells = [c for n in names for c in (_cell(results[n].metrics, path, fmt), _cell(without[n], path, fmt))]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def tenant_tables(results: Mapping[str, SimResult], without: Mapping[str, Mapping[str, Any]] | None) -> list[str]:
+    """Per policy, one row per tenant: jobs, quota, share of the allocated GPU-hours, peak GPUs, GPU-hours
+    borrowed above the guarantee, mean / p99 queueing; with ``without`` (``--compare-quotas``) the same
+    tenant's figures from the run without quotas on the same seed, side by side."""
+    lines: list[str] = []
+    for name, result in results.items():
+        tenants: Mapping[str, Any] = result.metrics.get("tenants", {})
+        if len(tenants) < 2 and not any("quota" in row for row in tenants.values()):
+            continue  # one tenant and no quota: the main table says it all
+        other: Mapping[str, Any] = (without or {}).get(name, {}).get("tenants", {})
+        head = "| tenant | jobs | guaranteed / max GPUs | guaranteed (%) | GPU-h share (%) | peak GPUs | borrowed GPU-h"
+        head += " | preemptions | mean queueing (h) | p99 queueing (h) |"
+        if other:
+            head += " without quotas: GPU-h share (%) | peak GPUs | mean queueing (h) | p99 queueing (h) |"
+        lines += [f"### Tenants: {name}", "", head, "|---|" + "---:|" * (head.count("|") - 2)]
+        for tenant, row in tenants.items():
+            quota = row.get("quota")
+            cells = [
+                tenant,
+                str(row["jobs"]),
+                f"{quota['guaranteed_gpus']} / {'none' if quota['max_gpus'] is None else quota['max_gpus']}"
+                if quota
+                else "-",
+                _cell(row, ("quota", "guaranteed_share"), "percent") if quota else "-",
+                *_tenant_cells(row),
+            ]
+            cells.insert(6, _cell(row, ("quota", "borrowed_gpu_hours"), "{:.1f}") if quota else "-")
+            cells.insert(7, _cell(row, ("preemptions",), "{:d}"))
+            if other:
+                cells += _tenant_cells(other.get(tenant, {}))
+            lines.append("| " + " | ".join(cells) + " |")
+        jain = [_cell(result.metrics, ("fairness_jain_mean",), "{:.3f}")]
+        if without and name in without:
+            jain.append(f"{_cell(without[name], ('fairness_jain_mean',), '{:.3f}')} without quotas")
+        jain_line = f"Jain's index over the tenants' dominant shares, mean over scheduling passes: {'; '.join(jain)}."
+        lines += ["", jain_line, ""]
+    if lines:
+        lines = [
+            "## Tenants",
+            "",
+            "Share of all allocated GPU-hours, the most GPUs held at once, GPU-hours held above the guarantee (the"
+            " only ones another tenant may reclaim by preemption) and the queueing delay of each tenant's jobs.",
+            "",
+            *lines,
+        ]
+    return lines
+
+
+def _tenant_cells(row: Mapping[str, Any]) -> list[str]:
+    return [
+        _cell(row, ("gpu_share",), "percent"),
+        _cell(row, ("peak_gpus",), "{:d}"),
+        _cell(row, ("queueing_delay_s", "mean"), "hours"),
+        _cell(row, ("queueing_delay_s", "p99"), "hours"),
+    ]
 
 
 def rejection_note(results: Mapping[str, SimResult]) -> list[str]:
@@ -131,7 +218,7 @@ def markdown_report(
         f" cluster of {cluster['nodes']} nodes /"
         f" {cluster['gpus']} GPUs (levels: {', '.join(cluster['levels'])}); seed {config['seed']};"
         f" cost model `{config['cost_model']}`; failures {config['failure_rate_per_1000_node_days']} per 1000"
-        f" node-days; queue `{config['queue']}`.",
+        f" node-days; queue `{config['queue']}`, quotas `{config.get('quotas', 'none')}`.",
         "",
         "## Policies",
         "",
@@ -142,6 +229,8 @@ def markdown_report(
         markdown_table(results),
         "",
         *rejection_note(results),
+        *quota_comparison(results, header.get("without_quotas")),
+        *tenant_tables(results, header.get("without_quotas")),
     ]
     if "summary" in header:
         parts += markdown_summary(header, header["seeds"])
@@ -162,7 +251,10 @@ def markdown_report(
         " GPU allocated / all GPUs (sampled). n/a: no job to measure. Communication cost = the cost model's"
         " total per step of each multi-GPU job's first placement;"
         " slowdown = how much that stretches the job (docs/simulator.md). Goodput lost = GPU-hours of work"
-        " since the last checkpoint thrown away by failures, plus GPU-hours spent restarting.",
+        " since the last checkpoint thrown away by failures, plus GPU-hours spent restarting. PB within/over a"
+        " level = petabytes (1e15) the jobs' steps moved through that level: each TP group's, pipeline pair's"
+        " and DP ring's bytes per step (the cost model's volumes) charged to the lowest level holding all its"
+        " members, times the steps run on that placement (lost work included).",
         "",
     ]
     return "\n".join(parts)
