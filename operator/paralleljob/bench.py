@@ -218,6 +218,11 @@ def command(args: argparse.Namespace) -> int:
         from paralleljob.k8s.bench_crash import run_worker_crash
 
         return _emit(run_worker_crash(crashes=args.crashes), args.json)
+    if args.what == "scale":
+        from paralleljob.k8s.bench_scale import run_scale
+
+        sizes = [int(n) for n in args.scale_nodes.split(",")]
+        return _emit(run_scale(sizes, args), args.json)
     if args.what == "chaos":
         from paralleljob.chaosrun.bench import run_chaos_bench
 
@@ -259,9 +264,11 @@ def _emit(measured: dict[str, Any], json_path: str | None) -> int:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("bench", help="run a benchmark (placement, quality, operator, worker-crash, chaos)")
+    parser = subparsers.add_parser(
+        "bench", help="run a benchmark (placement, quality, operator, worker-crash, chaos, scale)"
+    )
     parser.add_argument(
-        "what", choices=["placement", "quality", "operator", "worker-crash", "chaos"], help="which benchmark"
+        "what", choices=["placement", "quality", "operator", "worker-crash", "chaos", "scale"], help="which benchmark"
     )
     parser.add_argument("--sizes", default="1000,10000,100000", help="cluster sizes in GPUs, comma-separated")
     parser.add_argument("--topology", default="flat,tree", help="flat (node/cluster) and/or tree (rack/spine)")
@@ -278,6 +285,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--crashes", type=int, default=20, help="operator, worker-crash: worker crashes")
     parser.add_argument("--kills", type=int, default=100, help="chaos: operator SIGKILLs in the long run")
     parser.add_argument("--chaos-nodes", type=int, default=24, help="chaos: fake GPU nodes")
+    parser.add_argument("--scale-nodes", default="500,2000", help="scale: kwok node counts, comma-separated")
+    parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.set_defaults(handler=command)
 
 
