@@ -1,8 +1,9 @@
 """``paralleljob dev-cluster up|down|status|kubeconfig|build``: the local control plane from the shell.
 
 ``up`` returns once the GPU nodes are Ready and leaves etcd, kube-apiserver, kwok and kube-controller-manager
-running in their own session; ``kubeconfig`` prints the path to hand to kubectl; ``down`` stops exactly what
-``up`` started.
+(and, with ``--controllers jobset``, JobSet's controller manager) running in their own session;
+``kubeconfig`` prints the path to hand to kubectl; ``down`` stops exactly what ``up`` started; ``build``
+builds every binary, the optional controllers' included.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from typing import Any
 
 from paralleljob.devcluster import process, state
+from paralleljob.devcluster.versions import ADDONS
 
 
 def register(subparsers: Any) -> None:
@@ -35,10 +37,21 @@ def register(subparsers: Any) -> None:
     up_parser.add_argument("--nodes", type=int, default=4, help="fake GPU nodes (default: %(default)s)")
     up_parser.add_argument("--gpus-per-node", type=int, default=8, help="default: %(default)s")
     up_parser.add_argument("--nodes-per-rack", type=int, default=4, help="nodes per leaf switch (default: %(default)s)")
+    up_parser.add_argument(
+        "--controllers",
+        default="",
+        metavar="NAMES",
+        help=f"optional controllers to run too, comma-separated ({', '.join(sorted(ADDONS))}); default: none",
+    )
     add("down", "stop every process the cluster started and delete its files", _down)
     add("status", "show the cluster's processes and nodes", _status)
     add("kubeconfig", "print the path of the cluster's kubeconfig", _kubeconfig)
-    add("build", "build (or locate) the etcd, kube-apiserver, kube-controller-manager and kwok binaries", _build)
+    add(
+        "build",
+        "build (or locate) the etcd, kube-apiserver, kube-controller-manager and kwok binaries,"
+        " and those of the optional controllers (JobSet)",
+        _build,
+    )
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -49,8 +62,13 @@ def _up(args: argparse.Namespace) -> int:
         print("--nodes, --gpus-per-node and --nodes-per-rack must be at least 1", file=sys.stderr)
         return 2
     shape = NodeShape(count=args.nodes, gpus_per_node=args.gpus_per_node, nodes_per_rack=args.nodes_per_rack)
+    controllers = tuple(name.strip() for name in args.controllers.split(",") if name.strip())
+    unknown = sorted(set(controllers) - set(ADDONS))
+    if unknown:
+        print(f"unknown --controllers {', '.join(unknown)} (known: {', '.join(sorted(ADDONS))})", file=sys.stderr)
+        return 2
     try:
-        cluster = up(args.name, shape)
+        cluster = up(args.name, shape, controllers=controllers)
     except AlreadyRunning as exc:
         print(f"{exc}; run `paralleljob dev-cluster down --name {args.name}` first", file=sys.stderr)
         return 1
@@ -109,13 +127,14 @@ async def _node_summary(kubeconfig: str) -> str:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from paralleljob.devcluster.build import ensure_binaries
+    from paralleljob.devcluster.build import ensure_addon, ensure_binaries
 
     try:
         paths = ensure_binaries()
+        addons = {ADDONS[addon].name: ensure_addon(addon) / ADDONS[addon].name for addon in sorted(ADDONS)}
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1
-    for name, path in paths.items():
+    for name, path in {**paths, **addons}.items():
         print(f"{name}: {path}")
     return 0
