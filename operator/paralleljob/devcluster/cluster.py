@@ -76,8 +76,8 @@ def up(
             raise AlreadyRunning(f"dev cluster {name!r} is already running (kubeconfig {existing.kubeconfig})")
         down(name, report=lambda _: None)  # leftovers of a crashed run
     binaries = ensure_binaries(report)
-    for addon in controllers:  # built before anything starts, so that a long build is not startup time
-        ensure_addon(addon, report)
+    # Built before anything starts, so that a long build is not startup time.
+    addon_crds = [jobset.crd_dir(ensure_addon(addon, report)) for addon in controllers]
     started = time.monotonic()
     run_dir = state.run_dir(name)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -122,7 +122,9 @@ def up(
             _remember(record, kcm)
             return kcm
 
-        installed, kcm = asyncio.run(_populate(kubeconfig, shape, record.processes, start_controller_manager))
+        installed, kcm = asyncio.run(
+            _populate(kubeconfig, shape, record.processes, start_controller_manager, addon_crds)
+        )
         controllermanager.wait_controller_manager(kcm, kcm_port, pki)
         record.nodes, record.shape = shape.names(), asdict(shape)
         state.save(record)
@@ -159,13 +161,19 @@ async def _populate(
     shape: NodeShape,
     processes: list[state.ProcessRecord],
     after_crds: Callable[[], state.ProcessRecord],
+    extra_crd_dirs: list[Path],
 ) -> tuple[list[str], state.ProcessRecord]:
-    """Install CRDs, call ``after_crds`` and create the nodes; fail fast if a process dies meanwhile (a bad
-    kwok stage, say). The process ``after_crds`` starts is watched from then on too."""
+    """Install CRDs (the project's and ``extra_crd_dirs``', e.g. JobSet's), call ``after_crds`` and create
+    the nodes; fail fast if a process dies meanwhile (a bad kwok stage, say). The process ``after_crds``
+    starts is watched from then on too. Installing an add-on's CRD before kube-controller-manager starts
+    matters: its garbage collector discovers resources added later only at its 30 s resync, so until then
+    deleting a JobSet would not delete its Jobs."""
 
     async def work() -> tuple[list[str], state.ProcessRecord]:
         async with api_client(kubeconfig) as api:
             installed = await crds.install_crds(api)
+            for directory in extra_crd_dirs:
+                installed += await crds.install_crds(api, directory)
             started = after_crds()
             names = await create_gpu_nodes(api, shape)
             await wait_nodes_ready(api, names)

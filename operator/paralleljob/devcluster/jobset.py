@@ -47,6 +47,11 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def crd_dir(folder: Path) -> Path:
+    """Where the build put the module's CRD (``folder`` from ``ensure_addon("jobset")``)."""
+    return folder / _MODULE / "crd" / "bases"
+
+
 def running_jobset(record: state.ClusterState) -> state.ProcessRecord | None:
     return next((p for p in record.processes if p.name == PROCESS_NAME and process.is_alive(p)), None)
 
@@ -114,7 +119,7 @@ async def _install_crd_and_rbac(kubeconfig: str, folder: Path) -> None:
     from kubernetes_asyncio.client import RbacAuthorizationV1Api
 
     async with api_client(kubeconfig) as api:
-        await crds.install_crds(api, folder / _MODULE / "crd" / "bases")
+        await crds.install_crds(api, crd_dir(folder))  # again, if `up` did: create or replace, cheap
         rbac: Any = RbacAuthorizationV1Api(api)
         for file in ("role.yaml", "auth_proxy_role.yaml"):
             for role in _documents(folder / _MODULE / "rbac" / file):
