@@ -26,6 +26,7 @@ from paralleljob.core.rankorder import RankOrder, slot_of
 from paralleljob.devcluster import state
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.jobset import start_jobset
+from paralleljob.devcluster.nodes import LEAF_LABEL
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.constants import (
     COMPLETION_INDEX_KEY,
@@ -67,7 +68,7 @@ def jobsets(jobset: None, pjs: Jobs) -> Iterator[Any]:
     api = CustomObjectsApi(pjs.kube.api)
     try:
         yield api
-    finally:  # before pjs's own cleanup: its pods are JobSet's to delete, not the operator's
+    finally:  # before pjs's own cleanup: the pods are JobSet's to delete, and their group's ParallelJob the GC's
         listed = pjs.kube.run(api.list_namespaced_custom_object(*JOBSET_API[:2], pjs.namespace, JOBSET_API[2]))
         for item in listed["items"]:
             name = item["metadata"]["name"]
@@ -76,6 +77,8 @@ def jobsets(jobset: None, pjs: Jobs) -> Iterator[Any]:
                     *JOBSET_API[:2], pjs.namespace, JOBSET_API[2], name, propagation_policy="Background"
                 )
             )
+        wait_for("the JobSets' pods gone", lambda: not group_pods(pjs.kube, pjs.namespace), timeout_s=60)
+        wait_for("their ParallelJobs gone", lambda: not [i for i in _adopted(pjs) if i["spec"].get("podGroup")])
 
 
 def example_jobset() -> dict[str, Any]:
@@ -154,18 +157,8 @@ def test_a_jobsets_pods_are_gang_placed_by_global_rank_and_replaced_in_place(
 
     # Node rank (global Job index x pods per Job + completion index) sits on its (replica, stage) slot.
     placement = status["placement"]
-    order = RankOrder.parse(placement["rankOrder"])
-    slots = {(s["replica"], s["stage"]): s for s in placement["pods"]}
-    for stage in (0, 1):  # the seed shape's DP all-reduce on NVLink: both replicas of a stage share a node
-        assert slots[(0, stage)]["node"] == slots[(1, stage)]["node"], placement["pods"]
     pods = group_pods(kube, ns)
-    assert sorted(node_rank(p) for p in pods) == [0, 1, 2, 3]
-    for pod in pods:
-        slot = slots[slot_of(order, node_rank(pod), 2, 2)]
-        assert slot["nodeRank"] == node_rank(pod)
-        assert pod.spec.node_name == slot["node"], (pod.metadata.name, slot)
-        assert [int(i) for i in pod.metadata.annotations[GPU_INDICES_ANNOTATION].split(",")] == slot["gpuIndices"]
-        assert not any(ref.kind == "ParallelJob" for ref in pod.metadata.owner_references or [])
+    assert_ranks_on_their_slots(placement, pods)
     # JobSet's own status sees it: both child Jobs have all their pods Ready (kwok runs the bound pods).
     wait_for("JobSet counts both child Jobs ready", lambda: _ready_jobs(jobsets, kube, ns) == 2, timeout_s=30)
 
@@ -209,6 +202,83 @@ def test_a_jobsets_pods_are_gang_placed_by_global_rank_and_replaced_in_place(
     pjs.create("everything", shape.gpus_per_node, 1, shape.count)
     pjs.wait_phase("everything", "Running", timeout_s=30)
     print("".join(f"\n  {step}: {seconds:.1f} s" for step, seconds in took.items()))
+
+
+def assert_ranks_on_their_slots(placement: dict[str, Any], pods: list[Any]) -> None:
+    order = RankOrder.parse(placement["rankOrder"])
+    slots = {(s["replica"], s["stage"]): s for s in placement["pods"]}
+    for stage in (0, 1):  # the seed shape's DP all-reduce on NVLink: both replicas of a stage share a node
+        assert slots[(0, stage)]["node"] == slots[(1, stage)]["node"], placement["pods"]
+    assert sorted(node_rank(p) for p in pods) == [0, 1, 2, 3]
+    for pod in pods:
+        slot = slots[slot_of(order, node_rank(pod), 2, 2)]
+        assert slot["nodeRank"] == node_rank(pod)
+        assert pod.spec.node_name == slot["node"], (pod.metadata.name, slot)
+        assert [int(i) for i in pod.metadata.annotations[GPU_INDICES_ANNOTATION].split(",")] == slot["gpuIndices"]
+        assert not any(ref.kind == "ParallelJob" for ref in pod.metadata.owner_references or [])
+
+
+def test_jobsets_failure_policy_restarts_the_gang_and_it_is_placed_again_in_the_same_domain(
+    jobsets: Any, pjs: Jobs, kube: KubeSession
+) -> None:
+    """JobSet's own recovery, as ML JobSets are usually written: ``backoffLimit: 0`` makes a lost pod fail its
+    Job, and ``failurePolicy.maxRestarts`` makes JobSet recreate every child Job. The whole gang is new (new
+    Jobs, new pods, and so, by garbage collection and the operator, a new adopting ParallelJob); it is placed
+    again, in the same rack, each node rank on its slot."""
+    ns = pjs.namespace
+    document = example_jobset()
+    document["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 0
+    document["spec"]["failurePolicy"] = {"maxRestarts": 1}
+    kube.run(jobsets.create_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], document))
+    wait_for("the group's ParallelJob", lambda: any(i["metadata"]["name"] == GROUP for i in _adopted(pjs)))
+    status = pjs.wait_phase(GROUP, "Running", timeout_s=30)
+    first = {"uid": pjs.get(GROUP)["metadata"]["uid"], "pods": {p.metadata.uid for p in group_pods(kube, ns)}}
+    leaves = {_leaf(kube, s["node"]) for s in status["placement"]["pods"]}
+
+    started = time.monotonic()
+    victim = next(p for p in group_pods(kube, ns) if node_rank(p) == 3)
+    kube.run(kube.core.delete_namespaced_pod(victim.metadata.name, ns, grace_period_seconds=0))
+
+    def restarted_and_running() -> dict[str, Any] | None:
+        current = kube.run(jobsets.get_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], GROUP))
+        pods = group_pods(kube, ns)
+        if (current.get("status") or {}).get("restarts") != 1 or len(pods) != 4:
+            return None
+        if any(p.metadata.uid in first["pods"] or not p.spec.node_name for p in pods):
+            return None
+        try:
+            adopted = pjs.get(GROUP)
+        except Exception:
+            return None
+        running = adopted.get("status", {}).get("phase") == "Running"
+        return adopted if running and adopted["metadata"]["uid"] != first["uid"] else None
+
+    try:
+        adopted = wait_for("JobSet restarted and the new gang Running", restarted_and_running, timeout_s=60)
+    except AssertionError as exc:
+        pods = [(p.metadata.name, p.metadata.uid in first["pods"], p.spec.node_name) for p in group_pods(kube, ns)]
+        adopted_now = pjs.get(GROUP) if any(i["metadata"]["name"] == GROUP for i in _adopted(pjs)) else {}
+        raise AssertionError(
+            f"{exc}\npods (name, from the first gang, node): {pods}\nadopting ParallelJob: {adopted_now}"
+            f"\noperator log:\n{pjs.operator.log_tail()}"
+        ) from None
+    took = time.monotonic() - started
+    placement = adopted["status"]["placement"]
+    assert_ranks_on_their_slots(placement, group_pods(kube, ns))
+    assert {_leaf(kube, s["node"]) for s in placement["pods"]} == leaves, "placed again in the same rack"
+    assert adopted["status"]["communicationCost"]["totalMs"] == status["communicationCost"]["totalMs"]
+    print(f"\n  pod deleted -> JobSet restarted, new gang Running: {took:.1f} s")
+
+
+def _adopted(pjs: Jobs) -> list[dict[str, Any]]:
+    listed = pjs.kube.run(
+        pjs.custom.list_namespaced_custom_object("paralleljob.dev", "v1alpha1", pjs.namespace, "paralleljobs")
+    )
+    return list(listed["items"])
+
+
+def _leaf(kube: KubeSession, node: str) -> str:
+    return str(kube.run(kube.core.read_node(node)).metadata.labels[LEAF_LABEL])
 
 
 def _ready_jobs(jobsets: Any, kube: KubeSession, namespace: str) -> int:
