@@ -1,7 +1,7 @@
-"""JobSet's webhook configurations as the dev cluster registers them: upstream's manifests with upstream's
-kustomize patches applied, renamed with upstream's prefix, and pointed at the controller's loopback port
-with the cluster's CA. The manifests here have the shape of the module's (config/components/webhook/);
-the e2e test registers the real ones."""
+"""JobSet in the dev cluster, without a cluster: its pin and cache folder, and its webhook configurations as
+the cluster registers them: upstream's manifests with upstream's kustomize patches applied, renamed with
+upstream's prefix, and pointed at the controller's loopback port with the cluster's CA. The manifests here
+have the shape of the module's (config/components/webhook/); the e2e test registers the real ones."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from paralleljob.devcluster.cluster import up
 from paralleljob.devcluster.jobset import webhook_configurations
+from paralleljob.devcluster.versions import ADDONS, addon_dir, addon_version, binaries_dir, deploy_dir, ldflags
 
 WEBHOOKS = Path("module/config/components/webhook")
 
@@ -29,9 +31,7 @@ def hook(name: str, path: str) -> dict[str, object]:
 
 def pod_hook_with_selector(name: str, path: str) -> dict[str, object]:
     selected = hook(name, path)
-    selected["objectSelector"] = {
-        "matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]
-    }
+    selected["objectSelector"] = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
     return selected
 
 
@@ -89,3 +89,31 @@ def test_a_patch_of_another_form_is_refused_rather_than_half_applied(tmp_path: P
     write_module(tmp_path, mutating_patch=[{"op": "add", "path": "/webhooks/-", "value": {}}])
     with pytest.raises(RuntimeError, match="unexpected webhook patch"):
         webhook_configurations(tmp_path, 1, b"")
+
+
+def test_jobset_is_pinned_by_its_wrapper_module_and_cached_apart_from_the_core_binaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARALLELJOB_CACHE", str(tmp_path))
+    version = addon_version("jobset")
+    go_mod = (deploy_dir() / "jobset" / "go.mod").read_text()
+    assert f"sigs.k8s.io/jobset {version}" in go_mod and "tool sigs.k8s.io/jobset" in go_mod
+    folder = addon_dir("jobset")
+    assert folder == tmp_path / "k8s" / f"jobset-controller-manager-{version}"
+    assert folder != binaries_dir(), "adding JobSet must not invalidate the core binaries' cache"
+    assert "jobset" not in binaries_dir().name
+    assert f"-X sigs.k8s.io/jobset/pkg/version.GitVersion={version}" in ldflags(ADDONS["jobset"], version)
+
+
+def test_up_refuses_an_unknown_controller_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARALLELJOB_CACHE", str(tmp_path))
+
+    def no_build(*args: object) -> None:
+        raise AssertionError("up built binaries for a request it must refuse")
+
+    monkeypatch.setattr("paralleljob.devcluster.cluster.ensure_binaries", no_build)
+    with pytest.raises(ValueError, match="unknown controllers kueue"):
+        up("unit", controllers=("jobset", "kueue"))
+    assert not (tmp_path / "run").exists()
