@@ -1,7 +1,8 @@
 """Run JobSet's controller manager (``sigs.k8s.io/jobset``) against a dev cluster, webhooks on loopback.
 
-Only for the clusters that ask for it (``up --controllers jobset``, or :func:`start_jobset` on a running
-cluster, as the JobSet e2e test's session fixture does), so the others start no faster or slower than before.
+Only for the clusters that ask for it (``up --controllers jobset``, which the e2e session does when a JobSet
+test is collected, or :func:`start_jobset` on a running cluster that lacks it), so the others start exactly
+as before.
 Everything it applies comes from the pinned JobSet module, copied next to the binary by the build: the CRD,
 the webhook configurations (with the objectSelector patches of upstream's kustomization) and the
 ClusterRoles. It runs as the user ``jobset-controller-manager`` with those roles bound to it, as upstream's
@@ -97,6 +98,7 @@ def _write_config(run_dir: Path, webhook_port: int, metrics_port: int, health_po
     certs.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(run_dir / "pki" / "jobset.crt", certs / "tls.crt")
     shutil.copyfile(run_dir / "pki" / "jobset.key", certs / "tls.key")
+    (certs / "tls.key").chmod(0o600)
     configuration = {
         "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
         "kind": "Configuration",
