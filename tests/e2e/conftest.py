@@ -3,7 +3,9 @@
 - ``dev_cluster`` (session): brings one cluster up for the whole session (building the binaries first if
   the cache is cold, with progress on the terminal) and tears it down at the end, failures included.
   Set ``PARALLELJOB_E2E_CLUSTER=<name>`` to run against an already running ``paralleljob dev-cluster up``
-  instead (faster when iterating; that cluster is left running).
+  instead (faster when iterating; that cluster is left running). Optional controllers run only when a
+  collected test needs them: a session with a test using the ``jobset`` fixture starts the cluster with
+  JobSet (``up(controllers=("jobset",))``, its CRD installed before kube-controller-manager), others do not.
 - ``kube`` (session): a :class:`~paralleljob.devcluster.session.KubeSession` (sync calls, chaos helpers).
 - ``namespace``: a fresh namespace per test, deleted afterwards as on a real cluster: the controller
   manager's namespace controller deletes what is in it. The fixture waits only until its pods are gone (so
@@ -26,6 +28,7 @@ import pytest
 from paralleljob.devcluster.cluster import DevCluster, down, get, reap_abandoned, up
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devcluster.session import KubeSession
+from paralleljob.devcluster.versions import ADDONS
 
 E2E_CLUSTER_PREFIX = "e2e-"
 # Two racks of four 8-GPU nodes: enough for placements that must cross a leaf switch.
@@ -33,7 +36,7 @@ E2E_SHAPE = NodeShape(count=8, gpus_per_node=8, nodes_per_rack=4)
 
 
 @pytest.fixture(scope="session")
-def dev_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
+def dev_cluster(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
 
     def progress(message: str) -> None:
@@ -55,7 +58,8 @@ def dev_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
     reap_abandoned(E2E_CLUSTER_PREFIX, report=progress)
     name = f"{E2E_CLUSTER_PREFIX}{os.getpid()}"
     # die_with_caller: even a SIGKILLed pytest takes the control plane with it.
-    cluster = up(name, E2E_SHAPE, report=progress, die_with_caller=True)
+    controllers = tuple(c for c in ADDONS if any(c in item.fixturenames for item in request.session.items))
+    cluster = up(name, E2E_SHAPE, report=progress, die_with_caller=True, controllers=controllers)
     try:
         yield cluster
     finally:

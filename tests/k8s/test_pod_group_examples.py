@@ -1,6 +1,7 @@
 """The pod-group examples in deploy/examples/pod-groups/ declare what the docs say: their pods, labelled the
 way each controller labels them (JobSet, Kubeflow training operator, Job), form one complete group whose
-node ranks are 0..n-1. Their controllers do not run in the dev cluster; the Indexed Job example runs in e2e."""
+node ranks are 0..n-1. The Indexed Job and JobSet examples also run end to end against their real controllers
+(tests/e2e/operator_e2e/); the Kubeflow training operator does not run in the dev cluster."""
 
 from __future__ import annotations
 

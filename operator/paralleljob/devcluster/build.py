@@ -1,24 +1,39 @@
-"""Locate the control-plane binaries in the cache, building any that are missing with Go.
+"""Locate the control-plane binaries (and optional controllers) in the cache, building any that are missing.
 
 Builds are atomic and resumable: each binary is linked to a temporary name in the cache folder and renamed
 into place only when ``go build`` succeeds, so an interrupted build leaves nothing that looks finished, and
 the Go build cache makes the retry cheap. A file lock keeps two builders (say ``make`` and a pytest
 fixture) from compiling the same thing twice at once. GOMODCACHE and GOCACHE keep their defaults so a
-machine's warm caches help.
+machine's warm caches help. An add-on (:data:`~paralleljob.devcluster.versions.ADDONS`, e.g. JobSet) is
+built into a folder of its own, together with the files its module ships that the cluster applies (CRDs,
+webhook and RBAC manifests), copied from the Go module cache; the binary is renamed into place last, so
+its presence means the folder is complete.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from paralleljob.devcluster.versions import BINARIES, BinarySpec, binaries_dir, deploy_dir, ldflags, versions
+from paralleljob.devcluster.versions import (
+    ADDONS,
+    BINARIES,
+    BinarySpec,
+    addon_dir,
+    addon_version,
+    binaries_dir,
+    deploy_dir,
+    ldflags,
+    versions,
+)
 
 Report = Callable[[str], None]
 
@@ -46,14 +61,8 @@ def ensure_binaries(report: Report = _stderr) -> dict[str, Path]:
     target = binaries_dir(pins)
     if not missing_binaries(target):
         return binary_paths(target)
-    go = shutil.which("go")
-    if go is None:
-        raise RuntimeError("Go is needed to build the dev-cluster binaries and `go` is not on PATH")
-    target.mkdir(parents=True, exist_ok=True)
-    with (target / ".build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        for leftover in target.glob(".*.partial-*"):  # from a build that was killed
-            leftover.unlink(missing_ok=True)
+    go = _go()
+    with _build_lock(target):
         todo = [spec for spec in BINARIES if not (target / spec.name).is_file()]
         started = time.monotonic()
         for spec in todo:
@@ -63,10 +72,66 @@ def ensure_binaries(report: Report = _stderr) -> dict[str, Path]:
     return binary_paths(target)
 
 
+def ensure_addon(addon: str, report: Report = _stderr) -> Path:
+    """Return the folder holding the add-on's binary and its module files, building it first if missing."""
+    spec = ADDONS[addon]
+    version = addon_version(addon)
+    target = addon_dir(addon, version)
+    if (target / spec.name).is_file():
+        return target
+    go = _go()
+    with _build_lock(target):
+        if not (target / spec.name).is_file():  # another builder may have finished while this one waited
+            _copy_module_files(go, spec, version, target)
+            _build_one(go, spec, version, target, report)
+    return target
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise RuntimeError("Go is needed to build the dev-cluster binaries and `go` is not on PATH")
+    return go
+
+
+@contextmanager
+def _build_lock(target: Path) -> Iterator[None]:
+    target.mkdir(parents=True, exist_ok=True)
+    with (target / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for leftover in target.glob("**/.*.partial-*"):  # from a build that was killed
+            leftover.unlink(missing_ok=True)
+        yield
+
+
+def _go_env() -> dict[str, str]:
+    return dict(os.environ, CGO_ENABLED="0", GOFLAGS="-trimpath", GOTOOLCHAIN="local")
+
+
+def _copy_module_files(go: str, spec: BinarySpec, version: str, target: Path) -> None:
+    """Copy ``spec.module_files`` out of the pinned module as the Go module cache holds it (downloaded and
+    checked against go.sum by ``go mod download``), each through a temporary name."""
+    if not spec.module_files:
+        return
+    result = subprocess.run(
+        [go, "mod", "download", "-json", f"{spec.pinned_module}@{version}"],
+        cwd=deploy_dir() / spec.module_dir, env=_go_env(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise RuntimeError(f"go mod download {spec.pinned_module}@{version} failed:\n{result.stdout}{result.stderr}")
+    module_root = Path(json.loads(result.stdout)["Dir"])
+    for relative in spec.module_files:
+        destination = target / "module" / relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        temporary = destination.with_name(f".{destination.name}.partial-{os.getpid()}")
+        shutil.copyfile(module_root / relative, temporary)  # plain copy: the module cache's files are read-only
+        os.replace(temporary, destination)
+
+
 def _build_one(go: str, spec: BinarySpec, version: str, target: Path, report: Report) -> None:
     module = deploy_dir() / spec.module_dir
     temporary = target / f".{spec.name}.partial-{os.getpid()}"
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-trimpath", GOTOOLCHAIN="local")
+    env = _go_env()
     command = [
         go, "build", "-p", "2", "-buildvcs=false", "-ldflags", ldflags(spec, version),
         "-o", str(temporary), spec.package,

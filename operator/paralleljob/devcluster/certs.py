@@ -1,6 +1,8 @@
-"""Key material for one dev cluster: a throw-away CA, the serving certificates of kube-apiserver and
-kube-controller-manager, the service-account signing key pair and the static token file (one token for the
-admin, one for kube-controller-manager's own identity).
+"""Key material for one dev cluster: a throw-away CA, the serving certificates of kube-apiserver,
+kube-controller-manager and the optional JobSet controller manager (webhooks and metrics on loopback), the
+service-account signing key pair and the static token file (one token for the admin, one for each controller
+manager's own identity). The JobSet pair and token are made for every cluster: the API server reads the
+token file only when it starts, and ``--controllers jobset`` may be asked for later.
 
 A tiny CA signs the serving certificate (rather than a bare self-signed leaf) because strict X.509
 verification, as Python's ssl applies it, rejects a leaf certificate used as its own trust anchor.
@@ -26,6 +28,8 @@ SERVING_IPS = ("127.0.0.1", "10.96.0.1")
 ADMIN_USER = "paralleljob-admin"
 # The user the API server's bootstrap RBAC binds to the system:kube-controller-manager ClusterRole.
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
+# JobSet's controller manager acts as this user, with the ClusterRoles its module ships bound to it.
+JOBSET_USER = "jobset-controller-manager"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,9 @@ class Pki:
     controller_manager_cert: Path
     controller_manager_key: Path
     controller_manager_token: str
+    jobset_cert: Path
+    jobset_key: Path
+    jobset_token: str
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -90,10 +97,12 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
     # kube-controller-manager serves /healthz on loopback; a certificate from the same CA lets `up` verify it.
     loopback: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     kcm_key, kcm_cert = _serving_pair("kube-controller-manager", loopback, ca_key, ca_cert, not_before, not_after)
+    # JobSet's webhooks are called by the API server at https://127.0.0.1:<port>, so they need the same.
+    jobset_key, jobset_cert = _serving_pair("jobset-webhook", loopback, ca_key, ca_cert, not_before, not_after)
 
     # The API server signs service-account tokens with this key; RSA is what every verifier accepts.
     service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    token, kcm_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    token, kcm_token, jobset_token = (secrets.token_urlsafe(32) for _ in range(3))
     pki = Pki(
         ca_cert=directory / "ca.crt",
         serving_cert=directory / "apiserver.crt",
@@ -105,12 +114,17 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         controller_manager_cert=directory / "kube-controller-manager.crt",
         controller_manager_key=directory / "kube-controller-manager.key",
         controller_manager_token=kcm_token,
+        jobset_cert=directory / "jobset.crt",
+        jobset_key=directory / "jobset.key",
+        jobset_token=jobset_token,
     )
     _write(pki.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.serving_cert, serving_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.serving_key, _pem_key(serving_key))
     _write(pki.controller_manager_cert, kcm_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.controller_manager_key, _pem_key(kcm_key))
+    _write(pki.jobset_cert, jobset_cert.public_bytes(serialization.Encoding.PEM))
+    _write(pki.jobset_key, _pem_key(jobset_key))
     _write(pki.service_account_key, _pem_key(service_account_key))
     _write(
         pki.service_account_public_key,
@@ -124,6 +138,7 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
     lines = [
         f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"',
         f"{kcm_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}",
+        f"{jobset_token},{JOBSET_USER},{JOBSET_USER}",
     ]
     _write(pki.token_file, ("\n".join(lines) + "\n").encode())
     return pki

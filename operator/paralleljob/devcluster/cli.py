@@ -1,8 +1,9 @@
 """``paralleljob dev-cluster up|down|status|kubeconfig|build``: the local control plane from the shell.
 
 ``up`` returns once the GPU nodes are Ready and leaves etcd, kube-apiserver, kwok and kube-controller-manager
-running in their own session; ``kubeconfig`` prints the path to hand to kubectl; ``down`` stops exactly what
-``up`` started.
+(and, with ``--controllers jobset``, JobSet's controller manager) running in their own session;
+``kubeconfig`` prints the path to hand to kubectl; ``down`` stops exactly what ``up`` started; ``build``
+builds every binary, the optional controllers' included.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from typing import Any
 
 from paralleljob.devcluster import process, state
+from paralleljob.devcluster.versions import ADDONS
 
 
 def register(subparsers: Any) -> None:
@@ -42,10 +44,21 @@ def register(subparsers: Any) -> None:
         help="how nodes publish GPUs: allocatable nvidia.com/gpu + GFD labels, or DRA ResourceSlices of"
         " gpu.nvidia.com (default: %(default)s)",
     )
+    up_parser.add_argument(
+        "--controllers",
+        default="",
+        metavar="NAMES",
+        help=f"optional controllers to run too, comma-separated ({', '.join(sorted(ADDONS))}); default: none",
+    )
     add("down", "stop every process the cluster started and delete its files", _down)
     add("status", "show the cluster's processes and nodes", _status)
     add("kubeconfig", "print the path of the cluster's kubeconfig", _kubeconfig)
-    add("build", "build (or locate) the etcd, kube-apiserver, kube-controller-manager and kwok binaries", _build)
+    add(
+        "build",
+        "build (or locate) the etcd, kube-apiserver, kube-controller-manager and kwok binaries,"
+        " and those of the optional controllers (JobSet)",
+        _build,
+    )
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -58,8 +71,13 @@ def _up(args: argparse.Namespace) -> int:
     shape = NodeShape(
         count=args.nodes, gpus_per_node=args.gpus_per_node, nodes_per_rack=args.nodes_per_rack, gpu_api=args.gpu_api
     )
+    controllers = tuple(name.strip() for name in args.controllers.split(",") if name.strip())
+    unknown = sorted(set(controllers) - set(ADDONS))
+    if unknown:
+        print(f"unknown --controllers {', '.join(unknown)} (known: {', '.join(sorted(ADDONS))})", file=sys.stderr)
+        return 2
     try:
-        cluster = up(args.name, shape)
+        cluster = up(args.name, shape, controllers=controllers)
     except AlreadyRunning as exc:
         print(f"{exc}; run `paralleljob dev-cluster down --name {args.name}` first", file=sys.stderr)
         return 1
@@ -121,13 +139,14 @@ async def _node_summary(kubeconfig: str) -> str:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from paralleljob.devcluster.build import ensure_binaries
+    from paralleljob.devcluster.build import ensure_addon, ensure_binaries
 
     try:
         paths = ensure_binaries()
+        addons = {ADDONS[addon].name: ensure_addon(addon) / ADDONS[addon].name for addon in sorted(ADDONS)}
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1
-    for name, path in paths.items():
+    for name, path in {**paths, **addons}.items():
         print(f"{name}: {path}")
     return 0

@@ -3,7 +3,8 @@
 ``up`` builds missing binaries, starts etcd, kube-apiserver and kwok on free loopback ports, writes the
 kubeconfig, installs the CRDs, starts kube-controller-manager (after the CRDs, so its garbage collector
 watches ParallelJobs from its first discovery), creates the fake GPU nodes and returns once they are Ready
-and the controller manager is healthy. Every process is recorded in ``state.json`` the moment it starts,
+and the controller manager is healthy; with ``controllers=("jobset",)`` it then starts JobSet's controller
+manager too (``paralleljob.devcluster.jobset``). Every process is recorded in ``state.json`` the moment it starts,
 and a failure or Ctrl-C part-way tears down what was started, so nothing is left running behind an error.
 ``down`` stops the recorded processes by PID and removes the run directory.
 """
@@ -19,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from paralleljob.devcluster import controllermanager, controlplane, crds, dra, kwok, process, state
-from paralleljob.devcluster.build import ensure_binaries
-from paralleljob.devcluster.certs import Pki, write_pki
+from paralleljob.devcluster import controllermanager, controlplane, crds, dra, jobset, kwok, process, state
+from paralleljob.devcluster.build import ensure_addon, ensure_binaries
+from paralleljob.devcluster.certs import JOBSET_USER, Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
 from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes, wait_nodes_ready
-from paralleljob.devcluster.versions import versions
+from paralleljob.devcluster.versions import ADDONS, versions
 
 Report = Callable[[str], None]
 
@@ -61,9 +62,14 @@ def up(
     shape: NodeShape | None = None,
     report: Report = _stderr,
     die_with_caller: bool = False,
+    controllers: tuple[str, ...] = (),
 ) -> DevCluster:
-    """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests)."""
+    """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests);
+    ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``)."""
     shape = shape or NodeShape()
+    unknown = sorted(set(controllers) - set(ADDONS))
+    if unknown:
+        raise ValueError(f"unknown controllers {', '.join(unknown)} (known: {', '.join(sorted(ADDONS))})")
     existing = state.load(name)
     if existing is not None:
         if is_running(existing):
@@ -71,6 +77,8 @@ def up(
         down(name, report=lambda _: None)  # leftovers of a crashed run
     dra_mode = shape.gpu_api == "dra"
     binaries = ensure_binaries(report)
+    # Built before anything starts, so that a long build is not startup time.
+    addon_crds = [jobset.crd_dir(ensure_addon(addon, report)) for addon in controllers]
     started = time.monotonic()
     run_dir = state.run_dir(name)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -106,6 +114,11 @@ def up(
         kubeconfig = run_dir / "kubeconfig"
         write_kubeconfig(kubeconfig, server, pki.ca_cert, pki.admin_token, f"paralleljob-{name}")
         record.kubeconfig, record.server = str(kubeconfig), server
+        # Written for every cluster (cheap): JobSet may be started on it later (jobset.start_jobset).
+        write_kubeconfig(
+            run_dir / jobset.KUBECONFIG_NAME, server, pki.ca_cert, pki.jobset_token, f"paralleljob-{name}",
+            user=JOBSET_USER,
+        )  # fmt: skip
         _remember(record, kwok.start_kwok(binaries["kwok"], run_dir, kubeconfig, die_with_caller))
 
         def start_controller_manager() -> state.ProcessRecord:
@@ -122,10 +135,14 @@ def up(
             _remember(record, kcm)
             return kcm
 
-        installed, kcm = asyncio.run(_populate(kubeconfig, shape, record.processes, start_controller_manager))
+        installed, kcm = asyncio.run(
+            _populate(kubeconfig, shape, record.processes, start_controller_manager, addon_crds)
+        )
         controllermanager.wait_controller_manager(kcm, kcm_port, pki)
         record.nodes, record.shape = shape.names(), asdict(shape)
         state.save(record)
+        if "jobset" in controllers:
+            jobset.start_jobset(name, report, die_with_caller)
         crd_note = f", CRDs {', '.join(installed)}" if installed else ""
         api_note = f", GPUs as DRA devices ({dra.DRIVER})" if dra_mode else ""
         report(
@@ -161,13 +178,19 @@ async def _populate(
     shape: NodeShape,
     processes: list[state.ProcessRecord],
     after_crds: Callable[[], state.ProcessRecord],
+    extra_crd_dirs: list[Path],
 ) -> tuple[list[str], state.ProcessRecord]:
-    """Install CRDs, call ``after_crds`` and create the nodes; fail fast if a process dies meanwhile (a bad
-    kwok stage, say). The process ``after_crds`` starts is watched from then on too."""
+    """Install CRDs (the project's and ``extra_crd_dirs``', e.g. JobSet's), call ``after_crds`` and create
+    the nodes; fail fast if a process dies meanwhile (a bad kwok stage, say). The process ``after_crds``
+    starts is watched from then on too. Installing an add-on's CRD before kube-controller-manager starts
+    matters: its garbage collector discovers resources added later only at its 30 s resync, so until then
+    deleting a JobSet would not delete its Jobs."""
 
     async def work() -> tuple[list[str], state.ProcessRecord]:
         async with api_client(kubeconfig) as api:
             installed = await crds.install_crds(api)
+            for directory in extra_crd_dirs:
+                installed += await crds.install_crds(api, directory)
             started = after_crds()
             if shape.gpu_api == "dra":
                 await dra.publish_device_class(api)

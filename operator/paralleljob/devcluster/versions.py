@@ -20,12 +20,14 @@ _VERSION_PACKAGE = "k8s.io/component-base/version"
 
 @dataclass(frozen=True)
 class BinarySpec:
-    """One binary: the wrapper module that pins it and the Go package that is its main."""
+    """One binary: the wrapper module that pins it and the Go package that is its main, plus files of the
+    pinned module (CRDs, webhook and RBAC manifests) installed beside the binary, so they always match it."""
 
     name: str
     module_dir: str
     package: str
     pinned_module: str
+    module_files: tuple[str, ...] = ()
 
 
 BINARIES: tuple[BinarySpec, ...] = (
@@ -36,6 +38,25 @@ BINARIES: tuple[BinarySpec, ...] = (
     ),
     BinarySpec("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok"),
 )
+
+# Controllers a cluster runs only when asked (``up --controllers jobset``). Each is cached in a folder of its
+# own, so adding one never invalidates the core binaries' folder, and ``up`` without it never builds it.
+ADDONS: dict[str, BinarySpec] = {
+    "jobset": BinarySpec(
+        "jobset-controller-manager",
+        "jobset",
+        "sigs.k8s.io/jobset",
+        "sigs.k8s.io/jobset",
+        module_files=(
+            "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",
+            "config/components/webhook/manifests.yaml",
+            "config/components/webhook/patches/mutating-patch.yaml",
+            "config/components/webhook/patches/validating-patch.yaml",
+            "config/components/rbac/role.yaml",
+            "config/components/rbac/auth_proxy_role.yaml",
+        ),
+    ),
+}
 
 
 def repo_root() -> Path:
@@ -86,6 +107,16 @@ def binaries_dir(pins: dict[str, str] | None = None) -> Path:
     return cache_root() / "k8s" / key
 
 
+def addon_version(addon: str) -> str:
+    spec = ADDONS[addon]
+    return pinned_version(deploy_dir() / spec.module_dir, spec.pinned_module)
+
+
+def addon_dir(addon: str, version: str | None = None) -> Path:
+    """``<cache>/k8s/<addon binary>-<version>/``: the binary and the manifests from the same module."""
+    return cache_root() / "k8s" / f"{ADDONS[addon].name}-{version or addon_version(addon)}"
+
+
 def ldflags(spec: BinarySpec, version: str) -> str:
     """Linker flags: strip symbols, and stamp Kubernetes binaries so `kubectl version` reports sanely."""
     flags = ["-s", "-w"]
@@ -98,4 +129,6 @@ def ldflags(spec: BinarySpec, version: str) -> str:
             "gitTreeState": "clean",
         }
         flags += [f"-X {_VERSION_PACKAGE}.{key}={value}" for key, value in stamps.items()]
+    elif spec.pinned_module == "sigs.k8s.io/jobset":
+        flags.append(f"-X sigs.k8s.io/jobset/pkg/version.GitVersion={version}")  # as JobSet's Makefile does
     return " ".join(flags)
