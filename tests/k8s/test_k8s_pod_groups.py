@@ -48,6 +48,7 @@ def group_pod(
     namespace: str = "ns",
     scheduler: str = SCHEDULER_NAME,
     extra_annotations: dict[str, str] | None = None,
+    owner: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     annotations = {PARALLELISM_ANNOTATION: shape, **(extra_annotations or {})}
     if index is not None:
@@ -63,7 +64,7 @@ def group_pod(
             "resourceVersion": str(next(_uid)),
             "labels": {POD_GROUP_LABEL: group},
             "annotations": annotations,
-            "ownerReferences": [JOB_OWNER],
+            "ownerReferences": [owner or JOB_OWNER],
         },
         "spec": {
             "schedulerName": scheduler,
@@ -312,6 +313,41 @@ def test_a_group_whose_pods_are_all_gone_frees_its_gpus() -> None:
     fc.step()
     status = fc.job("ns/llm")["status"]
     assert (status["phase"], status["reason"]) == ("Succeeded", "PodGroupGone")
+
+
+def test_pods_of_a_recreated_owner_are_not_bound_into_the_stale_parallel_job() -> None:
+    """JobSet's restart deletes and recreates its Jobs under the same names: until the garbage collector
+    removes the old Job's ParallelJob, the new Job's pods must not be bound into its old slots."""
+    fc = cluster_with([group_pod(i) for i in range(4)])
+    no_writes_but_binds(fc)
+    assert fc.phase("ns/llm") == "Running"
+    fc.pods.clear()  # the old Job and its pods are gone; a new Job of the same name makes new pods
+    successor = {**JOB_OWNER, "uid": "uid-job-2"}
+    for i in range(4):
+        pod = group_pod(i, owner=successor)
+        fc.pods[("ns", pod["metadata"]["name"])] = pod
+    plan = fc.step()
+    assert all(not p["spec"].get("nodeName") for p in fc.pods.values()), "bound into the stale ParallelJob"
+    assert any("replacement of the ParallelJob's owner" in w for w in plan.warnings), plan.warnings
+    status = fc.job("ns/llm")["status"]
+    assert (status["phase"], status["reason"]) == ("Succeeded", "PodGroupGone")  # its GPUs are free
+    # the garbage collector removes the stale ParallelJob; the successor's pods are adopted anew and placed
+    del fc.jobs["ns/llm"]
+    plan = fc.step()
+    assert len(plan.adopt) == 1 and plan.adopt[0]["metadata"]["ownerReferences"][0]["uid"] == "uid-job-2"
+    fc.add_job(adopted(plan.adopt[0]))
+    no_writes_but_binds(fc)
+    assert fc.phase("ns/llm") == "Running"
+    assert all(p["spec"].get("nodeName") for p in fc.pods.values())
+
+
+def test_a_user_created_group_job_adopts_pods_of_any_owner() -> None:
+    fc = cluster_with([group_pod(i) for i in range(4)])
+    job = fc.job("ns/llm")
+    job["metadata"].pop("ownerReferences", None)
+    fc.add_job(job)
+    no_writes_but_binds(fc)
+    assert fc.phase("ns/llm") == "Running"
 
 
 def test_a_group_requeued_for_lack_of_room_keeps_its_pods() -> None:

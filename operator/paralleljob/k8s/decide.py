@@ -30,6 +30,7 @@ from paralleljob.k8s.podgroups import (
     group_requests,
     hold_until_complete,
     observe_group,
+    successors,
 )
 from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.podsync import delete_all, must_force, observe, sync_pods
@@ -127,7 +128,14 @@ def decide(
     for key, group_pods in groups.items():
         job = jobs.get(key)
         if job is not None and job.request is not None and job.request.pod_group:
-            pods_by_job[key] = group_pods
+            stale = successors(job.owners, group_pods)
+            if stale:
+                plan.warnings.append(
+                    f"pod group {key}: {len(stale)} pods belong to a replacement of the ParallelJob's owner;"
+                    " they wait until the garbage collector removes it and a new ParallelJob adopts them"
+                )
+            stale_keys = {p.key for p in stale}
+            pods_by_job[key] = [p for p in group_pods if p.key not in stale_keys]
         elif job is not None:
             plan.warnings.append(f"pod group {key}: the ParallelJob of that name does not adopt it (no spec.podGroup)")
         elif not observed.namespaces or group_pods[0].namespace in observed.namespaces:

@@ -106,6 +106,24 @@ def adopting_manifest(namespace: str, group: str, pods: Sequence[PodInfo]) -> di
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
 
 
+def successors(owners: Sequence[tuple[str, str, str]], pods: Sequence[PodInfo]) -> list[PodInfo]:
+    """Pods of the group made by a *replacement* of the adopting ParallelJob's owner: a controller of the
+    same kind and name as an owner but another UID (JobSet's restart deletes and recreates its child Jobs
+    under the same names). Such pods are not this ParallelJob's: it is garbage once its owner is gone, and
+    binding them into its old slots would strand the successor's gang (the successor's ParallelJob is
+    created, from those pods, once the garbage collector has removed this one)."""
+    replaced = {(kind, name): uid for kind, name, uid in owners if uid}
+    if not replaced:
+        return []  # created by a user, not adopted: every pod of the group is its own
+    out = []
+    for pod in pods:
+        controller = dict(pod.controller)
+        uid = replaced.get((controller.get("kind", ""), controller.get("name", "")))
+        if uid is not None and controller.get("uid") and controller["uid"] != uid:
+            out.append(pod)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class GroupState:
     ready: bool

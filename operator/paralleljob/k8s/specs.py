@@ -73,6 +73,7 @@ class JobObject:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     invalid_reason: str = "InvalidSpec"  # the condition reason for ``invalid`` (InvalidTemplate for the pods)
+    owners: tuple[tuple[str, str, str], ...] = ()  # its ownerReferences as (kind, name, uid)
 
     @property
     def key(self) -> str:
@@ -268,4 +269,15 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
         labels=metadata.get("labels") or {},
         annotations=metadata.get("annotations") or {},
         invalid_reason=invalid_reason,
+        owners=_owners(metadata.get("ownerReferences")),
+    )
+
+
+def _owners(refs: object) -> tuple[tuple[str, str, str], ...]:
+    if not isinstance(refs, list):
+        return ()
+    return tuple(
+        (str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
+        for ref in refs
+        if isinstance(ref, Mapping)
     )

@@ -26,6 +26,7 @@ from paralleljob.core.rankorder import RankOrder, slot_of
 from paralleljob.devcluster import state
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.jobset import start_jobset
+from paralleljob.devcluster.nodes import LEAF_LABEL
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.constants import (
     COMPLETION_INDEX_KEY,
@@ -217,11 +218,67 @@ def assert_ranks_on_their_slots(placement: dict[str, Any], pods: list[Any]) -> N
         assert not any(ref.kind == "ParallelJob" for ref in pod.metadata.owner_references or [])
 
 
+def test_jobsets_failure_policy_restarts_the_gang_and_it_is_placed_again_in_the_same_domain(
+    jobsets: Any, pjs: Jobs, kube: KubeSession
+) -> None:
+    """JobSet's own recovery, as ML JobSets are usually written: ``backoffLimit: 0`` makes a lost pod fail its
+    Job, and ``failurePolicy.maxRestarts`` makes JobSet recreate every child Job. The whole gang is new (new
+    Jobs, new pods, and so, by garbage collection and the operator, a new adopting ParallelJob); it is placed
+    again, in the same rack, each node rank on its slot."""
+    ns = pjs.namespace
+    document = example_jobset()
+    document["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 0
+    document["spec"]["failurePolicy"] = {"maxRestarts": 1}
+    kube.run(jobsets.create_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], document))
+    wait_for("the group's ParallelJob", lambda: any(i["metadata"]["name"] == GROUP for i in _adopted(pjs)))
+    status = pjs.wait_phase(GROUP, "Running", timeout_s=30)
+    first = {"uid": pjs.get(GROUP)["metadata"]["uid"], "pods": {p.metadata.uid for p in group_pods(kube, ns)}}
+    leaves = {_leaf(kube, s["node"]) for s in status["placement"]["pods"]}
+
+    started = time.monotonic()
+    victim = next(p for p in group_pods(kube, ns) if node_rank(p) == 3)
+    kube.run(kube.core.delete_namespaced_pod(victim.metadata.name, ns, grace_period_seconds=0))
+
+    def restarted_and_running() -> dict[str, Any] | None:
+        current = kube.run(jobsets.get_namespaced_custom_object(*JOBSET_API[:2], ns, JOBSET_API[2], GROUP))
+        pods = group_pods(kube, ns)
+        if (current.get("status") or {}).get("restarts") != 1 or len(pods) != 4:
+            return None
+        if any(p.metadata.uid in first["pods"] or not p.spec.node_name for p in pods):
+            return None
+        try:
+            adopted = pjs.get(GROUP)
+        except Exception:
+            return None
+        running = adopted.get("status", {}).get("phase") == "Running"
+        return adopted if running and adopted["metadata"]["uid"] != first["uid"] else None
+
+    try:
+        adopted = wait_for("JobSet restarted and the new gang Running", restarted_and_running, timeout_s=60)
+    except AssertionError as exc:
+        pods = [(p.metadata.name, p.metadata.uid in first["pods"], p.spec.node_name) for p in group_pods(kube, ns)]
+        adopted_now = pjs.get(GROUP) if any(i["metadata"]["name"] == GROUP for i in _adopted(pjs)) else {}
+        raise AssertionError(
+            f"{exc}\npods (name, from the first gang, node): {pods}\nadopting ParallelJob: {adopted_now}"
+            f"\noperator log:\n{pjs.operator.log_tail()}"
+        ) from None
+    took = time.monotonic() - started
+    placement = adopted["status"]["placement"]
+    assert_ranks_on_their_slots(placement, group_pods(kube, ns))
+    assert {_leaf(kube, s["node"]) for s in placement["pods"]} == leaves, "placed again in the same rack"
+    assert adopted["status"]["communicationCost"]["totalMs"] == status["communicationCost"]["totalMs"]
+    print(f"\n  pod deleted -> JobSet restarted, new gang Running: {took:.1f} s")
+
+
 def _adopted(pjs: Jobs) -> list[dict[str, Any]]:
     listed = pjs.kube.run(
         pjs.custom.list_namespaced_custom_object("paralleljob.dev", "v1alpha1", pjs.namespace, "paralleljobs")
     )
     return list(listed["items"])
+
+
+def _leaf(kube: KubeSession, node: str) -> str:
+    return str(kube.run(kube.core.read_node(node)).metadata.labels[LEAF_LABEL])
 
 
 def _ready_jobs(jobsets: Any, kube: KubeSession, namespace: str) -> int:
