@@ -147,7 +147,10 @@ class LiveView:
         wanted = {claim.key: claim for claim in claims}
         gone = [key for key, claim in self._claims.items() if wanted.get(key) != claim]
         new_claims = [claim for claim in claims if self._claims.get(claim.key) != claim]
-        if gone or new_claims:
+        # Older claims win a contested GPU, so while any claim is in conflict a change of the claims' order
+        # alone (dicts keep insertion order) can change the winners, just as a changed claim can.
+        reordered = bool(view.conflicts) and list(wanted) != list(self._claims)
+        if gone or new_claims or reordered:
             if view.conflicts:
                 raise NeedsRebuild("conflict")
             if self._ghosts(claims) != self._ghosts_now():
