@@ -76,7 +76,15 @@ def test_optional_parts_render_only_when_enabled(render: Render) -> None:
     assert one(objects, "ClusterRole", "-agent")["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["devicetaintrules"],
+            "verbs": ["list", "create", "update", "delete"],
+        },
     ]
+    no_dra = render("agent.enabled=true", "dra.driver=")
+    assert all(r["apiGroups"] == [""] for r in one(no_dra, "ClusterRole", "-agent")["rules"])
     policy = one(objects, "ValidatingAdmissionPolicy")
     assert "system:serviceaccount:pj-system:pj-paralleljob-agent" in policy["spec"]["matchConditions"][0]["expression"]
     without_policy = render("agent.enabled=true", "agent.ownNodePolicy=false", api_versions=[VAP])

@@ -6,6 +6,12 @@ signals differ from what was last written, plus a condition heartbeat every ``he
 every ``resync_s`` that repairs a signal someone else changed. Order matters because the operator reads
 ``GPUHealthy=False`` with an empty ``unhealthy-gpus`` as "every GPU broken": when the condition turns False
 the indices are written first, and when it turns True the condition is written first.
+
+On a DRA node (``--dra-driver``, and a ResourceSlice of that driver for this node) the agent also keeps one
+DeviceTaintRule per non-healthy GPU (``taintrules.py``), written after the annotation and compared with
+what it last wrote the same way; the slices are re-read every ``resync_s`` and whenever a non-healthy GPU's
+UUID is not among their devices. A cluster without the API (or a role without the verbs) is said once in
+the log, and the agent goes on with the annotation alone.
 """
 
 from __future__ import annotations
@@ -25,9 +31,19 @@ from paralleljob.agent.monitor import Monitor, PollResult
 from paralleljob.agent.nvml import NvmlSource
 from paralleljob.agent.signals import annotation_patch, blocking, condition_patch, find_condition, gpu_condition
 from paralleljob.agent.signals import health_detail as detail_of
+from paralleljob.agent.taintrules import (
+    NODE_LABEL,
+    DeviceRef,
+    devices_by_uuid,
+    node_label,
+    rule_changes,
+    wanted_rules,
+)
 from paralleljob.core.cluster import GPUHealth
 
 log = logging.getLogger("paralleljob.agent")
+
+REREAD_UNMATCHED_S = 10.0  # at most this often, slices are re-read for a GPU none of their devices has
 
 
 def rfc3339_now() -> str:
@@ -42,6 +58,7 @@ class AgentConfig:
     hysteresis: Hysteresis = field(default_factory=Hysteresis)
     heartbeat_s: float = 300.0
     resync_s: float = 60.0
+    dra_driver: str = ""  # empty: never look for DRA devices (the annotation only)
 
 
 Signals = tuple[frozenset[int], str | None, tuple[str, str, str]]
@@ -69,6 +86,13 @@ class Agent:
         self.written: Signals | None = None
         self.last_heartbeat = float("-inf")
         self.last_sync = float("-inf")
+        # DRA: this node's devices by UUID (None: to be read), the rules last written, and whether the API
+        # has what DeviceTaintRules need at all.
+        self.devices: dict[str, DeviceRef] | None = None
+        self.devices_read = float("-inf")
+        self.rules_written: dict[str, dict[str, object]] | None = None
+        self.rules_synced = float("-inf")
+        self.dra_off = not config.dra_driver
 
     async def poll(self) -> PollResult:
         xids = await asyncio.to_thread(self.source.wait_xids, self.config.interval_s)
@@ -84,6 +108,8 @@ class Agent:
         self.metrics.observe(result.sample, result.xids, result.tracks)
         if self.nodes is not None:
             await self.publish(result)
+            if not self.dra_off:
+                await self.publish_rules(result)
         return result
 
     async def publish(self, result: PollResult) -> None:
@@ -100,6 +126,64 @@ class Agent:
             log.warning("could not update node %s: %s", self.config.node, exc)
             return
         self.written, self.last_sync = wanted, now
+
+    async def publish_rules(self, result: PollResult) -> None:
+        """Bring this node's DeviceTaintRules in line with its GPUs' states (a no-op off DRA nodes)."""
+        assert self.nodes is not None
+        now = self.clock()
+        uuids = {index: uuid for uuid, index in self.monitor.uuids.items()}
+        try:
+            if self.devices is None or now - self.devices_read >= self.config.resync_s:
+                await self._read_devices(now)
+                if self.dra_off:
+                    return
+            wanted = wanted_rules(self.config.node, result.tracks, uuids, self.devices or {})
+            if wanted.unmatched and self.devices and now - self.devices_read >= REREAD_UNMATCHED_S:
+                await self._read_devices(now)  # a GPU not among the devices: the driver may have republished
+                wanted = wanted_rules(self.config.node, result.tracks, uuids, self.devices or {})
+            due = now - self.rules_synced >= self.config.resync_s
+            if wanted.rules == self.rules_written and (not due or not self.devices):
+                return  # unchanged, or not a DRA node (its leftovers were cleared at the first poll)
+            existing = await self.nodes.list_rules(f"{NODE_LABEL}={node_label(self.config.node)}")
+            changes = rule_changes(existing, wanted.rules)
+            for body in changes.create:
+                await self.nodes.create_rule(body)
+            for body in changes.update:
+                await self.nodes.replace_rule(body)
+            for name in changes.delete:
+                await self.nodes.delete_rule(name)
+        except NodeApiError as exc:
+            self.metrics.writes.labels(result="error").inc()
+            self.rules_written = None
+            log.warning("could not update the DeviceTaintRules of node %s: %s", self.config.node, exc)
+            return
+        if changes:
+            self.metrics.writes.labels(result="taintrules").inc()
+            log.info(
+                "DeviceTaintRules of node %s: created %s, updated %s, deleted %s",
+                self.config.node,
+                [b["metadata"]["name"] for b in changes.create] or "none",
+                [b["metadata"]["name"] for b in changes.update] or "none",
+                list(changes.delete) or "none",
+            )
+        for index in wanted.unmatched:
+            log.warning("GPU %d (%s) is not a device of any ResourceSlice of this node", index, uuids.get(index))
+        self.rules_written, self.rules_synced = wanted.rules, now
+
+    async def _read_devices(self, now: float) -> None:
+        assert self.nodes is not None
+        try:
+            slices = await self.nodes.list_slices()
+        except NodeApiError as exc:
+            if exc.status not in (403, 404):
+                raise
+            log.warning(
+                "cannot list ResourceSlices (%s); GPU health goes to the node's annotation only, no DeviceTaintRules",
+                exc,
+            )
+            self.dra_off = True
+            return
+        self.devices, self.devices_read = devices_by_uuid(slices, self.config.node, self.config.dra_driver), now
 
     async def _write(self, wanted: Signals, heartbeat_due: bool) -> None:
         assert self.nodes is not None
