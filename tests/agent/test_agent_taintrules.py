@@ -24,9 +24,11 @@ from paralleljob.agent.taintrules import (
     rule_name,
     wanted_rules,
 )
+from paralleljob.agent.taintrules import device_order as agent_device_order
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.devcluster.dra import device_uuid, resource_slice_manifest
 from paralleljob.devcluster.nodes import NodeShape
+from paralleljob.k8s.dra import device_order as operator_device_order
 from paralleljob.k8s.taintrules import parse_taint_rule
 from tests.agent.fakes import FakeNode, fake_nvml
 
@@ -43,11 +45,14 @@ def dev_slice(node: str = NODE, generation: int = 1) -> dict[str, Any]:
 class FakeDraNode(FakeNode):
     """A Node plus the node's ResourceSlices and a DeviceTaintRule store with the API's name uniqueness."""
 
-    def __init__(self, slices: list[dict[str, Any]] | None = None, missing_api: bool = False) -> None:
+    def __init__(
+        self, slices: list[dict[str, Any]] | None = None, missing_api: bool = False, missing_rules: bool = False
+    ) -> None:
         super().__init__(NODE)
         self.slices = slices if slices is not None else [dev_slice()]
         self.rules: dict[str, dict[str, Any]] = {}
         self.missing_api = missing_api
+        self.missing_rules = missing_rules
         self.rule_writes: list[str] = []
         self.rv_rules = 100
 
@@ -59,6 +64,8 @@ class FakeDraNode(FakeNode):
 
     async def list_rules(self, label_selector: str) -> list[dict[str, Any]]:
         self.calls.append("list_rules")
+        if self.missing_rules:
+            raise NodeApiError(404, "the server could not find the requested resource")
         key, _, value = label_selector.partition("=")
         return [copy.deepcopy(r) for r in self.rules.values() if r["metadata"]["labels"].get(key) == value]
 
@@ -122,8 +129,8 @@ def test_devices_by_uuid_reads_this_nodes_newest_full_gpus() -> None:
     other_node = dev_slice("gpu-node-001")
     devices = devices_by_uuid([old, new, other_node], NODE, DRIVER)
     assert devices == {
-        device_uuid(NODE, 0): DeviceRef(DRIVER, NODE, "gpu-0"),
-        device_uuid(NODE, 1): DeviceRef(DRIVER, NODE, "gpu-1"),
+        device_uuid(NODE, 0): DeviceRef(DRIVER, NODE, "gpu-0", 0),
+        device_uuid(NODE, 1): DeviceRef(DRIVER, NODE, "gpu-1", 1),
     }
     assert devices_by_uuid([old], NODE, "other.example.com") == {}
 
@@ -224,7 +231,7 @@ def test_agent_without_slices_for_its_node_writes_no_rules_and_stops_asking() ->
     agent, clock = make_agent([{"poll": 1, "gpu": 2, "xid": 79, "set": {"lost": True}}], node)
     asyncio.run(polls(agent, clock, 6))
     assert node.rules == {} and node.annotation(UNHEALTHY_GPUS_ANNOTATION) == "2"
-    assert node.calls.count("list_rules") == 1  # leftovers looked for once, at start
+    assert "list_rules" not in node.calls  # not a DRA node: no rule is ever looked at
     assert node.calls.count("list_slices") == 1
 
 
@@ -234,3 +241,28 @@ def test_agent_on_a_cluster_without_the_api_goes_on_with_the_annotation() -> Non
     asyncio.run(polls(agent, clock, 4))
     assert node.annotation(UNHEALTHY_GPUS_ANNOTATION) == "2"
     assert node.calls.count("list_slices") == 1 and "list_rules" not in node.calls
+
+
+def test_device_order_is_the_operators() -> None:
+    names = ["gpu-10", "gpu-2", "nvlink-switch", "gpu-0", "gpu-1", "abc"]
+    assert sorted(names, key=agent_device_order) == sorted(names, key=operator_device_order)
+
+
+def test_annotation_numbers_gpus_by_device_when_nvml_enumerates_them_otherwise() -> None:
+    """NVML's index 1 is device gpu-6 here: the operator calls that GPU 6, so the annotation must too."""
+    node = FakeDraNode()
+    reversed_uuids = [{"poll": 0, "gpu": i, "set": {"uuid": device_uuid(NODE, 7 - i)}} for i in range(8)]
+    agent, clock = make_agent([*reversed_uuids, {"poll": 1, "gpu": 1, "xid": 79, "set": {"lost": True}}], node)
+    asyncio.run(polls(agent, clock, 2))
+    assert node.annotation(UNHEALTHY_GPUS_ANNOTATION) == "6"
+    assert sorted(node.rules) == ["gpu-health.gpu-node-000.gpu-6"]
+    assert node.info().unhealthy_gpus == frozenset({6})
+
+
+def test_agent_on_a_cluster_without_rules_still_numbers_by_device_and_stops_asking() -> None:
+    node = FakeDraNode(missing_rules=True)
+    reversed_uuids = [{"poll": 0, "gpu": i, "set": {"uuid": device_uuid(NODE, 7 - i)}} for i in range(8)]
+    agent, clock = make_agent([*reversed_uuids, {"poll": 1, "gpu": 0, "xid": 79, "set": {"lost": True}}], node)
+    asyncio.run(polls(agent, clock, 5))
+    assert node.annotation(UNHEALTHY_GPUS_ANNOTATION) == "7"
+    assert node.calls.count("list_rules") == 1

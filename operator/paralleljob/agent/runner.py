@@ -21,10 +21,10 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paralleljob.agent.classify import Thresholds
-from paralleljob.agent.hysteresis import Hysteresis
+from paralleljob.agent.hysteresis import GpuTrack, Hysteresis
 from paralleljob.agent.kube import NodeApiError, NodeClient
 from paralleljob.agent.metrics import AgentMetrics
 from paralleljob.agent.monitor import Monitor, PollResult
@@ -93,6 +93,7 @@ class Agent:
         self.rules_written: dict[str, dict[str, object]] | None = None
         self.rules_synced = float("-inf")
         self.dra_off = not config.dra_driver
+        self.rules_off = False  # the API has no DeviceTaintRules for us (said once)
 
     async def poll(self) -> PollResult:
         xids = await asyncio.to_thread(self.source.wait_xids, self.config.interval_s)
@@ -107,14 +108,29 @@ class Agent:
             )
         self.metrics.observe(result.sample, result.xids, result.tracks)
         if self.nodes is not None:
-            await self.publish(result)
             if not self.dra_off:
+                await self.refresh_devices(result)
+            await self.publish(result)
+            if not self.dra_off and not self.rules_off:
                 await self.publish_rules(result)
         return result
 
+    def node_tracks(self, tracks: dict[int, GpuTrack]) -> dict[int, GpuTrack]:
+        """The tracks keyed as the operator numbers this node's GPUs. On a DRA node that is the device
+        order of the pool (``gpu-<n>`` by n), not NVML's enumeration: the GPU whose UUID is device ``gpu-5``
+        is index 5 of the annotation, whatever NVML calls it. If any GPU has no device, NVML's numbering
+        is kept (a partial mapping could name two GPUs alike)."""
+        if not self.devices:
+            return tracks
+        uuids = {index: uuid for uuid, index in self.monitor.uuids.items()}
+        refs = {index: self.devices.get(uuids.get(index, "")) for index in tracks}
+        if any(ref is None for ref in refs.values()):
+            return tracks
+        return {ref.index: tracks[index] for index, ref in refs.items() if ref is not None}
+
     async def publish(self, result: PollResult) -> None:
         now = self.clock()
-        wanted = signals_of(result)
+        wanted = signals_of(replace(result, tracks=self.node_tracks(result.tracks)))
         heartbeat_due = now - self.last_heartbeat >= self.config.heartbeat_s
         if wanted == self.written and not heartbeat_due and now - self.last_sync < self.config.resync_s:
             return
@@ -127,23 +143,47 @@ class Agent:
             return
         self.written, self.last_sync = wanted, now
 
+    async def refresh_devices(self, result: PollResult) -> None:
+        """Read the node's slices when due: at the first poll, every ``resync_s``, and (at most every
+        ``REREAD_UNMATCHED_S``) when a non-healthy GPU's UUID is not among the devices read."""
+        now = self.clock()
+        due = self.devices is None or now - self.devices_read >= self.config.resync_s
+        if not due and self.devices and now - self.devices_read >= REREAD_UNMATCHED_S:
+            uuids = {index: uuid for uuid, index in self.monitor.uuids.items()}
+            due = any(
+                uuids.get(index, "") not in self.devices
+                for index, track in result.tracks.items()
+                if track.state is not GPUHealth.HEALTHY
+            )
+        if not due:
+            return
+        try:
+            slices = await self.nodes.list_slices() if self.nodes is not None else []
+        except NodeApiError as exc:
+            if exc.status in (403, 404):
+                log.warning(
+                    "cannot list ResourceSlices (%s); GPU health goes to the node's annotation only,"
+                    " no DeviceTaintRules",
+                    exc,
+                )
+                self.dra_off = True
+            else:
+                self.metrics.writes.labels(result="error").inc()
+                log.warning("could not list the ResourceSlices of node %s: %s", self.config.node, exc)
+            return
+        self.devices, self.devices_read = devices_by_uuid(slices, self.config.node, self.config.dra_driver), now
+
     async def publish_rules(self, result: PollResult) -> None:
         """Bring this node's DeviceTaintRules in line with its GPUs' states (a no-op off DRA nodes)."""
         assert self.nodes is not None
+        if not self.devices:
+            return  # not a DRA node, or its slices could not be read yet
         now = self.clock()
         uuids = {index: uuid for uuid, index in self.monitor.uuids.items()}
+        wanted = wanted_rules(self.config.node, result.tracks, uuids, self.devices)
+        if wanted.rules == self.rules_written and now - self.rules_synced < self.config.resync_s:
+            return
         try:
-            if self.devices is None or now - self.devices_read >= self.config.resync_s:
-                await self._read_devices(now)
-                if self.dra_off:
-                    return
-            wanted = wanted_rules(self.config.node, result.tracks, uuids, self.devices or {})
-            if wanted.unmatched and self.devices and now - self.devices_read >= REREAD_UNMATCHED_S:
-                await self._read_devices(now)  # a GPU not among the devices: the driver may have republished
-                wanted = wanted_rules(self.config.node, result.tracks, uuids, self.devices or {})
-            due = now - self.rules_synced >= self.config.resync_s
-            if wanted.rules == self.rules_written and (not due or not self.devices):
-                return  # unchanged, or not a DRA node (its leftovers were cleared at the first poll)
             existing = await self.nodes.list_rules(f"{NODE_LABEL}={node_label(self.config.node)}")
             changes = rule_changes(existing, wanted.rules)
             for body in changes.create:
@@ -153,6 +193,12 @@ class Agent:
             for name in changes.delete:
                 await self.nodes.delete_rule(name)
         except NodeApiError as exc:
+            if exc.status in (403, 404) and self.rules_written is None:
+                # Before 1.36, without resource.k8s.io/v1beta2 or the DRADeviceTaintRules gate, or without
+                # the verbs: the annotation alone then (numbered by device as above).
+                log.warning("cannot list DeviceTaintRules (%s); GPU health goes to the node annotation only", exc)
+                self.rules_off = True
+                return
             self.metrics.writes.labels(result="error").inc()
             self.rules_written = None
             log.warning("could not update the DeviceTaintRules of node %s: %s", self.config.node, exc)
@@ -169,21 +215,6 @@ class Agent:
         for index in wanted.unmatched:
             log.warning("GPU %d (%s) is not a device of any ResourceSlice of this node", index, uuids.get(index))
         self.rules_written, self.rules_synced = wanted.rules, now
-
-    async def _read_devices(self, now: float) -> None:
-        assert self.nodes is not None
-        try:
-            slices = await self.nodes.list_slices()
-        except NodeApiError as exc:
-            if exc.status not in (403, 404):
-                raise
-            log.warning(
-                "cannot list ResourceSlices (%s); GPU health goes to the node's annotation only, no DeviceTaintRules",
-                exc,
-            )
-            self.dra_off = True
-            return
-        self.devices, self.devices_read = devices_by_uuid(slices, self.config.node, self.config.dra_driver), now
 
     async def _write(self, wanted: Signals, heartbeat_due: bool) -> None:
         assert self.nodes is not None

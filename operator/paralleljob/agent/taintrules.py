@@ -43,6 +43,17 @@ class DeviceRef:
     driver: str
     pool: str
     device: str
+    index: int  # the operator's index of this GPU on its node: its place in device order (below)
+
+
+_NAME_NUMBER = re.compile(r"^gpu-(\d+)$")
+
+
+def device_order(name: str) -> tuple[int, int, str]:
+    """``gpu-<n>`` by n, other names after them: must equal ``paralleljob.k8s.dra.device_order`` (a unit
+    test pins them), which numbers a DRA node's GPUs for the operator; the agent does not import it."""
+    match = _NAME_NUMBER.match(name)
+    return (0, int(match.group(1)), name) if match else (1, 0, name)
 
 
 def _string(attributes: object, name: str) -> str:
@@ -62,7 +73,7 @@ def devices_by_uuid(slices: Iterable[Mapping[str, Any]], node: str, driver: str)
         pool = (item.get("spec") or {}).get("pool") or {}
         name = str(pool.get("name") or "")
         newest[name] = max(newest.get(name, 0), int(pool.get("generation") or 0))
-    out: dict[str, DeviceRef] = {}
+    found: dict[str, tuple[str, str]] = {}  # uuid -> (pool, device)
     for item in mine:
         spec = item.get("spec") or {}
         pool = spec.get("pool") or {}
@@ -74,8 +85,9 @@ def devices_by_uuid(slices: Iterable[Mapping[str, Any]], node: str, driver: str)
                 continue  # MIG and VFIO devices carry their parent's UUID too; taint the full GPU only
             uuid = _string(device.get("attributes"), "uuid")
             if uuid and device.get("name"):
-                out[uuid] = DeviceRef(driver, name, str(device["name"]))
-    return out
+                found[uuid] = (name, str(device["name"]))
+    order = {pool: sorted({d for p, d in found.values() if p == pool}, key=device_order) for pool in newest}
+    return {uuid: DeviceRef(driver, pool, d, order[pool].index(d)) for uuid, (pool, d) in found.items()}
 
 
 def node_label(node: str) -> str:
