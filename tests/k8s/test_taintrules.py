@@ -4,15 +4,23 @@ own taints, and patched into the kept cluster view so that it stays equal to a r
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
-from paralleljob.k8s.config import DraConfig
+import pytest
+
+from paralleljob.core.cluster import GPUHealth
+from paralleljob.k8s.api import ApiError
+from paralleljob.k8s.config import DraConfig, OperatorConfig
 from paralleljob.k8s.dra import node_gpus, overlay_nodes, parse_slice
 from paralleljob.k8s.dranodes import OverlaidNodes
 from paralleljob.k8s.liveview import LiveView
+from paralleljob.k8s.metrics import Metrics
 from paralleljob.k8s.nodes import parse_node
+from paralleljob.k8s.reconciler import Reconciler
+from paralleljob.k8s.runner import _watch_taint_rules
 from paralleljob.k8s.store import ObjectStore
-from paralleljob.k8s.taintrules import DeviceSelector, DeviceTaint, TaintRuleInfo, parse_taint_rule
+from paralleljob.k8s.taintrules import TAINT_RULES_PATH, DeviceSelector, DeviceTaint, TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.view import build_view
 from tests.k8s.test_dra import CONFIG, DRA, dra_node, gpu, resource_slice
 from tests.k8s.test_dra_liveview import DraWorld, _assert_equal
@@ -116,3 +124,56 @@ def test_rule_changes_are_patched_into_the_kept_view() -> None:
     world.delete(world.rules, "", "b3")
     assert (free("b-dra"), free("c-dra")) == (8, 8)
     assert live.rebuilds == {"start": 1}, live.rebuilds  # every rule change patched in, never rebuilt
+
+
+class NoRulesApi:
+    """A Kube that serves everything but DeviceTaintRules (a cluster before 1.36, or the gate off)."""
+
+    def __init__(self) -> None:
+        self.lists: list[str] = []
+
+    async def list(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        self.lists.append(path)
+        if path == TAINT_RULES_PATH:
+            raise ApiError(404, "the server could not find the requested resource")
+        return [], "1"
+
+
+def test_a_cluster_without_device_taint_rules_is_logged_once_and_the_operator_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube = NoRulesApi()
+    reconciler = Reconciler(cast(Any, kube), OperatorConfig(), Metrics())
+
+    async def scenario() -> None:
+        await reconciler.resync()
+        await _watch_taint_rules(cast(Any, kube), reconciler)  # returns instead of retrying forever
+        await reconciler.resync()
+
+    asyncio.run(scenario())
+    assert reconciler.synced.is_set() and reconciler.taint_rules_missing
+    assert kube.lists.count(TAINT_RULES_PATH) == 2  # the first resync and the watch; never again after
+    assert (
+        len([r for r in caplog.records if "DeviceTaintRules" in r.getMessage() or "devicetaintrules" in r.getMessage()])
+        == 1
+    )
+
+
+def test_the_reconciler_reads_rules_from_its_watch_into_decisions_and_the_kept_view() -> None:
+    async def scenario() -> Reconciler:
+        reconciler = Reconciler(cast(Any, object()), OperatorConfig(view_check_passes=1), Metrics())
+        reconciler.on_event("node", "ADDED", dra_node("n1"))
+        reconciler.on_event("resourceslice", "ADDED", resource_slice("n1", [gpu(i) for i in range(8)]))
+        await reconciler.pass_once()
+        reconciler.on_event("devicetaintrule", "ADDED", rule("r", pool="n1", device="gpu-4"))
+        assert [n.unhealthy_gpus for n in reconciler.gpu_nodes()] == [frozenset({4})]
+        await reconciler.pass_once()
+        kept = reconciler.view.live.view
+        assert kept is not None and kept.state is not None and kept.state.health[4] is GPUHealth.OFFLINE
+        reconciler.on_event("devicetaintrule", "DELETED", rule("r", pool="n1", device="gpu-4"))
+        assert [n.unhealthy_gpus for n in reconciler.gpu_nodes()] == [frozenset()]
+        await reconciler.pass_once()
+        return reconciler
+
+    reconciler = asyncio.run(scenario())
+    assert reconciler.view.checks == 2 and reconciler.view.mismatches == 0
