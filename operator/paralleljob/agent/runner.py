@@ -10,8 +10,9 @@ the indices are written first, and when it turns True the condition is written f
 On a DRA node (``--dra-driver``, and a ResourceSlice of that driver for this node) the agent also keeps one
 DeviceTaintRule per non-healthy GPU (``taintrules.py``), written after the annotation and compared with
 what it last wrote the same way; the slices are re-read every ``resync_s`` and whenever a non-healthy GPU's
-UUID is not among their devices. A cluster without the API (or a role without the verbs) is said once in
-the log, and the agent goes on with the annotation alone.
+UUID is not among their devices (at most every ``REREAD_UNMATCHED_S``). There the annotation numbers GPUs
+by device, as the operator does on DRA nodes (:meth:`Agent.node_tracks`). A cluster without the API (or a
+role without the verbs) is said once in the log, and the agent goes on with the annotation alone.
 """
 
 from __future__ import annotations
