@@ -19,6 +19,7 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("resource.k8s.io", "resourceslices"): frozenset({"list", "watch"}),  # DRA: GPUs as devices (dra.driver)
     ("resource.k8s.io", "resourceclaims"): frozenset({"list", "watch"}),  # DRA: devices others hold
     ("resource.k8s.io", "resourceclaims/binding"): frozenset({"patch"}),  # DRA: allocating (checked cluster-wide)
+    ("resource.k8s.io", "devicetaintrules"): frozenset({"list", "watch"}),  # DRA: device taints as GPU health
 }
 # What it does to jobs and their workers: cluster-wide, or per namespace when operator.namespaces is set.
 WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {

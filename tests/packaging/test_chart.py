@@ -76,11 +76,27 @@ def test_optional_parts_render_only_when_enabled(render: Render) -> None:
     assert one(objects, "ClusterRole", "-agent")["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["devicetaintrules"],
+            "verbs": ["list", "create", "update", "delete"],
+        },
     ]
-    policy = one(objects, "ValidatingAdmissionPolicy")
-    assert "system:serviceaccount:pj-system:pj-paralleljob-agent" in policy["spec"]["matchConditions"][0]["expression"]
+    no_dra = render("agent.enabled=true", "dra.driver=")
+    assert all(r["apiGroups"] == [""] for r in one(no_dra, "ClusterRole", "-agent")["rules"])
+    for suffix in ("-own-node", "-own-devices"):  # its Node, and on DRA nodes its DeviceTaintRules
+        policy = one(objects, "ValidatingAdmissionPolicy", suffix)
+        assert (
+            "system:serviceaccount:pj-system:pj-paralleljob-agent" in policy["spec"]["matchConditions"][0]["expression"]
+        )
+        assert one(objects, "ValidatingAdmissionPolicyBinding", suffix)["spec"]["policyName"].endswith(suffix)
     without_policy = render("agent.enabled=true", "agent.ownNodePolicy=false", api_versions=[VAP])
     assert not by_kind(without_policy, "ValidatingAdmissionPolicy")
+    without_dra = render("agent.enabled=true", "dra.driver=", api_versions=[VAP])
+    assert [p["metadata"]["name"] for p in by_kind(without_dra, "ValidatingAdmissionPolicy")] == [
+        "pj-paralleljob-agent-own-node"
+    ]
 
 
 def test_service_monitor_needs_the_service(helm: dict[str, str]) -> None:

@@ -40,6 +40,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--thermal-threshold", type=float, default=85.0, help="Degraded at or above, C (default: 85)")
     p.add_argument("--recover-polls", type=int, default=3, help="healthy polls before recovery (default: 3)")
     p.add_argument("--hold-seconds", type=float, default=60.0, help="minimum time down after the last fault")
+    p.add_argument(
+        "--dra-driver",
+        default=os.environ.get("PARALLELJOB_DRA_DRIVER", "gpu.nvidia.com"),
+        help="on a node with a ResourceSlice of this DRA driver, also write a DeviceTaintRule per unhealthy GPU"
+        " (default: %(default)s; empty: never)",
+    )
     p.add_argument("--log-level", default=os.environ.get("PARALLELJOB_LOG_LEVEL", "INFO"))
     p.set_defaults(handler=main)
 
@@ -74,6 +80,7 @@ def main(args: argparse.Namespace) -> int:
         interval_s=args.interval,
         thresholds=Thresholds(thermal_c=args.thermal_threshold),
         hysteresis=Hysteresis(recover_polls=args.recover_polls, hold_seconds=args.hold_seconds),
+        dra_driver=args.dra_driver.strip(),
     )
     try:
         source = _source(args)

@@ -1,5 +1,6 @@
 """The agent's only API calls, on its own Node: read it, merge-patch its annotations, strategic-merge-patch
-its ``GPUHealthy`` condition (``status.conditions`` merges by type, so kubelet's conditions are untouched).
+its ``GPUHealthy`` condition (``status.conditions`` merges by type, so kubelet's conditions are untouched);
+and on a DRA node, list the node's ResourceSlices and keep its DeviceTaintRules (``taintrules.py``).
 
 kubernetes_asyncio with raw JSON in and out, as the operator does; in a pod the service account is used,
 elsewhere ``--kubeconfig`` / ``$KUBECONFIG``.
@@ -28,6 +29,7 @@ class NodeClient:
         self.api = api
         self.node = node
         self.core: Any = client.CoreV1Api(api)  # Any: dict bodies, raw responses
+        self.custom: Any = client.CustomObjectsApi(api)
 
     @classmethod
     async def connect(cls, node: str, kubeconfig: str | None = None) -> NodeClient:
@@ -66,6 +68,39 @@ class NodeClient:
         return await self._call(
             self.core.patch_node_status, self.node, dict(patch), _content_type="application/strategic-merge-patch+json"
         )
+
+    async def list_slices(self) -> list[dict[str, Any]]:
+        """This node's ResourceSlices (every driver's; the caller picks its driver)."""
+        body = await self._call(
+            self.custom.list_cluster_custom_object,
+            "resource.k8s.io",
+            "v1",
+            "resourceslices",
+            field_selector=f"spec.nodeName={self.node}",
+        )
+        return [i for i in body.get("items") or [] if isinstance(i, dict)]
+
+    async def list_rules(self, label_selector: str) -> list[dict[str, Any]]:
+        body = await self._call(self.custom.list_cluster_custom_object, *RULES, label_selector=label_selector)
+        return [i for i in body.get("items") or [] if isinstance(i, dict)]
+
+    async def create_rule(self, body: Mapping[str, Any]) -> None:
+        await self._call(self.custom.create_cluster_custom_object, *RULES, dict(body))
+
+    async def replace_rule(self, body: Mapping[str, Any]) -> None:
+        """A full update carrying the resourceVersion read (409 when someone else changed it meanwhile)."""
+        name = body["metadata"]["name"]
+        await self._call(self.custom.replace_cluster_custom_object, *RULES, name, dict(body))
+
+    async def delete_rule(self, name: str) -> None:
+        try:
+            await self._call(self.custom.delete_cluster_custom_object, *RULES, name)
+        except NodeApiError as exc:
+            if exc.status != 404:  # already gone: what was wanted
+                raise
+
+
+RULES = ("resource.k8s.io", "v1beta2", "devicetaintrules")
 
 
 def _message(body: str) -> str:

@@ -19,8 +19,9 @@ driver also publishes MIG devices and VFIO devices with other types); the Device
 not evaluated here. Only slices bound to one node (``spec.nodeName``) are read, and only the newest
 generation of a pool: a driver replacing its slices leaves older ones behind until it deletes them.
 
-**Taints.** A device taint (in the slice) with effect ``NoExecute`` makes that GPU unhealthy (its job is
-repaired); ``NoSchedule`` and ``None`` make it Degraded: it keeps its job and gets no new one.
+**Taints.** A device taint — in the slice, or from a DeviceTaintRule that selects the device
+(``taintrules.py``) — with effect ``NoExecute`` makes that GPU unhealthy (its job is repaired);
+``NoSchedule`` and ``None`` make it Degraded: it keeps its job and gets no new one.
 
 **Used devices.** Every device of this driver in the ``status.allocation`` of a ResourceClaim counts as
 used. The operator's own claims (``claims.py``) are no exception: the view loads placement records
@@ -39,6 +40,7 @@ from paralleljob.k8s.config import DraConfig
 from paralleljob.k8s.constants import JOB_LABEL, POD_LABEL
 from paralleljob.k8s.nodes import DraGpus, NodeInfo
 from paralleljob.k8s.quantity import QuantityError, parse_quantity
+from paralleljob.k8s.taintrules import TAINT_EFFECTS, DeviceTaint, TaintRuleInfo, taints_for
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICES_PATH = f"{RESOURCE_API}/resourceslices"
@@ -47,16 +49,8 @@ PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
 GPU_TYPE = "gpu"
 GIB = 1024**3
-TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
 
 _NAME_NUMBER = re.compile(r"^gpu-(\d+)$")
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceTaint:
-    key: str
-    value: str
-    effect: str  # NoSchedule | NoExecute | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +227,10 @@ def parse_claim(body: Mapping[str, Any]) -> ClaimInfo:
     )
 
 
-def node_gpus(slices: Iterable[SliceInfo], driver: str) -> dict[str, NodeGpus]:
-    """Per node: the GPUs of its pool's newest generation, in index order."""
+def node_gpus(slices: Iterable[SliceInfo], driver: str, rules: Iterable[TaintRuleInfo] = ()) -> dict[str, NodeGpus]:
+    """Per node: the GPUs of its pool's newest generation, in index order, each with its slice's taints and
+    those of the DeviceTaintRules that select it (``taintrules.py``)."""
+    rules = [r for r in rules if not r.selector.matches_nothing]
     pools: dict[tuple[str, str], list[SliceInfo]] = {}
     for item in slices:
         if item.driver == driver and item.node:
@@ -251,6 +247,8 @@ def node_gpus(slices: Iterable[SliceInfo], driver: str) -> dict[str, NodeGpus]:
                 " using the devices published so far"
             )
         devices = sorted({d.name: d for m in current for d in m.devices}.values(), key=lambda d: device_order(d.name))
+        if rules:
+            devices = [replace(d, taints=d.taints + taints_for(rules, driver, pool, d.name)) for d in devices]
         if node in out:
             warnings.append(f"node {node} has more than one pool of driver {driver}; using {out[node].pool}")
             out[node] = replace(out[node], warnings=out[node].warnings + tuple(warnings))
@@ -309,11 +307,12 @@ def overlay_nodes(
     claims: Iterable[ClaimInfo],
     config: DraConfig,
     default_memory_gib: float,
+    rules: Iterable[TaintRuleInfo] = (),
 ) -> list[NodeInfo]:
     """Every node, those with a pool of the configured driver seen through it; the rest unchanged."""
     if not config.enabled:
         return list(nodes)
-    pools = node_gpus(slices, config.driver)
+    pools = node_gpus(slices, config.driver, rules)
     if not pools:
         return list(nodes)
     held = held_devices(claims, config.driver)

@@ -3,9 +3,11 @@ through its ResourceSlice (``dra.overlay_node``), every other node as its Node o
 
 The view (``liveview.py``) patches per changed node, so this source reports *which* nodes changed: a Node
 written, or — when a slice or a claim changed — every node whose overlaid value differs from the one last
-reported. Slices and claims change when pools are republished and when gangs get their claims, not on every
-node heartbeat, so re-deriving the DRA nodes then costs O(DRA nodes) at those moments only. A re-list of
-any of the three stores makes the view start over, as a node re-list does.
+reported. DeviceTaintRules (``taintrules.py``) are read the same way: a rule created, changed or deleted
+re-derives the pools and reports the nodes whose GPUs it taints or untaints. Slices, claims and rules change
+when pools are republished, when gangs get their claims and when a GPU's health changes, not on every node
+heartbeat, so re-deriving the DRA nodes then costs O(DRA nodes) at those moments only. A re-list of any of
+the four stores makes the view start over, as a node re-list does.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from paralleljob.k8s.config import DraConfig
 from paralleljob.k8s.dra import ClaimInfo, NodeGpus, SliceInfo, held_devices, node_gpus, overlay_node
 from paralleljob.k8s.nodes import NodeInfo
 from paralleljob.k8s.store import ObjectStore
+from paralleljob.k8s.taintrules import TaintRuleInfo, parse_taint_rule
 
 
 class OverlaidNodes:
@@ -26,10 +29,12 @@ class OverlaidNodes:
         claims: ObjectStore[ClaimInfo],
         config: DraConfig,
         default_memory_gib: float,
+        rules: ObjectStore[TaintRuleInfo] | None = None,
     ) -> None:
         self.nodes = nodes
         self.slices = slices
         self.claims = claims
+        self.rules: ObjectStore[TaintRuleInfo] = rules if rules is not None else ObjectStore(parse_taint_rule)
         self.config = config
         self.default_memory_gib = default_memory_gib
         self._pools: dict[str, NodeGpus] = {}
@@ -37,7 +42,7 @@ class OverlaidNodes:
         self._current: dict[str, NodeInfo] = {}  # node name -> overlaid value, as last reported
 
     def _derive(self) -> None:
-        self._pools = node_gpus(self.slices.values(), self.config.driver)
+        self._pools = node_gpus(self.slices.values(), self.config.driver, self.rules.values())
         self._held = held_devices(self.claims.values(), self.config.driver)
 
     def _overlaid(self, node: NodeInfo) -> NodeInfo:
@@ -61,11 +66,12 @@ class OverlaidNodes:
         node_keys, nodes_relisted = self.nodes.take_changes()
         slice_keys, slices_relisted = self.slices.take_changes()
         claim_keys, claims_relisted = self.claims.take_changes()
-        if nodes_relisted or slices_relisted or claims_relisted:
+        rule_keys, rules_relisted = self.rules.take_changes()
+        if nodes_relisted or slices_relisted or claims_relisted or rules_relisted:
             return [], True
         written = {name for _, name in node_keys}
         names = set(written)
-        if slice_keys or claim_keys:
+        if slice_keys or claim_keys or rule_keys:
             before = set(self._pools)
             self._derive()
             names |= before | set(self._pools)

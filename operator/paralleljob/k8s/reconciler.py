@@ -41,6 +41,7 @@ from paralleljob.k8s.queues import queue_policy
 from paralleljob.k8s.records import PlacementRecord, record_from_status
 from paralleljob.k8s.specs import JobObject, parse_job
 from paralleljob.k8s.store import ObjectStore
+from paralleljob.k8s.taintrules import TAINT_RULES_PATH, TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.view import ClusterView
 from paralleljob.k8s.viewcheck import CheckedView
 
@@ -79,12 +80,20 @@ class Reconciler:
         # DRA (dra.py): ResourceSlices publish GPUs, ResourceClaims hold them; empty unless DRA is on.
         self.slices: ObjectStore[SliceInfo] = ObjectStore(parse_slice)
         self.claims: ObjectStore[ClaimInfo] = ObjectStore(parse_claim)
-        self._gpu_nodes: tuple[tuple[int, int, int], list[NodeInfo]] | None = None
+        # DeviceTaintRules (taintrules.py) taint devices of those slices: health from an admin or our agent.
+        self.taint_rules: ObjectStore[TaintRuleInfo] = ObjectStore(parse_taint_rule)
+        self.taint_rules_missing = False  # the API has no DeviceTaintRules (said once in the log)
+        self._gpu_nodes: tuple[tuple[int, int, int, int], list[NodeInfo]] | None = None
         self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
         node_source: NodeSource = self.nodes
         if config.dra.enabled:
             node_source = OverlaidNodes(
-                self.nodes, self.slices, self.claims, config.dra, config.topology.default_gpu_memory_gib
+                self.nodes,
+                self.slices,
+                self.claims,
+                config.dra,
+                config.topology.default_gpu_memory_gib,
+                self.taint_rules,
             )
         self.view = CheckedView(
             LiveView(topology, node_source, self.pods, lambda why: metrics.view_rebuilds.labels(reason=why).inc()),
@@ -126,6 +135,7 @@ class Reconciler:
             "queue": self.queues,
             "resourceslice": self.slices,
             "resourceclaim": self.claims,
+            "devicetaintrule": self.taint_rules,
         }
         store = stores[kind]
         if event_type == "DELETED":
@@ -136,6 +146,8 @@ class Reconciler:
             changed = store.upsert(body)
         if kind == "node" and changed and event_type != "DELETED":
             self._warn_node(body)
+        if kind == "devicetaintrule" and changed and event_type != "DELETED":
+            self._warn_rule(body)
         if changed:
             self.wake.set()
 
@@ -148,14 +160,19 @@ class Reconciler:
         for warning in info.warnings:
             self.events.about_node(body, "Warning", "MalformedLabel", warning)
 
+    def _warn_rule(self, body: Mapping[str, Any]) -> None:
+        rule = self.taint_rules.get("", str((body.get("metadata") or {}).get("name", "")))
+        for warning in rule.warnings if rule is not None else ():
+            log.warning("%s", warning)
+
     def on_pod_list(self, items: list[dict[str, Any]], version: str | None) -> None:
         self.pods.replace_all([p for p in items if relevant_pod(p)], version)
         self.wake.set()
 
     def on_list(self, kind: str, items: list[dict[str, Any]], version: str | None) -> None:
-        """A reflector's full list of ResourceSlices or ResourceClaims."""
-        store: ObjectStore[Any] = self.slices if kind == "resourceslice" else self.claims
-        store.replace_all(items, version)
+        """A reflector's full list of ResourceSlices, ResourceClaims or DeviceTaintRules."""
+        stores: dict[str, ObjectStore[Any]] = {"resourceslice": self.slices, "devicetaintrule": self.taint_rules}
+        stores.get(kind, self.claims).replace_all(items, version)
         self.wake.set()
 
     async def resync(self) -> None:
@@ -169,6 +186,8 @@ class Reconciler:
         ]
         if self.config.dra.enabled:
             sources += [(self.slices, [SLICES_PATH]), (self.claims, [CLAIMS_PATH])]
+            if not self.taint_rules_missing:
+                sources.append((self.taint_rules, [TAINT_RULES_PATH]))
         for store, paths in sources:
             items: list[dict[str, Any]] = []
             rv: str | None = None
@@ -182,6 +201,9 @@ class Reconciler:
                         # A cluster before 1.34 (no resource.k8s.io/v1) or a role without its verbs: every
                         # node is then a device-plugin node, as before DRA support.
                         log.warning("cannot list %s (%s); nodes' GPUs come from allocatable only", path, exc)
+                        listed, rv = [], None
+                    elif exc.status in (403, 404) and store is self.taint_rules:
+                        self.rules_unavailable(exc)
                         listed, rv = [], None
                     else:
                         raise
@@ -235,10 +257,18 @@ class Reconciler:
         for task in tasks:
             task.cancel()
 
+    def rules_unavailable(self, exc: ApiError) -> None:
+        """No DeviceTaintRules to read (a cluster before 1.36 or without resource.k8s.io/v1beta2 and the
+        DRADeviceTaintRules gate, or a role without the verbs): said once, then device taints come from
+        ResourceSlices only."""
+        if not self.taint_rules_missing:
+            log.warning("cannot list %s (%s); device taints are read from ResourceSlices only", TAINT_RULES_PATH, exc)
+        self.taint_rules_missing = True
+
     def gpu_nodes(self) -> list[NodeInfo]:
-        """The nodes with DRA nodes' GPUs taken from their ResourceSlices (dra.py); recomputed only when a
-        node, slice or claim changed."""
-        versions = (self.nodes.version, self.slices.version, self.claims.version)
+        """The nodes with DRA nodes' GPUs taken from their ResourceSlices (dra.py) and tainted by
+        DeviceTaintRules (taintrules.py); recomputed only when a node, slice, claim or rule changed."""
+        versions = (self.nodes.version, self.slices.version, self.claims.version, self.taint_rules.version)
         if self._gpu_nodes is None or self._gpu_nodes[0] != versions:
             nodes = overlay_nodes(
                 self.nodes.values(),
@@ -246,6 +276,7 @@ class Reconciler:
                 self.claims.values(),
                 self.config.dra,
                 self.config.topology.default_gpu_memory_gib,
+                self.taint_rules.values(),
             )
             self._gpu_nodes = (versions, nodes)
         return self._gpu_nodes[1]

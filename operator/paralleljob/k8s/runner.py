@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from paralleljob.k8s.api import Kube
+from paralleljob.k8s.api import ApiError, Kube
 from paralleljob.k8s.config import OperatorConfig
 from paralleljob.k8s.dra import CLAIMS_PATH, SLICES_PATH
 from paralleljob.k8s.election import LeaderElection
@@ -28,6 +28,7 @@ from paralleljob.k8s.health import Health
 from paralleljob.k8s.metrics import Metrics, serve
 from paralleljob.k8s.reconciler import Reconciler
 from paralleljob.k8s.reflector import Reflector
+from paralleljob.k8s.taintrules import TAINT_RULES_PATH
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -126,6 +127,8 @@ async def run_operator(
         # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold): the same list-and-watch.
         for kind, path in (("resourceslice", SLICES_PATH), ("resourceclaim", CLAIMS_PATH)):
             start(_dra_reflector(kube, reconciler, kind, path).run(), f"{kind}-watch")
+        # DeviceTaintRules (resource.k8s.io/v1beta2): optional; a cluster without them ends this task.
+        start(_watch_taint_rules(kube, reconciler), "devicetaintrule-watch", forever=False)
     start(election.run(), "leader-election")
     start(follow_leadership(), "leadership")
     start(initial_sync(), "initial-sync", forever=False)
@@ -159,6 +162,23 @@ def _dra_reflector(kube: Kube, reconciler: Reconciler, kind: str, path: str) -> 
         reconciler.on_event(kind, event, body)
 
     return Reflector(kube, path, on_list, on_event)
+
+
+async def _watch_taint_rules(kube: Kube, reconciler: Reconciler) -> None:
+    """List and watch DeviceTaintRules, or, when the API has none to give (404: a cluster before 1.36 or
+    without resource.k8s.io/v1beta2; 403: a role without the verbs), say so once and stop watching."""
+    delay = 0.2
+    while True:
+        try:
+            await kube.list(TAINT_RULES_PATH)
+            break
+        except ApiError as exc:
+            if exc.status in (403, 404):
+                reconciler.rules_unavailable(exc)
+                return
+            await asyncio.sleep(delay)  # the API may not be reachable yet
+            delay = min(delay * 2, 5.0)
+    await _dra_reflector(kube, reconciler, "devicetaintrule", TAINT_RULES_PATH).run()
 
 
 async def _supervise(
