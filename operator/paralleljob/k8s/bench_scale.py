@@ -45,7 +45,7 @@ class OperatorUnderTest:
     def __init__(self, cluster: DevCluster, workdir: Path, identity: str) -> None:
         self.port = _free_port()
         argv = [sys.executable, "-m", "paralleljob.cli", "operator", "--kubeconfig", str(cluster.kubeconfig),
-                "--metrics-port", str(self.port), "--metrics-host", "127.0.0.1", "--lease-duration", "5",
+                "--metrics-port", str(self.port), "--metrics-host", "127.0.0.1",
                 "--identity", identity, "--log-level", "WARNING"]  # fmt: skip
         self.started = time.monotonic()
         self.proc = subprocess.Popen(argv, stdout=(workdir / f"{identity}.log").open("wb"), stderr=subprocess.STDOUT)

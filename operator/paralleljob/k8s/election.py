@@ -88,7 +88,7 @@ class LeaderElection:
             try:
                 held = await asyncio.wait_for(self._try_once(), timeout=timeout)
             except (ApiError, TimeoutError) as exc:
-                log.warning("leader election: %s", exc or "the attempt timed out")
+                log.warning("leader election: %s", str(exc) or f"the attempt timed out after {timeout:.2f} s")
                 held = False
             if held:
                 self._renewed_at = self.clock()
