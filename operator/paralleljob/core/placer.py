@@ -129,9 +129,7 @@ class Placer:
                     bound = best_cost.total_ms
         notes.extend(self._describe(job, best_layout, best_cost, bound, proven))
         groups = self.choose_gpus(job, best_layout, previous)
-        return Placement(
-            job.job_id, job.pp, job.dp, tuple(best_layout), groups, best_cost, bound, proven, tuple(notes)
-        )
+        return Placement(job.job_id, job.pp, job.dp, tuple(best_layout), groups, best_cost, bound, proven, tuple(notes))
 
     # ---- scoring ----------------------------------------------------------------------------------
     def _score(
@@ -200,9 +198,7 @@ class Placer:
             return bound_ms
         request = Request(job.tp, job.memory_per_gpu_gb)
         picker = DomainPicker(self.state, request, base_cache=cache if cache is not None else {})
-        most = max(
-            (picker.capacity(lam, dom, lam, job.dp) for dom in range(self.topology.num_domains(lam))), default=0
-        )
+        most = max((picker.capacity(lam, dom, lam, job.dp) for dom in range(self.topology.num_domains(lam))), default=0)
         if most == 0:
             return math.inf
         bw = self.topology.level_bandwidth
@@ -371,9 +367,32 @@ class Placer:
                         free[node].remove(gpu)
         for g, node in enumerate(layout):
             if groups[g] is None:
-                groups[g] = tuple(free[node][: job.tp])
-                del free[node][: job.tp]
+                picked = self.pick_group(free[node], job.tp)
+                groups[g] = picked
+                for gpu in picked:
+                    free[node].remove(gpu)
         return tuple(group for group in groups if group is not None)
+
+    def pick_group(self, free: Sequence[int], tp: int) -> tuple[int, ...]:
+        """``tp`` of a node's free GPUs (lowest ids first). With a level below the node, the group stays in
+        one of its domains where one has room: the fullest that fits, keeping the emptier ones whole for
+        later groups; else it spans as few domains as it can, taking the emptiest first."""
+        sub = self.topology.gpu_subdomain
+        if self.topology.sub_level is None:
+            return tuple(free[:tp])
+        by_domain: dict[int, list[int]] = {}
+        for gpu in free:
+            by_domain.setdefault(sub[gpu], []).append(gpu)
+        fitting = [d for d, gpus in by_domain.items() if len(gpus) >= tp]
+        if fitting:
+            best = min(fitting, key=lambda d: (len(by_domain[d]), d))
+            return tuple(by_domain[best][:tp])
+        picked: list[int] = []
+        for d in sorted(by_domain, key=lambda d: (-len(by_domain[d]), d)):
+            picked.extend(by_domain[d][: tp - len(picked)])
+            if len(picked) == tp:
+                break
+        return tuple(sorted(picked))
 
     def _describe(
         self, job: JobSpec, layout: Sequence[int], cost: CostBreakdown, bound: float, proven: bool
