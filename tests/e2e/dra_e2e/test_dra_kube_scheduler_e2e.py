@@ -10,6 +10,10 @@ never hand out a device the operator's claims hold.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,7 +31,9 @@ from drahelpers import (
 )
 from pjhelpers import Jobs, wait_for
 
+from paralleljob.cli import main
 from paralleljob.devcluster.cluster import DevCluster
+from paralleljob.devcluster.dra import device_uuid
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
 
@@ -180,3 +186,53 @@ def test_kube_scheduler_and_the_operator_never_allocate_one_device_twice(
     held_by_c = set(claim_devices(_scheduled_by_kube_scheduler(dra_kube, dra_namespace, "plain-c")))
     assert held_by_c == everything - operator_devices - held_by_a
     assert len(assert_no_device_in_two_claims(dra_kube)) == total
+
+
+def _cli(kubeconfig: Path, *args: str) -> str:
+    """``paralleljob ARGS`` in this process, as the CLI e2e runs it; returns stdout."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "250"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([*args, "--kubeconfig", str(kubeconfig)])
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved
+    assert code == 0, f"paralleljob {' '.join(args)}: {code}\n{out.getvalue()}\n{err.getvalue()}"
+    return out.getvalue()
+
+
+def test_status_and_describe_show_dra_gpus_devices_and_uuids(
+    dra_pjs: Jobs, dra_kube: KubeSession, dra_cluster: DevCluster, dra_namespace: str, kube_scheduler: Path
+) -> None:
+    _plain_pod(dra_kube, dra_namespace, "plain", 1)
+    (theirs,) = claim_devices(_scheduled_by_kube_scheduler(dra_kube, dra_namespace, "plain"))
+    dra_pjs.create("shown", tp=2, pp=1, dp=2)
+    status = dra_pjs.wait_phase("shown", "Running", timeout_s=60)
+    kubeconfig = dra_cluster.kubeconfig
+
+    gpu_map = json.loads(_cli(kubeconfig, "status", "-o", "json"))
+    assert gpu_map["totals"]["total"] == 32 and gpu_map["totals"]["used"] == 5
+    cells = {(row["name"], cell["index"]): cell for row in gpu_map["nodes"] for cell in row["gpus"]}
+    for (node, index), cell in cells.items():
+        assert (cell["device"], cell["uuid"]) == (f"gpu-{index}", device_uuid(node, index))
+    pool, device = theirs
+    assert cells[(pool, int(device.removeprefix("gpu-")))]["holder"] == f"claims:{pool}"
+    key = f"{dra_namespace}/shown"
+    for slot in status["placement"]["pods"]:
+        for index in slot["gpuIndices"]:
+            assert cells[(slot["node"], index)]["holder"] == key
+
+    described = json.loads(_cli(kubeconfig, "describe", key, "-o", "json"))
+    record = {p["name"]: p for p in status["placement"]["pods"]}
+    assert sorted(p["name"] for p in described["pods"]) == sorted(record)
+    for line in described["pods"]:
+        slot = record[line["name"]]
+        assert line["devices"] == [f"gpu-{i}" for i in slot["gpuIndices"]]
+        assert line["uuids"] == [device_uuid(slot["node"], i) for i in slot["gpuIndices"]]
+    table = _cli(kubeconfig, "describe", key)
+    first = record[described["pods"][0]["name"]]
+    assert f"gpu-{first['gpuIndices'][0]}={device_uuid(first['node'], first['gpuIndices'][0])}" in table
