@@ -67,3 +67,33 @@ def assert_claims_match_placement(pjs: Jobs, kube: KubeSession, name: str) -> di
         used += [(slot["node"], r["device"]) for r in results]
     assert len(used) == len(set(used)), f"a device is in two claims: {used}"
     return status
+
+
+def hold_devices(kube: KubeSession, namespace: str, name: str, node: str, devices: list[str]) -> None:
+    """A claim allocated by someone else, written as a DRA scheduler would: spec first, then its allocation."""
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "allocationMode": "ExactCount",
+                            "count": len(devices),
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    created = kube.run(custom(kube).create_namespaced_custom_object(*RESOURCE, namespace, "resourceclaims", body))
+    results = [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": node, "device": d} for d in devices]
+    selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+    created["status"] = {"allocation": {"devices": {"results": results}, "nodeSelector": selector}}
+    kube.run(
+        custom(kube).replace_namespaced_custom_object_status(*RESOURCE, namespace, "resourceclaims", name, created)
+    )
