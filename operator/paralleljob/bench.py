@@ -361,12 +361,6 @@ def quality(nodes: int, instances: int, seed: int, time_limit_s: float) -> Quali
         equal += gap <= 1e-6
         gaps.append(gap)
     return QualityRow(
-        nodes,
-        len(gaps),
-        equal,
-        proven,
-        round(max(gaps), 4),
-        round(statistics.mean(gaps), 4),
-        round(statistics.median(placer_ms), 2),
-        round(statistics.median(milp_s), 2),
+        nodes, len(gaps), equal, proven, round(max(gaps), 4), round(statistics.mean(gaps), 4),
+        round(statistics.median(placer_ms), 2), round(statistics.median(milp_s), 2),
     )

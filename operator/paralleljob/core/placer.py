@@ -129,7 +129,9 @@ class Placer:
                     bound = best_cost.total_ms
         notes.extend(self._describe(job, best_layout, best_cost, bound, proven))
         groups = self.choose_gpus(job, best_layout, previous)
-        return Placement(job.job_id, job.pp, job.dp, tuple(best_layout), groups, best_cost, bound, proven, tuple(notes))
+        return Placement(
+            job.job_id, job.pp, job.dp, tuple(best_layout), groups, best_cost, bound, proven, tuple(notes)
+        )
 
     # ---- scoring ----------------------------------------------------------------------------------
     def _score(
@@ -198,7 +200,9 @@ class Placer:
             return bound_ms
         request = Request(job.tp, job.memory_per_gpu_gb)
         picker = DomainPicker(self.state, request, base_cache=cache if cache is not None else {})
-        most = max((picker.capacity(lam, dom, lam, job.dp) for dom in range(self.topology.num_domains(lam))), default=0)
+        most = max(
+            (picker.capacity(lam, dom, lam, job.dp) for dom in range(self.topology.num_domains(lam))), default=0
+        )
         if most == 0:
             return math.inf
         bw = self.topology.level_bandwidth
@@ -375,8 +379,8 @@ class Placer:
 
     def pick_group(self, free: Sequence[int], tp: int) -> tuple[int, ...]:
         """``tp`` of a node's free GPUs (lowest ids first). With a level below the node, the group stays in
-        one of its domains where one has room: the fullest that fits, keeping the emptier ones whole for
-        later groups; else it spans as few domains as it can, taking the emptiest first."""
+        one of its domains where one has room: the one with the fewest free GPUs that still fits, keeping
+        emptier ones whole for later groups; else it spans as few domains as it can, the emptiest first."""
         sub = self.topology.gpu_subdomain
         if self.topology.sub_level is None:
             return tuple(free[:tp])
