@@ -94,3 +94,29 @@ def test_evaluation_prices_tp_by_the_roots_a_group_spans() -> None:
     assert inside.tp_ms < across.tp_ms
     assert inside == rank_level_cost(topo, job, [(4, 5, 6, 7)], model)
     assert across.tp_ms == model.tp_ms(job, 32.0) and inside.tp_ms == model.tp_ms(job, 64.0)
+
+
+def test_a_group_moves_to_a_node_where_it_fits_under_one_root_when_that_costs_nothing() -> None:
+    # Node 0 has five free GPUs, three and two per root; node 1 six, two and four. The tightest fit (node 0)
+    # would split the TP4 group across roots; with the level, node 1's second root takes it whole.
+    def placed(sub_level: Level | None) -> tuple[tuple[int, ...], ...]:
+        state = ClusterState(topology(sub_level=sub_level))
+        state.allocate(Allocation("other", ((0, 5, 6), (8, 9)), 1.0))
+        return Placer(state).place(JobSpec("j", 4, 1, 1, 1.0), cost_model("seed")).groups
+
+    assert placed(ROOT) == ((12, 13, 14, 15),)
+    assert placed(None) == ((1, 2, 3, 4),)
+
+
+def test_a_group_is_not_moved_when_that_would_cost_more() -> None:
+    # Node 0 (roots of five and three GPUs) can hold both stages of a TP4xPP2 job, the second one split
+    # across its roots; moving that stage to node 1 (another leaf) would send PP traffic between leaves.
+    specs = [
+        NodeSpec("n0", 8, 80.0, ("leaf-0", "cluster"), gpu_domains=("a",) * 5 + ("b",) * 3),
+        NodeSpec("n1", 8, 80.0, ("leaf-1", "cluster"), gpu_domains=ROOTS),
+    ]
+    state = ClusterState(Topology.from_nodes(specs, LEVELS, ROOT))
+    state.allocate(Allocation("other", ((8,),), 1.0))  # node 1 cannot hold both stages
+    placement = Placer(state).place(JobSpec("j", 4, 2, 1, 1.0), cost_model("seed"))
+    assert placement.group_nodes == (0, 0)
+    assert placement.groups == ((0, 1, 2, 3), (4, 5, 6, 7))

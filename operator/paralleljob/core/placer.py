@@ -8,6 +8,8 @@ Steps, each cheap at 100k GPUs:
    usable nodes are few, the exact search (``search``) settles it.
 4. Ties on cost go to the layout that keeps whole nodes free, fills partly used nodes, spans the smallest
    domain and (when re-placing) moves the fewest ranks.
+5. With a level below the node (PCIe roots), a new placement's groups stay under one root where that costs
+   nothing at node level, and each group's GPUs are taken under one root where one has room (``rootfit``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from paralleljob.core.evaluate import SingleMoveCost, node_level_cost, nodes_com
 from paralleljob.core.job import JobSpec
 from paralleljob.core.layouts import CapacityCache, DomainPicker, Request, layouts_for_dp_level
 from paralleljob.core.placement import Placement
+from paralleljob.core.rootfit import keep_groups_under_roots, pick_group
 from paralleljob.core.search import SearchResult, exact_search
 
 COST_EPS = 1e-6  # ms; costs closer than this are a tie
@@ -110,6 +113,8 @@ class Placer:
         _, best_layout, why = min(scored)
         if old_nodes is not None:
             best_layout = self.prefer_previous_nodes(job, model, best_layout, old_nodes)
+        else:
+            best_layout = keep_groups_under_roots(self.state, job, model, best_layout)
         best_cost = priced.get(tuple(best_layout)) or node_level_cost(self.topology, job, best_layout, model)
         for lam, lam_bound in list(bounds.items()):
             if 0 < lam < self.topology.top and lam_bound < best_cost.total_ms - COST_EPS:
@@ -371,32 +376,11 @@ class Placer:
                         free[node].remove(gpu)
         for g, node in enumerate(layout):
             if groups[g] is None:
-                picked = self.pick_group(free[node], job.tp)
+                picked = pick_group(self.topology, free[node], job.tp)
                 groups[g] = picked
                 for gpu in picked:
                     free[node].remove(gpu)
         return tuple(group for group in groups if group is not None)
-
-    def pick_group(self, free: Sequence[int], tp: int) -> tuple[int, ...]:
-        """``tp`` of a node's free GPUs (lowest ids first). With a level below the node, the group stays in
-        one of its domains where one has room: the one with the fewest free GPUs that still fits, keeping
-        emptier ones whole for later groups; else it spans as few domains as it can, the emptiest first."""
-        sub = self.topology.gpu_subdomain
-        if self.topology.sub_level is None:
-            return tuple(free[:tp])
-        by_domain: dict[int, list[int]] = {}
-        for gpu in free:
-            by_domain.setdefault(sub[gpu], []).append(gpu)
-        fitting = [d for d, gpus in by_domain.items() if len(gpus) >= tp]
-        if fitting:
-            best = min(fitting, key=lambda d: (len(by_domain[d]), d))
-            return tuple(by_domain[best][:tp])
-        picked: list[int] = []
-        for d in sorted(by_domain, key=lambda d: (-len(by_domain[d]), d)):
-            picked.extend(by_domain[d][: tp - len(picked)])
-            if len(picked) == tp:
-                break
-        return tuple(sorted(picked))
 
     def _describe(
         self, job: JobSpec, layout: Sequence[int], cost: CostBreakdown, bound: float, proven: bool
