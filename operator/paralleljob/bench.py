@@ -214,6 +214,10 @@ def command(args: argparse.Namespace) -> int:
             with open(args.json, "w") as fh:
                 fh.write(text)
         return 0
+    if args.what == "dra":
+        from paralleljob.k8s.bench_dra import run_dra_benchmark
+
+        return _emit(run_dra_benchmark(nodes=args.dra_nodes, repeats=args.repeat), args.json)
     if args.what == "worker-crash":
         from paralleljob.k8s.bench_crash import run_worker_crash
 
@@ -265,10 +269,12 @@ def _emit(measured: dict[str, Any], json_path: str | None) -> int:
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "bench", help="run a benchmark (placement, quality, operator, worker-crash, chaos, scale)"
+        "bench", help="run a benchmark (placement, quality, operator, worker-crash, chaos, scale, dra)"
     )
     parser.add_argument(
-        "what", choices=["placement", "quality", "operator", "worker-crash", "chaos", "scale"], help="which benchmark"
+        "what",
+        choices=["placement", "quality", "operator", "worker-crash", "chaos", "scale", "dra"],
+        help="which benchmark",
     )
     parser.add_argument("--sizes", default="1000,10000,100000", help="cluster sizes in GPUs, comma-separated")
     parser.add_argument("--topology", default="flat,tree", help="flat (node/cluster) and/or tree (rack/spine)")
@@ -283,6 +289,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="operator: throughput rounds per contender")
     parser.add_argument("--no-kube-scheduler", action="store_true", help="operator: skip the kube-scheduler run")
     parser.add_argument("--crashes", type=int, default=20, help="operator, worker-crash: worker crashes")
+    parser.add_argument("--dra-nodes", type=int, default=8, help="dra: fake 8-GPU nodes per mode (at least 8)")
     parser.add_argument("--kills", type=int, default=100, help="chaos: operator SIGKILLs in the long run")
     parser.add_argument("--chaos-nodes", type=int, default=24, help="chaos: fake GPU nodes")
     parser.add_argument("--scale-nodes", default="500,2000", help="scale: kwok node counts, comma-separated")

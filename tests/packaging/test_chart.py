@@ -243,6 +243,19 @@ def test_topology_values_reach_the_operator(render: Render) -> None:
     assert after[checksum] != before, "a topology change must roll the operator (it reads the file at start)"
 
 
+def test_pcie_root_level_is_off_by_default_and_reaches_the_operator(render: Render) -> None:
+    assert _topology(render).pcie_root_bandwidth_gbps == 0
+    topology = _topology(
+        render,
+        "topology.nodeBandwidthGbps=32",
+        "topology.pcieRootBandwidthGbps=64",
+        "topology.levels[0].name=leaf",
+        "topology.levels[0].labels={network.topology.nvidia.com/leaf}",
+        "topology.levels[0].bandwidthGbps=25",
+    )
+    assert (topology.node_bandwidth_gbps, topology.pcie_root_bandwidth_gbps) == (32, 64)
+
+
 def test_queues_become_parallel_job_queues(render: Render) -> None:
     objects = render(
         "queues[0].name=research",

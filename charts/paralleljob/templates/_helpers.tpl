@@ -69,6 +69,7 @@ topology:
   defaultGpuMemoryGiB: {{ .Values.topology.defaultGpuMemoryGiB }}
   toleratedTaints: {{ .Values.topology.toleratedTaints | toJson }}
   maxGpusPerNode: {{ .Values.topology.maxGpusPerNode | default 16 }}
+  pcieRootBandwidthGbps: {{ .Values.topology.pcieRootBandwidthGbps | default 0 }}
   levels:
   {{- range .Values.topology.levels }}
     - name: {{ .name | quote }}

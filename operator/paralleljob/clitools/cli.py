@@ -105,7 +105,11 @@ async def _status(kube: Any, args: argparse.Namespace) -> int:
         retrying(lambda: kube.list("/api/v1/pods", {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})),
         retrying(lambda: kube.list(f"/apis/{GROUP}/{VERSION}/{PLURAL}")),
     )
-    gpu_map = build_map(nodes[0], pods[0], jobs[0], config)
+    slices, claims = await asyncio.gather(
+        _dra_list(kube, "/apis/resource.k8s.io/v1/resourceslices"),
+        _dra_list(kube, "/apis/resource.k8s.io/v1/resourceclaims"),
+    )
+    gpu_map = build_map(nodes[0], pods[0], jobs[0], config, slices, claims)
     if args.output == "json":
         print(json.dumps(gpu_map.to_json(), indent=2))
     else:
@@ -113,6 +117,20 @@ async def _status(kube: Any, args: argparse.Namespace) -> int:
 
         print_renderable(gpu_map_renderable(gpu_map))
     return 0
+
+
+async def _dra_list(kube: Any, path: str) -> list[dict[str, Any]]:
+    """ResourceSlices or ResourceClaims; none on a cluster without resource.k8s.io/v1 or without the grant
+    (the map then shows device-plugin nodes only, as the operator would)."""
+    from paralleljob.k8s.api import ApiError, retrying
+
+    try:
+        items, _ = await retrying(lambda: kube.list(path))
+    except ApiError as exc:
+        if exc.status in (403, 404):
+            return []
+        raise
+    return list(items)
 
 
 async def _describe(kube: Any, args: argparse.Namespace) -> int:
@@ -134,7 +152,11 @@ async def _describe(kube: Any, args: argparse.Namespace) -> int:
         retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": f"{JOB_LABEL}={name}"})),
         retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/events", {"fieldSelector": selector})),
     )
-    description = describe_job(body, pods, events)
+    claims, slices = await asyncio.gather(
+        _dra_list(kube, f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"),
+        _dra_list(kube, "/apis/resource.k8s.io/v1/resourceslices"),
+    )
+    description = describe_job(body, pods, events, claims, slices)
     if args.output == "json":
         print(json.dumps(description.to_json(), indent=2))
     else:

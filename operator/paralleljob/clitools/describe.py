@@ -2,7 +2,9 @@
 communication cost terms, conditions, the last failure and its events, oldest first.
 
 The placement comes from the operator's own record parser (``record_from_status`` through ``parse_job``),
-and ranks from :meth:`PlacementRecord.to_status`, the same numbers the pods get in their environment.
+and ranks from :meth:`PlacementRecord.to_status`, the same numbers the pods get in their environment. A pod
+whose GPUs come from a ResourceClaim (DRA) also shows the devices its claim's allocation names and their
+UUIDs from the ResourceSlices.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from paralleljob.k8s.dra import parse_claim, parse_slice
 from paralleljob.k8s.specs import parse_job
 
 
@@ -24,6 +27,8 @@ class PodLine:
     stage: int
     node_rank: int
     pod_phase: str  # from the Pod object; "" when it does not exist (yet)
+    devices: tuple[str, ...] = ()  # DRA: the devices allocated in the pod's claims, in their order
+    uuids: tuple[str, ...] = ()  # their UUIDs ("" where no slice publishes the device)
 
 
 @dataclass(frozen=True)
@@ -72,15 +77,46 @@ def _event_time(event: Mapping[str, Any]) -> str:
     )
 
 
+def _claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The ResourceClaims a pod uses: named in its spec, or made from a template (named in its status)."""
+    names = [
+        str(c["resourceClaimName"])
+        for c in (pod.get("spec") or {}).get("resourceClaims") or []
+        if c.get("resourceClaimName")
+    ]
+    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    return names + [str(c["resourceClaimName"]) for c in statuses if c.get("resourceClaimName")]
+
+
+def pod_devices(
+    pods: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]]
+) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Per pod name: (device names, UUIDs) of the devices its claims are allocated."""
+    uuids = {(s.pool, d.name): d.uuid for s in map(parse_slice, slices) for d in s.devices}
+    allocated = {c.name: c.devices for c in map(parse_claim, claims)}
+    out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    for pod in pods:
+        devices = [d for name in _claim_names(pod) for d in allocated.get(name, ())]
+        if devices:
+            name = str((pod.get("metadata") or {}).get("name", ""))
+            out[name] = (tuple(d.device for d in devices), tuple(uuids.get((d.pool, d.device), "") for d in devices))
+    return out
+
+
 def describe_job(
-    body: Mapping[str, Any], pods: Iterable[Mapping[str, Any]] = (), events: Iterable[Mapping[str, Any]] = ()
+    body: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]] = (),
+    events: Iterable[Mapping[str, Any]] = (),
+    claims: Iterable[Mapping[str, Any]] = (),
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> JobDescription:
     job = parse_job(body)
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     phases = {
         str((p.get("metadata") or {}).get("name", "")): str((p.get("status") or {}).get("phase") or "Pending")
-        for p in pods
-        if not (p.get("metadata") or {}).get("deletionTimestamp")
+        for p in live
     }
+    devices = pod_devices(live, claims, slices)
     lines: list[PodLine] = []
     if job.record is not None:
         for item in job.record.to_status()["pods"]:
@@ -94,6 +130,8 @@ def describe_job(
                     stage=item["stage"],
                     node_rank=item["nodeRank"],
                     pod_phase=phases.get(item["name"], ""),
+                    devices=devices.get(item["name"], ((), ()))[0],
+                    uuids=devices.get(item["name"], ((), ()))[1],
                 )
             )
         lines.sort(key=lambda line: line.node_rank)

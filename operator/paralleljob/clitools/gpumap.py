@@ -4,21 +4,24 @@ degraded, unhealthy or drained, built from raw Node, Pod and ParallelJob objects
 Nothing is parsed here that the operator does not parse itself: nodes, pods and jobs go through
 ``paralleljob.k8s`` (``parse_node``, ``parse_pod``, ``parse_job``) and the occupancy through the operator's
 own ``build_view``, so the map shows the cluster exactly as the scheduler sees it. The agent's detail
-annotations (``gpu-health``, ``drained-gpus``) only add *why* a GPU is out.
+annotations (``gpu-health``, ``drained-gpus``) only add *why* a GPU is out. When ResourceSlices and
+ResourceClaims are given, DRA nodes are overlaid as the operator overlays them (``k8s/dra.py``), and each of
+their GPUs shows its device name and UUID.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from paralleljob.agent.signals import DRAINED_GPUS_ANNOTATION, GPU_HEALTH_ANNOTATION, parse_health_detail
 from paralleljob.agent.signals import parse_index_list as parse_drained
 from paralleljob.core.cluster import GPUHealth
-from paralleljob.k8s.config import TopologyConfig
+from paralleljob.k8s.config import DraConfig, TopologyConfig
 from paralleljob.k8s.constants import GPU_HEALTHY_CONDITION
 from paralleljob.k8s.decide import claims_of
+from paralleljob.k8s.dra import node_gpus, overlay_nodes, parse_claim, parse_slice
 from paralleljob.k8s.nodes import parse_node
 from paralleljob.k8s.pods import parse_pod
 from paralleljob.k8s.specs import JobObject, parse_job
@@ -32,8 +35,11 @@ FREE, USED, CLOSED, DEGRADED, DRAINED, UNHEALTHY = "free", "used", "closed", "de
 class GpuCell:
     index: int
     state: str  # one of the names above
-    holder: str | None = None  # job key (ns/name) or "pod:ns/name" for a pod no ParallelJob explains
+    holder: str | None = None  # job key (ns/name), "pod:ns/name" for a pod no ParallelJob explains, or
+    # "claims:<node>" for devices of a DRA node allocated in claims the operator did not make
     reason: str = ""
+    device: str = ""  # on a DRA node: the device name in the pool (what a claim names) ...
+    uuid: str = ""  # ... and its UUID
 
 
 @dataclass(frozen=True)
@@ -96,10 +102,22 @@ def build_map(
     pods: Iterable[Mapping[str, Any]],
     jobs: Iterable[Mapping[str, Any]],
     config: TopologyConfig | None = None,
+    slices: Iterable[Mapping[str, Any]] = (),
+    claims: Iterable[Mapping[str, Any]] = (),
+    dra: DraConfig | None = None,
 ) -> GpuMap:
     config = config or TopologyConfig()
+    dra = dra or DraConfig()
     raw_nodes = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
-    infos = [parse_node(body, config) for body in raw_nodes.values()]
+    parsed_slices = [parse_slice(body) for body in slices]
+    infos = overlay_nodes(
+        [parse_node(body, config) for body in raw_nodes.values()],
+        parsed_slices,
+        [parse_claim(body) for body in claims],
+        dra,
+        config.default_gpu_memory_gib,
+    )
+    pools = node_gpus(parsed_slices, dra.driver) if dra.enabled else {}
     parsed_jobs = [parse_job(body) for body in jobs]
     view = build_view(infos, [parse_pod(p) for p in pods], claims_of(parsed_jobs), config)
     rows: list[NodeRow] = []
@@ -130,6 +148,9 @@ def build_map(
                     cell = GpuCell(index, CLOSED, None, info.why_closed() if info is not None else "")
                 else:
                     cell = GpuCell(index, FREE)
+                pool = pools.get(name) if info is not None and info.dra is not None else None
+                if pool is not None and index < len(pool.devices):
+                    cell = replace(cell, device=pool.devices[index].name, uuid=pool.devices[index].uuid)
                 cells.append(cell)
             rows.append(
                 NodeRow(

@@ -16,7 +16,9 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def _letters(gpu_map: GpuMap) -> dict[str, str]:
-    holders = sorted({c.holder for r in gpu_map.nodes for c in r.gpus if c.holder and not c.holder.startswith("pod:")})
+    holders = sorted(
+        {c.holder for r in gpu_map.nodes for c in r.gpus if c.holder and not c.holder.startswith(("pod:", "claims:"))}
+    )
     return {h: LETTERS[i % len(LETTERS)] for i, h in enumerate(holders)}
 
 
@@ -24,7 +26,7 @@ def _glyph(cell: GpuCell, letters: dict[str, str]) -> Text:
     if cell.state == UNHEALTHY:
         return Text("x", style="bold red")
     if cell.state == USED and cell.holder:
-        if cell.holder.startswith("pod:"):
+        if cell.holder.startswith(("pod:", "claims:")):
             return Text("#", style="grey50")
         letter = letters.get(cell.holder, "?")
         return Text(letter, style=f"bold {JOB_COLOURS[LETTERS.index(letter) % len(JOB_COLOURS)]}")
@@ -47,6 +49,8 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
                 state = Text("closed", style="yellow")
             if row.condition == "False":
                 state.append(" GPUHealthy=False", style="red")
+            if any(cell.device for cell in row.gpus):
+                state.append(" DRA", style="dim")
             bar = Text()
             for i, cell in enumerate(row.gpus):
                 if i and i % 8 == 0:
@@ -69,7 +73,13 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
             f" {t.get(CLOSED, 0)} on closed nodes"
         )
     )
-    parts.append(Text("legend: A-Z job  · free  x unhealthy  ! degraded  D drained  - closed node  # other pod", "dim"))
+    parts.append(
+        Text(
+            "legend: A-Z job  · free  x unhealthy  ! degraded  D drained  - closed node  # other pod or claim;"
+            " DRA: GPUs are ResourceSlice devices (-o json: names and UUIDs)",
+            "dim",
+        )
+    )
     if gpu_map.jobs:
         job_table = Table(title="ParallelJobs", title_justify="left")
         for name in ("", "job", "phase", "TPxPPxDP", "GPUs", "nodes", "cost ms"):
@@ -104,10 +114,24 @@ def description_renderable(d: JobDescription) -> Group:
     parts: list[object] = [head]
     if d.pods:
         pods = Table(title="placement by rank", title_justify="left")
-        for name in ("pod", "rank", "replica", "stage", "node", "GPUs", "ranks", "phase"):
+        claimed = any(p.devices for p in d.pods)
+        for name in (
+            "pod",
+            "rank",
+            "replica",
+            "stage",
+            "node",
+            "GPUs",
+            "ranks",
+            "phase",
+            *(("devices",) if claimed else ()),
+        ):
             pods.add_column(name, overflow="fold")
         for p in d.pods:
             ranks = f"{p.ranks[0]}-{p.ranks[-1]}" if len(p.ranks) > 1 else ",".join(map(str, p.ranks))
+            devices = (
+                (" ".join(f"{n}={u}" if u else n for n, u in zip(p.devices, p.uuids, strict=True)),) if claimed else ()
+            )
             pods.add_row(
                 p.name,
                 str(p.node_rank),
@@ -117,6 +141,7 @@ def description_renderable(d: JobDescription) -> Group:
                 ",".join(map(str, p.gpu_indices)),
                 ranks,
                 p.pod_phase or "-",
+                *devices,
             )
         parts.append(pods)
     if d.cost:

@@ -31,6 +31,8 @@ def min_pair_bandwidth(topology: Topology, gpus: Sequence[int]) -> float:
     if len(set(gpus)) < 2:
         return math.inf
     level = nodes_common_level(topology, (topology.gpu_node[g] for g in gpus))
+    if level == 0 and topology.sub_level is not None and topology.same_subdomain(gpus):
+        return topology.sub_level.bandwidth_gbps
     return topology.level_bandwidth(level)
 
 
@@ -88,8 +90,10 @@ def placement_cost(
     topology: Topology, job: JobSpec, tp_groups: Sequence[Sequence[int]], model: CostModel
 ) -> CostBreakdown:
     """:func:`node_level_cost` when every TP group sits inside one node (the placer's placements),
-    else the general :func:`rank_level_cost`."""
+    else, or with a level below the node, the general :func:`rank_level_cost`."""
     gpu_node = topology.gpu_node
+    if topology.sub_level is not None:
+        return rank_level_cost(topology, job, tp_groups, model)  # TP depends on the GPUs, not just the node
     nodes = []
     for group in tp_groups:
         node = gpu_node[group[0]]

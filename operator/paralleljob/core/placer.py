@@ -8,6 +8,8 @@ Steps, each cheap at 100k GPUs:
    usable nodes are few, the exact search (``search``) settles it.
 4. Ties on cost go to the layout that keeps whole nodes free, fills partly used nodes, spans the smallest
    domain and (when re-placing) moves the fewest ranks.
+5. With a level below the node (PCIe roots), a new placement's groups stay under one root where that costs
+   nothing at node level, and each group's GPUs are taken under one root where one has room (``rootfit``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from paralleljob.core.evaluate import SingleMoveCost, node_level_cost, nodes_com
 from paralleljob.core.job import JobSpec
 from paralleljob.core.layouts import CapacityCache, DomainPicker, Request, layouts_for_dp_level
 from paralleljob.core.placement import Placement
+from paralleljob.core.rootfit import keep_groups_under_roots, pick_group
 from paralleljob.core.search import SearchResult, exact_search
 
 COST_EPS = 1e-6  # ms; costs closer than this are a tie
@@ -110,6 +113,8 @@ class Placer:
         _, best_layout, why = min(scored)
         if old_nodes is not None:
             best_layout = self.prefer_previous_nodes(job, model, best_layout, old_nodes)
+        else:
+            best_layout = keep_groups_under_roots(self.state, job, model, best_layout)
         best_cost = priced.get(tuple(best_layout)) or node_level_cost(self.topology, job, best_layout, model)
         for lam, lam_bound in list(bounds.items()):
             if 0 < lam < self.topology.top and lam_bound < best_cost.total_ms - COST_EPS:
@@ -371,8 +376,10 @@ class Placer:
                         free[node].remove(gpu)
         for g, node in enumerate(layout):
             if groups[g] is None:
-                groups[g] = tuple(free[node][: job.tp])
-                del free[node][: job.tp]
+                picked = pick_group(self.topology, free[node], job.tp)
+                groups[g] = picked
+                for gpu in picked:
+                    free[node].remove(gpu)
         return tuple(group for group in groups if group is not None)
 
     def _describe(

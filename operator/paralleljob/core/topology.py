@@ -3,8 +3,11 @@
 Level 0 is the node (GPUs that share NVLink/NVSwitch). Levels 1..L are domains above nodes, e.g. an
 NVLink clique, a leaf switch/rack, a spine/block, a zone; the last level is the whole cluster (one domain).
 Each level has a per-GPU bandwidth in GB/s; two GPUs communicate at the bandwidth of the lowest level
-they share. Domains are stored densely: ``domain_of[level][node]`` is an int, so the lowest common
-level of two nodes is a handful of list look-ups and never a walk over objects.
+they share. Optionally a level sits *below* the node (``sub_level``): GPUs of one node grouped into
+domains such as PCIe root complexes, two GPUs of the same one talking at its (higher) bandwidth; the node
+level's bandwidth is then that between two such domains of one node. Domains are stored densely:
+``domain_of[level][node]`` is an int, so the lowest common level of two nodes is a handful of list
+look-ups and never a walk over objects.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ class NodeSpec:
     gpu_memory_gb: float = 80.0
     domains: tuple[str, ...] = ()
     gpu_product: str = ""
+    # The domain below the node of each GPU (e.g. its PCIe root), read only when the topology has a
+    # sub-level; empty: the node's GPUs share one such domain.
+    gpu_domains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,8 @@ class Topology:
     domain_of: tuple[tuple[int, ...], ...]  # [level][node] -> domain index at that level (level 0: node)
     domain_names: tuple[tuple[str, ...], ...]  # [level][domain] -> name
     gpu_node: tuple[int, ...] = field(repr=False)  # [gpu] -> node
+    sub_level: Level | None = None  # a level below the node (see the module docstring), or none
+    gpu_subdomain: tuple[int, ...] = field(default=(), repr=False)  # [gpu] -> sub-level domain in its node
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -76,9 +84,10 @@ class Topology:
         return cls.from_nodes(specs, level_defs)
 
     @classmethod
-    def from_nodes(cls, nodes: Sequence[NodeSpec], levels: Sequence[Level]) -> Topology:
+    def from_nodes(cls, nodes: Sequence[NodeSpec], levels: Sequence[Level], sub_level: Level | None = None) -> Topology:
         """General constructor. ``levels[0]`` is the node level; every node names one domain per
-        higher level (``len(levels) - 1`` names); a domain must sit inside one parent domain."""
+        higher level (``len(levels) - 1`` names); a domain must sit inside one parent domain. With
+        ``sub_level``, each node's ``gpu_domains`` group its GPUs below the node."""
         if not nodes:
             raise InvalidRequest("a topology needs at least one node")
         if not levels:
@@ -112,6 +121,8 @@ class Topology:
             gpu_node.extend([n] * spec.gpu_count)
             offset += spec.gpu_count
         return cls(
+            sub_level=sub_level,
+            gpu_subdomain=_subdomains(nodes, levels[0], sub_level),
             levels=tuple(levels),
             node_names=tuple(names[0]),
             node_gpu_count=tuple(spec.gpu_count for spec in nodes),
@@ -185,7 +196,15 @@ class Topology:
         self.check_gpu(gpu_b)
         if gpu_a == gpu_b:
             return math.inf
+        if self.sub_level is not None and self.same_subdomain((gpu_a, gpu_b)):
+            return self.sub_level.bandwidth_gbps
         return self.bandwidth_between_nodes(self.gpu_node[gpu_a], self.gpu_node[gpu_b])
+
+    def same_subdomain(self, gpus: Sequence[int]) -> bool:
+        """True when the GPUs share one node and, with a sub-level, one domain of it."""
+        if len({self.gpu_node[g] for g in gpus}) > 1:
+            return False
+        return self.sub_level is None or len({self.gpu_subdomain[g] for g in gpus}) <= 1
 
     def check_gpu(self, gpu_id: int) -> None:
         if isinstance(gpu_id, bool) or not isinstance(gpu_id, int):
@@ -198,6 +217,26 @@ class Topology:
             return self.node_names.index(name)
         except ValueError:
             raise InvalidRequest(f"unknown node {name!r}") from None
+
+
+def _subdomains(nodes: Sequence[NodeSpec], node_level: Level, sub_level: Level | None) -> tuple[int, ...]:
+    """Per GPU, the index of its sub-level domain within its node (names are local to the node)."""
+    if sub_level is None:
+        return ()
+    if not sub_level.bandwidth_gbps >= node_level.bandwidth_gbps:
+        raise InvalidRequest(
+            f"level {sub_level.name!r} below the node ({sub_level.bandwidth_gbps} GB/s) is slower than the node"
+            f" level ({node_level.bandwidth_gbps} GB/s); bandwidth must not grow going up"
+        )
+    out: list[int] = []
+    for spec in nodes:
+        if spec.gpu_domains and len(spec.gpu_domains) != spec.gpu_count:
+            raise InvalidRequest(
+                f"node {spec.name!r} names {len(spec.gpu_domains)} GPU domains for {spec.gpu_count} GPUs"
+            )
+        index: dict[str, int] = {}
+        out.extend(index.setdefault(name, len(index)) for name in spec.gpu_domains or ("",) * spec.gpu_count)
+    return tuple(out)
 
 
 def _check_tree(domain_of: list[list[int]], names: list[list[str]], levels: Sequence[Level]) -> None:

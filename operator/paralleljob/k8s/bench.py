@@ -288,7 +288,9 @@ async def _wait_not_ready(kube: Kube, node: str, seen: dict[str, float]) -> None
             return
 
 
-def start_operator(cluster: DevCluster, workdir: Path, write_concurrency: int = 48) -> subprocess.Popen[bytes]:
+def start_operator(
+    cluster: DevCluster, workdir: Path, write_concurrency: int = 48, lease_duration: float = 5.0
+) -> subprocess.Popen[bytes]:
     """``paralleljob operator`` as a separate process against ``cluster`` (log in ``workdir``)."""
     port = _free_port()
     return subprocess.Popen(
@@ -304,7 +306,7 @@ def start_operator(cluster: DevCluster, workdir: Path, write_concurrency: int = 
             "--metrics-host",
             "127.0.0.1",
             "--lease-duration",
-            "5",
+            f"{lease_duration:g}",
             "--log-level",
             "WARNING",
             "--write-concurrency",

@@ -55,6 +55,10 @@ class TopologyConfig:
     tolerated_taints: tuple[str, ...] = DEFAULT_TOLERATED_TAINTS
     # A node reporting more allocatable GPUs than this is used with this many (and gets a warning event).
     max_gpus_per_node: int = DEFAULT_MAX_GPUS_PER_NODE
+    # GPUs of a DRA node sharing a resource.kubernetes.io/pcieRoot form a level below the node with this
+    # per-GPU bandwidth (and node_bandwidth_gbps is then that between two roots of a node). 0: no such level,
+    # right for NVSwitch nodes, where every GPU pair of a node talks at NVLink speed whatever its root.
+    pcie_root_bandwidth_gbps: float = 0.0
 
     def __post_init__(self) -> None:
         previous = ("node", self.node_bandwidth_gbps)
@@ -70,6 +74,12 @@ class TopologyConfig:
                     f" ({previous[1]} GB/s); bandwidth must not grow going up"
                 )
             previous = (name, bandwidth)
+        if self.pcie_root_bandwidth_gbps and not self.pcie_root_bandwidth_gbps >= self.node_bandwidth_gbps:
+            raise InvalidRequest(
+                f"pcieRootBandwidthGbps ({self.pcie_root_bandwidth_gbps}) must be 0 (off) or at least"
+                f" nodeBandwidthGbps ({self.node_bandwidth_gbps}): GPUs under one root talk at least as fast"
+                " as across the node"
+            )
         if self.max_gpus_per_node < 1:
             raise InvalidRequest(f"maxGpusPerNode must be at least 1, got {self.max_gpus_per_node}")
         names = [lv.name for lv in self.levels]
@@ -139,7 +149,7 @@ def _levels_from(values: Sequence[Mapping[str, Any]]) -> tuple[LevelSource, ...]
 
 def topology_from_mapping(data: Mapping[str, Any]) -> TopologyConfig:
     """``{nodeBandwidthGbps, clusterBandwidthGbps, defaultGpuMemoryGiB, toleratedTaints, maxGpusPerNode,
-    levels: [...]}``."""
+    pcieRootBandwidthGbps, levels: [...]}``."""
     base = TopologyConfig()
     try:
         return TopologyConfig(
@@ -149,6 +159,7 @@ def topology_from_mapping(data: Mapping[str, Any]) -> TopologyConfig:
             default_gpu_memory_gib=float(data.get("defaultGpuMemoryGiB", base.default_gpu_memory_gib)),
             tolerated_taints=tuple(str(x) for x in data.get("toleratedTaints", base.tolerated_taints)),
             max_gpus_per_node=int(data.get("maxGpusPerNode", base.max_gpus_per_node)),
+            pcie_root_bandwidth_gbps=float(data.get("pcieRootBandwidthGbps", base.pcie_root_bandwidth_gbps)),
         )
     except (TypeError, ValueError) as exc:
         raise InvalidRequest(f"bad topology configuration: {exc}") from None

@@ -296,7 +296,13 @@ def overlay_node(
         unhealthy_gpus=frozenset(i for i in unhealthy if i < count),
         degraded_gpus=frozenset(i for i in degraded if i < count) - unhealthy,
         warnings=node.warnings + tuple(warnings),
-        dra=DraGpus(gpus.driver, gpus.pool, config.device_class, tuple(d.name for d in gpus.devices)),
+        dra=DraGpus(
+            gpus.driver,
+            gpus.pool,
+            config.device_class,
+            tuple(d.name for d in gpus.devices),
+            tuple(d.pcie_root for d in gpus.devices),
+        ),
         held_gpus=frozenset(i for i, d in enumerate(gpus.devices) if d.name in held),
     )
 

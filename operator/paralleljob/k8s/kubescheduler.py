@@ -75,7 +75,6 @@ def start_kube_scheduler(
     """Defaults (qps 50, burst 100) are kube-scheduler's own; the benchmark also runs it with the limits lifted."""
     config = workdir / f"kube-scheduler-{qps:g}.yaml"
     config.write_text(scheduler_config(kubeconfig, qps, burst))
-    log = (workdir / f"kube-scheduler-{qps:g}.log").open("wb")
     argv = [
         str(binary),
         f"--config={config}",
@@ -84,4 +83,6 @@ def start_kube_scheduler(
         f"--authorization-kubeconfig={kubeconfig}",
         "-v=1",
     ]
-    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    # The child keeps its own copy of the descriptor; ours is closed at once, not left to the collector.
+    with (workdir / f"kube-scheduler-{qps:g}.log").open("wb") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -59,7 +59,8 @@ class NeedsRebuild(Exception):
 
 def _shape(info: NodeInfo) -> tuple[object, ...]:
     """What the topology is made of, of one node: a change here means a new topology."""
-    return (info.gpu_count, info.gpu_memory_gib, info.gpu_product, info.domains)
+    roots = info.dra.pcie_roots if info.dra is not None else ()
+    return (info.gpu_count, info.gpu_memory_gib, info.gpu_product, info.domains, roots)
 
 
 def _job_key(pod: PodInfo) -> str | None:

@@ -41,6 +41,7 @@ class DraGpus:
     pool: str
     device_class: str  # what the operator's claims for these GPUs request
     devices: tuple[str, ...]
+    pcie_roots: tuple[str, ...] = ()  # resource.kubernetes.io/pcieRoot per device ("" when not published)
 
     def device_names(self, indices: tuple[int, ...]) -> tuple[str, ...] | None:
         if any(not 0 <= i < len(self.devices) for i in indices):

@@ -3,7 +3,8 @@
 Rebuilding (instead of patching a long-lived state) is what makes the operator level-triggered: whatever
 happened while it was away, the next view is derived from the objects alone. The order matters:
 1. topology from the GPU nodes, plus *ghost* nodes that recorded placements still name after the Node
-   object is gone (so the job's allocation can be loaded and its groups found broken);
+   object is gone (so the job's allocation can be loaded and its groups found broken); with
+   ``pcieRootBandwidthGbps`` set, a DRA node's GPUs are grouped by PCIe root in a level below the node;
 2. every recorded placement is allocated (the operator's own claims);
 3. bound pods the records do not explain — other schedulers' GPU pods, our stale workers — take GPUs too,
    and so do DRA devices allocated in other ResourceClaims (``NodeInfo.held_gpus``, see ``dra.py``);
@@ -31,6 +32,7 @@ from paralleljob.k8s.pods import PodInfo
 from paralleljob.k8s.records import PlacementRecord, PodSlot
 
 CLUSTER_DOMAIN = "cluster"
+PCIE_ROOT_LEVEL = "pcieRoot"  # the optional level below the node (TopologyConfig.pcie_root_bandwidth_gbps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +102,16 @@ def _domains(values: Sequence[str | None], node: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=16)
-def _topology(specs: tuple[NodeSpec, ...], levels: tuple[Level, ...]) -> Topology:
-    return Topology.from_nodes(specs, levels)
+def _topology(specs: tuple[NodeSpec, ...], levels: tuple[Level, ...], sub_level: Level | None) -> Topology:
+    return Topology.from_nodes(specs, levels, sub_level)
+
+
+def _pcie_roots(info: NodeInfo, config: TopologyConfig) -> tuple[str, ...]:
+    """A DRA node's GPUs grouped by PCIe root, when that level is on and every device names its root."""
+    if not config.pcie_root_bandwidth_gbps or info.dra is None:
+        return ()
+    roots = info.dra.pcie_roots
+    return roots if len(roots) == info.gpu_count and all(roots) else ()
 
 
 def build_view(
@@ -127,12 +137,16 @@ def build_view(
         info = live.get(name)
         if info is not None:
             values = [info.domains[i] for i in present]
-            specs.append(NodeSpec(name, info.gpu_count, info.gpu_memory_gib, _domains(values, name), info.gpu_product))
+            domains = _domains(values, name)
+            roots = _pcie_roots(info, config)
+            specs.append(NodeSpec(name, info.gpu_count, info.gpu_memory_gib, domains, info.gpu_product, roots))
         else:
             specs.append(
                 NodeSpec(name, ghost_counts[name], config.default_gpu_memory_gib, _domains([None] * len(present), name))
             )
-    topology = _topology(tuple(specs), levels)
+    # The level below the node exists as soon as one node has roots; a node without them is one domain.
+    sub_level = Level(PCIE_ROOT_LEVEL, config.pcie_root_bandwidth_gbps) if any(s.gpu_domains for s in specs) else None
+    topology = _topology(tuple(specs), levels, sub_level)
     state = ClusterState(topology)
     view = ClusterView(
         topology,
