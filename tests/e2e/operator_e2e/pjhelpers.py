@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio.client import CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, VERSION
@@ -186,12 +187,23 @@ class Jobs:
     def status(self, name: str) -> dict[str, Any]:
         return dict(self.get(name).get("status") or {})
 
+    def _status_or_missing(self, name: str) -> Any:
+        try:
+            return self.status(name)
+        except ApiException as exc:
+            return f"(no ParallelJob {name}: HTTP {exc.status})"
+
     def delete(self, name: str) -> None:
         self.kube.run(self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name))
 
     def wait_phase(self, name: str, phase: str, timeout_s: float = 30.0, **fields: Any) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
-            status = self.status(name)
+            try:
+                status = self.status(name)
+            except ApiException as exc:
+                if exc.status == 404:  # not there yet: a pod group's ParallelJob is made by the operator
+                    return None
+                raise
             ok = status.get("phase") == phase and all(status.get(k) == v for k, v in fields.items())
             return status if ok else None
 
@@ -199,7 +211,7 @@ class Jobs:
             return dict(wait_for(f"{name} in phase {phase} {fields or ''}", check, timeout_s))
         except AssertionError as exc:
             raise AssertionError(
-                f"{exc}\nstatus: {self.status(name)}\noperator log:\n{self.operator.log_tail()}"
+                f"{exc}\nstatus: {self._status_or_missing(name)}\noperator log:\n{self.operator.log_tail()}"
             ) from None
 
     def pods(self, name: str | None = None) -> list[Any]:
