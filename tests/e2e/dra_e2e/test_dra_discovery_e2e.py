@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import drahelpers
 import pytest
-from kubernetes_asyncio.client import CustomObjectsApi
 from pjhelpers import Jobs, OperatorProcess, assert_no_gpu_used_twice, wait_for
 
 from paralleljob.devcluster import dra
@@ -20,15 +20,9 @@ from paralleljob.devcluster.session import KubeSession
 
 pytestmark = pytest.mark.e2e
 
-RESOURCE = ("resource.k8s.io", "v1")
-
-
-def _custom(kube: KubeSession) -> Any:
-    return CustomObjectsApi(kube.api)
-
 
 def _slices(kube: KubeSession) -> dict[str, dict[str, Any]]:
-    listed = kube.run(_custom(kube).list_cluster_custom_object(*RESOURCE, "resourceslices"))
+    listed = kube.run(drahelpers.custom(kube).list_cluster_custom_object(*drahelpers.RESOURCE, "resourceslices"))
     return {item["spec"]["nodeName"]: item for item in listed["items"]}
 
 
@@ -54,64 +48,28 @@ def test_dra_cluster_publishes_nvidia_shaped_slices_and_a_device_class(
         roots = [d["attributes"][dra.PCIE_ROOT_ATTRIBUTE]["string"] for d in devices]
         assert roots == ["pci0000:00"] * 4 + ["pci0000:80"] * 4
         assert len({d["attributes"][dra.PCI_BUS_ID_ATTRIBUTE]["string"] for d in devices}) == 8
-    custom = _custom(dra_kube)
-    device_class = dra_kube.run(custom.get_cluster_custom_object(*RESOURCE, "deviceclasses", "gpu.nvidia.com"))
+    custom = drahelpers.custom(dra_kube)
+    device_class = dra_kube.run(
+        custom.get_cluster_custom_object(*drahelpers.RESOURCE, "deviceclasses", "gpu.nvidia.com")
+    )
     assert "gpu.nvidia.com" in device_class["spec"]["selectors"][0]["cel"]["expression"]
     nodes = dra_kube.run(dra_kube.core.list_node()).items
     assert nodes and all("nvidia.com/gpu" not in (n.status.allocatable or {}) for n in nodes)
     # DeviceTaintRule is served (resource.k8s.io/v1beta2 turned on for device taints).
-    rules = dra_kube.run(_custom(dra_kube).list_cluster_custom_object("resource.k8s.io", "v1beta2", "devicetaintrules"))
+    rules = dra_kube.run(
+        drahelpers.custom(dra_kube).list_cluster_custom_object("resource.k8s.io", "v1beta2", "devicetaintrules")
+    )
     assert rules["items"] == []
 
 
 def test_operator_places_a_job_on_gpus_it_reads_from_slices(dra_pjs: Jobs, dra_kube: KubeSession) -> None:
     dra_pjs.create("slices", tp=8, pp=1, dp=2, gpuProduct="NVIDIA-H100-80GB-HBM3")
     status = dra_pjs.wait_phase("slices", "Running", timeout_s=60)
-    _assert_claims_match_placement(dra_pjs, dra_kube, "slices")
+    drahelpers.assert_claims_match_placement(dra_pjs, dra_kube, "slices")
     assert_no_gpu_used_twice(dra_kube)
     pods = status["placement"]["pods"]
     assert len({p["node"] for p in pods}) == 2
     assert all(p["gpuIndices"] == list(range(8)) for p in pods)
-
-
-def _hold(kube: KubeSession, namespace: str, name: str, node: str, devices: list[str]) -> None:
-    """A claim allocated by someone else (kube-scheduler, say): spec first, then status.allocation."""
-    custom = _custom(kube)
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpus",
-                        "exactly": {
-                            "deviceClassName": "gpu.nvidia.com",
-                            "allocationMode": "ExactCount",
-                            "count": len(devices),
-                        },
-                    }
-                ]
-            }
-        },
-    }
-    created = kube.run(custom.create_namespaced_custom_object(*RESOURCE, namespace, "resourceclaims", body))
-    created["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {"request": "gpus", "driver": "gpu.nvidia.com", "pool": node, "device": d} for d in devices
-                ]
-            },
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-                ]
-            },
-        }
-    }
-    kube.run(custom.replace_namespaced_custom_object_status(*RESOURCE, namespace, "resourceclaims", name, created))
 
 
 def test_devices_allocated_in_other_claims_count_as_used(
@@ -119,7 +77,7 @@ def test_devices_allocated_in_other_claims_count_as_used(
 ) -> None:
     busy, free = dra_cluster.nodes[:3], dra_cluster.nodes[3]
     for node_name in busy:
-        _hold(dra_kube, dra_namespace, f"held-{node_name}", node_name, ["gpu-0", "gpu-5"])
+        drahelpers.hold_devices(dra_kube, dra_namespace, f"held-{node_name}", node_name, ["gpu-0", "gpu-5"])
     # Eight GPUs in one node: only the node nobody's claim touches has them.
     dra_pjs.create("whole", tp=8, pp=1, dp=1)
     whole = dra_pjs.wait_phase("whole", "Running", timeout_s=60)
@@ -135,45 +93,12 @@ def test_devices_allocated_in_other_claims_count_as_used(
     dra_pjs.wait_phase("waits", "Queued", timeout_s=30)
     dra_pjs.delete("beside")
     dra_kube.run(
-        _custom(dra_kube).delete_namespaced_custom_object(
-            *RESOURCE, dra_namespace, "resourceclaims", f"held-{busy[0]}"
+        drahelpers.custom(dra_kube).delete_namespaced_custom_object(
+            *drahelpers.RESOURCE, dra_namespace, "resourceclaims", f"held-{busy[0]}"
         )
     )
     waits = dra_pjs.wait_phase("waits", "Running", timeout_s=60)
     assert [p["node"] for p in waits["placement"]["pods"]] == [busy[0]]
-
-
-def _claims(kube: KubeSession, namespace: str) -> dict[str, dict[str, Any]]:
-    listed = kube.run(_custom(kube).list_namespaced_custom_object(*RESOURCE, namespace, "resourceclaims"))
-    return {item["metadata"]["name"]: item for item in listed["items"]}
-
-
-def _assert_claims_match_placement(pjs: Jobs, kube: KubeSession, name: str) -> dict[str, Any]:
-    """Each worker: no nvidia.com/gpu request, references its claim; the claim allocated with exactly the
-    recorded GPUs' devices on the pod's node and reserved for that pod."""
-    status = pjs.status(name)
-    record = {p["name"]: p for p in status["placement"]["pods"]}
-    claims = _claims(kube, pjs.namespace)
-    used: list[tuple[str, str]] = []
-    for pod in pjs.live_pods(name):
-        slot = record[pod.metadata.name]
-        assert pod.spec.node_name == slot["node"]
-        container = pod.spec.containers[0]
-        assert "nvidia.com/gpu" not in (container.resources.limits or {})
-        assert [c.name for c in container.resources.claims] == ["gpus"]
-        (reference,) = pod.spec.resource_claims
-        claim = claims[reference.resource_claim_name]
-        results = claim["status"]["allocation"]["devices"]["results"]
-        assert [(r["driver"], r["pool"]) for r in results] == [("gpu.nvidia.com", slot["node"])] * len(results)
-        assert [r["device"] for r in results] == [f"gpu-{i}" for i in slot["gpuIndices"]]
-        terms = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"]
-        assert terms[0]["matchFields"][0]["values"] == [slot["node"]]
-        assert claim["status"]["reservedFor"] == [
-            {"resource": "pods", "name": pod.metadata.name, "uid": pod.metadata.uid}
-        ]
-        used += [(slot["node"], r["device"]) for r in results]
-    assert len(used) == len(set(used)), f"a device is in two claims: {used}"
-    return status
 
 
 def test_each_worker_gets_a_claim_allocated_with_exactly_its_devices(
@@ -181,21 +106,21 @@ def test_each_worker_gets_a_claim_allocated_with_exactly_its_devices(
 ) -> None:
     dra_pjs.create("claimed", tp=4, pp=2, dp=1)
     dra_pjs.wait_phase("claimed", "Running", timeout_s=60)
-    _assert_claims_match_placement(dra_pjs, dra_kube, "claimed")
+    drahelpers.assert_claims_match_placement(dra_pjs, dra_kube, "claimed")
     dra_pjs.create("beside", tp=2, pp=1, dp=2)
     dra_pjs.wait_phase("beside", "Running", timeout_s=60)
-    _assert_claims_match_placement(dra_pjs, dra_kube, "beside")
+    drahelpers.assert_claims_match_placement(dra_pjs, dra_kube, "beside")
     # Across both jobs, too: no device is allocated twice.
     devices = [
         (r["pool"], r["device"])
-        for c in _claims(dra_kube, dra_namespace).values()
+        for c in drahelpers.claims(dra_kube, dra_namespace).values()
         for r in c["status"]["allocation"]["devices"]["results"]
     ]
     assert len(devices) == len(set(devices)) == 12
     # Deleting the job leaves no claim behind: the operator deletes each once its pod is gone.
     dra_pjs.delete("claimed")
     dra_pjs.delete("beside")
-    wait_for("the jobs' claims deleted", lambda: not _claims(dra_kube, dra_namespace), timeout_s=30)
+    wait_for("the jobs' claims deleted", lambda: not drahelpers.claims(dra_kube, dra_namespace), timeout_s=30)
 
 
 def test_operator_killed_between_claim_and_bind_resumes_without_leaks(
@@ -209,13 +134,15 @@ def test_operator_killed_between_claim_and_bind_resumes_without_leaks(
     assert dra_operator.wait_exit(30) == 17, dra_operator.log_tail()
     half = {p.metadata.name: (p.metadata.uid, p.spec.node_name) for p in dra_pjs.pods("resume")}
     assert len([n for n, (_, node) in half.items() if node]) == 3
-    before = {name: c["metadata"]["uid"] for name, c in _claims(dra_kube, dra_namespace).items()}
-    allocated = [c for c in _claims(dra_kube, dra_namespace).values() if (c.get("status") or {}).get("allocation")]
+    before = {name: c["metadata"]["uid"] for name, c in drahelpers.claims(dra_kube, dra_namespace).items()}
+    allocated = [
+        c for c in drahelpers.claims(dra_kube, dra_namespace).values() if (c.get("status") or {}).get("allocation")
+    ]
     assert len(allocated) > 3, "claims of unbound pods were allocated before the crash"
     dra_operator.start()
     dra_pjs.wait_phase("resume", "Running", timeout_s=60)
-    _assert_claims_match_placement(dra_pjs, dra_kube, "resume")
-    after = _claims(dra_kube, dra_namespace)
+    drahelpers.assert_claims_match_placement(dra_pjs, dra_kube, "resume")
+    after = drahelpers.claims(dra_kube, dra_namespace)
     assert len(after) == 8, sorted(after)  # one per worker, nothing leaked
     for name, uid in before.items():
         assert after[name]["metadata"]["uid"] == uid, f"claim {name} was re-created instead of adopted"

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import drahelpers
 import pytest
 from kubernetes_asyncio.client import CustomObjectsApi
 from pjhelpers import Jobs, assert_no_gpu_used_twice, free_port, wait_for
-from test_dra_discovery_e2e import _assert_claims_match_placement, _claims
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.dra import device_uuid
@@ -74,10 +74,6 @@ def rules(dra_kube: KubeSession) -> Iterator[Rules]:
         made.clear()
 
 
-def _claim_devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(r["pool"], r["device"]) for r in claim["status"]["allocation"]["devices"]["results"]]
-
-
 def test_noexecute_rule_moves_only_the_pod_on_that_device_and_replaces_its_claim(
     dra_pjs: Jobs, dra_kube: KubeSession, dra_namespace: str, rules: Rules
 ) -> None:
@@ -86,7 +82,7 @@ def test_noexecute_rule_moves_only_the_pod_on_that_device_and_replaces_its_claim
     victim, other = before["placement"]["pods"]
     node, device = victim["node"], f"gpu-{victim['gpuIndices'][0]}"
     uids = {p.metadata.name: p.metadata.uid for p in dra_pjs.live_pods("tainted")}
-    claims = {name: c["metadata"]["uid"] for name, c in _claims(dra_kube, dra_namespace).items()}
+    claims = {name: c["metadata"]["uid"] for name, c in drahelpers.claims(dra_kube, dra_namespace).items()}
 
     rules.create("e2e-noexecute", "NoExecute", driver=DRIVER, pool=node, device=device)
     after = dra_pjs.wait_phase("tainted", "Running", timeout_s=60, restarts=1)
@@ -97,17 +93,17 @@ def test_noexecute_rule_moves_only_the_pod_on_that_device_and_replaces_its_claim
     assert now[victim["name"]] != uids[victim["name"]] and now[other["name"]] == uids[other["name"]]
 
     def replaced() -> bool:
-        current = _claims(dra_kube, dra_namespace)
+        current = drahelpers.claims(dra_kube, dra_namespace)
         return (
             len(current) == 2
             and current[f"{victim['name']}-gpus"]["metadata"]["uid"] != claims[f"{victim['name']}-gpus"]
         )
 
     wait_for("the victim's claim replaced, no other claim left", replaced, timeout_s=30)
-    current = _claims(dra_kube, dra_namespace)
+    current = drahelpers.claims(dra_kube, dra_namespace)
     assert current[f"{other['name']}-gpus"]["metadata"]["uid"] == claims[f"{other['name']}-gpus"]
-    assert (node, device) not in _claim_devices(current[f"{victim['name']}-gpus"])
-    _assert_claims_match_placement(dra_pjs, dra_kube, "tainted")
+    assert (node, device) not in drahelpers.claim_devices(current[f"{victim['name']}-gpus"])
+    drahelpers.assert_claims_match_placement(dra_pjs, dra_kube, "tainted")
     assert_no_gpu_used_twice(dra_kube)
     time.sleep(3)  # kube-controller-manager's eviction and the operator's repair were one failure, not two
     assert dra_pjs.status("tainted")["restarts"] == 1
@@ -133,7 +129,7 @@ def test_noschedule_rule_keeps_new_work_off_the_device_until_it_is_deleted(
     whole = dra_pjs.wait_phase("whole", "Running", timeout_s=60)
     (pod,) = whole["placement"]["pods"]
     assert 3 in pod["gpuIndices"]  # the device is used again
-    _assert_claims_match_placement(dra_pjs, dra_kube, "whole")
+    drahelpers.assert_claims_match_placement(dra_pjs, dra_kube, "whole")
     assert_no_gpu_used_twice(dra_kube)
 
 
@@ -195,8 +191,8 @@ def test_agent_xid_becomes_a_device_taint_rule_the_operator_acts_on(
         assert status["lastFailure"]["kind"] == "GPUFailure"
         for pod in status["placement"]["pods"]:
             assert not (pod["node"] == node and gpu in pod["gpuIndices"]), f"{pod['name']} still on {node}/{gpu}"
-        _assert_claims_match_placement(dra_pjs, dra_kube, "xid")
-        claimed = [d for c in _claims(dra_kube, dra_namespace).values() for d in _claim_devices(c)]
+        drahelpers.assert_claims_match_placement(dra_pjs, dra_kube, "xid")
+        claimed = [d for c in drahelpers.claims(dra_kube, dra_namespace).values() for d in drahelpers.claim_devices(c)]
         assert (node, f"gpu-{gpu}") not in claimed
 
         # The GPU answers again: after the hysteresis the agent deletes its rule.
