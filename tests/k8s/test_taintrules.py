@@ -166,13 +166,15 @@ def test_the_reconciler_reads_rules_from_its_watch_into_decisions_and_the_kept_v
         reconciler.on_event("resourceslice", "ADDED", resource_slice("n1", [gpu(i) for i in range(8)]))
         await reconciler.pass_once()
         reconciler.on_event("devicetaintrule", "ADDED", rule("r", pool="n1", device="gpu-4"))
-        assert [n.unhealthy_gpus for n in reconciler.gpu_nodes()] == [frozenset({4})]
         await reconciler.pass_once()
         kept = reconciler.view.live.view
         assert kept is not None and kept.state is not None and kept.state.health[4] is GPUHealth.OFFLINE
+        assert [n.unhealthy_gpus for n in kept.nodes.values()] == [frozenset({4})]
         reconciler.on_event("devicetaintrule", "DELETED", rule("r", pool="n1", device="gpu-4"))
-        assert [n.unhealthy_gpus for n in reconciler.gpu_nodes()] == [frozenset()]
         await reconciler.pass_once()
+        kept = reconciler.view.live.view
+        assert kept is not None and kept.state is not None and kept.state.health[4] is GPUHealth.HEALTHY
+        assert [n.unhealthy_gpus for n in kept.nodes.values()] == [frozenset()]
         return reconciler
 
     reconciler = asyncio.run(scenario())

@@ -28,7 +28,7 @@ from paralleljob.k8s.claims import claim_path
 from paralleljob.k8s.config import OperatorConfig
 from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.decide import ACTIVE, Observed, claims_of, decide
-from paralleljob.k8s.dra import CLAIMS_PATH, SLICES_PATH, ClaimInfo, SliceInfo, overlay_nodes, parse_claim, parse_slice
+from paralleljob.k8s.dra import CLAIMS_PATH, SLICES_PATH, ClaimInfo, SliceInfo, parse_claim, parse_slice
 from paralleljob.k8s.dranodes import OverlaidNodes
 from paralleljob.k8s.events import EventPoster
 from paralleljob.k8s.executor import Executor, Outcome
@@ -83,7 +83,6 @@ class Reconciler:
         # DeviceTaintRules (taintrules.py) taint devices of those slices: health from an admin or our agent.
         self.taint_rules: ObjectStore[TaintRuleInfo] = ObjectStore(parse_taint_rule)
         self.taint_rules_missing = False  # the API has no DeviceTaintRules (said once in the log)
-        self._gpu_nodes: tuple[tuple[int, int, int, int], list[NodeInfo]] | None = None
         self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
         node_source: NodeSource = self.nodes
         if config.dra.enabled:
@@ -265,22 +264,6 @@ class Reconciler:
             log.warning("cannot list %s (%s); device taints are read from ResourceSlices only", TAINT_RULES_PATH, exc)
         self.taint_rules_missing = True
 
-    def gpu_nodes(self) -> list[NodeInfo]:
-        """The nodes with DRA nodes' GPUs taken from their ResourceSlices (dra.py) and tainted by
-        DeviceTaintRules (taintrules.py); recomputed only when a node, slice, claim or rule changed."""
-        versions = (self.nodes.version, self.slices.version, self.claims.version, self.taint_rules.version)
-        if self._gpu_nodes is None or self._gpu_nodes[0] != versions:
-            nodes = overlay_nodes(
-                self.nodes.values(),
-                self.slices.values(),
-                self.claims.values(),
-                self.config.dra,
-                self.config.topology.default_gpu_memory_gib,
-                self.taint_rules.values(),
-            )
-            self._gpu_nodes = (versions, nodes)
-        return self._gpu_nodes[1]
-
     async def pass_once(self) -> tuple[bool, float]:
         started = time.monotonic()
         busy = {key: record for key, (_, record) in self.inflight.items()}
@@ -306,7 +289,7 @@ class Reconciler:
         observed = Observed(
             jobs=jobs,
             pods=self.pods.values(),
-            nodes=self.gpu_nodes(),
+            nodes=list(view.nodes.values()),  # as the kept view sees them (DRA pools laid over)
             now=now_rfc3339(),
             now_s=time.time(),
             queues={q.name: q for q in self.queues.values()},
