@@ -8,27 +8,19 @@ Each start logs to its own file (``operator-<n>.log`` in ``log_dir``). The proce
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+from paralleljob.devcluster.process import exit_with_parent, free_loopback_ports
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_loopback_ports(1)[0]
 
 
 class OperatorProcess:
@@ -85,7 +77,7 @@ class OperatorProcess:
         ]
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), preexec_fn=_die_with_parent
+                argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), preexec_fn=exit_with_parent
             )
 
     def kill(self) -> None:

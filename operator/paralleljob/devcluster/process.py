@@ -50,7 +50,7 @@ def _start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def _die_with_parent() -> None:
+def exit_with_parent() -> None:
     """Runs in the child before exec: the kernel SIGKILLs it when the process that started it dies."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -78,7 +78,7 @@ def spawn(
             env=dict(env) if env is not None else None,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_die_with_parent if die_with_parent else None,
+            preexec_fn=exit_with_parent if die_with_parent else None,
         )
     _children[process.pid] = process
     ticks = _start_ticks(process.pid)

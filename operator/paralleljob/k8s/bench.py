@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
+from paralleljob.devcluster.process import free_loopback_ports
 from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path
 from paralleljob.k8s.constants import API_VERSION, JOB_LABEL, KIND
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_loopback_ports(1)[0]
 
 
 async def watch(kube: Kube, path: str, query: dict[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:

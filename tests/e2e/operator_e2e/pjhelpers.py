@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,22 +17,15 @@ from typing import Any
 from kubernetes_asyncio.client import CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from paralleljob.devcluster.process import exit_with_parent, free_loopback_ports
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, VERSION
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_pytest() -> None:
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+_die_with_pytest = exit_with_parent  # the operator subprocess dies with the test session
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_loopback_ports(1)[0]
 
 
 class OperatorProcess:
