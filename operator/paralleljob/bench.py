@@ -196,7 +196,7 @@ def render(results: list[BenchResult]) -> str:
 
 def command(args: argparse.Namespace) -> int:
     if args.what == "operator":
-        # The operator benchmark lives with the operator (it needs the local control plane and kopf).
+        # The operator benchmark lives with the operator (it needs the local control plane and the Kubernetes client).
         from paralleljob.k8s.bench import run_benchmark
 
         measured = run_benchmark(

@@ -1,7 +1,7 @@
 """The `paralleljob` command line (also installed as the kubectl plugin `kubectl-paralleljob`).
 
 Each sub-command lives in its own module exposing ``register(subparsers)``; this file only wires them,
-so that importing the CLI never pulls in kopf or a Kubernetes client unless that command runs.
+so that importing the CLI never pulls in a Kubernetes client unless that command runs.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def test_the_reconciler_keeps_its_view_across_passes_and_rebuilds_after_a_relist
         assert kept.state.health[8] is GPUHealth.OFFLINE and kept.state.owner[0] == "pod:ns/web"
         relisted = pod_body("web", "n0", 2)
         relisted["metadata"]["resourceVersion"] = "1"
-        reconciler.on_pod_list([relisted], "2")  # the pod reflector re-listed
+        reconciler.on_list("pod", [relisted], "2")  # the pod reflector re-listed
         await reconciler.pass_once()
         return reconciler
 

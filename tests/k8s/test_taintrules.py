@@ -132,7 +132,7 @@ class NoRulesApi:
     def __init__(self) -> None:
         self.lists: list[str] = []
 
-    async def list(self, path: str) -> tuple[list[dict[str, Any]], str]:
+    async def list(self, path: str, transform: Any = None) -> tuple[list[dict[str, Any]], str]:
         self.lists.append(path)
         if path == TAINT_RULES_PATH:
             raise ApiError(404, "the server could not find the requested resource")
@@ -146,13 +146,12 @@ def test_a_cluster_without_device_taint_rules_is_logged_once_and_the_operator_go
     reconciler = Reconciler(cast(Any, kube), OperatorConfig(), Metrics())
 
     async def scenario() -> None:
-        await reconciler.resync()
         await _watch_taint_rules(cast(Any, kube), reconciler)  # returns instead of retrying forever
-        await reconciler.resync()
+        await _watch_taint_rules(cast(Any, kube), reconciler)  # a restart of the task says nothing new
 
     asyncio.run(scenario())
-    assert reconciler.synced.is_set() and reconciler.taint_rules_missing
-    assert kube.lists.count(TAINT_RULES_PATH) == 2  # the first resync and the watch; never again after
+    assert reconciler.taint_rules_missing
+    assert kube.lists.count(TAINT_RULES_PATH) == 2  # once per start of the watch; it never retries by itself
     assert (
         len([r for r in caplog.records if "DeviceTaintRules" in r.getMessage() or "devicetaintrules" in r.getMessage()])
         == 1

@@ -15,7 +15,6 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "nodes"): frozenset({"list", "watch"}),
     ("paralleljob.dev", "paralleljobqueues"): frozenset({"list", "watch"}),
     ("paralleljob.dev", "paralleljobqueues/status"): frozenset({"patch"}),
-    ("apiextensions.k8s.io", "customresourcedefinitions"): frozenset({"list", "watch"}),  # Kopf's observer
     ("resource.k8s.io", "resourceslices"): frozenset({"list", "watch"}),  # DRA: GPUs as devices (dra.driver)
     ("resource.k8s.io", "resourceclaims"): frozenset({"list", "watch"}),  # DRA: devices others hold
     ("resource.k8s.io", "resourceclaims/binding"): frozenset({"patch"}),  # DRA: allocating (checked cluster-wide)

@@ -151,8 +151,9 @@ def test_dra_values_reach_the_operator_and_an_empty_driver_drops_its_rbac(render
 def test_watching_some_namespaces_moves_the_writes_into_their_roles(render: Render) -> None:
     objects = render("operator.namespaces={team-a,team-b}")
     cluster_role = one(objects, "ClusterRole")
-    namespaces_read = {("", "namespaces"): frozenset({"list", "watch"})}  # Kopf, serving some namespaces
-    assert flatten_rules(cluster_role["rules"]) == merged(CLUSTER_RULES, namespaces_read)
+    # Only reads stay cluster-wide: ParallelJobs are listed and watched per served namespace, so
+    # Namespaces themselves are never read.
+    assert flatten_rules(cluster_role["rules"]) == merged(CLUSTER_RULES)
     roles = {(r["metadata"]["namespace"], r["metadata"]["name"]): r for r in by_kind(objects, "Role")}
     for namespace in ("team-a", "team-b"):
         assert flatten_rules(roles[(namespace, "pj-paralleljob")]["rules"]) == merged(WORKLOAD_RULES)

@@ -130,7 +130,7 @@ def test_entry_points_run_from_the_installed_wheel(tmp_path: Path) -> None:
     # Run from an empty folder with a read-only-ish environment: nothing may come from this checkout.
     run_env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
     where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import paralleljob, kopf; print(paralleljob.__file__)"],
+        [str(venv / "bin" / "python"), "-c", "import paralleljob, kubernetes_asyncio; print(paralleljob.__file__)"],
         check=True,
         capture_output=True,
         text=True,

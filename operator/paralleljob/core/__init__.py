@@ -1,6 +1,6 @@
 """The pure placement core: topology, cluster state, cost models, placer, recovery, lifecycle.
 
-Synchronous and free of I/O: no kopf, no Kubernetes client, no prometheus, no asyncio (import-linter
+Synchronous and free of I/O: no Kubernetes client, no prometheus, no asyncio (import-linter
 enforces it). Shells (the operator, the simulator, the seed facade) feed it values and execute the
 decisions it returns.
 """

@@ -1,1 +1,1 @@
-"""The Kubernetes operator: the only code that imports kopf or a Kubernetes client."""
+"""The Kubernetes operator: the only code that imports a Kubernetes client."""

@@ -31,6 +31,7 @@ log = logging.getLogger("paralleljob.k8s")
 
 T = TypeVar("T")
 RETRYABLE = frozenset({0, 429, 500, 502, 503, 504})
+LIST_PAGE_SIZE = 500  # client-go's reflector pages its lists by 500 too
 
 
 class ApiError(Exception):
@@ -158,15 +159,40 @@ class Kube:
         return _decode(status, data, method, path)
 
     # ---- the calls the operator makes ---------------------------------------------------------------
-    async def list(self, path: str, query: Mapping[str, str] | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        data = await self.request("GET", path, query=query)
-        items = data.get("items") or []
-        kind = data.get("kind", "").removesuffix("List")
-        api_version = data.get("apiVersion", "")
-        for item in items:  # list items come without kind/apiVersion; the parsers do not need them, humans do
-            item.setdefault("kind", kind)
-            item.setdefault("apiVersion", api_version)
-        return items, (data.get("metadata") or {}).get("resourceVersion")
+    async def list(
+        self,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        page_size: int = LIST_PAGE_SIZE,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Every item of a list URL, fetched in pages of ``page_size`` (``limit``/``continue``) so that a
+        12,500-node list is never one 60 MB response decoded at once; ``transform`` (a store's slimming)
+        runs on each page before the next is fetched, so only the slimmed items stay in memory. A
+        continue token that expired (410 mid-list) restarts the list from its first page."""
+        items: list[dict[str, Any]] = []
+        params = {**(query or {}), "limit": str(page_size)}
+        version: str | None = None
+        while True:
+            try:
+                data = await self.request("GET", path, query=params)
+            except ApiError as exc:
+                if exc.status == 410 and "continue" in params:
+                    items, params = [], {**(query or {}), "limit": str(page_size)}
+                    continue
+                raise
+            kind = data.get("kind", "").removesuffix("List")
+            api_version = data.get("apiVersion", "")
+            for item in data.get("items") or []:
+                item.setdefault("kind", kind)  # list items come without kind/apiVersion; humans need them
+                item.setdefault("apiVersion", api_version)
+                items.append(transform(item) if transform is not None else item)
+            metadata = data.get("metadata") or {}
+            version = metadata.get("resourceVersion") or version  # every page carries the first page's
+            token = metadata.get("continue")
+            if not token:
+                return items, version
+            params = {**params, "continue": str(token)}
 
     async def watch(
         self, path: str, resource_version: str | None, timeout_s: int = 300, query: Mapping[str, str] | None = None

@@ -26,7 +26,18 @@ def register(subparsers: Any) -> None:
     op.add_argument("--namespace", action="append", default=[], help="watch only these namespaces (repeatable)")
     op.add_argument("--metrics-port", type=int, default=int(os.environ.get("PARALLELJOB_METRICS_PORT", "8080")))
     op.add_argument("--metrics-host", default="0.0.0.0")
-    op.add_argument("--resync-seconds", type=float, default=30.0, help="full re-list period (default: %(default)s)")
+    op.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=30.0,
+        help="a reconcile pass over everything at least this often (default: %(default)s)",
+    )
+    op.add_argument(
+        "--relist-seconds",
+        type=float,
+        default=300.0,
+        help="each watched kind is listed again this often, beside its watch (default: %(default)s)",
+    )
     op.add_argument(
         "--view-check-passes",
         type=int,
@@ -119,6 +130,7 @@ def _operator(args: argparse.Namespace) -> int:
         dra=DraConfig(driver=args.dra_driver.strip(), device_class=args.dra_device_class.strip()),
         namespaces=tuple(args.namespace),
         resync_seconds=args.resync_seconds,
+        relist_seconds=args.relist_seconds,
         view_check_passes=args.view_check_passes,
         view_check_seconds=args.view_check_seconds,
         metrics_port=args.metrics_port,

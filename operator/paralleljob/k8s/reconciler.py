@@ -26,9 +26,9 @@ from paralleljob.k8s.admission import QueueInfo, parse_queue
 from paralleljob.k8s.api import ApiError, Kube, retrying
 from paralleljob.k8s.claims import claim_path
 from paralleljob.k8s.config import OperatorConfig
-from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.decide import ACTIVE, Observed, claims_of, decide
-from paralleljob.k8s.dra import CLAIMS_PATH, SLICES_PATH, ClaimInfo, SliceInfo, parse_claim, parse_slice
+from paralleljob.k8s.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
 from paralleljob.k8s.dranodes import OverlaidNodes
 from paralleljob.k8s.events import EventPoster
 from paralleljob.k8s.executor import Executor, Outcome
@@ -39,6 +39,7 @@ from paralleljob.k8s.nodes import NodeInfo, parse_node
 from paralleljob.k8s.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
 from paralleljob.k8s.queues import queue_policy
 from paralleljob.k8s.records import PlacementRecord, record_from_status
+from paralleljob.k8s.slim import slim_node, without_managed_fields
 from paralleljob.k8s.specs import JobObject, parse_job
 from paralleljob.k8s.store import ObjectStore
 from paralleljob.k8s.taintrules import TAINT_RULES_PATH, TaintRuleInfo, parse_taint_rule
@@ -73,15 +74,26 @@ class Reconciler:
         self.config = config
         self.metrics = metrics
         topology = config.topology
-        self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job)
-        self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod)
-        self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology))
-        self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue)
+        # Stores keep slimmed bodies (slim.py): what the parsers read, not managedFields and the like.
+        lean = without_managed_fields
+        self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job, slim=lean)
+        self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod, slim=lean)
+        self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology), slim=slim_node)
+        self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue, slim=lean)
         # DRA (dra.py): ResourceSlices publish GPUs, ResourceClaims hold them; empty unless DRA is on.
-        self.slices: ObjectStore[SliceInfo] = ObjectStore(parse_slice)
-        self.claims: ObjectStore[ClaimInfo] = ObjectStore(parse_claim)
+        self.slices: ObjectStore[SliceInfo] = ObjectStore(parse_slice, slim=lean)
+        self.claims: ObjectStore[ClaimInfo] = ObjectStore(parse_claim, slim=lean)
         # DeviceTaintRules (taintrules.py) taint devices of those slices: health from an admin or our agent.
-        self.taint_rules: ObjectStore[TaintRuleInfo] = ObjectStore(parse_taint_rule)
+        self.taint_rules: ObjectStore[TaintRuleInfo] = ObjectStore(parse_taint_rule, slim=lean)
+        self.by_kind: dict[str, ObjectStore[Any]] = {  # each store by the kind its reflector reports
+            "node": self.nodes,
+            "pod": self.pods,
+            "job": self.jobs,
+            "queue": self.queues,
+            "resourceslice": self.slices,
+            "resourceclaim": self.claims,
+            "devicetaintrule": self.taint_rules,
+        }
         self.taint_rules_missing = False  # the API has no DeviceTaintRules (said once in the log)
         self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
         node_source: NodeSource = self.nodes
@@ -127,16 +139,7 @@ class Reconciler:
 
     # ---- inputs -------------------------------------------------------------------------------------
     def on_event(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
-        stores: dict[str, ObjectStore[Any]] = {
-            "node": self.nodes,
-            "pod": self.pods,
-            "job": self.jobs,
-            "queue": self.queues,
-            "resourceslice": self.slices,
-            "resourceclaim": self.claims,
-            "devicetaintrule": self.taint_rules,
-        }
-        store = stores[kind]
+        store = self.by_kind[kind]
         if event_type == "DELETED":
             changed = store.remove(body)
         elif kind == "pod" and not relevant_pod(body):
@@ -164,77 +167,35 @@ class Reconciler:
         for warning in rule.warnings if rule is not None else ():
             log.warning("%s", warning)
 
-    def on_pod_list(self, items: list[dict[str, Any]], version: str | None) -> None:
-        self.pods.replace_all([p for p in items if relevant_pod(p)], version)
-        self.wake.set()
-
-    def on_list(self, kind: str, items: list[dict[str, Any]], version: str | None) -> None:
-        """A reflector's full list of ResourceSlices, ResourceClaims or DeviceTaintRules."""
-        stores: dict[str, ObjectStore[Any]] = {"resourceslice": self.slices, "devicetaintrule": self.taint_rules}
-        stores.get(kind, self.claims).replace_all(items, version)
-        self.wake.set()
-
-    async def resync(self) -> None:
-        """Re-list everything (level-triggered repair of whatever the watches missed)."""
-        namespaces = self.config.namespaces or ("",)
-        sources: list[tuple[ObjectStore[Any], list[str]]] = [
-            (self.nodes, ["/api/v1/nodes"]),
-            (self.queues, [f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}"]),
-            (self.jobs, [_ns_path(f"/apis/{GROUP}/{VERSION}", ns, PLURAL) for ns in namespaces]),
-            (self.pods, ["/api/v1/pods"]),
-        ]
-        if self.config.dra.enabled:
-            sources += [(self.slices, [SLICES_PATH]), (self.claims, [CLAIMS_PATH])]
-            if not self.taint_rules_missing:
-                sources.append((self.taint_rules, [TAINT_RULES_PATH]))
-        for store, paths in sources:
-            items: list[dict[str, Any]] = []
-            rv: str | None = None
-            for path in paths:
-                try:
-                    listed, rv = await retrying(lambda p=path: self.kube.list(p))  # type: ignore[misc]
-                except ApiError as exc:
-                    if exc.status == 404 and store is self.queues:
-                        listed, rv = [], None  # the queue CRD is optional
-                    elif exc.status in (403, 404) and store in (self.slices, self.claims):
-                        # A cluster before 1.34 (no resource.k8s.io/v1) or a role without its verbs: every
-                        # node is then a device-plugin node, as before DRA support.
-                        log.warning("cannot list %s (%s); nodes' GPUs come from allocatable only", path, exc)
-                        listed, rv = [], None
-                    elif exc.status in (403, 404) and store is self.taint_rules:
-                        self.rules_unavailable(exc)
-                        listed, rv = [], None
-                    else:
-                        raise
-                items.extend(listed)
-            if store is self.pods:
-                items = [p for p in items if relevant_pod(p)]
-            store.replace_all(items, rv if len(paths) == 1 else None)
-        for body in [self.nodes.body("", n.name) for n in self.nodes.values()]:
-            if body is not None:
-                self._warn_node(body)
-        self.synced.set()
+    def on_list(
+        self, kind: str, items: list[dict[str, Any]], version: str | None, namespace: str | None = None
+    ) -> None:
+        """A reflector's full list of one kind (of one namespace, for ParallelJobs watched per namespace)."""
+        store = self.by_kind[kind]
+        if kind == "pod":
+            items = [p for p in items if relevant_pod(p)]
+        store.replace_all(items, version, namespace=namespace)
+        if kind == "node":
+            for info in store.values():
+                if info.warnings or info.name in self.node_warnings:
+                    body = store.body("", info.name)
+                    if body is not None:
+                        self._warn_node(body)
         self.wake.set()
 
     # ---- the loop -----------------------------------------------------------------------------------
     async def run(self) -> None:
+        """Pass whenever something changed, and every ``resync_seconds`` regardless (level-triggered: a
+        pass judges everything from the stores, which the reflectors keep current)."""
         self.events.start()
         await self.synced.wait()
-        next_resync = time.monotonic() + self.config.resync_seconds
         delay = 0.0
         while True:
-            timeout = max(0.0, next_resync - time.monotonic())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=timeout)
+                await asyncio.wait_for(self.wake.wait(), timeout=self.config.resync_seconds)
             if delay:
                 await asyncio.sleep(delay)
                 delay = 0.0
-            if time.monotonic() >= next_resync:
-                try:
-                    await self.resync()
-                except ApiError as exc:
-                    log.warning("resync failed: %s", exc)
-                next_resync = time.monotonic() + self.config.resync_seconds
             self.wake.clear()
             if not self.leader.is_set():
                 continue

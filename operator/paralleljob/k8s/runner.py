@@ -1,5 +1,5 @@
-"""Run the operator: metrics server, leader election, Kopf watches and the reconcile loop, in one event
-loop, until a signal (Kopf handles SIGINT/SIGTERM), a lost lease, ``stop``, or the death of any of them.
+"""Run the operator: metrics server, leader election, one list-and-watch reflector per watched kind and the
+reconcile loop, in one event loop, until SIGINT/SIGTERM, a lost lease, ``stop``, or the death of any of them.
 
 Every long-lived task is supervised: one that ends while the operator should be running (an exception, an
 unexpected return or cancellation) stops the whole process with a log line naming it, and
@@ -14,16 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
-import kopf
-
 from paralleljob.k8s.api import ApiError, Kube
 from paralleljob.k8s.config import OperatorConfig
+from paralleljob.k8s.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.dra import CLAIMS_PATH, SLICES_PATH
 from paralleljob.k8s.election import LeaderElection
-from paralleljob.k8s.handlers import build_registry
 from paralleljob.k8s.health import Health
 from paralleljob.k8s.metrics import Metrics, serve
 from paralleljob.k8s.reconciler import Reconciler
@@ -69,7 +68,6 @@ async def run_operator(
     reconciler.on_pass = lambda: health.passed(loop.time())
     kube.write_fence = election.leading  # no write leaves this process unless it still leads
     stop_flag = asyncio.Event()
-    registry = build_registry(reconciler, kube.configuration)
     failure: list[str] = []
 
     async def follow_leadership() -> None:
@@ -82,51 +80,28 @@ async def run_operator(
         reconciler.stop_acting()
         raise OperatorFailed("lost the leader lease; stopping so a clean replica starts as a standby")
 
+    reflectors = _reflectors(kube, reconciler, config, health, loop)
+
     async def initial_sync() -> None:
-        delay = 0.2
-        while True:
-            try:
-                await reconciler.resync()
-                return
-            except Exception as exc:  # the API may not be reachable yet
-                log.warning("initial list failed (%s); retrying", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+        """The first pass waits until every kind has been listed once."""
+        await asyncio.gather(*(r.synced.wait() for r in reflectors))
+        reconciler.synced.set()
+        reconciler.wake.set()
 
     async def external_stop() -> None:
         if stop is not None:
             await stop.wait()
             stop_flag.set()
 
-    # Every long-lived task exists before Kopf starts: Kopf waits 5 s on shutdown for tasks born after it.
-    reconciler.events.start()
-    kopf_task = asyncio.create_task(
-        kopf.operator(
-            registry=registry,
-            clusterwide=not config.namespaces,
-            namespaces=list(config.namespaces),
-            standalone=True,
-            stop_flag=stop_flag,
-        ),
-        name="kopf",
-    )
-    pods = Reflector(
-        kube,
-        "/api/v1/pods",
-        reconciler.on_pod_list,
-        lambda kind, body: reconciler.on_event("pod", kind, body),
-        lambda connected: health.watch_up() if connected else health.watch_down(loop.time()),
-    )
     supervised: dict[asyncio.Task[Any], bool] = {}  # task -> whether it must run until the end
 
     def start(coro: Coroutine[Any, Any, None], name: str, forever: bool = True) -> None:
         supervised[asyncio.create_task(coro, name=name)] = forever
 
-    start(pods.run(), "pod-watch")
+    reconciler.events.start()
+    for reflector in reflectors:
+        start(reflector.run(), f"{reflector.name}-watch")
     if config.dra.enabled:
-        # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold): the same list-and-watch.
-        for kind, path in (("resourceslice", SLICES_PATH), ("resourceclaim", CLAIMS_PATH)):
-            start(_dra_reflector(kube, reconciler, kind, path).run(), f"{kind}-watch")
         # DeviceTaintRules (resource.k8s.io/v1beta2): optional; a cluster without them ends this task.
         start(_watch_taint_rules(kube, reconciler), "devicetaintrule-watch", forever=False)
     start(election.run(), "leader-election")
@@ -136,9 +111,12 @@ async def run_operator(
     start(external_stop(), "stop", forever=False)
     if config.kill_task:
         start(_kill_later(config.kill_task, supervised), "test-hook", forever=False)
+    signals = _on_signals(loop, stop_flag)
     try:
-        await _supervise(kopf_task, supervised, stop_flag, health, failure)
+        await _supervise(supervised, stop_flag, health, failure)
     finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
         for task in supervised:
             task.cancel()
         for task in supervised:
@@ -154,14 +132,67 @@ async def run_operator(
         raise OperatorFailed(failure[0])
 
 
-def _dra_reflector(kube: Kube, reconciler: Reconciler, kind: str, path: str) -> Reflector:
+def _reflector(
+    kube: Kube, reconciler: Reconciler, kind: str, path: str, namespace: str | None = None, **options: Any
+) -> Reflector:
+    """A reflector feeding one kind's store (of one namespace, when ParallelJobs are watched per namespace)."""
+
     def on_list(items: list[dict[str, Any]], version: str | None) -> None:
-        reconciler.on_list(kind, items, version)
+        reconciler.on_list(kind, items, version, namespace=namespace)
 
     def on_event(event: str, body: Mapping[str, Any]) -> None:
         reconciler.on_event(kind, event, body)
 
-    return Reflector(kube, path, on_list, on_event)
+    store = reconciler.by_kind[kind]
+    name = kind if namespace is None else f"{kind}[{namespace}]"
+    return Reflector(kube, path, on_list, on_event, name=name, transform=store.slim, **options)
+
+
+def _reflectors(
+    kube: Kube, reconciler: Reconciler, config: OperatorConfig, health: Health, loop: asyncio.AbstractEventLoop
+) -> list[Reflector]:
+    """One list-and-watch per watched kind: the operator's only way in."""
+    relist = config.relist_seconds
+    jobs = f"/apis/{GROUP}/{VERSION}"
+    found = [
+        _reflector(
+            kube,
+            reconciler,
+            "pod",
+            "/api/v1/pods",
+            relist_seconds=relist,
+            on_state=lambda up: health.watch_up() if up else health.watch_down(loop.time()),
+        ),
+        _reflector(kube, reconciler, "node", "/api/v1/nodes", relist_seconds=relist),
+        _reflector(kube, reconciler, "queue", f"{jobs}/{QUEUE_PLURAL}", optional=True, relist_seconds=relist),
+    ]
+    if config.namespaces:
+        found += [
+            _reflector(kube, reconciler, "job", f"{jobs}/namespaces/{ns}/{PLURAL}", ns, relist_seconds=relist)
+            for ns in config.namespaces
+        ]
+    else:
+        found.append(_reflector(kube, reconciler, "job", f"{jobs}/{PLURAL}", relist_seconds=relist))
+    if config.dra.enabled:
+        # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold). A cluster before
+        # 1.34 (no resource.k8s.io/v1) or a role without the verbs: every node is a device-plugin node.
+        found += [
+            _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist)
+            for kind, path in (("resourceslice", SLICES_PATH), ("resourceclaim", CLAIMS_PATH))
+        ]
+    return found
+
+
+def _on_signals(loop: asyncio.AbstractEventLoop, stop_flag: asyncio.Event) -> list[int]:
+    """SIGTERM/SIGINT stop the operator cleanly (lease released); only the main thread can take them."""
+    taken: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, stop_flag.set)
+            taken.append(signum)
+        except (RuntimeError, ValueError):  # not the main thread (an operator run inside a test)
+            break
+    return taken
 
 
 async def _watch_taint_rules(kube: Kube, reconciler: Reconciler) -> None:
@@ -178,35 +209,33 @@ async def _watch_taint_rules(kube: Kube, reconciler: Reconciler) -> None:
                 return
             await asyncio.sleep(delay)  # the API may not be reachable yet
             delay = min(delay * 2, 5.0)
-    await _dra_reflector(kube, reconciler, "devicetaintrule", TAINT_RULES_PATH).run()
+    await _reflector(kube, reconciler, "devicetaintrule", TAINT_RULES_PATH).run()
 
 
 async def _supervise(
-    kopf_task: asyncio.Task[Any],
-    supervised: dict[asyncio.Task[Any], bool],
-    stop_flag: asyncio.Event,
-    health: Health,
-    failure: list[str],
+    supervised: dict[asyncio.Task[Any], bool], stop_flag: asyncio.Event, health: Health, failure: list[str]
 ) -> None:
-    """Wait for Kopf to end; the first supervised task that ends while it should not stops everything."""
-    pending: set[asyncio.Task[Any]] = {kopf_task, *supervised}
-    while kopf_task in pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is kopf_task:
-                continue
-            why = _why_ended(task)
-            if not supervised[task] and why == "":
-                continue  # a finite task that finished its work
-            if stop_flag.is_set():
-                continue  # shutting down anyway
-            message = f"{task.get_name()} {why or 'returned'}"
-            log.critical("the operator's task %s: stopping the operator", message)
-            health.died(task.get_name(), why or "returned")
-            failure.append(message)
-            stop_flag.set()
-    if kopf_task.done() and not kopf_task.cancelled() and kopf_task.exception() is not None:
-        raise kopf_task.exception()  # type: ignore[misc]
+    """Wait for the stop flag; the first supervised task that ends while it should not sets it."""
+    stopping = asyncio.create_task(stop_flag.wait(), name="stop-flag")
+    pending: set[asyncio.Task[Any]] = {stopping, *supervised}
+    try:
+        while not stop_flag.is_set():
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is stopping:
+                    continue
+                why = _why_ended(task)
+                if not supervised[task] and why == "":
+                    continue  # a finite task that finished its work
+                if stop_flag.is_set():
+                    continue  # shutting down anyway
+                message = f"{task.get_name()} {why or 'returned'}"
+                log.critical("the operator's task %s: stopping the operator", message)
+                health.died(task.get_name(), why or "returned")
+                failure.append(message)
+                stop_flag.set()
+    finally:
+        stopping.cancel()
 
 
 def _why_ended(task: asyncio.Task[Any]) -> str:

@@ -81,11 +81,14 @@ class ObjectStore(Generic[T]):
         self,
         parse: Callable[[Body], T],
         clock: Callable[[], float] = time.monotonic,
+        slim: Callable[[Body], Body] | None = None,
         tombstone_ttl: float = TOMBSTONE_TTL_SECONDS,
         max_tombstones: int = MAX_TOMBSTONES,
     ) -> None:
         self._parse = parse
         self._clock = clock
+        # What is kept of a body (slim.py): the parts the parser reads; the whole body by default.
+        self.slim: Callable[[Body], Body] = slim or (lambda body: body)
         self._ttl = tombstone_ttl
         self._max_tombstones = max_tombstones
         self._bodies: dict[tuple[str, str], Body] = {}
@@ -141,6 +144,7 @@ class ObjectStore(Generic[T]):
         object was removed at or after this version (a tombstone). True when what the operator sees of it
         changed (a node's heartbeat alone does not change its parsed value)."""
         self._compact()
+        body = self.slim(body)
         key = object_key(body)
         new_rv = _rv(body)
         grave = (*key, _uid(body))
@@ -204,15 +208,16 @@ class ObjectStore(Generic[T]):
         current = self._bodies.get((namespace, name))
         if current is None:
             return
-        updated = change(current)
+        updated = self.slim(change(current))
         self._bodies[(namespace, name)] = updated
         self._values[(namespace, name)] = self._parse(updated)
         self._mark((namespace, name))
 
-    def replace_all(self, bodies: Iterable[Body], list_rv: str | None) -> None:
+    def replace_all(self, bodies: Iterable[Body], list_rv: str | None, namespace: str | None = None) -> None:
         """Merge a full list: upsert each, and drop stored objects the list no longer has unless they are
         newer than the list itself (created after it was taken); each dropped one is tombstoned at the
-        list's version. Readers of :meth:`take_changes` start over after it."""
+        list's version. With ``namespace``, the list was of that namespace only: objects of others stay.
+        Readers of :meth:`take_changes` start over after it."""
         self._lost_track = True
         seen = set()
         for body in bodies:
@@ -223,7 +228,7 @@ class ObjectStore(Generic[T]):
         except ValueError:
             horizon = None
         for key in list(self._bodies):
-            if key in seen:
+            if key in seen or (namespace is not None and key[0] != namespace):
                 continue
             current = self._bodies[key]
             rv = _rv(current)

@@ -25,6 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
 
+from drahelpers import claims
 from pjhelpers import Jobs, OperatorProcess, wait_for
 
 from paralleljob.devcluster.cluster import DevCluster, down, get, reap_abandoned, up
@@ -80,10 +81,11 @@ def dra_namespace(dra_kube: KubeSession, request: pytest.FixtureRequest) -> Iter
         yield name
     finally:
         dra_kube.run(dra_kube.core.delete_namespace(name))
-        # Until the namespace controller has deleted its pods, so their GPUs are free for the next test.
+        # Until the namespace controller has deleted its pods and ResourceClaims, so their GPUs are free for
+        # the next test (a claim a test made to hold devices outlives its pods by a moment).
         wait_for(
-            f"pods of deleted namespace {name} gone",
-            lambda: not dra_kube.run(dra_kube.core.list_namespaced_pod(name)).items,
+            f"pods and claims of deleted namespace {name} gone",
+            lambda: not dra_kube.run(dra_kube.core.list_namespaced_pod(name)).items and not claims(dra_kube, name),
             timeout_s=30,
         )
 

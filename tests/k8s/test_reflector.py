@@ -1,0 +1,209 @@
+"""The one way in: paged lists (slimmed page by page, restarted when the continue token expired), what the
+stores keep of a body (slimmed, yet parsed exactly as the whole body), optional kinds, periodic re-lists, and
+ParallelJobs listed per namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from paralleljob.devcluster.nodes import NodeShape, gpu_node_manifest
+from paralleljob.k8s.api import ApiError, Kube
+from paralleljob.k8s.config import OperatorConfig
+from paralleljob.k8s.nodes import parse_node
+from paralleljob.k8s.reflector import Reflector
+from paralleljob.k8s.slim import slim_node, without_managed_fields
+from paralleljob.k8s.store import ObjectStore
+
+MANAGED = [{"manager": "kwok", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
+
+
+def kwok_node(index: int, **status: Any) -> dict[str, Any]:
+    """A node as the dev cluster's kwok reports it: managed fields, heartbeats, node info and all."""
+    body = gpu_node_manifest(NodeShape(count=4, gpus_per_node=8, nodes_per_rack=2), index)
+    body["metadata"].update(uid=f"uid-{index}", resourceVersion=str(10 + index), managedFields=MANAGED)
+    conditions = [
+        {"type": t, "status": "True" if t == "Ready" else "False", "reason": f"Kubelet{t}", "message": "m",
+         "lastHeartbeatTime": "2026-11-23T19:33:05Z", "lastTransitionTime": "2026-11-23T19:00:00Z"}
+        for t in ("Ready", "MemoryPressure", "GPUHealthy")
+    ]  # fmt: skip
+    body["status"] = {
+        **body.get("status", {}),
+        "conditions": conditions,
+        "nodeInfo": {"kubeletVersion": "kwok", "architecture": "amd64"},
+        "addresses": [{"address": "127.0.0.1", "type": "InternalIP"}],
+        "images": [{"names": ["registry/x:1"], "sizeBytes": 1}],
+        **status,
+    }
+    return body
+
+
+def test_a_slimmed_node_parses_exactly_as_the_whole_body_and_slimming_is_idempotent() -> None:
+    topology = OperatorConfig().topology
+    bodies = [kwok_node(0), kwok_node(1), kwok_node(2)]
+    bodies[1]["spec"] = {"unschedulable": True, "taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]}
+    bodies[1]["status"]["conditions"][0].update(status="False", reason="KubeletStopped")
+    bodies[2]["metadata"]["annotations"] = {"paralleljob.dev/unhealthy-gpus": "1,3", "other": "x"}
+    bodies[2]["status"]["conditions"][2]["status"] = "False"
+    for body in bodies:
+        original = copy.deepcopy(body)
+        slim = slim_node(body)
+        assert body == original  # pure: the body it was given is untouched
+        assert parse_node(slim, topology) == parse_node(body, topology)
+        assert slim_node(slim) == slim
+        assert "managedFields" not in slim["metadata"] and set(slim["status"]) == {"allocatable", "conditions"}
+        assert all("lastHeartbeatTime" not in c for c in slim["status"]["conditions"])
+    # A heartbeat alone leaves the slimmed body as it was.
+    beat = copy.deepcopy(bodies[0])
+    for condition in beat["status"]["conditions"]:
+        condition["lastHeartbeatTime"] = "2026-11-23T19:34:05Z"
+    assert slim_node(beat) == slim_node(bodies[0])
+
+
+def test_without_managed_fields_keeps_everything_else() -> None:
+    pod = {"metadata": {"name": "p", "managedFields": MANAGED, "labels": {"a": "b"}}, "spec": {"x": 1}}
+    assert without_managed_fields(pod) == {"metadata": {"name": "p", "labels": {"a": "b"}}, "spec": {"x": 1}}
+    assert pod["metadata"]["managedFields"] == MANAGED
+
+
+def test_the_store_keeps_slimmed_bodies() -> None:
+    store: ObjectStore[Any] = ObjectStore(lambda body: parse_node(body, OperatorConfig().topology), slim=slim_node)
+    store.upsert(kwok_node(0))
+    kept = store.body("", "gpu-node-000")
+    assert kept is not None and "managedFields" not in kept["metadata"] and "images" not in kept["status"]
+
+
+def test_a_namespace_list_replaces_only_that_namespace() -> None:
+    store: ObjectStore[str] = ObjectStore(lambda body: str(body["metadata"]["name"]))
+
+    def job(namespace: str, name: str) -> dict[str, Any]:
+        uid = f"{namespace}-{name}"
+        return {"metadata": {"namespace": namespace, "name": name, "uid": uid, "resourceVersion": "5"}}
+
+    store.replace_all([job("a", "x"), job("b", "y")], "5")
+    store.replace_all([job("a", "z")], "6", namespace="a")  # a's list: x is gone from a, b untouched
+    assert sorted(store.values()) == ["y", "z"]
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, Kube]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, Kube(client.Configuration(host=f"http://127.0.0.1:{port}"))
+
+
+def test_lists_come_in_pages_each_slimmed_before_the_next_and_an_expired_token_restarts_the_list() -> None:
+    nodes = [kwok_node(i % 4) | {"metadata": {"name": f"n{i}", "managedFields": MANAGED}} for i in range(7)]
+    requests: list[dict[str, str]] = []
+    expired = [True]
+
+    async def list_nodes(request: web.Request) -> web.Response:
+        query = dict(request.query)
+        requests.append(query)
+        limit = int(query["limit"])
+        start = int(query.get("continue", "0"))
+        if start and expired[0]:
+            expired[0] = False  # the first continue token has expired (compaction): 410 once
+            return web.json_response({"kind": "Status", "code": 410, "message": "expired"}, status=410)
+        page = nodes[start : start + limit]
+        more = start + limit < len(nodes)
+        metadata = {"resourceVersion": "99", **({"continue": str(start + limit)} if more else {})}
+        return web.json_response({"kind": "NodeList", "apiVersion": "v1", "metadata": metadata, "items": page})
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_get("/api/v1/nodes", list_nodes)
+        runner, kube = await _serve(app)
+        slimmed: list[str] = []
+
+        def transform(item: dict[str, Any]) -> dict[str, Any]:
+            slimmed.append(item["metadata"]["name"])
+            return without_managed_fields(item)
+
+        try:
+            items, version = await kube.list("/api/v1/nodes", transform=transform, page_size=3)
+        finally:
+            await kube.close()
+            await runner.cleanup()
+        assert version == "99"
+        assert [i["metadata"]["name"] for i in items] == [f"n{i}" for i in range(7)]
+        assert all("managedFields" not in i["metadata"] and i["kind"] == "Node" for i in items)
+        # page 1, the expired token, then the whole list again in pages of 3
+        assert [r.get("continue") for r in requests] == [None, "3", None, "3", "6"]
+        assert all(r["limit"] == "3" for r in requests)
+        assert slimmed[:3] == ["n0", "n1", "n2"] and len(slimmed) == 3 + 7
+
+    asyncio.run(scenario())
+
+
+class ScriptedKube:
+    """Lists from a script (a list of results or errors); watches end at once."""
+
+    def __init__(self, lists: list[Any]) -> None:
+        self.lists = lists
+        self.listed = 0
+        self.watches: list[int] = []
+
+    async def list(self, path: str, transform: Any = None) -> tuple[list[dict[str, Any]], str]:
+        result = self.lists[min(self.listed, len(self.lists) - 1)]
+        self.listed += 1
+        if isinstance(result, ApiError):
+            raise result
+        return list(result), str(self.listed)
+
+    async def watch(self, path: str, version: str | None, timeout_s: int = 300) -> AsyncIterator[dict[str, Any]]:
+        self.watches.append(timeout_s)
+        await asyncio.sleep(0.01)
+        for event in ():
+            yield event
+
+
+def test_an_optional_kind_the_api_does_not_serve_counts_as_listed_and_empty() -> None:
+    kube = ScriptedKube([ApiError(404, "the server could not find the requested resource")])
+    lists: list[tuple[list[dict[str, Any]], str | None]] = []
+    reflector = Reflector(cast(Any, kube), "/apis/x/v1/queues", lambda i, v: lists.append((i, v)), lambda k, b: None,
+                          optional=True)  # fmt: skip
+
+    async def scenario() -> None:
+        task = asyncio.create_task(reflector.run())
+        await asyncio.wait_for(reflector.synced.wait(), 1)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert lists == [([], None)] and reflector.absent
+
+
+def test_a_required_kind_that_cannot_be_listed_is_retried_and_never_synced() -> None:
+    kube = ScriptedKube([ApiError(403, "forbidden")])
+    reflector = Reflector(cast(Any, kube), "/api/v1/nodes", lambda i, v: None, lambda k, b: None)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(reflector.run())
+        await asyncio.sleep(0.5)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert not reflector.synced.is_set() and kube.listed >= 3
+
+
+def test_each_kind_is_listed_again_every_relist_period() -> None:
+    kube = ScriptedKube([[{"metadata": {"name": "a"}}]])
+    lists: list[str | None] = []
+    reflector = Reflector(cast(Any, kube), "/api/v1/nodes", lambda i, v: lists.append(v), lambda k, b: None,
+                          relist_seconds=0.1)  # fmt: skip
+
+    async def scenario() -> None:
+        task = asyncio.create_task(reflector.run())
+        await asyncio.sleep(0.45)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert 3 <= len(lists) <= 6, lists
+    assert all(timeout <= 2 for timeout in kube.watches)  # each watch ends by the next re-list
