@@ -4,12 +4,13 @@ machine full?).
 
     python -m tests.bench.stream_cpu [--nodes 64] [--rounds 3]
 
-A dev cluster, the operator as its own process; rounds alternate between the operator's stream (32 jobs of
-8 pods, ``bench.bench_stream``) and kube-scheduler with qps 5000 binding 256 plain pods
-(``bench.plain_round``). For each round: wall seconds, and CPU seconds (user + system, from /proc) of every
-process that matters: the binder (operator or kube-scheduler), kube-apiserver, etcd, kwok,
-kube-controller-manager, and this process (which creates the plain pods and watches them). The machine's
-capacity over the round is cores x wall; what is left shows whether a second binder process could run.
+A dev cluster, the operator as its own process. Each round: the operator's stream (32 jobs of 8 pods, as
+``bench.bench_stream``); then kube-scheduler with qps 5000 binding 256 plain pods (as
+``bench.plain_round``), and 256 copies of one of the operator's workers (same labels, annotations, env and
+requests: the same pods). For each, from the first create to the last pod bound: seconds; CPU seconds
+(user + system, from /proc) of the binder (operator or kube-scheduler), kube-apiserver, etcd, kwok,
+kube-controller-manager and this process (which creates the plain pods and watches them); and the requests
+the API server served meanwhile, from its own metrics. Cores x seconds is what the machine had.
 Not collected by pytest: a measurement, not a test.
 """
 
@@ -17,21 +18,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import os
+import re
 import signal
 import statistics
+import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster import state
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.k8s.api import ApiError, Kube
-from paralleljob.k8s.bench import bench_stream, plain_round
+from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path
+from paralleljob.k8s.bench import PodTracker, delete_jobs, job_body, plain_pod
 from paralleljob.k8s.bench_scale import OperatorUnderTest
 from paralleljob.k8s.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
 
@@ -52,14 +55,92 @@ def control_plane(name: str) -> dict[str, int]:
     return {p.name: p.pid for p in record.processes}
 
 
-async def measured(pids: dict[str, int], run: Callable[[], Awaitable[float]]) -> dict[str, Any]:
-    before = {k: cpu_seconds(p) for k, p in pids.items()}
-    started = time.monotonic()
-    seconds = await run()
-    wall = time.monotonic() - started
-    used = {k: round(cpu_seconds(p) - before[k], 2) for k, p in pids.items()}
-    total = round(sum(used.values()), 2)
-    return {"bound_s": round(seconds, 3), "wall_s": round(wall, 3), "cpu_s": used, "total_cpu_s": total}
+def api_requests(kubeconfig: Path) -> collections.Counter[str]:
+    """The API server's own count of requests served, by verb and resource (its /metrics)."""
+    text = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "get", "--raw", "/metrics"],
+        check=True, capture_output=True, text=True, timeout=30,
+    ).stdout  # fmt: skip
+    counts: collections.Counter[str] = collections.Counter()
+    for match in re.finditer(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$", text, re.MULTILINE):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+        if labels.get("verb") == "WATCH":
+            continue
+        sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+        key = f"{labels.get('verb')} {labels.get('resource')}{sub}"
+        counts[key] += int(float(match.group(2)))
+    return counts
+
+
+class Meter:
+    """CPU seconds of each process since :meth:`start`, read at :meth:`read` (the moment the last pod bound),
+    and the requests the API server served meanwhile."""
+
+    def __init__(self, pids: dict[str, int], kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.requests_before = api_requests(kubeconfig)
+        self.requests: dict[str, int] = {}
+        self.pids = pids
+        self.before = {k: cpu_seconds(p) for k, p in pids.items()}
+        self.started = time.monotonic()
+        self.used: dict[str, float] = {}
+        self.wall = 0.0
+
+    def read(self) -> None:
+        self.wall = time.monotonic() - self.started
+        self.used = {k: round(cpu_seconds(p) - self.before[k], 2) for k, p in self.pids.items()}
+        after = api_requests(self.kubeconfig)
+        self.requests = {k: n - self.requests_before[k] for k, n in sorted(after.items()) if n > self.requests_before[k]}
+
+    def result(self, binder: str) -> dict[str, Any]:
+        total = round(sum(self.used.values()), 2)
+        return {"binder": binder, "bound_s": round(self.wall, 3), "cpu_s": self.used, "total_cpu_s": total,
+                "requests": self.requests}  # fmt: skip
+
+
+async def ours(kube: Kube, meter: Meter) -> dict[str, Any]:
+    """The operator benchmark's stream (32 jobs x 8 pods applied at once), metered up to the last bind.
+    Returns one of its pods as a template for kube-scheduler's "same pods" round."""
+    async with PodTracker(kube, "bench-stream") as tracker:
+        meter.started = time.monotonic()
+        await asyncio.gather(
+            *(kube.request("POST", job_path("bench-stream"), job_body(f"s{i}", 1, 2, 4)) for i in range(32))
+        )
+        await tracker.wait(lambda: len(tracker.bound()) == 256, 300)
+        meter.read()
+        sample = await kube.request("GET", pod_path("bench-stream", "s0-d0-p0"))
+        await delete_jobs(kube, "bench-stream", tracker)
+    return same_pod(sample)
+
+
+def same_pod(worker: dict[str, Any]) -> dict[str, Any]:
+    """A worker of ours as a plain pod for kube-scheduler: same labels, annotations, env and requests."""
+    metadata = worker["metadata"]
+    spec = {k: v for k, v in worker["spec"].items() if k not in ("nodeName", "schedulerName")}
+    spec.pop("enableServiceLinks", None)
+    labels = {**metadata.get("labels", {}), "bench": "plain"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": labels,
+            "annotations": metadata.get("annotations", {})}, "spec": spec}  # fmt: skip
+
+
+async def theirs(kube: Kube, meter: Meter, template: dict[str, Any] | None = None) -> None:
+    """256 pods (plain ones, or copies of ``template``) created at once for kube-scheduler, metered up to
+    the last bind."""
+
+    def pod(i: int) -> dict[str, Any]:
+        if template is None:
+            return plain_pod(f"p{i}")
+        return {**template, "metadata": {**template["metadata"], "name": f"p{i}"}}
+
+    async with PodTracker(kube, "bench-plain") as tracker:
+        meter.started = time.monotonic()
+        await asyncio.gather(*(kube.request("POST", pod_path("bench-plain"), pod(i)) for i in range(256)))
+        await tracker.wait(lambda: len(tracker.bound()) == 256, 300)
+        meter.read()
+        await kube.request(
+            "DELETE", pod_path("bench-plain"), query={"labelSelector": "bench=plain"}, body={"gracePeriodSeconds": 0}
+        )
+        await tracker.wait(lambda: not tracker.pods, 120)
 
 
 async def main_async(cluster: DevCluster, name: str, rounds: int) -> list[dict[str, Any]]:
@@ -76,24 +157,24 @@ async def main_async(cluster: DevCluster, name: str, rounds: int) -> list[dict[s
         await operator.wait("paralleljob_leader", 1.0)
         await asyncio.sleep(3.0)
         for _ in range(rounds):
-            pids = {**plane, "binder": operator.proc.pid, "bench": os.getpid()}
-
-            async def ours() -> float:
-                return float((await bench_stream(kube, "bench-stream", 32, 8))["seconds"])
-
-            results.append({"binder": "operator", **await measured(pids, ours)})
+            meter = Meter({**plane, "binder": operator.proc.pid, "bench": os.getpid()}, cluster.kubeconfig)
+            template = await ours(kube, meter)
+            results.append(meter.result("operator"))
             print(results[-1], flush=True)
+            await asyncio.sleep(2.0)
             proc = start_kube_scheduler(binary, cluster.kubeconfig, workdir, 5000.0, 5000)
             try:
                 await asyncio.sleep(2.0)
-                pids = {**plane, "binder": proc.pid, "bench": os.getpid()}
-                results.append(
-                    {"binder": "kube-scheduler", **await measured(pids, lambda: plain_round(kube, "bench-plain", 256))}
-                )
-                print(results[-1], flush=True)
+                for binder, pods in (("kube-scheduler", None), ("kube-scheduler-same-pods", template)):
+                    meter = Meter({**plane, "binder": proc.pid, "bench": os.getpid()}, cluster.kubeconfig)
+                    await theirs(kube, meter, pods)
+                    results.append(meter.result(binder))
+                    print(results[-1], flush=True)
+                    await asyncio.sleep(2.0)
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=30)
+            await asyncio.sleep(2.0)
     finally:
         await kube.close()
         operator.stop()
@@ -111,7 +192,7 @@ def main() -> None:
         results = asyncio.run(main_async(cluster, name, args.rounds))
     finally:
         down(name)
-    for binder in ("operator", "kube-scheduler"):
+    for binder in ("operator", "kube-scheduler", "kube-scheduler-same-pods"):
         rows = [r for r in results if r["binder"] == binder]
         keys = rows[0]["cpu_s"].keys()
         medians = {k: statistics.median(r["cpu_s"][k] for r in rows) for k in keys}
