@@ -90,7 +90,8 @@ class Meter:
         self.wall = time.monotonic() - self.started
         self.used = {k: round(cpu_seconds(p) - self.before[k], 2) for k, p in self.pids.items()}
         after = api_requests(self.kubeconfig)
-        self.requests = {k: n - self.requests_before[k] for k, n in sorted(after.items()) if n > self.requests_before[k]}
+        before = self.requests_before
+        self.requests = {k: n - before[k] for k, n in sorted(after.items()) if n > before[k]}
 
     def result(self, binder: str) -> dict[str, Any]:
         total = round(sum(self.used.values()), 2)
