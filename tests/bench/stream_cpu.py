@@ -34,7 +34,7 @@ from paralleljob.devcluster import state
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path
-from paralleljob.k8s.bench import PodTracker, delete_jobs, job_body, plain_pod
+from paralleljob.k8s.bench import PodTracker, delete_jobs, job_body, plain_pod, same_pod
 from paralleljob.k8s.bench_scale import OperatorUnderTest
 from paralleljob.k8s.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
 
@@ -112,16 +112,6 @@ async def ours(kube: Kube, meter: Meter) -> dict[str, Any]:
         sample = await kube.request("GET", pod_path("bench-stream", "s0-d0-p0"))
         await delete_jobs(kube, "bench-stream", tracker)
     return same_pod(sample)
-
-
-def same_pod(worker: dict[str, Any]) -> dict[str, Any]:
-    """A worker of ours as a plain pod for kube-scheduler: same labels, annotations, env and requests."""
-    metadata = worker["metadata"]
-    spec = {k: v for k, v in worker["spec"].items() if k not in ("nodeName", "schedulerName")}
-    spec.pop("enableServiceLinks", None)
-    labels = {**metadata.get("labels", {}), "bench": "plain"}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": labels,
-            "annotations": metadata.get("annotations", {})}, "spec": spec}  # fmt: skip
 
 
 async def theirs(kube: Kube, meter: Meter, template: dict[str, Any] | None = None) -> None:

@@ -173,8 +173,29 @@ async def bench_stream(kube: Kube, namespace: str, jobs: int, pods_per_job: int)
         )
         await tracker.wait(lambda: len(tracker.bound()) == total, 300)
         elapsed = max(tracker.bound_at[u] for u in tracker.bound()) - started
+        worker = await kube.request("GET", pod_path(namespace, "s0-d0-p0"))
         await delete_jobs(kube, namespace, tracker)
-    return {"jobs": jobs, "pods": total, "seconds": round(elapsed, 4), "pods_per_second": round(total / elapsed, 1)}
+    return {
+        "jobs": jobs,
+        "pods": total,
+        "seconds": round(elapsed, 4),
+        "pods_per_second": round(total / elapsed, 1),
+        "worker": same_pod(worker),
+    }
+
+
+def same_pod(worker: dict[str, Any]) -> dict[str, Any]:
+    """One of the operator's workers as a pod for kube-scheduler to bind: the same labels, annotations,
+    env and requests (what the API server stores and sends per pod), without node, scheduler or owner."""
+    metadata = worker.get("metadata") or {}
+    spec = {k: v for k, v in (worker.get("spec") or {}).items() if k not in ("nodeName", "schedulerName")}
+    labels = {**(metadata.get("labels") or {}), "bench": "plain"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": labels, "annotations": metadata.get("annotations") or {}},
+        "spec": spec,
+    }
 
 
 def plain_pod(name: str) -> dict[str, Any]:
@@ -186,11 +207,18 @@ def plain_pod(name: str) -> dict[str, Any]:
     }
 
 
-async def plain_round(kube: Kube, namespace: str, pods: int) -> float:
-    """Create ``pods`` plain pods at once and time them until all are bound by kube-scheduler."""
+async def plain_round(kube: Kube, namespace: str, pods: int, template: dict[str, Any] | None = None) -> float:
+    """Create ``pods`` plain pods (or copies of ``template``) at once and time them until all are bound by
+    kube-scheduler."""
+
+    def pod(i: int) -> dict[str, Any]:
+        if template is None:
+            return plain_pod(f"p{i}")
+        return {**template, "metadata": {**template["metadata"], "name": f"p{i}"}}
+
     async with PodTracker(kube, namespace) as tracker:
         started = time.monotonic()
-        await asyncio.gather(*(kube.request("POST", pod_path(namespace), plain_pod(f"p{i}")) for i in range(pods)))
+        await asyncio.gather(*(kube.request("POST", pod_path(namespace), pod(i)) for i in range(pods)))
         await tracker.wait(lambda: len(tracker.bound()) == pods, 300)
         elapsed = max(tracker.bound_at[u] for u in tracker.bound()) - started
         await kube.request(
@@ -221,9 +249,11 @@ async def bench_throughput(
     total = jobs * pods_per_job
     ours: list[float] = []
     theirs: dict[float, list[float]] = {50.0: [], 5000.0: []}
+    same_pods: list[float] = []  # kube-scheduler (qps 5000) binding copies of our workers
     binary = ensure_kube_scheduler(lambda m: print(m, file=sys.stderr, flush=True)) if with_kube_scheduler else None
     for _ in range(rounds):
-        ours.append((await bench_stream(kube, "bench-stream", jobs, pods_per_job))["seconds"])
+        stream = await bench_stream(kube, "bench-stream", jobs, pods_per_job)
+        ours.append(stream["seconds"])
         if binary is None:
             continue
         for qps in theirs:
@@ -231,6 +261,8 @@ async def bench_throughput(
             try:
                 await asyncio.sleep(2.0)  # informers sync
                 theirs[qps].append(await plain_round(kube, "bench-plain", total))
+                if qps == 5000.0:
+                    same_pods.append(await plain_round(kube, "bench-plain", total, stream["worker"]))
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=30)
@@ -241,6 +273,8 @@ async def bench_throughput(
         rate = out["operator"]["pods_per_second"]
         out["ratio_vs_default"] = round(rate / out["kube_scheduler_default"]["pods_per_second"], 2)
         out["ratio_vs_unthrottled"] = round(rate / out["kube_scheduler_unthrottled"]["pods_per_second"], 2)
+        out["kube_scheduler_same_pods"] = summary(total, same_pods, qps=5000, burst=5000)
+        out["ratio_vs_same_pods"] = round(rate / out["kube_scheduler_same_pods"]["pods_per_second"], 2)
     return out
 
 
