@@ -7,6 +7,8 @@ process:
   histogram over a window in which only one node changes (cordoned, uncordoned), five times a second:
   mean, and p50/max as the histogram's bucket bounds;
 - CPU per minute over that window and RSS of the operator process, read from ``/proc``;
+- idle CPU per minute as a real cluster is idle: every node re-reporting its status once per 5 minutes
+  (heartbeat times only, sent by the benchmark since kwok sends none), with the passes that caused;
 - a 128-pod gang (TP8 x PP8 x DP16, 1,024 GPUs) apply -> all bound, and 20 jobs of 4 pods at once;
 - the 256-pod stream against kube-scheduler (default limits and qps 5000) on the same API server, taken from
   the operator benchmark (``bench.bench_throughput``);
@@ -138,6 +140,42 @@ async def idle_window(operator: OperatorUnderTest, kube: Kube, node: str, second
     }
 
 
+async def heartbeat_window(
+    operator: OperatorUnderTest, kube: Kube, names: list[str], seconds: float, report_every_s: float = 300.0
+) -> dict[str, Any]:
+    """An idle cluster as a real one is idle: every node's kubelet re-reports its status every
+    ``report_every_s`` (kubelet's nodeStatusReportFrequency, 5 min, since heartbeats moved to Leases), so
+    ``nodes / 300`` Node updates a second that change only heartbeat times. kwok sends none, so the
+    benchmark sends them, spread evenly; the operator should parse each and pass on none."""
+    count = f"{PASS_METRIC}_count"
+    passes, cpu = operator.sample(count), operator.cpu_seconds()
+    rate = len(names) / report_every_s
+    started = time.monotonic()
+    sent = 0
+    while (elapsed := time.monotonic() - started) < seconds:
+        due = int(elapsed * rate) + 1
+        beats = []
+        while sent < due:
+            name = names[sent % len(names)]
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            body = {"status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": stamp}]}}
+            beats.append(
+                kube.request(
+                    "PATCH", f"/api/v1/nodes/{name}/status", body, content_type="application/strategic-merge-patch+json"
+                )
+            )
+            sent += 1
+        await asyncio.gather(*beats)
+        await asyncio.sleep(0.05)
+    return {
+        "seconds": seconds,
+        "node_updates": sent,
+        "updates_per_second": round(rate, 1),
+        "passes": int(operator.sample(count) - passes),
+        "cpu_s_per_minute": round((operator.cpu_seconds() - cpu) * 60 / seconds, 2),
+    }
+
+
 async def gang_apply_to_bound(kube: Kube, namespace: str, shape: tuple[int, int, int], repeats: int) -> list[float]:
     tp, pp, dp = shape
     samples = []
@@ -197,6 +235,8 @@ async def measure_size(cluster: DevCluster, nodes: int, args: Any) -> dict[str, 
         await asyncio.sleep(5.0)  # start-up rebuilds and re-lists settle
         out["idle"] = await idle_window(operator, kube, cluster.shape.node_name(0), args.idle_seconds)
         print(f"{nodes} nodes idle: {out['idle']}", file=sys.stderr, flush=True)
+        out["heartbeats"] = await heartbeat_window(operator, kube, cluster.shape.names(), args.idle_seconds)
+        print(f"{nodes} nodes heartbeats: {out['heartbeats']}", file=sys.stderr, flush=True)
         if nodes * 8 >= 1024:
             out["gang_128_pods"] = _median(await gang_apply_to_bound(kube, "scale-gang", (8, 8, 16), repeats))
         out["jobs_20_at_once"] = _median(await many_at_once(kube, "scale-many", 20, repeats))
