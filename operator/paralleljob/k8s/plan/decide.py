@@ -11,7 +11,7 @@ raises is reported and skipped, so one bad object never stops the rest.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placer import Placer, PlacerConfig
@@ -23,6 +23,7 @@ from paralleljob.k8s.edge.queues import QueueInfo, parse_time, preemption_of, ru
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
+from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.failures import detect, handle
 from paralleljob.k8s.plan.fifo_admission import admit_all
@@ -153,6 +154,21 @@ def decide(
     def pods_of(job: JobObject) -> list[PodInfo]:
         return pods_by_job.get(job.key, [])
 
+    ctx = PassContext(
+        view=view,
+        placer=placer,
+        eligibility=eligibility,
+        now=now,
+        now_s=now_s,
+        clock=clock,
+        actions_for=actions_for,
+        pods_of=pods_of,
+        queues=observed.queues,
+        jobs=jobs_by_key,
+        holds=observed.holds,
+        bind_failures=observed.bind_failures,
+        invalid_pods=observed.invalid_pods,
+    )
     in_use: dict[str, int] = {}
     queued: list[tuple[JobObject, JobRequest]] = []
     held: list[tuple[JobObject, JobRequest, bool]] = []  # jobs holding GPUs; whether they may be preempted
@@ -165,7 +181,7 @@ def decide(
             continue
         actions = actions_for(job)
         try:
-            entry = _decide_job(actions, view, placer, job, pods_of(job), observed, jobs_by_key, now_s, eligibility)
+            entry = _decide_job(ctx, actions, job)
         except Exception as exc:  # one bad object must not stop the others, and its status says why
             plan.warnings.append(f"could not reconcile {job.key}: {exc!r}")
             broken = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
@@ -182,39 +198,16 @@ def decide(
             held.append((job, job.request, preemptible))
     try:
         if policy is None:
-            plan.scheduling_seconds = admit_all(
-                actions_for,
-                view,
-                placer,
-                queued,
-                pods_of,
-                in_use,
-                observed.queues,
-                strict_fifo,
-                now,
-                clock,
-                eligibility=eligibility,
-            )
+            # The per-queue FIFO has never been handed the rollback holds (only the core's pass honours
+            # them); kept so here, where only the argument passing changed.
+            fifo = replace(ctx, holds={})
+            plan.scheduling_seconds = admit_all(fifo, queued, in_use, strict_fifo)
         else:
             running: dict[str, RunningJob] = {
                 job.key: running_job(job, request, now_s, preemptible) for job, request, preemptible in held
             }
             plan.scheduling_seconds, core_plan = admit_with_core(
-                actions_for,
-                view,
-                placer,
-                queued,
-                held,
-                running,
-                pods_of,
-                observed.queues,
-                policy,
-                now,
-                now_s,
-                clock,
-                observed.holds,
-                making_room(observed.jobs),
-                eligibility,
+                ctx, queued, held, running, policy, making_room(observed.jobs)
             )
             if core_plan is not None:
                 plan.fairness = core_plan.jain_index
@@ -273,20 +266,11 @@ def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo
     delete_all(actions, pods, view.nodes, "gang rolled back")
 
 
-def _decide_job(
-    actions: JobActions,
-    view: ClusterView,
-    placer: Placer | None,
-    job: JobObject,
-    pods: Sequence[PodInfo],
-    observed: Observed,
-    jobs: Mapping[str, JobObject],
-    now_s: float,
-    eligibility: Eligibility,
-) -> tuple[JobObject, JobRequest] | None:
+def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[JobObject, JobRequest] | None:
     """Decide one job; returns it when it should try admission this pass."""
+    view, placer, eligibility, now, now_s = ctx.view, ctx.placer, ctx.eligibility, ctx.now, ctx.now_s
+    pods = ctx.pods_of(job)
     draft = actions.draft
-    now = observed.now
     if job.deleting:
         delete_all(actions, pods, view.nodes, "ParallelJob is being deleted")
         return None
@@ -323,17 +307,17 @@ def _decide_job(
     if record is None or job.record_error:
         _requeue_lost(actions, view, pods, job.record_error or "the status has no placement", now)
         return None
-    if job.key in observed.invalid_pods:
+    if job.key in ctx.invalid_pods:
         # The template itself is wrong (the API said 400/422): retrying cannot help, so fail with the reason.
-        why = f"the API server refused the job's pods: {observed.invalid_pods[job.key]}; fix spec.template"
+        why = f"the API server refused the job's pods: {ctx.invalid_pods[job.key]}; fix spec.template"
         _requeue_lost(actions, view, pods, why, now)
         draft.apply(Event.REJECTED, "InvalidPodTemplate", why, now)
         draft.set(completionTime=now)
         return None
-    if job.key in observed.bind_failures:
-        _requeue_lost(actions, view, pods, observed.bind_failures[job.key], now)
+    if job.key in ctx.bind_failures:
+        _requeue_lost(actions, view, pods, ctx.bind_failures[job.key], now)
         return None
-    if continue_preemption(actions, pods, view.nodes, jobs, now, now_s):
+    if continue_preemption(actions, pods, view.nodes, ctx.jobs, now, now_s):
         return None  # its GPUs stay held in this pass's view: its pods are still going away
     seen = observe_group(record, pods) if request.pod_group else observe(record, pods, job.uid)
     if request.pod_group and draft.phase is Phase.RUNNING and not pods:
@@ -346,13 +330,13 @@ def _decide_job(
     breakage = detect(view, job, record, seen.failed)
     if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
-        repaired = handle(actions, view, placer, job, request, record, pods, breakage, now, node_filter)
+        repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes)
         return None
     if seen.bound == seen.total and placer is not None and not request.pod_group:
         node_filter = eligibility.filter_for(job.key, request.spec)
-        migrated = reconsider(actions, view, placer, job, request, record, now, now_s, node_filter)
+        migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
         if migrated is not None:
             sync_pods(actions, job, request, migrated, pods, view.nodes)
             return None

@@ -17,12 +17,11 @@ from paralleljob.core.cost import CostBreakdown, cost_model
 from paralleljob.core.eligibility import NodeFilter, restricted
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Event, Phase
-from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import RecoveryStrategy, recover
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
-from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -89,22 +88,15 @@ def _slots_from_groups(
 
 
 def handle(
-    actions: JobActions,
-    view: ClusterView,
-    placer: Placer,
-    job: JobObject,
-    request: JobRequest,
-    record: PlacementRecord,
-    pods: Sequence[PodInfo],
-    breakage: Breakage,
-    now: str,
-    node_filter: NodeFilter | None = None,
+    ctx: PassContext, held: HeldJob, breakage: Breakage, node_filter: NodeFilter | None = None
 ) -> PlacementRecord | None:
     """Decide the repair for ``breakage``; mutates the view's state (the job's GPUs move or are freed).
     Returns the repaired placement to bring the pods in line with, or None when the job left the cluster.
     ``node_filter``: the nodes the job's template allows (moved groups go only there)."""
+    actions, job, request, record = held.actions, held.job, held.request, held.record
+    view, placer, now = ctx.view, ctx.placer, ctx.now
     draft = actions.draft
-    assert view.state is not None
+    assert view.state is not None and placer is not None
     policy = request.failure
     event = Event.HARDWARE_FAILED if breakage.hardware else Event.WORKER_FAILED
     if draft.phase is Phase.PLACING and not breakage.hardware:
@@ -124,9 +116,7 @@ def handle(
         "costBeforeMs": round(record.cost.total_ms, 6) if record.cost else None,
     }
     if job.restarts >= policy.max_restarts:
-        _give_up(
-            actions, view, job, pods, f"{breakage.message}; maxRestarts {policy.max_restarts} reached", failure, now
-        )
+        _give_up(ctx, held, f"{breakage.message}; maxRestarts {policy.max_restarts} reached", failure)
         return None
     epoch = int(job.status.get("placementEpoch", record.epoch) or 0) + 1
     model = cost_model(request.cost_model)
@@ -145,7 +135,7 @@ def handle(
         except PlacementInfeasible as exc:
             new, reasons = None, exc.reasons
         if new is None:
-            _no_room(actions, view, job, request, pods, failure, "; ".join(reasons), restarts, now)
+            _no_room(ctx, held, failure, "; ".join(reasons), restarts)
             return None
         slots = _slots_from_groups(view, record, new.groups, epoch, full)
         cost: CostBreakdown | None = new.cost
@@ -190,17 +180,9 @@ def handle(
     return new_record
 
 
-def _no_room(
-    actions: JobActions,
-    view: ClusterView,
-    job: JobObject,
-    request: JobRequest,
-    pods: Sequence[PodInfo],
-    failure: dict[str, object],
-    why: str,
-    restarts: int,
-    now: str,
-) -> None:
+def _no_room(ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int) -> None:
+    actions, job, request, pods = held.actions, held.job, held.request, held.pods
+    view, now = ctx.view, ctx.now
     assert view.state is not None
     view.state.release(job.key)
     draft = actions.draft
@@ -220,19 +202,14 @@ def _no_room(
         actions.failure_action = "requeued"
         delete_all(actions, pods, view.nodes, "job requeued after a failure")
     else:
-        _give_up(actions, view, job, pods, f"no room to repair: {why}", failure, now, restarts)
+        _give_up(ctx, held, f"no room to repair: {why}", failure, restarts)
 
 
 def _give_up(
-    actions: JobActions,
-    view: ClusterView,
-    job: JobObject,
-    pods: Sequence[PodInfo],
-    why: str,
-    failure: dict[str, object],
-    now: str,
-    restarts: int | None = None,
+    ctx: PassContext, held: HeldJob, why: str, failure: dict[str, object], restarts: int | None = None
 ) -> None:
+    actions, job, pods = held.actions, held.job, held.pods
+    view, now = ctx.view, ctx.now
     assert view.state is not None
     view.state.release(job.key)
     failure.update(action="failed")

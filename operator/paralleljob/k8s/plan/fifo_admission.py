@@ -14,6 +14,7 @@ will be repaired. Every job is placed through its node filter (``eligibility.py`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, cost_model
@@ -21,14 +22,14 @@ from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event
-from paralleljob.core.placement import Placement, PlacerLike
+from paralleljob.core.placement import Placement
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
-from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status, pod_name
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.checkpointing import checkpoint_status
+from paralleljob.k8s.plan.context import PassContext
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.podsync import sync_pods
 from paralleljob.k8s.plan.status import StatusDraft
@@ -69,52 +70,38 @@ def new_record(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """One FIFO pass over the queues: what it has placed and blocked so far (the containers change)."""
+
+    placer: FilteredPlacer | None
+    strict_fifo: bool
+    in_use: dict[str, int]  # queue -> GPUs its running and just-admitted jobs hold
+    blocked: dict[str, str] = field(default_factory=dict)  # queue -> the job at its head that does not fit
+    durations: list[float] = field(default_factory=list)  # seconds each placement decision took
+
+
 def admit_all(
-    actions_for: Callable[[JobObject], JobActions],
-    view: ClusterView,
-    placer: PlacerLike | None,
-    queued: Sequence[tuple[JobObject, JobRequest]],
-    pods_of: Callable[[JobObject], Sequence[PodInfo]],
-    in_use: dict[str, int],
-    queues: Mapping[str, QueueInfo],
-    strict_fifo: bool,
-    now: str,
-    clock: Callable[[], float],
-    holds: Mapping[str, str] | None = None,
-    eligibility: Eligibility | None = None,
+    ctx: PassContext, queued: Sequence[tuple[JobObject, JobRequest]], in_use: dict[str, int], strict_fifo: bool
 ) -> list[float]:
-    """Place what fits, in order; returns how long each placement decision took (seconds)."""
-    durations: list[float] = []
-    blocked: dict[str, str] = {}  # queue -> the job at its head that does not fit
+    """Place what fits, in order; returns how long each placement decision took (seconds). ``in_use``
+    (queue -> GPUs held) grows with every admission."""
+    view = ctx.view
     filtered = (
-        FilteredPlacer(placer, view.state, node_filters(eligibility))
-        if placer is not None and view.state is not None
+        FilteredPlacer(ctx.placer, view.state, node_filters(ctx.eligibility))
+        if ctx.placer is not None and view.state is not None
         else None
     )
+    line = _Line(filtered, strict_fifo, in_use)
     for job, request in queue_order(queued):
         try:
-            if refuse_before_queueing(actions_for(job), view, job, request, queues, now, eligibility):
+            if refuse_before_queueing(ctx, job, request):
                 continue
-            _admit_one(
-                actions_for(job),
-                view,
-                filtered,
-                job,
-                request,
-                pods_of,
-                in_use,
-                queues,
-                blocked,
-                now,
-                clock,
-                holds or {},
-                durations,
-                strict_fifo,
-            )
+            _admit_one(ctx, line, job, request)
         except Exception as exc:  # one bad object must not stop the queue; its status says what happened
             if view.state is not None:
                 view.state.release(job.key)
-            actions = actions_for(job)
+            actions = ctx.actions_for(job)
             # drop whatever was half decided for it; only the error is written
             actions.draft = StatusDraft(job.status, job.phase, job.generation)
             actions.creates.clear()
@@ -123,9 +110,9 @@ def admit_all(
             actions.service = None
             actions.placed_cost = None
             actions.draft.condition(
-                "ReconcileError", "True", "InternalError", f"the operator could not place this job: {exc!r}", now
+                "ReconcileError", "True", "InternalError", f"the operator could not place this job: {exc!r}", ctx.now
             )
-    return durations
+    return line.durations
 
 
 def node_filters(eligibility: Eligibility | None) -> Callable[[JobSpec], NodeFilter | None]:
@@ -145,24 +132,17 @@ def unknown_queue(request: JobRequest, queues: Mapping[str, QueueInfo]) -> str:
     )
 
 
-def refuse_before_queueing(
-    actions: JobActions,
-    view: ClusterView,
-    job: JobObject,
-    request: JobRequest,
-    queues: Mapping[str, QueueInfo],
-    now: str,
-    eligibility: Eligibility | None,
-) -> bool:
+def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest) -> bool:
     """What is decided for every queued job whatever its place in line: a job that can never fit fails now,
     a job whose queue does not exist waits with the reason. True when the job goes no further this pass."""
+    actions, view, now, eligibility = ctx.actions_for(job), ctx.view, ctx.now, ctx.eligibility
     if view.topology is not None and not job.ever_ran:
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False) if eligibility else None
         reasons = never_fits(view.topology, request.spec, node_filter)
         if reasons:
             fail_unschedulable(actions, "; ".join(reasons), now)
             return True
-    missing = unknown_queue(request, queues)
+    missing = unknown_queue(request, ctx.queues)
     if missing:
         actions.draft.condition("Placed", "False", "QueueNotFound", missing, now)
         return True
@@ -175,25 +155,12 @@ def fail_unschedulable(actions: JobActions, message: str, now: str) -> None:
     actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
 
 
-def _admit_one(
-    actions: JobActions,
-    view: ClusterView,
-    placer: FilteredPlacer | None,
-    job: JobObject,
-    request: JobRequest,
-    pods_of: Callable[[JobObject], Sequence[PodInfo]],
-    in_use: dict[str, int],
-    queues: Mapping[str, QueueInfo],
-    blocked: dict[str, str],
-    now: str,
-    clock: Callable[[], float],
-    holds: Mapping[str, str],
-    durations: list[float],
-    strict_fifo: bool,
-) -> None:
+def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobRequest) -> None:
+    actions, view, now, clock, holds = ctx.actions_for(job), ctx.view, ctx.now, ctx.clock, ctx.holds
+    placer, in_use, blocked, durations = line.placer, line.in_use, line.blocked, line.durations
     draft = actions.draft
     spec = request.spec
-    queue = queues.get(request.queue)
+    queue = ctx.queues.get(request.queue)
     if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
         draft.condition(
             "Placed", "False", "QueueRefused", f"queue {queue.name} does not serve namespace {job.namespace}", now
@@ -203,7 +170,7 @@ def _admit_one(
         draft.condition("Placed", "False", "BackingOff", holds[job.key], now)
         blocked[request.queue] = job.name
         return
-    if strict_fifo and request.queue in blocked:
+    if line.strict_fifo and request.queue in blocked:
         draft.condition(
             "Placed",
             "False",
@@ -246,21 +213,15 @@ def _admit_one(
     durations.append(clock() - started)
     view.state.allocate(Allocation(job.key, placement.groups, spec.memory_per_gpu_gb))
     in_use[request.queue] = in_use.get(request.queue, 0) + spec.num_gpus
-    record_admission(actions, view, job, request, placement, pods_of(job), now)
+    record_admission(ctx, job, request, placement)
 
 
 def record_admission(
-    actions: JobActions,
-    view: ClusterView,
-    job: JobObject,
-    request: JobRequest,
-    placement: Placement,
-    pods: Sequence[PodInfo],
-    now: str,
-    extra_reasons: Sequence[str] = (),
+    ctx: PassContext, job: JobObject, request: JobRequest, placement: Placement, extra_reasons: Sequence[str] = ()
 ) -> None:
     """Queued -> Placing with the placement recorded in the status, and the pods to create and bind (the
     executor writes the status first). The caller has already allocated the placement in ``view.state``."""
+    actions, view, now, pods = ctx.actions_for(job), ctx.view, ctx.now, ctx.pods_of(job)
     draft = actions.draft
     epoch = int(job.status.get("placementEpoch", 0) or 0) + 1
     reasons = (*extra_reasons, *placement.reasons)

@@ -19,22 +19,19 @@ with the reason, and the victims cannot be chosen twice. Nothing here talks to t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from paralleljob.core.admission import Admit, Preempt, Reserve, SchedulingPlan, Wait, schedule
 from paralleljob.core.cost import cost_model
 from paralleljob.core.eligibility import FilteredPlacer
 from paralleljob.core.lifecycle import Event
-from paralleljob.core.placement import PlacerLike
 from paralleljob.core.queueing import PendingJob, QueuePolicy, RunningJob
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.queues import QueueInfo, format_time, pending_job, queue_spec
+from paralleljob.k8s.edge.queues import format_time, pending_job, queue_spec
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
-from paralleljob.k8s.plan.eligibility import Eligibility
+from paralleljob.k8s.plan.context import PassContext
 from paralleljob.k8s.plan.fifo_admission import node_filters, record_admission, refuse_before_queueing
 from paralleljob.k8s.plan.preempting import request_checkpoint, start_preemption
-from paralleljob.k8s.view.clusterview import ClusterView
 
 
 def wait_reason(reasons: Sequence[str]) -> str:
@@ -47,29 +44,24 @@ def wait_reason(reasons: Sequence[str]) -> str:
 
 
 def admit_with_core(
-    actions_for: Callable[[JobObject], JobActions],
-    view: ClusterView,
-    placer: PlacerLike | None,
+    ctx: PassContext,
     queued: Sequence[tuple[JobObject, JobRequest]],
     held: Sequence[tuple[JobObject, JobRequest, bool]],
     running: Mapping[str, RunningJob],
-    pods_of: Callable[[JobObject], Sequence[PodInfo]],
-    queues: Mapping[str, QueueInfo],
     policy: QueuePolicy,
-    now: str,
-    now_s: float,
-    clock: Callable[[], float],
-    holds: Mapping[str, str],
     making_room: Mapping[str, tuple[float, list[str]]],
-    eligibility: Eligibility | None = None,
 ) -> tuple[list[float], SchedulingPlan | None]:
-    """One queueing pass; returns the time it took (seconds) and the core's plan (None: nothing to decide)."""
+    """One queueing pass; returns the time it took (seconds) and the core's plan (None: nothing to decide).
+    ``held``: the jobs holding GPUs and whether they may be preempted; ``making_room``: waiting job key ->
+    (deadline, victims) of preemptions already under way for it."""
+    actions_for, view, placer, queues = ctx.actions_for, ctx.view, ctx.placer, ctx.queues
+    now, now_s, holds = ctx.now, ctx.now_s, ctx.holds
     jobs: dict[str, tuple[JobObject, JobRequest]] = {}
     pending: list[PendingJob] = []
     for job, request in queued:
         draft = actions_for(job).draft
         queue = queues.get(request.queue)
-        if refuse_before_queueing(actions_for(job), view, job, request, queues, now, eligibility):
+        if refuse_before_queueing(ctx, job, request):
             continue
         if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
             why = f"queue {queue.name} does not serve namespace {job.namespace}"
@@ -90,9 +82,9 @@ def admit_with_core(
     requests = {key: request for key, (_, request) in jobs.items()}
     by_key = {job.key: (job, request) for job, request, _ in held}
     models = {name: cost_model(name) for name in {r.cost_model for r in requests.values()}}
-    wrapped = FilteredPlacer(placer, view.state, node_filters(eligibility))
+    wrapped = FilteredPlacer(placer, view.state, node_filters(ctx.eligibility))
     specs = [queue_spec(q) for q in queues.values()]
-    started = clock()
+    started = ctx.clock()
     plan = schedule(
         view.state,
         wrapped,
@@ -103,14 +95,12 @@ def admit_with_core(
         policy,
         now_s,
     )
-    durations = [clock() - started]
+    durations = [ctx.clock() - started]
     preempting: set[str] = {d.for_job for d in plan.decisions if isinstance(d, Preempt)}
     for decision in plan.decisions:
         if isinstance(decision, Admit):
             job, request = jobs[decision.job_id]
-            record_admission(
-                actions_for(job), view, job, request, decision.placement, pods_of(job), now, decision.reasons
-            )
+            record_admission(ctx, job, request, decision.placement, decision.reasons)
         elif isinstance(decision, Wait):
             job, _ = jobs[decision.job_id]
             _wait(actions_for(job), job, decision, now)
@@ -122,7 +112,7 @@ def admit_with_core(
             why = "; ".join(decision.reasons)
             actions_for(job).draft.condition("Placed", "False", "Reserved", f"{why}; expected start: {when}", now)
         else:
-            _preempt(actions_for, jobs, by_key, pods_of, decision, now, now_s)
+            _preempt(ctx, jobs, by_key, decision)
     return durations, plan
 
 
@@ -137,14 +127,12 @@ def _wait(actions: JobActions, job: JobObject, decision: Wait, now: str) -> None
 
 
 def _preempt(
-    actions_for: Callable[[JobObject], JobActions],
+    ctx: PassContext,
     jobs: Mapping[str, tuple[JobObject, JobRequest]],
     held: Mapping[str, tuple[JobObject, JobRequest]],
-    pods_of: Callable[[JobObject], Sequence[PodInfo]],
     decision: Preempt,
-    now: str,
-    now_s: float,
 ) -> None:
+    actions_for, pods_of, now, now_s = ctx.actions_for, ctx.pods_of, ctx.now, ctx.now_s
     waiting, _ = jobs[decision.for_job]
     deadline = now_s + decision.grace_period_s
     why = "; ".join(decision.reasons)

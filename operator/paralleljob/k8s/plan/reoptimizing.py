@@ -38,6 +38,7 @@ from paralleljob.k8s.edge.queues import last_checkpoint, parse_time
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.view.clusterview import ClusterView
 
 PROPOSE = "Propose"
@@ -48,18 +49,11 @@ REOPTIMIZE_POLICIES = (PROPOSE, MIGRATE_AT_CHECKPOINT)
 RECHECK_SECONDS = 60.0
 
 
-def reconsider(
-    actions: JobActions,
-    view: ClusterView,
-    placer: Placer,
-    job: JobObject,
-    request: JobRequest,
-    record: PlacementRecord,
-    now: str,
-    now_s: float,
-    node_filter: NodeFilter | None = None,
-) -> PlacementRecord | None:
+def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None = None) -> PlacementRecord | None:
     """Re-price a running, repaired job; returns the new record when it migrates in this pass."""
+    actions, job, request, record = held.actions, held.job, held.request, held.record
+    view, placer, now_s = ctx.view, ctx.placer, ctx.now_s
+    assert placer is not None
     draft = actions.draft
     if draft.phase is not Phase.RUNNING or record.cost is None or job.restarts == 0 or view.state is None:
         return None
@@ -81,8 +75,8 @@ def reconsider(
     interval = _checkpoint_interval(request, draft.data)
     decision = decide_migration(current_ms, best.cost.total_ms if best else current_ms, moves, interval)
     if due and decision.migrate and best is not None:
-        return _migrate(actions, view, job, request, record, best, decision, now, now_s)
-    _report(actions, decision, current_ms, best, moves, now, now_s, proposed_at)
+        return _migrate(ctx, held, best, decision)
+    _report(ctx, actions, decision, best, moves, proposed_at, current_ms)
     return None
 
 
@@ -124,15 +118,15 @@ def _checkpoint_interval(request: JobRequest, status: dict[str, Any]) -> float:
 
 
 def _report(
+    ctx: PassContext,
     actions: JobActions,
     decision: MigrationDecision,
-    current_ms: float,
     best: Placement | None,
     moves: int,
-    now: str,
-    now_s: float,
     proposed_at: float | None,
+    current_ms: float,
 ) -> None:
+    now, now_s = ctx.now, ctx.now_s
     draft = actions.draft
     data: dict[str, Any] = {
         "checkedAt": round(now_s, 3),
@@ -154,17 +148,9 @@ def _report(
     draft.condition("Reoptimizable", status, reason, "; ".join(decision.reasons), now)
 
 
-def _migrate(
-    actions: JobActions,
-    view: ClusterView,
-    job: JobObject,
-    request: JobRequest,
-    record: PlacementRecord,
-    best: Placement,
-    decision: MigrationDecision,
-    now: str,
-    now_s: float,
-) -> PlacementRecord:
+def _migrate(ctx: PassContext, held: HeldJob, best: Placement, decision: MigrationDecision) -> PlacementRecord:
+    actions, job, request, record = held.actions, held.job, held.request, held.record
+    view, now = ctx.view, ctx.now
     assert view.state is not None and record.cost is not None
     draft = actions.draft
     view.state.release(job.key)
