@@ -196,8 +196,8 @@ def render(results: list[BenchResult]) -> str:
 
 def command(args: argparse.Namespace) -> int:
     if args.what == "operator":
-        # The operator benchmark lives with the operator (it needs the local control plane and the Kubernetes client).
-        from paralleljob.k8s.bench import run_benchmark
+        # The operator benchmarks are dev tools (paralleljob.devtools): they need the local control plane.
+        from paralleljob.devtools.bench_operator import run_benchmark
 
         measured = run_benchmark(
             nodes=args.operator_nodes,
@@ -215,15 +215,15 @@ def command(args: argparse.Namespace) -> int:
                 fh.write(text)
         return 0
     if args.what == "dra":
-        from paralleljob.k8s.bench_dra import run_dra_benchmark
+        from paralleljob.devtools.bench_dra import run_dra_benchmark
 
         return _emit(run_dra_benchmark(nodes=args.dra_nodes, repeats=args.repeat), args.json)
     if args.what == "worker-crash":
-        from paralleljob.k8s.bench_crash import run_worker_crash
+        from paralleljob.devtools.bench_crash import run_worker_crash
 
         return _emit(run_worker_crash(crashes=args.crashes), args.json)
     if args.what == "scale":
-        from paralleljob.k8s.bench_scale import run_scale
+        from paralleljob.devtools.bench_scale import run_scale
 
         sizes = [int(n) for n in args.scale_nodes.split(",")]
         return _emit(run_scale(sizes, args), args.json)

@@ -17,7 +17,8 @@ COMMAND_MODULES = (
     "paralleljob.bench",
     "paralleljob.devcluster.cli",
     "paralleljob.sim.cli",
-    "paralleljob.k8s.cli",
+    "paralleljob.k8s.runtime.cli",
+    "paralleljob.devtools.cli",
     "paralleljob.clitools.cli",
 )
 

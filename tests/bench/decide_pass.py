@@ -13,11 +13,11 @@ import statistics
 import sys
 import time
 
-from paralleljob.k8s.config import TopologyConfig
-from paralleljob.k8s.decide import Observed, decide
-from paralleljob.k8s.nodes import parse_node
-from paralleljob.k8s.pods import parse_pod
-from paralleljob.k8s.specs import parse_job
+from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.decide import Observed, decide
 from tests.k8s.factories import foreign_pod, node, paralleljob
 
 

@@ -5,10 +5,10 @@ machine full?).
     python -m tests.bench.stream_cpu [--nodes 64] [--rounds 3]
 
 A dev cluster, the operator as its own process. Each round: the operator's stream (32 jobs of 8 pods, as
-``bench.bench_stream``); then kube-scheduler with qps 5000 binding 256 plain pods (as
-``bench.plain_round``), and 256 copies of one of the operator's workers (same labels, annotations, env and
-requests: the same pods). For each, from the first create to the last pod bound: seconds; CPU seconds
-(user + system, from /proc) of the binder (operator or kube-scheduler), kube-apiserver, etcd, kwok,
+``devtools.bench_operator.bench_stream``); then kube-scheduler with qps 5000 binding 256 plain pods (as
+``devtools.bench_operator.plain_round``), and 256 copies of one of the operator's workers (same labels,
+annotations, env and requests: the same pods). For each, from the first create to the last pod bound:
+seconds; CPU seconds (user + system, from /proc) of the binder (operator or kube-scheduler), kube-apiserver, etcd, kwok,
 kube-controller-manager and this process (which creates the plain pods and watches them); and the requests
 the API server served meanwhile, from its own metrics. Cores x seconds is what the machine had.
 Not collected by pytest: a measurement, not a test.
@@ -33,10 +33,10 @@ from typing import Any
 from paralleljob.devcluster import state
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path
-from paralleljob.k8s.bench import PodTracker, delete_jobs, job_body, plain_pod, same_pod
-from paralleljob.k8s.bench_scale import OperatorUnderTest
-from paralleljob.k8s.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
+from paralleljob.devtools.bench_operator import PodTracker, delete_jobs, job_body, plain_pod, same_pod
+from paralleljob.devtools.bench_scale import OperatorUnderTest
+from paralleljob.devtools.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
+from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.k8s.api import ApiError, Kube
-from paralleljob.k8s.bench import bench_stream
-from paralleljob.k8s.bench_scale import OperatorUnderTest
+from paralleljob.devtools.bench_operator import bench_stream
+from paralleljob.devtools.bench_scale import OperatorUnderTest
+from paralleljob.k8s.runtime.api import ApiError, Kube
 
 
 async def profile(cluster: DevCluster, out: Path) -> None:

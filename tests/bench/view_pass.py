@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from paralleljob.core.cluster import ClusterState, GPUHealth
-from paralleljob.k8s.liveview import LiveView
-from paralleljob.k8s.metrics_model import fragmentation_ratio
-from paralleljob.k8s.view import Claim, ClusterView, build_view
+from paralleljob.k8s.plan.metrics_model import fragmentation_ratio
+from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
+from paralleljob.k8s.view.liveview import LiveView
 from tests.k8s.viewworld import World, claim, node_body, pod_body
 
 REPEATS = 21

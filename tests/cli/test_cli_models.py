@@ -15,8 +15,8 @@ from paralleljob.clitools.drain import parse_gpu_ref, plan
 from paralleljob.clitools.gpumap import build_map
 from paralleljob.clitools.render import description_renderable, gpu_map_renderable
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.k8s.config import TopologyConfig
-from paralleljob.k8s.nodes import parse_node
+from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.nodes import parse_node
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 

@@ -18,7 +18,16 @@ from kubernetes_asyncio.client import BatchV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.constants import API_VERSION, GPU_RESOURCE, GROUP, JOB_LABEL, KIND, PLURAL, SCHEDULER_NAME, VERSION
+from paralleljob.k8s.edge.constants import (
+    API_VERSION,
+    GPU_RESOURCE,
+    GROUP,
+    JOB_LABEL,
+    KIND,
+    PLURAL,
+    SCHEDULER_NAME,
+    VERSION,
+)
 
 pytestmark = pytest.mark.e2e
 

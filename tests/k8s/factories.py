@@ -6,7 +6,7 @@ import copy
 import itertools
 from typing import Any
 
-from paralleljob.k8s.constants import API_VERSION, GPU_RESOURCE, KIND
+from paralleljob.k8s.edge.constants import API_VERSION, GPU_RESOURCE, KIND
 
 _rv = itertools.count(100)
 

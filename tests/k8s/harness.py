@@ -8,14 +8,14 @@ import itertools
 from typing import Any
 
 from paralleljob.core.queueing import QueuePolicy
-from paralleljob.k8s.actions import Plan
-from paralleljob.k8s.admission import QueueInfo
-from paralleljob.k8s.config import TopologyConfig
-from paralleljob.k8s.decide import Observed, decide
-from paralleljob.k8s.nodes import parse_node
-from paralleljob.k8s.pods import parse_pod
-from paralleljob.k8s.specs import parse_job
-from paralleljob.k8s.view import ClusterView
+from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.actions import Plan
+from paralleljob.k8s.plan.decide import Observed, decide
+from paralleljob.k8s.view.clusterview import ClusterView
 from tests.k8s.factories import pod_from_manifest
 
 _clock = itertools.count(1)

@@ -1,15 +1,23 @@
-"""The operator's ResourceClaims (k8s/claims.py) and how podsync asks for them on DRA nodes."""
+"""The operator's ResourceClaims (k8s/edge/claims.py) and how podsync asks for them on DRA nodes."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from paralleljob.k8s.claims import DeviceClaim, allocation, claim_manifest, is_ours, reserved_for, state, with_claim
-from paralleljob.k8s.nodes import DraGpus, parse_node
-from paralleljob.k8s.podsync import device_claim
-from paralleljob.k8s.records import PodSlot
-from paralleljob.k8s.specs import parse_job
+from paralleljob.k8s.edge.claims import (
+    DeviceClaim,
+    allocation,
+    claim_manifest,
+    is_ours,
+    reserved_for,
+    state,
+    with_claim,
+)
+from paralleljob.k8s.edge.nodes import DraGpus, parse_node
+from paralleljob.k8s.edge.records import PodSlot
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.podsync import device_claim
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.test_dra import CONFIG
 

@@ -7,15 +7,15 @@ import copy
 import itertools
 from typing import Any
 
-from paralleljob.k8s.config import DraConfig, TopologyConfig
-from paralleljob.k8s.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
-from paralleljob.k8s.dranodes import OverlaidNodes
-from paralleljob.k8s.liveview import LiveView
-from paralleljob.k8s.nodes import NodeInfo, parse_node
-from paralleljob.k8s.pods import PodInfo, parse_pod
-from paralleljob.k8s.store import ObjectStore
-from paralleljob.k8s.view import build_view
-from paralleljob.k8s.viewcheck import view_differences
+from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
+from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
+from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.pods import PodInfo, parse_pod
+from paralleljob.k8s.view.clusterview import build_view
+from paralleljob.k8s.view.dranodes import OverlaidNodes
+from paralleljob.k8s.view.liveview import LiveView
+from paralleljob.k8s.view.store import ObjectStore
+from paralleljob.k8s.view.viewcheck import view_differences
 from tests.k8s.test_dra import claim, dra_node, gpu, resource_slice
 from tests.k8s.viewworld import node_body
 

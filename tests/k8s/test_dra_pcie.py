@@ -16,15 +16,15 @@ from paralleljob.core.job import JobSpec
 from paralleljob.core.placer import Placer
 from paralleljob.devcluster.dra import resource_slice_manifest
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.k8s.config import DraConfig, TopologyConfig, topology_from_mapping
-from paralleljob.k8s.dra import ClaimInfo, SliceInfo, overlay_nodes, parse_claim, parse_slice
-from paralleljob.k8s.dranodes import OverlaidNodes
-from paralleljob.k8s.liveview import LiveView
-from paralleljob.k8s.nodes import NodeInfo, parse_node
-from paralleljob.k8s.pods import PodInfo, parse_pod
-from paralleljob.k8s.store import ObjectStore
-from paralleljob.k8s.view import ClusterView, build_view
-from paralleljob.k8s.viewcheck import view_differences
+from paralleljob.k8s.edge.config import DraConfig, TopologyConfig, topology_from_mapping
+from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, overlay_nodes, parse_claim, parse_slice
+from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.pods import PodInfo, parse_pod
+from paralleljob.k8s.view.clusterview import ClusterView, build_view
+from paralleljob.k8s.view.dranodes import OverlaidNodes
+from paralleljob.k8s.view.liveview import LiveView
+from paralleljob.k8s.view.store import ObjectStore
+from paralleljob.k8s.view.viewcheck import view_differences
 from tests.k8s.test_dra import claim, dra_node, gpu, resource_slice
 from tests.k8s.viewworld import node_body
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from paralleljob.core.queueing import QueuePolicy
-from paralleljob.k8s.admission import QueueInfo
-from paralleljob.k8s.constants import GPU_RESOURCE
+from paralleljob.k8s.edge.constants import GPU_RESOURCE
+from paralleljob.k8s.edge.queues import QueueInfo
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paralleljob.k8s.config import TopologyConfig
-from paralleljob.k8s.constants import GPU_RESOURCE
-from paralleljob.k8s.matching import (
+from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.constants import GPU_RESOURCE
+from paralleljob.k8s.edge.matching import (
     Requirement,
     Taint,
     Term,
@@ -22,11 +22,11 @@ from paralleljob.k8s.matching import (
     tolerates,
     untolerated,
 )
-from paralleljob.k8s.nodes import parse_node
-from paralleljob.k8s.pods import parse_pod
-from paralleljob.k8s.quantity import QuantityError, format_amount, parse_count, parse_quantity, scheduler_units
-from paralleljob.k8s.specs import parse_job
-from paralleljob.k8s.template import InvalidTemplate, effective_requests, parse_constraints
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.quantity import QuantityError, format_amount, parse_count, parse_quantity, scheduler_units
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.template import InvalidTemplate, effective_requests, parse_constraints
 from tests.k8s.factories import foreign_pod, node, paralleljob
 
 # ---- quantities ---------------------------------------------------------------------------------------------

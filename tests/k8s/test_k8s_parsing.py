@@ -9,18 +9,18 @@ import pytest
 
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.rankorder import RankOrder
-from paralleljob.k8s.config import LevelSource, TopologyConfig, topology_from_mapping
-from paralleljob.k8s.constants import GPU_RESOURCE
-from paralleljob.k8s.lease import verdict
-from paralleljob.k8s.manifests import binding, headless_service, worker_pod
-from paralleljob.k8s.metrics_model import jain_index
-from paralleljob.k8s.nodes import parse_node
-from paralleljob.k8s.pods import parse_pod
-from paralleljob.k8s.records import PlacementRecord, PodSlot, record_from_status
-from paralleljob.k8s.specs import parse_job
-from paralleljob.k8s.status import StatusDraft, merge_patch
-from paralleljob.k8s.store import ObjectStore
-from paralleljob.k8s.view import build_view
+from paralleljob.k8s.edge.config import LevelSource, TopologyConfig, topology_from_mapping
+from paralleljob.k8s.edge.constants import GPU_RESOURCE
+from paralleljob.k8s.edge.lease import verdict
+from paralleljob.k8s.edge.manifests import binding, headless_service, worker_pod
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_from_status
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.metrics_model import jain_index
+from paralleljob.k8s.plan.status import StatusDraft, merge_patch
+from paralleljob.k8s.view.clusterview import build_view
+from paralleljob.k8s.view.store import ObjectStore
 from tests.k8s.factories import foreign_pod, node, paralleljob
 
 CONFIG = TopologyConfig()
@@ -77,7 +77,7 @@ def test_view_skips_absent_levels_and_counts_foreign_pods() -> None:
 def test_view_keeps_ghost_nodes_named_by_a_record() -> None:
     slots = (PodSlot("j-d0-p0", 0, 0, "gone", (0, 1)),)
     record = PlacementRecord(1, "seed", 2, 1, 1, slots, RankOrder.TP_DP_PP)
-    from paralleljob.k8s.view import Claim
+    from paralleljob.k8s.view.clusterview import Claim
 
     view = build_view([parse_node(node("n0"), CONFIG)], [], [Claim("ns/j", "u", record)], CONFIG)
     assert "gone" in view.ghosts and view.broken_gpus(slots[0])

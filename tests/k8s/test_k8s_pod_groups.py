@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from paralleljob.core.rankorder import RankOrder, slot_of
-from paralleljob.k8s.admission import QueueInfo
-from paralleljob.k8s.constants import (
+from paralleljob.k8s.edge.constants import (
     COMPLETION_INDEX_KEY,
     GPU_INDICES_ANNOTATION,
     GPU_RESOURCE,
@@ -22,16 +21,17 @@ from paralleljob.k8s.constants import (
     RANK_ORDER_ANNOTATION,
     SCHEDULER_NAME,
 )
-from paralleljob.k8s.podgroups import (
+from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.records import record_from_status
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.podgroups import (
     GroupDeclarationError,
     adopting_manifest,
     by_group,
     group_state,
     parse_parallelism,
 )
-from paralleljob.k8s.pods import parse_pod
-from paralleljob.k8s.records import record_from_status
-from paralleljob.k8s.specs import parse_job
 from tests.k8s.factories import node
 from tests.k8s.harness import FakeCluster
 

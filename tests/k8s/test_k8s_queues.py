@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.k8s.admission import QueueInfo
-from paralleljob.k8s.constants import CHECKPOINT_REQUESTED_ANNOTATION, LAST_CHECKPOINT_ANNOTATION
-from paralleljob.k8s.queues import (
+from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, LAST_CHECKPOINT_ANNOTATION
+from paralleljob.k8s.edge.queues import (
+    QueueInfo,
     format_time,
     parse_time,
     pending_job,
@@ -18,7 +18,7 @@ from paralleljob.k8s.queues import (
     queue_spec,
     running_job,
 )
-from paralleljob.k8s.specs import parse_job
+from paralleljob.k8s.edge.specs import parse_job
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 

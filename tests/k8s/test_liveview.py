@@ -8,14 +8,14 @@ from typing import Any, cast
 import pytest
 
 from paralleljob.core.cluster import Allocation, GPUHealth
-from paralleljob.k8s import liveview
-from paralleljob.k8s.config import OperatorConfig
-from paralleljob.k8s.liveview import LiveView
-from paralleljob.k8s.metrics import Metrics
-from paralleljob.k8s.metrics_model import fragmentation_ratio
-from paralleljob.k8s.reconciler import Reconciler
-from paralleljob.k8s.view import build_view
-from paralleljob.k8s.viewcheck import CheckedView, view_differences
+from paralleljob.k8s.edge.config import OperatorConfig
+from paralleljob.k8s.plan.metrics_model import fragmentation_ratio
+from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.reconciler import Reconciler
+from paralleljob.k8s.view import liveview
+from paralleljob.k8s.view.clusterview import build_view
+from paralleljob.k8s.view.liveview import LiveView
+from paralleljob.k8s.view.viewcheck import CheckedView, view_differences
 from tests.k8s.viewworld import World, claim, node_body, pod_body
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from paralleljob.k8s.constants import SCHEDULER_NAME
-from paralleljob.k8s.podgroups import adopting_manifest, by_group, group_state
-from paralleljob.k8s.pods import PodInfo, parse_pod
-from paralleljob.k8s.specs import parse_job
+from paralleljob.k8s.edge.constants import SCHEDULER_NAME
+from paralleljob.k8s.edge.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.podgroups import adopting_manifest, by_group, group_state
 
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples" / "pod-groups"
 _uid = itertools.count()

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from paralleljob.core.rankorder import RankOrder, coordinates, dp_group, global_ranks, node_rank, pp_group, slot_of
-from paralleljob.k8s.manifests import worker_pod
-from paralleljob.k8s.records import PlacementRecord, PodSlot, record_from_status
-from paralleljob.k8s.specs import parse_job
+from paralleljob.k8s.edge.manifests import worker_pod
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_from_status
+from paralleljob.k8s.edge.specs import parse_job
 from tests.k8s.factories import paralleljob
 
 

@@ -13,12 +13,12 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from paralleljob.devcluster.nodes import NodeShape, gpu_node_manifest
-from paralleljob.k8s.api import ApiError, Kube
-from paralleljob.k8s.config import OperatorConfig
-from paralleljob.k8s.nodes import parse_node
-from paralleljob.k8s.reflector import Reflector
-from paralleljob.k8s.slim import slim_node, without_managed_fields
-from paralleljob.k8s.store import ObjectStore
+from paralleljob.k8s.edge.config import OperatorConfig
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
+from paralleljob.k8s.runtime.api import ApiError, Kube
+from paralleljob.k8s.runtime.reflector import Reflector
+from paralleljob.k8s.view.store import ObjectStore
 
 MANAGED = [{"manager": "kwok", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
 

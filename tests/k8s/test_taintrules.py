@@ -1,4 +1,4 @@
-"""DeviceTaintRules as a health source (k8s/taintrules.py): parsed at the edge, matched by driver, pool and
+"""DeviceTaintRules as a health source (k8s/edge/taintrules.py): parsed at the edge, matched by driver, pool and
 device as kube-apiserver 1.36 defines the selector, laid over the GPUs of DRA pools exactly like a slice's
 own taints, and patched into the kept cluster view so that it stays equal to a rebuild."""
 
@@ -10,18 +10,24 @@ from typing import Any, cast
 import pytest
 
 from paralleljob.core.cluster import GPUHealth
-from paralleljob.k8s.api import ApiError
-from paralleljob.k8s.config import DraConfig, OperatorConfig
-from paralleljob.k8s.dra import node_gpus, overlay_nodes, parse_slice
-from paralleljob.k8s.dranodes import OverlaidNodes
-from paralleljob.k8s.liveview import LiveView
-from paralleljob.k8s.metrics import Metrics
-from paralleljob.k8s.nodes import parse_node
-from paralleljob.k8s.reconciler import Reconciler
-from paralleljob.k8s.runner import _watch_taint_rules
-from paralleljob.k8s.store import ObjectStore
-from paralleljob.k8s.taintrules import TAINT_RULES_PATH, DeviceSelector, DeviceTaint, TaintRuleInfo, parse_taint_rule
-from paralleljob.k8s.view import build_view
+from paralleljob.k8s.edge.config import DraConfig, OperatorConfig
+from paralleljob.k8s.edge.dra import node_gpus, overlay_nodes, parse_slice
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.taintrules import (
+    TAINT_RULES_PATH,
+    DeviceSelector,
+    DeviceTaint,
+    TaintRuleInfo,
+    parse_taint_rule,
+)
+from paralleljob.k8s.runtime.api import ApiError
+from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.reconciler import Reconciler
+from paralleljob.k8s.runtime.runner import _watch_taint_rules
+from paralleljob.k8s.view.clusterview import build_view
+from paralleljob.k8s.view.dranodes import OverlaidNodes
+from paralleljob.k8s.view.liveview import LiveView
+from paralleljob.k8s.view.store import ObjectStore
 from tests.k8s.test_dra import CONFIG, DRA, dra_node, gpu, resource_slice
 from tests.k8s.test_dra_liveview import DraWorld, _assert_equal
 from tests.k8s.viewworld import node_body

@@ -8,13 +8,13 @@ import json
 from typing import Any
 
 from paralleljob.core.rankorder import RankOrder
-from paralleljob.k8s.config import TopologyConfig
-from paralleljob.k8s.constants import GPU_HEALTH_ANNOTATION, GPU_INDICES_ANNOTATION, GPU_RESOURCE, JOB_LABEL, KIND
-from paralleljob.k8s.nodes import NodeInfo, parse_node
-from paralleljob.k8s.pods import PodInfo, parse_pod
-from paralleljob.k8s.records import PlacementRecord, PodSlot
-from paralleljob.k8s.store import ObjectStore
-from paralleljob.k8s.view import Claim
+from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.constants import GPU_HEALTH_ANNOTATION, GPU_INDICES_ANNOTATION, GPU_RESOURCE, JOB_LABEL, KIND
+from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+from paralleljob.k8s.view.clusterview import Claim
+from paralleljob.k8s.view.store import ObjectStore
 from tests.k8s.factories import node
 
 _versions = itertools.count(1_000_000)

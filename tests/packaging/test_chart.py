@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from paralleljob.cli import build_parser
-from paralleljob.k8s.config import TopologyConfig, topology_from_mapping
+from paralleljob.k8s.edge.config import TopologyConfig, topology_from_mapping
 from paralleljob.packaging.chart import chart_dir, crd_drift
 from paralleljob.packaging.helm import ensure_helm
 from tests.packaging.conftest import Render

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from paralleljob.core.cluster import Allocation, GPUHealth
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.k8s.liveview import LiveView
-from paralleljob.k8s.view import build_view
-from paralleljob.k8s.viewcheck import view_differences
+from paralleljob.k8s.view.clusterview import build_view
+from paralleljob.k8s.view.liveview import LiveView
+from paralleljob.k8s.view.viewcheck import view_differences
 from tests.k8s.viewworld import World, claim, node_body, pod_body
 
 NODES = ["n0", "n1", "n2", "n3"]

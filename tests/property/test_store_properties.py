@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paralleljob.k8s.store import ObjectStore
+from paralleljob.k8s.view.store import ObjectStore
 
 NAMES = ("p0", "p1")
 OPS = ("create", "update", "delete_graceful", "finish_graceful", "delete_immediate", "delete_forced", "list")

@@ -61,7 +61,7 @@ app.kubernetes.io/component: agent
 {{- printf "%s:%s" $repository $tag -}}
 {{- end -}}
 
-{{/* The file --topology-config reads (paralleljob.k8s.config.load_topology_file). */}}
+{{/* The file --topology-config reads (paralleljob.k8s.edge.config.load_topology_file). */}}
 {{- define "paralleljob.topologyFile" -}}
 topology:
   nodeBandwidthGbps: {{ .Values.topology.nodeBandwidthGbps }}

@@ -1,6 +1,6 @@
 """What the agent writes on its Node (pure): annotations and the ``GPUHealthy`` condition.
 
-The operator reads two signals (``paralleljob.k8s.nodes``): the annotation ``paralleljob.dev/unhealthy-gpus``
+The operator reads two signals (``paralleljob.k8s.edge.nodes``): the annotation ``paralleljob.dev/unhealthy-gpus``
 (comma-separated indices; every listed GPU is taken out of service) and the condition ``GPUHealthy``
 (``False`` with an *empty* annotation means every GPU on the node is broken). Hence:
 
@@ -25,7 +25,7 @@ from typing import Any
 from paralleljob.agent.hysteresis import GpuTrack
 from paralleljob.core.cluster import GPUHealth
 
-# Must equal paralleljob.k8s.constants (a unit test pins them); the agent does not import the operator.
+# Must equal paralleljob.k8s.edge.constants (a unit test pins them); the agent does not import the operator.
 UNHEALTHY_GPUS_ANNOTATION = "paralleljob.dev/unhealthy-gpus"
 GPU_HEALTHY_CONDITION = "GPUHealthy"
 GPU_HEALTH_ANNOTATION = "paralleljob.dev/gpu-health"

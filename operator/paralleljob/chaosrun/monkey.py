@@ -18,8 +18,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from paralleljob.devcluster import chaos
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION, FAIL_AFTER_ANNOTATION
 from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes
-from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path
-from paralleljob.k8s.constants import API_VERSION, JOB_LABEL, KIND
+from paralleljob.k8s.edge.constants import API_VERSION, JOB_LABEL, KIND
+from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
 # (TP, PP, DP): 1 to 16 GPUs, some TP groups filling whole nodes
 SHAPES = ((1, 1, 1), (1, 2, 2), (2, 1, 2), (2, 2, 2), (4, 1, 1), (4, 2, 1), (8, 1, 1), (8, 2, 1), (1, 4, 2))

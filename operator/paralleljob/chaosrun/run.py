@@ -21,8 +21,8 @@ from paralleljob.chaosrun.monkey import Monkey
 from paralleljob.chaosrun.operatorproc import OperatorProcess
 from paralleljob.devcluster import chaos
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.k8s.api import ApiError, Kube, job_path, pod_path
-from paralleljob.k8s.constants import JOB_LABEL
+from paralleljob.k8s.edge.constants import JOB_LABEL
+from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """``paralleljob status | describe | drain | undrain`` (and ``kubectl paralleljob ...``): the I/O around the
-pure models in this package, through the operator's API client (``paralleljob.k8s.api.Kube``).
+pure models in this package, through the operator's API client (``paralleljob.k8s.runtime.api.Kube``).
 
 This module also registers ``paralleljob agent`` (:mod:`paralleljob.agent.cli`), so the whole node-side
 command line is wired into ``paralleljob.cli`` by one entry. Exit codes: 0 done, 1 the cluster said no (not
@@ -67,10 +67,10 @@ def _run(command: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callab
     def handler(args: argparse.Namespace) -> int:
         from kubernetes_asyncio.config import ConfigException
 
-        from paralleljob.k8s.api import ApiError
+        from paralleljob.k8s.runtime.api import ApiError
 
         async def main() -> int:
-            from paralleljob.k8s.api import Kube
+            from paralleljob.k8s.runtime.api import Kube
 
             kube = await Kube.connect(args.kubeconfig, concurrency=8)
             try:
@@ -95,9 +95,9 @@ def _run(command: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callab
 
 async def _status(kube: Any, args: argparse.Namespace) -> int:
     from paralleljob.clitools.gpumap import build_map
-    from paralleljob.k8s.api import retrying
-    from paralleljob.k8s.config import TopologyConfig, load_topology_file
-    from paralleljob.k8s.constants import GROUP, PLURAL, VERSION
+    from paralleljob.k8s.edge.config import TopologyConfig, load_topology_file
+    from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
+    from paralleljob.k8s.runtime.api import retrying
 
     config = load_topology_file(args.topology_config) if args.topology_config else TopologyConfig()
     nodes, pods, jobs = await asyncio.gather(
@@ -122,7 +122,7 @@ async def _status(kube: Any, args: argparse.Namespace) -> int:
 async def _dra_list(kube: Any, path: str) -> list[dict[str, Any]]:
     """ResourceSlices or ResourceClaims; none on a cluster without resource.k8s.io/v1 or without the grant
     (the map then shows device-plugin nodes only, as the operator would)."""
-    from paralleljob.k8s.api import ApiError, retrying
+    from paralleljob.k8s.runtime.api import ApiError, retrying
 
     try:
         items, _ = await retrying(lambda: kube.list(path))
@@ -135,8 +135,8 @@ async def _dra_list(kube: Any, path: str) -> list[dict[str, Any]]:
 
 async def _describe(kube: Any, args: argparse.Namespace) -> int:
     from paralleljob.clitools.describe import describe_job
-    from paralleljob.k8s.api import ApiError, job_path, retrying
-    from paralleljob.k8s.constants import JOB_LABEL, KIND
+    from paralleljob.k8s.edge.constants import JOB_LABEL, KIND
+    from paralleljob.k8s.runtime.api import ApiError, job_path, retrying
 
     namespace, _, name = args.job.rpartition("/")
     namespace = namespace or args.namespace
@@ -186,7 +186,7 @@ async def _drain(kube: Any, args: argparse.Namespace) -> int:
 
 async def _drain_node(kube: Any, node: str, gpus: list[int] | None, undrain: bool, dry_run: bool) -> None:
     from paralleljob.clitools.drain import plan
-    from paralleljob.k8s.api import ApiError, retrying
+    from paralleljob.k8s.runtime.api import ApiError, retrying
 
     for attempt in range(5):
         body = await retrying(lambda: kube.request("GET", f"/api/v1/nodes/{node}"))

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from paralleljob.k8s.dra import parse_claim, parse_slice
-from paralleljob.k8s.specs import parse_job
+from paralleljob.k8s.edge.dra import parse_claim, parse_slice
+from paralleljob.k8s.edge.specs import parse_job
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from paralleljob.agent.signals import (
     parse_index_list,
 )
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.k8s.config import TopologyConfig
-from paralleljob.k8s.nodes import parse_node
+from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.nodes import parse_node
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Nothing is parsed here that the operator does not parse itself: nodes, pods and 
 ``paralleljob.k8s`` (``parse_node``, ``parse_pod``, ``parse_job``) and the occupancy through the operator's
 own ``build_view``, so the map shows the cluster exactly as the scheduler sees it. The agent's detail
 annotations (``gpu-health``, ``drained-gpus``) only add *why* a GPU is out. When ResourceSlices and
-ResourceClaims are given, DRA nodes are overlaid as the operator overlays them (``k8s/dra.py``), and each of
+ResourceClaims are given, DRA nodes are overlaid as the operator overlays them (``k8s/edge/dra.py``), and each of
 their GPUs shows its device name and UUID.
 """
 
@@ -18,14 +18,14 @@ from typing import Any
 from paralleljob.agent.signals import DRAINED_GPUS_ANNOTATION, GPU_HEALTH_ANNOTATION, parse_health_detail
 from paralleljob.agent.signals import parse_index_list as parse_drained
 from paralleljob.core.cluster import GPUHealth
-from paralleljob.k8s.config import DraConfig, TopologyConfig
-from paralleljob.k8s.constants import GPU_HEALTHY_CONDITION
-from paralleljob.k8s.decide import claims_of
-from paralleljob.k8s.dra import node_gpus, overlay_nodes, parse_claim, parse_slice
-from paralleljob.k8s.nodes import parse_node
-from paralleljob.k8s.pods import parse_pod
-from paralleljob.k8s.specs import JobObject, parse_job
-from paralleljob.k8s.view import build_view
+from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
+from paralleljob.k8s.edge.constants import GPU_HEALTHY_CONDITION
+from paralleljob.k8s.edge.dra import node_gpus, overlay_nodes, parse_claim, parse_slice
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.plan.decide import claims_of
+from paralleljob.k8s.view.clusterview import build_view
 
 # What a GPU cell shows, from best to worst.
 FREE, USED, CLOSED, DEGRADED, DRAINED, UNHEALTHY = "free", "used", "closed", "degraded", "drained", "unhealthy"

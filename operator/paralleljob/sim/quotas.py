@@ -1,6 +1,6 @@
 """Per-team quotas for the simulator's core queues, from the trace's tenants (``--quotas``).
 
-A tenant becomes one core ``QueueSpec``, as a ParallelJobQueue does in the operator (k8s/queues.py): a weight
+A tenant becomes one core ``QueueSpec``, as a ParallelJobQueue does in the operator (k8s/edge/queues.py): a weight
 for DRF fair share, a guarantee it can reclaim from borrowers by preemption, and a maximum it never exceeds.
 The rules that use them (admission refuses a job above its queue's maximum; a queue below its guarantee may
 preempt a queue that borrows above its own) are the core's, imported by the engine, never restated here.

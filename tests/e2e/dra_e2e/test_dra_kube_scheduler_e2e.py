@@ -1,7 +1,7 @@
 """The operator beside the real kube-scheduler on one DRA cluster (issue 13, done-means "no device is in two
 allocated claims, including a claim allocated by kube-scheduler for a plain pod on the same node").
 
-kube-scheduler 1.36 (the project's own build, ``k8s/kubescheduler.py``) runs with its defaults, so its
+kube-scheduler 1.36 (the project's own build, ``devtools/kubescheduler.py``) runs with its defaults, so its
 DynamicResources plugin allocates the claims of plain pods (``schedulerName: default-scheduler``) made from
 a ResourceClaimTemplate by kube-controller-manager's resourceclaim controller. Both schedulers then share
 the same 32 devices: the operator must count kube-scheduler's allocations as used, and kube-scheduler must
@@ -35,7 +35,7 @@ from paralleljob.cli import main
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.dra import device_uuid
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
+from paralleljob.devtools.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
 
 pytestmark = pytest.mark.e2e
 

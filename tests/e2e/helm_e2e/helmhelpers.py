@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
 from pjhelpers import OperatorProcess, _die_with_pytest
 
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.lease import verdict
+from paralleljob.k8s.edge.lease import verdict
 from paralleljob.packaging.chart import chart_dir
 from paralleljob.packaging.helm import run_helm
 

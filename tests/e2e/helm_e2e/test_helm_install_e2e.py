@@ -22,7 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, assert_gang_on_record, assert_no_gpu_used_twice
 
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.constants import GROUP, PLURAL, VERSION
+from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.e2e
 

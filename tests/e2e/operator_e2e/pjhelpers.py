@@ -19,7 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from paralleljob.devcluster.process import exit_with_parent, free_loopback_ports
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.constants import GROUP, JOB_LABEL, PLURAL, VERSION
+from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, PLURAL, VERSION
 
 _die_with_pytest = exit_with_parent  # the operator subprocess dies with the test session
 

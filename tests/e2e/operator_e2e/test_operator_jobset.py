@@ -28,13 +28,13 @@ from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.jobset import start_jobset
 from paralleljob.devcluster.nodes import LEAF_LABEL
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.constants import (
+from paralleljob.k8s.edge.constants import (
     COMPLETION_INDEX_KEY,
     GPU_INDICES_ANNOTATION,
     POD_GROUP_LABEL,
     POD_GROUP_TIMEOUT_ANNOTATION,
 )
-from paralleljob.k8s.noderank import JOBSET_GLOBAL_INDEX
+from paralleljob.k8s.edge.noderank import JOBSET_GLOBAL_INDEX
 
 pytestmark = pytest.mark.e2e
 GROUP = "llm-jobset"  # the example's JobSet and pod group

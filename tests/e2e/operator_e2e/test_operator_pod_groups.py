@@ -16,7 +16,7 @@ from pjhelpers import Jobs, wait_for
 
 from paralleljob.core.rankorder import RankOrder, slot_of
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.constants import (
+from paralleljob.k8s.edge.constants import (
     COMPLETION_INDEX_KEY,
     GPU_INDICES_ANNOTATION,
     POD_GROUP_LABEL,

@@ -15,7 +15,7 @@ from pjhelpers import Jobs, OperatorProcess, assert_gang_on_record, assert_no_gp
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.constants import CHECKPOINT_REQUESTED_ANNOTATION, GROUP, VERSION
+from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, GROUP, VERSION
 
 pytestmark = pytest.mark.e2e
 

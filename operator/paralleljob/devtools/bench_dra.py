@@ -1,0 +1,128 @@
+"""``paralleljob bench dra``: the operator's apply -> bound and node-failure repair with GPUs as DRA devices,
+next to the device-plugin mode, in the same run (issue 13).
+
+Two dev clusters of the same shape are up side by side, one per mode (``--gpu-api device-plugin`` and
+``--gpu-api dra``), each with its own operator process. Samples alternate between the modes, so whatever
+else runs on the machine weighs on both alike. In DRA mode each worker costs two more writes before its
+bind (its ResourceClaim, then the claim's status with the exact devices), which is what the comparison
+shows. The measurements are those of ``bench-operator`` (``bench.py``): a 64-pod job (TP1 x PP8 x DP8, one
+GPU per pod, so 64 claims) from create to all pods bound, and a TP4 x PP2 x DP2 job's node turned NotReady
+to its replacement pods bound. Between samples a DRA run also waits until the operator has deleted the
+claims of the pods it removed, so that no sample starts with devices still held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from paralleljob.devcluster.cluster import DevCluster
+from paralleljob.devtools.bench_operator import bench_latency, bench_repair, start_operator, stop_operator
+from paralleljob.k8s.runtime.api import ApiError, Kube
+
+MODES = ("device-plugin", "dra")
+NAMESPACES = ("bench-latency", "bench-repair")
+
+
+async def _claims_gone(kube: Kube, namespace: str, timeout_s: float = 60.0) -> None:
+    path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        items, _ = await kube.list(path)
+        if not items:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(items)} ResourceClaims still in {namespace} after {timeout_s:.0f} s")
+        await asyncio.sleep(0.2)
+
+
+def _summary(samples: list[float]) -> dict[str, Any]:
+    return {
+        "samples_s": [round(s, 4) for s in samples],
+        "median_s": round(statistics.median(samples), 4),
+        "max_s": round(max(samples), 4),
+    }
+
+
+def _check_alive(operators: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
+    """A sample needs its operator: one that exited (e.g. stepped down after a lease renewal stalled on a
+    loaded machine) fails the run with its log instead of a sample that times out."""
+    for mode, operator in operators.items():
+        if operator.poll() is not None:
+            tail = (logs / mode / "operator.log").read_text(errors="replace").splitlines()[-15:]
+            raise RuntimeError(f"the {mode} operator exited ({operator.returncode}):\n" + "\n".join(tail))
+
+
+async def measure(
+    clusters: dict[str, DevCluster], repeats: int, operators: dict[str, subprocess.Popen[bytes]], logs: Path
+) -> dict[str, Any]:
+    kubes = {mode: await Kube.connect(str(cluster.kubeconfig)) for mode, cluster in clusters.items()}
+    latency: dict[str, list[float]] = {mode: [] for mode in clusters}
+    repair: dict[str, list[float]] = {mode: [] for mode in clusters}
+    try:
+        for kube in kubes.values():
+            for ns in NAMESPACES:
+                with contextlib.suppress(ApiError):
+                    await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        await asyncio.sleep(3.0)  # operator start-up and leader election
+        for round_ in range(repeats):
+            for mode, kube in kubes.items():
+                _check_alive(operators, logs)
+                latency[mode] += (await bench_latency(kube, "bench-latency", 1))["samples_s"]
+                if mode == "dra":
+                    await _claims_gone(kube, "bench-latency")
+                repair[mode] += (await bench_repair(kube, "bench-repair", 1))["samples_s"]
+                if mode == "dra":
+                    await _claims_gone(kube, "bench-repair")
+                print(
+                    f"round {round_ + 1}/{repeats} {mode}: apply->bound {latency[mode][-1]:.3f} s,"
+                    f" repair {repair[mode][-1]:.3f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        for kube in kubes.values():
+            await kube.close()
+    return {
+        mode: {"apply_to_bound_64": _summary(latency[mode]), "node_not_ready_to_rebound": _summary(repair[mode])}
+        for mode in clusters
+    }
+
+
+def run_dra_benchmark(nodes: int = 8, repeats: int = 5) -> dict[str, Any]:
+    """Both modes on fresh dev clusters of ``nodes`` 8-GPU nodes (torn down after); returns the results."""
+    from paralleljob.devcluster.cluster import down, up
+    from paralleljob.devcluster.nodes import NodeShape
+
+    if nodes * 8 < 64:
+        raise ValueError("the 64-pod job needs at least 8 nodes of 8 GPUs")
+    load_before = os.getloadavg()
+    clusters: dict[str, DevCluster] = {}
+    operators: dict[str, subprocess.Popen[bytes]] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="pj-bench-dra-"))
+    try:
+        for mode in MODES:
+            name = f"bench-{mode}-{os.getpid()}"
+            shape = NodeShape(count=nodes, gpus_per_node=8, nodes_per_rack=4, gpu_api=mode)
+            clusters[mode] = up(name, shape, die_with_caller=True)
+            logs = workdir / mode
+            logs.mkdir()
+            # The operator's own default lease (15 s), not bench-operator's 5 s: on the shared 2-core box a
+            # renewal can stall for seconds, and an operator that steps down is not restarted here.
+            operators[mode] = start_operator(clusters[mode], logs, lease_duration=15.0)
+        results = asyncio.run(measure(clusters, repeats, operators, workdir))
+    finally:
+        for operator in operators.values():
+            stop_operator(operator)
+        for mode in clusters:
+            down(f"bench-{mode}-{os.getpid()}")
+    load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
+    return {"nodes": nodes, "gpus": nodes * 8, "repeats": repeats, "load_average_1_5_15": load, **results}

@@ -1,0 +1,436 @@
+"""``paralleljob bench-operator``: the operator's numbers on the local control plane (SPEC section 4).
+
+1. apply -> bound: time from creating a 64-pod ParallelJob to all 64 pods bound (target <= 2 s);
+2. throughput: a stream of jobs applied at once, pods bound per second, against kube-scheduler binding the
+   same number of plain pods on the same API server in the same run (target ratio >= 1.0);
+3. repair: time from a node turning NotReady (as seen by a watch) to its replacement pods bound (<= 2 s);
+4. worker crash: time from a worker pod turning Failed to its replacement bound (``bench_crash``, p99 <= 2 s).
+Times are taken by this process from its own watch of the API, the way a user would see them. The operator
+runs as a separate process, as it would in a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from paralleljob.devcluster.cluster import DevCluster
+from paralleljob.devcluster.process import free_loopback_ports
+from paralleljob.k8s.edge.constants import API_VERSION, JOB_LABEL, KIND
+from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
+
+
+def _free_port() -> int:
+    return free_loopback_ports(1)[0]
+
+
+async def watch(kube: Kube, path: str, query: dict[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
+    """Raw watch events ({type, object}) of ``path`` (a list URL), from now on."""
+    headers = await kube._headers("application/json")
+    params = {"watch": "1", "allowWatchBookmarks": "false", **(query or {})}
+    response = await kube.api.rest_client.pool_manager.get(
+        kube.host + path, params=params, headers=headers, timeout=None
+    )
+    try:
+        async for line in response.content:
+            if line.strip():
+                yield json.loads(line)
+    finally:
+        response.release()
+
+
+class PodTracker:
+    """Watches one namespace's pods and notes when each pod (by UID) was first seen bound."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.pods: dict[str, dict[str, Any]] = {}  # uid -> {name, node, labels}
+        self.bound_at: dict[str, float] = {}
+        self.failed_at: dict[str, float] = {}
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> PodTracker:
+        self.task = asyncio.create_task(self._run())
+        await asyncio.sleep(0.3)  # let the watch open before anything is created
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    async def _run(self) -> None:
+        while True:  # a watch can end (timeout, connection reset): resume with a fresh list + watch
+            try:
+                items, rv = await self.kube.list(pod_path(self.namespace))
+                self.pods.clear()
+                for pod in items:
+                    self._apply({"type": "ADDED", "object": pod})
+                async for event in watch(self.kube, pod_path(self.namespace), {"resourceVersion": rv or "0"}):
+                    self._apply(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                print(f"pod watch restarted after {exc!r}", file=sys.stderr, flush=True)
+                await asyncio.sleep(0.1)
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        pod = event.get("object") or {}
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        if event.get("type") == "DELETED":
+            self.pods.pop(uid, None)
+        else:
+            node = (pod.get("spec") or {}).get("nodeName")
+            phase = (pod.get("status") or {}).get("phase")
+            labels = meta.get("labels") or {}
+            self.pods[uid] = {"name": meta.get("name"), "node": node, "labels": labels, "phase": phase}
+            if node and uid not in self.bound_at:
+                self.bound_at[uid] = time.monotonic()
+            if phase == "Failed" and uid not in self.failed_at:
+                self.failed_at[uid] = time.monotonic()
+        self.changed.set()
+
+    async def wait(self, predicate: Callable[[], bool], timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            self.changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("benchmark condition not reached")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), remaining)
+
+    def bound(self, job: str | None = None) -> list[str]:
+        return [u for u, p in self.pods.items() if p["node"] and (job is None or p["labels"].get(JOB_LABEL) == job)]
+
+
+def job_body(name: str, tp: int, pp: int, dp: int) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "parallelism": {"tensor": tp, "pipeline": pp, "data": dp},
+            "failurePolicy": {"maxRestarts": 1000},  # the repair benchmark fails the same job many times
+            "template": {"spec": {"containers": [{"name": "trainer", "image": "bench:1"}]}},
+        },
+    }
+
+
+async def delete_jobs(kube: Kube, namespace: str, tracker: PodTracker) -> None:
+    items, _ = await kube.list(job_path(namespace))
+    await asyncio.gather(*(kube.delete(job_path(namespace, i["metadata"]["name"])) for i in items))
+    await tracker.wait(lambda: not tracker.pods, 120)
+
+
+async def bench_latency(kube: Kube, namespace: str, repeats: int) -> dict[str, Any]:
+    samples = []
+    async with PodTracker(kube, namespace) as tracker:
+        for i in range(repeats):
+            started = time.monotonic()
+            await kube.request("POST", job_path(namespace), job_body(f"wide-{i}", 1, 8, 8))
+            await tracker.wait(lambda i=i: len(tracker.bound(f"wide-{i}")) == 64)  # type: ignore[misc]
+            samples.append(max(tracker.bound_at[u] for u in tracker.bound(f"wide-{i}")) - started)
+            await delete_jobs(kube, namespace, tracker)
+    return {
+        "pods": 64,
+        "samples_s": [round(s, 4) for s in samples],
+        "median_s": round(statistics.median(samples), 4),
+        "max_s": round(max(samples), 4),
+    }
+
+
+async def bench_stream(kube: Kube, namespace: str, jobs: int, pods_per_job: int) -> dict[str, Any]:
+    async with PodTracker(kube, namespace) as tracker:
+        total = jobs * pods_per_job
+        started = time.monotonic()
+        await asyncio.gather(
+            *(
+                kube.request("POST", job_path(namespace), job_body(f"s{i}", 1, 2, pods_per_job // 2))
+                for i in range(jobs)
+            )
+        )
+        await tracker.wait(lambda: len(tracker.bound()) == total, 300)
+        elapsed = max(tracker.bound_at[u] for u in tracker.bound()) - started
+        worker = await kube.request("GET", pod_path(namespace, "s0-d0-p0"))
+        await delete_jobs(kube, namespace, tracker)
+    return {
+        "jobs": jobs,
+        "pods": total,
+        "seconds": round(elapsed, 4),
+        "pods_per_second": round(total / elapsed, 1),
+        "worker": same_pod(worker),
+    }
+
+
+def same_pod(worker: dict[str, Any]) -> dict[str, Any]:
+    """One of the operator's workers as a pod for kube-scheduler to bind: the same labels, annotations,
+    env and requests (what the API server stores and sends per pod), without node, scheduler or owner."""
+    metadata = worker.get("metadata") or {}
+    spec = {k: v for k, v in (worker.get("spec") or {}).items() if k not in ("nodeName", "schedulerName")}
+    labels = {**(metadata.get("labels") or {}), "bench": "plain"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": labels, "annotations": metadata.get("annotations") or {}},
+        "spec": spec,
+    }
+
+
+def plain_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"bench": "plain"}},
+        "spec": {"containers": [{"name": "c", "image": "bench:1"}]},
+    }
+
+
+async def plain_round(kube: Kube, namespace: str, pods: int, template: dict[str, Any] | None = None) -> float:
+    """Create ``pods`` plain pods (or copies of ``template``) at once and time them until all are bound by
+    kube-scheduler."""
+
+    def pod(i: int) -> dict[str, Any]:
+        if template is None:
+            return plain_pod(f"p{i}")
+        return {**template, "metadata": {**template["metadata"], "name": f"p{i}"}}
+
+    async with PodTracker(kube, namespace) as tracker:
+        started = time.monotonic()
+        await asyncio.gather(*(kube.request("POST", pod_path(namespace), pod(i)) for i in range(pods)))
+        await tracker.wait(lambda: len(tracker.bound()) == pods, 300)
+        elapsed = max(tracker.bound_at[u] for u in tracker.bound()) - started
+        await kube.request(
+            "DELETE", pod_path(namespace), query={"labelSelector": "bench=plain"}, body={"gracePeriodSeconds": 0}
+        )
+        await tracker.wait(lambda: not tracker.pods, 120)
+    return elapsed
+
+
+def summary(pods: int, samples: list[float], **extra: Any) -> dict[str, Any]:
+    best = statistics.median(samples)
+    return {
+        "pods": pods,
+        **extra,
+        "samples_s": [round(x, 3) for x in samples],
+        "median_s": round(best, 4),
+        "pods_per_second": round(pods / best, 1),
+    }
+
+
+async def bench_throughput(
+    kube: Kube, kubeconfig: Path, jobs: int, pods_per_job: int, rounds: int, workdir: Path, with_kube_scheduler: bool
+) -> dict[str, Any]:
+    """Rounds alternate between the operator and kube-scheduler (default limits, then lifted), so that
+    whatever else runs on the machine weighs on all of them alike."""
+    from paralleljob.devtools.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
+
+    total = jobs * pods_per_job
+    ours: list[float] = []
+    theirs: dict[float, list[float]] = {50.0: [], 5000.0: []}
+    same_pods: list[float] = []  # kube-scheduler (qps 5000) binding copies of our workers
+    binary = ensure_kube_scheduler(lambda m: print(m, file=sys.stderr, flush=True)) if with_kube_scheduler else None
+    for _ in range(rounds):
+        stream = await bench_stream(kube, "bench-stream", jobs, pods_per_job)
+        ours.append(stream["seconds"])
+        if binary is None:
+            continue
+        for qps in theirs:
+            proc = start_kube_scheduler(binary, kubeconfig, workdir, qps, int(max(100, qps)))
+            try:
+                await asyncio.sleep(2.0)  # informers sync
+                theirs[qps].append(await plain_round(kube, "bench-plain", total))
+                if qps == 5000.0:
+                    same_pods.append(await plain_round(kube, "bench-plain", total, stream["worker"]))
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+    out: dict[str, Any] = {"operator": summary(total, ours, jobs=jobs)}
+    if binary is not None:
+        out["kube_scheduler_default"] = summary(total, theirs[50.0], qps=50, burst=100)
+        out["kube_scheduler_unthrottled"] = summary(total, theirs[5000.0], qps=5000, burst=5000)
+        rate = out["operator"]["pods_per_second"]
+        out["ratio_vs_default"] = round(rate / out["kube_scheduler_default"]["pods_per_second"], 2)
+        out["ratio_vs_unthrottled"] = round(rate / out["kube_scheduler_unthrottled"]["pods_per_second"], 2)
+        out["kube_scheduler_same_pods"] = summary(total, same_pods, qps=5000, burst=5000)
+        out["ratio_vs_same_pods"] = round(rate / out["kube_scheduler_same_pods"]["pods_per_second"], 2)
+    return out
+
+
+async def bench_repair(kube: Kube, namespace: str, repeats: int) -> dict[str, Any]:
+    from paralleljob.devcluster.chaos import heal_node, make_node_not_ready, wait_node_ready
+
+    samples = []
+    async with PodTracker(kube, namespace) as tracker:
+        await kube.request("POST", job_path(namespace), job_body("victim", 4, 2, 2))
+        await tracker.wait(lambda: len(tracker.bound("victim")) == 4)
+        for _ in range(repeats):
+            node = sorted(p["node"] for p in tracker.pods.values() if p["node"])[0]
+            before = {u for u, p in tracker.pods.items() if p["node"] == node}
+            nodes_seen: dict[str, float] = {}
+            watcher = asyncio.create_task(_wait_not_ready(kube, node, nodes_seen))
+            await asyncio.sleep(0.2)
+            await make_node_not_ready(kube.api, node)
+            await watcher
+            await tracker.wait(functools.partial(_replaced, tracker, frozenset(before)))
+            replaced = [u for u in tracker.bound("victim") if tracker.pods[u]["node"] != node and u not in before]
+            newest = max(tracker.bound_at[u] for u in tracker.bound("victim"))
+            samples.append(newest - nodes_seen["not_ready"])
+            assert replaced
+            await heal_node(kube.api, node)
+            await wait_node_ready(kube.api, node)
+        await delete_jobs(kube, namespace, tracker)
+    return {
+        "samples_s": [round(s, 4) for s in samples],
+        "median_s": round(statistics.median(samples), 4),
+        "max_s": round(max(samples), 4),
+    }
+
+
+def _replaced(tracker: PodTracker, old: frozenset[str]) -> bool:
+    return all(u not in tracker.pods for u in old) and len(tracker.bound("victim")) == 4
+
+
+async def _wait_not_ready(kube: Kube, node: str, seen: dict[str, float]) -> None:
+    async for event in watch(kube, "/api/v1/nodes", {"fieldSelector": f"metadata.name={node}"}):
+        conditions = ((event.get("object") or {}).get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") != "True" for c in conditions):
+            seen["not_ready"] = time.monotonic()
+            return
+
+
+def start_operator(
+    cluster: DevCluster, workdir: Path, write_concurrency: int = 48, lease_duration: float = 5.0
+) -> subprocess.Popen[bytes]:
+    """``paralleljob operator`` as a separate process against ``cluster`` (log in ``workdir``)."""
+    port = _free_port()
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "paralleljob.cli",
+            "operator",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--metrics-port",
+            str(port),
+            "--metrics-host",
+            "127.0.0.1",
+            "--lease-duration",
+            f"{lease_duration:g}",
+            "--log-level",
+            "WARNING",
+            "--write-concurrency",
+            str(write_concurrency),
+        ],
+        stdout=(workdir / "operator.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop_operator(operator: subprocess.Popen[bytes]) -> None:
+    operator.send_signal(signal.SIGTERM)
+    try:
+        operator.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        operator.kill()
+
+
+async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
+    from paralleljob.devtools.bench_crash import bench_worker_crash
+
+    workdir = Path(tempfile.mkdtemp(prefix="pj-bench-"))
+    operator = start_operator(cluster, workdir, getattr(args, "write_concurrency", 48))
+    results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8}
+    kube = await Kube.connect(str(cluster.kubeconfig))
+    try:
+        for ns in ("bench-latency", "bench-stream", "bench-plain", "bench-repair", "bench-crash"):
+            with contextlib.suppress(ApiError):
+                await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        await asyncio.sleep(3.0)  # operator start-up and leader election
+        results["apply_to_bound_64"] = await bench_latency(kube, "bench-latency", args.repeats)
+        print(f"64-pod job, apply -> all bound: {results['apply_to_bound_64']}", file=sys.stderr)
+        pods_per_job = 8
+        jobs = min(args.jobs, args.nodes * 8 // pods_per_job)
+        results["throughput"] = await bench_throughput(
+            kube, cluster.kubeconfig, jobs, pods_per_job, args.rounds, workdir, not args.no_kube_scheduler
+        )
+        print(f"throughput: {results['throughput']}", file=sys.stderr)
+        results["node_not_ready_to_rebound"] = await bench_repair(kube, "bench-repair", args.repeats)
+        print(f"repair: {results['node_not_ready_to_rebound']}", file=sys.stderr)
+        results["worker_failed_to_rebound"] = await bench_worker_crash(kube, "bench-crash", args.crashes)
+        print(f"worker crash: {results['worker_failed_to_rebound']}", file=sys.stderr)
+    finally:
+        await kube.close()
+        stop_operator(operator)
+    return results
+
+
+def run_benchmark(
+    nodes: int = 32,
+    jobs: int = 32,
+    repeats: int = 5,
+    rounds: int = 3,
+    kube_scheduler: bool = True,
+    write_concurrency: int = 48,
+    out: Path | None = None,
+    crashes: int = 20,
+) -> dict[str, Any]:
+    """The whole operator benchmark on a fresh dev cluster (torn down after); returns the results."""
+    args = argparse.Namespace(
+        nodes=nodes,
+        jobs=jobs,
+        repeats=repeats,
+        rounds=rounds,
+        no_kube_scheduler=not kube_scheduler,
+        write_concurrency=write_concurrency,
+        out=out,
+        crashes=crashes,
+    )
+    return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> dict[str, Any]:
+    args.repeats = getattr(args, "repeats", 5)
+    args.rounds = getattr(args, "rounds", 3)
+    args.crashes = getattr(args, "crashes", 20)
+    from paralleljob.devcluster.cluster import down, up
+    from paralleljob.devcluster.nodes import NodeShape
+
+    name = f"bench-{os.getpid()}"
+    cluster = up(name, NodeShape(count=args.nodes, gpus_per_node=8, nodes_per_rack=4), die_with_caller=True)
+    try:
+        results = asyncio.run(run(args, cluster))
+    finally:
+        down(name)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def main(args: argparse.Namespace) -> int:
+    results = _measure(args)
+    text = json.dumps(results, indent=2)
+    print(text)
+    return 0

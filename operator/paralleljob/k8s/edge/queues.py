@@ -1,0 +1,139 @@
+"""The operator's objects as the core's queueing inputs (pure): a ParallelJobQueue parsed into ``QueueInfo``
+and mapped to ``QueueSpec``, queued ParallelJobs -> ``PendingJob``, placed ones -> ``RunningJob``, and the
+``--queue-policy`` flag -> ``QueuePolicy``.
+
+Times are seconds since the epoch, read from the RFC 3339 stamps the operator writes (``queuedAt``,
+``startTime``) so every pass, and every operator after a restart, sees the same numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from paralleljob.core.errors import InvalidRequest
+from paralleljob.core.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
+from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, LAST_CHECKPOINT_ANNOTATION
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+
+# --queue-policy values; "strict-fifo" keeps the operator's own per-queue FIFO (k8s/plan/fifo_admission.py).
+QUEUE_POLICIES = ("strict-fifo", "fair", "fair-backfill", "fair-backfill-preempt")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    name: str
+    weight: float = 1.0
+    guaranteed_gpus: int = 0
+    max_gpus: int | None = None
+    namespaces: tuple[str, ...] = ()
+
+
+def parse_queue(body: Mapping[str, object]) -> QueueInfo:
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    assert isinstance(metadata, Mapping) and isinstance(spec, Mapping)
+    max_gpus = spec.get("maxGPUs")
+    weight = spec.get("weight", 1.0)
+    guaranteed = spec.get("guaranteedGPUs", 0)
+    namespaces = spec.get("namespaces") or []
+    return QueueInfo(
+        name=str(metadata.get("name", "")),
+        weight=float(weight) if isinstance(weight, int | float) and weight > 0 else 1.0,
+        guaranteed_gpus=guaranteed if isinstance(guaranteed, int) else 0,
+        max_gpus=max_gpus if isinstance(max_gpus, int) else None,
+        namespaces=tuple(str(n) for n in namespaces) if isinstance(namespaces, list) else (),
+    )
+
+
+def parse_time(value: object) -> float | None:
+    """An RFC 3339 stamp (``2024-01-01T00:00:00Z``) as epoch seconds; None when absent or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.timestamp()
+
+
+def format_time(seconds: float) -> str:
+    """Epoch seconds as the RFC 3339 stamp the API stores (whole seconds, rounded up: never early)."""
+    return dt.datetime.fromtimestamp(math.ceil(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def queue_policy(name: str, grace_period_s: float) -> QueuePolicy | None:
+    """The core policy for a ``--queue-policy`` value; None for ``strict-fifo`` (the operator's own FIFO)."""
+    if name not in QUEUE_POLICIES:
+        raise InvalidRequest(f"--queue-policy must be one of {', '.join(QUEUE_POLICIES)}, got {name!r}")
+    if not (grace_period_s >= 0 and math.isfinite(grace_period_s)):
+        raise InvalidRequest(f"--preemption-grace-seconds must be >= 0, got {grace_period_s}")
+    if name == "strict-fifo":
+        return None
+    return QueuePolicy(
+        ordering="priority",
+        fair_share=True,
+        backfill=name != "fair",
+        preemption=name == "fair-backfill-preempt",
+        grace_period_s=grace_period_s,
+    )
+
+
+def queue_spec(info: QueueInfo) -> QueueSpec:
+    """A ParallelJobQueue as the core's queue. The API's CEL rules keep the values sane; anything that
+    slipped past them (an object stored before the rules) is made consistent rather than refused."""
+    weight = info.weight if info.weight > 0 and math.isfinite(info.weight) else 1.0
+    guaranteed = max(0, info.guaranteed_gpus)
+    cap = None if info.max_gpus is None else max(0, info.max_gpus)
+    if cap is not None:
+        guaranteed = min(guaranteed, cap)
+    return QueueSpec(info.name or DEFAULT_QUEUE, weight, guaranteed, cap, info.namespaces)
+
+
+def pending_job(job: JobObject, request: JobRequest, now_s: float) -> PendingJob:
+    """A queued job keeps its place: it was submitted when it (re)entered the queue (``queuedAt``)."""
+    submitted = parse_time(job.status.get("queuedAt")) or parse_time(job.created) or now_s
+    return PendingJob(request.spec, request.queue, submitted, request.expected_runtime_s)
+
+
+def last_checkpoint(job: JobObject, request: JobRequest, started: float, now_s: float) -> float | None:
+    """When the job last checkpointed: the job's own annotation when it keeps one, else the latest multiple
+    of ``checkpoint.intervalSeconds`` since it started, else None (all work since the start is at risk)."""
+    stamp = parse_time(job.annotations.get(LAST_CHECKPOINT_ANNOTATION))
+    if stamp is not None:
+        return min(stamp, now_s)
+    interval = request.checkpoint.interval_seconds
+    if interval and now_s > started:
+        return started + math.floor((now_s - started) / interval) * interval
+    return None
+
+
+def running_job(job: JobObject, request: JobRequest, now_s: float, preemptible: bool) -> RunningJob:
+    """A job holding GPUs. ``preemptible`` is the caller's say (only a Running job not already being
+    preempted may be chosen); ``spec.preemptible: false`` always wins."""
+    started = parse_time(job.status.get("startTime")) or now_s
+    end = started + request.expected_runtime_s if request.expected_runtime_s is not None else None
+    return RunningJob(
+        request.spec,
+        request.queue,
+        started,
+        last_checkpoint(job, request, started, now_s),
+        end,
+        preemptible and request.preemptible,
+    )
+
+
+def preemption_of(status: Mapping[str, Any]) -> tuple[float, str] | None:
+    """A pending preemption recorded on a victim's status: (deadline, the job it makes room for)."""
+    data = status.get("preemption")
+    if not isinstance(data, Mapping):
+        return None
+    deadline = parse_time(data.get("deadline"))
+    if deadline is None:
+        return None
+    return deadline, str(data.get("for") or "")

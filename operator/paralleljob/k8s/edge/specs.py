@@ -1,0 +1,283 @@
+"""ParallelJob objects parsed at the edge: the spec into the core's :class:`JobSpec` plus the operator's
+policies, the status into a phase and a placement record. Parsing never raises: a spec the core refuses
+(it passed the API's schema but not the core's checks) comes back with ``invalid`` saying what to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from paralleljob.core.errors import InvalidRequest
+from paralleljob.core.job import JobSpec, ModelShape
+from paralleljob.core.lifecycle import Phase
+from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder
+from paralleljob.core.recovery import RecoveryStrategy
+from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
+from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status
+from paralleljob.k8s.edge.template import InvalidTemplate, PodConstraints, parse_constraints
+
+COST_MODELS = ("seed", "megatron")
+ON_UNPLACEABLE = ("Requeue", "Fail")
+REOPTIMIZE = ("Propose", "MigrateAtCheckpoint")
+
+
+@dataclass(frozen=True, slots=True)
+class FailurePolicy:
+    strategy: RecoveryStrategy = RecoveryStrategy.MINIMAL
+    max_restarts: int = 3
+    on_unplaceable: str = "Requeue"
+    reoptimize: str = "MigrateAtCheckpoint"  # or Propose: only report that moving back would pay off
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSpec:
+    interval_seconds: int | None = None
+    cost_seconds: float | None = None
+    failures_per_1000_node_days: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    spec: JobSpec
+    cost_model: str
+    gpu_product: str
+    queue: str
+    priority: int
+    failure: FailurePolicy
+    checkpoint: CheckpointSpec
+    template: Mapping[str, Any]
+    expected_runtime_s: float | None = None  # spec.expectedRuntimeSeconds: lets backfill use the gap
+    preemptible: bool = True  # spec.preemptible: false keeps the job from ever being preempted
+    rank_order: RankOrder = DEFAULT_RANK_ORDER  # spec.rankOrder: how (replica, stage) become node ranks
+    constraints: PodConstraints = field(default_factory=PodConstraints)  # what the pod template asks of a node
+    pod_group: str = ""  # spec.podGroup: adopt the pods of this group instead of creating any (pod-groups.md)
+
+
+@dataclass(frozen=True, slots=True)
+class JobObject:
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    resource_version: str
+    created: str
+    deleting: bool
+    request: JobRequest | None
+    invalid: str  # why ``request`` is None
+    status: Mapping[str, Any]
+    phase: Phase
+    record: PlacementRecord | None
+    record_error: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    invalid_reason: str = "InvalidSpec"  # the condition reason for ``invalid`` (InvalidTemplate for the pods)
+    owners: tuple[tuple[str, str, str], ...] = ()  # its ownerReferences as (kind, name, uid)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def restarts(self) -> int:
+        value = self.status.get("restarts", 0)
+        return value if isinstance(value, int) else 0
+
+    @property
+    def queued_at(self) -> str:
+        return str(self.status.get("queuedAt") or self.created)
+
+    @property
+    def ever_ran(self) -> bool:
+        return bool(self.status.get("startTime")) or self.restarts > 0
+
+
+def _int(data: Mapping[str, Any], key: str, default: int | None) -> int | None:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise InvalidRequest(f"{key} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _num(data: Mapping[str, Any], key: str, default: float | None) -> float | None:
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"{key} must be a number, got {value!r}")
+    return float(value)
+
+
+def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
+    """The job request in ``spec``; :class:`InvalidRequest` naming the field to fix."""
+    if not isinstance(spec, Mapping):
+        raise InvalidRequest("spec must be an object")
+    par = spec.get("parallelism")
+    if not isinstance(par, Mapping):
+        raise InvalidRequest("spec.parallelism {tensor, pipeline, data} is required")
+    model_data = spec.get("model") or {}
+    if not isinstance(model_data, Mapping):
+        raise InvalidRequest("spec.model must be an object")
+    model = ModelShape(
+        hidden_dim=_int(model_data, "hiddenDim", 4096) or 0,
+        seq_len=_int(model_data, "seqLen", 2048) or 0,
+        micro_batch_size=_int(model_data, "microBatchSize", 1) or 0,
+        num_params_billions=_num(model_data, "paramsBillions", 70.0) or 0.0,
+        dtype_bytes=_int(model_data, "dtypeBytes", 2) or 0,
+        num_layers=_int(model_data, "layers", None),
+        global_batch_size=_int(model_data, "globalBatchSize", None),
+    )
+    job = JobSpec(
+        job_id=key,
+        tp=_int(par, "tensor", None) or 0,
+        pp=_int(par, "pipeline", None) or 0,
+        dp=_int(par, "data", None) or 0,
+        memory_per_gpu_gb=_num(spec, "gpuMemoryGiB", 0.0) or 0.0,
+        model=model,
+        priority=_int(spec, "priority", 0) or 0,
+    )
+    cost = str(spec.get("costModel", "seed"))
+    if cost not in COST_MODELS:
+        raise InvalidRequest(f"spec.costModel must be one of {', '.join(COST_MODELS)}, got {cost!r}")
+    policy_data = spec.get("failurePolicy") or {}
+    on_unplaceable = str(policy_data.get("onUnplaceable", "Requeue"))
+    if on_unplaceable not in ON_UNPLACEABLE:
+        raise InvalidRequest(f"spec.failurePolicy.onUnplaceable must be Requeue or Fail, got {on_unplaceable!r}")
+    max_restarts = _int(policy_data, "maxRestarts", 3)
+    if max_restarts is None or max_restarts < 0:
+        raise InvalidRequest("spec.failurePolicy.maxRestarts must be >= 0")
+    reoptimize = str(policy_data.get("reoptimize", "MigrateAtCheckpoint"))
+    if reoptimize not in REOPTIMIZE:
+        raise InvalidRequest(
+            f"spec.failurePolicy.reoptimize must be Propose or MigrateAtCheckpoint, got {reoptimize!r}"
+        )
+    policy = FailurePolicy(
+        RecoveryStrategy.parse(str(policy_data.get("strategy", "minimal"))), max_restarts, on_unplaceable, reoptimize
+    )
+    ck = spec.get("checkpoint") or {}
+    checkpoint = CheckpointSpec(
+        _int(ck, "intervalSeconds", None), _num(ck, "costSeconds", None), _num(ck, "failuresPer1000NodeDays", None)
+    )
+    pod_group = spec.get("podGroup") or ""
+    template = spec.get("template")
+    if pod_group:
+        if not isinstance(pod_group, str) or pod_group != key.partition("/")[2]:
+            raise InvalidRequest(f"spec.podGroup must equal metadata.name, got {pod_group!r}")
+        if template is not None:
+            raise InvalidRequest("spec.podGroup adopts pods another controller creates: leave spec.template out")
+        template, constraints = {}, PodConstraints()
+    else:
+        if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+            raise InvalidRequest("spec.template with a pod spec is required")
+        containers = template["spec"].get("containers")
+        if not isinstance(containers, list) or not containers or not all(isinstance(c, Mapping) for c in containers):
+            raise InvalidRequest("spec.template.spec.containers needs at least one container")
+        _check_containers(containers)
+        constraints = parse_constraints(template["spec"], job.tp)
+    runtime = _num(spec, "expectedRuntimeSeconds", None)
+    if runtime is not None and runtime <= 0:
+        raise InvalidRequest("spec.expectedRuntimeSeconds must be above 0")
+    try:
+        rank_order = RankOrder.parse(str(spec.get("rankOrder") or DEFAULT_RANK_ORDER.value))
+    except ValueError as exc:
+        raise InvalidRequest(f"spec.rankOrder: {exc}") from None
+    preemptible = spec.get("preemptible", True)
+    if not isinstance(preemptible, bool):
+        raise InvalidRequest(f"spec.preemptible must be true or false, got {preemptible!r}")
+    if pod_group:
+        preemptible = False  # preempting a group would mean deleting pods the operator does not own
+    return JobRequest(
+        spec=job,
+        cost_model=cost,
+        gpu_product=str(spec.get("gpuProduct") or ""),
+        queue=str(spec.get("queue") or DEFAULT_QUEUE),
+        priority=job.priority,
+        failure=policy,
+        checkpoint=checkpoint,
+        template=template,
+        expected_runtime_s=runtime,
+        preemptible=preemptible,
+        rank_order=rank_order,
+        constraints=constraints,
+        pod_group=pod_group,
+    )
+
+
+def _check_containers(containers: list[Mapping[str, Any]]) -> None:
+    """The parts of a container the operator fills in must have the shape a Pod needs (the CRD keeps the
+    rest of the template free-form, so the API server only checks it when the pods are created)."""
+    for i, container in enumerate(containers):
+        where = f"spec.template.spec.containers[{i}]"
+        env = container.get("env")
+        if env is not None and (not isinstance(env, list) or not all(isinstance(e, Mapping) for e in env)):
+            raise InvalidRequest(f"{where}.env must be a list of {{name, value}} objects")
+        resources = container.get("resources")
+        if resources is None:
+            continue
+        if not isinstance(resources, Mapping):
+            raise InvalidRequest(f"{where}.resources must be an object")
+        for section in ("limits", "requests"):
+            if resources.get(section) is not None and not isinstance(resources.get(section), Mapping):
+                raise InvalidRequest(f"{where}.resources.{section} must be an object")
+
+
+def parse_phase(status: Mapping[str, Any]) -> Phase:
+    try:
+        return Phase(status.get("phase") or "Pending")
+    except ValueError:
+        return Phase.PENDING
+
+
+def parse_job(body: Mapping[str, Any]) -> JobObject:
+    metadata = body.get("metadata") or {}
+    status = body.get("status") or {}
+    if not isinstance(status, Mapping):
+        status = {}
+    namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+    key = f"{namespace}/{name}"
+    request: JobRequest | None = None
+    invalid, invalid_reason = "", "InvalidSpec"
+    try:
+        request = parse_request(key, body.get("spec") or {})
+    except InvalidRequest as exc:
+        invalid = str(exc)
+        if isinstance(exc, InvalidTemplate):
+            invalid_reason = "InvalidTemplate"
+    record, record_error = None, ""
+    try:
+        record = record_from_status(status)
+    except MalformedRecord as exc:
+        record_error = str(exc)
+    generation = metadata.get("generation", 0)
+    return JobObject(
+        namespace=namespace,
+        name=name,
+        uid=str(metadata.get("uid", "")),
+        generation=generation if isinstance(generation, int) else 0,
+        resource_version=str(metadata.get("resourceVersion", "")),
+        created=str(metadata.get("creationTimestamp", "")),
+        deleting=bool(metadata.get("deletionTimestamp")),
+        request=request,
+        invalid=invalid,
+        status=status,
+        phase=parse_phase(status),
+        record=record,
+        record_error=record_error,
+        labels=metadata.get("labels") or {},
+        annotations=metadata.get("annotations") or {},
+        invalid_reason=invalid_reason,
+        owners=_owners(metadata.get("ownerReferences")),
+    )
+
+
+def _owners(refs: object) -> tuple[tuple[str, str, str], ...]:
+    if not isinstance(refs, list):
+        return ()
+    return tuple(
+        (str(ref.get("kind", "")), str(ref.get("name", "")), str(ref.get("uid", "")))
+        for ref in refs
+        if isinstance(ref, Mapping)
+    )

@@ -1,0 +1,93 @@
+"""What the decisions ask the executor to do, as values. The executor writes the status first, then
+deletes, creates and binds pods; it never decides anything itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from paralleljob.k8s.edge.claims import DeviceClaim
+from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.plan.status import StatusDraft
+
+
+@dataclass(frozen=True, slots=True)
+class PodDelete:
+    namespace: str
+    name: str
+    uid: str
+    force: bool  # grace period 0: the node is gone or down, nobody will confirm a graceful stop
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodCreate:
+    manifest: dict[str, Any]
+    node: str  # where to bind it right after it is created
+    claim: DeviceClaim | None = None  # on a DRA node: allocated for the pod before it is bound
+
+
+@dataclass(frozen=True, slots=True)
+class PodBind:
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    claim: DeviceClaim | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodAnnotate:
+    """Merge annotations into one of the job's pods (the checkpoint-now signal of a preemption)."""
+
+    namespace: str
+    name: str
+    uid: str
+    annotations: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class EventNote:
+    event_type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class JobActions:
+    job: JobObject
+    draft: StatusDraft
+    events: list[EventNote] = field(default_factory=list)
+    deletes: list[PodDelete] = field(default_factory=list)
+    creates: list[PodCreate] = field(default_factory=list)
+    binds: list[PodBind] = field(default_factory=list)
+    annotates: list[PodAnnotate] = field(default_factory=list)
+    service: dict[str, Any] | None = None  # the headless Service to make sure of
+    # For metrics: set when this pass placed, repaired or failed the job.
+    placed_cost: dict[str, float] | None = None
+    recovery_started: bool = False
+    recovery_done: bool = False
+    gang_bound: bool = False
+    failure_action: str = ""
+    migrated: bool = False
+    wake_at: float | None = None  # epoch seconds: decide again then even if nothing changes (a group's timeout)
+
+    @property
+    def writes_status(self) -> bool:
+        return self.draft.changed()
+
+    def note(self, event_type: str, reason: str, message: str) -> None:
+        self.events.append(EventNote(event_type, reason, message))
+
+
+@dataclass
+class Plan:
+    jobs: list[JobActions] = field(default_factory=list)
+    orphans: list[PodDelete] = field(default_factory=list)  # workers whose ParallelJob is gone
+    scheduling_seconds: list[float] = field(default_factory=list)
+    queue_lengths: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
+    wake_after: float | None = None  # seconds until the next preemption deadline: pass again then
+    adopt: list[dict[str, Any]] = field(default_factory=list)  # ParallelJobs to create for pod groups

@@ -1,0 +1,48 @@
+"""What one reconcile pass knows, as two small values handed down instead of long argument lists.
+
+``PassContext`` is the same for every job of a pass: the cluster view (whose state the pass changes as it
+allocates and releases), the placer over it, the jobs' node filters, the time, the queues and the facts the
+runtime reported (holds, bind failures, refused pod templates), and the pass's own bookkeeping (each job's
+actions, each job's pods). ``HeldJob`` is one job that holds a recorded placement, as the repair and
+re-optimisation steps see it. Both are frozen: a step cannot swap the view or the time under the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from paralleljob.core.placer import Placer
+from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.records import PlacementRecord
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.eligibility import Eligibility
+from paralleljob.k8s.view.clusterview import ClusterView
+
+
+@dataclass(frozen=True, slots=True)
+class PassContext:
+    view: ClusterView
+    placer: Placer | None  # None: the cluster has no GPU nodes
+    eligibility: Eligibility
+    now: str  # the pass's time as the RFC 3339 stamp written into statuses
+    now_s: float  # the same time in epoch seconds
+    clock: Callable[[], float]  # for timing placement decisions only, never for deciding
+    actions_for: Callable[[JobObject], JobActions]
+    pods_of: Callable[[JobObject], Sequence[PodInfo]]
+    queues: Mapping[str, QueueInfo] = field(default_factory=dict)
+    jobs: Mapping[str, JobObject] = field(default_factory=dict)  # every ParallelJob of the pass, by key
+    holds: Mapping[str, str] = field(default_factory=dict)  # job key -> why it must not be admitted just now
+    bind_failures: Mapping[str, str] = field(default_factory=dict)  # job key -> why its gang was not bound
+    invalid_pods: Mapping[str, str] = field(default_factory=dict)  # job key -> the API refused its pods
+
+
+@dataclass(frozen=True, slots=True)
+class HeldJob:
+    actions: JobActions
+    job: JobObject
+    request: JobRequest
+    record: PlacementRecord
+    pods: Sequence[PodInfo]

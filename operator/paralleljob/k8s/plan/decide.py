@@ -1,0 +1,362 @@
+"""One reconcile pass, as a pure function: objects in, a :class:`Plan` out.
+
+Every ParallelJob is compared with its recorded placement and the pods that exist; running jobs are
+checked for broken hardware and crashed workers first (repairs go before new admissions), preemptions
+whose grace period ended are finished, then queued jobs are admitted on what is left: by the operator's
+strict FIFO per queue (no policy), or by the core's queueing pass (fair share, backfill, preemption).
+Nothing here talks to the API; the executor carries the plan out, status first. A job whose decision
+raises is reported and skipped, so one bad object never stops the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from paralleljob.core.lifecycle import Event, Phase
+from paralleljob.core.placer import Placer, PlacerConfig
+from paralleljob.core.queueing import QueuePolicy, RunningJob
+from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.nodes import NodeInfo
+from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.queues import QueueInfo, parse_time, preemption_of, running_job
+from paralleljob.k8s.edge.records import PlacementRecord
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
+from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.eligibility import Eligibility
+from paralleljob.k8s.plan.failures import detect, handle
+from paralleljob.k8s.plan.fifo_admission import admit_all
+from paralleljob.k8s.plan.podgroups import (
+    GroupDeclarationError,
+    adopting_manifest,
+    by_group,
+    finish_group,
+    group_requests,
+    hold_until_complete,
+    observe_group,
+    successors,
+)
+from paralleljob.k8s.plan.podsync import delete_all, must_force, observe, sync_pods
+from paralleljob.k8s.plan.policy_admission import admit_with_core
+from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pending_deadlines
+from paralleljob.k8s.plan.reoptimizing import reconsider
+from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
+
+ACTIVE = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
+
+
+@dataclass(frozen=True)
+class Observed:
+    jobs: Sequence[JobObject]
+    pods: Sequence[PodInfo]
+    nodes: Sequence[NodeInfo]
+    now: str
+    queues: Mapping[str, QueueInfo] = field(default_factory=dict)
+    bind_failures: Mapping[str, str] = field(default_factory=dict)  # job key -> why its gang could not be bound
+    holds: Mapping[str, str] = field(default_factory=dict)  # job key -> why it must not be admitted just now
+    invalid_pods: Mapping[str, str] = field(default_factory=dict)  # job key -> the API refused its pods as invalid
+    # Jobs whose previous decisions are still being carried out: left alone this pass. The value is the
+    # placement being written (it holds its GPUs already), or None to keep the stored one.
+    busy: Mapping[str, PlacementRecord | None] = field(default_factory=dict)
+    now_s: float | None = None  # ``now`` as epoch seconds (finer than the stamp); parsed from it when absent
+    # The namespaces this operator serves (empty: all). A labelled pod elsewhere belongs to a ParallelJob this
+    # operator cannot see, not to a deleted one, so it must never be taken for an orphan.
+    namespaces: tuple[str, ...] = ()
+
+    @property
+    def seconds(self) -> float:
+        return self.now_s if self.now_s is not None else (parse_time(self.now) or 0.0)
+
+
+def claims_of(jobs: Sequence[JobObject], busy: Mapping[str, PlacementRecord | None] | None = None) -> list[Claim]:
+    """Recorded placements that hold GPUs, oldest claim first; a placement being written counts already."""
+    busy = busy or {}
+    claims: list[tuple[str, Claim]] = []
+    for job in jobs:
+        record = busy.get(job.key) or (job.record if job.phase in ACTIVE and not job.deleting else None)
+        if record is not None:
+            claims.append((str(job.status.get("startTime") or job.queued_at), Claim(job.key, job.uid, record)))
+    claims.sort(key=lambda item: (item[0], item[1].key))
+    return [claim for _, claim in claims]
+
+
+# The core's exact search (up to 24 TP groups, 20k expansions by default) can take most of a second on a
+# mid-sized gang and rarely improves on the structured layouts; an operator that binds in well under a
+# second gives it a small budget.
+OPERATOR_PLACER = PlacerConfig(exact_budget=1_000)
+
+
+def decide(
+    observed: Observed,
+    topology: TopologyConfig,
+    strict_fifo: bool = True,
+    clock: Callable[[], float] | None = None,
+    placer_config: PlacerConfig = OPERATOR_PLACER,
+    policy: QueuePolicy | None = None,
+    view: ClusterView | None = None,
+) -> tuple[Plan, ClusterView]:
+    """``policy`` None: strict (or best-effort) FIFO per queue; else the core's queueing pass with it.
+    ``view``: the cluster as of ``observed`` (the reconciler's kept one); built from ``observed`` when None.
+    The pass changes the view's state as it decides (allocations, releases)."""
+    clock = clock or (lambda: 0.0)
+    now = observed.now
+    now_s = observed.seconds
+    jobs_by_key = {j.key: j for j in observed.jobs}
+    if view is None:
+        view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
+    placer = Placer(view.state, placer_config) if view.state is not None else None
+    groups = by_group(observed.pods)
+    eligibility = Eligibility(view, observed.pods, group_requests(observed.jobs, groups))
+    plan = Plan(warnings=list(view.warnings))
+    jobs = {j.key: j for j in observed.jobs}
+    pods_by_job: dict[str, list[PodInfo]] = {}
+    for pod in observed.pods:
+        if pod.job is None:
+            continue
+        key = f"{pod.namespace}/{pod.job}"
+        if key in jobs:
+            pods_by_job.setdefault(key, []).append(pod)
+        elif observed.namespaces and pod.namespace not in observed.namespaces:
+            continue
+        elif not pod.deleting or must_force(pod, view.nodes):
+            plan.orphans.append(
+                PodDelete(
+                    pod.namespace, pod.name, pod.uid, must_force(pod, view.nodes), f"its ParallelJob {pod.job} is gone"
+                )
+            )
+    for key, group_pods in groups.items():
+        job = jobs.get(key)
+        if job is not None and job.request is not None and job.request.pod_group:
+            stale = successors(job.owners, group_pods)
+            if stale:
+                plan.warnings.append(
+                    f"pod group {key}: {len(stale)} pods belong to a replacement of the ParallelJob's owner;"
+                    " they wait until the garbage collector removes it and a new ParallelJob adopts them"
+                )
+            stale_keys = {p.key for p in stale}
+            pods_by_job[key] = [p for p in group_pods if p.key not in stale_keys]
+        elif job is not None:
+            plan.warnings.append(f"pod group {key}: the ParallelJob of that name does not adopt it (no spec.podGroup)")
+        elif not observed.namespaces or group_pods[0].namespace in observed.namespaces:
+            try:
+                plan.adopt.append(adopting_manifest(group_pods[0].namespace, group_pods[0].group or "", group_pods))
+            except GroupDeclarationError as exc:
+                plan.warnings.append(f"pod group {key} cannot be adopted: {exc}")
+    actions_by_key: dict[str, JobActions] = {}
+
+    def actions_for(job: JobObject) -> JobActions:
+        if job.key not in actions_by_key:
+            actions_by_key[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+        return actions_by_key[job.key]
+
+    def pods_of(job: JobObject) -> list[PodInfo]:
+        return pods_by_job.get(job.key, [])
+
+    ctx = PassContext(
+        view=view,
+        placer=placer,
+        eligibility=eligibility,
+        now=now,
+        now_s=now_s,
+        clock=clock,
+        actions_for=actions_for,
+        pods_of=pods_of,
+        queues=observed.queues,
+        jobs=jobs_by_key,
+        holds=observed.holds,
+        bind_failures=observed.bind_failures,
+        invalid_pods=observed.invalid_pods,
+    )
+    in_use: dict[str, int] = {}
+    queued: list[tuple[JobObject, JobRequest]] = []
+    held: list[tuple[JobObject, JobRequest, bool]] = []  # jobs holding GPUs; whether they may be preempted
+    order = sorted(observed.jobs, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
+    for job in order:
+        if job.key in observed.busy:
+            if job.request is not None and (observed.busy[job.key] is not None or job.phase in ACTIVE):
+                in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
+                held.append((job, job.request, False))
+            continue
+        actions = actions_for(job)
+        try:
+            entry = _decide_job(ctx, actions, job)
+        except Exception as exc:  # one bad object must not stop the others, and its status says why
+            plan.warnings.append(f"could not reconcile {job.key}: {exc!r}")
+            broken = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            broken.draft.condition(
+                "ReconcileError", "True", "InternalError", f"the operator could not handle this object: {exc!r}", now
+            )
+            actions_by_key[job.key] = broken
+            continue
+        if entry is not None:
+            queued.append(entry)
+        elif job.request is not None and actions.draft.phase in ACTIVE:
+            in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
+            preemptible = actions.draft.phase is Phase.RUNNING and preemption_of(actions.draft.data) is None
+            held.append((job, job.request, preemptible))
+    try:
+        if policy is None:
+            # The per-queue FIFO has never been handed the rollback holds (only the core's pass honours
+            # them); kept so here, where only the argument passing changed.
+            fifo = replace(ctx, holds={})
+            plan.scheduling_seconds = admit_all(fifo, queued, in_use, strict_fifo)
+        else:
+            running: dict[str, RunningJob] = {
+                job.key: running_job(job, request, now_s, preemptible) for job, request, preemptible in held
+            }
+            plan.scheduling_seconds, core_plan = admit_with_core(
+                ctx, queued, held, running, policy, making_room(observed.jobs)
+            )
+            if core_plan is not None:
+                plan.fairness = core_plan.jain_index
+    except Exception as exc:
+        plan.warnings.append(f"admission failed: {exc!r}")
+    plan.jobs = list(actions_by_key.values())
+    for actions in plan.jobs:
+        if actions.job.request is not None and actions.job.request.pod_group:
+            finish_group(actions, pods_of(actions.job), actions.draft.phase in ACTIVE and not actions.job.deleting)
+    deadlines = pending_deadlines(plan.jobs) + [a.wake_at for a in plan.jobs if a.wake_at is not None]
+    if deadlines:
+        plan.wake_after = max(0.0, min(deadlines) - now_s)
+    for actions in plan.jobs:
+        if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
+            queue = actions.job.request.queue
+            plan.queue_lengths[queue] = plan.queue_lengths.get(queue, 0) + 1
+    return plan, view
+
+
+def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
+    draft.set(observedGeneration=job.generation)
+    if any(c.get("type") == "ReconcileError" and c.get("status") == "True" for c in job.status.get("conditions") or []):
+        draft.condition("ReconcileError", "False", "Resolved", "handled normally again", now)
+    if job.request is not None:
+        spec = job.request.spec
+        draft.set(shape=f"{spec.tp}x{spec.pp}x{spec.dp}", gpus=spec.num_gpus)
+    draft.data.setdefault("restarts", 0)
+
+
+def _fail_invalid(actions: JobActions, why: str, now: str) -> None:
+    draft = actions.draft
+    reason = actions.job.invalid_reason
+    if draft.phase is Phase.PLACING:
+        draft.apply(Event.BIND_FAILED, reason, why, now)
+    if draft.phase in (Phase.PENDING, Phase.QUEUED):
+        draft.apply(Event.REJECTED, reason, why, now)
+    elif draft.phase in (Phase.RUNNING, Phase.RECOVERING):
+        draft.apply(Event.GAVE_UP, reason, why, now)
+    draft.set(completionTime=now)
+    actions.note("Warning", reason, why)
+
+
+def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo], why: str, now: str) -> None:
+    """The job's placement cannot be used (its record is unreadable, or its gang could not be bound)."""
+    draft = actions.draft
+    if view.state is not None:
+        view.state.release(actions.job.key)
+    if draft.phase is Phase.PLACING:
+        draft.apply(Event.BIND_FAILED, "BindFailed", f"gang rolled back: {why}", now)
+    else:
+        if draft.phase is Phase.RUNNING:
+            draft.apply(Event.HARDWARE_FAILED, "PlacementLost", why, now)
+        draft.apply(Event.REQUEUED, "Requeued", f"placement lost: {why}", now)
+    draft.set(placement=None, communicationCost=None, nodes=None, queuedAt=now)
+    actions.note("Warning", "RolledBack", why)
+    delete_all(actions, pods, view.nodes, "gang rolled back")
+
+
+def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[JobObject, JobRequest] | None:
+    """Decide one job; returns it when it should try admission this pass."""
+    view, placer, eligibility, now, now_s = ctx.view, ctx.placer, ctx.eligibility, ctx.now, ctx.now_s
+    pods = ctx.pods_of(job)
+    draft = actions.draft
+    if job.deleting:
+        delete_all(actions, pods, view.nodes, "ParallelJob is being deleted")
+        return None
+    _base_fields(draft, job, now)
+    request = job.request
+    if request is None:
+        if not draft.phase.terminal:
+            _fail_invalid(actions, job.invalid, now)
+            if view.state is not None:
+                view.state.release(job.key)
+        delete_all(actions, pods, view.nodes, "invalid ParallelJob")
+        return None
+    if draft.phase is Phase.FAILED:
+        delete_all(actions, pods, view.nodes, "ParallelJob failed")
+        return None
+    if draft.phase is Phase.SUCCEEDED:
+        return None
+    if draft.phase is Phase.PENDING:
+        draft.apply(Event.ACCEPTED, "Queued", f"{request.spec.describe()} waits for room in queue {request.queue}", now)
+        draft.set(queuedAt=now)
+        actions.note("Normal", "Accepted", f"{request.spec.describe()} accepted")
+    if draft.phase is Phase.PREEMPTED:
+        # back in line at its old place (queuedAt unchanged), with its restart count
+        draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue at its place", now)
+        draft.set(queuedAt=job.status.get("queuedAt") or now)
+    if draft.phase is Phase.QUEUED:
+        if request.pod_group:
+            since = parse_time(str(draft.data.get("queuedAt") or job.queued_at)) or now_s
+            return (job, request) if hold_until_complete(actions, request, pods, now, now_s, since) else None
+        delete_all(actions, pods, view.nodes, "leftover of an earlier placement")
+        return job, request
+    # Placing, Running, Recovering: hold the recorded placement
+    record = job.record
+    if record is None or job.record_error:
+        _requeue_lost(actions, view, pods, job.record_error or "the status has no placement", now)
+        return None
+    if job.key in ctx.invalid_pods:
+        # The template itself is wrong (the API said 400/422): retrying cannot help, so fail with the reason.
+        why = f"the API server refused the job's pods: {ctx.invalid_pods[job.key]}; fix spec.template"
+        _requeue_lost(actions, view, pods, why, now)
+        draft.apply(Event.REJECTED, "InvalidPodTemplate", why, now)
+        draft.set(completionTime=now)
+        return None
+    if job.key in ctx.bind_failures:
+        _requeue_lost(actions, view, pods, ctx.bind_failures[job.key], now)
+        return None
+    if continue_preemption(actions, pods, view.nodes, ctx.jobs, now, now_s):
+        return None  # its GPUs stay held in this pass's view: its pods are still going away
+    seen = observe_group(record, pods) if request.pod_group else observe(record, pods, job.uid)
+    if request.pod_group and draft.phase is Phase.RUNNING and not pods:
+        # every pod of the group is gone (its owner was deleted or cleaned up): nothing holds the GPUs now
+        draft.apply(Event.COMPLETED, "PodGroupGone", "all pods of the group are gone", now)
+        draft.set(completionTime=now)
+        if view.state is not None:
+            view.state.release(job.key)
+        return None
+    breakage = detect(view, job, record, seen.failed)
+    if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
+        repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
+        if repaired is not None:
+            sync_pods(actions, job, request, repaired, pods, view.nodes)
+        return None
+    if seen.bound == seen.total and placer is not None and not request.pod_group:
+        node_filter = eligibility.filter_for(job.key, request.spec)
+        migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
+        if migrated is not None:
+            sync_pods(actions, job, request, migrated, pods, view.nodes)
+            return None
+    sync_pods(actions, job, request, record, pods, view.nodes)
+    if seen.bound == seen.total:
+        if draft.phase is Phase.PLACING:
+            draft.apply(Event.BOUND, "Running", f"all {seen.total} pods bound on {', '.join(record.nodes)}", now)
+            draft.set(startTime=draft.data.get("startTime") or now)
+            draft.condition("Healthy", "True", "Running", "all pods bound to healthy GPUs", now)
+            actions.gang_bound = True
+        elif draft.phase is Phase.RECOVERING:
+            draft.apply(
+                Event.REPAIRED, "Repaired", f"all {seen.total} pods bound again on {', '.join(record.nodes)}", now
+            )
+            actions.note("Normal", "Repaired", f"all {seen.total} pods bound on {', '.join(record.nodes)}")
+            actions.recovery_done = True
+        if seen.succeeded == seen.total and draft.phase is Phase.RUNNING:
+            draft.apply(Event.COMPLETED, "Completed", f"all {seen.total} workers succeeded", now)
+            draft.set(completionTime=now)
+            actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
+            if view.state is not None:
+                view.state.release(job.key)
+    return None

@@ -1,0 +1,248 @@
+"""Admission of queued jobs: in order, each placed by the core or told why it waits.
+
+Order within a queue: higher priority first, then the time it (re)entered the queue. With strict FIFO
+(the default, like Kueue's StrictFIFO) a queue's head that does not fit blocks the jobs behind it, so a
+large job is never starved by a stream of small ones; queues never block each other. A queue's ``maxGPUs``
+caps what its running jobs hold; a job naming a queue that does not exist waits (``QueueNotFound``) and is
+never placed uncapped (the ``default`` queue needs no object: without one it has no cap, as before). Jobs that
+can never fit (a TP group larger than any eligible node, more GPUs than the eligible nodes have, a template
+constraint no node satisfies) fail with the reason before any queue rule is applied, wherever they stand in
+their queue — unless they ran before, in which case the missing capacity is assumed to be a failure that
+will be repaired. Every job is placed through its node filter (``eligibility.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from paralleljob.core.cluster import Allocation
+from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
+from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.job import JobSpec
+from paralleljob.core.lifecycle import Event
+from paralleljob.core.placement import Placement
+from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
+from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status, pod_name
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.checkpointing import checkpoint_status
+from paralleljob.k8s.plan.context import PassContext
+from paralleljob.k8s.plan.eligibility import Eligibility
+from paralleljob.k8s.plan.podsync import sync_pods
+from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.view.clusterview import ClusterView
+
+
+def queue_order(jobs: Sequence[tuple[JobObject, JobRequest]]) -> list[tuple[JobObject, JobRequest]]:
+    return sorted(
+        jobs, key=lambda item: (item[1].queue, -item[1].priority, item[0].queued_at, item[0].created, item[0].key)
+    )
+
+
+def new_record(
+    view: ClusterView,
+    job: JobObject,
+    request: JobRequest,
+    groups: Sequence[Sequence[int]],
+    epoch: int,
+    placement_reasons: Sequence[str],
+    cost: CostBreakdown,
+) -> PlacementRecord:
+    spec = request.spec
+    slots = []
+    for g, gpus in enumerate(groups):
+        node, indices = view.locate(gpus)
+        replica, stage = divmod(g, spec.pp)
+        slots.append(PodSlot(pod_name(job.name, replica, stage), replica, stage, node, indices, epoch))
+    return PlacementRecord(
+        epoch,
+        request.cost_model,
+        spec.tp,
+        spec.pp,
+        spec.dp,
+        tuple(slots),
+        rank_order=request.rank_order,
+        cost=cost,
+        reasons=tuple(placement_reasons),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """One FIFO pass over the queues: what it has placed and blocked so far (the containers change)."""
+
+    placer: FilteredPlacer | None
+    strict_fifo: bool
+    in_use: dict[str, int]  # queue -> GPUs its running and just-admitted jobs hold
+    blocked: dict[str, str] = field(default_factory=dict)  # queue -> the job at its head that does not fit
+    durations: list[float] = field(default_factory=list)  # seconds each placement decision took
+
+
+def admit_all(
+    ctx: PassContext, queued: Sequence[tuple[JobObject, JobRequest]], in_use: dict[str, int], strict_fifo: bool
+) -> list[float]:
+    """Place what fits, in order; returns how long each placement decision took (seconds). ``in_use``
+    (queue -> GPUs held) grows with every admission."""
+    view = ctx.view
+    filtered = (
+        FilteredPlacer(ctx.placer, view.state, node_filters(ctx.eligibility))
+        if ctx.placer is not None and view.state is not None
+        else None
+    )
+    line = _Line(filtered, strict_fifo, in_use)
+    for job, request in queue_order(queued):
+        try:
+            if refuse_before_queueing(ctx, job, request):
+                continue
+            _admit_one(ctx, line, job, request)
+        except Exception as exc:  # one bad object must not stop the queue; its status says what happened
+            if view.state is not None:
+                view.state.release(job.key)
+            actions = ctx.actions_for(job)
+            # drop whatever was half decided for it; only the error is written
+            actions.draft = StatusDraft(job.status, job.phase, job.generation)
+            actions.creates.clear()
+            actions.binds.clear()
+            actions.events.clear()
+            actions.service = None
+            actions.placed_cost = None
+            actions.draft.condition(
+                "ReconcileError", "True", "InternalError", f"the operator could not place this job: {exc!r}", ctx.now
+            )
+    return line.durations
+
+
+def node_filters(eligibility: Eligibility | None) -> Callable[[JobSpec], NodeFilter | None]:
+    def filter_for(spec: JobSpec) -> NodeFilter | None:
+        return eligibility.filter_for(spec.job_id, spec) if eligibility is not None else None
+
+    return filter_for
+
+
+def unknown_queue(request: JobRequest, queues: Mapping[str, QueueInfo]) -> str:
+    """Why the job's queue is unusable because it does not exist (empty: it exists, or is the default)."""
+    if request.queue == DEFAULT_QUEUE or request.queue in queues:
+        return ""
+    return (
+        f"queue {request.queue} does not exist: create the ParallelJobQueue {request.queue} or fix spec.queue;"
+        " the job waits and is not placed outside a queue's quota"
+    )
+
+
+def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest) -> bool:
+    """What is decided for every queued job whatever its place in line: a job that can never fit fails now,
+    a job whose queue does not exist waits with the reason. True when the job goes no further this pass."""
+    actions, view, now, eligibility = ctx.actions_for(job), ctx.view, ctx.now, ctx.eligibility
+    if view.topology is not None and not job.ever_ran:
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False) if eligibility else None
+        reasons = never_fits(view.topology, request.spec, node_filter)
+        if reasons:
+            fail_unschedulable(actions, "; ".join(reasons), now)
+            return True
+    missing = unknown_queue(request, ctx.queues)
+    if missing:
+        actions.draft.condition("Placed", "False", "QueueNotFound", missing, now)
+        return True
+    return False
+
+
+def fail_unschedulable(actions: JobActions, message: str, now: str) -> None:
+    actions.draft.apply(Event.REJECTED, "Unschedulable", f"can never fit this cluster: {message}", now)
+    actions.draft.set(completionTime=now)
+    actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
+
+
+def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobRequest) -> None:
+    actions, view, now, clock, holds = ctx.actions_for(job), ctx.view, ctx.now, ctx.clock, ctx.holds
+    placer, in_use, blocked, durations = line.placer, line.in_use, line.blocked, line.durations
+    draft = actions.draft
+    spec = request.spec
+    queue = ctx.queues.get(request.queue)
+    if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
+        draft.condition(
+            "Placed", "False", "QueueRefused", f"queue {queue.name} does not serve namespace {job.namespace}", now
+        )
+        return
+    if holds and job.key in holds:
+        draft.condition("Placed", "False", "BackingOff", holds[job.key], now)
+        blocked[request.queue] = job.name
+        return
+    if line.strict_fifo and request.queue in blocked:
+        draft.condition(
+            "Placed",
+            "False",
+            "Waiting",
+            f"waiting behind {blocked[request.queue]} in queue {request.queue} (strict FIFO)",
+            now,
+        )
+        return
+    if (
+        queue is not None
+        and queue.max_gpus is not None
+        and in_use.get(request.queue, 0) + spec.num_gpus > queue.max_gpus
+    ):
+        draft.condition(
+            "Placed",
+            "False",
+            "QueueFull",
+            f"queue {queue.name} holds {in_use.get(request.queue, 0)}"
+            f" of its {queue.max_gpus} GPUs; this job needs {spec.num_gpus}",
+            now,
+        )
+        blocked[request.queue] = job.name
+        return
+    if placer is None or view.state is None:
+        draft.condition("Placed", "False", "NoGPUNodes", "the cluster has no GPU nodes", now)
+        blocked[request.queue] = job.name
+        return
+    started = clock()
+    try:
+        placement = placer.place(spec, cost_model(request.cost_model))
+    except PlacementInfeasible as exc:
+        durations.append(clock() - started)
+        message = "; ".join(exc.reasons)
+        if exc.permanent and not job.ever_ran:
+            fail_unschedulable(actions, message, now)
+        else:
+            draft.condition("Placed", "False", "Unschedulable", message, now)
+            blocked[request.queue] = job.name
+        return
+    durations.append(clock() - started)
+    view.state.allocate(Allocation(job.key, placement.groups, spec.memory_per_gpu_gb))
+    in_use[request.queue] = in_use.get(request.queue, 0) + spec.num_gpus
+    record_admission(ctx, job, request, placement)
+
+
+def record_admission(
+    ctx: PassContext, job: JobObject, request: JobRequest, placement: Placement, extra_reasons: Sequence[str] = ()
+) -> None:
+    """Queued -> Placing with the placement recorded in the status, and the pods to create and bind (the
+    executor writes the status first). The caller has already allocated the placement in ``view.state``."""
+    actions, view, now, pods = ctx.actions_for(job), ctx.view, ctx.now, ctx.pods_of(job)
+    draft = actions.draft
+    epoch = int(job.status.get("placementEpoch", 0) or 0) + 1
+    reasons = (*extra_reasons, *placement.reasons)
+    record = new_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
+    cost = placement.cost
+    message = (
+        f"{request.spec.describe()} on {', '.join(record.nodes)}; cost {cost.total_ms:.3f} ms"
+        f" (bottleneck {cost.bottleneck})"
+    )
+    if extra_reasons:
+        message += f"; {'; '.join(extra_reasons)}"
+    draft.apply(Event.ADMITTED, "Placed", message, now)
+    draft.set(
+        placement=record.to_status(),
+        placementEpoch=epoch,
+        communicationCost=cost_to_status(cost, request.cost_model),
+        nodes=",".join(record.nodes),
+        checkpoint=checkpoint_status(request, len(record.nodes)),
+    )
+    # "Accepted" then "Placed" in one pass says nothing "Placed" alone does not; one Event write less.
+    actions.events = [e for e in actions.events if e.reason != "Accepted"]
+    actions.note("Normal", "Placed", message)
+    actions.placed_cost = {"tp": cost.tp_ms, "pp": cost.pp_ms, "dp": cost.dp_ms, "total": cost.total_ms}
+    sync_pods(actions, job, request, record, pods, view.nodes)

@@ -1,0 +1,140 @@
+"""The numbers behind the operator's gauges, computed from a pass's view and decisions (pure)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from paralleljob.core.lifecycle import Phase
+from paralleljob.core.queueing import QueueBook, QueueSpec
+from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.view.clusterview import ClusterView
+
+RUNNING = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
+
+
+@dataclass(frozen=True)
+class Gauges:
+    jobs: dict[str, int]  # phase -> count (every phase listed)
+    gpus: dict[str, int]  # total / allocated / unhealthy / free
+    cost_ms: dict[str, float]  # tp / pp / dp / total, summed over placed jobs
+    queue_length: dict[str, int]
+    fragmentation: float
+    fairness: float
+    queue_gpus: dict[str, int] = field(default_factory=dict)
+    reoptimizable: int = 0  # running jobs with Reoptimizable=True: a cheaper placement is worth moving to
+
+
+def fragmentation_ratio(view: ClusterView) -> float:
+    """Share of the free GPUs that sit on partly used nodes (0: every free GPU is on an empty node)."""
+    if view.state is None or view.topology is None:
+        return 0.0
+    free = stranded = 0
+    topology, state = view.topology, view.state
+    full = topology.max_gpus_per_node
+    if topology.top >= 1 and min(topology.node_gpu_count) == full:
+        # Every node has the same GPU count: the top domain's histogram of free counts says it all.
+        row = state.hist[topology.top][0]
+        for slot, nodes in enumerate(row):
+            usable = slot % (full + 1)
+            free += usable * nodes
+            if 0 < usable < full:
+                stranded += usable * nodes
+        return stranded / free if free else 0.0
+    for n in range(view.topology.num_nodes):
+        usable = view.state.usable_free(n)
+        free += usable
+        if 0 < usable < view.topology.node_gpu_count[n]:
+            stranded += usable
+    return stranded / free if free else 0.0
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1.0 when everybody gets the same."""
+    squares = sum(v * v for v in values)
+    if not values or squares == 0:
+        return 1.0
+    return sum(values) ** 2 / (len(values) * squares)
+
+
+def queue_book(view: ClusterView, jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo]) -> QueueBook:
+    """The queues' usage after this pass (jobs placed, being placed or repaired), measured against the
+    cluster's GPUs and GPU memory: the dominant shares that fair share orders by."""
+    topo = view.topology
+    total_gpus = topo.num_gpus if topo is not None else 0
+    total_memory = (
+        sum(c * m for c, m in zip(topo.node_gpu_count, topo.node_gpu_memory_gb, strict=True)) if topo else 0.0
+    )
+    specs = [QueueSpec(q.name, q.weight if q.weight > 0 else 1.0) for q in queues.values() if q.name]
+    book = QueueBook({s.name: s for s in specs}, total_gpus, total_memory)
+    for actions in jobs:
+        request = actions.job.request
+        if request is not None and actions.draft.phase in RUNNING:
+            book.add(request.queue, request.spec)
+    return book
+
+
+def gauges(
+    view: ClusterView,
+    jobs: Sequence[JobActions],
+    queues: Mapping[str, QueueInfo],
+    fairness: float | None = None,
+) -> Gauges:
+    """``fairness``: Jain's index from the queueing pass when it ran; else computed here the same way."""
+    phases = Counter(a.draft.phase.value for a in jobs)
+    by_phase = {p.value: phases.get(p.value, 0) for p in Phase}
+    counts = view.state.counts() if view.state is not None else {"total": 0, "allocated": 0, "unhealthy": 0, "free": 0}
+    cost = {"tp": 0.0, "pp": 0.0, "dp": 0.0, "total": 0.0}
+    queue_gpus: dict[str, int] = {}
+    queue_length: dict[str, int] = {}
+    for actions in jobs:
+        request = actions.job.request
+        if request is None:
+            continue
+        if actions.draft.phase in RUNNING:
+            data = actions.draft.data.get("communicationCost") or {}
+            for term, key in (("tp", "tpMs"), ("pp", "ppMs"), ("dp", "dpMs"), ("total", "totalMs")):
+                value = data.get(key)
+                if isinstance(value, int | float):
+                    cost[term] += float(value)
+            queue_gpus[request.queue] = queue_gpus.get(request.queue, 0) + request.spec.num_gpus
+        elif actions.draft.phase is Phase.QUEUED:
+            queue_length[request.queue] = queue_length.get(request.queue, 0) + 1
+    for name in queues:
+        queue_length.setdefault(name, 0)
+    if fairness is None:
+        demanding = sorted(set(queue_gpus) | {q for q, n in queue_length.items() if n})
+        fairness = queue_book(view, jobs, queues).jain_index(demanding)
+    reoptimizable = sum(
+        1
+        for a in jobs
+        if a.draft.phase in RUNNING
+        and any(
+            c.get("type") == "Reoptimizable" and c.get("status") == "True" for c in a.draft.data.get("conditions") or []
+        )
+    )
+    return Gauges(by_phase, counts, cost, queue_length, fragmentation_ratio(view), fairness, queue_gpus, reoptimizable)
+
+
+def queue_statuses(
+    jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo], view: ClusterView
+) -> dict[str, dict[str, float]]:
+    """What each ParallelJobQueue's status shows: GPUs its placed jobs hold, how many run (admitted), how
+    many wait, and its fair share: the weighted dominant share (DRF over GPUs and GPU memory)."""
+    out: dict[str, dict[str, float]] = {name: {"gpusInUse": 0, "running": 0, "waiting": 0} for name in queues}
+    for actions in jobs:
+        request = actions.job.request
+        if request is None or request.queue not in out:
+            continue
+        entry = out[request.queue]
+        if actions.draft.phase in RUNNING:
+            entry["gpusInUse"] += request.spec.num_gpus
+            entry["running"] += 1
+        elif actions.draft.phase is Phase.QUEUED:
+            entry["waiting"] += 1
+    book = queue_book(view, jobs, queues)
+    for name, entry in out.items():
+        entry["dominantShare"] = round(book.dominant_share(name), 4)
+    return out

@@ -1,0 +1,282 @@
+"""Pod groups: gang-place pods that another controller (an Indexed Job, a JobSet) creates, through an
+adopting ParallelJob of the group's name with ``spec.podGroup`` (docs/pod-groups.md says why).
+
+Pure decisions on parsed pods:
+- which groups need their adopting ParallelJob created, and its manifest (from the pods' annotations);
+- whether a group is complete (every node rank has a live, well-formed pod) or why it waits;
+- which pod holds which slot of a recorded placement: node rank -> (replica, stage) under the rank order;
+- the only writes the operator makes to such pods: the GPU-indices annotation, then the binding. Whatever
+  the shared decision code asked for (deletes, creates), :func:`finish_group` drops: these pods are never
+  the operator's to delete or create.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from paralleljob.k8s.edge.constants import (
+    API_VERSION,
+    COST_MODEL_ANNOTATION,
+    GPU_INDICES_ANNOTATION,
+    GPU_MEMORY_ANNOTATION,
+    GPU_RESOURCE,
+    KIND,
+    MANAGED_LABEL,
+    MANAGED_VALUE,
+    PARALLELISM_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_TIMEOUT_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    QUEUE_ANNOTATION,
+    RANK_ORDER_ANNOTATION,
+    TARGET_NODE_ANNOTATION,
+)
+from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.template import PodConstraints
+from paralleljob.k8s.plan.actions import JobActions, PodAnnotate, PodBind
+from paralleljob.k8s.plan.podsync import SyncResult
+
+DEFAULT_TIMEOUT_S = 60.0
+READY_CONDITION = "PodGroupReady"
+_PARALLELISM = re.compile(r"^\s*(?:tp)?(\d+)\s*x\s*(?:pp)?(\d+)\s*x\s*(?:dp)?(\d+)\s*$", re.IGNORECASE)
+
+
+class GroupDeclarationError(ValueError):
+    """The pods' annotations do not declare a group the operator can adopt."""
+
+
+def parse_parallelism(text: str) -> tuple[int, int, int]:
+    """``TPxPPxDP`` as ``4x2x2`` or ``TP4xPP2xDP2``."""
+    match = _PARALLELISM.match(text)
+    if match is None or any(int(g) < 1 for g in match.groups()):
+        raise GroupDeclarationError(f"{PARALLELISM_ANNOTATION}={text!r} must read TPxPPxDP, e.g. 4x2x2 or TP4xPP2xDP2")
+    tp, pp, dp = (int(g) for g in match.groups())
+    return tp, pp, dp
+
+
+def by_group(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
+    """Pods of groups, keyed ``namespace/group`` (the key of the adopting ParallelJob)."""
+    groups: dict[str, list[PodInfo]] = {}
+    for pod in pods:
+        if pod.group is not None:
+            groups.setdefault(f"{pod.namespace}/{pod.group}", []).append(pod)
+    return groups
+
+
+def adopting_manifest(namespace: str, group: str, pods: Sequence[PodInfo]) -> dict[str, Any]:
+    """The ParallelJob that makes the group visible and schedulable, from its oldest-named live pod's
+    annotations; owned (not controlled) by the pods' controller, so deleting the Job deletes it too."""
+    live = sorted((p for p in pods if not p.deleting), key=lambda p: p.name) or sorted(pods, key=lambda p: p.name)
+    pod = live[0]
+    declared = dict(pod.declaration)
+    if PARALLELISM_ANNOTATION not in declared:
+        raise GroupDeclarationError(f"pod {pod.name} has no {PARALLELISM_ANNOTATION} annotation (TPxPPxDP)")
+    tp, pp, dp = parse_parallelism(declared[PARALLELISM_ANNOTATION])
+    spec: dict[str, Any] = {"podGroup": group, "parallelism": {"tensor": tp, "pipeline": pp, "data": dp}}
+    optional = (
+        (RANK_ORDER_ANNOTATION, "rankOrder", str),
+        (COST_MODEL_ANNOTATION, "costModel", str),
+        (GPU_MEMORY_ANNOTATION, "gpuMemoryGiB", float),
+        (QUEUE_ANNOTATION, "queue", str),
+        (PRIORITY_ANNOTATION, "priority", int),
+    )
+    for annotation, field_name, kind in optional:
+        if annotation in declared:
+            try:
+                spec[field_name] = kind(declared[annotation])
+            except ValueError:
+                raise GroupDeclarationError(
+                    f"pod {pod.name}: {annotation}={declared[annotation]!r} is not valid"
+                ) from None
+    metadata: dict[str, Any] = {
+        "name": group,
+        "namespace": namespace,
+        "labels": {POD_GROUP_LABEL: group, MANAGED_LABEL: MANAGED_VALUE},
+    }
+    if POD_GROUP_TIMEOUT_ANNOTATION in declared:
+        metadata["annotations"] = {POD_GROUP_TIMEOUT_ANNOTATION: declared[POD_GROUP_TIMEOUT_ANNOTATION]}
+    owner = dict(pod.controller)
+    if owner.get("uid"):
+        metadata["ownerReferences"] = [{**owner, "controller": False, "blockOwnerDeletion": False}]
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+
+
+def successors(owners: Sequence[tuple[str, str, str]], pods: Sequence[PodInfo]) -> list[PodInfo]:
+    """Pods of the group made by a *replacement* of the adopting ParallelJob's owner: a controller of the
+    same kind and name as an owner but another UID (JobSet's restart deletes and recreates its child Jobs
+    under the same names). Such pods are not this ParallelJob's: it is garbage once its owner is gone, and
+    binding them into its old slots would strand the successor's gang (the successor's ParallelJob is
+    created, from those pods, once the garbage collector has removed this one)."""
+    replaced = {(kind, name): uid for kind, name, uid in owners if uid}
+    if not replaced:
+        return []  # created by a user, not adopted: every pod of the group is its own
+    out = []
+    for pod in pods:
+        controller = dict(pod.controller)
+        uid = replaced.get((controller.get("kind", ""), controller.get("name", "")))
+        if uid is not None and controller.get("uid") and controller["uid"] != uid:
+            out.append(pod)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    ready: bool
+    reason: str  # PodsReady | WaitingForPods | InvalidPodGroup
+    message: str
+    by_rank: Mapping[int, PodInfo]
+
+
+def live_pods(pods: Iterable[PodInfo]) -> list[PodInfo]:
+    return sorted((p for p in pods if not p.deleting and not p.terminal), key=lambda p: p.name)
+
+
+def group_state(request: JobRequest, pods: Sequence[PodInfo]) -> GroupState:
+    """Complete when each node rank 0..pp*dp-1 has exactly one live pod asking for one TP group's GPUs."""
+    spec = request.spec
+    total = spec.pp * spec.dp
+    problems: list[str] = []
+    by_rank: dict[int, PodInfo] = {}
+    for pod in live_pods(pods):
+        declared = dict(pod.declaration).get(PARALLELISM_ANNOTATION)
+        try:
+            shape = parse_parallelism(declared) if declared is not None else None
+        except GroupDeclarationError as exc:
+            problems.append(f"pod {pod.name}: {exc}")
+            continue
+        if shape is not None and shape != (spec.tp, spec.pp, spec.dp):
+            problems.append(f"pod {pod.name} declares {declared}, the group is {spec.tp}x{spec.pp}x{spec.dp}")
+        if pod.first_container_gpus != spec.tp or pod.gpus != spec.tp:
+            problems.append(
+                f"pod {pod.name} must request {GPU_RESOURCE}: {spec.tp} on its first container and no other GPUs"
+                f" (one pod is one TP group); it requests {pod.first_container_gpus} there, {pod.gpus} in all"
+            )
+        if pod.constraints is None:
+            problems.append(f"pod {pod.name}: its pod spec cannot be read for placement: {pod.constraints_error}")
+        if pod.group_rank is None:
+            problems.append(f"pod {pod.name}: {pod.group_rank_error}")
+        elif pod.group_rank >= total:
+            problems.append(f"pod {pod.name} has node rank {pod.group_rank}, outside 0..{total - 1}")
+        elif pod.group_rank in by_rank:
+            problems.append(f"pods {by_rank[pod.group_rank].name} and {pod.name} both have node rank {pod.group_rank}")
+        else:
+            by_rank[pod.group_rank] = pod
+    if problems:
+        return GroupState(False, "InvalidPodGroup", "; ".join(problems[:4]), by_rank)
+    missing = [r for r in range(total) if r not in by_rank]
+    if missing:
+        shown = ", ".join(str(r) for r in missing[:8]) + (", ..." if len(missing) > 8 else "")
+        message = f"{len(by_rank)} of {total} pods exist (missing node ranks {shown})"
+        return GroupState(False, "WaitingForPods", message, by_rank)
+    return GroupState(True, "PodsReady", f"all {total} pods exist", by_rank)
+
+
+def group_constraints(pods: Sequence[PodInfo]) -> PodConstraints | None:
+    """What the group's pods ask of a node (they share a template; the first readable live pod speaks)."""
+    return next((p.constraints for p in live_pods(pods) if p.constraints is not None), None)
+
+
+def timeout_of(job: JobObject) -> float:
+    try:
+        return max(0.0, float(job.annotations.get(POD_GROUP_TIMEOUT_ANNOTATION, DEFAULT_TIMEOUT_S)))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+
+
+def hold_until_complete(
+    actions: JobActions, request: JobRequest, pods: Sequence[PodInfo], now: str, now_s: float, since_s: float
+) -> bool:
+    """True when the group may be admitted; otherwise the condition (and, past the timeout, a Warning
+    event, once) says why it waits, and ``actions.wake_at`` asks for a pass when the timeout ends."""
+    state = group_state(request, pods)
+    job = actions.job
+    previous: Mapping[str, Any] = next(
+        (c for c in job.status.get("conditions") or [] if c.get("type") == READY_CONDITION), {}
+    )
+    if state.ready:
+        actions.draft.condition(READY_CONDITION, "True", state.reason, state.message, now)
+        return True
+    reason, message = state.reason, state.message
+    deadline = since_s + timeout_of(job)
+    if reason == "WaitingForPods":
+        if now_s >= deadline:
+            reason = "PodGroupTimeout"
+            message = f"{message}; waited {now_s - since_s:.0f} s, longer than {timeout_of(job):g} s"
+        else:
+            actions.wake_at = deadline
+    if reason != previous.get("reason"):
+        actions.note("Warning" if reason != "WaitingForPods" else "Normal", reason, message)
+    actions.draft.condition(READY_CONDITION, "False", reason, message, now)
+    return False
+
+
+def slot_pods(record: PlacementRecord, pods: Sequence[PodInfo]) -> list[tuple[int, PodInfo | None]]:
+    """Per slot (in record order): its node rank under the record's rank order, and the live pod with it."""
+    by_rank: dict[int, PodInfo] = {}
+    for pod in pods:
+        if pod.group_rank is not None and not pod.deleting and pod.phase != "Failed":
+            by_rank.setdefault(pod.group_rank, pod)
+    out: list[tuple[int, PodInfo | None]] = []
+    for slot in record.slots:
+        rank = record.node_rank(slot)
+        out.append((rank, by_rank.get(rank)))
+    return out
+
+
+def observe_group(record: PlacementRecord, pods: Sequence[PodInfo]) -> SyncResult:
+    """How many slots hold their pod. A failed pod is its owner's to replace, never a failure here."""
+    bound = succeeded = 0
+    for slot, (_, pod) in zip(record.slots, slot_pods(record, pods), strict=True):
+        if pod is None or pod.node != slot.node or pod.gpu_indices != slot.gpu_indices:
+            continue
+        bound += 1
+        succeeded += pod.phase == "Succeeded"
+    return SyncResult(bound, succeeded, (), len(record.slots))
+
+
+def finish_group(actions: JobActions, pods: Sequence[PodInfo], active: bool) -> None:
+    """Replace whatever the shared code asked for by the group's own writes: annotate each unbound pod with
+    its slot's GPUs, then bind it. Never a delete, a create or a Service for pods the operator does not own."""
+    actions.deletes.clear()
+    actions.creates.clear()
+    actions.binds.clear()
+    actions.annotates.clear()
+    actions.service = None
+    if not active:
+        return
+    try:
+        record = record_from_status(actions.draft.data)
+    except MalformedRecord:
+        return
+    if record is None:
+        return
+    for slot, (rank, pod) in zip(record.slots, slot_pods(record, pods), strict=True):
+        if pod is None or pod.terminal:
+            continue
+        indices = ",".join(str(i) for i in slot.gpu_indices)
+        annotate = PodAnnotate(
+            pod.namespace, pod.name, pod.uid, {GPU_INDICES_ANNOTATION: indices, TARGET_NODE_ANNOTATION: slot.node}
+        )
+        if pod.bound:
+            if pod.node == slot.node and pod.gpu_indices != slot.gpu_indices:
+                actions.annotates.append(annotate)  # bound, but the annotation did not land: write it again
+            continue  # bound elsewhere (a slot moved off broken hardware): its owner must replace it
+        if any(p.deleting and p.group_rank == rank and p.node == slot.node and not p.terminal for p in pods):
+            continue  # its predecessor still runs there: bind once it is gone
+        actions.annotates.append(annotate)
+        actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node))
+
+
+def group_requests(jobs: Sequence[JobObject], groups: Mapping[str, Sequence[PodInfo]]) -> dict[str, JobRequest]:
+    """Every job's request, a group's with its pods' node constraints (an adopting job has no template)."""
+    requests = {j.key: j.request for j in jobs if j.request is not None}
+    for key, request in requests.items():
+        constraints = group_constraints(groups.get(key, ())) if request.pod_group else None
+        if constraints is not None:
+            requests[key] = replace(request, constraints=constraints)
+    return requests

@@ -1,0 +1,140 @@
+"""Bring a job's pods in line with its recorded placement: create what is missing, bind what is unbound,
+delete what no longer belongs. Idempotent: on a second call with the same inputs it asks for nothing new.
+
+A pod *matches* its slot when it is the job's own (owner UID), carries the slot's GPU indices and
+incarnation, and sits on (or, unbound, is meant for) the slot's node. Anything else with the slot's name
+is stale and is deleted before the slot's pod is created again — pod names are fixed, so the old one must
+be gone first. Pods are never re-bound: a bound pod on the wrong node is deleted, never moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from paralleljob.core.checkpoint import checkpointable_boundary
+from paralleljob.k8s.edge.claims import DeviceClaim, claim_name, with_claim
+from paralleljob.k8s.edge.manifests import headless_service, worker_pod
+from paralleljob.k8s.edge.nodes import NodeInfo
+from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.plan.actions import JobActions, PodBind, PodCreate, PodDelete
+
+
+def matches(pod: PodInfo, slot: PodSlot, job_uid: str) -> bool:
+    node_ok = pod.node == slot.node if pod.bound else pod.target_node == slot.node
+    return (
+        pod.owner_uid == job_uid
+        and node_ok
+        and pod.gpu_indices == slot.gpu_indices
+        and pod.incarnation == slot.incarnation
+    )
+
+
+def must_force(pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> bool:
+    """Graceful deletion needs a kubelet to confirm it; on a missing or down node nobody will."""
+    if not pod.bound:
+        return True
+    info = nodes.get(pod.node)
+    return info is None or not info.runs_work
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    bound: int  # slots whose pod is bound where it belongs
+    succeeded: int  # slots whose pod finished successfully
+    failed: tuple[PodInfo, ...]  # matching pods that failed
+    total: int
+
+
+def delete(actions: JobActions, pod: PodInfo, nodes: Mapping[str, NodeInfo], why: str) -> None:
+    if not pod.deleting or must_force(pod, nodes):
+        actions.deletes.append(PodDelete(pod.namespace, pod.name, pod.uid, must_force(pod, nodes), why))
+
+
+def observe(record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> SyncResult:
+    by_name = {p.name: p for p in pods}
+    bound = succeeded = 0
+    failed = []
+    for slot in record.slots:
+        pod = by_name.get(slot.name)
+        if pod is None or pod.deleting or not matches(pod, slot, job_uid) or not pod.bound:
+            continue
+        bound += 1
+        if pod.phase == "Succeeded":
+            succeeded += 1
+        elif pod.phase == "Failed":
+            failed.append(pod)
+    return SyncResult(bound, succeeded, tuple(failed), len(record.slots))
+
+
+def sync_pods(
+    actions: JobActions,
+    job: JobObject,
+    request: JobRequest,
+    record: PlacementRecord,
+    pods: Sequence[PodInfo],
+    nodes: Mapping[str, NodeInfo],
+) -> None:
+    """Append the deletes, creates and binds that move the job's pods toward ``record``."""
+    if request.pod_group:
+        return  # another controller's pods: only annotated and bound, by podgroups.finish_group
+    by_name = {p.name: p for p in pods}
+    wanted = {slot.name for slot in record.slots}
+    boundary = checkpointable_boundary(record.pp)
+    for extra in pods:
+        if extra.name not in wanted:
+            delete(actions, extra, nodes, "not part of the job's placement")
+    for slot in record.slots:
+        pod = by_name.get(slot.name)
+        if pod is not None and pod.deleting:
+            if must_force(pod, nodes):
+                delete(actions, pod, nodes, "stuck terminating on a node that is down")
+            continue  # wait until it is gone; its name is needed
+        if pod is not None and not matches(pod, slot, job.uid):
+            where = f"{slot.node} {list(slot.gpu_indices)}"
+            delete(actions, pod, nodes, f"placed differently from the record (now {where})")
+            if must_force(pod, nodes):
+                # a forced delete removes it at once: the replacement can follow in the same pass
+                actions.creates.append(_create(job, request, record, slot, boundary, nodes))
+            continue
+        if pod is None:
+            actions.creates.append(_create(job, request, record, slot, boundary, nodes))
+        elif not pod.bound:
+            actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node, device_claim(slot, nodes)))
+    if actions.creates:
+        actions.service = headless_service(job)
+
+
+def device_claim(slot: PodSlot, nodes: Mapping[str, NodeInfo]) -> DeviceClaim | None:
+    """The claim the slot's pod needs when its node's GPUs are DRA devices (None: a device-plugin node)."""
+    info = nodes.get(slot.node)
+    if info is None or info.dra is None:
+        return None
+    devices = info.dra.device_names(slot.gpu_indices)
+    if devices is None:
+        return None  # the record names GPUs the node no longer has; the view reports that job as broken
+    return DeviceClaim(claim_name(slot.name), info.dra.driver, info.dra.pool, info.dra.device_class, devices)
+
+
+def _create(
+    job: JobObject,
+    request: JobRequest,
+    record: PlacementRecord,
+    slot: PodSlot,
+    boundary: int,
+    nodes: Mapping[str, NodeInfo],
+) -> PodCreate:
+    manifest = worker_pod(job, request, record, slot, boundary)
+    claim = device_claim(slot, nodes)
+    if claim is not None:
+        manifest = with_claim(manifest, claim.name)
+    return PodCreate(manifest, slot.node, claim)
+
+
+def delete_all(actions: JobActions, pods: Sequence[PodInfo], nodes: Mapping[str, NodeInfo], why: str) -> None:
+    """Every pod of the job that still runs or waits (finished pods stay for their logs)."""
+    for pod in pods:
+        if not pod.terminal or pod.deleting:
+            delete(actions, pod, nodes, why)

@@ -1,0 +1,150 @@
+"""Admission through the core's queueing pass (``--queue-policy fair|fair-backfill|fair-backfill-preempt``).
+
+The queued jobs, the jobs holding GPUs and the ParallelJobQueues are mapped to the core's inputs
+(``k8s/edge/queues.py``); ``core.admission.schedule`` returns one decision per job, each with its reasons, and
+this module carries them out through the same status machinery as the strict-FIFO path:
+
+- ``Admit``: the placement is recorded in the status (Queued -> Placing), then pods are created and bound;
+- ``Wait`` / ``Reserve``: the ``Placed`` condition says why, and a reservation says when it expects to start;
+  a ``Wait`` that can never be met fails the job (unless it ran before: then the missing room is assumed to
+  be broken hardware that will come back);
+- ``Preempt``: each victim gets ``status.preemption {deadline, for}``, a ``PreemptionPending`` condition, an
+  Event, and the checkpoint-now annotation on its pods (``k8s/plan/preempting.py`` finishes the preemption when
+  the deadline passes, on whichever pass, by whichever operator, comes first).
+
+A job that victims are already making room for is not scheduled again until they have stopped: it waits
+with the reason, and the victims cannot be chosen twice. Nothing here talks to the API.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from paralleljob.core.admission import Admit, Preempt, Reserve, SchedulingPlan, Wait, schedule
+from paralleljob.core.cost import cost_model
+from paralleljob.core.eligibility import FilteredPlacer
+from paralleljob.core.lifecycle import Event
+from paralleljob.core.queueing import PendingJob, QueuePolicy, RunningJob
+from paralleljob.k8s.edge.queues import format_time, pending_job, queue_spec
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.context import PassContext
+from paralleljob.k8s.plan.fifo_admission import node_filters, record_admission, refuse_before_queueing
+from paralleljob.k8s.plan.preempting import request_checkpoint, start_preemption
+
+
+def wait_reason(reasons: Sequence[str]) -> str:
+    text = " ".join(reasons)
+    if "above its maximum" in text:
+        return "QueueFull"
+    if "no backfill" in text:
+        return "Waiting"
+    return "Unschedulable"
+
+
+def admit_with_core(
+    ctx: PassContext,
+    queued: Sequence[tuple[JobObject, JobRequest]],
+    held: Sequence[tuple[JobObject, JobRequest, bool]],
+    running: Mapping[str, RunningJob],
+    policy: QueuePolicy,
+    making_room: Mapping[str, tuple[float, list[str]]],
+) -> tuple[list[float], SchedulingPlan | None]:
+    """One queueing pass; returns the time it took (seconds) and the core's plan (None: nothing to decide).
+    ``held``: the jobs holding GPUs and whether they may be preempted; ``making_room``: waiting job key ->
+    (deadline, victims) of preemptions already under way for it."""
+    actions_for, view, placer, queues = ctx.actions_for, ctx.view, ctx.placer, ctx.queues
+    now, now_s, holds = ctx.now, ctx.now_s, ctx.holds
+    jobs: dict[str, tuple[JobObject, JobRequest]] = {}
+    pending: list[PendingJob] = []
+    for job, request in queued:
+        draft = actions_for(job).draft
+        queue = queues.get(request.queue)
+        if refuse_before_queueing(ctx, job, request):
+            continue
+        if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
+            why = f"queue {queue.name} does not serve namespace {job.namespace}"
+            draft.condition("Placed", "False", "QueueRefused", why, now)
+        elif job.key in holds:
+            draft.condition("Placed", "False", "BackingOff", holds[job.key], now)
+        elif job.key in making_room:
+            deadline, victims = making_room[job.key]
+            why = f"preempting {', '.join(sorted(victims))}; their pods stop by {format_time(deadline)}"
+            draft.condition("Placed", "False", "Preempting", why, now)
+        elif placer is None or view.state is None:
+            draft.condition("Placed", "False", "NoGPUNodes", "the cluster has no GPU nodes", now)
+        else:
+            jobs[job.key] = (job, request)
+            pending.append(pending_job(job, request, now_s))
+    if not pending or placer is None or view.state is None:
+        return [], None
+    requests = {key: request for key, (_, request) in jobs.items()}
+    by_key = {job.key: (job, request) for job, request, _ in held}
+    models = {name: cost_model(name) for name in {r.cost_model for r in requests.values()}}
+    wrapped = FilteredPlacer(placer, view.state, node_filters(ctx.eligibility))
+    specs = [queue_spec(q) for q in queues.values()]
+    started = ctx.clock()
+    plan = schedule(
+        view.state,
+        wrapped,
+        lambda spec: models[requests[spec.job_id].cost_model],
+        pending,
+        list(running.values()),
+        specs,
+        policy,
+        now_s,
+    )
+    durations = [ctx.clock() - started]
+    preempting: set[str] = {d.for_job for d in plan.decisions if isinstance(d, Preempt)}
+    for decision in plan.decisions:
+        if isinstance(decision, Admit):
+            job, request = jobs[decision.job_id]
+            record_admission(ctx, job, request, decision.placement, decision.reasons)
+        elif isinstance(decision, Wait):
+            job, _ = jobs[decision.job_id]
+            _wait(actions_for(job), job, decision, now)
+        elif isinstance(decision, Reserve):
+            job, _ = jobs[decision.job_id]
+            if decision.job_id in preempting:
+                continue  # the Preempt decision says more
+            when = format_time(decision.start_by) if math.isfinite(decision.start_by) else "unknown"
+            why = "; ".join(decision.reasons)
+            actions_for(job).draft.condition("Placed", "False", "Reserved", f"{why}; expected start: {when}", now)
+        else:
+            _preempt(ctx, jobs, by_key, decision)
+    return durations, plan
+
+
+def _wait(actions: JobActions, job: JobObject, decision: Wait, now: str) -> None:
+    message = "; ".join(decision.reasons)
+    if decision.permanent and not job.ever_ran:
+        actions.draft.apply(Event.REJECTED, "Unschedulable", f"can never fit this cluster: {message}", now)
+        actions.draft.set(completionTime=now)
+        actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
+        return
+    actions.draft.condition("Placed", "False", wait_reason(decision.reasons), message, now)
+
+
+def _preempt(
+    ctx: PassContext,
+    jobs: Mapping[str, tuple[JobObject, JobRequest]],
+    held: Mapping[str, tuple[JobObject, JobRequest]],
+    decision: Preempt,
+) -> None:
+    actions_for, pods_of, now, now_s = ctx.actions_for, ctx.pods_of, ctx.now, ctx.now_s
+    waiting, _ = jobs[decision.for_job]
+    deadline = now_s + decision.grace_period_s
+    why = "; ".join(decision.reasons)
+    for key in decision.victims:
+        victim, _ = held[key]
+        actions = actions_for(victim)
+        start_preemption(actions, waiting.key, deadline, why, now)
+        request_checkpoint(actions, pods_of(victim), format_time(deadline))
+    message = (
+        f"preempting {', '.join(decision.victims)} ({decision.lost_work_gpu_s:.0f} GPU-s of work since their last"
+        f" checkpoint); their pods stop by {format_time(deadline)}: {why}"
+    )
+    actions = actions_for(waiting)
+    actions.draft.condition("Placed", "False", "Preempting", message, now)
+    actions.note("Normal", "Preempting", message)

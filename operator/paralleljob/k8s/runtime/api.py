@@ -1,0 +1,271 @@
+"""A thin JSON client over kubernetes_asyncio: one ApiClient (its configuration, auth and aiohttp session)
+for every call the operator makes.
+
+Calls go out raw (``_preload_content=False`` on the client's own REST layer) and come back as dicts: the
+typed models cost more CPU to build than the whole placement, and the generated model cannot parse the
+Status a ``pods/binding`` POST answers with anyway. Errors are :class:`ApiError` with the HTTP
+status and the API server's message; :func:`retrying` retries the transient ones (429, 5xx, connection
+errors) with exponential backoff and jitter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes_asyncio import client
+
+from paralleljob.k8s.edge.manifests import binding
+from paralleljob.shellkit.kubeconfig import load_configuration
+
+log = logging.getLogger("paralleljob.k8s")
+
+T = TypeVar("T")
+RETRYABLE = frozenset({0, 429, 500, 502, 503, 504})
+LIST_PAGE_SIZE = 500  # client-go's reflector pages its lists by 500 too
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in RETRYABLE
+
+
+class NotLeading(ApiError):
+    """A write refused on this side: the instance is not (or can no longer be sure it is) the leader."""
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(-1, f"{method} {path} not sent: this instance does not hold the leader lease")
+
+
+def parse_watch_line(line: bytes, path: str) -> dict[str, Any] | None:
+    """One watch event, or None for a line that is not one (a proxy's garbage, a truncated chunk): skipped
+    with a warning, because a watch that dies on one bad line leaves the operator blind."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        log.warning("watch %s: skipped a line that is not JSON: %r", path, line[:120])
+        return None
+    if not isinstance(event, dict):
+        log.warning("watch %s: skipped a line that is not an event: %r", path, line[:120])
+        return None
+    return event
+
+
+async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 5, first_delay: float = 0.05) -> T:
+    """Run ``call``; on a transient error wait (exponentially longer, with jitter) and try again."""
+    delay = first_delay
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except ApiError as exc:
+            if not exc.retryable or attempt == attempts - 1:
+                raise
+            log.debug("transient API error (%s); retrying in %.2f s", exc, delay)
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 5.0)
+    raise AssertionError("unreachable")
+
+
+async def bearer_token(configuration: client.Configuration) -> str | None:
+    header: Any = configuration.get_api_key_with_prefix("BearerToken")
+    if inspect.isawaitable(header):
+        header = await header
+    if not header:
+        return None
+    parts = str(header).split(" ", 1)
+    return parts[-1]
+
+
+class Kube:
+    def __init__(self, configuration: client.Configuration, concurrency: int = 48) -> None:
+        configuration.connection_pool_maxsize = max(concurrency, 4)
+        self.configuration = configuration
+        self.api = client.ApiClient(configuration)
+        self.host = str(configuration.host).rstrip("/")
+        if not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")):
+            # kubernetes_asyncio opens its session with trust_env=True, which makes aiohttp look for a
+            # ~/.netrc on every request; without proxies there is nothing to trust the environment for.
+            self.api.rest_client.pool_manager._trust_env = False
+        self.limit = asyncio.Semaphore(concurrency)
+        # Set by the runtime to the leader election's "still leading" test: every write (anything but GET)
+        # checks it just before it goes out, so an instance that lost its lease, or was paused past its
+        # renew deadline, cannot act on a stale view while another replica leads. The lease's own writes
+        # pass ``fenced=False``.
+        self.write_fence: Callable[[], bool] | None = None
+        self._auth: dict[str, str] | None = None
+        self._auth_at = 0.0
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, concurrency: int = 48) -> Kube:
+        return cls(await load_configuration(kubeconfig), concurrency)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _headers(self, content_type: str) -> dict[str, str]:
+        # The auth header is looked up once a minute, not per request (a token file or an exec plugin may
+        # rotate it; a minute is well inside any token's lifetime).
+        now = time.monotonic()
+        if self._auth is None or now - self._auth_at > 60:
+            auth: dict[str, str] = {}
+            await self.api.update_params_for_auth(auth, [], ["BearerToken"])
+            self._auth, self._auth_at = auth, now
+        return {"Content-Type": content_type, "Accept": "application/json", **self._auth}
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        fenced: bool = True,
+    ) -> dict[str, Any]:
+        headers = await self._headers(content_type)
+        async with self.limit:
+            if fenced and method != "GET" and self.write_fence is not None and not self.write_fence():
+                raise NotLeading(method, path)
+            try:
+                response = await self.api.rest_client.request(
+                    method,
+                    self.host + path,
+                    query_params=dict(query or {}),
+                    headers=headers,
+                    body=body,
+                    _preload_content=False,
+                    _request_timeout=30,
+                )
+                data = await response.read()
+                status = response.status
+                response.release()
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise ApiError(0, f"{method} {path}: {exc!r}") from exc
+        return _decode(status, data, method, path)
+
+    # ---- the calls the operator makes ---------------------------------------------------------------
+    async def list(
+        self,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        page_size: int = LIST_PAGE_SIZE,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Every item of a list URL, fetched in pages of ``page_size`` (``limit``/``continue``) so that a
+        12,500-node list is never one 60 MB response decoded at once; ``transform`` (a store's slimming)
+        runs on each page before the next is fetched, so only the slimmed items stay in memory. A
+        continue token that expired (410 mid-list) restarts the list from its first page."""
+        items: list[dict[str, Any]] = []
+        params = {**(query or {}), "limit": str(page_size)}
+        version: str | None = None
+        while True:
+            try:
+                data = await self.request("GET", path, query=params)
+            except ApiError as exc:
+                if exc.status == 410 and "continue" in params:
+                    items, params = [], {**(query or {}), "limit": str(page_size)}
+                    continue
+                raise
+            kind = data.get("kind", "").removesuffix("List")
+            api_version = data.get("apiVersion", "")
+            for item in data.get("items") or []:
+                item.setdefault("kind", kind)  # list items come without kind/apiVersion; humans need them
+                item.setdefault("apiVersion", api_version)
+                items.append(transform(item) if transform is not None else item)
+            metadata = data.get("metadata") or {}
+            version = metadata.get("resourceVersion") or version  # every page carries the first page's
+            token = metadata.get("continue")
+            if not token:
+                return items, version
+            params = {**params, "continue": str(token)}
+
+    async def watch(
+        self, path: str, resource_version: str | None, timeout_s: int = 300, query: Mapping[str, str] | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events ({type, object}) of a list URL from ``resource_version`` until the server ends it."""
+        headers = await self._headers("application/json")
+        params = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s), **(query or {})}
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)
+        try:
+            response = await self.api.rest_client.pool_manager.get(
+                self.host + path, params=params, headers=headers, timeout=timeout
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, f"watch {path}: {exc!r}") from exc
+        try:
+            if response.status != 200:
+                _decode(response.status, await response.read(), "GET", path)
+            async for line in response.content:
+                if line.strip():
+                    event = parse_watch_line(line, path)
+                    if event is not None:
+                        yield event
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, f"watch {path}: {exc!r}") from exc
+        finally:
+            response.release()
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST pods/binding with the pod's UID as precondition (the API refuses it for a replaced pod).
+
+        Raw like every other call: the generated ``create_namespaced_pod_binding`` would need
+        ``_preload_content=False`` anyway (it cannot parse the Status the server answers with), and its
+        per-call serialization was a visible share of the operator's CPU in a binding storm."""
+        path = f"{pod_path(namespace, name)}/binding"
+        await self.request("POST", path, binding(namespace, name, uid, node))
+
+    async def delete(self, path: str, uid: str | None = None, grace_seconds: int | None = None) -> dict[str, Any]:
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        return await self.request("DELETE", path, body=options)
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+
+def _decode(status: int, data: bytes, method: str, path: str) -> dict[str, Any]:
+    try:
+        body = json.loads(data) if data else {}
+    except ValueError:
+        body = {"message": data[:200].decode(errors="replace")}
+    if 200 <= status < 300:
+        return body if isinstance(body, dict) else {}
+    message = body.get("message") if isinstance(body, dict) else None
+    reason = body.get("reason", "") if isinstance(body, dict) else ""
+    raise ApiError(status, str(message or f"{method} {path} failed"), str(reason))
+
+
+def pod_path(namespace: str, name: str = "") -> str:
+    base = f"/api/v1/namespaces/{quote(namespace)}/pods"
+    return f"{base}/{quote(name)}" if name else base
+
+
+def job_path(namespace: str, name: str = "", subresource: str = "") -> str:
+    from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
+
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace)}/{PLURAL}"
+    if name:
+        path += f"/{quote(name)}"
+    if subresource:
+        path += f"/{subresource}"
+    return path

@@ -1,0 +1,302 @@
+"""Carry a :class:`Plan` out against the API, per job in the order that keeps every crash recoverable
+(jobs' chains run concurrently):
+
+1. status write (the placement is recorded before any pod exists; optimistic concurrency on the job's
+   resourceVersion, so a decision made on a stale copy is refused and re-made);
+2. deletes (stale or orphaned workers) and annotations (a preemption's checkpoint-now signal);
+3. the job's headless Service, then creates, each pod bound the moment it exists;
+4. binds of pods that exist but are unbound (an operator restarted mid-gang).
+On a DRA node a pod's ResourceClaim is made sure of between its creation and its bind (``_ensure_claim``):
+created if missing, replaced if allocated to other devices, its status written with exactly the placed
+devices and reserved for the pod's UID. Every step is idempotent, so a crash anywhere in between is
+finished by the next pass's bind of the unbound pod, and no pod is bound before its claim is allocated.
+Each response is written back into the stores at once, so the next pass sees what was just done even
+before the watch delivers it. The executor decides nothing: failures are reported to the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from paralleljob.k8s.edge import claims
+from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.plan.actions import JobActions, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
+from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path, retrying
+from paralleljob.k8s.view.store import ObjectStore
+
+log = logging.getLogger("paralleljob.k8s")
+
+
+@dataclass
+class Outcome:
+    wrote: int = 0
+    bound: int = 0
+    deleted: int = 0
+    failures: dict[str, str] = field(default_factory=dict)  # job key -> why its gang cannot be completed
+    hold: dict[str, str] = field(default_factory=dict)  # job key -> transient trouble; retry after a pause
+    invalid: dict[str, str] = field(default_factory=dict)  # job key -> the API refused its pod as invalid
+    written: list[JobActions] = field(default_factory=list)  # jobs whose status write went through
+
+
+class Executor:
+    def __init__(
+        self,
+        kube: Kube,
+        jobs: ObjectStore[JobObject],
+        pods: ObjectStore[PodInfo],
+        post_event: Callable[[JobObject, str, str, str], None],
+        crash_after_binds: int = 0,
+        claim_store: ObjectStore[Any] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.jobs = jobs
+        self.pods = pods
+        self.claim_store = claim_store
+        self.post_event = post_event
+        self.crash_after_binds = crash_after_binds
+        self.binds_done = 0
+        self.binds_started = 0
+        self.services: set[tuple[str, str, str]] = set()
+
+    async def execute(self, plan: Plan) -> Outcome:
+        """Each job's actions run as one chain (status, then its pods); chains of different jobs overlap."""
+        outcome = Outcome()
+        chains = [self._job(actions, outcome) for actions in plan.jobs]
+        chains += [self._delete(d, outcome) for d in plan.orphans]
+        await asyncio.gather(*chains)
+        return outcome
+
+    async def run_job(self, actions: JobActions, outcome: Outcome) -> None:
+        """One job's chain: its status first, then its pods."""
+        await self._job(actions, outcome)
+
+    async def delete_orphan(self, delete: PodDelete, outcome: Outcome) -> None:
+        await self._delete(delete, outcome)
+
+    async def _job(self, actions: JobActions, outcome: Outcome) -> None:
+        if actions.writes_status and not await self._write_status(actions, outcome):
+            return  # nothing about its pods happens unless the status (the placement) is recorded
+        for note in actions.events:
+            self.post_event(actions.job, note.event_type, note.reason, note.message)
+        await asyncio.gather(
+            *(self._delete(d, outcome) for d in actions.deletes),
+            *(self._annotate(a) for a in actions.annotates),
+        )
+        work: list[Awaitable[None]] = []
+        if actions.service is not None:
+            work.append(self._service(actions))
+        work.extend(self._create_and_bind(actions, c, outcome) for c in actions.creates)
+        work.extend(self._bind(actions.job.key, b, outcome) for b in actions.binds)
+        await asyncio.gather(*work)
+
+    async def create_job(self, manifest: dict[str, Any]) -> bool:
+        """Create a pod group's adopting ParallelJob; one that exists already (409) is left as it is.
+        False when the API refused it (the caller waits before trying again)."""
+        meta = manifest["metadata"]
+        path = job_path(meta["namespace"])
+        try:
+            body = await retrying(lambda: self.kube.request("POST", path, manifest))
+        except ApiError as exc:
+            if exc.status != 409:
+                log.warning("ParallelJob for pod group %s/%s not created: %s", meta["namespace"], meta["name"], exc)
+            return exc.status == 409
+        log.info("created ParallelJob %s/%s for its pod group", meta["namespace"], meta["name"])
+        self.jobs.upsert(body)
+        return True
+
+    # ---- status -------------------------------------------------------------------------------------
+    async def _write_status(self, actions: JobActions, outcome: Outcome) -> bool:
+        job = actions.job
+        patch: dict[str, Any] = {
+            "metadata": {"resourceVersion": job.resource_version},
+            "status": actions.draft.merge_patch(),
+        }
+        try:
+            body = await retrying(lambda: self.kube.merge_patch(job_path(job.namespace, job.name, "status"), patch))
+        except ApiError as exc:
+            if exc.status == 404:
+                return False  # deleted meanwhile; the DELETED event cleans up
+            if exc.status == 409:
+                await self._refresh(job)  # changed meanwhile: decide again on the new version
+            else:
+                log.warning("status of %s not written: %s", job.key, exc)
+                outcome.hold[job.key] = f"status write failed: {exc.message}"
+            return False
+        self.jobs.upsert(body)
+        outcome.wrote += 1
+        outcome.written.append(actions)
+        return True
+
+    async def _refresh(self, job: JobObject) -> None:
+        try:
+            body = await self.kube.request("GET", job_path(job.namespace, job.name))
+            self.jobs.upsert(body)
+        except ApiError as exc:
+            log.debug("could not re-read %s: %s", job.key, exc)
+
+    # ---- pods ---------------------------------------------------------------------------------------
+    async def _delete(self, delete: PodDelete, outcome: Outcome) -> None:
+        path = pod_path(delete.namespace, delete.name)
+        try:
+            body = await retrying(lambda: self.kube.delete(path, delete.uid or None, 0 if delete.force else None))
+        except ApiError as exc:
+            if exc.status in (404, 409):  # gone already, or a different pod by now (UID precondition)
+                self.pods.forget(delete.namespace, delete.name, delete.uid)
+                return
+            log.warning("could not delete pod %s/%s: %s", delete.namespace, delete.name, exc)
+            return
+        log.info("deleted pod %s/%s (%s)", delete.namespace, delete.name, delete.why)
+        outcome.deleted += 1
+        if delete.force or not (body.get("metadata") or {}).get("deletionTimestamp"):
+            self.pods.forget(delete.namespace, delete.name, delete.uid)
+        else:
+            self.pods.upsert(body)
+
+    async def _annotate(self, annotate: PodAnnotate) -> None:
+        patch = {"metadata": {"uid": annotate.uid, "annotations": annotate.annotations}}
+        try:
+            body = await retrying(lambda: self.kube.merge_patch(pod_path(annotate.namespace, annotate.name), patch))
+        except ApiError as exc:  # gone or replaced meanwhile: the next pass looks again
+            log.debug("could not annotate pod %s/%s: %s", annotate.namespace, annotate.name, exc)
+            return
+        self.pods.upsert(body)
+
+    async def _service(self, actions: JobActions) -> None:
+        job = actions.job
+        key = (job.namespace, job.name, job.uid)
+        if key in self.services or actions.service is None:
+            return
+        try:
+            await retrying(
+                lambda: self.kube.request("POST", f"/api/v1/namespaces/{job.namespace}/services", actions.service)
+            )
+        except ApiError as exc:
+            if exc.status != 409:
+                log.warning("service for %s not created: %s", job.key, exc)
+                return
+        self.services.add(key)
+
+    async def _create_and_bind(self, actions: JobActions, create: PodCreate, outcome: Outcome) -> None:
+        job = actions.job
+        meta = create.manifest["metadata"]
+        try:
+            body = await retrying(lambda: self.kube.request("POST", pod_path(job.namespace), create.manifest))
+        except ApiError as exc:
+            if exc.status == 409:
+                return  # the old pod of that name is still going away; the next pass tries again
+            if exc.retryable:
+                outcome.hold[job.key] = f"creating pod {meta['name']} failed: {exc.message}"
+            elif exc.status in (400, 422):
+                outcome.invalid[job.key] = exc.message
+            else:
+                outcome.failures[job.key] = f"the API refused pod {meta['name']}: {exc.message}"
+            return
+        self.pods.upsert(body)
+        uid = str(body["metadata"]["uid"])
+        await self._bind(job.key, PodBind(job.namespace, meta["name"], uid, create.node, create.claim), outcome)
+
+    async def _bind(self, job_key: str, bind: PodBind, outcome: Outcome) -> None:
+        if bind.claim is not None and not await self._ensure_claim(job_key, bind, bind.claim, outcome):
+            return
+        if self.crash_after_binds:
+            # Test hook for "killed mid-gang": issue exactly N binds, then die once they have landed.
+            if self.binds_started >= self.crash_after_binds:
+                await asyncio.Event().wait()
+            self.binds_started += 1
+        try:
+            await retrying(lambda: self.kube.bind(bind.namespace, bind.name, bind.uid, bind.node))
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                # gone, replaced (UID precondition) or already bound: re-read it and let the next pass judge
+                await self._refresh_pod(bind.namespace, bind.name)
+            elif exc.retryable:
+                outcome.hold[job_key] = f"binding {bind.name} failed: {exc.message}"
+            else:
+                outcome.failures[job_key] = f"binding {bind.name} to {bind.node} was refused: {exc.message}"
+            return
+
+        def bound(body: Mapping[str, Any]) -> dict[str, Any]:
+            return {**body, "spec": {**(body.get("spec") or {}), "nodeName": bind.node}}
+
+        self.pods.patch_local(bind.namespace, bind.name, bound)
+        outcome.bound += 1
+        self.binds_done += 1
+        if self.crash_after_binds and self.binds_done >= self.crash_after_binds:
+            log.error("crash hook: exiting hard after %d binds", self.binds_done)
+            os._exit(17)
+
+    # ---- DRA claims -------------------------------------------------------------------------------
+    async def _ensure_claim(self, job_key: str, bind: PodBind, claim: claims.DeviceClaim, outcome: Outcome) -> bool:
+        """The pod's claim exists, is the job's, is allocated with exactly ``claim.devices`` on the pod's
+        node and reserved for this pod (UID). True when the pod may be bound."""
+        namespace, _, name = job_key.partition("/")
+        job = self.jobs.get(namespace, name)
+        if job is None:
+            return False  # deleted meanwhile; its pods and claims are cleaned up as orphans
+        path = claims.claim_path(bind.namespace, claim.name)
+        try:
+            body = await self._claim_body(job, bind, claim)
+            if not claims.is_ours(body, job, bind.name):
+                outcome.failures[job_key] = (
+                    f"ResourceClaim {claim.name} exists and is not the one this job made for pod {bind.name}"
+                )
+                return False
+            verdict = claims.state(body, claim, bind.uid)
+            if verdict == "stale":
+                # An allocation cannot be changed: a claim left from an earlier placement is replaced.
+                uid = str((body.get("metadata") or {}).get("uid") or "")
+                await retrying(lambda: self.kube.delete(path, uid or None))
+                log.info("replaced ResourceClaim %s/%s allocated to other devices", bind.namespace, claim.name)
+                body = await self._claim_body(job, bind, claim)
+                verdict = claims.state(body, claim, bind.uid)
+            if verdict == "write":
+                patch = {
+                    # The claim's UID as precondition: a claim replaced meanwhile is not written to.
+                    "metadata": {"uid": (body.get("metadata") or {}).get("uid")},
+                    "status": {
+                        "allocation": claims.allocation(claim, bind.node),
+                        "reservedFor": claims.reserved_for(bind.name, bind.uid),
+                    },
+                }
+                body = await retrying(lambda: self.kube.merge_patch(f"{path}/status", patch))
+        except ApiError as exc:
+            if exc.retryable or exc.status in (404, 409):
+                outcome.hold[job_key] = f"ResourceClaim {claim.name} for pod {bind.name} not ready: {exc.message}"
+            else:
+                outcome.failures[job_key] = f"the API refused ResourceClaim {claim.name}: {exc.message}"
+            return False
+        if self.claim_store is not None:
+            self.claim_store.upsert(body)
+        return True
+
+    async def _claim_body(self, job: JobObject, bind: PodBind, claim: claims.DeviceClaim) -> dict[str, Any]:
+        """The claim as it is now, created (unallocated) if it does not exist."""
+        path = claims.claim_path(bind.namespace, claim.name)
+        try:
+            return await retrying(lambda: self.kube.request("GET", path))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        manifest = claims.claim_manifest(job, bind.name, claim)
+        try:
+            return await retrying(lambda: self.kube.request("POST", claims.claim_path(bind.namespace), manifest))
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        return await retrying(lambda: self.kube.request("GET", path))
+
+    async def _refresh_pod(self, namespace: str, name: str) -> None:
+        try:
+            body = await self.kube.request("GET", pod_path(namespace, name))
+            self.pods.upsert(body)
+        except ApiError as exc:
+            if exc.status == 404:
+                current = self.pods.get(namespace, name)
+                if current is not None:
+                    self.pods.forget(namespace, name, current.uid)

@@ -1,0 +1,438 @@
+"""The reconcile loop: watch events and timers wake it, each pass decides on a consistent snapshot of the
+stores and executes the plan, and another pass follows at once while there is work in flight.
+
+Passes never overlap, so one pass's allocations are always visible to the next. The first pass waits for
+complete lists of nodes, pods, jobs and queues (a placement made on a partial view could take GPUs that an
+unlisted job holds). A full re-list every ``resync_seconds`` repairs anything a watch may have missed.
+
+The cluster view is kept between passes (``liveview.py``: patched with what the stores say changed, rebuilt
+after a re-list, checked against a rebuild now and then by ``viewcheck.py``). A pass decides on it as a
+trial and takes its tentative allocations back at the end: what it decided reaches the next view through
+the API objects (a written placement is a claim), exactly as it would after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from paralleljob.k8s.edge.claims import claim_path
+from paralleljob.k8s.edge.config import OperatorConfig
+from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
+from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
+from paralleljob.k8s.edge.queues import QueueInfo, parse_queue, queue_policy
+from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
+from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
+from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH, TaintRuleInfo, parse_taint_rule
+from paralleljob.k8s.plan.actions import JobActions, PodDelete
+from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
+from paralleljob.k8s.plan.metrics_model import gauges, queue_statuses
+from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
+from paralleljob.k8s.runtime.events import EventPoster
+from paralleljob.k8s.runtime.executor import Executor, Outcome
+from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.view.clusterview import ClusterView
+from paralleljob.k8s.view.dranodes import OverlaidNodes
+from paralleljob.k8s.view.liveview import LiveView, NodeSource
+from paralleljob.k8s.view.store import ObjectStore
+from paralleljob.k8s.view.viewcheck import CheckedView
+
+log = logging.getLogger("paralleljob.k8s")
+
+ROLLBACK_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+ADOPTION_RETRY_SECONDS = 10.0
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def relevant_pod(body: Mapping[str, Any]) -> bool:
+    """Our workers, pods that hold GPUs, and bound, unfinished pods that request anything (their CPU and
+    memory count against their node's allocatable); everything else is not kept in memory."""
+    labels = (body.get("metadata") or {}).get("labels") or {}
+    spec = body.get("spec") or {}
+    if JOB_LABEL in labels or POD_GROUP_LABEL in labels or pod_gpu_request(spec) > 0:
+        return True
+    if not spec.get("nodeName") or (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return False
+    return any((c.get("resources") or {}) for c in spec.get("containers") or [] if isinstance(c, Mapping))
+
+
+class Reconciler:
+    def __init__(self, kube: Kube, config: OperatorConfig, metrics: Metrics) -> None:
+        self.kube = kube
+        self.config = config
+        self.metrics = metrics
+        topology = config.topology
+        # Stores keep slimmed bodies (slim.py): what the parsers read, not managedFields and the like.
+        lean = without_managed_fields
+        self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job, slim=lean)
+        self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod, slim=lean)
+        self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology), slim=slim_node)
+        self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue, slim=lean)
+        # DRA (dra.py): ResourceSlices publish GPUs, ResourceClaims hold them; empty unless DRA is on.
+        self.slices: ObjectStore[SliceInfo] = ObjectStore(parse_slice, slim=lean)
+        self.claims: ObjectStore[ClaimInfo] = ObjectStore(parse_claim, slim=lean)
+        # DeviceTaintRules (taintrules.py) taint devices of those slices: health from an admin or our agent.
+        self.taint_rules: ObjectStore[TaintRuleInfo] = ObjectStore(parse_taint_rule, slim=lean)
+        self.by_kind: dict[str, ObjectStore[Any]] = {  # each store by the kind its reflector reports
+            "node": self.nodes,
+            "pod": self.pods,
+            "job": self.jobs,
+            "queue": self.queues,
+            "resourceslice": self.slices,
+            "resourceclaim": self.claims,
+            "devicetaintrule": self.taint_rules,
+        }
+        self.taint_rules_missing = False  # the API has no DeviceTaintRules (said once in the log)
+        self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
+        node_source: NodeSource = self.nodes
+        if config.dra.enabled:
+            node_source = OverlaidNodes(
+                self.nodes,
+                self.slices,
+                self.claims,
+                config.dra,
+                config.topology.default_gpu_memory_gib,
+                self.taint_rules,
+            )
+        self.view = CheckedView(
+            LiveView(topology, node_source, self.pods, lambda why: metrics.view_rebuilds.labels(reason=why).inc()),
+            every_passes=config.view_check_passes,
+            every_seconds=config.view_check_seconds,
+            on_mismatch=lambda differences: metrics.view_mismatches.inc(),
+        )
+        # Job chains still being carried out (job key -> task, the placement it writes) and orphan deletes.
+        self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
+        self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
+        self.adoption_pauses: dict[str, float] = {}  # pod group -> not before (its ParallelJob was refused)
+        self.queue_writes: asyncio.Task[None] | None = None
+        self.executor = Executor(
+            kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds, claim_store=self.claims
+        )
+        self.claim_deletes: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.wake = asyncio.Event()
+        self.synced = asyncio.Event()
+        self.leader = asyncio.Event()
+        self.bind_failures: dict[str, str] = {}
+        self.invalid_pods: dict[str, str] = {}
+        self.holds: dict[str, tuple[float, str]] = {}  # job key -> (not before, why)
+        self.rollbacks: dict[str, int] = {}
+        self.placed_at: dict[str, float] = {}
+        self.failed_at: dict[str, float] = {}
+        self.node_warnings: dict[str, tuple[str, ...]] = {}
+        self.passes = 0
+        self.policy = queue_policy(config.queue_policy, config.preemption_grace_seconds)
+        self.deadline_timer: asyncio.TimerHandle | None = None
+        self.on_pass: Callable[[], None] = lambda: None  # the runtime's health report: a pass completed
+
+    # ---- inputs -------------------------------------------------------------------------------------
+    def on_event(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
+        store = self.by_kind[kind]
+        if event_type == "DELETED":
+            changed = store.remove(body)
+        elif kind == "pod" and not relevant_pod(body):
+            changed = store.remove(body, deleted=False)
+        else:
+            changed = store.upsert(body)
+        if kind == "node" and changed and event_type != "DELETED":
+            self._warn_node(body)
+        if kind == "devicetaintrule" and changed and event_type != "DELETED":
+            self._warn_rule(body)
+        if changed:
+            self.wake.set()
+
+    def _warn_node(self, body: Mapping[str, Any]) -> None:
+        name = str((body.get("metadata") or {}).get("name", ""))
+        info = self.nodes.get("", name)
+        if info is None or self.node_warnings.get(name) == info.warnings:
+            return
+        self.node_warnings[name] = info.warnings
+        for warning in info.warnings:
+            self.events.about_node(body, "Warning", "MalformedLabel", warning)
+
+    def _warn_rule(self, body: Mapping[str, Any]) -> None:
+        rule = self.taint_rules.get("", str((body.get("metadata") or {}).get("name", "")))
+        for warning in rule.warnings if rule is not None else ():
+            log.warning("%s", warning)
+
+    def on_list(
+        self, kind: str, items: list[dict[str, Any]], version: str | None, namespace: str | None = None
+    ) -> None:
+        """A reflector's full list of one kind (of one namespace, for ParallelJobs watched per namespace)."""
+        store = self.by_kind[kind]
+        if kind == "pod":
+            items = [p for p in items if relevant_pod(p)]
+        store.replace_all(items, version, namespace=namespace)
+        if kind == "node":
+            for info in store.values():
+                if info.warnings or info.name in self.node_warnings:
+                    body = store.body("", info.name)
+                    if body is not None:
+                        self._warn_node(body)
+        self.wake.set()
+
+    # ---- the loop -----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Pass whenever something changed, and every ``resync_seconds`` regardless (level-triggered: a
+        pass judges everything from the stores, which the reflectors keep current)."""
+        self.events.start()
+        await self.synced.wait()
+        delay = 0.0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=self.config.resync_seconds)
+            if delay:
+                await asyncio.sleep(delay)
+                delay = 0.0
+            self.wake.clear()
+            if not self.leader.is_set():
+                continue
+            try:
+                again, delay = await self.pass_once()
+                self.on_pass()
+            except Exception:  # the loop must survive anything a pass throws
+                log.exception("reconcile pass failed")
+                again, delay = True, 1.0
+            if again:
+                self.wake.set()
+
+    def stop_acting(self) -> None:
+        """Leadership is gone: cancel every write still in flight at once (the next leader decides anew)."""
+        self.leader.clear()
+        tasks = [task for task, _ in self.inflight.values()] + list(self.inflight_orphans.values())
+        if self.queue_writes is not None:
+            tasks.append(self.queue_writes)
+        for task in tasks:
+            task.cancel()
+
+    def rules_unavailable(self, exc: ApiError) -> None:
+        """No DeviceTaintRules to read (a cluster before 1.36 or without resource.k8s.io/v1beta2 and the
+        DRADeviceTaintRules gate, or a role without the verbs): said once, then device taints come from
+        ResourceSlices only."""
+        if not self.taint_rules_missing:
+            log.warning("cannot list %s (%s); device taints are read from ResourceSlices only", TAINT_RULES_PATH, exc)
+        self.taint_rules_missing = True
+
+    async def pass_once(self) -> tuple[bool, float]:
+        started = time.monotonic()
+        busy = {key: record for key, (_, record) in self.inflight.items()}
+        jobs = self.jobs.values()
+        view = self.view.refresh(claims_of(jobs, busy))
+        if view.state is not None:
+            view.state.begin_trial()
+        try:
+            return self._decide_and_launch(started, jobs, busy, view)
+        finally:
+            if view.state is not None:
+                view.state.rollback()
+
+    def _decide_and_launch(
+        self, started: float, jobs: list[JobObject], busy: dict[str, PlacementRecord | None], view: ClusterView
+    ) -> tuple[bool, float]:
+        """Decide on a snapshot and start carrying the plan out. Each job's chain (status, then pods) runs
+        as its own task, so a pass never waits for an earlier gang's binds; a job whose chain is still
+        running is left out of the next decisions, and the placement it is writing already holds its GPUs.
+        Returns (run again, after this many seconds); finished chains wake the loop themselves."""
+        holds = {k: why for k, (until, why) in self.holds.items() if until > started}
+        self.holds = {k: v for k, v in self.holds.items() if v[0] > started}
+        observed = Observed(
+            jobs=jobs,
+            pods=self.pods.values(),
+            nodes=list(view.nodes.values()),  # as the kept view sees them (DRA pools laid over)
+            now=now_rfc3339(),
+            now_s=time.time(),
+            queues={q.name: q for q in self.queues.values()},
+            bind_failures=dict(self.bind_failures),
+            holds=holds,
+            invalid_pods=dict(self.invalid_pods),
+            busy=busy,
+            namespaces=tuple(self.config.namespaces),
+        )
+        self.bind_failures.clear()
+        self.invalid_pods.clear()
+        plan, view = decide(
+            observed, self.config.topology, self.config.strict_fifo, time.perf_counter, policy=self.policy, view=view
+        )
+        if plan.wake_after is not None:
+            # a preemption's grace period ends then: pass again even if nothing else happens
+            if self.deadline_timer is not None:
+                self.deadline_timer.cancel()
+            self.deadline_timer = asyncio.get_running_loop().call_later(plan.wake_after + 0.05, self.wake.set)
+        for warning in plan.warnings:
+            log.warning("%s", warning)
+        for seconds in plan.scheduling_seconds:
+            self.metrics.scheduling.observe(seconds)
+        launched = 0
+        for actions in plan.jobs:
+            if not (
+                actions.writes_status
+                or actions.deletes
+                or actions.creates
+                or actions.binds
+                or actions.events
+                or actions.annotates
+            ):
+                continue
+            writing = actions.draft.phase in ACTIVE and actions.writes_status
+            record = record_from_status(actions.draft.data) if writing else None
+            task = asyncio.create_task(self._chain(actions, started), name=f"job {actions.job.key}")
+            self.inflight[actions.job.key] = (task, record)
+            launched += 1
+        for delete in plan.orphans:
+            key = (delete.namespace, delete.name)
+            if key not in self.inflight_orphans:
+                self.inflight_orphans[key] = asyncio.create_task(self._orphan(delete), name=f"orphan {key}")
+        for manifest in plan.adopt:
+            group = f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
+            if group not in self.inflight_adoptions and self.adoption_pauses.get(group, 0.0) <= started:
+                self.inflight_adoptions[group] = asyncio.create_task(self._adopt(group, manifest), name=group)
+        self._collect_claims()
+        self.passes += 1
+        self.metrics.passes.inc()
+        self.metrics.pass_duration.observe(time.monotonic() - started)
+        self.metrics.update(gauges(view, plan.jobs, observed.queues, plan.fairness))
+        self._queue_status(plan.jobs, observed.queues, view)
+        log.debug(
+            "pass %d: decided in %.1f ms; %d job chains started, %d in flight",
+            self.passes,
+            (time.monotonic() - started) * 1e3,
+            launched,
+            len(self.inflight),
+        )
+        return False, 0.0
+
+    def _queue_status(self, jobs: list[JobActions], queues: Mapping[str, QueueInfo], view: ClusterView) -> None:
+        """Keep each ParallelJobQueue's status current (in the background; it is informational)."""
+        if self.queue_writes is not None and not self.queue_writes.done():
+            return  # the previous update is still going; the next pass looks again
+        changes = []
+        for name, status in queue_statuses(jobs, queues, view).items():
+            body = self.queues.body("", name)
+            if body is not None and {k: (body.get("status") or {}).get(k) for k in status} != status:
+                changes.append((name, status))
+        if changes:
+            self.queue_writes = asyncio.create_task(self._write_queue_statuses(changes), name="queue-status")
+
+    async def _write_queue_statuses(self, changes: list[tuple[str, dict[str, float]]]) -> None:
+        for name, status in changes:
+            path = f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}/{name}/status"
+            try:
+                self.queues.upsert(await self.kube.merge_patch(path, {"status": status}))
+            except ApiError as exc:
+                log.debug("status of queue %s not written: %s", name, exc)
+
+    async def _chain(self, actions: JobActions, started: float) -> None:
+        key = actions.job.key
+        outcome = Outcome()
+        try:
+            await self.executor.run_job(actions, outcome)
+        except Exception:  # an unexpected answer must not take the loop down; the next pass decides again
+            log.exception("carrying out the decisions for %s failed", key)
+        finally:
+            self.inflight.pop(key, None)
+            self._absorb(outcome, started)
+            self.wake.set()
+
+    async def _orphan(self, delete: PodDelete) -> None:
+        try:
+            await self.executor.delete_orphan(delete, Outcome())
+        except Exception:
+            log.exception("deleting orphan %s/%s failed", delete.namespace, delete.name)
+        finally:
+            self.inflight_orphans.pop((delete.namespace, delete.name), None)
+            self.wake.set()
+
+    async def _adopt(self, key: str, manifest: dict[str, Any]) -> None:
+        created = False
+        try:
+            created = await self.executor.create_job(manifest)
+        except Exception:
+            log.exception("creating the ParallelJob for pod group %s failed", key)
+        finally:
+            if created:
+                self.adoption_pauses.pop(key, None)
+            else:  # refused (the log says why): try again later, not in a tight loop
+                self.adoption_pauses[key] = time.monotonic() + ADOPTION_RETRY_SECONDS
+                asyncio.get_running_loop().call_later(ADOPTION_RETRY_SECONDS, self.wake.set)
+            self.inflight_adoptions.pop(key, None)
+            self.wake.set()
+
+    def _collect_claims(self) -> None:
+        """Delete the operator's ResourceClaims whose worker pod is gone or finished, so no device stays
+        allocated for a pod that no longer needs it (the garbage collector would only act once the whole
+        ParallelJob is deleted). Never while the job's chain runs: it may be creating that very pod."""
+        for claim in self.claims.values():
+            if not claim.operator_owned:
+                continue
+            if self.config.namespaces and claim.namespace not in self.config.namespaces:
+                continue
+            key = (claim.namespace, claim.name)
+            if key in self.claim_deletes or f"{claim.namespace}/{claim.job}" in self.inflight:
+                continue
+            pod = self.pods.get(claim.namespace, claim.pod)
+            if pod is not None and not pod.terminal:
+                continue
+            self.claim_deletes[key] = asyncio.create_task(self._delete_claim(claim), name=f"claim {key}")
+
+    async def _delete_claim(self, claim: ClaimInfo) -> None:
+        try:
+            await retrying(lambda: self.kube.delete(claim_path(claim.namespace, claim.name), claim.uid or None))
+            log.info("deleted ResourceClaim %s/%s: its pod %s is gone", claim.namespace, claim.name, claim.pod)
+            self.claims.forget(claim.namespace, claim.name, claim.uid)
+        except ApiError as exc:
+            if exc.status in (404, 409):  # gone already, or replaced (UID precondition): nothing of ours to free
+                self.claims.forget(claim.namespace, claim.name, claim.uid)
+            else:
+                log.warning("could not delete ResourceClaim %s/%s: %s", claim.namespace, claim.name, exc)
+        finally:
+            self.claim_deletes.pop((claim.namespace, claim.name), None)
+            self.wake.set()
+
+    def _absorb(self, outcome: Outcome, started: float) -> None:
+        self.metrics.binds.inc(outcome.bound)
+        self._account(outcome.written, started)
+        self.invalid_pods.update(outcome.invalid)
+        for key, why in outcome.failures.items():
+            self.bind_failures[key] = why
+            count = self.rollbacks.get(key, 0)
+            self.rollbacks[key] = count + 1
+            pause = ROLLBACK_BACKOFF[min(count, len(ROLLBACK_BACKOFF) - 1)]
+            self.holds[key] = (time.monotonic() + pause, f"retrying in {pause:g} s after: {why}")
+        for key, why in outcome.hold.items():
+            # transient API trouble: give the job half a second before trying again
+            self.holds[key] = (time.monotonic() + 0.5, f"retrying after: {why}")
+            asyncio.get_running_loop().call_later(0.6, self.wake.set)
+
+    def _account(self, written: list[Any], started: float) -> None:
+        for actions in written:
+            key = actions.job.key
+            if actions.placed_cost is not None:
+                self.placed_at[key] = started
+            if actions.recovery_started and key not in self.failed_at:
+                self.failed_at[key] = started
+            if actions.migrated:
+                self.metrics.migrations.inc()
+            if actions.failure_action:
+                self.metrics.failures.labels(action=actions.failure_action).inc()
+                if actions.failure_action in ("requeued", "failed"):
+                    self.failed_at.pop(key, None)
+            if actions.gang_bound and key in self.placed_at:
+                self.metrics.bind.observe(time.monotonic() - self.placed_at.pop(key))
+                self.rollbacks.pop(key, None)
+            if actions.recovery_done and key in self.failed_at:
+                self.metrics.recovery.observe(time.monotonic() - self.failed_at.pop(key))
+
+
+def _ns_path(prefix: str, namespace: str, plural: str) -> str:
+    return f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"

@@ -1,0 +1,114 @@
+"""List-and-watch for one kind: the operator's only way in for every object it reads.
+
+What client-go's reflector does: list (in pages, each slimmed before the next is fetched), then watch from
+the list's resourceVersion with bookmarks, resume from the last seen version after a disconnect, and list
+again when the server says that version is too old (410 Gone). Unlike client-go it also lists again every
+``relist_seconds`` as a slow safety net: a store rule that ever dropped an event wrongly heals itself.
+
+Nodes, ParallelJobs and queues came through Kopf before; Kopf's per-event machinery (a worker per object,
+settings, diff storage) cost about a millisecond per event, which at 12,500 nodes is whole seconds of
+every start and re-list, and it offered nothing the operator used (no change handlers, no finalizers, no
+patching of the watched objects). An optional kind (the queue CRD not installed, DRA APIs on an older
+cluster, a role without the verbs) counts as listed and empty, and is tried again now and then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from paralleljob.k8s.runtime.api import ApiError, Kube
+
+log = logging.getLogger("paralleljob.k8s")
+
+OnList = Callable[[list[dict[str, Any]], str | None], None]
+OnEvent = Callable[[str, Mapping[str, Any]], None]
+Transform = Callable[[dict[str, Any]], Any]
+
+RELIST_SECONDS = 300.0
+ABSENT_RETRY_SECONDS = 30.0  # how often an optional kind that the API does not serve is tried again
+WATCH_TIMEOUT_SECONDS = 300
+
+
+class Reflector:
+    def __init__(
+        self,
+        kube: Kube,
+        path: str,
+        on_list: OnList,
+        on_event: OnEvent,
+        on_state: Callable[[bool], None] | None = None,
+        *,
+        name: str | None = None,
+        transform: Transform | None = None,
+        optional: bool = False,
+        relist_seconds: float = RELIST_SECONDS,
+    ) -> None:
+        self.kube = kube
+        self.path = path
+        self.name = name or path
+        self.on_list = on_list
+        self.on_event = on_event
+        self.on_state = on_state or (lambda connected: None)  # for /healthz: is the watch getting through?
+        self.transform = transform  # a store's slimming, applied to list pages as they arrive
+        self.optional = optional
+        self.relist_seconds = relist_seconds
+        self.synced = asyncio.Event()
+        self.absent = False  # an optional kind the API does not serve (said once in the log)
+
+    async def run(self) -> None:
+        version: str | None = None
+        listed_at = 0.0
+        delay = 0.1
+        while True:
+            try:
+                if version is None or time.monotonic() - listed_at >= self.relist_seconds:
+                    version = await self._list()
+                    listed_at = time.monotonic()
+                    if version is None:  # optional and absent
+                        await asyncio.sleep(ABSENT_RETRY_SECONDS)
+                        continue
+                self.on_state(True)
+                left = self.relist_seconds - (time.monotonic() - listed_at)
+                timeout_s = max(1, min(WATCH_TIMEOUT_SECONDS, int(left) + 1))
+                async for event in self.kube.watch(self.path, version, timeout_s=timeout_s):
+                    kind = event.get("type")
+                    body = event.get("object") or {}
+                    if kind == "ERROR":
+                        if body.get("code") == 410:  # our version is compacted away: list again
+                            version = None
+                        break
+                    version = (body.get("metadata") or {}).get("resourceVersion") or version
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self.on_event(str(kind), body)
+                delay = 0.1
+            except ApiError as exc:
+                if exc.status == 410:
+                    version = None
+                self.on_state(False)
+                log.debug("watch of %s interrupted (%s); resuming", self.path, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _list(self) -> str | None:
+        """List and hand the items over; the list's version, or None for an optional kind not served."""
+        try:
+            items, version = await self.kube.list(self.path, transform=self.transform)
+        except ApiError as exc:
+            if not (self.optional and exc.status in (403, 404)):
+                raise
+            if not self.absent:
+                log.warning("cannot list %s (%s); treating it as empty and trying again later", self.path, exc)
+            self.absent = True
+            self.on_list([], None)
+            self.synced.set()
+            return None
+        if self.absent:
+            log.info("%s can be listed now", self.path)
+        self.absent = False
+        self.on_list(items, version)
+        self.synced.set()
+        return version or ""

@@ -1,0 +1,259 @@
+"""Run the operator: metrics server, leader election, one list-and-watch reflector per watched kind and the
+reconcile loop, in one event loop, until SIGINT/SIGTERM, a lost lease, ``stop``, or the death of any of them.
+
+Every long-lived task is supervised: one that ends while the operator should be running (an exception, an
+unexpected return or cancellation) stops the whole process with a log line naming it, and
+:class:`OperatorFailed` makes the command exit non-zero, so the Deployment restarts a clean replica instead
+of keeping one that looks alive and does nothing. ``/healthz`` reports the same, and also a reconcile loop
+that has not passed for too long or a pod watch cut off for too long (:mod:`paralleljob.k8s.runtime.health`).
+Losing the lease cancels every write in flight at once and stops the process too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from paralleljob.k8s.edge.config import OperatorConfig
+from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH
+from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
+from paralleljob.k8s.runtime.api import ApiError, Kube
+from paralleljob.k8s.runtime.election import LeaderElection
+from paralleljob.k8s.runtime.health import Health
+from paralleljob.k8s.runtime.metrics import Metrics, serve
+from paralleljob.k8s.runtime.reconciler import Reconciler
+from paralleljob.k8s.runtime.reflector import Reflector
+
+log = logging.getLogger("paralleljob.k8s")
+
+# How long the pod watch may stay cut off before /healthz says so (it resumes by itself within seconds
+# when the API server is reachable at all).
+MAX_WATCH_DOWN_S = 120.0
+
+
+LINGER_UNHEALTHY_S = 1.0
+
+
+class OperatorFailed(RuntimeError):
+    """The operator stopped because something it depends on died or it lost its lease."""
+
+
+async def run_operator(
+    config: OperatorConfig, kubeconfig: str | None = None, stop: asyncio.Event | None = None
+) -> None:
+    config = config.with_identity()
+    kube = await Kube.connect(kubeconfig, config.write_concurrency)
+    loop = asyncio.get_running_loop()
+    metrics = Metrics()
+    election = LeaderElection(
+        kube, config.lease_namespace, config.lease_name, config.identity, config.lease_duration_seconds
+    )
+    health = Health(
+        max_pass_age_s=3 * config.resync_seconds + 10, max_watch_down_s=MAX_WATCH_DOWN_S, started_at=loop.time()
+    )
+    try:
+        web = await serve(
+            metrics, config.metrics_host, config.metrics_port, lambda: health.verdict(loop.time(), election.leading())
+        )
+    except OSError:
+        await kube.close()
+        raise
+    log.info("metrics on http://%s:%d/metrics; identity %s", config.metrics_host, config.metrics_port, config.identity)
+    reconciler = Reconciler(kube, config, metrics)
+    reconciler.on_pass = lambda: health.passed(loop.time())
+    kube.write_fence = election.leading  # no write leaves this process unless it still leads
+    stop_flag = asyncio.Event()
+    failure: list[str] = []
+
+    async def follow_leadership() -> None:
+        await election.leader.wait()
+        metrics.leader.set(1)
+        reconciler.leader.set()
+        reconciler.wake.set()
+        await election.lost.wait()
+        metrics.leader.set(0)
+        reconciler.stop_acting()
+        raise OperatorFailed("lost the leader lease; stopping so a clean replica starts as a standby")
+
+    reflectors = _reflectors(kube, reconciler, config, health, loop)
+
+    async def initial_sync() -> None:
+        """The first pass waits until every kind has been listed once."""
+        await asyncio.gather(*(r.synced.wait() for r in reflectors))
+        reconciler.synced.set()
+        reconciler.wake.set()
+
+    async def external_stop() -> None:
+        if stop is not None:
+            await stop.wait()
+            stop_flag.set()
+
+    supervised: dict[asyncio.Task[Any], bool] = {}  # task -> whether it must run until the end
+
+    def start(coro: Coroutine[Any, Any, None], name: str, forever: bool = True) -> None:
+        supervised[asyncio.create_task(coro, name=name)] = forever
+
+    reconciler.events.start()
+    for reflector in reflectors:
+        start(reflector.run(), f"{reflector.name}-watch")
+    if config.dra.enabled:
+        # DeviceTaintRules (resource.k8s.io/v1beta2): optional; a cluster without them ends this task.
+        start(_watch_taint_rules(kube, reconciler), "devicetaintrule-watch", forever=False)
+    start(election.run(), "leader-election")
+    start(follow_leadership(), "leadership")
+    start(initial_sync(), "initial-sync", forever=False)
+    start(reconciler.run(), "reconciler")
+    start(external_stop(), "stop", forever=False)
+    if config.kill_task:
+        start(_kill_later(config.kill_task, supervised), "test-hook", forever=False)
+    signals = _on_signals(loop, stop_flag)
+    try:
+        await _supervise(supervised, stop_flag, health, failure)
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+        for task in supervised:
+            task.cancel()
+        for task in supervised:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await election.release()
+        if failure:
+            await asyncio.sleep(LINGER_UNHEALTHY_S)  # let a probe (or a person) see /healthz say why
+        await web.cleanup()
+        await kube.close()
+        log.info("operator stopped")
+    if failure:
+        raise OperatorFailed(failure[0])
+
+
+def _reflector(
+    kube: Kube, reconciler: Reconciler, kind: str, path: str, namespace: str | None = None, **options: Any
+) -> Reflector:
+    """A reflector feeding one kind's store (of one namespace, when ParallelJobs are watched per namespace)."""
+
+    def on_list(items: list[dict[str, Any]], version: str | None) -> None:
+        reconciler.on_list(kind, items, version, namespace=namespace)
+
+    def on_event(event: str, body: Mapping[str, Any]) -> None:
+        reconciler.on_event(kind, event, body)
+
+    store = reconciler.by_kind[kind]
+    name = kind if namespace is None else f"{kind}[{namespace}]"
+    return Reflector(kube, path, on_list, on_event, name=name, transform=store.slim, **options)
+
+
+def _reflectors(
+    kube: Kube, reconciler: Reconciler, config: OperatorConfig, health: Health, loop: asyncio.AbstractEventLoop
+) -> list[Reflector]:
+    """One list-and-watch per watched kind: the operator's only way in."""
+    relist = config.relist_seconds
+    jobs = f"/apis/{GROUP}/{VERSION}"
+    found = [
+        _reflector(
+            kube,
+            reconciler,
+            "pod",
+            "/api/v1/pods",
+            relist_seconds=relist,
+            on_state=lambda up: health.watch_up() if up else health.watch_down(loop.time()),
+        ),
+        _reflector(kube, reconciler, "node", "/api/v1/nodes", relist_seconds=relist),
+        _reflector(kube, reconciler, "queue", f"{jobs}/{QUEUE_PLURAL}", optional=True, relist_seconds=relist),
+    ]
+    if config.namespaces:
+        found += [
+            _reflector(kube, reconciler, "job", f"{jobs}/namespaces/{ns}/{PLURAL}", ns, relist_seconds=relist)
+            for ns in config.namespaces
+        ]
+    else:
+        found.append(_reflector(kube, reconciler, "job", f"{jobs}/{PLURAL}", relist_seconds=relist))
+    if config.dra.enabled:
+        # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold). A cluster before
+        # 1.34 (no resource.k8s.io/v1) or a role without the verbs: every node is a device-plugin node.
+        found += [
+            _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist)
+            for kind, path in (("resourceslice", SLICES_PATH), ("resourceclaim", CLAIMS_PATH))
+        ]
+    return found
+
+
+def _on_signals(loop: asyncio.AbstractEventLoop, stop_flag: asyncio.Event) -> list[int]:
+    """SIGTERM/SIGINT stop the operator cleanly (lease released); only the main thread can take them."""
+    taken: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, stop_flag.set)
+            taken.append(signum)
+        except (RuntimeError, ValueError):  # not the main thread (an operator run inside a test)
+            break
+    return taken
+
+
+async def _watch_taint_rules(kube: Kube, reconciler: Reconciler) -> None:
+    """List and watch DeviceTaintRules, or, when the API has none to give (404: a cluster before 1.36 or
+    without resource.k8s.io/v1beta2; 403: a role without the verbs), say so once and stop watching."""
+    delay = 0.2
+    while True:
+        try:
+            await kube.list(TAINT_RULES_PATH)
+            break
+        except ApiError as exc:
+            if exc.status in (403, 404):
+                reconciler.rules_unavailable(exc)
+                return
+            await asyncio.sleep(delay)  # the API may not be reachable yet
+            delay = min(delay * 2, 5.0)
+    await _reflector(kube, reconciler, "devicetaintrule", TAINT_RULES_PATH).run()
+
+
+async def _supervise(
+    supervised: dict[asyncio.Task[Any], bool], stop_flag: asyncio.Event, health: Health, failure: list[str]
+) -> None:
+    """Wait for the stop flag; the first supervised task that ends while it should not sets it."""
+    stopping = asyncio.create_task(stop_flag.wait(), name="stop-flag")
+    pending: set[asyncio.Task[Any]] = {stopping, *supervised}
+    try:
+        while not stop_flag.is_set():
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is stopping:
+                    continue
+                why = _why_ended(task)
+                if not supervised[task] and why == "":
+                    continue  # a finite task that finished its work
+                if stop_flag.is_set():
+                    continue  # shutting down anyway
+                message = f"{task.get_name()} {why or 'returned'}"
+                log.critical("the operator's task %s: stopping the operator", message)
+                health.died(task.get_name(), why or "returned")
+                failure.append(message)
+                stop_flag.set()
+    finally:
+        stopping.cancel()
+
+
+def _why_ended(task: asyncio.Task[Any]) -> str:
+    if task.cancelled():
+        return "was cancelled"
+    exc = task.exception()
+    if exc is None:
+        return ""
+    if isinstance(exc, OperatorFailed):
+        return str(exc)
+    return f"died: {exc!r}"
+
+
+async def _kill_later(spec: str, supervised: dict[asyncio.Task[Any], bool]) -> None:
+    """The ``kill_task`` test hook: cancel a supervised task by name, as a crash of it would end it."""
+    name, _, seconds = spec.partition(":")
+    await asyncio.sleep(float(seconds or 0))
+    for task in supervised:
+        if task.get_name() == name:
+            log.warning("test hook: killing task %s", name)
+            task.cancel()

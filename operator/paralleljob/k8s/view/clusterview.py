@@ -1,0 +1,272 @@
+"""The cluster as the core sees it, rebuilt from what the API shows: nodes, pods and recorded placements.
+
+Rebuilding (instead of patching a long-lived state) is what makes the operator level-triggered: whatever
+happened while it was away, the next view is derived from the objects alone. The order matters:
+1. topology from the GPU nodes, plus *ghost* nodes that recorded placements still name after the Node
+   object is gone (so the job's allocation can be loaded and its groups found broken); with
+   ``pcieRootBandwidthGbps`` set, a DRA node's GPUs are grouped by PCIe root in a level below the node;
+2. every recorded placement is allocated (the operator's own claims);
+3. bound pods the records do not explain — other schedulers' GPU pods, our stale workers — take GPUs too,
+   and so do DRA devices allocated in other ResourceClaims (``NodeInfo.held_gpus``, see ``dra.py``);
+4. only then health and schedulability are applied, so broken hardware under a job shows up as broken
+   GPUs *owned by that job*, which is exactly what the core's recovery looks for.
+Domains are named by their whole path to the top (``leaf-01/spine-00/zone-0``), so inconsistent labels can
+only split a domain, never make the tree invalid.
+
+The reconciler keeps one view alive between passes and patches it (``liveview.py``); steps 2-4 are written
+per claim, per pod and per node here so that both paths run the very same code.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
+from paralleljob.core.errors import InvalidRequest
+from paralleljob.core.topology import Level, NodeSpec, Topology
+from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.nodes import NodeInfo
+from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+
+CLUSTER_DOMAIN = "cluster"
+PCIE_ROOT_LEVEL = "pcieRoot"  # the optional level below the node (TopologyConfig.pcie_root_bandwidth_gbps)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A recorded placement to load into the view: whose it is and where its pods belong."""
+
+    key: str  # namespace/name of the ParallelJob
+    uid: str
+    record: PlacementRecord
+
+
+@dataclass
+class ClusterView:
+    topology: Topology | None
+    state: ClusterState | None
+    nodes: dict[str, NodeInfo]
+    node_index: dict[str, int]
+    products: list[str]
+    ghosts: frozenset[str]
+    conflicts: dict[str, str] = field(default_factory=dict)  # job key -> why its record could not be loaded
+    loaded: dict[str, Claim] = field(default_factory=dict)  # job key -> its claim, holding its GPUs
+    occupants: dict[str, list[str]] = field(default_factory=dict)  # node -> pods not explained by a record
+    node_warnings: dict[str, list[str]] = field(default_factory=dict)  # node -> what is wrong with it
+
+    @property
+    def warnings(self) -> list[str]:
+        return [warning for found in self.node_warnings.values() for warning in found]
+
+    @property
+    def empty(self) -> bool:
+        return self.topology is None
+
+    def gpu_id(self, node: str, index: int) -> int | None:
+        if self.topology is None or node not in self.node_index:
+            return None
+        n = self.node_index[node]
+        if not 0 <= index < self.topology.node_gpu_count[n]:
+            return None
+        return self.topology.node_first_gpu[n] + index
+
+    def slot_gpus(self, slot: PodSlot) -> tuple[int, ...] | None:
+        ids = [self.gpu_id(slot.node, i) for i in slot.gpu_indices]
+        if any(g is None for g in ids):
+            return None
+        return tuple(g for g in ids if g is not None)
+
+    def locate(self, gpus: Sequence[int]) -> tuple[str, tuple[int, ...]]:
+        """Global GPU ids of one TP group -> (node name, GPU indices on that node)."""
+        assert self.topology is not None
+        node = self.topology.gpu_node[gpus[0]]
+        first = self.topology.node_first_gpu[node]
+        return self.topology.node_names[node], tuple(g - first for g in gpus)
+
+    def broken_gpus(self, slot: PodSlot) -> bool:
+        """True when any GPU of the slot is gone or may not run work."""
+        ids = self.slot_gpus(slot)
+        if ids is None or self.state is None:
+            return True
+        return any(self.state.health[g] in (GPUHealth.OFFLINE, GPUHealth.RESETTING) for g in ids)
+
+
+def _domains(values: Sequence[str | None], node: str) -> tuple[str, ...]:
+    """Path names bottom-up: the domain at each level is named by its own value and every value above it."""
+    parts = [v if v else f"~{node}" for v in values]
+    named = tuple("/".join(parts[i:]) for i in range(len(parts)))
+    return (*named, CLUSTER_DOMAIN)
+
+
+@functools.lru_cache(maxsize=16)
+def _topology(specs: tuple[NodeSpec, ...], levels: tuple[Level, ...], sub_level: Level | None) -> Topology:
+    return Topology.from_nodes(specs, levels, sub_level)
+
+
+def _pcie_roots(info: NodeInfo, config: TopologyConfig) -> tuple[str, ...]:
+    """A DRA node's GPUs grouped by PCIe root, when that level is on and every device names its root."""
+    if not config.pcie_root_bandwidth_gbps or info.dra is None:
+        return ()
+    roots = info.dra.pcie_roots
+    return roots if len(roots) == info.gpu_count and all(roots) else ()
+
+
+def build_view(
+    nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], claims: Sequence[Claim], config: TopologyConfig
+) -> ClusterView:
+    """The cluster view; ``claims`` in the order they were made (older claims win a contested GPU)."""
+    live = {n.name: n for n in nodes if n.gpu_count > 0}
+    ghost_counts: dict[str, int] = {}
+    for claim in claims:
+        for slot in claim.record.slots:
+            if slot.node not in live and slot.gpu_indices:
+                ghost_counts[slot.node] = max(ghost_counts.get(slot.node, 0), max(slot.gpu_indices) + 1)
+    if not live and not ghost_counts:
+        return ClusterView(None, None, {}, {}, [], frozenset())
+    present = [i for i, _ in enumerate(config.levels) if any(n.domains[i] for n in live.values())]
+    levels = (
+        Level("node", config.node_bandwidth_gbps),
+        *(Level(config.levels[i].name, config.levels[i].bandwidth_gbps) for i in present),
+        Level(CLUSTER_DOMAIN, config.cluster_bandwidth_gbps),
+    )
+    specs = []
+    for name in sorted(set(live) | set(ghost_counts)):
+        info = live.get(name)
+        if info is not None:
+            values = [info.domains[i] for i in present]
+            domains = _domains(values, name)
+            roots = _pcie_roots(info, config)
+            specs.append(NodeSpec(name, info.gpu_count, info.gpu_memory_gib, domains, info.gpu_product, roots))
+        else:
+            specs.append(
+                NodeSpec(name, ghost_counts[name], config.default_gpu_memory_gib, _domains([None] * len(present), name))
+            )
+    # The level below the node exists as soon as one node has roots; a node without them is one domain.
+    sub_level = Level(PCIE_ROOT_LEVEL, config.pcie_root_bandwidth_gbps) if any(s.gpu_domains for s in specs) else None
+    topology = _topology(tuple(specs), levels, sub_level)
+    state = ClusterState(topology)
+    view = ClusterView(
+        topology,
+        state,
+        live,
+        {name: i for i, name in enumerate(topology.node_names)},
+        [spec.gpu_product for spec in specs],
+        frozenset(ghost_counts),
+    )
+    for claim in claims:
+        load_claim(view, claim)
+    for pod in pods:
+        if pod.holds_gpus and not explained(pod, view.loaded):
+            warning = occupy(view, pod)
+            if warning:
+                view.node_warnings.setdefault(pod.node, []).append(warning)
+    for name in live:
+        hold_claimed_devices(view, name)
+    for n in range(topology.num_nodes):
+        apply_health(view, n)
+    return view
+
+
+def apply_health(view: ClusterView, n: int) -> None:
+    """Step 4 for one node, on a node whose GPUs are all healthy and which is schedulable: a ghost is
+    wholly offline, a live node gets its broken GPUs offline, its degraded ones degraded, and no new work
+    if it takes none."""
+    assert view.state is not None and view.topology is not None
+    state, topology = view.state, view.topology
+    info = view.nodes.get(topology.node_names[n])
+    broken = frozenset(range(topology.node_gpu_count[n])) if info is None else info.broken_gpus()
+    first = topology.node_first_gpu[n]
+    for index in broken:
+        state.set_health(first + index, GPUHealth.OFFLINE)
+    if info is not None:
+        for index in info.degraded_gpus - broken:
+            state.set_health(first + index, GPUHealth.DEGRADED)
+    if info is None or not info.takes_new_work:
+        state.set_node_schedulable(n, False)
+
+
+def load_claim(view: ClusterView, claim: Claim) -> bool:
+    """Step 2 for one claim: all of its GPUs, or none and the reason in ``conflicts``."""
+    assert view.state is not None
+    groups = []
+    for slot in claim.record.slots:
+        ids = view.slot_gpus(slot)
+        if ids is None:
+            view.conflicts[claim.key] = f"pod {slot.name} is recorded on GPUs {slot.gpu_names()} that do not exist"
+            return False
+        groups.append(ids)
+    taken = [g for group in groups for g in group if view.state.owner[g] is not None]
+    if taken:
+        owner = view.state.owner[taken[0]]
+        view.conflicts[claim.key] = f"GPU {taken[0]} is recorded for this job and for {owner}"
+        return False
+    try:
+        # Memory is not re-checked for a placement already made: a relabelled node must not evict a job.
+        view.state.allocate(Allocation(claim.key, tuple(groups), 0.0))
+    except InvalidRequest as exc:
+        view.conflicts[claim.key] = str(exc)
+        return False
+    view.loaded[claim.key] = claim
+    return True
+
+
+def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
+    """True when a loaded claim already holds this pod's GPUs: same job, same slot, same node and GPUs (for
+    a pod group's pod: any slot of its adopting job's record on that node with those GPUs)."""
+    if pod.group is not None:
+        group_claim = loaded.get(f"{pod.namespace}/{pod.group}")
+        return group_claim is not None and any(
+            s.node == pod.node and s.gpu_indices == pod.gpu_indices for s in group_claim.record.slots
+        )
+    claim = loaded.get(f"{pod.namespace}/{pod.job}") if pod.job is not None else None
+    if claim is None or claim.uid != pod.owner_uid:
+        return False
+    slot = claim.record.slot_named(pod.name)
+    return slot is not None and slot.node == pod.node and slot.gpu_indices == pod.gpu_indices
+
+
+def hold_claimed_devices(view: ClusterView, name: str) -> None:
+    """Step 3b for one DRA node: GPUs that other ResourceClaims have allocated (``NodeInfo.held_gpus``) are
+    taken by one holder per node (allocation ``claims:<node>``); a GPU already owned (a record or a pod
+    claims it too) is left to that owner."""
+    assert view.state is not None
+    info = view.nodes.get(name)
+    if info is None or not info.held_gpus:
+        return
+    gpus = [gpu for i in sorted(info.held_gpus) if (gpu := view.gpu_id(name, i)) is not None]
+    free = tuple(g for g in gpus if view.state.owner[g] is None)
+    if free:
+        view.state.allocate(Allocation(claims_holder_id(name), (free,), 0.0))
+
+
+def claims_holder_id(node: str) -> str:
+    """The allocation id of the GPUs of ``node`` that claims the operator does not explain hold."""
+    return f"claims:{node}"
+
+
+def occupy(view: ClusterView, pod: PodInfo) -> str:
+    """Step 3 for one pod no record explains: it holds its annotated GPUs when they are free, else any free
+    ones (allocation ``pod:<key>``). Returns a warning when its node has fewer free GPUs than it holds."""
+    assert view.state is not None and view.topology is not None
+    n = view.node_index.get(pod.node)
+    if n is None:
+        return ""
+    gpus = list(view.topology.node_gpus(n))
+    free = [g for g in gpus if view.state.owner[g] is None]
+    first = view.topology.node_first_gpu[n]
+    preferred = [first + i for i in pod.gpu_indices or () if first + i in free]
+    chosen = (preferred + [g for g in free if g not in preferred])[: pod.gpus]
+    view.occupants.setdefault(pod.node, []).append(pod.key)
+    if chosen:
+        view.state.allocate(Allocation(occupant_id(pod.key), (tuple(chosen),), 0.0))
+    if len(chosen) < pod.gpus:
+        return f"node {pod.node} is oversubscribed: pod {pod.key} holds {pod.gpus} GPUs, only {len(chosen)} were free"
+    return ""
+
+
+def occupant_id(pod_key: str) -> str:
+    """The allocation id of a pod that holds GPUs no record explains."""
+    return f"pod:{pod_key}"
