@@ -29,7 +29,7 @@ from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.process import free_loopback_ports
-from paralleljob.k8s.edge.constants import API_VERSION, JOB_LABEL, KIND
+from paralleljob.k8s.edge.constants import API_VERSION, GROUP, JOB_LABEL, KIND
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
 
@@ -185,15 +185,21 @@ async def bench_stream(kube: Kube, namespace: str, jobs: int, pods_per_job: int)
 
 
 def same_pod(worker: dict[str, Any]) -> dict[str, Any]:
-    """One of the operator's workers as a pod for kube-scheduler to bind: the same labels, annotations,
-    env and requests (what the API server stores and sends per pod), without node, scheduler or owner."""
+    """One of the operator's workers as a pod for kube-scheduler to bind: the same env, requests and as many
+    labels and annotations of the same sizes (what the API server stores and sends per pod), without node,
+    scheduler or owner. The operator's keys are renamed (same length): a pod labelled as a worker of a
+    ParallelJob that is gone is an orphan the operator deletes."""
     metadata = worker.get("metadata") or {}
     spec = {k: v for k, v in (worker.get("spec") or {}).items() if k not in ("nodeName", "schedulerName")}
-    labels = {**(metadata.get("labels") or {}), "bench": "plain"}
+
+    def renamed(items: dict[str, str]) -> dict[str, str]:
+        return {k.replace(GROUP, "x" * len(GROUP)): v for k, v in items.items() if k != "app.kubernetes.io/managed-by"}
+
+    labels = {**renamed(metadata.get("labels") or {}), "bench": "plain"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"labels": labels, "annotations": metadata.get("annotations") or {}},
+        "metadata": {"labels": labels, "annotations": renamed(metadata.get("annotations") or {})},
         "spec": spec,
     }
 
