@@ -1,0 +1,339 @@
+"""The runtime (executor, leader election, the reconcile loop) against the in-memory API of ``fakekube``:
+the real request-building code, the API's conflict/precondition answers, injected faults, no cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from paralleljob.k8s.edge.config import OperatorConfig, TopologyConfig
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.plan.actions import Plan
+from paralleljob.k8s.plan.decide import Observed, decide
+from paralleljob.k8s.runtime import reconciler as reconciler_module
+from paralleljob.k8s.runtime.api import NotLeading, job_path
+from paralleljob.k8s.runtime.election import LeaderElection
+from paralleljob.k8s.runtime.executor import Executor
+from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.reconciler import Reconciler
+from paralleljob.k8s.view.store import ObjectStore
+from tests.k8s import factories
+from tests.k8s.fakekube import FakeApi, FakeKube
+
+NODES = "/api/v1/nodes"
+PODS = "/api/v1/namespaces/ns/pods"
+JOBS = job_path("ns")
+JOB = job_path("ns", "train")
+GANG = 4  # a 4x2x2 job on 8-GPU nodes: four pods of one TP group each
+
+
+def cluster(nodes: int = 2) -> FakeApi:
+    api = FakeApi()
+    for i in range(nodes):
+        api.seed(NODES, factories.node(f"n{i}", 8))
+    api.seed(JOBS, factories.paralleljob("train", 4, 2, 2))
+    return api
+
+
+class Operator:
+    """The executor and the stores it writes back into, with the pure pass in between (as the reconciler
+    wires them, minus the loop)."""
+
+    def __init__(self, api: FakeApi) -> None:
+        self.api = api
+        self.kube = api.client()
+        self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job)
+        self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod)
+        self.events: list[tuple[str, str]] = []
+        self.executor = Executor(self.kube, self.jobs, self.pods, lambda job, kind, reason, msg: None)
+        self.seconds = 10
+
+    async def relist(self) -> None:
+        for store, path in ((self.jobs, JOBS), (self.pods, PODS)):
+            items, rv = await self.kube.list(path)
+            store.replace_all(items, rv)
+
+    async def decide(self, bind_failures: dict[str, str] | None = None) -> Plan:
+        await self.relist()
+        nodes, _ = await self.kube.list(NODES)
+        self.seconds += 1
+        observed = Observed(
+            jobs=self.jobs.values(),
+            pods=self.pods.values(),
+            nodes=[parse_node(n, TopologyConfig()) for n in nodes],
+            now=f"2024-01-01T00:00:{self.seconds:02d}Z",
+            bind_failures=bind_failures or {},
+        )
+        plan, _ = decide(observed, TopologyConfig())
+        return plan
+
+
+def pod_names(plan: Plan) -> list[str]:
+    return [c.manifest["metadata"]["name"] for a in plan.jobs for c in a.creates]
+
+
+def bound(api: FakeApi) -> list[str]:
+    return [p["metadata"]["name"] for p in api.pods_of("ns", "train") if p["spec"].get("nodeName")]
+
+
+# ---- the executor ---------------------------------------------------------------------------------------
+
+
+def test_the_placement_is_recorded_before_any_pod_exists_then_the_gang_is_created_and_bound() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        op = Operator(api)
+        plan = await op.decide()
+        outcome = await op.executor.execute(plan)
+        methods = [(m, p) for _, m, p in api.calls if m != "GET"]
+        assert methods[0] == ("PATCH", f"{JOB}/status"), "the status (the placement) is written first"
+        assert outcome.bound == GANG and not outcome.failures and not outcome.hold
+        assert sorted(bound(api)) == sorted(pod_names(plan))
+        status = api.get(JOB)["status"]  # type: ignore[index]
+        assert status["phase"] == "Placing" and len(status["placement"]["pods"]) == GANG
+        # what the executor wrote came back into the stores at once, before any watch or re-list
+        assert all(op.pods.get("ns", name).node for name in pod_names(plan))  # type: ignore[union-attr]
+        assert op.jobs.get("ns", "train").phase.value == "Placing"  # type: ignore[union-attr]
+
+    asyncio.run(scenario())
+
+
+def test_a_status_write_on_a_stale_copy_is_refused_and_no_pod_is_made() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        op = Operator(api)
+        plan = await op.decide()
+        api.objects[JOB]["metadata"]["labels"] = {"touched": "yes"}  # someone wrote the job meanwhile
+        api.objects[JOB]["metadata"]["resourceVersion"] = "999"
+        outcome = await op.executor.execute(plan)
+        assert outcome.wrote == 0 and api.count("POST", PODS) == 0, "no pods without a recorded placement"
+        assert op.jobs.body("ns", "train")["metadata"]["resourceVersion"] == "999", "re-read to decide again"  # type: ignore[index]
+
+    asyncio.run(scenario())
+
+
+def test_transient_bind_errors_are_retried() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        op = Operator(api)
+        plan = await op.decide()
+        api.fail("POST", "/binding", 503, times=3)
+        outcome = await op.executor.execute(plan)
+        assert outcome.bound == GANG and not outcome.hold and not outcome.failures
+        assert api.count("POST", "/binding") == GANG + 3
+
+    asyncio.run(scenario())
+
+
+def test_a_bind_that_keeps_failing_transiently_holds_the_job_instead_of_failing_it() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        op = Operator(api)
+        plan = await op.decide()
+        victim = pod_names(plan)[0]
+        api.fail("POST", f"/{victim}/binding", 503, times=100)
+        outcome = await op.executor.execute(plan)
+        assert "train" in next(iter(outcome.hold)) and not outcome.failures
+        assert victim not in bound(api) and len(bound(api)) == GANG - 1
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_bind_rolls_the_whole_gang_back_on_the_next_pass() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        op = Operator(api)
+        plan = await op.decide()
+        victim = pod_names(plan)[1]
+        api.fail("POST", f"/{victim}/binding", 403, times=1)
+        outcome = await op.executor.execute(plan)
+        assert list(outcome.failures) == ["ns/train"] and victim in outcome.failures["ns/train"]
+        assert len(bound(api)) == GANG - 1, "the others were bound before the refusal was known"
+        # all or nothing: the next pass, told of the failure, takes every pod of the gang away and requeues
+        rollback = await op.decide(bind_failures=dict(outcome.failures))
+        again = await op.executor.execute(rollback)
+        assert again.deleted == GANG
+        assert api.pods_of("ns", "train") == [], "no pod of a half-bound gang is left"
+        status = api.get(JOB)["status"]  # type: ignore[index]
+        assert status["phase"] == "Queued" and "placement" not in status
+        assert any("gang rolled back" in (c.get("message") or "") for c in status["conditions"])
+
+    asyncio.run(scenario())
+
+
+def test_a_pod_replaced_before_its_bind_is_not_bound_and_is_re_read() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        op = Operator(api)
+        plan = await op.decide()
+        victim = pod_names(plan)[2]
+
+        def replace_it(method: str, path: str) -> None:  # deleted and re-created by someone else
+            if method == "POST" and path.endswith(f"/{victim}/binding"):
+                api.objects[f"{PODS}/{victim}"]["metadata"]["uid"] = "uid-somebody-else"
+                api.on_request = None
+
+        api.on_request = replace_it
+        outcome = await op.executor.execute(plan)
+        assert not outcome.failures and not outcome.hold and outcome.bound == GANG - 1
+        assert victim not in bound(api), "the UID precondition kept the replacement unbound"
+        assert op.pods.get("ns", victim).uid == "uid-somebody-else"  # type: ignore[union-attr]
+
+    asyncio.run(scenario())
+
+
+def test_a_pod_deleted_before_its_bind_is_forgotten() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        op = Operator(api)
+        plan = await op.decide()
+        victim = pod_names(plan)[3]
+
+        def delete_it(method: str, path: str) -> None:
+            if method == "POST" and path.endswith(f"/{victim}/binding"):
+                del api.objects[f"{PODS}/{victim}"]
+                api.on_request = None
+
+        api.on_request = delete_it
+        outcome = await op.executor.execute(plan)
+        assert not outcome.failures and outcome.bound == GANG - 1
+        assert op.pods.get("ns", victim) is None
+
+    asyncio.run(scenario())
+
+
+# ---- leader election --------------------------------------------------------------------------------------
+
+DURATION, DEADLINE, RETRY = 0.6, 0.4, 0.05
+
+
+def candidate(api: FakeApi, who: str, skew: dict[str, float] | None = None) -> LeaderElection:
+    loop = asyncio.get_running_loop()
+    offsets = skew if skew is not None else {}
+    return LeaderElection(
+        api.client(who), "ns", "lease", who, DURATION, DEADLINE, RETRY, clock=lambda: loop.time() + offsets.get(who, 0)
+    )
+
+
+async def stop(tasks: list[asyncio.Task[Any]]) -> None:
+    # Cancelled more than once if need be: on Python 3.11 ``asyncio.wait_for`` (which the reconcile loop
+    # waits in) can swallow a cancellation that arrives as the awaited event fires (CPython gh-86296).
+    for _ in range(100):
+        pending = [task for task in tasks if not task.done()]
+        if not pending:
+            break
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=0.05)
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def test_under_random_partitions_and_errors_two_candidates_never_lead_at_once() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        rng = random.Random(7)
+        elections = [candidate(api, who) for who in ("a", "b", "c")]
+        tasks = [asyncio.create_task(e.run()) for e in elections]
+        leaders_seen: set[str] = set()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 4.0
+        next_chaos = loop.time()
+        while loop.time() < end:
+            leading = [e.identity for e in elections if e.leading()]
+            assert len(leading) <= 1, f"two leaders at once: {leading}"
+            leaders_seen.update(leading)
+            if loop.time() >= next_chaos:
+                who = rng.choice("abc")
+                api.hanging ^= {who}  # partition it, or heal its partition
+                if rng.random() < 0.3:
+                    api.fail("PUT", "/leases/lease", rng.choice((409, 500, 503)), times=rng.randint(1, 3))
+                next_chaos = loop.time() + rng.uniform(0.1, 0.6)
+            await asyncio.sleep(0.003)
+        assert len(leaders_seen) >= 2, "leadership moved when its holder was cut off"
+        api.hanging.clear()
+        for election in elections:
+            election.lost.clear()  # those that stepped down have returned; the others still run
+        await stop(tasks)
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_whose_renewals_fail_steps_down_within_its_renew_deadline() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        a = candidate(api, "a")
+        task = asyncio.create_task(a.run())
+        await asyncio.wait_for(a.leader.wait(), 1.0)
+        loop = asyncio.get_running_loop()
+        failing_since = loop.time()
+        api.fail("PUT", "/leases/lease", 500, times=10**6)
+        await asyncio.wait_for(a.lost.wait(), DURATION)
+        assert loop.time() - failing_since <= DEADLINE + RETRY + 0.05
+        assert not a.leading()
+        await asyncio.wait_for(task, 0.5)  # run() ends: the runtime stops the operator on a lost lease
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_paused_past_its_renew_deadline_cannot_write_even_before_its_loop_notices() -> None:
+    async def scenario() -> None:
+        api = FakeApi()
+        skew: dict[str, float] = {}
+        a = candidate(api, "a", skew)
+        task = asyncio.create_task(a.run())
+        await asyncio.wait_for(a.leader.wait(), 1.0)
+        kube = api.client("a-writer")
+        kube.write_fence = a.leading
+        await kube.request("POST", PODS, {"metadata": {"name": "p1"}})
+        skew["a"] = DEADLINE  # SIGSTOP then SIGCONT: its monotonic clock jumped while it did nothing
+        with pytest.raises(NotLeading):
+            await kube.request("POST", PODS, {"metadata": {"name": "p2"}})
+        assert api.get(f"{PODS}/p2") is None
+        await stop([task])
+
+    asyncio.run(scenario())
+
+
+# ---- the reconcile loop ----------------------------------------------------------------------------------
+
+
+def test_the_loop_survives_a_failing_pass_and_tries_again_after_a_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> None:
+        api = cluster()
+        kube: FakeKube = api.client()
+        rec = Reconciler(kube, OperatorConfig(resync_seconds=3600, identity="test"), Metrics())
+        loop = asyncio.get_running_loop()
+        attempts: list[float] = []
+        real = reconciler_module.decide
+
+        def flaky(*args: Any, **kwargs: Any) -> Any:
+            attempts.append(loop.time())
+            if len(attempts) == 1:
+                raise RuntimeError("a bug in the pass")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(reconciler_module, "decide", flaky)
+        passes: list[float] = []
+        rec.on_pass = lambda: passes.append(loop.time())
+        await rec.resync()
+        rec.leader.set()
+        task = asyncio.create_task(rec.run())
+        try:
+            for _ in range(400):
+                if len(bound(api)) == GANG:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(bound(api)) == GANG, "the pass after the failure placed and bound the gang"
+            assert attempts[1] - attempts[0] >= 0.9, "a failing pass is retried after a pause, not in a tight loop"
+            assert passes and passes[0] > attempts[0], "a failed pass is not reported as a pass to /healthz"
+        finally:
+            await stop([task] + ([rec.events.task] if rec.events.task else []))
+            await stop([t for t, _ in rec.inflight.values()])
+
+    asyncio.run(scenario())
+
