@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import os
 import signal
@@ -204,6 +205,9 @@ def same_pod(worker: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_ROUNDS = itertools.count()
+
+
 def plain_pod(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -215,12 +219,14 @@ def plain_pod(name: str) -> dict[str, Any]:
 
 async def plain_round(kube: Kube, namespace: str, pods: int, template: dict[str, Any] | None = None) -> float:
     """Create ``pods`` plain pods (or copies of ``template``) at once and time them until all are bound by
-    kube-scheduler."""
+    kube-scheduler. Each round's pods have names of their own: kwok finishes a deleted pod by deleting it by
+    name, and under load that late delete hit the next round's pod of the same name (seen at 2,000 nodes)."""
+    prefix = f"p{next(_ROUNDS)}-"
 
     def pod(i: int) -> dict[str, Any]:
         if template is None:
-            return plain_pod(f"p{i}")
-        return {**template, "metadata": {**template["metadata"], "name": f"p{i}"}}
+            return plain_pod(f"{prefix}{i}")
+        return {**template, "metadata": {**template["metadata"], "name": f"{prefix}{i}"}}
 
     async with PodTracker(kube, namespace) as tracker:
         started = time.monotonic()
