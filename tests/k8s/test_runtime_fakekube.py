@@ -320,7 +320,10 @@ def test_the_loop_survives_a_failing_pass_and_tries_again_after_a_pause(monkeypa
         monkeypatch.setattr(reconciler_module, "decide", flaky)
         passes: list[float] = []
         rec.on_pass = lambda: passes.append(loop.time())
-        await rec.resync()
+        for kind, path in (("node", "/api/v1/nodes"), ("pod", "/api/v1/pods"), ("job", job_path("ns"))):
+            items, version = await kube.list(path)  # what each kind's reflector hands over first
+            rec.on_list(kind, items, version)
+        rec.synced.set()
         rec.leader.set()
         task = asyncio.create_task(rec.run())
         try:

@@ -11,7 +11,7 @@ raises is reported and skipped, so one bad object never stops the rest.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placer import Placer, PlacerConfig
@@ -198,10 +198,9 @@ def decide(
             held.append((job, job.request, preemptible))
     try:
         if policy is None:
-            # The per-queue FIFO has never been handed the rollback holds (only the core's pass honours
-            # them); kept so here, where only the argument passing changed.
-            fifo = replace(ctx, holds={})
-            plan.scheduling_seconds = admit_all(fifo, queued, in_use, strict_fifo)
+            # The per-queue FIFO honours the rollback holds too: a job whose gang was refused waits out its
+            # back-off (condition BackingOff) instead of being placed again on the very next pass.
+            plan.scheduling_seconds = admit_all(ctx, queued, in_use, strict_fifo)
         else:
             running: dict[str, RunningJob] = {
                 job.key: running_job(job, request, now_s, preemptible) for job, request, preemptible in held

@@ -86,7 +86,8 @@ class LeaderElection:
             if self.leader.is_set() and self._renewed_at is not None:
                 timeout = max(0.05, min(self.retry, self.renew_deadline - (self.clock() - self._renewed_at)))
             try:
-                held = await asyncio.wait_for(self._try_once(), timeout=timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: see Reconciler.run (gh-86296)
+                    held = await self._try_once()
             except (ApiError, TimeoutError) as exc:
                 log.warning("leader election: %s", str(exc) or f"the attempt timed out after {timeout:.2f} s")
                 held = False

@@ -190,8 +190,11 @@ class Reconciler:
         await self.synced.wait()
         delay = 0.0
         while True:
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that arrives as the
+            # wait completes (CPython gh-86296), and the supervisor stops the loop by cancelling it.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=self.config.resync_seconds)
+                async with asyncio.timeout(self.config.resync_seconds):
+                    await self.wake.wait()
             if delay:
                 await asyncio.sleep(delay)
                 delay = 0.0
@@ -300,9 +303,10 @@ class Reconciler:
         self._collect_claims()
         self.passes += 1
         self.metrics.passes.inc()
-        self.metrics.pass_duration.observe(time.monotonic() - started)
         self.metrics.update(gauges(view, plan.jobs, observed.queues, plan.fairness))
         self._queue_status(plan.jobs, observed.queues, view)
+        # after the gauges and queue statuses: they are part of what every pass costs
+        self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(
             "pass %d: decided in %.1f ms; %d job chains started, %d in flight",
             self.passes,
