@@ -207,3 +207,31 @@ def test_each_kind_is_listed_again_every_relist_period() -> None:
     asyncio.run(scenario())
     assert 3 <= len(lists) <= 6, lists
     assert all(timeout <= 2 for timeout in kube.watches)  # each watch ends by the next re-list
+
+
+def test_a_status_report_that_changes_nothing_kept_is_not_parsed_again_but_its_version_is_kept() -> None:
+    topology = OperatorConfig().topology
+    parsed: list[str] = []
+
+    def parse(body: Any) -> Any:
+        parsed.append(body["metadata"]["resourceVersion"])
+        return parse_node(body, topology)
+
+    store: ObjectStore[Any] = ObjectStore(parse, slim=slim_node)
+    first = kwok_node(0)
+    assert store.upsert(first)
+    beat = copy.deepcopy(first)
+    beat["metadata"]["resourceVersion"] = "50"
+    for condition in beat["status"]["conditions"]:
+        condition["lastHeartbeatTime"] = "2026-11-23T19:39:05Z"
+    assert not store.upsert(beat)  # nothing the operator reads changed
+    kept = store.body("", "gpu-node-000")
+    assert kept is not None and kept["metadata"]["resourceVersion"] == "50"
+    assert not store.upsert(first)  # the older version is refused: the newer one was recorded
+    cordoned = copy.deepcopy(beat)
+    cordoned["metadata"]["resourceVersion"] = "51"
+    cordoned["spec"] = {"unschedulable": True}
+    assert store.upsert(cordoned)
+    assert parsed == ["10", "51"]
+    node = store.get("", "gpu-node-000")
+    assert node is not None and node.cordoned
