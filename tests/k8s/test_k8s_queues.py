@@ -12,6 +12,7 @@ from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, LAST
 from paralleljob.k8s.edge.queues import (
     QueueInfo,
     format_time,
+    parse_queue,
     parse_time,
     pending_job,
     queue_policy,
@@ -189,3 +190,21 @@ def test_a_job_marked_not_preemptible_is_never_chosen() -> None:
         fc.step(at(second))
     assert fc.phase("ns/keep") == "Running" and "preemption" not in fc.job("ns/keep")["status"]
     assert conditions(fc, "ns/hi")["Placed"]["reason"] == "Reserved"
+
+
+def test_the_plan_names_the_queues_whose_status_is_out_of_date() -> None:
+    fc = FakeCluster([node("n0")], queues={"team": QueueInfo("team"), "idle": QueueInfo("idle")})
+    fc.add_job(paralleljob("a", 8, 1, 1, queue="team"))
+    fc.step(at(1))
+    plan = fc.step(at(2))
+    assert fc.phase("ns/a") == "Running"
+    assert plan.queue_statuses["team"] == {"gpusInUse": 8, "running": 1, "waiting": 0, "dominantShare": 1.0}
+    assert plan.queue_statuses["idle"] == {"gpusInUse": 0, "running": 0, "waiting": 0, "dominantShare": 0.0}
+    # Once the statuses are written (and read back into the queues), the next pass has nothing to write.
+    written = {
+        "metadata": {"name": "team"},
+        "status": {"gpusInUse": 8, "running": 1, "waiting": 0, "dominantShare": 1.0},
+    }
+    idle = QueueInfo("idle", status=tuple(plan.queue_statuses["idle"].items()))
+    fc.queues = {"team": parse_queue(written), "idle": idle}
+    assert fc.step(at(3)).queue_statuses == {}

@@ -30,6 +30,12 @@ class QueueInfo:
     guaranteed_gpus: int = 0
     max_gpus: int | None = None
     namespaces: tuple[str, ...] = ()
+    # The status fields as last written ((field, value) pairs), so the pass can tell which queues' status
+    # is out of date without the shell comparing bodies.
+    status: tuple[tuple[str, float], ...] = ()
+
+
+QUEUE_STATUS_FIELDS = ("gpusInUse", "running", "waiting", "dominantShare")
 
 
 def parse_queue(body: Mapping[str, object]) -> QueueInfo:
@@ -40,12 +46,19 @@ def parse_queue(body: Mapping[str, object]) -> QueueInfo:
     weight = spec.get("weight", 1.0)
     guaranteed = spec.get("guaranteedGPUs", 0)
     namespaces = spec.get("namespaces") or []
+    status = body.get("status") or {}
+    shown = tuple(
+        (key, float(value))
+        for key in QUEUE_STATUS_FIELDS
+        if isinstance(status, Mapping) and isinstance(value := status.get(key), int | float)
+    )
     return QueueInfo(
         name=str(metadata.get("name", "")),
         weight=float(weight) if isinstance(weight, int | float) and weight > 0 else 1.0,
         guaranteed_gpus=guaranteed if isinstance(guaranteed, int) else 0,
         max_gpus=max_gpus if isinstance(max_gpus, int) else None,
         namespaces=tuple(str(n) for n in namespaces) if isinstance(namespaces, list) else (),
+        status=shown,
     )
 
 

@@ -91,3 +91,4 @@ class Plan:
     fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
     wake_after: float | None = None  # seconds until the next preemption deadline: pass again then
     adopt: list[dict[str, Any]] = field(default_factory=list)  # ParallelJobs to create for pod groups
+    queue_statuses: dict[str, dict[str, float]] = field(default_factory=dict)  # queues whose status is stale

@@ -27,6 +27,7 @@ from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.failures import detect, handle
 from paralleljob.k8s.plan.fifo_admission import admit_all
+from paralleljob.k8s.plan.metrics_model import queue_statuses
 from paralleljob.k8s.plan.podgroups import (
     GroupDeclarationError,
     adopting_manifest,
@@ -223,6 +224,11 @@ def decide(
         if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
             queue = actions.job.request.queue
             plan.queue_lengths[queue] = plan.queue_lengths.get(queue, 0) + 1
+    plan.queue_statuses = {
+        name: status
+        for name, status in queue_statuses(plan.jobs, observed.queues, view).items()
+        if name in observed.queues and dict(observed.queues[name].status) != status
+    }
     return plan, view
 
 

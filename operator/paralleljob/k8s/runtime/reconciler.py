@@ -32,9 +32,9 @@ from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
 from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH, TaintRuleInfo, parse_taint_rule
-from paralleljob.k8s.plan.actions import JobActions, PodDelete
+from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
-from paralleljob.k8s.plan.metrics_model import gauges, queue_statuses
+from paralleljob.k8s.plan.metrics_model import gauges
 from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
@@ -304,7 +304,7 @@ class Reconciler:
         self.passes += 1
         self.metrics.passes.inc()
         self.metrics.update(gauges(view, plan.jobs, observed.queues, plan.fairness))
-        self._queue_status(plan.jobs, observed.queues, view)
+        self._queue_status(plan)
         # after the gauges and queue statuses: they are part of what every pass costs
         self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(
@@ -316,16 +316,12 @@ class Reconciler:
         )
         return False, 0.0
 
-    def _queue_status(self, jobs: list[JobActions], queues: Mapping[str, QueueInfo], view: ClusterView) -> None:
-        """Keep each ParallelJobQueue's status current (in the background; it is informational)."""
+    def _queue_status(self, plan: Plan) -> None:
+        """Write the queue statuses the pass found out of date (in the background; it is informational)."""
         if self.queue_writes is not None and not self.queue_writes.done():
             return  # the previous update is still going; the next pass looks again
-        changes = []
-        for name, status in queue_statuses(jobs, queues, view).items():
-            body = self.queues.body("", name)
-            if body is not None and {k: (body.get("status") or {}).get(k) for k in status} != status:
-                changes.append((name, status))
-        if changes:
+        if plan.queue_statuses:
+            changes = list(plan.queue_statuses.items())
             self.queue_writes = asyncio.create_task(self._write_queue_statuses(changes), name="queue-status")
 
     async def _write_queue_statuses(self, changes: list[tuple[str, dict[str, float]]]) -> None:
