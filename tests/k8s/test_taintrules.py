@@ -20,10 +20,11 @@ from paralleljob.k8s.edge.taintrules import (
     TaintRuleInfo,
     parse_taint_rule,
 )
+from paralleljob.k8s.runtime import reflector as reflector_module
 from paralleljob.k8s.runtime.api import ApiError
 from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
-from paralleljob.k8s.runtime.runner import _watch_taint_rules
+from paralleljob.k8s.runtime.runner import _reflector
 from paralleljob.k8s.view.clusterview import build_view
 from paralleljob.k8s.view.dranodes import OverlaidNodes
 from paralleljob.k8s.view.liveview import LiveView
@@ -146,18 +147,22 @@ class NoRulesApi:
 
 
 def test_a_cluster_without_device_taint_rules_is_logged_once_and_the_operator_goes_on(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kube = NoRulesApi()
     reconciler = Reconciler(cast(Any, kube), OperatorConfig(), Metrics())
+    monkeypatch.setattr(reflector_module, "ABSENT_RETRY_SECONDS", 0.01)
+    rules = _reflector(cast(Any, kube), reconciler, "devicetaintrule", TAINT_RULES_PATH, optional=True)
 
     async def scenario() -> None:
-        await _watch_taint_rules(cast(Any, kube), reconciler)  # returns instead of retrying forever
-        await _watch_taint_rules(cast(Any, kube), reconciler)  # a restart of the task says nothing new
+        task = asyncio.create_task(rules.run())
+        await asyncio.wait_for(rules.synced.wait(), 1)  # counts as listed: the first pass is not held up
+        while kube.lists.count(TAINT_RULES_PATH) < 3:  # it keeps trying, quietly
+            await asyncio.sleep(0.01)
+        task.cancel()
 
     asyncio.run(scenario())
-    assert reconciler.taint_rules_missing
-    assert kube.lists.count(TAINT_RULES_PATH) == 2  # once per start of the watch; it never retries by itself
+    assert rules.absent and len(reconciler.taint_rules) == 0
     assert (
         len([r for r in caplog.records if "DeviceTaintRules" in r.getMessage() or "devicetaintrules" in r.getMessage()])
         == 1

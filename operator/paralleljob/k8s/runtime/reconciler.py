@@ -1,9 +1,10 @@
 """The reconcile loop: watch events and timers wake it, each pass decides on a consistent snapshot of the
 stores and executes the plan, and another pass follows at once while there is work in flight.
 
-Passes never overlap, so one pass's allocations are always visible to the next. The first pass waits for
-complete lists of nodes, pods, jobs and queues (a placement made on a partial view could take GPUs that an
-unlisted job holds). A full re-list every ``resync_seconds`` repairs anything a watch may have missed.
+Passes never overlap, so one pass's allocations are always visible to the next. The first pass waits until
+every kind's reflector has listed it once (a placement made on a partial view could take GPUs that an
+unlisted job holds); a pass also runs every ``resync_seconds`` with nothing changed (level-triggered), and
+each reflector lists its kind again every ``relist_seconds`` to repair anything a watch may have missed.
 
 The cluster view is kept between passes (``liveview.py``: patched with what the stores say changed, rebuilt
 after a re-list, checked against a rebuild now and then by ``viewcheck.py``). A pass decides on it as a
@@ -31,7 +32,7 @@ from paralleljob.k8s.edge.queues import QueueInfo, parse_queue, queue_policy
 from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
 from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
 from paralleljob.k8s.edge.specs import JobObject, parse_job
-from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH, TaintRuleInfo, parse_taint_rule
+from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.plan.metrics_model import gauges
@@ -93,7 +94,6 @@ class Reconciler:
             "resourceclaim": self.claims,
             "devicetaintrule": self.taint_rules,
         }
-        self.taint_rules_missing = False  # the API has no DeviceTaintRules (said once in the log)
         self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
         node_source: NodeSource = self.nodes
         if config.dra.enabled:
@@ -218,14 +218,6 @@ class Reconciler:
             tasks.append(self.queue_writes)
         for task in tasks:
             task.cancel()
-
-    def rules_unavailable(self, exc: ApiError) -> None:
-        """No DeviceTaintRules to read (a cluster before 1.36 or without resource.k8s.io/v1beta2 and the
-        DRADeviceTaintRules gate, or a role without the verbs): said once, then device taints come from
-        ResourceSlices only."""
-        if not self.taint_rules_missing:
-            log.warning("cannot list %s (%s); device taints are read from ResourceSlices only", TAINT_RULES_PATH, exc)
-        self.taint_rules_missing = True
 
     async def pass_once(self) -> tuple[bool, float]:
         started = time.monotonic()

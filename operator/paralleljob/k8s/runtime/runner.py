@@ -22,7 +22,7 @@ from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH
 from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
-from paralleljob.k8s.runtime.api import ApiError, Kube
+from paralleljob.k8s.runtime.api import Kube
 from paralleljob.k8s.runtime.election import LeaderElection
 from paralleljob.k8s.runtime.health import Health
 from paralleljob.k8s.runtime.metrics import Metrics, serve
@@ -101,9 +101,6 @@ async def run_operator(
     reconciler.events.start()
     for reflector in reflectors:
         start(reflector.run(), f"{reflector.name}-watch")
-    if config.dra.enabled:
-        # DeviceTaintRules (resource.k8s.io/v1beta2): optional; a cluster without them ends this task.
-        start(_watch_taint_rules(kube, reconciler), "devicetaintrule-watch", forever=False)
     start(election.run(), "leader-election")
     start(follow_leadership(), "leadership")
     start(initial_sync(), "initial-sync", forever=False)
@@ -180,6 +177,10 @@ def _reflectors(
             _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist)
             for kind, path in (("resourceslice", SLICES_PATH), ("resourceclaim", CLAIMS_PATH))
         ]
+        # DeviceTaintRules (resource.k8s.io/v1beta2 in 1.36, behind the DRADeviceTaintRules gate): a cluster
+        # without them, or a role without the verbs, leaves device taints to the ResourceSlices.
+        found.append(_reflector(kube, reconciler, "devicetaintrule", TAINT_RULES_PATH, optional=True,
+                                relist_seconds=relist))  # fmt: skip
     return found
 
 
@@ -193,23 +194,6 @@ def _on_signals(loop: asyncio.AbstractEventLoop, stop_flag: asyncio.Event) -> li
         except (RuntimeError, ValueError):  # not the main thread (an operator run inside a test)
             break
     return taken
-
-
-async def _watch_taint_rules(kube: Kube, reconciler: Reconciler) -> None:
-    """List and watch DeviceTaintRules, or, when the API has none to give (404: a cluster before 1.36 or
-    without resource.k8s.io/v1beta2; 403: a role without the verbs), say so once and stop watching."""
-    delay = 0.2
-    while True:
-        try:
-            await kube.list(TAINT_RULES_PATH)
-            break
-        except ApiError as exc:
-            if exc.status in (403, 404):
-                reconciler.rules_unavailable(exc)
-                return
-            await asyncio.sleep(delay)  # the API may not be reachable yet
-            delay = min(delay * 2, 5.0)
-    await _reflector(kube, reconciler, "devicetaintrule", TAINT_RULES_PATH).run()
 
 
 async def _supervise(
