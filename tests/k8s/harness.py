@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import copy
-import itertools
+import datetime as dt
 from typing import Any
 
 from paralleljob.core.queueing import QueuePolicy
@@ -14,11 +14,13 @@ from paralleljob.k8s.edge.pods import parse_pod
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.plan.actions import Plan
+from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import Observed, decide
+from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.view.clusterview import ClusterView
 from tests.k8s.factories import pod_from_manifest
 
-_clock = itertools.count(1)
+START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 class FakeCluster:
@@ -40,6 +42,12 @@ class FakeCluster:
         self.binds: list[tuple[str, str]] = []
         self.bind_failures: dict[str, str] = {}
         self.invalid_pods: dict[str, str] = {}
+        self.api_trouble: dict[str, str] = {}
+        # What the reconciler carries from one pass to the next, carried the same way here.
+        self.backoff = Backoff()
+        self.node_warnings: dict[str, tuple[str, ...]] = {}
+        self.node_events: list[NodeEvent] = []
+        self.seconds = 0  # the cluster's clock: each step() without ``now`` is one second later
         self.events: list[tuple[str, str, str]] = []
         self.last_plan: Plan | None = None
         self.last_view: ClusterView | None = None
@@ -59,21 +67,31 @@ class FakeCluster:
         ]
 
     def step(self, now: str | None = None) -> Plan:
-        now = now or f"2024-01-01T00:00:{next(_clock) % 60:02d}Z"
+        if now is None:
+            self.seconds += 1
+            now = (START + dt.timedelta(seconds=self.seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        nodes = [parse_node(n, self.config) for n in self.nodes.values()]
         observed = Observed(
             jobs=[parse_job(j) for j in self.jobs.values()],
             pods=[parse_pod(p) for p in self.pods.values()],
-            nodes=[parse_node(n, self.config) for n in self.nodes.values()],
+            nodes=nodes,
             now=now,
             queues=self.queues,
             bind_failures=dict(self.bind_failures),
             invalid_pods=dict(self.invalid_pods),
+            api_trouble=dict(self.api_trouble),
+            backoff=self.backoff,
             namespaces=self.namespaces,
+            changed_nodes={n.name: n for n in nodes},  # the harness looks at every node every pass
+            node_warnings=self.node_warnings,
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
+        self.api_trouble.clear()
         plan, view = decide(observed, self.config, policy=self.policy)
         self.last_plan, self.last_view = plan, view
+        self.backoff, self.node_warnings = plan.backoff, dict(plan.node_warnings)
+        self.node_events.extend(plan.node_events)
         for actions in plan.jobs:
             key = actions.job.key
             if actions.writes_status:

@@ -4,11 +4,14 @@ deletes, creates and binds pods; it never decides anything itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from paralleljob.k8s.edge.claims import DeviceClaim
 from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.plan.backoff import Backoff
+from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import StatusDraft
 
 
@@ -89,6 +92,9 @@ class Plan:
     queue_lengths: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
-    wake_after: float | None = None  # seconds until the next preemption deadline: pass again then
+    wake_after: float | None = None  # seconds until the next deadline (a preemption's, a wait's): pass again then
     adopt: list[dict[str, Any]] = field(default_factory=list)  # ParallelJobs to create for pod groups
     queue_statuses: dict[str, dict[str, float]] = field(default_factory=dict)  # queues whose status is stale
+    backoff: Backoff = field(default_factory=Backoff)  # the waits the next pass starts from
+    node_events: list[NodeEvent] = field(default_factory=list)  # Warning events to post on nodes
+    node_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # what has been reported, by node

@@ -23,11 +23,13 @@ from paralleljob.k8s.edge.queues import QueueInfo, parse_time, preemption_of, ru
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
+from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.failures import detect, handle
 from paralleljob.k8s.plan.fifo_admission import admit_all
 from paralleljob.k8s.plan.metrics_model import queue_statuses
+from paralleljob.k8s.plan.nodenotes import node_warnings
 from paralleljob.k8s.plan.podgroups import (
     GroupDeclarationError,
     adopting_manifest,
@@ -56,7 +58,9 @@ class Observed:
     now: str
     queues: Mapping[str, QueueInfo] = field(default_factory=dict)
     bind_failures: Mapping[str, str] = field(default_factory=dict)  # job key -> why its gang could not be bound
-    holds: Mapping[str, str] = field(default_factory=dict)  # job key -> why it must not be admitted just now
+    # job key -> a write met transient API trouble (the job waits half a second before it is tried again)
+    api_trouble: Mapping[str, str] = field(default_factory=dict)
+    backoff: Backoff = field(default_factory=Backoff)  # the waits the previous pass handed back (``Plan.backoff``)
     invalid_pods: Mapping[str, str] = field(default_factory=dict)  # job key -> the API refused its pods as invalid
     # Jobs whose previous decisions are still being carried out: left alone this pass. The value is the
     # placement being written (it holds its GPUs already), or None to keep the stored one.
@@ -65,6 +69,10 @@ class Observed:
     # The namespaces this operator serves (empty: all). A labelled pod elsewhere belongs to a ParallelJob this
     # operator cannot see, not to a deleted one, so it must never be taken for an orphan.
     namespaces: tuple[str, ...] = ()
+    # Nodes whose parsed value changed since the last pass (None: deleted), and the warnings already
+    # reported about nodes (``Plan.node_warnings`` of the previous pass).
+    changed_nodes: Mapping[str, NodeInfo | None] = field(default_factory=dict)
+    node_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -111,6 +119,8 @@ def decide(
     groups = by_group(observed.pods)
     eligibility = Eligibility(view, observed.pods, group_requests(observed.jobs, groups))
     plan = Plan(warnings=list(view.warnings))
+    plan.node_warnings, plan.node_events = node_warnings(observed.node_warnings, observed.changed_nodes)
+    backoff = observed.backoff.after(observed.bind_failures, observed.api_trouble, now_s)
     jobs = {j.key: j for j in observed.jobs}
     pods_by_job: dict[str, list[PodInfo]] = {}
     for pod in observed.pods:
@@ -166,7 +176,7 @@ def decide(
         pods_of=pods_of,
         queues=observed.queues,
         jobs=jobs_by_key,
-        holds=observed.holds,
+        holds=backoff.active(now_s),
         bind_failures=observed.bind_failures,
         invalid_pods=observed.invalid_pods,
     )
@@ -217,7 +227,11 @@ def decide(
     for actions in plan.jobs:
         if actions.job.request is not None and actions.job.request.pod_group:
             finish_group(actions, pods_of(actions.job), actions.draft.phase in ACTIVE and not actions.job.deleting)
+    plan.backoff = backoff.settle(now_s, jobs_by_key, {a.job.key for a in plan.jobs if a.gang_bound})
     deadlines = pending_deadlines(plan.jobs) + [a.wake_at for a in plan.jobs if a.wake_at is not None]
+    backoff_ends = plan.backoff.next_end()
+    if backoff_ends is not None:  # a held job is tried again when its wait ends, not at the next resync
+        deadlines.append(backoff_ends)
     if deadlines:
         plan.wake_after = max(0.0, min(deadlines) - now_s)
     for actions in plan.jobs:

@@ -34,6 +34,7 @@ from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
+from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.plan.metrics_model import gauges
 from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
@@ -48,7 +49,6 @@ from paralleljob.k8s.view.viewcheck import CheckedView
 
 log = logging.getLogger("paralleljob.k8s")
 
-ROLLBACK_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 ADOPTION_RETRY_SECONDS = 10.0
 
 
@@ -126,11 +126,12 @@ class Reconciler:
         self.leader = asyncio.Event()
         self.bind_failures: dict[str, str] = {}
         self.invalid_pods: dict[str, str] = {}
-        self.holds: dict[str, tuple[float, str]] = {}  # job key -> (not before, why)
-        self.rollbacks: dict[str, int] = {}
+        self.api_trouble: dict[str, str] = {}
+        self.backoff = Backoff()  # decided by the pass (plan.backoff), kept here until the next one
         self.placed_at: dict[str, float] = {}
         self.failed_at: dict[str, float] = {}
-        self.node_warnings: dict[str, tuple[str, ...]] = {}
+        self.node_warnings: Mapping[str, tuple[str, ...]] = {}  # what was reported (plan.node_warnings)
+        self.changed_nodes: set[str] = set()  # nodes whose parsed value changed since the last pass
         self.passes = 0
         self.policy = queue_policy(config.queue_policy, config.preemption_grace_seconds)
         self.deadline_timer: asyncio.TimerHandle | None = None
@@ -145,21 +146,12 @@ class Reconciler:
             changed = store.remove(body, deleted=False)
         else:
             changed = store.upsert(body)
-        if kind == "node" and changed and event_type != "DELETED":
-            self._warn_node(body)
+        if kind == "node" and changed:
+            self.changed_nodes.add(str((body.get("metadata") or {}).get("name", "")))
         if kind == "devicetaintrule" and changed and event_type != "DELETED":
             self._warn_rule(body)
         if changed:
             self.wake.set()
-
-    def _warn_node(self, body: Mapping[str, Any]) -> None:
-        name = str((body.get("metadata") or {}).get("name", ""))
-        info = self.nodes.get("", name)
-        if info is None or self.node_warnings.get(name) == info.warnings:
-            return
-        self.node_warnings[name] = info.warnings
-        for warning in info.warnings:
-            self.events.about_node(body, "Warning", "MalformedLabel", warning)
 
     def _warn_rule(self, body: Mapping[str, Any]) -> None:
         rule = self.taint_rules.get("", str((body.get("metadata") or {}).get("name", "")))
@@ -174,12 +166,9 @@ class Reconciler:
         if kind == "pod":
             items = [p for p in items if relevant_pod(p)]
         store.replace_all(items, version, namespace=namespace)
-        if kind == "node":
-            for info in store.values():
-                if info.warnings or info.name in self.node_warnings:
-                    body = store.body("", info.name)
-                    if body is not None:
-                        self._warn_node(body)
+        if kind == "node":  # anything may have changed: the pass looks again at what it warned about
+            self.changed_nodes |= set(self.node_warnings)
+            self.changed_nodes.update(info.name for info in store.values() if info.warnings)
         self.wake.set()
 
     # ---- the loop -----------------------------------------------------------------------------------
@@ -239,8 +228,6 @@ class Reconciler:
         as its own task, so a pass never waits for an earlier gang's binds; a job whose chain is still
         running is left out of the next decisions, and the placement it is writing already holds its GPUs.
         Returns (run again, after this many seconds); finished chains wake the loop themselves."""
-        holds = {k: why for k, (until, why) in self.holds.items() if until > started}
-        self.holds = {k: v for k, v in self.holds.items() if v[0] > started}
         observed = Observed(
             jobs=jobs,
             pods=self.pods.values(),
@@ -249,18 +236,25 @@ class Reconciler:
             now_s=time.time(),
             queues={q.name: q for q in self.queues.values()},
             bind_failures=dict(self.bind_failures),
-            holds=holds,
+            api_trouble=dict(self.api_trouble),
+            backoff=self.backoff,
             invalid_pods=dict(self.invalid_pods),
             busy=busy,
             namespaces=tuple(self.config.namespaces),
+            changed_nodes={name: self.nodes.get("", name) for name in self.changed_nodes},
+            node_warnings=self.node_warnings,
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
+        self.api_trouble.clear()
+        self.changed_nodes.clear()
         plan, view = decide(
             observed, self.config.topology, self.config.strict_fifo, time.perf_counter, policy=self.policy, view=view
         )
+        self.backoff, self.node_warnings = plan.backoff, plan.node_warnings
+        self._post_node_events(plan)
         if plan.wake_after is not None:
-            # a preemption's grace period ends then: pass again even if nothing else happens
+            # a preemption's grace period or a job's back-off ends then: pass again even if nothing else happens
             if self.deadline_timer is not None:
                 self.deadline_timer.cancel()
             self.deadline_timer = asyncio.get_running_loop().call_later(plan.wake_after + 0.05, self.wake.set)
@@ -307,6 +301,12 @@ class Reconciler:
             len(self.inflight),
         )
         return False, 0.0
+
+    def _post_node_events(self, plan: Plan) -> None:
+        for note in plan.node_events:
+            body = self.nodes.body("", note.node)
+            if body is not None:
+                self.events.about_node(body, note.event_type, note.reason, note.message)
 
     def _queue_status(self, plan: Plan) -> None:
         """Write the queue statuses the pass found out of date (in the background; it is informational)."""
@@ -395,16 +395,8 @@ class Reconciler:
         self.metrics.binds.inc(outcome.bound)
         self._account(outcome.written, started)
         self.invalid_pods.update(outcome.invalid)
-        for key, why in outcome.failures.items():
-            self.bind_failures[key] = why
-            count = self.rollbacks.get(key, 0)
-            self.rollbacks[key] = count + 1
-            pause = ROLLBACK_BACKOFF[min(count, len(ROLLBACK_BACKOFF) - 1)]
-            self.holds[key] = (time.monotonic() + pause, f"retrying in {pause:g} s after: {why}")
-        for key, why in outcome.hold.items():
-            # transient API trouble: give the job half a second before trying again
-            self.holds[key] = (time.monotonic() + 0.5, f"retrying after: {why}")
-            asyncio.get_running_loop().call_later(0.6, self.wake.set)
+        self.bind_failures.update(outcome.failures)  # the next pass rolls the gang back and decides the waits
+        self.api_trouble.update(outcome.hold)
 
     def _account(self, written: list[Any], started: float) -> None:
         for actions in written:
@@ -421,7 +413,6 @@ class Reconciler:
                     self.failed_at.pop(key, None)
             if actions.gang_bound and key in self.placed_at:
                 self.metrics.bind.observe(time.monotonic() - self.placed_at.pop(key))
-                self.rollbacks.pop(key, None)
             if actions.recovery_done and key in self.failed_at:
                 self.metrics.recovery.observe(time.monotonic() - self.failed_at.pop(key))
 
