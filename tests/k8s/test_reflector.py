@@ -90,6 +90,25 @@ def test_a_namespace_list_replaces_only_that_namespace() -> None:
     assert sorted(store.values()) == ["y", "z"]
 
 
+def test_a_list_slimmed_page_by_page_is_not_slimmed_again_but_a_watch_event_is() -> None:
+    calls: list[str] = []
+
+    def counting_slim(body: dict[str, Any]) -> dict[str, Any]:
+        calls.append(str(body["metadata"]["name"]))
+        return slim_node(body)
+
+    config = OperatorConfig().topology
+    store: ObjectStore[Any] = ObjectStore(lambda body: parse_node(body, config), slim=counting_slim)
+    pages = [store.slim(kwok_node(i)) for i in range(3)]  # what the reflector hands over
+    calls.clear()
+    store.replace_all(pages, "20", slimmed=True)
+    assert calls == [] and len(store) == 3
+    event = kwok_node(3)
+    store.upsert(event)
+    assert calls == [event["metadata"]["name"]], "a watch event's body is slimmed by the store"
+    assert "managedFields" not in store.body("", event["metadata"]["name"])["metadata"]  # type: ignore[index]
+
+
 async def _serve(app: web.Application) -> tuple[web.AppRunner, Kube]:
     runner = web.AppRunner(app)
     await runner.setup()

@@ -159,13 +159,19 @@ class Reconciler:
             log.warning("%s", warning)
 
     def on_list(
-        self, kind: str, items: list[dict[str, Any]], version: str | None, namespace: str | None = None
+        self,
+        kind: str,
+        items: list[dict[str, Any]],
+        version: str | None,
+        namespace: str | None = None,
+        slimmed: bool = False,
     ) -> None:
-        """A reflector's full list of one kind (of one namespace, for ParallelJobs watched per namespace)."""
+        """A reflector's full list of one kind (of one namespace, for ParallelJobs watched per namespace);
+        ``slimmed``: the items are slimmed already (by the store's own ``slim``)."""
         store = self.by_kind[kind]
         if kind == "pod":
             items = [p for p in items if relevant_pod(p)]
-        store.replace_all(items, version, namespace=namespace)
+        store.replace_all(items, version, namespace=namespace, slimmed=slimmed)
         if kind == "node":  # anything may have changed: the pass looks again at what it warned about
             self.changed_nodes |= set(self.node_warnings)
             self.changed_nodes.update(info.name for info in store.values() if info.warnings)

@@ -135,7 +135,8 @@ def _reflector(
     """A reflector feeding one kind's store (of one namespace, when ParallelJobs are watched per namespace)."""
 
     def on_list(items: list[dict[str, Any]], version: str | None) -> None:
-        reconciler.on_list(kind, items, version, namespace=namespace)
+        # the reflector slimmed each page with the store's own slimming as it arrived
+        reconciler.on_list(kind, items, version, namespace=namespace, slimmed=True)
 
     def on_event(event: str, body: Mapping[str, Any]) -> None:
         reconciler.on_event(kind, event, body)

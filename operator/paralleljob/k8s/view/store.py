@@ -155,12 +155,14 @@ class ObjectStore(Generic[T]):
             self._changed.clear()
             self._lost_track = True
 
-    def upsert(self, body: Body) -> bool:
+    def upsert(self, body: Body, slimmed: bool = False) -> bool:
         """Store ``body`` unless an equal or newer version of the same object is already here, or the
         object was removed at or after this version (a tombstone). True when what the operator sees of it
-        changed (a node's heartbeat alone does not change its parsed value)."""
+        changed (a node's heartbeat alone does not change its parsed value). ``slimmed``: ``body`` went
+        through :attr:`slim` already (a reflector's list page)."""
         self._compact()
-        body = self.slim(body)
+        if not slimmed:
+            body = self.slim(body)
         key = object_key(body)
         new_rv = _rv(body)
         grave = (*key, _uid(body))
@@ -234,7 +236,9 @@ class ObjectStore(Generic[T]):
         self._values[(namespace, name)] = self._parse(updated)
         self._mark((namespace, name))
 
-    def replace_all(self, bodies: Iterable[Body], list_rv: str | None, namespace: str | None = None) -> None:
+    def replace_all(
+        self, bodies: Iterable[Body], list_rv: str | None, namespace: str | None = None, slimmed: bool = False
+    ) -> None:
         """Merge a full list: upsert each, and drop stored objects the list no longer has unless they are
         newer than the list itself (created after it was taken); each dropped one is tombstoned at the
         list's version. With ``namespace``, the list was of that namespace only: objects of others stay.
@@ -243,7 +247,7 @@ class ObjectStore(Generic[T]):
         seen = set()
         for body in bodies:
             seen.add(object_key(body))
-            self.upsert(body)
+            self.upsert(body, slimmed)
         try:
             horizon = int(list_rv) if list_rv is not None else None
         except ValueError:
