@@ -166,3 +166,41 @@ def test_cordoned_and_tainted_nodes_get_no_new_pods(pjs: Jobs, chaos: KubeSessio
     assert status["nodes"] == names[7]
     pjs.create("needs-two", 8, 1, 2)
     pjs.wait_phase("needs-two", "Queued")
+
+
+def test_a_gang_the_api_refuses_part_way_is_rolled_back_and_backs_off_longer_each_time(pjs: Jobs) -> None:
+    # The API server's ResourceQuota admission admits two pods of the namespace, then refuses (403). The
+    # dev cluster runs no quota controller, so the quota's usage is set here and only ever counted up.
+    core, ns = pjs.kube.core, pjs.namespace
+    quota = {"metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}}
+    pjs.kube.run(core.create_namespaced_resource_quota(ns, quota))
+    pjs.kube.run(
+        core.patch_namespaced_resource_quota_status(
+            "two-pods", ns, {"status": {"hard": {"pods": "2"}, "used": {"pods": "0"}}}
+        )
+    )
+    pjs.create("capped", 2, 2, 2)  # 4 pods
+    waits: dict[str, float] = {}  # the wait a condition names -> when it was first seen
+    live_while_waiting: list[int] = []
+
+    def backed_off_twice() -> bool:
+        placed = next((c for c in pjs.status("capped").get("conditions", []) if c["type"] == "Placed"), {})
+        if placed.get("reason") == "BackingOff":
+            waits.setdefault(placed["message"].split(" after:")[0], time.monotonic())
+            live_while_waiting.append(len(pjs.live_pods("capped")))
+            assert "exceeded quota" in placed["message"], placed["message"]
+        return {"retrying in 1 s", "retrying in 2 s"} <= waits.keys()
+
+    wait_for("two back-offs in a row, 1 s then 2 s", backed_off_twice, timeout_s=30, interval=0.05)
+    # The operator is woken when the wait ends (its periodic pass here is every 10 s).
+    assert waits["retrying in 2 s"] - waits["retrying in 1 s"] < 5.0, waits
+    assert set(live_while_waiting) == {0}, "no pod of a refused gang is left while it waits"
+    assert "RolledBack" in pjs.wait_events("capped", {"RolledBack"})
+    pjs.kube.run(core.patch_namespaced_resource_quota("two-pods", ns, {"spec": {"hard": {"pods": "100"}}}))
+    pjs.kube.run(
+        core.patch_namespaced_resource_quota_status(
+            "two-pods", ns, {"status": {"hard": {"pods": "100"}, "used": {"pods": "0"}}}
+        )
+    )
+    pjs.wait_phase("capped", "Running", timeout_s=60)  # after the wait in progress (at most 10 s by now)
+    assert_gang_on_record(pjs, "capped")
