@@ -2,7 +2,7 @@
 control plane beside them (the scale issue's binder part: is the binder short of CPU of its own, or is the
 machine full?).
 
-    python -m tests.bench.stream_cpu [--nodes 64] [--rounds 3]
+    python -m tests.bench.stream_cpu [--nodes 64] [--rounds 3] [--apiserver-profiles DIR]
 
 A dev cluster, the operator as its own process. Each round: the operator's stream (32 jobs of 8 pods, as
 ``devtools.bench_operator.bench_stream``); then kube-scheduler with qps 5000 binding 256 plain pods (as
@@ -10,7 +10,9 @@ A dev cluster, the operator as its own process. Each round: the operator's strea
 annotations, env and requests: the same pods). For each, from the first create to the last pod bound:
 seconds; CPU seconds (user + system, from /proc) of the binder (operator or kube-scheduler), kube-apiserver, etcd, kwok,
 kube-controller-manager and this process (which creates the plain pods and watches them); and the requests
-the API server served meanwhile, from its own metrics. Cores x seconds is what the machine had.
+the API server served meanwhile, from its own metrics. Cores x seconds is what the machine had. With
+``--apiserver-profiles``, kube-apiserver's own CPU profile (``/debug/pprof/profile``, 3 s from the first
+create) of every round is saved there as ``<binder>-<round>.pprof`` (read with ``go tool pprof -top``).
 Not collected by pytest: a measurement, not a test.
 """
 
@@ -99,7 +101,28 @@ class Meter:
                 "requests": self.requests}  # fmt: skip
 
 
-async def ours(kube: Kube, meter: Meter) -> dict[str, Any]:
+class ApiServerProfile:
+    """kube-apiserver's CPU profile over the next ``seconds`` (its pprof endpoint, through kubectl)."""
+
+    def __init__(self, kubeconfig: Path, out: Path | None, seconds: int = 3) -> None:
+        self.kubeconfig, self.out, self.seconds = kubeconfig, out, seconds
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        if self.out is None:
+            return
+        self.proc = await asyncio.create_subprocess_exec(
+            "kubectl", "--kubeconfig", str(self.kubeconfig), "get", "--raw",
+            f"/debug/pprof/profile?seconds={self.seconds}",
+            stdout=self.out.open("wb"), stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+
+    async def finish(self) -> None:
+        if self.proc is not None:
+            await self.proc.wait()
+
+
+async def ours(kube: Kube, meter: Meter, profiling: ApiServerProfile) -> dict[str, Any]:
     """The operator benchmark's stream (32 jobs x 8 pods applied at once), metered up to the last bind.
     Returns one of its pods as a template for kube-scheduler's "same pods" round."""
     async with PodTracker(kube, "bench-stream") as tracker:
@@ -109,12 +132,13 @@ async def ours(kube: Kube, meter: Meter) -> dict[str, Any]:
         )
         await tracker.wait(lambda: len(tracker.bound()) == 256, 300)
         meter.read()
+        await profiling.finish()  # the clean-up is not part of the profile
         sample = await kube.request("GET", pod_path("bench-stream", "s0-d0-p0"))
         await delete_jobs(kube, "bench-stream", tracker)
     return same_pod(sample)
 
 
-async def theirs(kube: Kube, meter: Meter, template: dict[str, Any] | None = None) -> None:
+async def theirs(kube: Kube, meter: Meter, profiling: ApiServerProfile, template: dict[str, Any] | None = None) -> None:
     """256 pods (plain ones, or copies of ``template``) created at once for kube-scheduler, metered up to
     the last bind."""
 
@@ -128,13 +152,14 @@ async def theirs(kube: Kube, meter: Meter, template: dict[str, Any] | None = Non
         await asyncio.gather(*(kube.request("POST", pod_path("bench-plain"), pod(i)) for i in range(256)))
         await tracker.wait(lambda: len(tracker.bound()) == 256, 300)
         meter.read()
+        await profiling.finish()
         await kube.request(
             "DELETE", pod_path("bench-plain"), query={"labelSelector": "bench=plain"}, body={"gracePeriodSeconds": 0}
         )
         await tracker.wait(lambda: not tracker.pods, 120)
 
 
-async def main_async(cluster: DevCluster, name: str, rounds: int) -> list[dict[str, Any]]:
+async def main_async(cluster: DevCluster, name: str, rounds: int, profiles: Path | None) -> list[dict[str, Any]]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-stream-cpu-"))
     operator = OperatorUnderTest(cluster, workdir, "stream-cpu")
     kube = await Kube.connect(str(cluster.kubeconfig))
@@ -147,9 +172,16 @@ async def main_async(cluster: DevCluster, name: str, rounds: int) -> list[dict[s
                 await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
         await operator.wait("paralleljob_leader", 1.0)
         await asyncio.sleep(3.0)
-        for _ in range(rounds):
+        for round_ in range(rounds):
+
+            def profile(binder: str, round_: int = round_) -> ApiServerProfile:
+                out = profiles / f"{binder}-{round_}.pprof" if profiles is not None else None
+                return ApiServerProfile(cluster.kubeconfig, out)
+
             meter = Meter({**plane, "binder": operator.proc.pid, "bench": os.getpid()}, cluster.kubeconfig)
-            template = await ours(kube, meter)
+            profiling = profile("operator")
+            await profiling.start()
+            template = await ours(kube, meter, profiling)
             results.append(meter.result("operator"))
             print(results[-1], flush=True)
             await asyncio.sleep(2.0)
@@ -158,7 +190,9 @@ async def main_async(cluster: DevCluster, name: str, rounds: int) -> list[dict[s
                 await asyncio.sleep(2.0)
                 for binder, pods in (("kube-scheduler", None), ("kube-scheduler-same-pods", template)):
                     meter = Meter({**plane, "binder": proc.pid, "bench": os.getpid()}, cluster.kubeconfig)
-                    await theirs(kube, meter, pods)
+                    profiling = profile(binder)
+                    await profiling.start()
+                    await theirs(kube, meter, profiling, pods)
                     results.append(meter.result(binder))
                     print(results[-1], flush=True)
                     await asyncio.sleep(2.0)
@@ -176,11 +210,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--apiserver-profiles", type=Path, help="save kube-apiserver's CPU profile of each round here")
     args = parser.parse_args()
     name = "stream-cpu"
     cluster = up(name, NodeShape(count=args.nodes, gpus_per_node=8, nodes_per_rack=8), die_with_caller=True)
     try:
-        results = asyncio.run(main_async(cluster, name, args.rounds))
+        if args.apiserver_profiles is not None:
+            args.apiserver_profiles.mkdir(parents=True, exist_ok=True)
+        results = asyncio.run(main_async(cluster, name, args.rounds, args.apiserver_profiles))
     finally:
         down(name)
     for binder in ("operator", "kube-scheduler", "kube-scheduler-same-pods"):
