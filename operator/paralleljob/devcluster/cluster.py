@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -55,6 +56,12 @@ class DevCluster:
 
 def is_running(record: state.ClusterState) -> bool:
     return bool(record.processes) and all(process.is_alive(p) for p in record.processes)
+
+
+def apiserver_args_from_env() -> tuple[str, ...]:
+    """More kube-apiserver flags from ``PARALLELJOB_APISERVER_ARGS`` (shell words; they come last, so they
+    win over the defaults): a developer's knob, e.g. ``--profiling=true`` to read the API server's pprof."""
+    return tuple(shlex.split(os.environ.get("PARALLELJOB_APISERVER_ARGS", "")))
 
 
 def up(
@@ -105,7 +112,7 @@ def up(
             api_port,
             etcd_port,
             die_with_caller,
-            dra.APISERVER_ARGS if dra_mode else (),
+            (*(dra.APISERVER_ARGS if dra_mode else ()), *apiserver_args_from_env()),
         )
         _remember(record, apiserver)
         controlplane.wait_apiserver(apiserver, server, pki)
