@@ -32,7 +32,10 @@ class OperatorExited(RuntimeError):
 
 
 class OperatorProcess:
-    """One ``paralleljob operator`` process (restartable) with its own metrics port on 127.0.0.1."""
+    """One ``paralleljob operator`` process (restartable) with its own metrics port on 127.0.0.1.
+
+    ``argv()`` and ``environment()`` are the points to override for an operator started differently (the
+    chart's e2e runs the chart Deployment's own arguments with the chart's credentials)."""
 
     def __init__(
         self,
