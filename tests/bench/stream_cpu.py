@@ -36,7 +36,7 @@ from paralleljob.devcluster import state
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devtools.bench_operator import PodTracker, delete_jobs, job_body, plain_pod, same_pod
-from paralleljob.devtools.bench_scale import OperatorUnderTest
+from paralleljob.devtools.bench_scale import operator_under_test
 from paralleljob.devtools.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
@@ -161,7 +161,7 @@ async def theirs(kube: Kube, meter: Meter, profiling: ApiServerProfile, template
 
 async def main_async(cluster: DevCluster, name: str, rounds: int, profiles: Path | None) -> list[dict[str, Any]]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-stream-cpu-"))
-    operator = OperatorUnderTest(cluster, workdir, "stream-cpu")
+    operator = operator_under_test(cluster, workdir, "stream-cpu")
     kube = await Kube.connect(str(cluster.kubeconfig))
     binary = ensure_kube_scheduler(print)
     plane = control_plane(name)
@@ -170,7 +170,7 @@ async def main_async(cluster: DevCluster, name: str, rounds: int, profiles: Path
         for ns in ("bench-stream", "bench-plain"):
             with contextlib.suppress(ApiError):
                 await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
-        await operator.wait("paralleljob_leader", 1.0)
+        await operator.wait_leader_async(600.0, 0.05)
         await asyncio.sleep(3.0)
         for round_ in range(rounds):
 

@@ -24,18 +24,18 @@ from pathlib import Path
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devtools.bench_operator import bench_stream
-from paralleljob.devtools.bench_scale import OperatorUnderTest
+from paralleljob.devtools.bench_scale import operator_under_test
 from paralleljob.k8s.runtime.api import ApiError, Kube
 
 
 async def profile(cluster: DevCluster, out: Path) -> None:
     spy_binary = shutil.which("py-spy") or str(Path(sys.prefix) / "bin" / "py-spy")
-    operator = OperatorUnderTest(cluster, Path(tempfile.mkdtemp(prefix="pj-profile-")), "profiled")
+    operator = operator_under_test(cluster, Path(tempfile.mkdtemp(prefix="pj-profile-")), "profiled")
     kube = await Kube.connect(str(cluster.kubeconfig))
     try:
         with contextlib.suppress(ApiError):
             await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": "bench-stream"}})
-        await operator.wait("paralleljob_leader", 1.0)
+        await operator.wait_leader_async(600.0, 0.05)
         await asyncio.sleep(2.0)
         argv = [spy_binary, "record", "--pid", str(operator.proc.pid), "--format", "raw", "-o", str(out),
                 "--rate", "200", "--nonblocking"]  # fmt: skip

@@ -18,9 +18,9 @@ from typing import Any
 
 from paralleljob.chaosrun.invariants import SETTLED_PHASES, InvariantChecker, Snapshot, Violation, snapshot
 from paralleljob.chaosrun.monkey import Monkey
-from paralleljob.chaosrun.operatorproc import OperatorProcess
 from paralleljob.devcluster import chaos
 from paralleljob.devcluster.nodes import NodeShape
+from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.constants import JOB_LABEL
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
@@ -163,7 +163,7 @@ class ChaosRun:
         while True:
             self.operator.start()
             try:
-                self.up_since = await self.operator.wait_leader()
+                self.up_since = await self.operator.wait_leader_async()
                 return
             except RuntimeError as exc:
                 detail = str(exc)[-2000:]
@@ -189,7 +189,8 @@ async def delete_all_jobs(kube: Kube, namespace: str, timeout_s: float = 60.0) -
 async def run_chaos(kubeconfig: Path, shape: NodeShape, config: ChaosConfig, log_dir: Path) -> ChaosReport:
     """A whole run against a running dev cluster: its own operator, the run, then the jobs cleaned up."""
     kube = await Kube.connect(str(kubeconfig))
-    operator = OperatorProcess(kubeconfig, log_dir)
+    # The operator's own resync (30 s); a short lease so that a SIGKILLed operator is back within seconds.
+    operator = OperatorProcess(kubeconfig, log_dir, identity="chaos-operator", lease_seconds=4, resync_seconds=30.0)
     try:
         report = await ChaosRun(kube, shape, operator, config).run()
         await delete_all_jobs(kube, config.namespace)

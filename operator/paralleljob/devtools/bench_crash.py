@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from paralleljob.devtools.bench_operator import PodTracker, delete_jobs, job_body, start_operator, stop_operator
+from paralleljob.devtools.bench_operator import PodTracker, delete_jobs, job_body, start_operator
 from paralleljob.k8s.edge.constants import JOB_LABEL
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
@@ -113,5 +113,5 @@ def run_worker_crash(crashes: int = 20, nodes: int = 4) -> dict[str, Any]:
     try:
         return {"nodes": nodes, "worker_failed_to_rebound": asyncio.run(_run(cluster.kubeconfig, crashes))}
     finally:
-        stop_operator(operator)
+        operator.stop()
         down(name)

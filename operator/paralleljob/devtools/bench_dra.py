@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
-from paralleljob.devtools.bench_operator import bench_latency, bench_repair, start_operator, stop_operator
+from paralleljob.devtools.bench_operator import bench_latency, bench_repair, start_operator
+from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.runtime.api import ApiError, Kube
 
 MODES = ("device-plugin", "dra")
@@ -52,17 +52,16 @@ def _summary(samples: list[float]) -> dict[str, Any]:
     }
 
 
-def _check_alive(operators: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
+def _check_alive(operators: dict[str, OperatorProcess]) -> None:
     """A sample needs its operator: one that exited (e.g. stepped down after a lease renewal stalled on a
     loaded machine) fails the run with its log instead of a sample that times out."""
     for mode, operator in operators.items():
-        if operator.poll() is not None:
-            tail = (logs / mode / "operator.log").read_text(errors="replace").splitlines()[-15:]
-            raise RuntimeError(f"the {mode} operator exited ({operator.returncode}):\n" + "\n".join(tail))
+        if not operator.running():
+            raise RuntimeError(f"the {mode} operator exited ({operator.returncode}):\n{operator.log_tail(15)}")
 
 
 async def measure(
-    clusters: dict[str, DevCluster], repeats: int, operators: dict[str, subprocess.Popen[bytes]], logs: Path
+    clusters: dict[str, DevCluster], repeats: int, operators: dict[str, OperatorProcess]
 ) -> dict[str, Any]:
     kubes = {mode: await Kube.connect(str(cluster.kubeconfig)) for mode, cluster in clusters.items()}
     latency: dict[str, list[float]] = {mode: [] for mode in clusters}
@@ -75,7 +74,7 @@ async def measure(
         await asyncio.sleep(3.0)  # operator start-up and leader election
         for round_ in range(repeats):
             for mode, kube in kubes.items():
-                _check_alive(operators, logs)
+                _check_alive(operators)
                 latency[mode] += (await bench_latency(kube, "bench-latency", 1))["samples_s"]
                 if mode == "dra":
                     await _claims_gone(kube, "bench-latency")
@@ -106,7 +105,7 @@ def run_dra_benchmark(nodes: int = 8, repeats: int = 5) -> dict[str, Any]:
         raise ValueError("the 64-pod job needs at least 8 nodes of 8 GPUs")
     load_before = os.getloadavg()
     clusters: dict[str, DevCluster] = {}
-    operators: dict[str, subprocess.Popen[bytes]] = {}
+    operators: dict[str, OperatorProcess] = {}
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-dra-"))
     try:
         for mode in MODES:
@@ -118,10 +117,10 @@ def run_dra_benchmark(nodes: int = 8, repeats: int = 5) -> dict[str, Any]:
             # The operator's own default lease (15 s), not bench-operator's 5 s: on the shared 2-core box a
             # renewal can stall for seconds, and an operator that steps down is not restarted here.
             operators[mode] = start_operator(clusters[mode], logs, lease_duration=15.0)
-        results = asyncio.run(measure(clusters, repeats, operators, workdir))
+        results = asyncio.run(measure(clusters, repeats, operators))
     finally:
         for operator in operators.values():
-            stop_operator(operator)
+            operator.stop()
         for mode in clusters:
             down(f"bench-{mode}-{os.getpid()}")
     load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}

@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,13 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
-from paralleljob.devcluster.process import free_loopback_ports
+from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.constants import API_VERSION, GROUP, JOB_LABEL, KIND
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
-
-
-def _free_port() -> int:
-    return free_loopback_ports(1)[0]
 
 
 async def watch(kube: Kube, path: str, query: dict[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
@@ -334,39 +329,19 @@ async def _wait_not_ready(kube: Kube, node: str, seen: dict[str, float]) -> None
 
 def start_operator(
     cluster: DevCluster, workdir: Path, write_concurrency: int = 48, lease_duration: float = 5.0
-) -> subprocess.Popen[bytes]:
-    """``paralleljob operator`` as a separate process against ``cluster`` (log in ``workdir``)."""
-    port = _free_port()
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "paralleljob.cli",
-            "operator",
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "--metrics-port",
-            str(port),
-            "--metrics-host",
-            "127.0.0.1",
-            "--lease-duration",
-            f"{lease_duration:g}",
-            "--log-level",
-            "WARNING",
-            "--write-concurrency",
-            str(write_concurrency),
-        ],
-        stdout=(workdir / "operator.log").open("wb"),
-        stderr=subprocess.STDOUT,
+) -> OperatorProcess:
+    """``paralleljob operator`` started as a separate process against ``cluster`` (``operator.log`` in
+    ``workdir``); ``stop()`` it when done."""
+    operator = OperatorProcess(
+        cluster.kubeconfig,
+        workdir,
+        lease_seconds=lease_duration,
+        log_level="WARNING",
+        extra_args=("--write-concurrency", str(write_concurrency)),
+        log_name="operator.log",
     )
-
-
-def stop_operator(operator: subprocess.Popen[bytes]) -> None:
-    operator.send_signal(signal.SIGTERM)
-    try:
-        operator.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        operator.kill()
+    operator.start()
+    return operator
 
 
 async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
@@ -395,7 +370,7 @@ async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
         print(f"worker crash: {results['worker_failed_to_rebound']}", file=sys.stderr)
     finally:
         await kube.close()
-        stop_operator(operator)
+        operator.stop()
     return results
 
 

@@ -23,79 +23,38 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
-from paralleljob.devtools.bench_operator import PodTracker, _free_port, bench_throughput, delete_jobs, job_body
+from paralleljob.devtools.bench_operator import PodTracker, bench_throughput, delete_jobs, job_body
+from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path
 
 PASS_METRIC = "paralleljob_reconcile_pass_duration_seconds"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-class OperatorUnderTest:
-    """One ``paralleljob operator`` process with its metrics port, CPU and memory readings."""
+def operator_under_test(cluster: DevCluster, workdir: Path, identity: str) -> OperatorProcess:
+    """The operator as the benchmarks run it: its own defaults (lease, resync), warnings only, one log."""
+    operator = OperatorProcess(
+        cluster.kubeconfig, workdir, identity=identity, log_level="WARNING", log_name="{identity}.log"
+    )
+    operator.start()
+    return operator
 
-    def __init__(self, cluster: DevCluster, workdir: Path, identity: str) -> None:
-        self.port = _free_port()
-        argv = [sys.executable, "-m", "paralleljob.cli", "operator", "--kubeconfig", str(cluster.kubeconfig),
-                "--metrics-port", str(self.port), "--metrics-host", "127.0.0.1",
-                "--identity", identity, "--log-level", "WARNING"]  # fmt: skip
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdout=(workdir / f"{identity}.log").open("wb"), stderr=subprocess.STDOUT)
 
-    def metrics(self) -> str:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
-                return str(response.read().decode())
-        except OSError:
-            return ""
-
-    def sample(self, name: str) -> float:
-        match = re.search(rf"^{name} ([0-9.e+-]+)$", self.metrics(), re.MULTILINE)
-        return float(match.group(1)) if match else 0.0
-
-    def buckets(self) -> list[tuple[float, float]]:
-        """(upper bound, cumulative count) of the pass-duration histogram."""
-        pattern = rf'^{PASS_METRIC}_bucket{{le="([^"]+)"}} ([0-9.e+-]+)$'
-        return [(float(le), float(n)) for le, n in re.findall(pattern, self.metrics(), re.MULTILINE)]
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-
-    def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
-
-    async def wait(self, name: str, at_least: float, timeout_s: float = 600.0) -> float:
-        """Poll until metric ``name`` reaches ``at_least``; returns the monotonic time it was seen."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"operator exited with {self.proc.returncode}")
-            if await asyncio.to_thread(self.sample, name) >= at_least:
-                return time.monotonic()
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"{name} did not reach {at_least} in {timeout_s} s")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+def buckets(operator: OperatorProcess) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of the operator's pass-duration histogram."""
+    try:
+        text = operator.metrics()
+    except OSError:
+        return []
+    pattern = rf'^{PASS_METRIC}_bucket{{le="([^"]+)"}} ([0-9.e+-]+)$'
+    return [(float(le), float(n)) for le, n in re.findall(pattern, text, re.MULTILINE)]
 
 
 def _quantile_bound(before: list[tuple[float, float]], after: list[tuple[float, float]], q: float) -> float:
@@ -123,11 +82,11 @@ async def _tick(kube: Kube, node: str, seconds: float, every_s: float) -> None:
         await kube.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": False}})
 
 
-async def idle_window(operator: OperatorUnderTest, kube: Kube, node: str, seconds: float) -> dict[str, Any]:
+async def idle_window(operator: OperatorProcess, kube: Kube, node: str, seconds: float) -> dict[str, Any]:
     count, total = f"{PASS_METRIC}_count", f"{PASS_METRIC}_sum"
-    before = (operator.buckets(), operator.sample(count), operator.sample(total), operator.cpu_seconds())
+    before = (buckets(operator), operator.sample(count), operator.sample(total), operator.cpu_seconds())
     await _tick(kube, node, seconds, 0.2)
-    after = (operator.buckets(), operator.sample(count), operator.sample(total), operator.cpu_seconds())
+    after = (buckets(operator), operator.sample(count), operator.sample(total), operator.cpu_seconds())
     passes = after[1] - before[1]
     return {
         "seconds": seconds,
@@ -141,7 +100,7 @@ async def idle_window(operator: OperatorUnderTest, kube: Kube, node: str, second
 
 
 async def heartbeat_window(
-    operator: OperatorUnderTest, kube: Kube, names: list[str], seconds: float, report_every_s: float = 300.0
+    operator: OperatorProcess, kube: Kube, names: list[str], seconds: float, report_every_s: float = 300.0
 ) -> dict[str, Any]:
     """An idle cluster as a real one is idle: every node's kubelet re-reports its status every
     ``report_every_s`` (kubelet's nodeStatusReportFrequency, 5 min, since heartbeats moved to Leases), so
@@ -203,14 +162,14 @@ async def many_at_once(kube: Kube, namespace: str, jobs: int, repeats: int) -> l
     return samples
 
 
-async def failover(cluster: DevCluster, workdir: Path, leader: OperatorUnderTest) -> dict[str, float]:
-    standby = OperatorUnderTest(cluster, workdir, "bench-standby")
+async def failover(cluster: DevCluster, workdir: Path, leader: OperatorProcess) -> dict[str, float]:
+    standby = operator_under_test(cluster, workdir, "bench-standby")
     try:
         await asyncio.sleep(5.0)  # the standby lists and watches while it waits for the lease
         passes = standby.sample("paralleljob_reconcile_passes_total")  # a standby does not pass; be sure
-        leader.stop(signal.SIGKILL)
-        led_at = await standby.wait("paralleljob_leader", 1.0)
-        first_pass_at = await standby.wait("paralleljob_reconcile_passes_total", passes + 1)
+        leader.kill()
+        led_at = await standby.wait_metric("paralleljob_leader", 1.0)
+        first_pass_at = await standby.wait_metric("paralleljob_reconcile_passes_total", passes + 1)
         return {"leader_to_first_pass_s": round(first_pass_at - led_at, 3), "rss_mb": round(standby.rss_mb(), 1)}
     finally:
         standby.stop()
@@ -222,7 +181,7 @@ def _median(samples: list[float]) -> dict[str, Any]:
 
 async def measure_size(cluster: DevCluster, nodes: int, args: Any) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-scale-"))
-    operator = OperatorUnderTest(cluster, workdir, "bench-leader")
+    operator = operator_under_test(cluster, workdir, "bench-leader")
     kube = await Kube.connect(str(cluster.kubeconfig))
     out: dict[str, Any] = {"nodes": nodes, "gpus": nodes * 8}
     repeats = max(1, min(args.repeat, 3))
@@ -230,8 +189,8 @@ async def measure_size(cluster: DevCluster, nodes: int, args: Any) -> dict[str, 
         for ns in ("scale-gang", "scale-many", "bench-stream", "bench-plain"):
             with contextlib.suppress(ApiError):
                 await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
-        first = await operator.wait("paralleljob_reconcile_passes_total", 1.0)
-        out["start_to_first_pass_s"] = round(first - operator.started, 2)
+        first = await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
+        out["start_to_first_pass_s"] = round(first - operator.started_at, 2)
         await asyncio.sleep(5.0)  # start-up rebuilds and re-lists settle
         out["idle"] = await idle_window(operator, kube, cluster.shape.node_name(0), args.idle_seconds)
         print(f"{nodes} nodes idle: {out['idle']}", file=sys.stderr, flush=True)

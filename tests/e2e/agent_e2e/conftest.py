@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
 
-from pjhelpers import Jobs, OperatorProcess
+from pjhelpers import Jobs, OperatorProcess, jobs_in, running
 
 from paralleljob.agent.signals import DRAINED_GPUS_ANNOTATION, GPU_HEALTH_ANNOTATION
 from paralleljob.devcluster.cluster import DevCluster
@@ -29,22 +29,14 @@ IDENTITY = "e2e-agent-operator"
 
 @pytest.fixture(scope="module")
 def agent_operator(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("agent-operator"), identity=IDENTITY)
-    proc.start()
-    try:
+    with running(OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("agent-operator"), IDENTITY)) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
 def pjs(kube: KubeSession, namespace: str, agent_operator: OperatorProcess) -> Iterator[Jobs]:
-    agent_operator.ensure_running()
-    jobs = Jobs(kube, namespace, agent_operator)
-    try:
+    with jobs_in(kube, namespace, agent_operator, check_view=False) as jobs:
         yield jobs
-    finally:
-        jobs.cleanup()
 
 
 @pytest.fixture

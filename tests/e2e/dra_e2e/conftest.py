@@ -26,7 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
 
 from drahelpers import claims
-from pjhelpers import Jobs, OperatorProcess, wait_for
+from pjhelpers import Jobs, OperatorProcess, jobs_in, running, wait_for
 
 from paralleljob.devcluster.cluster import DevCluster, down, get, reap_abandoned, up
 from paralleljob.devcluster.nodes import NodeShape
@@ -92,22 +92,13 @@ def dra_namespace(dra_kube: KubeSession, request: pytest.FixtureRequest) -> Iter
 
 @pytest.fixture(scope="module")
 def dra_operator(dra_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(dra_cluster.kubeconfig, tmp_path_factory.mktemp("dra-operator"), identity="e2e-dra")
-    proc.start()
-    try:
+    with running(OperatorProcess(dra_cluster.kubeconfig, tmp_path_factory.mktemp("dra-operator"), "e2e-dra")) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
 def dra_pjs(dra_kube: KubeSession, dra_namespace: str, dra_operator: OperatorProcess) -> Iterator[Jobs]:
-    dra_operator.ensure_running()
-    jobs = Jobs(dra_kube, dra_namespace, dra_operator)
-    try:
-        yield jobs
-    finally:
-        jobs.cleanup()
     # The operator checks its kept view against a rebuild every pass (pjhelpers): in DRA mode the view also
     # patches nodes whose slices or claims changed (dranodes.py), and must still equal a rebuild.
-    assert dra_operator.view_mismatches() == [], "the kept cluster view differed from a rebuild"
+    with jobs_in(dra_kube, dra_namespace, dra_operator, check_view=True) as jobs:
+        yield jobs

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from drahelpers import RESOURCE, assert_claims_match_placement, assert_no_device_in_two_claims, custom, hold_devices
-from pjhelpers import Jobs, OperatorProcess
+from pjhelpers import Jobs, OperatorProcess, jobs_in, running
 
 from paralleljob.devcluster import dra
 from paralleljob.devcluster.cluster import DevCluster
@@ -37,25 +37,15 @@ def pcie_operator(dra_cluster: DevCluster, tmp_path_factory: pytest.TempPathFact
     workdir = tmp_path_factory.mktemp("dra-pcie-operator")
     config = workdir / "topology.yaml"
     config.write_text(yaml.safe_dump(TOPOLOGY))
-    proc = OperatorProcess(
-        dra_cluster.kubeconfig, workdir, identity="e2e-dra-pcie", extra_args=("--topology-config", str(config))
-    )
-    proc.start()
-    try:
+    args = ("--topology-config", str(config))
+    with running(OperatorProcess(dra_cluster.kubeconfig, workdir, identity="e2e-dra-pcie", extra_args=args)) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
 def pcie_pjs(dra_kube: KubeSession, dra_namespace: str, pcie_operator: OperatorProcess) -> Iterator[Jobs]:
-    pcie_operator.ensure_running()
-    jobs = Jobs(dra_kube, dra_namespace, pcie_operator)
-    try:
+    with jobs_in(dra_kube, dra_namespace, pcie_operator, check_view=True) as jobs:
         yield jobs
-    finally:
-        jobs.cleanup()
-    assert pcie_operator.view_mismatches() == [], "the kept cluster view differed from a rebuild"
 
 
 def _roots(kube: KubeSession) -> dict[tuple[str, str], str]:

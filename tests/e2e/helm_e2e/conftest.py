@@ -35,7 +35,7 @@ from helmhelpers import (
     other_operator_leads,
     service_account_kubeconfig,
 )
-from pjhelpers import Jobs
+from pjhelpers import Jobs, jobs_in, running
 from tests.packaging.live import live_report
 
 from paralleljob.devcluster.cluster import DevCluster
@@ -75,19 +75,11 @@ def chart_operator(kube: KubeSession, release: Release) -> Iterator[ChartOperato
     topology = release.work / "topology.yaml"
     topology.write_text(configmap.data["topology.yaml"])
     kubeconfig = service_account_kubeconfig(kube, release, release.work / "sa-kubeconfig")
-    proc = ChartOperator(kubeconfig, release.work, deployment_args(kube, release, topology))
-    proc.start()
-    try:
+    with running(ChartOperator(kubeconfig, release.work, deployment_args(kube, release, topology))) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
 def pjs(kube: KubeSession, namespace: str, chart_operator: ChartOperator) -> Iterator[Jobs]:
-    chart_operator.ensure_running()
-    jobs = Jobs(kube, namespace, chart_operator)
-    try:
+    with jobs_in(kube, namespace, chart_operator, check_view=False) as jobs:
         yield jobs
-    finally:
-        jobs.cleanup()

@@ -15,7 +15,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
 
-from pjhelpers import OperatorProcess, _die_with_pytest
+from pjhelpers import OperatorProcess
 
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.lease import verdict
@@ -82,31 +82,21 @@ class ChartOperator(OperatorProcess):
     """``paralleljob operator`` run the way the chart's Deployment runs it, with the chart's credentials."""
 
     def __init__(self, kubeconfig: Path, log_dir: Path, deployment_args: list[str]) -> None:
-        super().__init__(kubeconfig, log_dir)
+        super().__init__(kubeconfig, log_dir, log_name="chart-operator-{start}.log")
         self.deployment_args = deployment_args
 
-    def start(self, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "operator already running"
-        self.starts += 1
-        self.log_path = self.log_dir / f"chart-operator-{self.starts}.log"
-        argv = [
+    def argv(self) -> list[str]:
+        return [
             sys.executable, "-m", "paralleljob.cli", *self.deployment_args,
             # Out of cluster: the token kubeconfig instead of the pod's mounted token, and a free local port.
             f"--kubeconfig={self.kubeconfig}", f"--metrics-port={self.port}", "--metrics-host=127.0.0.1",
             # Some refusals are only logged at debug level (queue status, events): the tests look for 403s.
             "--log-level=DEBUG",
         ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAME", "POD_NAMESPACE")}
-        env.update(extra_env or {})
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_pytest
-            )
-        if wait:
-            self.wait_leader()
 
-    def all_logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("chart-operator-*.log")))
+    def environment(self, extra_env: dict[str, str] | None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAME", "POD_NAMESPACE")}
+        return {**env, **(extra_env or {})}
 
 
 def deployment_args(kube: KubeSession, release: Release, topology_file: Path) -> list[str]:

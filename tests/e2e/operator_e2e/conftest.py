@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from pjhelpers import Jobs, OperatorProcess
+from pjhelpers import Jobs, OperatorProcess, jobs_in, running
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
@@ -21,20 +21,11 @@ from paralleljob.devcluster.session import KubeSession
 
 @pytest.fixture(scope="module")
 def pj_operator(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator"))
-    proc.start()
-    try:
+    with running(OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator"))) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
 def pjs(kube: KubeSession, namespace: str, pj_operator: OperatorProcess) -> Iterator[Jobs]:
-    pj_operator.ensure_running()
-    jobs = Jobs(kube, namespace, pj_operator)
-    try:
+    with jobs_in(kube, namespace, pj_operator, check_view=True) as jobs:
         yield jobs
-    finally:
-        jobs.cleanup()
-    assert pj_operator.view_mismatches() == [], "the kept cluster view differed from a rebuild"

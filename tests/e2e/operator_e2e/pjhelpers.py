@@ -3,134 +3,55 @@ namespace, polling, and the invariant checks every scenario ends with."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio.client import CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from paralleljob.devcluster.process import exit_with_parent, free_loopback_ports
+from paralleljob.devcluster.process import free_loopback_ports
 from paralleljob.devcluster.session import KubeSession
+from paralleljob.devtools import operatorproc
 from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, PLURAL, VERSION
-
-_die_with_pytest = exit_with_parent  # the operator subprocess dies with the test session
 
 
 def free_port() -> int:
     return free_loopback_ports(1)[0]
 
 
-class OperatorProcess:
-    """``paralleljob operator`` in a subprocess; its log goes to a file shown when a test fails."""
+class OperatorProcess(operatorproc.OperatorProcess):
+    """``paralleljob operator`` in a subprocess with the e2e suites' settings: a 4 s lease and a 10 s resync
+    (a restarted operator is back quickly), every pass comparing the kept cluster view with a rebuild, and
+    a log per identity and start (``operator-<identity>-<n>.log``) shown when a test fails. ``start``
+    waits until it leads unless told not to."""
 
     def __init__(
-        self, kubeconfig: Path, log_dir: Path, identity: str = "e2e-operator", extra_args: tuple[str, ...] = ()
+        self,
+        kubeconfig: Path,
+        log_dir: Path,
+        identity: str = "e2e-operator",
+        extra_args: tuple[str, ...] = (),
+        log_name: str = "operator-{identity}-{start}.log",
     ) -> None:
-        self.kubeconfig = kubeconfig
-        self.extra_args = extra_args
-        self.identity = identity
-        self.log_dir = log_dir
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = log_dir / "operator-0.log"
-        self.starts = 0
+        super().__init__(
+            kubeconfig,
+            log_dir,
+            identity=identity,
+            lease_seconds=4,
+            resync_seconds=10,
+            view_check_passes=1,
+            extra_args=extra_args,
+            log_name=log_name,
+        )
 
     def start(self, extra_env: dict[str, str] | None = None, wait: bool = True) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "operator already running"
-        self.starts += 1
-        self.log_path = self.log_dir / f"operator-{self.identity}-{self.starts}.log"
-        env = {**os.environ, **(extra_env or {})}
-        argv = [
-            sys.executable,
-            "-m",
-            "paralleljob.cli",
-            "operator",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--metrics-port",
-            str(self.port),
-            "--metrics-host",
-            "127.0.0.1",
-            "--lease-duration",
-            "4",
-            "--identity",
-            self.identity,
-            "--resync-seconds",
-            "10",
-            "--view-check-passes",  # every pass compares the kept cluster view with a rebuild
-            "1",
-            "--log-level",
-            "INFO",
-            *self.extra_args,
-        ]
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_pytest
-            )
+        super().start(extra_env)
         if wait:
             self.wait_leader()
-
-    def wait_leader(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if "paralleljob_leader 1.0" in self.metrics():
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"operator did not become leader in {timeout_s} s:\n{self.log_tail()}")
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
-            return str(response.read().decode())
-
-    def healthz(self) -> tuple[int, str]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as response:
-            return int(response.status), str(response.read().decode())
-
-    def wait_exit(self, timeout_s: float = 30.0) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout=timeout_s)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def ensure_running(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            self.start()
-
-    def view_mismatches(self) -> list[str]:
-        """Self-check mismatches of the kept cluster view logged by any start of this operator."""
-        found = []
-        for path in sorted(self.log_dir.glob("operator-*.log")):
-            text = path.read_text(errors="replace")
-            found += [line for line in text.splitlines() if "kept cluster view differed from a rebuild" in line]
-        return found
-
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0, interval: float = 0.1) -> Any:
@@ -242,6 +163,31 @@ class Jobs:
             self.delete(item["metadata"]["name"])
         self.operator.ensure_running()
         wait_for(f"pods of {self.namespace} deleted by the operator", lambda: not self.pods(), timeout_s=30)
+
+
+@contextmanager
+def running(operator: OperatorProcess) -> Iterator[OperatorProcess]:
+    """A module's operator: started (and leading) for the block, stopped after it."""
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+
+
+@contextmanager
+def jobs_in(kube: KubeSession, namespace: str, operator: OperatorProcess, *, check_view: bool) -> Iterator[Jobs]:
+    """A test's ParallelJobs, the operator running first. Afterwards every ParallelJob is deleted and the
+    operator has removed their pods (the next test starts on free GPUs); with ``check_view``, the operator's
+    kept cluster view must never have differed from a rebuild."""
+    operator.ensure_running()
+    jobs = Jobs(kube, namespace, operator)
+    try:
+        yield jobs
+    finally:
+        jobs.cleanup()
+    if check_view:
+        assert operator.view_mismatches() == [], "the kept cluster view differed from a rebuild"
 
 
 def assert_gang_on_record(pjs: Jobs, name: str) -> dict[str, Any]:

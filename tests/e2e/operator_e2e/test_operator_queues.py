@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pjhelpers import Jobs, OperatorProcess, assert_gang_on_record, assert_no_gpu_used_twice, wait_for
+from pjhelpers import Jobs, OperatorProcess, assert_gang_on_record, assert_no_gpu_used_twice, running, wait_for
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
@@ -26,12 +26,8 @@ QUEUES = (GROUP, VERSION, "paralleljobqueues")
 @pytest.fixture(scope="module")
 def pj_operator(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     args = ("--queue-policy", "fair-backfill-preempt", "--preemption-grace-seconds", str(GRACE_S))
-    proc = OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator"), extra_args=args)
-    proc.start()
-    try:
+    with running(OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator"), extra_args=args)) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
