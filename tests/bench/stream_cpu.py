@@ -212,6 +212,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--apiserver-profiles", type=Path, help="save kube-apiserver's CPU profile of each round here")
     args = parser.parse_args()
+    if args.nodes * 8 < 256:
+        parser.error(f"--nodes {args.nodes}: the 256 one-GPU pods of a stream need at least 32 nodes of 8 GPUs")
     name = "stream-cpu"
     cluster = up(name, NodeShape(count=args.nodes, gpus_per_node=8, nodes_per_rack=8), die_with_caller=True)
     try:
