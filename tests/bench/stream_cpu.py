@@ -38,17 +38,8 @@ from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devtools.bench_operator import PodTracker, delete_jobs, job_body, plain_pod, same_pod
 from paralleljob.devtools.bench_scale import operator_under_test
 from paralleljob.devtools.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
+from paralleljob.devtools.operatorproc import process_cpu_seconds
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def control_plane(name: str) -> dict[str, int]:
@@ -83,14 +74,14 @@ class Meter:
         self.requests_before = api_requests(kubeconfig)
         self.requests: dict[str, int] = {}
         self.pids = pids
-        self.before = {k: cpu_seconds(p) for k, p in pids.items()}
+        self.before = {k: process_cpu_seconds(p) for k, p in pids.items()}
         self.started = time.monotonic()
         self.used: dict[str, float] = {}
         self.wall = 0.0
 
     def read(self) -> None:
         self.wall = time.monotonic() - self.started
-        self.used = {k: round(cpu_seconds(p) - self.before[k], 2) for k, p in self.pids.items()}
+        self.used = {k: round(process_cpu_seconds(p) - self.before[k], 2) for k, p in self.pids.items()}
         after = api_requests(self.kubeconfig)
         before = self.requests_before
         self.requests = {k: n - before[k] for k, n in sorted(after.items()) if n > before[k]}

@@ -27,6 +27,15 @@ VIEW_MISMATCH = "kept cluster view differed from a rebuild"  # logged by the ope
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process from ``/proc/<pid>/stat``; 0.0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
 class OperatorExited(RuntimeError):
     """The operator exited while it was waited for; the message ends with its log's last lines."""
 
@@ -161,8 +170,7 @@ class OperatorProcess:
 
     def cpu_seconds(self) -> float:
         assert self.proc is not None
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+        return process_cpu_seconds(self.proc.pid)
 
     def rss_mb(self) -> float:
         assert self.proc is not None

@@ -16,11 +16,8 @@ from typing import Any
 
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
-from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, LAST_CHECKPOINT_ANNOTATION
+from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, LAST_CHECKPOINT_ANNOTATION, QUEUE_POLICIES
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
-
-# --queue-policy values; "strict-fifo" keeps the operator's own per-queue FIFO (k8s/plan/fifo_admission.py).
-QUEUE_POLICIES = ("strict-fifo", "fair", "fair-backfill", "fair-backfill-preempt")
 
 
 @dataclass(frozen=True, slots=True)

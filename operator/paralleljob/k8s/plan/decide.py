@@ -112,7 +112,7 @@ def decide(
     clock = clock or (lambda: 0.0)
     now = observed.now
     now_s = observed.seconds
-    jobs_by_key = {j.key: j for j in observed.jobs}
+    jobs = {j.key: j for j in observed.jobs}
     if view is None:
         view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
     placer = Placer(view.state, placer_config) if view.state is not None else None
@@ -121,7 +121,6 @@ def decide(
     plan = Plan(warnings=list(view.warnings))
     plan.node_warnings, plan.node_events = node_warnings(observed.node_warnings, observed.changed_nodes)
     backoff = observed.backoff.after(observed.bind_failures, observed.api_trouble, now_s)
-    jobs = {j.key: j for j in observed.jobs}
     pods_by_job: dict[str, list[PodInfo]] = {}
     for pod in observed.pods:
         if pod.job is None:
@@ -175,7 +174,7 @@ def decide(
         actions_for=actions_for,
         pods_of=pods_of,
         queues=observed.queues,
-        jobs=jobs_by_key,
+        jobs=jobs,
         holds=backoff.active(now_s),
         bind_failures=observed.bind_failures,
         invalid_pods=observed.invalid_pods,
@@ -227,7 +226,7 @@ def decide(
     for actions in plan.jobs:
         if actions.job.request is not None and actions.job.request.pod_group:
             finish_group(actions, pods_of(actions.job), actions.draft.phase in ACTIVE and not actions.job.deleting)
-    plan.backoff = backoff.settle(now_s, jobs_by_key, {a.job.key for a in plan.jobs if a.gang_bound})
+    plan.backoff = backoff.settle(now_s, jobs, {a.job.key for a in plan.jobs if a.gang_bound})
     deadlines = pending_deadlines(plan.jobs) + [a.wake_at for a in plan.jobs if a.wake_at is not None]
     backoff_ends = plan.backoff.next_end()
     if backoff_ends is not None:  # a held job is tried again when its wait ends, not at the next resync

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.core.errors import InvalidRequest
+from paralleljob.k8s.edge.constants import QUEUE_POLICIES
 
 
 def register(subparsers: Any) -> None:
@@ -68,7 +69,7 @@ def register(subparsers: Any) -> None:
     op.add_argument(
         "--queue-policy",
         default="strict-fifo",
-        choices=("strict-fifo", "fair", "fair-backfill", "fair-backfill-preempt"),
+        choices=QUEUE_POLICIES,
         help="admission: the per-queue FIFO, or the core's pass with fair share, backfill, preemption"
         " (default: %(default)s)",
     )
