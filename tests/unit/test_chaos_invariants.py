@@ -40,8 +40,12 @@ def job(name: str, phase: str, pods: list[str], reason: str = "AllPodsBound") ->
 
 def test_a_healthy_gang_passes() -> None:
     checker = InvariantChecker(expected={"a"})
-    snap = snapshot(0.0, [node("n1")], [pod("a-0", "a", "n1", "0,1"), pod("a-1", "a", "n1", "2,3")],
-                    [job("a", "Running", ["a-0", "a-1"])])
+    snap = snapshot(
+        0.0,
+        [node("n1")],
+        [pod("a-0", "a", "n1", "0,1"), pod("a-1", "a", "n1", "2,3")],
+        [job("a", "Running", ["a-0", "a-1"])],
+    )
     assert checker.check(snap, 0.0) == []
     assert checker.final(snap) == []
 
@@ -83,3 +87,30 @@ def test_a_queued_job_keeping_live_pods_counts_as_half_bound() -> None:
     checker.check(snapshot(0.0, [node("n1")], [pod("q-0", "q", "n1", "0")], snap), 0.0)
     found = checker.check(snapshot(2.0, [node("n1")], [pod("q-0", "q", "n1", "0")], snap), 0.0)
     assert [v.kind for v in found] == ["half-bound"]
+
+
+def test_half_bound_is_judged_per_recorded_slot_not_by_counting_pods() -> None:
+    """The chaos finding: 10 of 16 slots held while the phase said Running. Pods of other names (left from
+    an earlier placement) or pods being deleted never fill a slot."""
+    checker = InvariantChecker(grace_s=1.0)
+    slots = ["r-d0-p0", "r-d0-p1", "r-d1-p0", "r-d1-p1"]
+    pods = [
+        pod("r-d0-p0", "r", "n1", "0"),
+        pod("r-d0-p1", "r", "n1", "1"),
+        pod("r-old-a", "r", "n2", "0"),  # not a slot of the record
+        pod("r-d1-p0", "r", "n1", "2", deletionTimestamp="2026-01-01T00:00:00Z"),
+        pod("r-old-b", "r", "n2", "1"),
+    ]
+    jobs = [job("r", "Running", slots)]
+    assert checker.check(snapshot(0.0, [node("n1"), node("n2")], pods, jobs), 0.0) == []
+    found = checker.check(snapshot(2.0, [node("n1"), node("n2")], pods, jobs), 0.0)
+    assert [(v.kind, v.subject) for v in found] == [("half-bound", "r")]
+    assert "2 of 4 slots" in found[0].detail
+
+
+def test_a_running_job_with_no_pod_at_all_is_charged_but_a_placing_one_is_not() -> None:
+    checker = InvariantChecker(grace_s=1.0)
+    jobs = [job("run", "Running", ["run-d0-p0"]), job("plc", "Placing", ["plc-d0-p0"])]
+    checker.check(snapshot(0.0, [node("n1")], [], jobs), 0.0)
+    found = checker.check(snapshot(2.0, [node("n1")], [], jobs), 0.0)
+    assert [(v.kind, v.subject) for v in found] == [("half-bound", "run")]

@@ -5,9 +5,12 @@ Checked on every snapshot:
 - ``oversubscribed``: no node whose live pods request more GPUs than it has allocatable;
 - ``bound-to-down-node``: no pod (finished ones aside) bound to a node that has been NotReady or missing
   for more than ``grace_s``;
-- ``half-bound``: no job whose recorded gang has some but not all of its pods bound for more than
-  ``grace_s`` (bound pods that finished successfully count as bound), nor a Queued or Failed job that
-  keeps live pods that long;
+- ``half-bound``: judged per slot of the recorded placement (the pod names in ``status.placement``): a
+  slot is held when a pod of that name is bound, not being deleted and not Failed (one that finished
+  successfully counts). No Running job may miss a slot, and no Placing or Recovering job may hold some
+  but not all of them, for more than ``grace_s``; nor may a Queued or Failed job keep live pods that long.
+  Pods are matched to slots by name, so pods left over from an earlier placement (on a broken node, say)
+  never make a gang look whole;
 - ``lost``: every job the run applied and did not delete still exists, and none stays without a status.
 
 The two timed ones are charged only while the operator is up: the clock of a condition starts at the later
@@ -175,17 +178,21 @@ class InvariantChecker:
         found = []
         for name in sorted(snap.expected - set(snap.jobs)):
             found.append(Violation("lost", name, "applied, never deleted, no longer in the API", snap.at))
-        bound: Counter[str] = Counter()
+        held: dict[str, set[str]] = {}
         live: Counter[str] = Counter()
         for pod in snap.pods:
             if pod.node and not pod.deleting and pod.phase != "Failed":
-                bound[pod.job] += 1
+                held.setdefault(pod.job, set()).add(pod.name)
             live[pod.job] += pod.live
         half, bare = set(), set()
+        bound: Counter[str] = Counter()
         for view in snap.jobs.values():
             if not view.phase:
                 bare.add(view.name)
-            if view.phase in GANG_PHASES and 0 < bound[view.name] < len(view.slots):
+            bound[view.name] = len(held.get(view.name, set()) & set(view.slots))
+            if view.phase == "Running" and bound[view.name] < len(view.slots):
+                half.add(view.name)
+            elif view.phase in GANG_PHASES and 0 < bound[view.name] < len(view.slots):
                 half.add(view.name)
             elif view.phase in ("Queued", "Failed") and live[view.name]:
                 half.add(view.name)  # its gang was given up: live pods left behind are half a gang too
@@ -195,7 +202,7 @@ class InvariantChecker:
             age = self._age(self.half_since[job], snap.at, up_since)
             if age > self.grace_s:
                 gang = snap.jobs[job]
-                detail = f"{gang.phase}: {bound[job]} of {len(gang.slots)} pods bound for {age:.1f} s"
+                detail = f"{gang.phase}: {bound[job]} of {len(gang.slots)} slots held by a bound pod for {age:.1f} s"
                 found.append(Violation("half-bound", job, detail, snap.at))
         for job in sorted(bare):
             age = self._age(self.bare_since[job], snap.at, up_since)

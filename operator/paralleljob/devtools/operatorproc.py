@@ -218,6 +218,21 @@ class OperatorProcess:
         except OSError:
             return "(no log)"
 
+    def log_size(self) -> int:
+        """Bytes in the latest start's log so far (a mark for ``log_since``)."""
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def log_since(self, mark: int) -> str:
+        """What the latest start logged after ``mark`` (all of it if it started after the mark was taken)."""
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[mark:].decode(errors="replace") if mark <= len(data) else data.decode(errors="replace")
+
     def logs(self) -> list[Path]:
         """Every start's log in ``log_dir``, of this process and of any other named by the same template."""
         return sorted(self.log_dir.glob(self.log_name.format(identity="*", start="*")))

@@ -177,17 +177,77 @@ def running(operator: OperatorProcess) -> Iterator[OperatorProcess]:
 
 @contextmanager
 def jobs_in(kube: KubeSession, namespace: str, operator: OperatorProcess, *, check_view: bool) -> Iterator[Jobs]:
-    """A test's ParallelJobs, the operator running first. Afterwards every ParallelJob is deleted and the
-    operator has removed their pods (the next test starts on free GPUs); with ``check_view``, the operator's
-    kept cluster view must never have differed from a rebuild."""
+    """A test's ParallelJobs, the operator running first. The scenario must end settled (``assert_settled``);
+    afterwards every ParallelJob is deleted and the operator has removed their pods (the next test starts on
+    free GPUs); with ``check_view``, the operator's kept cluster view must never have differed from a
+    rebuild."""
     operator.ensure_running()
     jobs = Jobs(kube, namespace, operator)
+    log_start = operator.log_size()
+    passed = False
     try:
         yield jobs
+        passed = True
     finally:
-        jobs.cleanup()
+        try:
+            if passed:  # a failed scenario reports its own failure, not an unsettled operator
+                assert_settled(jobs, log_start)
+        finally:
+            jobs.cleanup()
     if check_view:
         assert operator.view_mismatches() == [], "the kept cluster view differed from a rebuild"
+
+
+PASSES = "paralleljob_reconcile_passes_total"
+# Idle, the e2e operator passes every 10 s (resync) plus what node and pod changes cause; a loop ran at
+# 60-90 passes a second. One second with at most this many passes counts as settled.
+SETTLED_PASSES_PER_S = 3.0
+SETTLE_TIMEOUT_S = 20.0
+# Occurrences per scenario (an aggregated Event counts its ``count``): of one reason about one object (a
+# decision repeated on every pass floods one reason: 1,128 Reoptimizable Events in 3 minutes), and of all
+# reasons about one object (the crash test fails a worker 8 times: 3 Events each).
+MAX_EVENTS_PER_REASON = 10
+MAX_EVENTS_PER_OBJECT = 40
+MAX_LOG_WARNINGS = 30  # WARNING/ERROR lines the operator logs per scenario
+
+
+def assert_settled(jobs: Jobs, log_start: int) -> None:
+    """What every e2e scenario ends with: the operator back to its idle pass rate (within 20 s of the test's
+    end), a bounded number of Events per object, a bounded number of warnings in its log, and no status
+    field dropped by the CRD."""
+    operator = jobs.operator
+    if operator.running() and operator.is_leader():
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while True:
+            before, started = operator.sample(PASSES), time.monotonic()
+            time.sleep(1.0)
+            rate = (operator.sample(PASSES) - before) / (time.monotonic() - started)
+            if rate <= SETTLED_PASSES_PER_S:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"the operator did not settle: {rate:.0f} reconcile passes/s {SETTLE_TIMEOUT_S:.0f} s after the"
+                    f" scenario (idle is <= {SETTLED_PASSES_PER_S:g})\noperator log:\n{operator.log_tail()}"
+                )
+    counts: Counter[str] = Counter()
+    for item in jobs.kube.run(jobs.kube.core.list_namespaced_event(jobs.namespace)).items:
+        if item.reporting_component == "paralleljob.dev/operator":
+            counts[f"{item.involved_object.kind}/{item.involved_object.name} {item.reason}"] += item.count or 1
+    per_object: Counter[str] = Counter()
+    for key, count in counts.items():
+        per_object[key.split(" ")[0]] += count
+    flooded = {obj: n for obj, n in per_object.items() if n > MAX_EVENTS_PER_OBJECT}
+    flooded.update({key: n for key, n in counts.items() if n > MAX_EVENTS_PER_REASON})
+    assert not flooded, (
+        f"too many Events (more than {MAX_EVENTS_PER_REASON} of one reason or {MAX_EVENTS_PER_OBJECT} in all about"
+        f" one object): {dict(counts)}"
+    )
+    new_log = operator.log_since(log_start)
+    assert "the API server dropped" not in new_log, "the CRD pruned a status field the operator writes"
+    warnings = [line for line in new_log.splitlines() if " WARNING " in line or " ERROR " in line]
+    assert len(warnings) <= MAX_LOG_WARNINGS, f"{len(warnings)} warnings in the operator's log:\n" + "\n".join(
+        warnings[:40]
+    )
 
 
 def assert_gang_on_record(pjs: Jobs, name: str) -> dict[str, Any]:

@@ -1,5 +1,12 @@
 """Kubernetes Events about ParallelJobs and Nodes, posted in the background so that a slow or failing
-event write never delays a bind. If the API is unreachable the oldest events are dropped, not the operator."""
+event write never delays a bind. If the API is unreachable the oldest events are dropped, not the operator.
+
+Repeats are aggregated as client-go's event correlator does: the same (object, type, reason, message)
+within ``REPEAT_WINDOW_S`` raises the ``count`` and ``lastTimestamp`` of the Event already posted instead
+of creating another one, and is logged at debug level only. So a decision that is (wrongly) repeated on
+every pass cannot flood the API, the log, or crowd out other jobs' Events. Events wait for a gang's binds,
+but at most ``MAX_WAIT_FOR_BINDS_S``: an operator that always has a chain in flight still posts them.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import datetime as dt
 import itertools
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +26,9 @@ from paralleljob.k8s.runtime.api import ApiError, Kube
 
 log = logging.getLogger("paralleljob.k8s")
 MAX_BACKLOG = 1000
+REPEAT_WINDOW_S = 600.0  # client-go aggregates identical events for 10 minutes
+MAX_WAIT_FOR_BINDS_S = 1.0
+MAX_REMEMBERED = 4096  # distinct recent events kept for aggregation; the oldest are forgotten first
 
 
 class EventPoster:
@@ -29,6 +40,10 @@ class EventPoster:
         self.counter = itertools.count()
         self.prefix = f"{os.getpid():x}{int(dt.datetime.now().timestamp()):x}"
         self.task: asyncio.Task[None] | None = None
+        # (namespace, object uid or name, type, reason, message) -> [event name, count, first posted (monotonic)]
+        self.recent: dict[tuple[str, ...], list[Any]] = {}
+        self.dropped = 0
+        self.repeats: dict[str, int] = {}  # Event name -> count still to be written
 
     def start(self) -> None:
         if self.task is None:
@@ -38,11 +53,32 @@ class EventPoster:
         return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def _put(self, involved: Mapping[str, str], event_type: str, reason: str, message: str) -> None:
+        key = (involved.get("namespace", ""), involved.get("uid") or involved["name"], event_type, reason, message)
+        seen = self.recent.get(key)
+        now = time.monotonic()
+        if seen is not None and now - seen[2] < REPEAT_WINDOW_S:
+            seen[1] += 1
+            log.debug("%s %s/%s: %s (%d times): %s", event_type, key[0], involved["name"], reason, seen[1], message)
+            if seen[0] not in self.repeats:  # one update in the queue per Event, carrying the latest count
+                self._enqueue({"repeat": seen[0], "namespace": involved.get("namespace") or "default"})
+            self.repeats[seen[0]] = seen[1]
+            return
         log.info("%s %s/%s: %s: %s", event_type, involved.get("namespace", ""), involved["name"], reason, message)
+        suffix = f"{self.prefix}{next(self.counter):x}"
+        body = event(involved, event_type, reason, message, self._now(), suffix, self.instance)
+        self.recent.pop(key, None)
+        self.recent[key] = [body["metadata"]["name"], 1, now]
+        while len(self.recent) > MAX_REMEMBERED:
+            del self.recent[next(iter(self.recent))]
+        self._enqueue(body)
+
+    def _enqueue(self, item: dict[str, Any]) -> None:
         if self.queue.qsize() >= MAX_BACKLOG:
             self.queue.get_nowait()
-        suffix = f"{self.prefix}{next(self.counter):x}"
-        self.queue.put_nowait(event(involved, event_type, reason, message, self._now(), suffix, self.instance))
+            self.dropped += 1
+            if self.dropped in (1, 10, 100) or self.dropped % 1000 == 0:
+                log.warning("%d Events dropped: the API server did not take them in time", self.dropped)
+        self.queue.put_nowait(item)
 
     def about_job(self, job: JobObject, event_type: str, reason: str, message: str) -> None:
         involved = {
@@ -66,11 +102,25 @@ class EventPoster:
 
     async def _run(self) -> None:
         while True:
-            body = await self.queue.get()
-            while self.busy():  # events wait for a gang's creates and binds, never the other way round
+            item = await self.queue.get()
+            waited = 0.0
+            while self.busy() and waited < MAX_WAIT_FOR_BINDS_S:  # events wait for a gang's binds, a bounded time
                 await asyncio.sleep(0.05)
-            namespace = body["metadata"]["namespace"]
+                waited += 0.05
             try:
-                await self.kube.request("POST", f"/api/v1/namespaces/{namespace}/events", body)
+                await self._post(item)
             except ApiError as exc:
                 log.debug("event not posted: %s", exc)
+
+    async def _post(self, item: dict[str, Any]) -> None:
+        if "repeat" not in item:
+            namespace = item["metadata"]["namespace"]
+            await self.kube.request("POST", f"/api/v1/namespaces/{namespace}/events", item)
+            return
+        # A repeat of a posted Event: its count and last time move (a 404 means it was never posted or has
+        # expired; the next repeat after the window posts a fresh one).
+        count = self.repeats.pop(item["repeat"], None)
+        if count is None:
+            return
+        path = f"/api/v1/namespaces/{item['namespace']}/events/{item['repeat']}"
+        await self.kube.merge_patch(path, {"count": count, "lastTimestamp": self._now()})

@@ -26,6 +26,7 @@ from typing import Any
 from paralleljob.k8s.edge import claims
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.edge.statuscheck import dropped_fields
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path, retrying
 from paralleljob.k8s.view.store import ObjectStore
@@ -42,6 +43,8 @@ class Outcome:
     hold: dict[str, str] = field(default_factory=dict)  # job key -> transient trouble; retry after a pause
     invalid: dict[str, str] = field(default_factory=dict)  # job key -> the API refused its pod as invalid
     written: list[JobActions] = field(default_factory=list)  # jobs whose status write went through
+    dropped: list[str] = field(default_factory=list)  # status fields the API server did not keep (statuscheck)
+    changed: bool = False  # something changed on the API server (an object's resourceVersion moved)
 
 
 class Executor:
@@ -63,6 +66,7 @@ class Executor:
         self.binds_done = 0
         self.binds_started = 0
         self.services: set[tuple[str, str, str]] = set()
+        self.dropped_reported: set[str] = set()
 
     async def execute(self, plan: Plan) -> Outcome:
         """Each job's actions run as one chain (status, then its pods); chains of different jobs overlap."""
@@ -124,6 +128,7 @@ class Executor:
                 return False  # deleted meanwhile; the DELETED event cleans up
             if exc.status == 409:
                 await self._refresh(job)  # changed meanwhile: decide again on the new version
+                outcome.changed = True
             else:
                 log.warning("status of %s not written: %s", job.key, exc)
                 outcome.hold[job.key] = f"status write failed: {exc.message}"
@@ -131,6 +136,20 @@ class Executor:
         self.jobs.upsert(body)
         outcome.wrote += 1
         outcome.written.append(actions)
+        if str((body.get("metadata") or {}).get("resourceVersion")) != job.resource_version:
+            outcome.changed = True
+        dropped = dropped_fields(patch["status"], body.get("status") or {})
+        if dropped:
+            outcome.dropped.extend(dropped)
+            new = [path for path in dropped if path not in self.dropped_reported]
+            if new:  # once per field per process: the cause is the installed CRD, not this job
+                self.dropped_reported.update(new)
+                log.error(
+                    "the API server dropped %s of %s's status write: the ParallelJob CRD installed in the cluster"
+                    " does not declare it; install this release's CRDs (crds/ or the chart's crds/)",
+                    ", ".join(new),
+                    job.key,
+                )
         return True
 
     async def _refresh(self, job: JobObject) -> None:

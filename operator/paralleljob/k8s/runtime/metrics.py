@@ -74,6 +74,12 @@ class Metrics:
         self.migrations = Counter(
             "paralleljob_migrations_total", "Jobs moved to a cheaper placement at a checkpoint boundary", registry=r
         )
+        self.dropped_status_fields = Counter(
+            "paralleljob_status_fields_dropped_total",
+            "Status fields the API server did not keep (the installed CRD lacks them: update the CRDs)",
+            ["field"],
+            registry=r,
+        )
         self.view_rebuilds = Counter(
             "paralleljob_view_rebuilds_total",
             "Cluster view built from scratch instead of patched, by why (start, relist, topology, conflict, ...)",
