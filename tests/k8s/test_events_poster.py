@@ -1,0 +1,75 @@
+"""The Event poster against the in-memory API: a decision repeated on every pass makes one Event whose
+count rises (not one Event per pass), and a busy operator (a chain always in flight) still posts within a
+bounded wait: during the reconcile loop of issue 21 other jobs' GPUFailure/Repaired Events never landed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.runtime import events as events_module
+from paralleljob.k8s.runtime.events import MAX_WAIT_FOR_BINDS_S, EventPoster
+from tests.k8s import factories
+from tests.k8s.fakekube import FakeApi
+
+EVENTS = "/api/v1/namespaces/ns/events"
+
+
+def job(name: str) -> JobObject:
+    return parse_job(factories.paralleljob(name))
+
+
+async def drain(api: FakeApi, want: int, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(api.items(EVENTS)) < want and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
+def test_repeats_raise_the_count_of_one_event() -> None:
+    async def scenario() -> list[dict[str, object]]:
+        api = FakeApi()
+        poster = EventPoster(api.client(), "op")
+        poster.start()
+        for _ in range(50):  # the same decision, every pass
+            poster.about_job(job("a"), "Normal", "Reoptimizable", "migrate at the next checkpoint")
+        poster.about_job(job("b"), "Warning", "GPUFailure", "GPU 1 on n0 reported unhealthy")
+        await drain(api, 2)
+        await asyncio.sleep(0.2)
+        return api.items(EVENTS)
+
+    posted = asyncio.run(scenario())
+    by_reason = {e["reason"]: e for e in posted}
+    assert len(posted) == 2, [e["reason"] for e in posted]
+    assert by_reason["Reoptimizable"]["count"] == 50
+    assert by_reason["GPUFailure"]["count"] == 1
+
+
+def test_a_busy_operator_still_posts_after_the_bounded_wait() -> None:
+    async def scenario() -> tuple[int, float]:
+        api = FakeApi()
+        poster = EventPoster(api.client(), "op", busy=lambda: True)  # a chain always in flight
+        poster.start()
+        started = time.monotonic()
+        poster.about_job(job("b"), "Warning", "GPUFailure", "GPU 1 on n0 reported unhealthy")
+        await drain(api, 1)
+        return len(api.items(EVENTS)), time.monotonic() - started
+
+    posted, took = asyncio.run(scenario())
+    assert posted == 1
+    assert took < MAX_WAIT_FOR_BINDS_S + 1.0
+
+
+def test_after_the_window_a_repeat_is_a_new_event() -> None:
+    async def scenario() -> int:
+        api = FakeApi()
+        poster = EventPoster(api.client(), "op")
+        poster.start()
+        poster.about_job(job("a"), "Normal", "Repaired", "all pods bound")
+        for entry in poster.recent.values():  # as if the window had passed
+            entry[2] -= events_module.REPEAT_WINDOW_S + 1
+        poster.about_job(job("a"), "Normal", "Repaired", "all pods bound")
+        await drain(api, 2)
+        return len(api.items(EVENTS))
+
+    assert asyncio.run(scenario()) == 2
