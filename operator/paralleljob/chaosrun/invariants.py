@@ -190,9 +190,9 @@ class InvariantChecker:
             if not view.phase:
                 bare.add(view.name)
             bound[view.name] = len(held.get(view.name, set()) & set(view.slots))
-            if view.phase == "Running" and bound[view.name] < len(view.slots):
-                half.add(view.name)
-            elif view.phase in GANG_PHASES and 0 < bound[view.name] < len(view.slots):
+            # Running: every slot must be held; Placing/Recovering: all or none (still on its way)
+            missing = len(view.slots) - bound[view.name]
+            if missing and (view.phase == "Running" or (view.phase in GANG_PHASES and bound[view.name])):
                 half.add(view.name)
             elif view.phase in ("Queued", "Failed") and live[view.name]:
                 half.add(view.name)  # its gang was given up: live pods left behind are half a gang too
