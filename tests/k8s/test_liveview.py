@@ -182,3 +182,26 @@ def test_a_rebuild_that_fails_leaves_no_stale_view_behind(monkeypatch: pytest.Mo
     monkeypatch.undo()
     assert view_differences(live.refresh([]), _fresh(world)) == []  # type: ignore[arg-type]
     assert live.rebuilds == {"start": 2}
+
+
+def test_a_repair_that_reuses_its_own_gpus_while_the_old_pod_leaves_is_no_oversubscription() -> None:
+    """Chaos finding: "node X is oversubscribed: pod ... holds 1 GPUs, only 0 were free" hundreds of times
+    during repairs, while the API never showed a GPU in two pods. A full repair may put a slot on GPUs of
+    the job's own old pod (another slot, an earlier incarnation) that is still going away; that pod holds
+    the job's GPUs, not more of them."""
+    world, live = _world(nodes=2)
+    for i in range(4):  # the job fills n0 with its first placement
+        world.put(world.pods, pod_body(f"j-old-{i}", "n0", 2, job="j", indices=(2 * i, 2 * i + 1), deleting=i == 0))
+    world.put(world.pods, pod_body("other", "n1", 8, indices=tuple(range(8))))
+    live.refresh([])
+    # the repair's record puts other slot names on the same GPUs of n0 while j-old-* are still there
+    world.claims["ns/j"] = claim("j", [(f"j-d{i}-p0", "n0", (2 * i, 2 * i + 1)) for i in range(4)])
+    view = live.refresh(world.claim_list())
+    assert view.warnings == [], view.warnings
+    fresh = _fresh(world)
+    assert fresh.warnings == []  # type: ignore[attr-defined]
+    assert view_differences(view, fresh) == []  # type: ignore[arg-type]
+    # a pod of another job on those GPUs is a real oversubscription, and is still reported
+    world.put(world.pods, pod_body("intruder", "n0", 2, job="k", indices=(0, 1)))
+    view = live.refresh(world.claim_list())
+    assert any("intruder" in w for w in view.warnings), view.warnings

@@ -74,6 +74,11 @@ class Metrics:
         self.migrations = Counter(
             "paralleljob_migrations_total", "Jobs moved to a cheaper placement at a checkpoint boundary", registry=r
         )
+        self.oversubscribed_nodes = Gauge(
+            "paralleljob_oversubscribed_nodes",
+            "Nodes whose pods hold more GPUs than the node has free (pods the operator did not place)",
+            registry=r,
+        )
         self.dropped_status_fields = Counter(
             "paralleljob_status_fields_dropped_total",
             "Status fields the API server did not keep (the installed CRD lacks them: update the CRDs)",

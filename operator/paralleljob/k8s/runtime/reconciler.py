@@ -122,6 +122,7 @@ class Reconciler:
         )
         self.claim_deletes: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.deferred: set[str] = set()  # jobs a pass left out because their chain was running
+        self.reported_warnings: set[str] = set()  # the previous pass's warnings (logged when they appeared)
         self.wake = asyncio.Event()
         self.synced = asyncio.Event()
         self.leader = asyncio.Event()
@@ -266,8 +267,7 @@ class Reconciler:
             if self.deadline_timer is not None:
                 self.deadline_timer.cancel()
             self.deadline_timer = asyncio.get_running_loop().call_later(plan.wake_after + 0.05, self.wake.set)
-        for warning in plan.warnings:
-            log.warning("%s", warning)
+        self._report_warnings(plan, view)
         for seconds in plan.scheduling_seconds:
             self.metrics.scheduling.observe(seconds)
         launched = 0
@@ -309,6 +309,22 @@ class Reconciler:
             len(self.inflight),
         )
         return False, 0.0
+
+    def _report_warnings(self, plan: Plan, view: ClusterView) -> None:
+        """Log a warning when it appears, not on every pass while it lasts (a condition that held for a
+        second was logged 187 times); a node the view finds oversubscribed also gets a Warning Event (the
+        poster aggregates repeats) and counts in ``paralleljob_oversubscribed_nodes``."""
+        current = set(plan.warnings)
+        for warning in plan.warnings:
+            if warning not in self.reported_warnings:
+                log.warning("%s", warning)
+        for node, found in view.node_warnings.items():
+            body = self.nodes.body("", node)
+            for warning in found:
+                if warning not in self.reported_warnings and body is not None:
+                    self.events.about_node(body, "Warning", "GPUsOversubscribed", warning)
+        self.reported_warnings = current
+        self.metrics.oversubscribed_nodes.set(len(view.node_warnings))
 
     def _post_node_events(self, plan: Plan) -> None:
         for note in plan.node_events:

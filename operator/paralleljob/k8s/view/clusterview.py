@@ -249,7 +249,12 @@ def claims_holder_id(node: str) -> str:
 
 def occupy(view: ClusterView, pod: PodInfo) -> str:
     """Step 3 for one pod no record explains: it holds its annotated GPUs when they are free, else any free
-    ones (allocation ``pod:<key>``). Returns a warning when its node has fewer free GPUs than it holds."""
+    ones (allocation ``pod:<key>``). Returns a warning when its node has fewer free GPUs than it holds.
+
+    A stale pod of a job whose new record took the pod's own GPUs (a repair may reuse the job's GPUs while
+    its old pods are still going away) holds nothing more: those GPUs are the job's either way, and no
+    other GPU is taken for it. Counting it again made a node look oversubscribed on every pass of a repair.
+    """
     assert view.state is not None and view.topology is not None
     n = view.node_index.get(pod.node)
     if n is None:
@@ -257,14 +262,30 @@ def occupy(view: ClusterView, pod: PodInfo) -> str:
     gpus = list(view.topology.node_gpus(n))
     free = [g for g in gpus if view.state.owner[g] is None]
     first = view.topology.node_first_gpu[n]
-    preferred = [first + i for i in pod.gpu_indices or () if first + i in free]
-    chosen = (preferred + [g for g in free if g not in preferred])[: pod.gpus]
+    annotated = [first + i for i in pod.gpu_indices or () if 0 <= i < len(gpus)]
+    own_job = own_claim_key(pod, view.loaded)
+    own = [g for g in annotated if own_job is not None and view.state.owner[g] == own_job]
+    need = pod.gpus - len(own)
+    preferred = [g for g in annotated if g in free]
+    chosen = (preferred + [g for g in free if g not in preferred])[: max(need, 0)]
     view.occupants.setdefault(pod.node, []).append(pod.key)
     if chosen:
         view.state.allocate(Allocation(occupant_id(pod.key), (tuple(chosen),), 0.0))
-    if len(chosen) < pod.gpus:
+    if len(chosen) < need:
         return f"node {pod.node} is oversubscribed: pod {pod.key} holds {pod.gpus} GPUs, only {len(chosen)} were free"
     return ""
+
+
+def own_claim_key(pod: PodInfo, loaded: dict[str, Claim]) -> str | None:
+    """The loaded record of the pod's own job (owner UID checked) or of its pod group's adopting job."""
+    if pod.group is not None:
+        key = f"{pod.namespace}/{pod.group}"
+        return key if key in loaded else None
+    if pod.job is None:
+        return None
+    key = f"{pod.namespace}/{pod.job}"
+    claim = loaded.get(key)
+    return key if claim is not None and claim.uid == pod.owner_uid else None
 
 
 def occupant_id(pod_key: str) -> str:
