@@ -155,8 +155,13 @@ def decide(
             except GroupDeclarationError as exc:
                 plan.warnings.append(f"pod group {key} cannot be adopted: {exc}")
     actions_by_key: dict[str, JobActions] = {}
+    # Waiting jobs whose last decisions are still being written: decided again on drafts nobody carries out
+    # (below), so nothing is written twice.
+    scratch: dict[str, JobActions] = {}
 
     def actions_for(job: JobObject) -> JobActions:
+        if job.key in scratch:
+            return scratch[job.key]
         if job.key not in actions_by_key:
             actions_by_key[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
         return actions_by_key[job.key]
@@ -188,6 +193,18 @@ def decide(
             if job.request is not None and (observed.busy[job.key] is not None or job.phase in ACTIVE):
                 in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
                 held.append((job, job.request, False))
+                continue
+            # A waiting job whose status write is in flight (its reason changed as a deletion freed room, say)
+            # keeps its place in line: left out, it let the jobs behind it take the room it was waiting for.
+            # Decided as usual on a draft that is thrown away: a head that does not fit blocks its queue, one
+            # that fits keeps its GPUs in this pass's trial state; the next pass decides it for real.
+            scratch[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            try:
+                entry = _decide_job(ctx, scratch[job.key], job)
+            except Exception:  # reported by the pass that decides it for real, once its write has landed
+                continue
+            if entry is not None:
+                queued.append(entry)
             continue
         actions = actions_for(job)
         try:
