@@ -299,13 +299,8 @@ def test_labelled_pods_outside_the_served_namespaces_are_not_orphans() -> None:
         pod = foreign_pod(f"gone-d0-p0-{namespace}", "n0", 1, namespace=namespace)
         pod["metadata"]["labels"] = {"paralleljob.dev/job": "gone"}
         pod["metadata"]["ownerReferences"] = [
-            {
-                "apiVersion": "paralleljob.dev/v1alpha1",
-                "kind": "ParallelJob",
-                "name": "gone",
-                "uid": "uid-gone",
-                "controller": True,
-            }
+            {"apiVersion": "paralleljob.dev/v1alpha1", "kind": "ParallelJob", "name": "gone", "uid": "uid-gone",
+             "controller": True}
         ]
         fc.pods[(namespace, pod["metadata"]["name"])] = pod
     plan = fc.step()

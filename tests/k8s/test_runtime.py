@@ -49,7 +49,8 @@ class FakeKube:
             if store.lease is not None:
                 raise ApiError(409, "exists")
         elif method == "PUT" and (
-            store.lease is None or body["metadata"].get("resourceVersion") != store.lease["metadata"]["resourceVersion"]
+            store.lease is None
+            or body["metadata"].get("resourceVersion") != store.lease["metadata"]["resourceVersion"]
         ):
             raise ApiError(409, "conflict")
         store.rv += 1

@@ -46,7 +46,9 @@ def test_tp_groups_across_nodes(policy: str) -> None:
 def test_ours_never_splits_on_the_heterogeneous_alibaba_nodes(traces: Path) -> None:
     topology = node_list_cluster(traces / "alibaba2023_openb_gpu_nodes.csv", sample=30, seed=2)
     rng = random.Random(4)
-    trace = [TraceJob(f"j{i}", i * 60.0, rng.uniform(600, 20_000), rng.choice([1, 2, 4, 8, 16])) for i in range(300)]
+    trace = [
+        TraceJob(f"j{i}", i * 60.0, rng.uniform(600, 20_000), rng.choice([1, 2, 4, 8, 16])) for i in range(300)
+    ]
     split = {}
     for policy in ("ours", "first-fit"):
         metrics = Simulation(topology, trace, SimConfig(policy=policy, seed=3)).run().metrics

@@ -64,7 +64,9 @@ def test_trace_guarantees_never_add_up_to_more_than_the_cluster() -> None:
     rng = random.Random(7)
     for _ in range(200):
         tenants = [f"t{i}" for i in range(rng.randint(1, 12))]
-        trace = [job(f"j{i}", 0, rng.uniform(0, 1e5), rng.choice((1, 2, 4, 8)), rng.choice(tenants)) for i in range(30)]
+        trace = [
+            job(f"j{i}", 0, rng.uniform(0, 1e5), rng.choice((1, 2, 4, 8)), rng.choice(tenants)) for i in range(30)
+        ]
         gpus = rng.randint(8, 512)
         specs = trace_quotas(trace, gpus, borrow=rng.uniform(1, 4), floor_gpus=rng.randint(0, 16))
         assert sum(s.guaranteed_gpus for s in specs) <= gpus

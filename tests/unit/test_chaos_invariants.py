@@ -40,12 +40,8 @@ def job(name: str, phase: str, pods: list[str], reason: str = "AllPodsBound") ->
 
 def test_a_healthy_gang_passes() -> None:
     checker = InvariantChecker(expected={"a"})
-    snap = snapshot(
-        0.0,
-        [node("n1")],
-        [pod("a-0", "a", "n1", "0,1"), pod("a-1", "a", "n1", "2,3")],
-        [job("a", "Running", ["a-0", "a-1"])],
-    )
+    snap = snapshot(0.0, [node("n1")], [pod("a-0", "a", "n1", "0,1"), pod("a-1", "a", "n1", "2,3")],
+                    [job("a", "Running", ["a-0", "a-1"])])
     assert checker.check(snap, 0.0) == []
     assert checker.final(snap) == []
 

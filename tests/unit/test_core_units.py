@@ -68,11 +68,8 @@ def test_heterogeneous_nodes_from_specs():
     ("nodes", "levels", "message"),
     [
         ([], [Level("node", 1.0)], "at least one node"),
-        (
-            [NodeSpec("a", 8, domains=("c",)), NodeSpec("a", 8, domains=("c",))],
-            [Level("node", 1.0), Level("c", 1.0)],
-            "unique",
-        ),
+        ([NodeSpec("a", 8, domains=("c",)), NodeSpec("a", 8, domains=("c",))], [Level("node", 1.0), Level("c", 1.0)],
+         "unique"),
         ([NodeSpec("a", 8, domains=("r1",))], [Level("node", 1.0)], "names 1 domains"),
         (
             [NodeSpec("a", 8, domains=("r1", "s1", "c")), NodeSpec("b", 8, domains=("r1", "s2", "c"))],
@@ -84,11 +81,8 @@ def test_heterogeneous_nodes_from_specs():
             [Level("node", 100.0), Level("cluster", 200.0)],
             "faster than the level below",
         ),
-        (
-            [NodeSpec("a", 8, domains=("x",)), NodeSpec("b", 8, domains=("y",))],
-            [Level("node", 1.0), Level("t", 1.0)],
-            "single domain",
-        ),
+        ([NodeSpec("a", 8, domains=("x",)), NodeSpec("b", 8, domains=("y",))], [Level("node", 1.0), Level("t", 1.0)],
+         "single domain"),
         ([NodeSpec("a", 8)], [Level("node", 0.0)], "positive bandwidth"),
     ],
 )
@@ -100,19 +94,9 @@ def test_invalid_topologies_are_refused_with_a_reason(nodes, levels, message):
 # ---- cost models ------------------------------------------------------------------------------------
 def test_megatron_cost_by_hand():
     job = JobSpec(
-        "m",
-        2,
-        2,
-        2,
-        10.0,
-        ModelShape(
-            hidden_dim=1024,
-            seq_len=1024,
-            micro_batch_size=2,
-            num_params_billions=1.0,
-            num_layers=8,
-            global_batch_size=32,
-        ),
+        "m", 2, 2, 2, 10.0,
+        ModelShape(hidden_dim=1024, seq_len=1024, micro_batch_size=2, num_params_billions=1.0, num_layers=8,
+                   global_batch_size=32),
     )
     model = MegatronCostModel()
     act = 2 * 1024 * 1024 * 2  # micro-batch x seq x hidden x bytes

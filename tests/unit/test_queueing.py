@@ -167,9 +167,7 @@ def test_preemption_frees_one_node_at_the_least_lost_work():
 
 def test_no_preemption_of_equal_priority_or_unpreemptible_jobs():
     state, placer = cluster(1)
-    running = [
-        run_job(state, placer, job("peer", 8, priority=10)),
-    ]
+    running = [run_job(state, placer, job("peer", 8, priority=10)),]
     pending = [PendingJob(job("urgent", 8, priority=10, tp=8), "a", 0.0)]
     plan = schedule(state, placer, SEED, pending, running, [QueueSpec("a")], QueuePolicy(), now=5.0)
     assert not any(isinstance(d, Preempt) for d in plan.decisions)
@@ -192,16 +190,8 @@ def test_a_queue_below_its_guarantee_reclaims_from_a_borrower():
 
 def test_permanently_unplaceable_jobs_are_flagged_not_reserved():
     state, placer = cluster(1)
-    plan = schedule(
-        state,
-        placer,
-        SEED,
-        [PendingJob(job("huge", 16, tp=16), "a", 0.0)],
-        [],
-        [QueueSpec("a")],
-        QueuePolicy(),
-        now=1.0,
-    )
+    plan = schedule(state, placer, SEED, [PendingJob(job("huge", 16, tp=16), "a", 0.0)], [], [QueueSpec("a")],
+                    QueuePolicy(), now=1.0)
     (wait,) = plan.decisions
     assert isinstance(wait, Wait) and wait.permanent
 
