@@ -135,7 +135,7 @@ async def _dra_list(kube: Any, path: str, params: dict[str, str] | None = None) 
 
 async def _describe(kube: Any, args: argparse.Namespace) -> int:
     from paralleljob.clitools.describe import describe_job
-    from paralleljob.k8s.edge.constants import JOB_LABEL, KIND
+    from paralleljob.k8s.edge.constants import JOB_LABEL, KIND, POD_GROUP_LABEL
     from paralleljob.k8s.runtime.api import ApiError, job_path, retrying
 
     namespace, _, name = args.job.rpartition("/")
@@ -148,8 +148,11 @@ async def _describe(kube: Any, args: argparse.Namespace) -> int:
             return EXIT_API
         raise
     selector = f"involvedObject.name={name},involvedObject.kind={KIND}"
+    # a pod group's pods are its owner's, found by the group label; the operator's workers by the job label
+    group = str((body.get("spec") or {}).get("podGroup") or "")
+    pod_selector = f"{POD_GROUP_LABEL}={group}" if group else f"{JOB_LABEL}={name}"
     (pods, _), (events, _) = await asyncio.gather(
-        retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": f"{JOB_LABEL}={name}"})),
+        retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": pod_selector})),
         retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/events", {"fieldSelector": selector})),
     )
     claims, slices = await asyncio.gather(

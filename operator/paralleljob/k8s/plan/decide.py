@@ -38,6 +38,7 @@ from paralleljob.k8s.plan.podgroups import (
     group_requests,
     hold_until_complete,
     observe_group,
+    slot_pods,
     successors,
 )
 from paralleljob.k8s.plan.podsync import delete_all, must_force, observe, sync_pods
@@ -242,7 +243,8 @@ def decide(
     plan.jobs = list(actions_by_key.values())
     for actions in plan.jobs:
         if actions.job.request is not None and actions.job.request.pod_group:
-            finish_group(actions, pods_of(actions.job), actions.draft.phase in ACTIVE and not actions.job.deleting)
+            active = actions.draft.phase in ACTIVE and not actions.job.deleting
+            finish_group(actions, pods_of(actions.job), active, view.nodes, now)
     plan.backoff = backoff.settle(now_s, jobs, {a.job.key for a in plan.jobs if a.gang_bound})
     deadlines = pending_deadlines(plan.jobs) + [a.wake_at for a in plan.jobs if a.wake_at is not None]
     backoff_ends = plan.backoff.next_end()
@@ -362,7 +364,8 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         if view.state is not None:
             view.state.release(job.key)
         return None
-    breakage = detect(view, job, record, seen.failed)
+    names = {s.name: p.name for s, (_, p) in zip(record.slots, slot_pods(record, pods), strict=True) if p is not None}
+    breakage = detect(view, job, record, seen.failed, names if request.pod_group else None)
     if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
         repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
