@@ -444,3 +444,17 @@ def test_a_repair_says_what_really_happens_and_names_the_old_pod_that_must_go() 
     for rank, pod in replacements.items():
         line = next(p for p in d.pods if p.node_rank == rank)
         assert line.name == pod["metadata"]["name"] and line.note == "" and line.pod_phase == "Running"
+
+
+def test_a_group_whose_pods_are_all_going_is_not_adopted_again() -> None:
+    """`kubectl delete job`: the garbage collector may remove the adopting ParallelJob while the pods are
+    still terminating; the operator must not create a new ParallelJob for pods that are on their way out."""
+    fc = cluster_with([group_pod(i) for i in range(4)])
+    no_writes_but_binds(fc)
+    for pod in fc.pods.values():
+        pod["metadata"]["deletionTimestamp"] = "2024-01-01T00:01:00Z"
+    del fc.jobs["ns/llm"]
+    plan = fc.step()
+    assert plan.adopt == []
+    fc.pods.clear()
+    assert fc.step().adopt == []

@@ -150,6 +150,10 @@ def decide(
             pods_by_job[key] = [p for p in group_pods if p.key not in stale_keys]
         elif job is not None:
             plan.warnings.append(f"pod group {key}: the ParallelJob of that name does not adopt it (no spec.podGroup)")
+        elif all(p.deleting or p.terminal for p in group_pods):
+            # Its owner is going away (the garbage collector may remove the ParallelJob before the pods
+            # finish terminating): a new ParallelJob would have nothing to place and only join the queue.
+            continue
         elif not observed.namespaces or group_pods[0].namespace in observed.namespaces:
             try:
                 plan.adopt.append(adopting_manifest(group_pods[0].namespace, group_pods[0].group or "", group_pods))
