@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import logging
 from typing import Any
+
+import pytest
 
 from paralleljob.agent.hysteresis import GpuTrack, Hysteresis
 from paralleljob.agent.kube import NodeApiError
@@ -266,3 +269,15 @@ def test_agent_on_a_cluster_without_rules_still_numbers_by_device_and_stops_aski
     asyncio.run(polls(agent, clock, 5))
     assert node.annotation(UNHEALTHY_GPUS_ANNOTATION) == "7"
     assert node.calls.count("list_rules") == 1
+
+
+def test_a_gpu_whose_uuid_matches_no_device_is_reported_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The fake NVML's own UUIDs (GPU-fake-...) name no DRA device: the agent must say so (once), not keep
+    NVML's numbering silently."""
+    node = FakeDraNode()
+    agent, clock = make_agent([{"poll": 0, "gpu": 3, "set": {"uuid": "GPU-fake-0003"}}], node)
+    with caplog.at_level(logging.WARNING, logger="paralleljob.agent"):
+        asyncio.run(polls(agent, clock, 3))
+    warnings = [r.getMessage() for r in caplog.records if "match no device" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "[3]" in warnings[0] and "GPU-fake-0003" in warnings[0] and "set: {uuid: ...}" in warnings[0]

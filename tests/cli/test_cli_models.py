@@ -19,6 +19,7 @@ from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.nodes import parse_node
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
+from tests.k8s.test_dra import dra_node, gpu, resource_slice
 
 
 def cluster() -> FakeCluster:
@@ -152,6 +153,20 @@ def test_drain_refuses_what_does_not_exist() -> None:
     for bad in ("gpu-node-003", ":5", "n:x"):
         with pytest.raises(InvalidRequest, match="NODE:INDEX"):
             parse_gpu_ref(bad)
+
+
+def test_drain_on_a_dra_node_counts_the_gpus_of_its_resource_slice() -> None:
+    """A DRA node publishes no nvidia.com/gpu: its GPUs are its pool's devices, indexed as the operator does."""
+    body = dra_node("gpu-node-000")
+    slices = [resource_slice("gpu-node-000", [gpu(0), gpu(1)])]
+    one = plan(body, [1], slices=slices)
+    assert one.patch["metadata"]["annotations"][UNHEALTHY_GPUS_ANNOTATION] == "1"
+    whole = plan(body, None, slices=slices)
+    assert whole.patch["spec"] == {"unschedulable": True} and whole.unhealthy == frozenset({0, 1})
+    with pytest.raises(InvalidRequest, match=r"has 2 DRA devices of gpu\.nvidia\.com \(indices 0-1\); no GPU 2"):
+        plan(body, [2], slices=slices)
+    with pytest.raises(InvalidRequest, match=r"no ResourceSlice of driver gpu\.nvidia\.com"):
+        plan(body, None)  # no slice listed (the DRA API not served): nothing says what its GPUs are
 
 
 def _apply(body: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,8 @@
 """A tiny in-memory "API server" for the pure decisions: it applies a Plan the way the executor would
-(status first, then deletes, creates, binds), so tests can run passes until the cluster settles."""
+(status first, then deletes, creates, binds), so tests can run passes until the cluster settles.
+
+A test may hold some jobs' writes *in flight* (``step(hold=...)``): as in the reconciler, whose chains run as
+tasks, those jobs are ``busy`` in the following passes until ``land`` applies what was decided for them."""
 
 from __future__ import annotations
 
@@ -12,10 +15,11 @@ from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.pods import parse_pod
 from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
 from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan.actions import Plan
+from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
-from paralleljob.k8s.plan.decide import Observed, decide
+from paralleljob.k8s.plan.decide import ACTIVE, Observed, decide
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.view.clusterview import ClusterView
 from tests.k8s.factories import pod_from_manifest
@@ -51,6 +55,7 @@ class FakeCluster:
         self.events: list[tuple[str, str, str]] = []
         self.last_plan: Plan | None = None
         self.last_view: ClusterView | None = None
+        self.inflight: dict[str, JobActions] = {}  # job key -> decisions not carried out yet (``step(hold=)``)
 
     def add_job(self, body: dict[str, Any]) -> None:
         self.jobs[f"{body['metadata']['namespace']}/{body['metadata']['name']}"] = body
@@ -66,7 +71,22 @@ class FakeCluster:
             if pns == ns and p["metadata"].get("labels", {}).get("paralleljob.dev/job") == name
         ]
 
-    def step(self, now: str | None = None) -> Plan:
+    def busy(self) -> dict[str, PlacementRecord | None]:
+        """What the reconciler hands ``decide`` for chains still running: the placement being written, if any."""
+        out: dict[str, PlacementRecord | None] = {}
+        for key, actions in self.inflight.items():
+            writing = actions.draft.phase in ACTIVE and actions.writes_status
+            out[key] = record_from_status(actions.draft.data) if writing else None
+        return out
+
+    def land(self, key: str | None = None) -> None:
+        """Carry out the held decisions of ``key`` (None: of every job): its chain finishes."""
+        for k in [key] if key is not None else list(self.inflight):
+            actions = self.inflight.pop(k, None)
+            if actions is not None:
+                self._apply(actions)
+
+    def step(self, now: str | None = None, hold: frozenset[str] | set[str] = frozenset()) -> Plan:
         if now is None:
             self.seconds += 1
             now = (START + dt.timedelta(seconds=self.seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -84,6 +104,7 @@ class FakeCluster:
             namespaces=self.namespaces,
             changed_nodes={n.name: n for n in nodes},  # the harness looks at every node every pass
             node_warnings=self.node_warnings,
+            busy=self.busy(),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -93,32 +114,54 @@ class FakeCluster:
         self.backoff, self.node_warnings = plan.backoff, dict(plan.node_warnings)
         self.node_events.extend(plan.node_events)
         for actions in plan.jobs:
-            key = actions.job.key
-            if actions.writes_status:
-                body = copy.deepcopy(self.jobs[key])
-                body["status"] = copy.deepcopy(actions.draft.data)
-                self.jobs[key] = body
-            self.events.extend((key, e.reason, e.message) for e in actions.events)
-            for a in actions.annotates:
-                pod = self.pods.get((a.namespace, a.name))
-                if pod is not None and pod["metadata"]["uid"] == a.uid:
-                    pod["metadata"].setdefault("annotations", {}).update(a.annotations)
-            for d in actions.deletes:
-                self.pods.pop((d.namespace, d.name), None)  # kwok deletes at once
-            for c in actions.creates:
-                meta = c.manifest["metadata"]
-                if (meta["namespace"], meta["name"]) in self.pods:
-                    continue
-                self.pods[(meta["namespace"], meta["name"])] = pod_from_manifest(c.manifest)
-                self._bind(meta["namespace"], meta["name"], c.node)
-            for b in actions.binds:
-                self._bind(b.namespace, b.name, b.node)
+            if actions.job.key in hold and self._writes(actions):
+                self.inflight[actions.job.key] = actions  # its chain is still running in the next passes
+            else:
+                self._apply(actions)
         for d in plan.orphans:
             self.pods.pop((d.namespace, d.name), None)
         return plan
 
+    @staticmethod
+    def _writes(actions: JobActions) -> bool:
+        """Whether the reconciler would start a chain for these decisions (and so hold the job busy)."""
+        return bool(
+            actions.writes_status
+            or actions.deletes
+            or actions.creates
+            or actions.binds
+            or actions.events
+            or actions.annotates
+        )
+
+    def _apply(self, actions: JobActions) -> None:
+        key = actions.job.key
+        if key not in self.jobs:
+            return  # deleted while its chain ran: the API refuses the writes
+        if actions.writes_status:
+            body = copy.deepcopy(self.jobs[key])
+            body["status"] = copy.deepcopy(actions.draft.data)
+            self.jobs[key] = body
+        self.events.extend((key, e.reason, e.message) for e in actions.events)
+        for a in actions.annotates:
+            pod = self.pods.get((a.namespace, a.name))
+            if pod is not None and pod["metadata"]["uid"] == a.uid:
+                pod["metadata"].setdefault("annotations", {}).update(a.annotations)
+        for d in actions.deletes:
+            self.pods.pop((d.namespace, d.name), None)  # kwok deletes at once
+        for c in actions.creates:
+            meta = c.manifest["metadata"]
+            if (meta["namespace"], meta["name"]) in self.pods:
+                continue
+            self.pods[(meta["namespace"], meta["name"])] = pod_from_manifest(c.manifest)
+            self._bind(meta["namespace"], meta["name"], c.node)
+        for b in actions.binds:
+            self._bind(b.namespace, b.name, b.node)
+
     def _bind(self, namespace: str, name: str, node: str) -> None:
-        pod = self.pods[(namespace, name)]
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            return  # deleted while the chain ran: the API answers 404
         assert not pod["spec"].get("nodeName"), f"double bind of {name}"
         pod["spec"]["nodeName"] = node
         pod["status"]["phase"] = "Running"

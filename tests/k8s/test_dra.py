@@ -202,3 +202,16 @@ def test_the_dev_clusters_slice_parses_to_its_shape() -> None:
     assert {d.pcie_root for d in info.devices[4:]} == {"pci0000:80"}
     assert len({d.uuid for d in info.devices}) == 8 and len({d.pci_bus_id for d in info.devices}) == 8
     assert all(d.product == shape.gpu_product and d.memory_gib == shape.gpu_memory_mib / 1024 for d in info.devices)
+
+
+def test_unhealthy_indices_of_a_dra_node_are_checked_against_its_pool_not_its_allocatable() -> None:
+    """The agent marks GPU 1 of a DRA node (no nvidia.com/gpu allocatable): a valid index, no MalformedLabel;
+    an index beyond the pool is still reported, with the pool's count."""
+    body = dra_node("dra")
+    body["metadata"]["annotations"]["paralleljob.dev/unhealthy-gpus"] = "1"
+    slices = [parse_slice(resource_slice("dra", [gpu(0), gpu(1)]))]
+    [marked] = overlay_nodes([parse_node(body, CONFIG)], slices, [], DRA, 80.0)
+    assert marked.warnings == () and marked.broken_gpus() == frozenset({1})
+    body["metadata"]["annotations"]["paralleljob.dev/unhealthy-gpus"] = "1,5"
+    [beyond] = overlay_nodes([parse_node(body, CONFIG)], slices, [], DRA, 80.0)
+    assert beyond.warnings == ("ignored GPU indices [5] in paralleljob.dev/unhealthy-gpus: node dra has 2 GPUs",)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from paralleljob.clitools.describe import describe_job
 from paralleljob.core.rankorder import RankOrder, slot_of
 from paralleljob.k8s.edge.constants import (
     COMPLETION_INDEX_KEY,
@@ -182,6 +183,7 @@ def test_the_adopting_parallel_job_comes_from_the_pods_annotations_and_is_owned_
     assert manifest["spec"] == {
         "podGroup": "llm",
         "parallelism": {"tensor": 4, "pipeline": 2, "data": 2},
+        "preemptible": False,  # said on the object: without it the CRD's default (true) is what users read
         "rankOrder": "tp-pp-dp",
         "queue": "research",
     }
@@ -393,3 +395,66 @@ def test_a_group_goes_through_its_queues_limit_like_any_job() -> None:
     assert status["phase"] == "Queued" and not fc.binds
     placed = next(c for c in status["conditions"] if c["type"] == "Placed")
     assert placed["reason"] == "QueueFull" and "of its 8 GPUs" in placed["message"], placed
+
+
+def test_a_repair_says_what_really_happens_and_names_the_old_pod_that_must_go() -> None:
+    """A node under rank 0 goes NotReady: the operator moves the slot but re-creates nothing, so the
+    condition must not say "re-created"; it names the stuck pod, says why it stays (a NotReady node's kubelet
+    never confirms) and how to get rid of it, once as a Warning event; describe shows the real pods."""
+    fc = cluster_with([group_pod(i) for i in range(4)])
+    no_writes_but_binds(fc)
+    victim = by_index(fc)[0]
+    broken = victim["spec"]["nodeName"]
+    fc.nodes[broken] = node(broken, leaf="leaf-0", ready=False)
+    no_writes_but_binds(fc)
+    status = fc.job("ns/llm")["status"]
+    assert status["phase"] == "Recovering"
+    conditions = {c["type"]: c for c in status["conditions"]}
+    placed = conditions["Placed"]["message"]
+    assert "re-created" not in placed and "waits for the pods' owner to replace" in placed, placed
+    bound = conditions["Bound"]
+    assert bound["reason"] == "WaitingForOwner", bound
+    stuck = {
+        int(p["metadata"]["annotations"][COMPLETION_INDEX_KEY]): p["metadata"]["name"]
+        for p in fc.pods.values()
+        if p["spec"]["nodeName"] == broken
+    }
+    name = victim["metadata"]["name"]
+    for rank, pod_name in stuck.items():
+        assert f"pod {pod_name} (node rank {rank}) must go" in bound["message"], bound["message"]
+    assert f"node {broken} is NotReady" in bound["message"] and "--grace-period=0 --force" in bound["message"]
+    assert sorted(status["lastFailure"]["pods"]) == sorted(stuck.values()), "the group's pods, not slot names"
+    must_go = [e for e in fc.events if e[1] == "PodMustGo"]
+    assert len(must_go) == 1 and name in must_go[0][2], "one Warning event, not one per pass"
+    d = describe_job(fc.job("ns/llm"), list(fc.pods.values()))
+    for rank, pod_name in stuck.items():
+        line = next(p for p in d.pods if p.node_rank == rank)
+        assert line.name == pod_name and line.pod_phase == "Running" and "must go" in line.note, line
+    assert all(p.name.startswith("trainer-") and p.pod_phase == "Running" for p in d.pods)
+    # the user force-deletes them; the Job controller's replacements are bound to the new slots
+    replacements = {}
+    for rank, pod_name in stuck.items():
+        del fc.pods[("ns", pod_name)]
+        replacements[rank] = group_pod(rank)
+        fc.pods[("ns", replacements[rank]["metadata"]["name"])] = replacements[rank]
+    no_writes_but_binds(fc)
+    assert fc.phase("ns/llm") == "Running"
+    assert {c["type"]: c for c in fc.job("ns/llm")["status"]["conditions"]}["Bound"]["status"] == "True"
+    d = describe_job(fc.job("ns/llm"), list(fc.pods.values()))
+    for rank, pod in replacements.items():
+        line = next(p for p in d.pods if p.node_rank == rank)
+        assert line.name == pod["metadata"]["name"] and line.note == "" and line.pod_phase == "Running"
+
+
+def test_a_group_whose_pods_are_all_going_is_not_adopted_again() -> None:
+    """`kubectl delete job`: the garbage collector may remove the adopting ParallelJob while the pods are
+    still terminating; the operator must not create a new ParallelJob for pods that are on their way out."""
+    fc = cluster_with([group_pod(i) for i in range(4)])
+    no_writes_but_binds(fc)
+    for pod in fc.pods.values():
+        pod["metadata"]["deletionTimestamp"] = "2024-01-01T00:01:00Z"
+    del fc.jobs["ns/llm"]
+    plan = fc.step()
+    assert plan.adopt == []
+    fc.pods.clear()
+    assert fc.step().adopt == []

@@ -91,6 +91,7 @@ class Agent:
         # has what DeviceTaintRules need at all.
         self.devices: dict[str, DeviceRef] | None = None
         self.devices_read = float("-inf")
+        self.unmatched_warned: tuple[int, ...] = ()  # NVML indices last reported as matching no device
         self.rules_written: dict[str, dict[str, object]] | None = None
         self.rules_synced = float("-inf")
         self.dra_off = not config.dra_driver
@@ -125,7 +126,19 @@ class Agent:
             return tracks
         uuids = {index: uuid for uuid, index in self.monitor.uuids.items()}
         refs = {index: self.devices.get(uuids.get(index, "")) for index in tracks}
-        if any(ref is None for ref in refs.values()):
+        unmatched = tuple(sorted(index for index, ref in refs.items() if ref is None))
+        if unmatched != self.unmatched_warned:
+            self.unmatched_warned = unmatched  # once per change, not every poll
+            if unmatched:
+                log.warning(
+                    "NVML GPUs %s (UUIDs %s) match no device of node %s's ResourceSlices: the annotation keeps"
+                    " NVML's numbering, which may not be the operator's (a DRA node's GPU i is its i-th device"
+                    " by name). With the fake NVML, give each GPU its device's UUID (set: {uuid: ...})",
+                    list(unmatched),
+                    [uuids.get(i, "") for i in unmatched],
+                    self.config.node,
+                )
+        if unmatched:
             return tracks
         return {ref.index: tracks[index] for index, ref in refs.items() if ref is not None}
 

@@ -119,13 +119,13 @@ async def _status(kube: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _dra_list(kube: Any, path: str) -> list[dict[str, Any]]:
+async def _dra_list(kube: Any, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """ResourceSlices or ResourceClaims; none on a cluster without resource.k8s.io/v1 or without the grant
     (the map then shows device-plugin nodes only, as the operator would)."""
     from paralleljob.k8s.runtime.api import ApiError, retrying
 
     try:
-        items, _ = await retrying(lambda: kube.list(path))
+        items, _ = await retrying(lambda: kube.list(path, params) if params else kube.list(path))
     except ApiError as exc:
         if exc.status in (403, 404):
             return []
@@ -135,7 +135,7 @@ async def _dra_list(kube: Any, path: str) -> list[dict[str, Any]]:
 
 async def _describe(kube: Any, args: argparse.Namespace) -> int:
     from paralleljob.clitools.describe import describe_job
-    from paralleljob.k8s.edge.constants import JOB_LABEL, KIND
+    from paralleljob.k8s.edge.constants import JOB_LABEL, KIND, POD_GROUP_LABEL
     from paralleljob.k8s.runtime.api import ApiError, job_path, retrying
 
     namespace, _, name = args.job.rpartition("/")
@@ -148,8 +148,11 @@ async def _describe(kube: Any, args: argparse.Namespace) -> int:
             return EXIT_API
         raise
     selector = f"involvedObject.name={name},involvedObject.kind={KIND}"
+    # a pod group's pods are its owner's, found by the group label; the operator's workers by the job label
+    group = str((body.get("spec") or {}).get("podGroup") or "")
+    pod_selector = f"{POD_GROUP_LABEL}={group}" if group else f"{JOB_LABEL}={name}"
     (pods, _), (events, _) = await asyncio.gather(
-        retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": f"{JOB_LABEL}={name}"})),
+        retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": pod_selector})),
         retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/events", {"fieldSelector": selector})),
     )
     claims, slices = await asyncio.gather(
@@ -188,9 +191,13 @@ async def _drain_node(kube: Any, node: str, gpus: list[int] | None, undrain: boo
     from paralleljob.clitools.drain import plan
     from paralleljob.k8s.runtime.api import ApiError, retrying
 
+    # a DRA node's GPUs are its ResourceSlice pool's devices (none listed: a device-plugin node, or no DRA API)
+    slices = await _dra_list(
+        kube, "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.nodeName={node}"}
+    )
     for attempt in range(5):
         body = await retrying(lambda: kube.request("GET", f"/api/v1/nodes/{node}"))
-        change = plan(body, gpus, undrain)
+        change = plan(body, gpus, undrain, slices=slices)
         if dry_run:
             print(json.dumps(change.patch, indent=2))
             return

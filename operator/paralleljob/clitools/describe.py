@@ -5,6 +5,10 @@ The placement comes from the operator's own record parser (``record_from_status`
 and ranks from :meth:`PlacementRecord.to_status`, the same numbers the pods get in their environment. A pod
 whose GPUs come from a ResourceClaim (DRA) also shows the devices its claim's allocation names and their
 UUIDs from the ResourceSlices.
+
+A pod group's pods are not named after their slots: each slot shows the pod of its node rank (the one bound
+there, or its unbound replacement), and during a repair the old pod still bound on the broken hardware, with
+a note that it must go (``podgroups.stuck_pods`` says the same in the job's ``Bound`` condition).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from paralleljob.k8s.edge.dra import parse_claim, parse_slice
+from paralleljob.k8s.edge.pods import PodInfo, parse_pod
 from paralleljob.k8s.edge.specs import parse_job
 
 
@@ -29,6 +34,7 @@ class PodLine:
     pod_phase: str  # from the Pod object; "" when it does not exist (yet)
     devices: tuple[str, ...] = ()  # DRA: the devices allocated in the pod's claims, in their order
     uuids: tuple[str, ...] = ()  # their UUIDs ("" where no slice publishes the device)
+    note: str = ""  # a pod group's slot during a repair: the old pod that must go
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,47 @@ def pod_devices(
     return out
 
 
+def _group_lines(
+    slots: Iterable[Mapping[str, Any]],
+    pods: list[PodInfo],
+    devices: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]],
+) -> list[PodLine]:
+    lines = []
+    for item in slots:
+        node, rank = item["node"], item["nodeRank"]
+        same = [p for p in pods if p.group_rank == rank and not p.terminal]
+        here = [p for p in same if p.node == node] or [p for p in same if not p.bound and not p.deleting]
+        elsewhere = [p for p in same if p.bound and p.node != node]
+        shown = here[0] if here else elsewhere[0] if elsewhere else None
+        note = ""
+        if elsewhere:
+            old = elsewhere[0]
+            note = f"{old.name} still on {old.node}: must go before the replacement is bound here"
+            if shown is old:
+                note = f"still on {old.node}, not this slot's node: must go; its owner's replacement is bound here"
+        phase = ""
+        if shown is not None:
+            phase = shown.phase or "Pending"
+            phase += " (Terminating)" if shown.deleting else ""
+        name = shown.name if shown is not None else f"(no pod of node rank {rank})"
+        lines.append(
+            PodLine(
+                name=name,
+                node=node,
+                gpu_indices=tuple(item["gpuIndices"]),
+                ranks=tuple(item["ranks"]),
+                replica=item["replica"],
+                stage=item["stage"],
+                node_rank=rank,
+                pod_phase=phase,
+                devices=devices.get(name, ((), ()))[0],
+                uuids=devices.get(name, ((), ()))[1],
+                note=note,
+            )
+        )
+    return sorted(lines, key=lambda line: line.node_rank)
+
+
 def describe_job(
     body: Mapping[str, Any],
     pods: Iterable[Mapping[str, Any]] = (),
@@ -118,7 +165,10 @@ def describe_job(
     }
     devices = pod_devices(live, claims, slices)
     lines: list[PodLine] = []
-    if job.record is not None:
+    group = job.request is not None and bool(job.request.pod_group)
+    if job.record is not None and group:
+        lines = _group_lines(job.record.to_status()["pods"], [parse_pod(p) for p in pods], devices)
+    elif job.record is not None:
         for item in job.record.to_status()["pods"]:
             lines.append(
                 PodLine(

@@ -6,6 +6,11 @@ marks that GPU. The drained GPUs are also remembered in ``paralleljob.dev/draine
 them in ``unhealthy-gpus`` when it rewrites it, and ``undrain`` removes only what was drained, never a GPU
 the agent still reports broken. The patch carries the node's resourceVersion, so a concurrent write by
 the agent makes it fail with a conflict (and the CLI retries) instead of silently losing one side.
+
+On a DRA node (one with a ResourceSlice pool of the configured driver) the GPUs are the pool's devices, not
+``nvidia.com/gpu`` capacity (which the DRA driver does not publish): GPU index ``i`` is the i-th device in the
+operator's order (``k8s/edge/dra.py``), so the same indices mean the same GPUs to the operator, the agent and
+``paralleljob status``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from paralleljob.agent.signals import (
     parse_index_list,
 )
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
+from paralleljob.k8s.edge.dra import overlay_nodes, parse_slice
 from paralleljob.k8s.edge.nodes import parse_node
 
 
@@ -42,19 +48,28 @@ def plan(
     gpus: Iterable[int] | None,
     undrain: bool = False,
     config: TopologyConfig | None = None,
+    slices: Iterable[Mapping[str, Any]] = (),
+    dra: DraConfig | None = None,
 ) -> DrainPlan:
-    """The patch that drains (or undrains) ``gpus`` of the node ``body``; ``None`` means the whole node."""
-    info = parse_node(body, config or TopologyConfig())
+    """The patch that drains (or undrains) ``gpus`` of the node ``body``; ``None`` means the whole node.
+    ``slices``: the cluster's ResourceSlices (a DRA node's GPUs are its pool's devices)."""
+    config = config or TopologyConfig()
+    dra = dra or DraConfig()
+    parsed = parse_node(body, config)
+    [info] = overlay_nodes([parsed], [parse_slice(s) for s in slices], (), dra, config.default_gpu_memory_gib)
     metadata = body.get("metadata") or {}
     annotations: Mapping[str, str] = metadata.get("annotations") or {}
     if info.gpu_count == 0 and gpus is None and not undrain:
-        raise InvalidRequest(f"node {info.name} has no nvidia.com/gpu capacity: nothing to drain")
+        raise InvalidRequest(
+            f"node {info.name} has no nvidia.com/gpu capacity and no ResourceSlice of driver {dra.driver or '-'}:"
+            " nothing to drain"
+        )
     targets = frozenset(range(info.gpu_count)) if gpus is None else frozenset(gpus)
     bad = sorted(g for g in targets if g >= info.gpu_count)
     if bad and not undrain:
-        raise InvalidRequest(
-            f"node {info.name} has {info.gpu_count} GPUs (indices 0-{info.gpu_count - 1}); no GPU {format_indices(bad)}"
-        )
+        kind = f"DRA devices of {dra.driver}" if info.dra is not None else "GPUs"
+        indices = f"indices 0-{info.gpu_count - 1}" if info.gpu_count else "none"
+        raise InvalidRequest(f"node {info.name} has {info.gpu_count} {kind} ({indices}); no GPU {format_indices(bad)}")
     drained = parse_index_list(annotations.get(DRAINED_GPUS_ANNOTATION))
     current = parse_index_list(annotations.get(UNHEALTHY_GPUS_ANNOTATION))
     detail = parse_health_detail(annotations.get(GPU_HEALTH_ANNOTATION))

@@ -115,6 +115,7 @@ def description_renderable(d: JobDescription) -> Group:
     if d.pods:
         pods = Table(title="placement by rank", title_justify="left")
         claimed = any(p.devices for p in d.pods)
+        noted = any(p.note for p in d.pods)
         for name in (
             "pod",
             "rank",
@@ -125,6 +126,7 @@ def description_renderable(d: JobDescription) -> Group:
             "ranks",
             "phase",
             *(("devices",) if claimed else ()),
+            *(("note",) if noted else ()),
         ):
             pods.add_column(name, overflow="fold")
         for p in d.pods:
@@ -142,6 +144,7 @@ def description_renderable(d: JobDescription) -> Group:
                 ranks,
                 p.pod_phase or "-",
                 *devices,
+                *((p.note,) if noted else ()),
             )
         parts.append(pods)
     if d.cost:

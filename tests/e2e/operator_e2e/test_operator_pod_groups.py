@@ -6,6 +6,9 @@ controller replaces one, and their GPUs come free when the Job is deleted (garba
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,9 @@ import yaml
 from kubernetes_asyncio.client import BatchV1Api
 from pjhelpers import Jobs, wait_for
 
+from paralleljob.cli import main
 from paralleljob.core.rankorder import RankOrder, slot_of
+from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.constants import (
     COMPLETION_INDEX_KEY,
@@ -137,7 +142,17 @@ def test_an_indexed_jobs_pods_are_gang_placed_by_rank_and_repaired_in_place(pjs:
     pjs.wait_phase("everything", "Running", timeout_s=30)
 
 
-def test_a_broken_gpu_moves_the_slot_and_the_owners_replacement_lands_there(pjs: Jobs, chaos: KubeSession) -> None:
+def _describe(cluster: DevCluster, key: str) -> dict[str, Any]:
+    """``paralleljob describe KEY -o json`` in this process, as a user runs it."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["describe", key, "-o", "json", "--kubeconfig", str(cluster.kubeconfig)]) == 0
+    return dict(json.loads(out.getvalue()))
+
+
+def test_a_broken_gpu_moves_the_slot_and_the_owners_replacement_lands_there(
+    pjs: Jobs, chaos: KubeSession, dev_cluster: DevCluster
+) -> None:
     batch: Any = BatchV1Api(chaos.api)
     ns = pjs.namespace
     job = example_job(parallelism=4)
@@ -163,6 +178,25 @@ def test_a_broken_gpu_moves_the_slot_and_the_owners_replacement_lands_there(pjs:
     assert {(s["node"], tuple(s["gpuIndices"])) for s in repaired["placement"]["pods"] if s["nodeRank"] != 0} == (
         old_slots
     ), "only the broken rank moves"
+    assert pjs.get(GROUP)["spec"]["preemptible"] is False, "the adopting ParallelJob says what docs promise"
+    # What the user reads: no "re-created" (the operator creates no pod of a group), the pod that must go
+    # by name, once as a Warning event, and describe showing the real pods, the old one with a note.
+    placed, bound = condition(repaired, "Placed")["message"], condition(repaired, "Bound")
+    assert "re-created" not in placed and "waits for the pods' owner" in placed, placed
+    assert (
+        bound["reason"] == "WaitingForOwner"
+        and f"pod {victim.metadata.name} (node rank 0) must go" in (bound["message"])
+    ), bound
+    pjs.wait_events(GROUP, {"PodMustGo"})
+    must_go = [e for e in pjs.events(GROUP) if e.reason == "PodMustGo"]
+    assert len(must_go) == 1 and must_go[0].type == "Warning" and victim.metadata.name in must_go[0].message
+    described = _describe(dev_cluster, f"{ns}/{GROUP}")
+    lines = {line["node_rank"]: line for line in described["pods"]}
+    assert lines[0]["name"] == victim.metadata.name and "must go" in lines[0]["note"], lines[0]
+    live = {p.metadata.name for p in group_pods(chaos, ns, GROUP)}
+    assert {line["name"] for line in lines.values()} <= live and all(line["pod_phase"] for line in lines.values()), (
+        lines
+    )
 
     # Its owner's side (here: whoever evicts the pod) deletes it; the Job controller's replacement is bound
     # to the new slot and the group runs again.

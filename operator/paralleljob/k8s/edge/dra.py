@@ -38,7 +38,7 @@ from typing import Any
 
 from paralleljob.k8s.edge.config import DraConfig
 from paralleljob.k8s.edge.constants import JOB_LABEL, POD_LABEL
-from paralleljob.k8s.edge.nodes import DraGpus, NodeInfo
+from paralleljob.k8s.edge.nodes import DraGpus, NodeInfo, indices_beyond
 from paralleljob.k8s.edge.quantity import QuantityError, parse_quantity
 from paralleljob.k8s.edge.taintrules import TAINT_EFFECTS, DeviceTaint, TaintRuleInfo, taints_for
 
@@ -273,14 +273,21 @@ def overlay_node(
     node: NodeInfo, gpus: NodeGpus, held: frozenset[str], config: DraConfig, default_memory_gib: float
 ) -> NodeInfo:
     """``node`` with its GPUs taken from its pool instead of allocatable and GFD labels."""
-    warnings = list(gpus.warnings)
+    count = len(gpus.devices)
+    # Unhealthy indices were checked against allocatable nvidia.com/gpu, which a DRA node does not have:
+    # check them against the pool instead (valid indices must not raise a MalformedLabel warning).
+    stale = indices_beyond(node.name, node.unhealthy_gpus, node.gpu_count)
+    warnings = [w for w in node.warnings if not stale or w != stale]
+    beyond = indices_beyond(node.name, node.unhealthy_gpus, count)
+    if beyond:
+        warnings.append(beyond)
+    warnings.extend(gpus.warnings)
     products = sorted({d.product for d in gpus.devices if d.product})
     if len(products) > 1:
         warnings.append(f"node {node.name} has GPUs of several products {products}; it is matched as {products[0]}")
     memories = [d.memory_gib for d in gpus.devices if d.memory_gib is not None]
     # The core gives a node one memory size; the smallest GPU's keeps every placement within bounds.
     memory = min(memories) if memories else default_memory_gib
-    count = len(gpus.devices)
     unhealthy, degraded = set(node.unhealthy_gpus), set(node.degraded_gpus)
     for index, device in enumerate(gpus.devices):
         effects = {t.effect for t in device.taints}
@@ -295,7 +302,7 @@ def overlay_node(
         gpu_product=products[0] if products else "",
         unhealthy_gpus=frozenset(i for i in unhealthy if i < count),
         degraded_gpus=frozenset(i for i in degraded if i < count) - unhealthy,
-        warnings=node.warnings + tuple(warnings),
+        warnings=tuple(warnings),
         dra=DraGpus(
             gpus.driver,
             gpus.pool,

@@ -222,11 +222,9 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         unhealthy, warning = parse_indices(str(annotations[UNHEALTHY_GPUS_ANNOTATION]))
         if warning:
             warnings.append(warning)
-        beyond = sorted(i for i in unhealthy if i >= gpu_count)
+        beyond = indices_beyond(name, unhealthy, gpu_count)
         if beyond:
-            warnings.append(
-                f"ignored GPU indices {beyond} in {UNHEALTHY_GPUS_ANNOTATION}: node {name} has {gpu_count} GPUs"
-            )
+            warnings.append(beyond)
     degraded, warning = parse_degraded(annotations.get(GPU_HEALTH_ANNOTATION))
     if warning:
         warnings.append(warning)
@@ -251,6 +249,15 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         taints=tuple(taints),
         allocatable=allocatable,
     )
+
+
+def indices_beyond(name: str, unhealthy: frozenset[int], gpu_count: int) -> str:
+    """The warning for unhealthy-GPU indices the node does not have ("" when all exist). A DRA node's count
+    is its pool's (``dra.overlay_node`` asks again with it), not its allocatable ``nvidia.com/gpu``."""
+    beyond = sorted(i for i in unhealthy if i >= gpu_count)
+    if not beyond:
+        return ""
+    return f"ignored GPU indices {beyond} in {UNHEALTHY_GPUS_ANNOTATION}: node {name} has {gpu_count} GPUs"
 
 
 def parse_degraded(value: object) -> tuple[frozenset[int], str]:

@@ -38,6 +38,7 @@ from paralleljob.k8s.plan.podgroups import (
     group_requests,
     hold_until_complete,
     observe_group,
+    slot_pods,
     successors,
 )
 from paralleljob.k8s.plan.podsync import delete_all, must_force, observe, sync_pods
@@ -149,14 +150,23 @@ def decide(
             pods_by_job[key] = [p for p in group_pods if p.key not in stale_keys]
         elif job is not None:
             plan.warnings.append(f"pod group {key}: the ParallelJob of that name does not adopt it (no spec.podGroup)")
+        elif all(p.deleting or p.terminal for p in group_pods):
+            # Its owner is going away (the garbage collector may remove the ParallelJob before the pods
+            # finish terminating): a new ParallelJob would have nothing to place and only join the queue.
+            continue
         elif not observed.namespaces or group_pods[0].namespace in observed.namespaces:
             try:
                 plan.adopt.append(adopting_manifest(group_pods[0].namespace, group_pods[0].group or "", group_pods))
             except GroupDeclarationError as exc:
                 plan.warnings.append(f"pod group {key} cannot be adopted: {exc}")
     actions_by_key: dict[str, JobActions] = {}
+    # Waiting jobs whose last decisions are still being written: decided again on drafts nobody carries out
+    # (below), so nothing is written twice.
+    scratch: dict[str, JobActions] = {}
 
     def actions_for(job: JobObject) -> JobActions:
+        if job.key in scratch:
+            return scratch[job.key]
         if job.key not in actions_by_key:
             actions_by_key[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
         return actions_by_key[job.key]
@@ -188,6 +198,18 @@ def decide(
             if job.request is not None and (observed.busy[job.key] is not None or job.phase in ACTIVE):
                 in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
                 held.append((job, job.request, False))
+                continue
+            # A waiting job whose status write is in flight (its reason changed as a deletion freed room, say)
+            # keeps its place in line: left out, it let the jobs behind it take the room it was waiting for.
+            # Decided as usual on a draft that is thrown away: a head that does not fit blocks its queue, one
+            # that fits keeps its GPUs in this pass's trial state; the next pass decides it for real.
+            scratch[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            try:
+                entry = _decide_job(ctx, scratch[job.key], job)
+            except Exception:  # reported by the pass that decides it for real, once its write has landed
+                continue
+            if entry is not None:
+                queued.append(entry)
             continue
         actions = actions_for(job)
         try:
@@ -225,7 +247,8 @@ def decide(
     plan.jobs = list(actions_by_key.values())
     for actions in plan.jobs:
         if actions.job.request is not None and actions.job.request.pod_group:
-            finish_group(actions, pods_of(actions.job), actions.draft.phase in ACTIVE and not actions.job.deleting)
+            active = actions.draft.phase in ACTIVE and not actions.job.deleting
+            finish_group(actions, pods_of(actions.job), active, view.nodes, now)
     plan.backoff = backoff.settle(now_s, jobs, {a.job.key for a in plan.jobs if a.gang_bound})
     deadlines = pending_deadlines(plan.jobs) + [a.wake_at for a in plan.jobs if a.wake_at is not None]
     backoff_ends = plan.backoff.next_end()
@@ -345,7 +368,8 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         if view.state is not None:
             view.state.release(job.key)
         return None
-    breakage = detect(view, job, record, seen.failed)
+    names = {s.name: p.name for s, (_, p) in zip(record.slots, slot_pods(record, pods), strict=True) if p is not None}
+    breakage = detect(view, job, record, seen.failed, names if request.pod_group else None)
     if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
         repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)

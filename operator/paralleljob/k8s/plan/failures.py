@@ -9,7 +9,7 @@ outcome lands in the status (``lastFailure``, ``restarts``, conditions) and as a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from paralleljob.core.cluster import Allocation
@@ -39,7 +39,16 @@ class Breakage:
         return self.kind != "WorkerFailure"
 
 
-def detect(view: ClusterView, job: JobObject, record: PlacementRecord, failed: Sequence[PodInfo]) -> Breakage | None:
+def detect(
+    view: ClusterView,
+    job: JobObject,
+    record: PlacementRecord,
+    failed: Sequence[PodInfo],
+    pod_names: Mapping[str, str] | None = None,
+) -> Breakage | None:
+    """What broke under ``job``; ``pod_names``: slot name -> the pod that holds it, where the pods are not
+    named after their slots (a pod group's)."""
+    names_of = pod_names or {}
     if job.key in view.conflicts:
         return Breakage("PlacementLost", tuple(range(len(record.slots))), (), (), view.conflicts[job.key])
     broken = [g for g, slot in enumerate(record.slots) if view.broken_gpus(slot)]
@@ -60,10 +69,10 @@ def detect(view: ClusterView, job: JobObject, record: PlacementRecord, failed: S
             else:
                 bad = sorted(set(slot.gpu_indices) & info.broken_gpus())
                 cause = f"GPU {','.join(map(str, bad))} on {slot.node} reported unhealthy"
-            by_cause.setdefault(cause, []).append(slot.name)
+            by_cause.setdefault(cause, []).append(names_of.get(slot.name, slot.name))
         kind = "NodeFailure" if node_down else "GPUFailure"
         message = "; ".join(f"{cause} (pods {', '.join(pods)})" for cause, pods in by_cause.items())
-        names = tuple(record.slots[g].name for g in broken)
+        names = tuple(names_of.get(record.slots[g].name, record.slots[g].name) for g in broken)
         return Breakage(kind, tuple(broken), tuple(dict.fromkeys(nodes)), names, message)
     if failed:
         index = {slot.name: g for g, slot in enumerate(record.slots)}
@@ -162,7 +171,16 @@ def handle(
         record, epoch=epoch, cost_model=request.cost_model, slots=tuple(slots), cost=cost, reasons=tuple(why)
     )
     failure.update(action="rescheduled", costAfterMs=round(cost.total_ms, 6) if cost else None)
-    message = f"{policy.strategy.value} repair: {len(moved)} pod(s) re-created ({', '.join(moved)})"
+    if request.pod_group:
+        # The operator creates no pod of a group (docs/pod-groups.md): it can only move the slot and wait.
+        ranks = [f"node rank {record.node_rank(s)}" for s, old in zip(slots, record.slots, strict=True) if s != old]
+        message = (
+            f"{policy.strategy.value} repair: the slot of {', '.join(ranks)} moved to healthy GPUs; the operator"
+            " re-creates no pod of a group: it waits for the pods' owner to replace the pod(s) on the broken"
+            " hardware and binds the replacement to the new slot"
+        )
+    else:
+        message = f"{policy.strategy.value} repair: {len(moved)} pod(s) re-created ({', '.join(moved)})"
     if cost is not None and record.cost is not None:
         message += f"; cost {record.cost.total_ms:.3f} -> {cost.total_ms:.3f} ms"
     draft.set(

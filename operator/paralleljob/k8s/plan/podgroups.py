@@ -7,7 +7,9 @@ Pure decisions on parsed pods:
 - which pod holds which slot of a recorded placement: node rank -> (replica, stage) under the rank order;
 - the only writes the operator makes to such pods: the GPU-indices annotation, then the binding. Whatever
   the shared decision code asked for (deletes, creates), :func:`finish_group` drops: these pods are never
-  the operator's to delete or create.
+  the operator's to delete or create;
+- during a repair, which old pods hold up the group (still bound where their slot no longer is) and what
+  must happen to them, for the ``Bound`` condition and a ``PodMustGo`` event (docs/pod-groups.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.constants import (
     API_VERSION,
     COST_MODEL_ANNOTATION,
@@ -34,6 +37,7 @@ from paralleljob.k8s.edge.constants import (
     RANK_ORDER_ANNOTATION,
     TARGET_NODE_ANNOTATION,
 )
+from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
@@ -77,7 +81,12 @@ def adopting_manifest(namespace: str, group: str, pods: Sequence[PodInfo]) -> di
     if PARALLELISM_ANNOTATION not in declared:
         raise GroupDeclarationError(f"pod {pod.name} has no {PARALLELISM_ANNOTATION} annotation (TPxPPxDP)")
     tp, pp, dp = parse_parallelism(declared[PARALLELISM_ANNOTATION])
-    spec: dict[str, Any] = {"podGroup": group, "parallelism": {"tensor": tp, "pipeline": pp, "data": dp}}
+    # Never a preemption victim: preempting a group means deleting pods the operator does not own.
+    spec: dict[str, Any] = {
+        "podGroup": group,
+        "parallelism": {"tensor": tp, "pipeline": pp, "data": dp},
+        "preemptible": False,
+    }
     optional = (
         (RANK_ORDER_ANNOTATION, "rankOrder", str),
         (COST_MODEL_ANNOTATION, "costModel", str),
@@ -239,9 +248,71 @@ def observe_group(record: PlacementRecord, pods: Sequence[PodInfo]) -> SyncResul
     return SyncResult(bound, succeeded, (), len(record.slots))
 
 
-def finish_group(actions: JobActions, pods: Sequence[PodInfo], active: bool) -> None:
+def stuck_pods(
+    record: PlacementRecord, pods: Sequence[PodInfo], nodes: Mapping[str, NodeInfo]
+) -> list[tuple[PodInfo, str]]:
+    """Pods still bound where their node rank's slot no longer is (it moved off broken hardware) while no pod
+    of that rank is bound on the slot, each with what must happen to it. The owner (a Job) makes the
+    replacement only once the old pod is gone, and the operator deletes no pod it does not own."""
+    out: list[tuple[PodInfo, str]] = []
+    for slot in record.slots:
+        rank = record.node_rank(slot)
+        same = [p for p in pods if p.group_rank == rank and not p.terminal]
+        if any(p.bound and p.node == slot.node for p in same):
+            continue
+        out.extend((p, _why_stuck(p, nodes.get(p.node))) for p in same if p.bound and p.node != slot.node)
+    return out
+
+
+def _why_stuck(pod: PodInfo, node: NodeInfo | None) -> str:
+    delete = f"kubectl delete pod -n {pod.namespace} {pod.name}"
+    if node is None:
+        return (
+            f"node {pod.node} is gone; kube-controller-manager's pod garbage collector deletes pods bound to a"
+            f" node that no longer exists (or: {delete}), then the owner creates the replacement"
+        )
+    if not node.ready:
+        return (
+            f"node {pod.node} is NotReady ({node.not_ready_reason or 'Unknown'}): a pod there is not removed until"
+            " the node's kubelet confirms it stopped (deleted, it stays Terminating); if the node is down for"
+            f" good, force-delete it ({delete} --grace-period=0 --force) so that the owner creates the replacement"
+        )
+    if pod.deleting:
+        return "it is terminating; its replacement is bound to the new slot once it is gone"
+    return f"its GPUs on {pod.node} are out of service: delete it ({delete}) so that the owner creates the replacement"
+
+
+def note_stuck(
+    actions: JobActions, record: PlacementRecord, pods: Sequence[PodInfo], nodes: Mapping[str, NodeInfo], now: str
+) -> None:
+    """During a repair: the ``Bound`` condition names the old pods that must go and why, and a Warning event
+    (``PodMustGo``) says so whenever that changes."""
+    stuck = stuck_pods(record, pods, nodes)
+    if not stuck:
+        return
+    message = (
+        "; ".join(f"pod {p.name} (node rank {p.group_rank}) must go: {why}" for p, why in stuck)
+        + ". The operator re-creates and deletes no pod of a group: it binds the owner's replacement to the"
+        " new slot"
+    )
+    previous = next(
+        (c.get("message") for c in actions.job.status.get("conditions") or [] if c.get("type") == "Bound"), None
+    )
+    actions.draft.condition("Bound", "False", "WaitingForOwner", message, now)
+    if message != previous:
+        actions.note("Warning", "PodMustGo", message)
+
+
+def finish_group(
+    actions: JobActions,
+    pods: Sequence[PodInfo],
+    active: bool,
+    nodes: Mapping[str, NodeInfo] | None = None,
+    now: str = "",
+) -> None:
     """Replace whatever the shared code asked for by the group's own writes: annotate each unbound pod with
-    its slot's GPUs, then bind it. Never a delete, a create or a Service for pods the operator does not own."""
+    its slot's GPUs, then bind it. Never a delete, a create or a Service for pods the operator does not own.
+    With ``nodes``, a repair waiting for old pods to go says which (:func:`note_stuck`)."""
     actions.deletes.clear()
     actions.creates.clear()
     actions.binds.clear()
@@ -255,6 +326,8 @@ def finish_group(actions: JobActions, pods: Sequence[PodInfo], active: bool) -> 
         return
     if record is None:
         return
+    if nodes is not None and actions.draft.phase is Phase.RECOVERING:
+        note_stuck(actions, record, pods, nodes, now)
     for slot, (rank, pod) in zip(record.slots, slot_pods(record, pods), strict=True):
         if pod is None or pod.terminal:
             continue

@@ -250,7 +250,8 @@ class Reconciler:
             invalid_pods=dict(self.invalid_pods),
             busy=busy,
             namespaces=tuple(self.config.namespaces),
-            changed_nodes={name: self.nodes.get("", name) for name in self.changed_nodes},
+            # as the view sees them: a DRA node's GPU indices are its pool's, so are the warnings about them
+            changed_nodes={name: view.nodes.get(name) or self.nodes.get("", name) for name in self.changed_nodes},
             node_warnings=self.node_warnings,
         )
         self.bind_failures.clear()
