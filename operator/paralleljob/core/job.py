@@ -59,7 +59,9 @@ class JobSpec:
         return replica * self.pp + stage
 
     def describe(self) -> str:
-        return f"TP{self.tp}xPP{self.pp}xDP{self.dp} ({self.num_gpus} GPUs, {self.memory_per_gpu_gb:g} GB each)"
+        # 0 GB means "no memory requirement", not "needs zero GB": say nothing rather than a misleading 0.
+        memory = f", {self.memory_per_gpu_gb:g} GB each" if self.memory_per_gpu_gb > 0 else ""
+        return f"TP{self.tp}xPP{self.pp}xDP{self.dp} ({self.num_gpus} GPUs{memory})"
 
 
 def _positive_int(name: str, value: object) -> int:
