@@ -140,6 +140,31 @@ def test_an_unknown_queue_waits_and_runs_once_the_queue_exists() -> None:
     assert fc.phase("ns/typo") == "Running"
 
 
+def test_an_unknown_queue_is_a_warning_event_once_and_the_status_message_says_so() -> None:
+    # Issue 22: the condition was right, but no Event, and status.message still said "waits for room in queue".
+    for policy in (None, QueuePolicy(backfill=True)):
+        fc = FakeCluster(nodes(2), policy=policy)
+        fc.add_job(paralleljob("typo", 8, 1, 1, queue="reserach"))
+        fc.settle()
+        fc.settle()
+        warned = [m for key, reason, m in fc.events if key == "ns/typo" and reason == "QueueNotFound"]
+        assert len(warned) == 1 and "create the ParallelJobQueue reserach" in warned[0]
+        status = fc.job("ns/typo")["status"]
+        assert status["reason"] == "QueueNotFound" and "waits for room" not in status["message"]
+        assert "queue reserach does not exist" in status["message"]
+
+
+def test_a_running_job_no_longer_says_it_waits_for_room() -> None:
+    # Issue 21: the Accepted condition kept "waits for room in queue default" for the job's whole life.
+    fc = FakeCluster(nodes(2))
+    fc.add_job(paralleljob("run", 8, 1, 1))
+    fc.settle()
+    status = fc.job("ns/run")["status"]
+    assert status["phase"] == "Running"
+    assert not [c for c in status["conditions"] if "waits for room" in c["message"]]
+    assert "waits for room" not in status["message"]
+
+
 def test_an_unknown_queue_waits_under_the_core_policies_too() -> None:
     fc = FakeCluster(nodes(2), policy=QueuePolicy(backfill=True))
     fc.add_job(paralleljob("typo", 8, 1, 1, queue="nope"))

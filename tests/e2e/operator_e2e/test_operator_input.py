@@ -40,6 +40,8 @@ def test_an_unknown_queue_waits_and_runs_once_the_queue_is_created(pjs: Jobs) ->
     waiting = placed_condition(pjs, "typo", "QueueNotFound")
     assert f"queue {queue} does not exist" in waiting["message"]
     assert pjs.status("typo")["phase"] == "Queued" and not pjs.pods("typo")
+    assert f"queue {queue} does not exist" in pjs.status("typo")["message"]  # not "waits for room in queue"
+    wait_for("a QueueNotFound event", lambda: any(e.reason == "QueueNotFound" for e in pjs.events("typo")))
     body = {"apiVersion": "paralleljob.dev/v1alpha1", "kind": "ParallelJobQueue", "metadata": {"name": queue}}
     pjs.kube.run(pjs.custom.create_cluster_custom_object(*QUEUES, {**body, "spec": {"maxGPUs": 8}}))
     try:

@@ -308,6 +308,10 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         return None
     if draft.phase is Phase.PENDING:
         draft.apply(Event.ACCEPTED, "Queued", f"{request.spec.describe()} waits for room in queue {request.queue}", now)
+        # The Accepted condition outlives the wait (it stays True while the job runs): it says what was
+        # accepted, not "waits for room", which a Running job would otherwise show for good.
+        accepted = f"{request.spec.describe()} accepted into queue {request.queue}"
+        draft.condition("Accepted", "True", "Valid", accepted, now)
         draft.set(queuedAt=now)
         actions.note("Normal", "Accepted", f"{request.spec.describe()} accepted")
     if draft.phase is Phase.PREEMPTED:
