@@ -47,6 +47,7 @@ class FakeCluster:
         self.backoff = Backoff()
         self.node_warnings: dict[str, tuple[str, ...]] = {}
         self.node_events: list[NodeEvent] = []
+        self.busy: dict[str, Any] = {}  # job key -> what the reconciler's in-flight chain holds (Observed.busy)
         self.seconds = 0  # the cluster's clock: each step() without ``now`` is one second later
         self.events: list[tuple[str, str, str]] = []
         self.last_plan: Plan | None = None
@@ -84,6 +85,7 @@ class FakeCluster:
             namespaces=self.namespaces,
             changed_nodes={n.name: n for n in nodes},  # the harness looks at every node every pass
             node_warnings=self.node_warnings,
+            busy=dict(self.busy),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()

@@ -188,6 +188,7 @@ def decide(
             if job.request is not None and (observed.busy[job.key] is not None or job.phase in ACTIVE):
                 in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
                 held.append((job, job.request, False))
+            plan.busy.append(JobActions(job, StatusDraft(job.status, job.phase, job.generation)))
             continue
         actions = actions_for(job)
         try:
@@ -233,13 +234,13 @@ def decide(
         deadlines.append(backoff_ends)
     if deadlines:
         plan.wake_after = max(0.0, min(deadlines) - now_s)
-    for actions in plan.jobs:
+    for actions in plan.seen():
         if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
             queue = actions.job.request.queue
             plan.queue_lengths[queue] = plan.queue_lengths.get(queue, 0) + 1
     plan.queue_statuses = {
         name: status
-        for name, status in queue_statuses(plan.jobs, observed.queues, view).items()
+        for name, status in queue_statuses(plan.seen(), observed.queues, view).items()
         if name in observed.queues and dict(observed.queues[name].status) != status
     }
     return plan, view
