@@ -82,6 +82,8 @@ def test_generic_trace_on_a_uniform_cluster_with_levels(tmp_path: Path) -> None:
         (["--policy", "random"], "invalid choice"),
         (["--compare", "ours,magic"], "unknown policy"),
         (["--failures", "often"], "--failures takes a number"),
+        # issue 21: a named rate needs the stats file; the message must name the flag that gives it
+        (["--failures", "llama3"], "pass --failure-stats PATH"),
         (["--levels", "rack-32"], "bad level"),
     ],
 )
@@ -108,3 +110,13 @@ def test_progress_bar_only_on_a_terminal() -> None:
     bar(43_200.0)
     bar.close()
     assert "50%" in loud.getvalue() and loud.getvalue().endswith("\n")
+
+
+def test_the_docs_name_every_queue_choice() -> None:
+    # Issue 21: docs/simulator.md's --queue row left out core-fair-strict and core-fair-backfill.
+    from paralleljob.sim.cli import CORE_QUEUES, QUEUE_POLICIES
+
+    doc = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `--queue "))
+    flag = row.split("`")[1]
+    assert set(flag.removeprefix("--queue ").split("\\|")) == {*QUEUE_POLICIES, *CORE_QUEUES}
