@@ -248,3 +248,38 @@ def test_a_taint_on_every_node_makes_a_job_wait_not_fail() -> None:
         body["spec"]["taints"] = []
     fc.settle()
     assert fc.phase("ns/patient") == "Running"
+
+
+def test_another_scheduler_name_is_refused_not_rewritten() -> None:
+    # Issue 22: schedulerName default-scheduler was replaced by ours without a word. The CRD refuses it
+    # (CEL); an operator running against an older CRD fails the job with the same reason and an Event.
+    fc = FakeCluster(nodes(1))
+    fc.add_job(with_template("other", 8, 1, 1, schedulerName="default-scheduler"))
+    fc.add_job(with_template("ours", 8, 1, 1, schedulerName="paralleljob-scheduler"))
+    fc.settle()
+    status = fc.job("ns/other")["status"]
+    assert status["phase"] == "Failed" and status["reason"] == "InvalidTemplate"
+    assert "schedulerName must be paralleljob-scheduler" in status["message"]
+    assert "the operator binds every worker itself" in status["message"]
+    assert ("ns/other", "InvalidTemplate") in {(k, r) for k, r, _ in fc.events}
+    assert not fc.job_pods("ns/other") and fc.phase("ns/ours") == "Running"
+
+
+def test_model_shapes_beyond_any_real_model_are_refused_with_the_crds_words() -> None:
+    # Issue 22: hiddenDim/seqLen 2**40 and paramsBillions 1e5 were placed at a cost of 7e15 ms.
+    from paralleljob.k8s.edge.specs import MODEL_BOUNDS
+
+    fc = FakeCluster(nodes(2))
+    shapes = {"wide": {"hiddenDim": 2**40}, "long": {"seqLen": 2**40}, "huge": {"paramsBillions": 1e5}}
+    for name, model in shapes.items():
+        fc.add_job(paralleljob(name, 8, 1, 1, extra_spec={"model": model}))
+    real = {"hiddenDim": 131072, "seqLen": 10_000_000, "paramsBillions": 20000}  # the bounds themselves pass
+    fc.add_job(paralleljob("real", 8, 1, 1, extra_spec={"model": real}))
+    fc.settle()
+    for name, model in shapes.items():
+        status = fc.job(f"ns/{name}")["status"]
+        (field,) = model
+        assert status["phase"] == "Failed" and status["reason"] == "InvalidSpec", status
+        assert status["message"].endswith(MODEL_BOUNDS[field][1])
+        assert (f"ns/{name}", "InvalidSpec") in {(k, r) for k, r, _ in fc.events}
+    assert fc.phase("ns/real") == "Running"
