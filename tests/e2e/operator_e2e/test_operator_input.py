@@ -154,6 +154,26 @@ def test_a_node_reporting_999_gpus_is_capped_at_its_gpu_count(pjs: Jobs, chaos: 
         chaos.run(chaos.core.patch_node_status(node, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}}))
 
 
+def test_a_node_offering_0_of_its_8_gpus_gets_a_warning_event(pjs: Jobs, chaos: KubeSession) -> None:
+    # Issue 22: the 999 case above got an event, the opposite case (device plugin down) got none.
+    node = chaos.shape.node_name(5)
+    chaos.run(chaos.core.patch_node_status(node, {"status": {"allocatable": {"nvidia.com/gpu": "0"}}}))
+    try:
+
+        def warned() -> str | None:
+            events = chaos.run(
+                chaos.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}")
+            )
+            return next(
+                (e.message for e in events.items if e.reason == "MalformedLabel" and "is less than" in e.message), None
+            )
+
+        message = wait_for("a MalformedLabel event about 0 of 8 GPUs", warned)
+        assert "allocatable nvidia.com/gpu=0 is less than nvidia.com/gpu.count=8" in message
+    finally:
+        chaos.run(chaos.core.patch_node_status(node, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}}))
+
+
 def test_can_never_fit_fails_at_once_behind_a_blocked_strict_fifo_head(pjs: Jobs) -> None:
     pjs.create("everything", 8, 1, 8)  # the whole cluster
     pjs.wait_phase("everything", "Running")
