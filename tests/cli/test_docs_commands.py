@@ -25,3 +25,18 @@ def test_the_readme_after_demo_commands_name_the_demo_cluster_and_namespace() ->
             assert f"--name {CLUSTER}" in command, command
         if command.startswith("kubectl ") or " describe " in command:
             assert f"-n {NAMESPACE}" in command, command
+
+
+def test_the_rank_check_steps_create_what_the_job_needs_before_applying_it() -> None:
+    # Issue 21: docs/operator.md applied rank-check.yaml into namespaces rc1/rc2 that nothing created, without
+    # the ConfigMap its pods mount, and ran kubectl against whatever cluster KUBECONFIG named.
+    import yaml
+
+    doc = (ROOT / "docs" / "operator.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", doc, re.S) if "rank-check.yaml" in b)
+    job = yaml.safe_load((ROOT / "deploy" / "examples" / "train" / "rank-check.yaml").read_text())
+    (configmap,) = [v["configMap"]["name"] for v in job["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+    applied = block.index("kubectl apply")
+    assert -1 < block.find("kubectl create namespace") < applied
+    assert -1 < block.find(f"kubectl create configmap {configmap}") < applied
+    assert -1 < block.find('export KUBECONFIG="$(paralleljob dev-cluster kubeconfig --name rankcheck)"') < applied
