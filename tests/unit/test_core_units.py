@@ -191,6 +191,7 @@ def test_refusal_counts_agree_in_number_and_omit_a_zero_memory_request():
     assert "no such group is free now" in info.value.reasons[0]
     assert JobSpec("j", 4, 2, 2, 0.0).describe() == "TP4xPP2xDP2 (16 GPUs)"
     assert JobSpec("j", 4, 2, 2, 40.0).describe() == "TP4xPP2xDP2 (16 GPUs, 40 GB each)"
+    assert JobSpec("j", 1, 1, 1, 0.0).describe() == "TP1xPP1xDP1 (1 GPU)"  # seen walking the docs: "(1 GPUs)"
 
 
 def test_cordoned_and_unhealthy_hardware_gets_no_new_work():

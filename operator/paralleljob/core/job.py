@@ -67,7 +67,8 @@ class JobSpec:
     def describe(self) -> str:
         # 0 GB means "no memory requirement", not "needs zero GB": say nothing rather than a misleading 0.
         memory = f", {self.memory_per_gpu_gb:g} GB each" if self.memory_per_gpu_gb > 0 else ""
-        return f"TP{self.tp}xPP{self.pp}xDP{self.dp} ({self.num_gpus} GPUs{memory})"
+        gpus = "1 GPU" if self.num_gpus == 1 else f"{self.num_gpus} GPUs"
+        return f"TP{self.tp}xPP{self.pp}xDP{self.dp} ({gpus}{memory})"
 
 
 def _positive_int(name: str, value: object) -> int:
