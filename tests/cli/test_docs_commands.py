@@ -40,3 +40,15 @@ def test_the_rank_check_steps_create_what_the_job_needs_before_applying_it() -> 
     assert -1 < block.find("kubectl create namespace") < applied
     assert -1 < block.find(f"kubectl create configmap {configmap}") < applied
     assert -1 < block.find('export KUBECONFIG="$(paralleljob dev-cluster kubeconfig --name rankcheck)"') < applied
+
+
+def test_the_operator_usage_in_the_docs_lists_every_flag() -> None:
+    # Walking docs/operator.md: its usage block had lost --queue-policy, --dra-driver and six more.
+    from paralleljob.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    flags = {o for a in commands.choices["operator"]._actions for o in a.option_strings if o.startswith("--")}
+    doc = (ROOT / "docs" / "operator.md").read_text()
+    usage = next(b for b in re.findall(r"```sh\n(.*?)```", doc, re.S) if b.startswith("paralleljob operator"))
+    assert sorted(f for f in flags - {"--help"} if f not in usage) == []
