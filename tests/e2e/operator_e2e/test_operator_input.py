@@ -225,6 +225,20 @@ def test_the_charts_privileged_template_policy_is_enforced_by_the_api_server(pjs
         pjs.kube.run(admission.delete_validating_admission_policy_binding(binding["metadata"]["name"]))
         pjs.kube.run(admission.delete_validating_admission_policy(policy["metadata"]["name"]))
 
+        def admitted() -> bool:  # the API server drops the policy a moment later: the tests after this need it gone
+            body = pjs.manifest("after", 1, 1, 1, template={"spec": {"hostNetwork": True, "containers": [trainer]}})
+            try:
+                pjs.kube.run(
+                    pjs.custom.create_namespaced_custom_object(
+                        "paralleljob.dev", "v1alpha1", pjs.namespace, "paralleljobs", body, dry_run="All"
+                    )
+                )
+            except ApiException:
+                return False
+            return True
+
+        wait_for("the policy to be gone", admitted)
+
 
 def test_a_template_above_the_namespaces_pod_security_level_fails_with_the_reason(pjs: Jobs) -> None:
     # Issue 22: the namespace's Pod Security admission governs the pods the operator creates. Its refusal is a
