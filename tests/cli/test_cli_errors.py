@@ -84,3 +84,23 @@ def test_the_operator_with_its_metrics_port_taken_says_so_without_a_traceback(
     err = capsys.readouterr().err
     assert code == 1
     assert f"127.0.0.1:{port}" in err and "--metrics-port" in err and "Traceback" not in err
+
+
+def test_the_agents_client_says_the_same(tmp_path: Path) -> None:
+    from paralleljob.agent.kube import NodeApiError, NodeClient
+
+    server = f"https://127.0.0.1:{free_port()}"
+
+    async def call() -> str:
+        nodes = await NodeClient.connect("n1", str(kubeconfig_for(tmp_path, server)))
+        try:
+            await nodes.get()
+        except NodeApiError as exc:
+            return str(exc)
+        finally:
+            await nodes.close()
+        return ""
+
+    message = asyncio.run(call())
+    assert message.startswith(f"cannot reach the API server at {server} (connection refused)")
+    assert "ClientConnectorError" not in message
