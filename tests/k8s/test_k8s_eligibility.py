@@ -165,6 +165,20 @@ def test_a_running_job_no_longer_says_it_waits_for_room() -> None:
     assert "waits for room" not in status["message"]
 
 
+def test_a_job_accepted_by_an_older_operator_has_its_accepted_condition_mended() -> None:
+    fc = FakeCluster(nodes(2))
+    fc.add_job(paralleljob("old", 8, 1, 1))
+    fc.settle()
+    body = fc.jobs["ns/old"]
+    for c in body["status"]["conditions"]:
+        if c["type"] == "Accepted":
+            c["message"] = "TP8xPP1xDP1 (8 GPUs, 40 GB each) waits for room in queue default"  # as written before
+    fc.step()
+    (accepted,) = [c for c in fc.job("ns/old")["status"]["conditions"] if c["type"] == "Accepted"]
+    assert accepted["message"] == "TP8xPP1xDP1 (8 GPUs, 40 GB each) accepted into queue default"
+    assert fc.phase("ns/old") == "Running"
+
+
 def test_an_unknown_queue_waits_under_the_core_policies_too() -> None:
     fc = FakeCluster(nodes(2), policy=QueuePolicy(backfill=True))
     fc.add_job(paralleljob("typo", 8, 1, 1, queue="nope"))

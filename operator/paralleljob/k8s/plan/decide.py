@@ -253,6 +253,11 @@ def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
     if job.request is not None:
         spec = job.request.spec
         draft.set(shape=f"{spec.tp}x{spec.pp}x{spec.dp}", gpus=spec.num_gpus)
+        accepted = next((c for c in job.status.get("conditions") or [] if c.get("type") == "Accepted"), None)
+        if accepted and accepted.get("status") == "True" and "waits for room" in str(accepted.get("message")):
+            # accepted by an older operator, whose Accepted condition said "waits for room" for the job's life
+            message = f"{spec.describe()} accepted into queue {job.request.queue}"
+            draft.condition("Accepted", "True", "Valid", message, now)
     draft.data.setdefault("restarts", 0)
 
 
