@@ -25,7 +25,7 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from paralleljob.k8s.edge.manifests import binding
-from paralleljob.shellkit.kubeconfig import load_configuration
+from paralleljob.shellkit.kubeconfig import load_configuration, unreachable
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -36,7 +36,8 @@ LIST_PAGE_SIZE = 500  # client-go's reflector pages its lists by 500 too
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, reason: str = "") -> None:
-        super().__init__(f"HTTP {status}: {message}")
+        # status 0: no HTTP answer at all; "HTTP 0" would only hide the message that says why
+        super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status = status
         self.message = message
         self.reason = reason
@@ -155,7 +156,7 @@ class Kube:
                 status = response.status
                 response.release()
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise ApiError(0, f"{method} {path}: {exc!r}") from exc
+                raise ApiError(0, f"{method} {path}: {unreachable(self.host, exc)}") from exc
         return _decode(status, data, method, path)
 
     # ---- the calls the operator makes ---------------------------------------------------------------
@@ -208,7 +209,7 @@ class Kube:
                 self.host + path, params=params, headers=headers, timeout=timeout
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ApiError(0, f"watch {path}: {exc!r}") from exc
+            raise ApiError(0, f"watch {path}: {unreachable(self.host, exc)}") from exc
         try:
             if response.status != 200:
                 _decode(response.status, await response.read(), "GET", path)

@@ -211,7 +211,9 @@ class Executor:
                 return  # the old pod of that name is still going away; the next pass tries again
             if exc.retryable:
                 outcome.hold[job.key] = f"creating pod {meta['name']} failed: {exc.message}"
-            elif exc.status in (400, 422):
+            elif exc.status in (400, 422) or (exc.status == 403 and "violates PodSecurity" in exc.message):
+                # The template itself is refused: invalid, or above the namespace's Pod Security level (a 403
+                # that no retry or rollback can mend, unlike an RBAC 403), so the job fails with the reason.
                 outcome.invalid[job.key] = exc.message
             else:
                 outcome.failures[job.key] = f"the API refused pod {meta['name']}: {exc.message}"

@@ -60,9 +60,13 @@ async def run_operator(
         web = await serve(
             metrics, config.metrics_host, config.metrics_port, lambda: health.verdict(loop.time(), election.leading())
         )
-    except OSError:
+    except OSError as exc:
+        # A busy port is a setting to change, not a crash: one line naming the port and the flag (as the agent)
         await kube.close()
-        raise
+        raise OperatorFailed(
+            f"cannot serve /metrics and /healthz on {config.metrics_host}:{config.metrics_port}"
+            f" ({exc.strerror or exc}): choose another port with --metrics-port or PARALLELJOB_METRICS_PORT"
+        ) from exc
     log.info("metrics on http://%s:%d/metrics; identity %s", config.metrics_host, config.metrics_port, config.identity)
     reconciler = Reconciler(kube, config, metrics)
     reconciler.on_pass = lambda: health.passed(loop.time())
