@@ -111,9 +111,16 @@ def eligible(job: JobObject, group_pods_now: dict[str, list[Any]]) -> bool:
 
 
 def fits_now(fc: FakeCluster, job: JobObject) -> bool:
+    """Whether ``job`` fits on what the pass left: every decision of the pass counted as made, including
+    those still in flight (a completion whose write has not landed frees its GPUs in the pass that decided
+    it, so a job behind the busy head may use them as long as the head's room is kept)."""
     nodes = [parse_node(n, fc.config) for n in fc.nodes.values()]
-    jobs = [parse_job(j) for j in fc.jobs.values()]
-    view = build_view(nodes, [parse_pod(p) for p in fc.pods.values()], claims_of(jobs, fc.busy()), fc.config)
+    bodies = dict(fc.jobs)
+    for key, actions in fc.inflight.items():
+        if key in bodies and actions.writes_status:
+            bodies[key] = {**bodies[key], "status": copy.deepcopy(actions.draft.data)}
+    jobs = [parse_job(j) for j in bodies.values()]
+    view = build_view(nodes, [parse_pod(p) for p in fc.pods.values()], claims_of(jobs), fc.config)
     assert view.state is not None and job.request is not None
     try:
         Placer(view.state).place(job.request.spec, cost_model(job.request.cost_model))
