@@ -9,9 +9,15 @@ from typing import Any
 
 import pytest
 
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.pods import parse_pod
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.records import record_from_status
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.metrics_model import gauges, queue_statuses
+from paralleljob.k8s.plan.podsync import sync_pods
+from paralleljob.k8s.plan.status import StatusDraft
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 
@@ -392,3 +398,37 @@ def test_jobs_mid_chain_still_count_in_the_gauges_and_queue_status() -> None:
     assert plan.queue_statuses["team"]["running"] == 3  # what the pass writes to the ParallelJobQueue
     assert gauges(fc.last_view, plan.seen(), fc.queues).jobs["Running"] == 3  # what the reconciler exports
     assert queue_statuses(plan.seen(), fc.queues, fc.last_view)["team"]["running"] == 3
+
+
+
+def test_a_re_placement_onto_gpus_of_its_own_leaving_pod_waits_until_that_pod_is_gone() -> None:
+    """A repair may give a slot the GPUs of another slot's old pod, which a live node's kubelet still runs
+    (graceful deletion). A kubelet hands a device to a new pod only once the pod holding it has terminated
+    (the admission fails otherwise), so that slot's pod is created after the old one is gone."""
+    fc = FakeCluster([node("n0"), node("n1"), node("n2")])
+    fc.add_job(paralleljob("j", 4, 1, 2, strategy="full"))
+    fc.settle()
+    body = fc.job("ns/j")
+    first = {s["name"]: s for s in body["status"]["placement"]["pods"]}
+    # the new record: d0 onto the GPUs d1's old pod still holds, d1 onto a free node
+    d1_old = first["j-d1-p0"]
+    moved = [
+        {**first["j-d0-p0"], "node": d1_old["node"], "gpuIndices": d1_old["gpuIndices"], "incarnation": 2},
+        {**d1_old, "node": "n2", "gpuIndices": [0, 1, 2, 3], "incarnation": 2},
+    ]
+    status = {**body["status"], "phase": "Recovering", "placementEpoch": 2}
+    status["placement"] = {**body["status"]["placement"], "epoch": 2, "pods": moved}
+    job = parse_job({**body, "status": status})
+    assert job.request is not None and job.record is not None
+    del fc.pods[("ns", "j-d0-p0")]  # d0's old pod is gone already (its node died, force-deleted)
+    nodes = {n: parse_node(b, fc.config) for n, b in fc.nodes.items()}
+    pods = [parse_pod(p) for p in fc.job_pods("ns/j")]
+    actions = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+    sync_pods(actions, job, job.request, job.record, pods, nodes)
+    assert [d.name for d in actions.deletes] == ["j-d1-p0"] and not actions.deletes[0].force
+    assert [c.manifest["metadata"]["name"] for c in actions.creates] == [], "d0 waits: its GPUs are d1's old pod's"
+    # once the old pod is gone, d0 is created (d1 waits for its own name as before)
+    pods = [parse_pod(p) for p in fc.job_pods("ns/j") if p["metadata"]["name"] != "j-d1-p0"]
+    actions = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+    sync_pods(actions, job, job.request, job.record, pods, nodes)
+    assert sorted(c.manifest["metadata"]["name"] for c in actions.creates) == ["j-d0-p0", "j-d1-p0"]

@@ -96,6 +96,7 @@ def sync_pods(
     by_name = {p.name: p for p in pods}
     wanted = {slot.name for slot in record.slots}
     boundary = checkpointable_boundary(record.pp)
+    held = held_by_leaving_pods(record, pods, job.uid, nodes)
     for extra in pods:
         if extra.name not in wanted:
             delete(actions, extra, nodes, "not part of the job's placement")
@@ -107,16 +108,40 @@ def sync_pods(
             continue  # wait until it is gone; its name is needed
         if pod is not None and not matches(pod, slot, job.uid):
             delete(actions, pod, nodes, mismatch(pod, slot, job.uid))
-            if must_force(pod, nodes):
+            if must_force(pod, nodes) and not _waits_for_gpus(slot, held):
                 # a forced delete removes it at once: the replacement can follow in the same pass
                 actions.creates.append(_create(job, request, record, slot, boundary, nodes))
             continue
         if pod is None:
-            actions.creates.append(_create(job, request, record, slot, boundary, nodes))
+            if not _waits_for_gpus(slot, held):  # else created once the pod holding its GPUs is gone
+                actions.creates.append(_create(job, request, record, slot, boundary, nodes))
         elif not pod.bound:
             actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node, device_claim(slot, nodes)))
     if actions.creates:
         actions.service = headless_service(job)
+
+
+def held_by_leaving_pods(
+    record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, nodes: Mapping[str, NodeInfo]
+) -> frozenset[tuple[str, int]]:
+    """GPUs (node, index) still held by this job's pods that are on their way out: stale (no slot of that
+    name, or not matching it) and still running on a live node. A re-placement may give those GPUs to
+    another slot, but a kubelet hands a device to a new pod only once the pod holding it has terminated
+    (its admission fails otherwise), so that slot's pod is created after its predecessor is gone. Pods on
+    a down node are force-deleted and finished pods hold nothing."""
+    slots = {slot.name: slot for slot in record.slots}
+    held: set[tuple[str, int]] = set()
+    for pod in pods:
+        slot = slots.get(pod.name)
+        if slot is not None and not pod.deleting and matches(pod, slot, job_uid):
+            continue
+        if pod.bound and not pod.terminal and not must_force(pod, nodes):
+            held.update((pod.node, index) for index in pod.gpu_indices or ())
+    return frozenset(held)
+
+
+def _waits_for_gpus(slot: PodSlot, held: frozenset[tuple[str, int]]) -> bool:
+    return any((slot.node, index) in held for index in slot.gpu_indices)
 
 
 def device_claim(slot: PodSlot, nodes: Mapping[str, NodeInfo]) -> DeviceClaim | None:
