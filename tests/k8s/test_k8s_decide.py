@@ -16,7 +16,7 @@ from paralleljob.k8s.edge.records import record_from_status
 from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.metrics_model import gauges, queue_statuses
-from paralleljob.k8s.plan.podsync import sync_pods
+from paralleljob.k8s.plan.podsync import gpu_holders, sync_pods
 from paralleljob.k8s.plan.status import StatusDraft
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -432,3 +432,30 @@ def test_a_re_placement_onto_gpus_of_its_own_leaving_pod_waits_until_that_pod_is
     actions = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
     sync_pods(actions, job, job.request, job.record, pods, nodes)
     assert sorted(c.manifest["metadata"]["name"] for c in actions.creates) == ["j-d0-p0", "j-d1-p0"]
+
+
+def test_a_pod_is_not_created_on_gpus_another_jobs_leaving_pod_still_runs_on() -> None:
+    """Chaos finding: one job's full repair released its GPUs and, in the same pass, another job's repair
+    took one of them, while the first job's pod still ran there (graceful deletion). The second job's pod
+    waits for it; the pass's holders come from every pod."""
+    fc = FakeCluster([node("n0"), node("n1")])
+    fc.add_job(paralleljob("a", 4, 1, 1, created="2024-01-01T00:00:00Z"))
+    fc.add_job(paralleljob("b", 4, 1, 1, created="2024-01-01T00:00:01Z"))
+    fc.settle()
+    pods = {p["metadata"]["name"]: p for p in fc.pods.values()}
+    a_pod = parse_pod(pods["a-d0-p0"])
+    body = fc.job("ns/b")
+    slot = {**body["status"]["placement"]["pods"][0], "node": a_pod.node, "gpuIndices": list(a_pod.gpu_indices or ())}
+    status = {**body["status"], "phase": "Recovering"}
+    status["placement"] = {**body["status"]["placement"], "pods": [{**slot, "incarnation": 2}]}
+    job = parse_job({**body, "status": status})
+    assert job.request is not None and job.record is not None
+    nodes = {n: parse_node(b, fc.config) for n, b in fc.nodes.items()}
+    everyone = [parse_pod(p) for p in fc.pods.values()]
+    actions = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+    sync_pods(actions, job, job.request, job.record, [], nodes, gpu_holders(everyone, nodes))
+    assert actions.creates == [], "a's pod still runs on those GPUs"
+    holders = gpu_holders([p for p in everyone if p.job != "a"], nodes)  # a's pod is gone
+    actions = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+    sync_pods(actions, job, job.request, job.record, [], nodes, holders)
+    assert [c.node for c in actions.creates] == [a_pod.node]

@@ -37,6 +37,8 @@ class PassContext:
     holds: Mapping[str, str] = field(default_factory=dict)  # job key -> why it must not be admitted just now
     bind_failures: Mapping[str, str] = field(default_factory=dict)  # job key -> why its gang was not bound
     invalid_pods: Mapping[str, str] = field(default_factory=dict)  # job key -> the API refused its pods
+    # (node, GPU index) -> the pod running there as the pass began (podsync.gpu_holders)
+    gpu_holders: Mapping[tuple[str, int], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from paralleljob.k8s.plan.podgroups import (
     slot_pods,
     successors,
 )
-from paralleljob.k8s.plan.podsync import delete_all, must_force, observe, sync_pods
+from paralleljob.k8s.plan.podsync import delete_all, gpu_holders, must_force, observe, sync_pods
 from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pending_deadlines
 from paralleljob.k8s.plan.reoptimizing import reconsider
@@ -188,6 +188,7 @@ def decide(
         holds=backoff.active(now_s),
         bind_failures=observed.bind_failures,
         invalid_pods=observed.invalid_pods,
+        gpu_holders=gpu_holders(observed.pods, view.nodes),
     )
     in_use: dict[str, int] = {}
     queued: list[tuple[JobObject, JobRequest]] = []
@@ -385,15 +386,15 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
         repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
         if repaired is not None:
-            sync_pods(actions, job, request, repaired, pods, view.nodes)
+            sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
         return None
     if seen.bound == seen.total and placer is not None and not request.pod_group:
         node_filter = eligibility.filter_for(job.key, request.spec)
         migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
         if migrated is not None:
-            sync_pods(actions, job, request, migrated, pods, view.nodes)
+            sync_pods(actions, job, request, migrated, pods, view.nodes, ctx.gpu_holders)
             return None
-    sync_pods(actions, job, request, record, pods, view.nodes)
+    sync_pods(actions, job, request, record, pods, view.nodes, ctx.gpu_holders)
     if seen.bound == seen.total:
         if draft.phase is Phase.PLACING:
             draft.apply(Event.BOUND, "Running", f"all {seen.total} pods bound on {', '.join(record.nodes)}", now)

@@ -251,4 +251,4 @@ def record_admission(
     actions.events = [e for e in actions.events if e.reason != "Accepted"]
     actions.note("Normal", "Placed", message)
     actions.placed_cost = {"tp": cost.tp_ms, "pp": cost.pp_ms, "dp": cost.dp_ms, "total": cost.total_ms}
-    sync_pods(actions, job, request, record, pods, view.nodes)
+    sync_pods(actions, job, request, record, pods, view.nodes, ctx.gpu_holders)

@@ -9,7 +9,7 @@ be gone first. Pods are never re-bound: a bound pod on the wrong node is deleted
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from paralleljob.core.checkpoint import checkpointable_boundary
@@ -89,14 +89,17 @@ def sync_pods(
     record: PlacementRecord,
     pods: Sequence[PodInfo],
     nodes: Mapping[str, NodeInfo],
+    holders: Mapping[tuple[str, int], str] | None = None,
 ) -> None:
-    """Append the deletes, creates and binds that move the job's pods toward ``record``."""
+    """Append the deletes, creates and binds that move the job's pods toward ``record``. ``holders``: the
+    pass's :func:`gpu_holders` of every pod (default: of the job's own pods)."""
     if request.pod_group:
         return  # another controller's pods: only annotated and bound, by podgroups.finish_group
     by_name = {p.name: p for p in pods}
     wanted = {slot.name for slot in record.slots}
     boundary = checkpointable_boundary(record.pp)
-    held = held_by_leaving_pods(record, pods, job.uid, nodes)
+    if holders is None:
+        holders = gpu_holders(pods, nodes)
     for extra in pods:
         if extra.name not in wanted:
             delete(actions, extra, nodes, "not part of the job's placement")
@@ -108,12 +111,12 @@ def sync_pods(
             continue  # wait until it is gone; its name is needed
         if pod is not None and not matches(pod, slot, job.uid):
             delete(actions, pod, nodes, mismatch(pod, slot, job.uid))
-            if must_force(pod, nodes) and not _waits_for_gpus(slot, held):
+            if must_force(pod, nodes) and not _waits_for_gpus(slot, job.namespace, holders):
                 # a forced delete removes it at once: the replacement can follow in the same pass
                 actions.creates.append(_create(job, request, record, slot, boundary, nodes))
             continue
         if pod is None:
-            if not _waits_for_gpus(slot, held):  # else created once the pod holding its GPUs is gone
+            if not _waits_for_gpus(slot, job.namespace, holders):  # else once the pod on its GPUs is gone
                 actions.creates.append(_create(job, request, record, slot, boundary, nodes))
         elif not pod.bound:
             actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node, device_claim(slot, nodes)))
@@ -121,27 +124,24 @@ def sync_pods(
         actions.service = headless_service(job)
 
 
-def held_by_leaving_pods(
-    record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, nodes: Mapping[str, NodeInfo]
-) -> frozenset[tuple[str, int]]:
-    """GPUs (node, index) still held by this job's pods that are on their way out: stale (no slot of that
-    name, or not matching it) and still running on a live node. A re-placement may give those GPUs to
-    another slot, but a kubelet hands a device to a new pod only once the pod holding it has terminated
-    (its admission fails otherwise), so that slot's pod is created after its predecessor is gone. Pods on
-    a down node are force-deleted and finished pods hold nothing."""
-    slots = {slot.name: slot for slot in record.slots}
-    held: set[tuple[str, int]] = set()
+def gpu_holders(pods: Iterable[PodInfo], nodes: Mapping[str, NodeInfo]) -> dict[tuple[str, int], str]:
+    """Which pod (namespace/name) runs on each GPU (node, index), by the pods' GPU annotations: every bound,
+    unfinished pod on a live node. Pods on a down node do not count: they are force-deleted."""
+    holders: dict[tuple[str, int], str] = {}
     for pod in pods:
-        slot = slots.get(pod.name)
-        if slot is not None and not pod.deleting and matches(pod, slot, job_uid):
-            continue
-        if pod.bound and not pod.terminal and not must_force(pod, nodes):
-            held.update((pod.node, index) for index in pod.gpu_indices or ())
-    return frozenset(held)
+        if pod.bound and not pod.terminal and pod.gpu_indices and not must_force(pod, nodes):
+            for index in pod.gpu_indices:
+                holders[(pod.node, index)] = f"{pod.namespace}/{pod.name}"
+    return holders
 
 
-def _waits_for_gpus(slot: PodSlot, held: frozenset[tuple[str, int]]) -> bool:
-    return any((slot.node, index) in held for index in slot.gpu_indices)
+def _waits_for_gpus(slot: PodSlot, namespace: str, holders: Mapping[tuple[str, int], str]) -> bool:
+    """Whether another pod still runs on the slot's GPUs. A re-placement may hand GPUs whose pods are only
+    now being deleted to another slot or job (a repair releases a job's GPUs for the rest of its pass);
+    a kubelet gives a device to a new pod only once the pod holding it has terminated, and refuses the new
+    pod at admission otherwise, so the slot's pod is created in the pass after that pod is gone."""
+    own = f"{namespace}/{slot.name}"
+    return any(holders.get((slot.node, index), own) != own for index in slot.gpu_indices)
 
 
 def device_claim(slot: PodSlot, nodes: Mapping[str, NodeInfo]) -> DeviceClaim | None:

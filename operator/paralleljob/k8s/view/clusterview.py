@@ -265,8 +265,16 @@ def occupy(view: ClusterView, pod: PodInfo) -> str:
     annotated = [first + i for i in pod.gpu_indices or () if 0 <= i < len(gpus)]
     own_job = own_claim_key(pod, view.loaded)
     own = [g for g in annotated if own_job is not None and view.state.owner[g] == own_job]
-    need = pod.gpus - len(own)
     preferred = [g for g in annotated if g in free]
+    if pod.deleting or own_job is not None:
+        # Leaving: being deleted, or a worker its job's record no longer names. It keeps what it runs on
+        # while that is free and takes nothing else; a record that already names its GPUs gets them once
+        # it is gone (podsync waits for it), which is no oversubscription.
+        if preferred:
+            view.occupants.setdefault(pod.node, []).append(pod.key)
+            view.state.allocate(Allocation(occupant_id(pod.key), (tuple(preferred),), 0.0))
+        return ""
+    need = pod.gpus - len(own)
     chosen = (preferred + [g for g in free if g not in preferred])[: max(need, 0)]
     view.occupants.setdefault(pod.node, []).append(pod.key)
     if chosen:
