@@ -25,8 +25,10 @@ from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.pods import parse_pod
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.plan.decide import claims_of
-from paralleljob.k8s.view.clusterview import build_view
+from paralleljob.k8s.view.clusterview import ClusterView, build_view
 
+# Holders that are not ParallelJobs: a pod no job explains, or a DRA node's devices in others' claims.
+OTHERS = ("pod:", "claims:")
 # What a GPU cell shows, from best to worst.
 FREE, USED, CLOSED, DEGRADED, DRAINED, UNHEALTHY = "free", "used", "closed", "degraded", "drained", "unhealthy"
 
@@ -81,6 +83,13 @@ class GpuMap:
         return asdict(self)
 
 
+def job_order(gpu_map: GpuMap) -> dict[str, int]:
+    """Each ParallelJob holding GPUs, numbered in key order: the one colour/letter assignment the terminal
+    map (a letter per job) and the web view (a colour per job) share, so both name a job the same way."""
+    holders = {c.holder for r in gpu_map.nodes for c in r.gpus if c.holder and not c.holder.startswith(OTHERS)}
+    return {holder: i for i, holder in enumerate(sorted(holders))}
+
+
 def _job_row(job: JobObject) -> JobRow:
     record = job.record
     shape = f"{record.tp}x{record.pp}x{record.dp}" if record else ""
@@ -106,6 +115,20 @@ def build_map(
     claims: Iterable[Mapping[str, Any]] = (),
     dra: DraConfig | None = None,
 ) -> GpuMap:
+    return build_map_and_view(nodes, pods, jobs, config, slices, claims, dra)[0]
+
+
+def build_map_and_view(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Mapping[str, Any]],
+    config: TopologyConfig | None = None,
+    slices: Iterable[Mapping[str, Any]] = (),
+    claims: Iterable[Mapping[str, Any]] = (),
+    dra: DraConfig | None = None,
+) -> tuple[GpuMap, ClusterView]:
+    """The map and the operator's cluster view it was read from (the web view measures jobs' traffic on
+    the view's topology)."""
     config = config or TopologyConfig()
     dra = dra or DraConfig()
     raw_nodes = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
@@ -170,7 +193,7 @@ def build_map(
     totals["total"] = sum(len(r.gpus) for r in rows)
     job_rows = tuple(sorted((_job_row(j) for j in parsed_jobs), key=lambda r: r.key))
     warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
-    return GpuMap(level, tuple(rows), job_rows, tuple(warnings), totals)
+    return GpuMap(level, tuple(rows), job_rows, tuple(warnings), totals), view
 
 
 def _condition(body: Mapping[str, Any] | None) -> str:
