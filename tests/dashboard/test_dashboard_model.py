@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from paralleljob.clitools.gpumap import build_map, build_map_and_view, job_order
 from paralleljob.clitools.render import _letters
 from paralleljob.dashboard.detail import job_detail
+from paralleljob.dashboard.feed import Feed
 from paralleljob.dashboard.model import STATE_LETTERS, patch, picture
 from paralleljob.devtools import vendor
 from tests.k8s.factories import node, paralleljob
@@ -124,3 +125,76 @@ def test_vendored_front_end_library_is_the_locked_one() -> None:
     for entry in vendor.lock().values():
         for target, digest in dict(entry["sha256"]).items():  # type: ignore[call-overload]
             assert vendor.sha256(vendor.VENDOR / target) == digest, f"{target} differs from lock.json"
+
+
+# ---- the feed's incremental pictures ------------------------------------------------------------------------
+def normal(shown: dict[str, Any]) -> dict[str, Any]:
+    """A picture with its numbering (domains, holders: first seen in the feed, sorted in a full picture)
+    replaced by the names, so two pictures of the same cluster compare equal."""
+    holders = [h["key"] for h in shown["holders"]]
+    rows = {
+        name: {**row, "domain": shown["domains"][row["domain"]],
+               "holders": [holders[h] if h >= 0 else None for h in row["holders"]]}
+        for name, row in shown["nodes"].items()
+    }
+    colours = {h["key"]: h["colour"] for h in shown["holders"] if h["key"] in
+               {k for row in rows.values() for k in row["holders"]}}
+    rest = {k: v for k, v in shown.items() if k not in ("nodes", "domains", "holders", "warnings")}
+    return {**rest, "nodes": rows, "colours": colours}
+
+
+class Bridge:
+    """Hands the fake cluster's objects to a Feed as a watch would: a list, then ADDED/MODIFIED/DELETED
+    events for what changed, each with a growing resourceVersion and a UID per object."""
+
+    def __init__(self, fc: FakeCluster) -> None:
+        self.fc, self.rv = fc, 0
+        self.feed = Feed(None, None)  # type: ignore[arg-type]  # the API client is only for the reflectors
+        self.seen: dict[str, dict[Any, Any]] = {}
+        for kind, objects in self.objects().items():
+            self.feed._on_list(kind)([self.stamp(b) for b in objects.values()], str(self.rv))
+            self.seen[kind] = {k: copy.deepcopy(b) for k, b in objects.items()}
+
+    def objects(self) -> dict[str, dict[Any, Any]]:
+        return {"nodes": dict(self.fc.nodes), "pods": dict(self.fc.pods), "jobs": dict(self.fc.jobs)}
+
+    def stamp(self, body: dict[str, Any], uid: Any = None) -> dict[str, Any]:
+        self.rv += 1
+        body = copy.deepcopy(body)
+        meta = body.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.rv)
+        meta.setdefault("uid", f"{meta.get('namespace', '')}/{meta.get('name', '')}/{uid}")
+        return body
+
+    def sync(self) -> None:
+        for kind, objects in self.objects().items():
+            before = self.seen[kind]
+            for key, body in objects.items():
+                if key not in before:
+                    self.feed._on_event(kind)("ADDED", self.stamp(body, id(body)))
+                elif before[key] != body:
+                    self.feed._on_event(kind)("MODIFIED", self.stamp(body, id(body)))
+            for key, body in before.items():
+                if key not in objects:
+                    self.feed._on_event(kind)("DELETED", self.stamp(body, id(body)))
+            self.seen[kind] = {k: copy.deepcopy(b) for k, b in objects.items()}
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["down", "up", "cordon", "job"])), max_size=5))
+def test_the_feeds_kept_rows_equal_a_full_picture_after_any_changes(changes: list[tuple[int, str]]) -> None:
+    fc = cluster()
+    bridge = Bridge(fc)
+    for step, (index, what) in enumerate(changes):
+        body = fc.nodes[f"n{index}"]
+        if what == "cordon":
+            body["spec"]["unschedulable"] = not body["spec"].get("unschedulable", False)
+        elif what == "job":
+            fc.add_job(paralleljob(f"j{step}", 2, 1, 1))
+        else:
+            body["status"]["conditions"] = [{"type": "Ready", "status": "True" if what == "up" else "False"}]
+        fc.settle()  # the operator's own decisions: repairs, placements, queueing
+        bridge.sync()
+        kept, _ = bridge.feed.build()
+        full = picture(build_map(fc.nodes.values(), fc.pods.values(), fc.jobs.values()), fc.jobs.values())
+        assert normal(kept) == normal(full)

@@ -19,14 +19,19 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from paralleljob.clitools.gpumap import build_map_and_view
-from paralleljob.dashboard.model import FEED_LENGTH, patch, picture
+from paralleljob.clitools.gpumap import node_row
+from paralleljob.dashboard.model import FEED_LENGTH, assemble, pack_node, patch
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.pods import PodInfo, parse_pod
 from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
+from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.plan.decide import claims_of
 from paralleljob.k8s.runtime.api import Kube
 from paralleljob.k8s.runtime.reflector import Reflector
 from paralleljob.k8s.view.clusterview import ClusterView
+from paralleljob.k8s.view.liveview import LiveView
 from paralleljob.k8s.view.store import ObjectStore
 
 log = logging.getLogger("paralleljob.dashboard")
@@ -46,12 +51,21 @@ class Feed:
         self.kube = kube
         self.config = config or TopologyConfig()
         lean = without_managed_fields
-        self.stores: dict[str, ObjectStore[Body]] = {
-            "nodes": ObjectStore(_identity, slim=slim_node),
-            "pods": ObjectStore(_identity, slim=lean),
-            "jobs": ObjectStore(_identity, slim=lean),
-            "queues": ObjectStore(_identity, slim=lean),
+        self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, self.config), slim=slim_node)
+        self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod, slim=lean)
+        self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job, slim=lean)
+        self.queues: ObjectStore[Body] = ObjectStore(_identity, slim=lean)
+        self.stores: dict[str, ObjectStore[Any]] = {
+            "nodes": self.nodes, "pods": self.pods, "jobs": self.jobs, "queues": self.queues
         }
+        # The operator's incremental cluster view (it alone drains the node and pod stores' change lists),
+        # and the packed rows kept between pictures: only the nodes an event touched are packed again.
+        self.live = LiveView(self.config, self.nodes, self.pods)
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.domain_ids: dict[str, int] = {}
+        self.holder_ids: dict[str, int] = {}
+        self.dirty: set[str] = set()
+        self.job_nodes: dict[str, set[str]] = {}  # job key -> nodes of its recorded placement
         self.failures: deque[Body] = deque(maxlen=FEED_LENGTH)
         self.current: dict[str, Any] | None = None
         self.view: ClusterView | None = None
@@ -108,6 +122,7 @@ class Feed:
             store = self.stores[kind]
             changed = store.remove(body) if event == "DELETED" else store.upsert(store.slim(body), slimmed=True)
             if changed:
+                self.dirty |= touched_nodes(kind, body, self.job_nodes)
                 self._touch()
 
         return on_event
@@ -130,13 +145,32 @@ class Feed:
 
     # ---- the picture ---------------------------------------------------------------------------------
     def build(self) -> tuple[dict[str, Any], ClusterView]:
-        gpu_map, view = build_map_and_view(
-            self.stores["nodes"].values(),
-            self.stores["pods"].values(),
-            self.stores["jobs"].values(),
-            self.config,
-        )
-        return picture(gpu_map, self.stores["jobs"].values(), self.stores["queues"].values(), self.failures), view
+        """The picture now: the kept view patched (``LiveView``), the rows of the nodes touched since the
+        last picture packed again, or all of them after the view was rebuilt."""
+        jobs = self.jobs.values()
+        rebuilds = sum(self.live.rebuilds.values())
+        view = self.live.refresh(claims_of(jobs))
+        topology = view.topology
+        names = topology.node_names if topology is not None else ()
+        dirty, self.dirty = self.dirty, set()
+        if sum(self.live.rebuilds.values()) != rebuilds or set(self.rows) != set(names):
+            self.rows, self.domain_ids, self.holder_ids = {}, {}, {}  # numbered afresh with every row
+            dirty = set(names)
+        for name in dirty & set(names):
+            row = node_row(view, view.node_index[name], self.nodes.body("", name))
+            domain = self.domain_ids.setdefault(row.domain, len(self.domain_ids))
+            for cell in row.gpus:
+                if cell.holder is not None:
+                    self.holder_ids.setdefault(cell.holder, len(self.holder_ids))
+            self.rows[name] = pack_node(row, domain, self.holder_ids)
+        level = topology.levels[1].name if topology is not None else "cluster"
+        bodies = [body for key, _ in self.jobs.items() if (body := self.jobs.body(*key)) is not None]
+        self.job_nodes = {job.key: set(job.record.nodes) if job.record else set() for job in jobs}
+        warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
+        new = assemble(level, self.rows, list(self.domain_ids), list(self.holder_ids), bodies,
+                       [b for k, _ in self.queues.items() if (b := self.queues.body(*k)) is not None],
+                       self.failures, warnings)
+        return new, view
 
     async def run(self, reflectors: list[Reflector]) -> None:
         """Rebuild after every burst of changes, once every store has been listed."""
@@ -189,3 +223,19 @@ class Feed:
 
 def _sse(event: str, data: Mapping[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def touched_nodes(kind: str, body: Body, job_nodes: Mapping[str, set[str]]) -> set[str]:
+    """The nodes whose row a change of this object may change: a node itself, a pod's node, and for a job the
+    nodes of its placement before and after (its claim holds their GPUs)."""
+    meta = body.get("metadata") or {}
+    if kind == "nodes":
+        return {str(meta.get("name", ""))}
+    if kind == "pods":
+        node = (body.get("spec") or {}).get("nodeName")
+        return {str(node)} if node else set()
+    if kind == "jobs":
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        placed = ((body.get("status") or {}).get("placement") or {}).get("pods") or []
+        return set(job_nodes.get(key, ())) | {str(p.get("node")) for p in placed if isinstance(p, Mapping)}
+    return set()

@@ -12,6 +12,7 @@ per pod, with its replica (DP), stage (PP), node, GPU indices and global ranks.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ from paralleljob.clitools.gpumap import (
     USED,
     GpuMap,
     NodeRow,
-    job_order,
+    number_jobs,
 )
 from paralleljob.k8s.edge.queues import parse_queue
 from paralleljob.k8s.edge.specs import parse_job
@@ -121,26 +122,42 @@ def picture(
     queues: Iterable[Mapping[str, Any]] = (),
     failures: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The whole view: what a browser gets first, and what each patch is computed against."""
-    colours = job_order(gpu_map)
+    """The whole view from a whole map: what a browser gets first, and what each patch is computed against.
+    (The web view's feed keeps the packed rows and redoes only changed nodes; ``assemble`` is shared.)"""
     domains: dict[str, int] = {}
-    holders = sorted({c.holder for r in gpu_map.nodes for c in r.gpus if c.holder})
-    holder_index = {h: i for i, h in enumerate(holders)}
-    nodes = {}
-    for row in gpu_map.nodes:
-        nodes[row.name] = pack_node(row, domains.setdefault(row.domain, len(domains)), holder_index)
-    packed_jobs = [pack_job(body, colours.get(_key(body), -1)) for body in jobs]
-    packed_jobs.sort(key=lambda j: str(j["key"]))
+    holders = {h: i for i, h in enumerate(sorted({c.holder for r in gpu_map.nodes for c in r.gpus if c.holder}))}
+    rows = {row.name: pack_node(row, domains.setdefault(row.domain, len(domains)), holders) for row in gpu_map.nodes}
+    return assemble(gpu_map.domain_level, rows, list(domains), list(holders), jobs, queues, failures,
+                    gpu_map.warnings)
+
+
+def assemble(
+    level: str,
+    rows: Mapping[str, dict[str, Any]],
+    domains: list[str],
+    holders: list[str],
+    jobs: Iterable[Mapping[str, Any]],
+    queues: Iterable[Mapping[str, Any]],
+    failures: Iterable[Mapping[str, Any]],
+    warnings: Iterable[str],
+) -> dict[str, Any]:
+    """The picture from packed rows (``holders[i]`` is the key the rows' holder index i names)."""
+    in_use = {i for row in rows.values() for i in row["holders"] if i >= 0}
+    colours = number_jobs(holders[i] for i in in_use)
+    packed_jobs = sorted((pack_job(body, colours.get(_key(body), -1)) for body in jobs), key=lambda j: str(j["key"]))
+    counts = Counter("".join(row["states"] for row in rows.values()))
+    totals = {state: counts.get(letter, 0) for state, letter in STATE_LETTERS.items()}
+    totals["total"] = sum(totals.values())
     return {
-        "level": gpu_map.domain_level,
-        "domains": list(domains),
+        "level": level,
+        "domains": domains,
         "holders": [{"key": h, "colour": colours.get(h, -1)} for h in holders],
-        "nodes": nodes,
+        "nodes": dict(rows),
         "jobs": packed_jobs,
         "queues": pack_queues(queues, packed_jobs),
         "failures": [failure_line(e) for e in failures][-FEED_LENGTH:],
-        "totals": dict(gpu_map.totals),
-        "warnings": list(gpu_map.warnings),
+        "totals": totals,
+        "warnings": list(warnings),
     }
 
 

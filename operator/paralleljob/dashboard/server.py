@@ -24,7 +24,7 @@ from aiohttp import web
 
 from paralleljob.dashboard.detail import job_detail
 from paralleljob.dashboard.feed import Feed
-from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, KIND, PLURAL, POD_GROUP_LABEL, VERSION
+from paralleljob.k8s.edge.constants import JOB_LABEL, KIND, POD_GROUP_LABEL
 from paralleljob.k8s.runtime.api import ApiError
 
 log = logging.getLogger("paralleljob.dashboard")
@@ -90,15 +90,15 @@ async def _stream(request: web.Request) -> web.StreamResponse:
 async def _job(request: web.Request) -> web.Response:
     feed = request.app[FEED]
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    body = feed.stores["jobs"].body(namespace, name)
+    body = feed.jobs.body(namespace, name)
     if body is None:
         return web.json_response({"error": f"no ParallelJob {namespace}/{name}"}, status=404)
     group = str((body.get("spec") or {}).get("podGroup") or "")
     label = f"{POD_GROUP_LABEL}={group}" if group else f"{JOB_LABEL}={name}"
     pods = [
-        p
-        for (ns, _), p in feed.stores["pods"].items()
-        if ns == namespace and _matches(p, label)
+        pod_body
+        for (ns, pod), _ in feed.pods.items()
+        if ns == namespace and (pod_body := feed.pods.body(ns, pod)) is not None and _matches(pod_body, label)
     ]
     events: list[dict[str, Any]] = []
     with contextlib.suppress(ApiError):
@@ -114,5 +114,3 @@ def _matches(pod: Any, selector: str) -> bool:
     key, _, value = selector.partition("=")
     return str(((pod.get("metadata") or {}).get("labels") or {}).get(key, "")) == value
 
-
-JOBS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
