@@ -9,8 +9,8 @@ const STATE = { f: ["free", "#cfe3cf"], u: ["used", null], c: ["closed node", "#
                 g: ["degraded", "#f2a900"], d: ["drained", "#9c27b0"], x: ["failed", "#d32f2f"] };
 const DOWN = "#d32f2f";
 // Job colours: none red, amber or purple (those say failed, degraded, drained).
-const PALETTE = ["#1f77b4", "#17becf", "#2ca02c", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#005f73",
-                 "#3a86ff", "#6a994e", "#b08968", "#0096c7", "#52b788", "#ff70a6", "#457b9d", "#94a1b2"];
+const PALETTE = ["#1f77b4", "#17becf", "#2ca02c", "#8c564b", "#e377c2", "#2a9d8f", "#bcbd22", "#005f73",
+                 "#3a86ff", "#6a994e", "#b08968", "#0096c7", "#52b788", "#ff70a6", "#457b9d", "#d4a373"];
 const OTHER = "#4a4a4a";  // a pod or claim no ParallelJob explains
 
 const pj = window.pj = { state: null, seq: -1, painted: null, snapshots: 0, patches: 0, layout: null,
@@ -290,6 +290,7 @@ function apply(kind, data) {
   pj.seq = data.seq;
   panels();
   draw();  // at once, not on the next frame: an update is on screen when this returns
+  if (!pj.firstPaint) pj.firstPaint = pj.painted;
   if (pj.selected) showDetail();
 }
 
