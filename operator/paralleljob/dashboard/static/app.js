@@ -280,6 +280,7 @@ function apply(kind, data) {
     pj.layout = layout(pj.state);
     if (first) fit();
   } else {
+    var was = selectedJob();
     const s = pj.state, newNodes = Object.keys(data.nodes).some(n => !(n in s.nodes));
     Object.assign(s.nodes, data.nodes);
     for (const n of data.gone) delete s.nodes[n];
@@ -291,8 +292,10 @@ function apply(kind, data) {
   panels();
   draw();  // at once, not on the next frame: an update is on screen when this returns
   if (!pj.firstPaint) pj.firstPaint = pj.painted;
-  if (pj.selected) showDetail();
+  // the panel reads the job's Events: again only when the job itself changed, not on every patch
+  if (pj.selected && (kind === "snapshot" || selectedJob() !== was)) showDetail();
 }
+function selectedJob() { return JSON.stringify(pj.state && pj.state.jobs.find(j => j.key === pj.selected)); }
 
 function connect() {
   const source = new EventSource("/api/stream");
