@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,13 @@ def _run(args: argparse.Namespace) -> int:
         uvloop.install()
     except ImportError:  # pragma: no cover - uvloop is optional
         pass
-    asyncio.run(serve(args))
+    from kubernetes_asyncio.config import ConfigException
+
+    try:
+        asyncio.run(serve(args))
+    except (ConfigException, OSError) as exc:  # no kubeconfig, the port taken, nothing listening: one line
+        print(f"paralleljob dashboard: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
