@@ -20,14 +20,16 @@ const ctx = canvas.getContext("2d");
 let transform = d3.zoomIdentity, frame = 0;
 
 // The selected job's stages, replicas or TP groups: yellow-green-blue, never red, amber or purple.
-function rankColour(i, count) { return d3.interpolateYlGnBu(count > 1 ? 0.3 + 0.65 * i / (count - 1) : 0.7); }
+function rankColour(i, count) { return d3.interpolateYlGnBu(count > 1 ? 0.5 + 0.45 * i / (count - 1) : 0.75); }
 function jobColour(i) { return i < 0 ? OTHER : PALETTE[i % PALETTE.length]; }
 
 // ---- layout: racks (the lowest domain) on a grid, nodes as rows, GPUs as cells --------------------------
 function layout(state) {
   const racks = state.domains.map((name, i) => ({ name, index: i, nodes: [] }));
   for (const name of Object.keys(state.nodes).sort(natural)) racks[state.nodes[name].domain].nodes.push(name);
-  const live = racks.filter(r => r.nodes.length).sort((a, b) => natural(a.name, b.name));
+  // racks of one spine (zone, ...) side by side: sort by the path read from the top level down
+  const top = r => r.name.split("/").reverse().join("/");
+  const live = racks.filter(r => r.nodes.length).sort((a, b) => natural(top(a), top(b)));
   const maxGpus = Math.max(1, ...Object.values(state.nodes).map(n => n.states.length));
   const maxNodes = Math.max(1, ...live.map(r => r.nodes.length));
   const w = PAD * 2 + maxGpus * ROW + LABEL, h = HEAD + PAD + maxNodes * ROW;
