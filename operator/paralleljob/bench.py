@@ -225,7 +225,10 @@ def command(args: argparse.Namespace) -> int:
     if args.what == "dashboard":
         from paralleljob.devtools.bench_dashboard import run_dashboard_bench
 
-        return _emit(run_dashboard_bench(args.dashboard_nodes, args.dashboard_jobs, min(args.repeat, 5)), args.json)
+        measured = run_dashboard_bench(
+            args.dashboard_nodes, args.dashboard_jobs, min(args.repeat, 5), reuse=args.dashboard_cluster
+        )
+        return _emit(measured, args.json)
     if args.what == "scale":
         from paralleljob.devtools.bench_scale import run_scale
 
@@ -300,6 +303,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")
     parser.add_argument("--dashboard-jobs", type=int, default=40, help="dashboard: jobs placed before measuring")
+    parser.add_argument("--dashboard-cluster", help="dashboard: measure on this running dev cluster (kept)")
     parser.set_defaults(handler=command)
 
 

@@ -42,13 +42,14 @@ def _job(name: str, tp: int, pp: int, dp: int) -> dict[str, Any]:
     }
 
 
-async def _apply_jobs(cluster: DevCluster, count: int) -> None:
+async def _apply_jobs(cluster: DevCluster, count: int, run: str) -> None:
     kube = await Kube.connect(str(cluster.kubeconfig))
+    prefix = run.rsplit("-", 1)[-1][:5]  # a reused cluster may hold an earlier run's jobs
     try:
         for i in range(count):
             tp, pp, dp = JOB_SHAPES[i % len(JOB_SHAPES)]
             path = job_path(NAMESPACE, "").rstrip("/")
-            await kube.request("POST", path, _job(f"bench-{i:03d}", tp, pp, dp))
+            await kube.request("POST", path, _job(f"bench-{prefix}-{i:03d}", tp, pp, dp))
     finally:
         await kube.close()
 
@@ -63,18 +64,23 @@ async def _cordon(cluster: DevCluster, node: str, closed: bool) -> None:
 
 def measure(cluster: DevCluster, nodes: int, jobs: int, repeats: int, out: Path) -> dict[str, Any]:
     from paralleljob.devcluster.session import KubeSession
-    from paralleljob.devtools.bench_scale import operator_under_test
+    from paralleljob.devtools.operatorproc import OperatorProcess
 
     reason = systools.ensure(systools.BROWSER)
     if reason:
         raise SystemExit(f"bench dashboard needs Chromium: {reason}")
     workdir = Path(tempfile.mkdtemp(prefix="bench-dashboard-"))
-    operator = operator_under_test(cluster, workdir, "bench-dashboard")
+    # A long lease: on a loaded 2-core machine a 12,500-node start can miss a 15 s renewal, and the operator
+    # only has to place the jobs the map shows, not to fail over.
+    operator = OperatorProcess(cluster.kubeconfig, workdir, identity="bench-dashboard", lease_seconds=120,
+                               log_level="WARNING", log_name="{identity}.log")
+    operator.start()
+    result: dict[str, Any] = {"nodes": nodes, "gpus": nodes * 8, "jobs": jobs}
     dashboard = DashboardProcess(cluster.kubeconfig, workdir / "dashboard.log")
     browser = None
     try:
         operator.wait_leader(timeout_s=300)
-        asyncio.run(_apply_jobs(cluster, jobs))
+        asyncio.run(_apply_jobs(cluster, jobs, workdir.name))
         time.sleep(10)  # the operator places them (a few passes at this size)
         started = time.monotonic()
         dashboard.start(timeout_s=600)
@@ -98,29 +104,29 @@ def measure(cluster: DevCluster, nodes: int, jobs: int, repeats: int, out: Path)
             updates.append(browser.js("return pj.painted.at") / 1000 - sent)
             asyncio.run(_cordon(cluster, node, False))
             browser.wait(f"{node} open again", f"pj.state.nodes[{node!r}].schedulable === true", 30, 0.005)
-        session = KubeSession(cluster.kubeconfig, cluster.shape)
-        try:
-            down = names[len(names) // 3]
-            session.make_node_not_ready(down)
-            browser.wait("a node down on the map", f"pj.state.nodes[{down!r}].ready === false", 60)
-            browser.screenshot(out / f"dashboard-{nodes}-nodes-node-down.png")
-            browser.js("pj.focus(arguments[0], 2.0)", down)
-            browser.screenshot(out / f"dashboard-{nodes}-nodes-zoomed.png")
-            session.heal_node(down)
-        finally:
-            session.close()
-        health = dashboard_health(dashboard)
-        return {
-            "nodes": nodes,
-            "gpus": nodes * 8,
-            "jobs": jobs,
+        result |= {
             "dashboard_synced_s": round(synced_s, 2),
             "first_paint_s": _summary(first_paints),
             "update_s": _summary(updates),
             "dashboard_rss_mb": _rss_mb(dashboard),
-            "healthz": health,
-            "screenshots": sorted(str(p) for p in out.glob(f"dashboard-{nodes}-*.png")),
+            "healthz": dashboard_health(dashboard),
         }
+        print(result, flush=True)  # what is measured is kept even if the screenshots below fail
+        session = KubeSession(cluster.kubeconfig, cluster.shape)
+        try:
+            down = names[len(names) // 3]
+            session.make_node_not_ready(down)  # through kwok: slow on a loaded machine, not part of the timing
+            browser.wait("a node down on the map", f"pj.state.nodes[{down!r}].ready === false", 300)
+            browser.screenshot(out / f"dashboard-{nodes}-nodes-node-down.png")
+            browser.js("pj.focus(arguments[0], 2.0)", down)
+            browser.screenshot(out / f"dashboard-{nodes}-nodes-zoomed.png")
+            session.heal_node(down)
+        except AssertionError as exc:
+            result["node_down_screenshot"] = f"not taken: {exc}"
+        finally:
+            session.close()
+        result["screenshots"] = sorted(str(p) for p in out.glob(f"dashboard-{nodes}-*.png"))
+        return result
     finally:
         if browser is not None:
             browser.close()
@@ -153,12 +159,20 @@ def _summary(samples: list[float]) -> dict[str, Any]:
     }
 
 
-def run_dashboard_bench(nodes: int, jobs: int, repeats: int, out: Path | None = None) -> dict[str, Any]:
-    from paralleljob.devcluster.cluster import down, up
+def run_dashboard_bench(
+    nodes: int, jobs: int, repeats: int, out: Path | None = None, reuse: str | None = None
+) -> dict[str, Any]:
+    """On a fresh cluster of ``nodes``, or on the running dev cluster ``reuse`` (left running)."""
+    from paralleljob.devcluster.cluster import down, get, up
     from paralleljob.devcluster.nodes import NodeShape
 
     out = out or Path(os.environ.get("PARALLELJOB_ARTIFACTS", "out/artifacts")) / "dashboard"
     out.mkdir(parents=True, exist_ok=True)
+    if reuse:
+        running = get(reuse)
+        if running is None:
+            raise SystemExit(f"no dev cluster {reuse!r} is running")
+        return measure(running, running.shape.count, jobs, repeats, out)
     name = f"bench-dash-{os.getpid()}"
     started = time.monotonic()
     cluster = up(name, NodeShape(count=nodes, gpus_per_node=8, nodes_per_rack=32), die_with_caller=True)
