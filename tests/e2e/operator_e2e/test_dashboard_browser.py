@@ -113,9 +113,14 @@ def test_map_is_live_shows_ranks_and_a_node_going_down(
         f"pj.state.jobs.find(j => j.key === {key!r}).slots.every(s => s.node !== {victim!r})"
         f" && pj.state.jobs.find(j => j.key === {key!r}).slots.length === 4",
     )
-    browser.wait(
-        "the repair in the job's panel", "pj.detail && pj.detail.restarts === 1 && pj.detail.phase === 'Running'", 15
+    detail = browser.wait(
+        "the repair in the job's panel",
+        "pj.detail && pj.detail.restarts === 1 && pj.detail.phase === 'Running'"
+        " && pj.detail.repairs.some(e => e.reason === 'Repaired') && pj.detail",
+        15,
     )
+    assert detail["last_failure"]["action"] == "rescheduled" and victim in detail["last_failure"]["nodes"]
+    assert "rescheduled" in browser.js("return document.getElementById('detail').innerText")
     browser.screenshot(ARTIFACTS / "dashboard-8-nodes-node-down.png")
     assert browser.js("return pj.snapshots") == 1
     assert browser.errors() == []

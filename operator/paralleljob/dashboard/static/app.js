@@ -188,7 +188,8 @@ async function showDetail() {
     ["cost per step", c.totalMs != null ? `${c.totalMs} ms (TP ${c.tpMs}, PP ${c.ppMs}, DP ${c.dpMs}; bottleneck ${c.bottleneck})` : "not placed"],
     ["lower bound", d.lowerBoundMs != null ? `${d.lowerBoundMs} ms` + (c.totalMs ? ` (placed at ${(c.totalMs / d.lowerBoundMs).toFixed(2)}×)` : "") : "—"],
     ["traffic crosses", d.levels.map(l => `${l.level}: ${(l.bytesPerStep / 1e9).toFixed(2)} GB/step @ ${l.bandwidthGBps} GB/s`).join("; ") || "—"],
-    ["queue / priority", `${d.queue} / ${d.priority}`], ["recovery", `${d.strategy}, ${d.restarts} restarts`]];
+    ["queue / priority", `${d.queue} / ${d.priority}`], ["recovery", `${d.strategy}, ${d.restarts} restarts`],
+    ["last failure", d.last_failure && d.last_failure.kind ? `${d.last_failure.kind} -> ${d.last_failure.action}: ${d.last_failure.message || ""}` : "none"]];
   const conds = (d.conditions || []).map(x => `<tr><td>${esc(x.type)}=${esc(x.status)}</td><td>${esc(x.reason)}: ${esc(x.message)}</td></tr>`).join("");
   const pods = (d.pods || []).map(p => `<tr><td>${esc(p.node)}</td><td>DP ${p.replica} · PP ${p.stage}</td><td>GPUs ${p.gpu_indices.join(",")}</td><td>ranks ${p.ranks[0]}–${p.ranks[p.ranks.length - 1]}</td></tr>`).join("");
   const repairs = (d.repairs || []).map(e => `<li>${esc(e.time)} ${esc(e.reason)}: ${esc(e.message)}</li>`).join("");
@@ -295,7 +296,8 @@ function apply(kind, data) {
   draw();  // at once, not on the next frame: an update is on screen when this returns
   if (!pj.firstPaint) pj.firstPaint = pj.painted;
   // the panel reads the job's Events: again only when the job itself changed, not on every patch
-  if (pj.selected && (kind === "snapshot" || selectedJob() !== was)) showDetail();
+  // and once more a little later: the operator posts its Events just after it writes the status
+  if (pj.selected && (kind === "snapshot" || selectedJob() !== was)) { showDetail(); setTimeout(showDetail, 2000); }
 }
 function selectedJob() { return JSON.stringify(pj.state && pj.state.jobs.find(j => j.key === pj.selected)); }
 
