@@ -89,7 +89,7 @@ def measure(cluster: DevCluster, nodes: int, jobs: int, repeats: int, out: Path)
         first_paints = []
         for _ in range(repeats):
             browser.open(dashboard.url)
-            browser.wait("the map", f"window.pj && pj.painted && Object.keys(pj.state.nodes).length === {nodes}", 60)
+            browser.wait("the map", f"window.pj && pj.painted && Object.keys(pj.state.nodes).length === {nodes}", 120)
             first_paints.append(browser.js("return (pj.firstPaint.at - performance.timeOrigin) / 1000"))
         browser.screenshot(out / f"dashboard-{nodes}-nodes.png")
         names = sorted(browser.js("return Object.keys(pj.state.nodes)"))

@@ -41,7 +41,7 @@ function layout(state) {
   });
   return { racks: live, where, w: cols * (w + PAD), h: Math.ceil(live.length / cols) * (h + PAD), maxGpus };
 }
-function natural(a, b) { return a.localeCompare(b, undefined, { numeric: true }); }
+const natural = new Intl.Collator(undefined, { numeric: true }).compare;  // gpu-node-2 before gpu-node-10
 
 function cellXY(name, gpu) {
   const at = pj.layout.where[name];
@@ -306,8 +306,13 @@ function connect() {
   const conn = document.getElementById("conn");
   source.onopen = () => { conn.textContent = "live"; conn.className = "conn on"; };
   source.onerror = () => { conn.textContent = "reconnecting"; conn.className = "conn off"; };
-  source.addEventListener("snapshot", e => apply("snapshot", JSON.parse(e.data)));
-  source.addEventListener("patch", e => apply("patch", JSON.parse(e.data)));
+  for (const kind of ["snapshot", "patch"]) {
+    source.addEventListener(kind, e => {  // how long each step takes, for the benchmark and the curious
+      const t0 = performance.now(), data = JSON.parse(e.data), t1 = performance.now();
+      apply(kind, data);
+      pj.timing = { kind, bytes: e.data.length, parseMs: t1 - t0, applyMs: performance.now() - t1 };
+    });
+  }
 }
 window.addEventListener("resize", redraw);
 legend();
