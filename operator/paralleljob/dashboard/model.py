@@ -13,7 +13,7 @@ per pod, with its replica (DP), stage (PP), node, GPU indices and global ranks.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from paralleljob.clitools.gpumap import (
@@ -140,11 +140,13 @@ def assemble(
     queues: Iterable[Mapping[str, Any]],
     failures: Iterable[Mapping[str, Any]],
     warnings: Iterable[str],
+    pack: Callable[[Mapping[str, Any], int], dict[str, Any]] = pack_job,
 ) -> dict[str, Any]:
-    """The picture from packed rows (``holders[i]`` is the key the rows' holder index i names)."""
+    """The picture from packed rows (``holders[i]`` is the key the rows' holder index i names); ``pack`` is
+    ``pack_job`` or a memo of it."""
     in_use = {i for row in rows.values() for i in row["holders"] if i >= 0}
     colours = number_jobs(holders[i] for i in in_use)
-    packed_jobs = sorted((pack_job(body, colours.get(_key(body), -1)) for body in jobs), key=lambda j: str(j["key"]))
+    packed_jobs = sorted((pack(body, colours.get(_key(body), -1)) for body in jobs), key=lambda j: str(j["key"]))
     counts = Counter("".join(row["states"] for row in rows.values()))
     totals = {state: counts.get(letter, 0) for state, letter in STATE_LETTERS.items()}
     totals["total"] = sum(totals.values())

@@ -134,15 +134,19 @@ function drawNodes(r, sel, k) {
 }
 
 function drawRackBar(r, sel) {
-  // one bar per rack: its GPUs sorted by what they show, so a rack's share of each job is its length
-  const counts = new Map();
-  for (const name of r.nodes) {
-    const n = pj.state.nodes[name];
-    for (let i = 0; i < n.states.length; i++) {
-      const c = n.ready ? gpuColour(n, i, sel) : DOWN;
-      counts.set(c, (counts.get(c) || 0) + 1);
+  // one bar per rack: its GPUs sorted by what they show, so a rack's share of each job is its length;
+  // counted again only for racks a patch touched (or after the colours changed)
+  if (!r.counts) {
+    r.counts = new Map();
+    for (const name of r.nodes) {
+      const n = pj.state.nodes[name];
+      for (let i = 0; i < n.states.length; i++) {
+        const c = n.ready ? gpuColour(n, i, sel) : DOWN;
+        r.counts.set(c, (r.counts.get(c) || 0) + 1);
+      }
     }
   }
+  const counts = r.counts;
   const total = [...counts.values()].reduce((a, b) => a + b, 0) || 1;
   const x = r.x + PAD, y = r.y + HEAD, w = r.w - 2 * PAD, h = r.h - HEAD - PAD;
   let at = 0;
@@ -152,6 +156,7 @@ function drawRackBar(r, sel) {
 }
 
 function redraw() { if (!frame) frame = requestAnimationFrame(draw); }
+function recount(racks) { for (const r of racks || (pj.layout ? pj.layout.racks : [])) r.counts = null; }
 
 // ---- side panels ----------------------------------------------------------------------------------------
 function esc(s) { return String(s ?? "").replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]); }
@@ -202,13 +207,14 @@ async function showDetail() {
 
 function select(key) {
   pj.selected = pj.selected === key ? null : key;
+  recount();
   panels(); redraw(); showDetail();
 }
 
 document.getElementById("jobs").addEventListener("click", e => {
   const row = e.target.closest("tr.job"); if (row) select(row.dataset.key);
 });
-document.querySelectorAll("input[name=by]").forEach(el => el.addEventListener("change", () => { pj.by = el.value; redraw(); }));
+document.querySelectorAll("input[name=by]").forEach(el => el.addEventListener("change", () => { pj.by = el.value; recount(); redraw(); }));
 
 function legend() {
   document.getElementById("legend").innerHTML = Object.values(STATE).filter(([, c]) => c)
@@ -287,8 +293,10 @@ function apply(kind, data) {
     const s = pj.state, newNodes = Object.keys(data.nodes).some(n => !(n in s.nodes));
     Object.assign(s.nodes, data.nodes);
     for (const n of data.gone) delete s.nodes[n];
-    for (const [key, value] of Object.entries(data)) if (!["nodes", "gone", "seq"].includes(key)) s[key] = value;
+    for (const [key, value] of Object.entries(data)) if (!["nodes", "gone", "seq", "serverMs"].includes(key)) s[key] = value;
     if (newNodes || data.gone.length || data.domains) pj.layout = layout(s);
+    else if (data.holders || (pj.selected && data.jobs)) recount();  // colours, or the selected ranks, moved
+    else recount(Object.keys(data.nodes).map(n => pj.layout.where[n].rack));
     pj.patches++;
   }
   pj.seq = data.seq;
@@ -310,7 +318,7 @@ function connect() {
     source.addEventListener(kind, e => {  // how long each step takes, for the benchmark and the curious
       const t0 = performance.now(), data = JSON.parse(e.data), t1 = performance.now();
       apply(kind, data);
-      pj.timing = { kind, bytes: e.data.length, parseMs: t1 - t0, applyMs: performance.now() - t1 };
+      pj.timing = { kind, bytes: e.data.length, parseMs: t1 - t0, applyMs: performance.now() - t1, serverMs: data.serverMs };
     });
   }
 }
