@@ -54,10 +54,14 @@ async def _apply_jobs(cluster: DevCluster, count: int, run: str) -> None:
         await kube.close()
 
 
-async def _cordon(cluster: DevCluster, node: str, closed: bool) -> None:
+async def _cordon(cluster: DevCluster, node: str, closed: bool) -> float:
+    """Cordon or uncordon ``node``; the wall-clock time the PATCH was sent (the client set up before it)."""
     kube = await Kube.connect(str(cluster.kubeconfig))
     try:
+        await kube.request("GET", "/version")  # connection and credentials ready, so only the PATCH is timed
+        sent = time.time()
         await kube.merge_patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": closed}})
+        return sent
     finally:
         await kube.close()
 
@@ -93,21 +97,27 @@ def measure(cluster: DevCluster, nodes: int, jobs: int, repeats: int, out: Path)
             first_paints.append(browser.js("return (pj.firstPaint.at - performance.timeOrigin) / 1000"))
         browser.screenshot(out / f"dashboard-{nodes}-nodes.png")
         names = sorted(browser.js("return Object.keys(pj.state.nodes)"))
-        updates = []
+        updates: list[float] = []
+        server_ms: list[float] = []
+        browser_ms: list[float] = []
         for i in range(repeats * 2):
             node = names[(i * 7919) % len(names)]
             before = browser.js("return pj.painted.seq")
-            sent = time.time()
-            asyncio.run(_cordon(cluster, node, True))
+            sent = asyncio.run(_cordon(cluster, node, True))
             browser.wait(f"{node} closed on the map", f"pj.state.nodes[{node!r}].schedulable === false"
                          f" && pj.painted.seq > {before}", 30, 0.005)
             updates.append(browser.js("return pj.painted.at") / 1000 - sent)
+            timing = browser.js("return pj.timing")  # the patch that painted it: server and browser shares
+            server_ms.append(float(timing.get("serverMs") or 0))
+            browser_ms.append(float(timing["parseMs"] + timing["applyMs"]))
             asyncio.run(_cordon(cluster, node, False))
             browser.wait(f"{node} open again", f"pj.state.nodes[{node!r}].schedulable === true", 30, 0.005)
         result |= {
             "dashboard_synced_s": round(synced_s, 2),
             "first_paint_s": _summary(first_paints),
             "update_s": _summary(updates),
+            "update_server_ms": _summary(server_ms),  # first change seen by the watch -> patch sent
+            "update_browser_ms": _summary(browser_ms),  # patch parsed, applied and drawn
             "dashboard_rss_mb": _rss_mb(dashboard),
             "healthz": dashboard_health(dashboard),
         }
