@@ -122,5 +122,10 @@ def test_map_is_live_shows_ranks_and_a_node_going_down(
     assert detail["last_failure"]["action"] == "rescheduled" and victim in detail["last_failure"]["nodes"]
     assert "rescheduled" in browser.js("return document.getElementById('detail').innerText")
     browser.screenshot(ARTIFACTS / "dashboard-8-nodes-node-down.png")
+    # zoomed out, racks are bars (as at 12,500 nodes): the rack with the node down is framed in red
+    browser.js("pj.focus(arguments[0], 0.3)", victim)
+    assert browser.js("return pj.painted.detailed") is False
+    edge = browser.js("return pj.rackEdgeOnScreen(arguments[0])", victim)
+    assert browser.pixel(edge[0], edge[1]) == hex_rgb(DOWN)
     assert browser.js("return pj.snapshots") == 1
     assert browser.errors() == []

@@ -279,6 +279,8 @@ pj.focus = (name, k = 3) => {
 pj.cellOnScreen = (name, gpu) => { const p = cellXY(name, gpu); return p && transform.apply([p[0] + CELL / 2, p[1] + CELL / 2]); };
 // A point inside a node's row, right of its label (red when the node is down).
 pj.rowOnScreen = name => { const at = pj.layout.where[name]; return at && transform.apply([at.rack.x + at.rack.w - 5, at.rack.y + HEAD + at.row * ROW + CELL / 2]); };
+// A point on the left edge of a node's rack (its frame: red while a node in it is down).
+pj.rackEdgeOnScreen = name => { const r = pj.layout.where[name].rack; return transform.apply([r.x, r.y + r.h / 2]); };
 pj.colourOf = { state: s => STATE[s][1], job: i => jobColour(i), down: DOWN };
 
 // ---- the stream -----------------------------------------------------------------------------------------
