@@ -5,13 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: all venv lint test unit demo demo-down bench clean k8s-binaries helm chart-crds
+.PHONY: all venv lint test unit demo demo-down bench clean k8s-binaries helm chart-crds dashboard-tools dashboard-assets
 
 all: test
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,sim,k8s,agent]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,sim,k8s,agent,dashboard]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -43,7 +43,17 @@ helm: venv
 chart-crds: venv
 	$(BIN)/python -m paralleljob.packaging.chart
 
-test: lint k8s-binaries helm
+# Chromium + chromedriver and Prometheus + promtool from Debian's packages (apt-get) for the web view's and the
+# dashboards' e2e tests; where they cannot be installed those tests skip and say why.
+dashboard-tools: venv
+	-$(BIN)/python -m paralleljob.devtools.systools
+
+# The web view's d3, vendored from the npm registry (pinned version and integrity; needs npm). The built file
+# is committed, so installing the package never needs Node.
+dashboard-assets: venv
+	$(BIN)/python -m paralleljob.devtools.vendor
+
+test: lint k8s-binaries helm dashboard-tools
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: venv k8s-binaries

@@ -222,6 +222,13 @@ def command(args: argparse.Namespace) -> int:
         from paralleljob.devtools.bench_crash import run_worker_crash
 
         return _emit(run_worker_crash(crashes=args.crashes), args.json)
+    if args.what == "dashboard":
+        from paralleljob.devtools.bench_dashboard import run_dashboard_bench
+
+        measured = run_dashboard_bench(
+            args.dashboard_nodes, args.dashboard_jobs, min(args.repeat, 5), reuse=args.dashboard_cluster
+        )
+        return _emit(measured, args.json)
     if args.what == "scale":
         from paralleljob.devtools.bench_scale import run_scale
 
@@ -270,11 +277,11 @@ def _emit(measured: dict[str, Any], json_path: str | None) -> int:
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "bench", help="run a benchmark (placement, quality, operator, worker-crash, chaos, scale, dra)"
+        "bench", help="run a benchmark (placement, quality, operator, worker-crash, chaos, scale, dra, dashboard)"
     )
     parser.add_argument(
         "what",
-        choices=["placement", "quality", "operator", "worker-crash", "chaos", "scale", "dra"],
+        choices=["placement", "quality", "operator", "worker-crash", "chaos", "scale", "dra", "dashboard"],
         help="which benchmark",
     )
     parser.add_argument("--sizes", default="1000,10000,100000", help="cluster sizes in GPUs, comma-separated")
@@ -295,6 +302,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--chaos-nodes", type=int, default=24, help="chaos: fake GPU nodes")
     parser.add_argument("--scale-nodes", default="500,2000", help="scale: kwok node counts, comma-separated")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
+    parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")
+    parser.add_argument("--dashboard-jobs", type=int, default=40, help="dashboard: jobs placed before measuring")
+    parser.add_argument("--dashboard-cluster", help="dashboard: measure on this running dev cluster (kept)")
     parser.set_defaults(handler=command)
 
 

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "paralleljob.k8s.runtime.cli",
     "paralleljob.devtools.cli",
     "paralleljob.clitools.cli",
+    "paralleljob.dashboard.cli",
 )
 
 

@@ -31,6 +31,7 @@ def _lint(helm: dict[str, str], *sets: str) -> str:
         (),
         ("agent.enabled=true", "metrics.serviceMonitor.enabled=true", "queues[0].name=research", "queues[0].maxGPUs=8"),
         ("operator.namespaces={team-a,team-b}", "operator.strictFifo=false", "rbac.create=false"),
+        ("webView.enabled=true", "grafana.dashboards.enabled=true", "alerts.enabled=true"),
     ],
 )
 def test_helm_lint_is_clean(helm: dict[str, str], sets: tuple[str, ...]) -> None:

@@ -20,13 +20,15 @@ from paralleljob.agent.signals import parse_index_list as parse_drained
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
 from paralleljob.k8s.edge.constants import GPU_HEALTHY_CONDITION
-from paralleljob.k8s.edge.dra import node_gpus, overlay_nodes, parse_claim, parse_slice
+from paralleljob.k8s.edge.dra import NodeGpus, node_gpus, overlay_nodes, parse_claim, parse_slice
 from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.pods import parse_pod
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.plan.decide import claims_of
-from paralleljob.k8s.view.clusterview import build_view
+from paralleljob.k8s.view.clusterview import ClusterView, build_view
 
+# Holders that are not ParallelJobs: a pod no job explains, or a DRA node's devices in others' claims.
+OTHERS = ("pod:", "claims:")
 # What a GPU cell shows, from best to worst.
 FREE, USED, CLOSED, DEGRADED, DRAINED, UNHEALTHY = "free", "used", "closed", "degraded", "drained", "unhealthy"
 
@@ -81,6 +83,17 @@ class GpuMap:
         return asdict(self)
 
 
+def job_order(gpu_map: GpuMap) -> dict[str, int]:
+    """Each ParallelJob holding GPUs, numbered in key order: the one colour/letter assignment the terminal
+    map (a letter per job) and the web view (a colour per job) share, so both name a job the same way."""
+    return number_jobs(c.holder for r in gpu_map.nodes for c in r.gpus if c.holder)
+
+
+def number_jobs(holders: Iterable[str]) -> dict[str, int]:
+    """``job_order`` from the holders of GPUs (any order, repeats allowed)."""
+    return {holder: i for i, holder in enumerate(sorted({h for h in holders if not h.startswith(OTHERS)}))}
+
+
 def _job_row(job: JobObject) -> JobRow:
     record = job.record
     shape = f"{record.tp}x{record.pp}x{record.dp}" if record else ""
@@ -106,6 +119,20 @@ def build_map(
     claims: Iterable[Mapping[str, Any]] = (),
     dra: DraConfig | None = None,
 ) -> GpuMap:
+    return build_map_and_view(nodes, pods, jobs, config, slices, claims, dra)[0]
+
+
+def build_map_and_view(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Mapping[str, Any]],
+    config: TopologyConfig | None = None,
+    slices: Iterable[Mapping[str, Any]] = (),
+    claims: Iterable[Mapping[str, Any]] = (),
+    dra: DraConfig | None = None,
+) -> tuple[GpuMap, ClusterView]:
+    """The map and the operator's cluster view it was read from (the web view measures jobs' traffic on
+    the view's topology)."""
     config = config or TopologyConfig()
     dra = dra or DraConfig()
     raw_nodes = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
@@ -123,54 +150,69 @@ def build_map(
     rows: list[NodeRow] = []
     level = "cluster"
     if view.topology is not None and view.state is not None:
-        topology, state = view.topology, view.state
+        topology = view.topology
         level = topology.levels[1].name
         for n, name in enumerate(topology.node_names):
-            info = view.nodes.get(name)
-            annotations = ((raw_nodes.get(name) or {}).get("metadata") or {}).get("annotations") or {}
-            detail = parse_health_detail(annotations.get(GPU_HEALTH_ANNOTATION))
-            drained = parse_drained(annotations.get(DRAINED_GPUS_ANNOTATION))
-            cells = []
-            for index, gpu in enumerate(topology.node_gpus(n)):
-                owner = state.owner[gpu]
-                agent = detail.get(index, {})
-                reason = f"{agent.get('state', '')} {agent.get('reason', '')}".strip()
-                if index in drained:
-                    cell = GpuCell(index, DRAINED, owner, "drained by an admin")
-                elif state.health[gpu] in (GPUHealth.OFFLINE, GPUHealth.RESETTING):
-                    why = reason or (info.why_closed() if info is not None else f"node {name} is gone")
-                    cell = GpuCell(index, UNHEALTHY, owner, why or "reported unhealthy")
-                elif state.health[gpu] is GPUHealth.DEGRADED or agent.get("state") == GPUHealth.DEGRADED.value:
-                    cell = GpuCell(index, DEGRADED, owner, reason)
-                elif owner is not None:
-                    cell = GpuCell(index, USED, owner)
-                elif not state.node_schedulable[n]:
-                    cell = GpuCell(index, CLOSED, None, info.why_closed() if info is not None else "")
-                else:
-                    cell = GpuCell(index, FREE)
-                pool = pools.get(name) if info is not None and info.dra is not None else None
-                if pool is not None and index < len(pool.devices):
-                    cell = replace(cell, device=pool.devices[index].name, uuid=pool.devices[index].uuid)
-                cells.append(cell)
-            rows.append(
-                NodeRow(
-                    name=name,
-                    domain=topology.domain_names[1][topology.domain_of[1][n]],
-                    ready=info.ready if info is not None else False,
-                    schedulable=bool(state.node_schedulable[n]),
-                    why_closed=info.why_closed() if info is not None else f"node {name} is gone",
-                    condition=_condition(raw_nodes.get(name)),
-                    gpus=tuple(cells),
-                )
-            )
+            rows.append(node_row(view, n, raw_nodes.get(name), pools))
+    totals = count_states(rows)
+    job_rows = tuple(sorted((_job_row(j) for j in parsed_jobs), key=lambda r: r.key))
+    warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
+    return GpuMap(level, tuple(rows), job_rows, tuple(warnings), totals), view
+
+
+def count_states(rows: Iterable[NodeRow]) -> dict[str, int]:
     totals = {s: 0 for s in (FREE, USED, CLOSED, DEGRADED, DRAINED, UNHEALTHY)}
     for row in rows:
         for cell in row.gpus:
             totals[cell.state] += 1
-    totals["total"] = sum(len(r.gpus) for r in rows)
-    job_rows = tuple(sorted((_job_row(j) for j in parsed_jobs), key=lambda r: r.key))
-    warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
-    return GpuMap(level, tuple(rows), job_rows, tuple(warnings), totals)
+    totals["total"] = sum(totals.values())
+    return totals
+
+
+def node_row(
+    view: ClusterView, n: int, body: Mapping[str, Any] | None, pools: Mapping[str, NodeGpus] | None = None
+) -> NodeRow:
+    """Node ``n`` of the view's topology as a map row; ``body`` is its Node (for the agent's detail
+    annotations and the GPUHealthy condition; None for a ghost). The web view redoes only the rows of the
+    nodes that changed with this, so both pictures are the same function of the same view."""
+    topology, state = view.topology, view.state
+    assert topology is not None and state is not None
+    name = topology.node_names[n]
+    info = view.nodes.get(name)
+    annotations = ((body or {}).get("metadata") or {}).get("annotations") or {}
+    detail = parse_health_detail(annotations.get(GPU_HEALTH_ANNOTATION))
+    drained = parse_drained(annotations.get(DRAINED_GPUS_ANNOTATION))
+    pool = (pools or {}).get(name) if info is not None and info.dra is not None else None
+    cells = []
+    for index, gpu in enumerate(topology.node_gpus(n)):
+        owner = state.owner[gpu]
+        agent = detail.get(index, {})
+        reason = f"{agent.get('state', '')} {agent.get('reason', '')}".strip()
+        if index in drained:
+            cell = GpuCell(index, DRAINED, owner, "drained by an admin")
+        elif state.health[gpu] in (GPUHealth.OFFLINE, GPUHealth.RESETTING):
+            why = reason or (info.why_closed() if info is not None else f"node {name} is gone")
+            cell = GpuCell(index, UNHEALTHY, owner, why or "reported unhealthy")
+        elif state.health[gpu] is GPUHealth.DEGRADED or agent.get("state") == GPUHealth.DEGRADED.value:
+            cell = GpuCell(index, DEGRADED, owner, reason)
+        elif owner is not None:
+            cell = GpuCell(index, USED, owner)
+        elif not state.node_schedulable[n]:
+            cell = GpuCell(index, CLOSED, None, info.why_closed() if info is not None else "")
+        else:
+            cell = GpuCell(index, FREE)
+        if pool is not None and index < len(pool.devices):
+            cell = replace(cell, device=pool.devices[index].name, uuid=pool.devices[index].uuid)
+        cells.append(cell)
+    return NodeRow(
+        name=name,
+        domain=topology.domain_names[1][topology.domain_of[1][n]],
+        ready=info.ready if info is not None else False,
+        schedulable=bool(state.node_schedulable[n]),
+        why_closed=info.why_closed() if info is not None else f"node {name} is gone",
+        condition=_condition(body),
+        gpus=tuple(cells),
+    )
 
 
 def _condition(body: Mapping[str, Any] | None) -> str:

@@ -8,7 +8,18 @@ from rich.table import Table
 from rich.text import Text
 
 from paralleljob.clitools.describe import JobDescription
-from paralleljob.clitools.gpumap import CLOSED, DEGRADED, DRAINED, FREE, UNHEALTHY, USED, GpuCell, GpuMap
+from paralleljob.clitools.gpumap import (
+    CLOSED,
+    DEGRADED,
+    DRAINED,
+    FREE,
+    OTHERS,
+    UNHEALTHY,
+    USED,
+    GpuCell,
+    GpuMap,
+    job_order,
+)
 
 JOB_COLOURS = ("cyan", "magenta", "blue", "green", "yellow", "bright_cyan", "bright_magenta", "bright_blue")
 GLYPHS = {FREE: ("·", "green"), CLOSED: ("-", "dim"), DEGRADED: ("!", "yellow"), DRAINED: ("D", "magenta")}
@@ -16,17 +27,14 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def _letters(gpu_map: GpuMap) -> dict[str, str]:
-    holders = sorted(
-        {c.holder for r in gpu_map.nodes for c in r.gpus if c.holder and not c.holder.startswith(("pod:", "claims:"))}
-    )
-    return {h: LETTERS[i % len(LETTERS)] for i, h in enumerate(holders)}
+    return {holder: LETTERS[i % len(LETTERS)] for holder, i in job_order(gpu_map).items()}
 
 
 def _glyph(cell: GpuCell, letters: dict[str, str]) -> Text:
     if cell.state == UNHEALTHY:
         return Text("x", style="bold red")
     if cell.state == USED and cell.holder:
-        if cell.holder.startswith(("pod:", "claims:")):
+        if cell.holder.startswith(OTHERS):
             return Text("#", style="grey50")
         letter = letters.get(cell.holder, "?")
         return Text(letter, style=f"bold {JOB_COLOURS[LETTERS.index(letter) % len(JOB_COLOURS)]}")

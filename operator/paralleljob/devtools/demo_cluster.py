@@ -33,6 +33,7 @@ CLUSTER = "demo"
 NAMESPACE = "demo"
 QUEUED_JOB_WAIT_S = 60.0  # the queued job is placed within a pass or two of the capacity freeing
 STATE = "demo-operator.json"
+DASHBOARD_PORT = 8090
 console = Console()
 if not console.is_terminal:
     console = Console(width=170)  # a log or CI capture: do not squeeze the tables into 80 columns
@@ -47,13 +48,15 @@ def stop_demo() -> int:
 
     state = _state_file()
     if state.is_file():
-        pid = int(json.loads(state.read_text()).get("pid", 0))
-        if pid > 0:
-            try:
-                os.kill(pid, signal.SIGTERM)
-                console.print(f"stopped the operator (pid {pid})")
-            except ProcessLookupError:
-                pass
+        saved = json.loads(state.read_text())
+        for what, key in (("operator", "pid"), ("web view", "dashboard_pid")):
+            pid = int(saved.get(key, 0))
+            if pid > 0:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                    console.print(f"stopped the {what} (pid {pid})")
+                except ProcessLookupError:
+                    pass
         state.unlink()
     if not down(CLUSTER, report=lambda m: console.print(m)):
         console.print(f"no dev cluster {CLUSTER!r} was running")
@@ -82,6 +85,22 @@ def start_operator(kubeconfig: Path) -> int:
         start_new_session=True,
     )
     _state_file().write_text(json.dumps({"pid": proc.pid, "log": str(log)}))
+    return proc.pid
+
+
+def start_dashboard(kubeconfig: Path) -> int:
+    """The web view beside the operator, so the story (queueing, a repair) can be watched on the map."""
+    log = cache_root() / "run" / "demo-dashboard.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "paralleljob.cli", "dashboard", "--kubeconfig", str(kubeconfig),
+         "--port", str(DASHBOARD_PORT)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    state = _state_file()
+    saved = json.loads(state.read_text()) if state.is_file() else {}
+    state.write_text(json.dumps({**saved, "dashboard_pid": proc.pid, "dashboard_log": str(log)}))
     return proc.pid
 
 
@@ -284,14 +303,19 @@ def main(args: argparse.Namespace) -> int:
         stop_demo_operator_only()
     pid = start_operator(cluster.kubeconfig)
     console.print(f"operator started (pid {pid}), metrics on http://127.0.0.1:8080/metrics")
+    web = start_dashboard(cluster.kubeconfig)
+    console.print(
+        f"[bold]web view (pid {web}): open http://127.0.0.1:{DASHBOARD_PORT}/ to watch the demo on the map[/bold]"
+    )
     time.sleep(3)
     asyncio.run(scenario(cluster.kubeconfig, cluster.shape, reused))
     console.print(
         f"\n[bold]The dev cluster {CLUSTER!r} and the operator keep running.[/bold]\n"
         f"  kubectl --kubeconfig {cluster.kubeconfig} get paralleljobs -n {NAMESPACE}\n"
         f"  kubectl --kubeconfig {cluster.kubeconfig} describe paralleljob llama-70b -n {NAMESPACE}\n"
+        f"  web view: http://127.0.0.1:{DASHBOARD_PORT}/  (log: {cache_root() / 'run' / 'demo-dashboard.log'})\n"
         f"  operator log: {cache_root() / 'run' / 'demo-operator.log'}\n"
-        f"[bold]Stop both with:[/bold] paralleljob demo-cluster --down   (or: make demo-down)"
+        f"[bold]Stop them all with:[/bold] paralleljob demo-cluster --down   (or: make demo-down)"
     )
     return 0
 
@@ -299,8 +323,13 @@ def main(args: argparse.Namespace) -> int:
 def stop_demo_operator_only() -> None:
     """Stop a previous run's operator and wait until it is gone (its metrics port must be free)."""
     state = _state_file()
-    pid = int(json.loads(state.read_text()).get("pid", 0))
+    saved = json.loads(state.read_text())
     state.unlink()
+    for key in ("pid", "dashboard_pid"):  # the operator, then the web view (its port must be free too)
+        _stop_and_wait(int(saved.get(key, 0)))
+
+
+def _stop_and_wait(pid: int) -> None:
     if pid <= 0:
         return
     try:

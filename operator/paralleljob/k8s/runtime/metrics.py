@@ -58,6 +58,11 @@ class Metrics:
             "paralleljob_fairness_jain", "Jain's index of weighted GPU shares across queues", registry=r
         )
         self.leader = Gauge("paralleljob_leader", "1 while this instance holds the leader lease", registry=r)
+        self.healthy = Gauge(
+            "paralleljob_healthy",
+            "1 while /healthz says healthy (read at each scrape), 0 while it says why not",
+            registry=r,
+        )
         self.passes = Counter("paralleljob_reconcile_passes_total", "Reconcile passes run", registry=r)
         self.pass_duration = Histogram(
             "paralleljob_reconcile_pass_duration_seconds",
@@ -136,5 +141,11 @@ class Metrics:
 
 
 async def serve(metrics: Metrics, host: str, port: int, health: Callable[[], tuple[bool, str]]) -> web.AppRunner:
-    """/metrics, and /healthz answering ``health()`` (503 while it says unhealthy)."""
-    return await serve_metrics(metrics.render, health, host, port)
+    """/metrics, and /healthz answering ``health()`` (503 while it says unhealthy). Each scrape also reads the
+    verdict into ``paralleljob_healthy``, so an alert sees what a liveness probe sees."""
+
+    def render() -> bytes:
+        metrics.healthy.set(1.0 if health()[0] else 0.0)
+        return metrics.render()
+
+    return await serve_metrics(render, health, host, port)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from paralleljob.k8s.runtime.api import ApiError, Kube
@@ -46,6 +46,7 @@ class Reflector:
         transform: Transform | None = None,
         optional: bool = False,
         relist_seconds: float = RELIST_SECONDS,
+        query: Mapping[str, str] | None = None,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -56,6 +57,7 @@ class Reflector:
         self.transform = transform  # a store's slimming, applied to list pages as they arrive
         self.optional = optional
         self.relist_seconds = relist_seconds
+        self.query = dict(query or {})  # a field or label selector, for list and watch alike
         self.synced = asyncio.Event()
         self.absent = False  # an optional kind the API does not serve (said once in the log)
 
@@ -74,7 +76,7 @@ class Reflector:
                 self.on_state(True)
                 left = self.relist_seconds - (time.monotonic() - listed_at)
                 timeout_s = max(1, min(WATCH_TIMEOUT_SECONDS, int(left) + 1))
-                async for event in self.kube.watch(self.path, version, timeout_s=timeout_s):
+                async for event in self._watch(version, timeout_s):
                     kind = event.get("type")
                     body = event.get("object") or {}
                     if kind == "ERROR":
@@ -93,10 +95,18 @@ class Reflector:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
+    def _watch(self, version: str | None, timeout_s: int) -> AsyncIterator[dict[str, Any]]:
+        if self.query:
+            return self.kube.watch(self.path, version, timeout_s=timeout_s, query=self.query)
+        return self.kube.watch(self.path, version, timeout_s=timeout_s)
+
     async def _list(self) -> str | None:
         """List and hand the items over; the list's version, or None for an optional kind not served."""
         try:
-            items, version = await self.kube.list(self.path, transform=self.transform)
+            if self.query:
+                items, version = await self.kube.list(self.path, self.query, transform=self.transform)
+            else:
+                items, version = await self.kube.list(self.path, transform=self.transform)
         except ApiError as exc:
             if not (self.optional and exc.status in (403, 404)):
                 raise

@@ -1,0 +1,1 @@
+"""The web view of the cluster (``paralleljob dashboard``): read-only, live, topology first."""

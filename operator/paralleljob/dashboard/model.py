@@ -1,0 +1,180 @@
+"""What the web view shows, as JSON-ready values (pure): the GPU map of ``paralleljob status`` packed small
+enough to send 100k GPUs to a browser, each job's rank layout, the queues and the failures feed; and the
+patch that turns one such picture into the next.
+
+The map itself is the CLI's (``clitools.gpumap.build_map``: the operator's own parsers and cluster view),
+so the browser, the terminal and the scheduler agree on every GPU. Packing: a node is its name, its domain
+(an index into ``domains``, the whole topology path of its rack), a string with one letter per GPU state and
+a list with the holder of each GPU (an index into ``holders``, -1 for none). Jobs hold their colour index
+(``job_order``, shared with the terminal map's letters) and, once placed, the recorded slots: one TP group
+per pod, with its replica (DP), stage (PP), node, GPU indices and global ranks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from paralleljob.clitools.gpumap import (
+    CLOSED,
+    DEGRADED,
+    DRAINED,
+    FREE,
+    UNHEALTHY,
+    USED,
+    GpuMap,
+    NodeRow,
+    number_jobs,
+)
+from paralleljob.k8s.edge.queues import parse_queue
+from paralleljob.k8s.edge.specs import parse_job
+
+STATE_LETTERS = {FREE: "f", USED: "u", CLOSED: "c", DEGRADED: "g", DRAINED: "d", UNHEALTHY: "x"}
+PLACED_PHASES = ("Placing", "Running", "Recovering")
+WAITING_PHASES = ("Pending", "Queued", "Preempted")
+FEED_LENGTH = 200  # failures kept for the feed, newest last
+
+
+def pack_node(row: NodeRow, domain: int, holder_index: Mapping[str, int]) -> dict[str, Any]:
+    notes = [f"{c.index}: {c.reason}" for c in row.gpus if c.state in (UNHEALTHY, DEGRADED, DRAINED) and c.reason]
+    return {
+        "name": row.name,
+        "domain": domain,
+        "ready": row.ready,
+        "schedulable": row.schedulable,
+        "why": "" if row.schedulable else row.why_closed,
+        "gpuHealthy": row.condition,
+        "states": "".join(STATE_LETTERS[c.state] for c in row.gpus),
+        "holders": [holder_index.get(c.holder, -1) if c.holder else -1 for c in row.gpus],
+        "notes": notes[:8],
+    }
+
+
+def _waiting_reason(status: Mapping[str, Any]) -> str:
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("status") == "False" and condition.get("message"):
+            return f"{condition.get('reason', '')}: {condition['message']}"
+    return str(status.get("message") or "")
+
+
+def pack_job(body: Mapping[str, Any], colour: int) -> dict[str, Any]:
+    job = parse_job(body)
+    request, record, status = job.request, job.record, job.status
+    shape = (record.tp, record.pp, record.dp) if record else (
+        (request.spec.tp, request.spec.pp, request.spec.dp) if request else (0, 0, 0)
+    )
+    slots = record.to_status()["pods"] if record else []
+    return {
+        "key": job.key,
+        "colour": colour,
+        "phase": job.phase.value,
+        "queue": request.queue if request else "",
+        "priority": request.priority if request else 0,
+        "shape": {"tp": shape[0], "pp": shape[1], "dp": shape[2]},
+        "gpus": shape[0] * shape[1] * shape[2],
+        "cost": dict(status.get("communicationCost") or {}),
+        "restarts": job.restarts,
+        "why": "" if job.phase.value in PLACED_PHASES else (job.invalid or _waiting_reason(status)),
+        "slots": [
+            {k: s[k] for k in ("node", "gpuIndices", "ranks", "replica", "stage", "nodeRank")} for s in slots
+        ],
+    }
+
+
+def pack_queues(queues: Iterable[Mapping[str, Any]], jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per queue: what it holds (GPUs of its placed jobs), what it is guaranteed, and who waits and why."""
+    out: dict[str, dict[str, Any]] = {}
+    for body in queues:
+        info = parse_queue(body)
+        out[info.name] = {"name": info.name, "guaranteed": info.guaranteed_gpus, "max": info.max_gpus,
+                          "weight": info.weight, "holding": 0, "running": 0, "waiting": []}
+    for job in jobs:
+        queue = out.setdefault(job["queue"] or "default", {"name": job["queue"] or "default", "guaranteed": 0,
+                                                           "max": None, "weight": 1.0, "holding": 0,
+                                                           "running": 0, "waiting": []})
+        if job["phase"] in PLACED_PHASES:
+            queue["holding"] += job["gpus"]
+            queue["running"] += 1
+        elif job["phase"] in WAITING_PHASES:
+            queue["waiting"].append({"key": job["key"], "gpus": job["gpus"], "why": job["why"]})
+    return sorted(out.values(), key=lambda q: str(q["name"]))
+
+
+def failure_line(event: Mapping[str, Any]) -> dict[str, Any]:
+    """A Warning Event as a line of the failures feed."""
+    meta, involved = event.get("metadata") or {}, event.get("involvedObject") or {}
+    when = event.get("lastTimestamp") or event.get("eventTime") or meta.get("creationTimestamp") or ""
+    ns = involved.get("namespace")
+    return {
+        "uid": str(meta.get("uid", "")),
+        "time": str(when),
+        "object": f"{involved.get('kind', '')} {ns + '/' if ns else ''}{involved.get('name', '')}",
+        "reason": str(event.get("reason", "")),
+        "message": str(event.get("message", ""))[:300],
+        "count": int(event.get("count") or 1),
+    }
+
+
+def picture(
+    gpu_map: GpuMap,
+    jobs: Iterable[Mapping[str, Any]],
+    queues: Iterable[Mapping[str, Any]] = (),
+    failures: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The whole view from a whole map: what a browser gets first, and what each patch is computed against.
+    (The web view's feed keeps the packed rows and redoes only changed nodes; ``assemble`` is shared.)"""
+    domains: dict[str, int] = {}
+    holders = {h: i for i, h in enumerate(sorted({c.holder for r in gpu_map.nodes for c in r.gpus if c.holder}))}
+    rows = {row.name: pack_node(row, domains.setdefault(row.domain, len(domains)), holders) for row in gpu_map.nodes}
+    return assemble(gpu_map.domain_level, rows, list(domains), list(holders), jobs, queues, failures,
+                    gpu_map.warnings)
+
+
+def assemble(
+    level: str,
+    rows: Mapping[str, dict[str, Any]],
+    domains: list[str],
+    holders: list[str],
+    jobs: Iterable[Mapping[str, Any]],
+    queues: Iterable[Mapping[str, Any]],
+    failures: Iterable[Mapping[str, Any]],
+    warnings: Iterable[str],
+    pack: Callable[[Mapping[str, Any], int], dict[str, Any]] = pack_job,
+) -> dict[str, Any]:
+    """The picture from packed rows (``holders[i]`` is the key the rows' holder index i names); ``pack`` is
+    ``pack_job`` or a memo of it."""
+    in_use = {i for row in rows.values() for i in row["holders"] if i >= 0}
+    colours = number_jobs(holders[i] for i in in_use)
+    packed_jobs = sorted((pack(body, colours.get(_key(body), -1)) for body in jobs), key=lambda j: str(j["key"]))
+    counts = Counter("".join(row["states"] for row in rows.values()))
+    totals = {state: counts.get(letter, 0) for state, letter in STATE_LETTERS.items()}
+    totals["total"] = sum(totals.values())
+    return {
+        "level": level,
+        "domains": domains,
+        "holders": [{"key": h, "colour": colours.get(h, -1)} for h in holders],
+        "nodes": dict(rows),
+        "jobs": packed_jobs,
+        "queues": pack_queues(queues, packed_jobs),
+        "failures": [failure_line(e) for e in failures][-FEED_LENGTH:],
+        "totals": totals,
+        "warnings": list(warnings),
+    }
+
+
+def _key(body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What turns ``old`` into ``new``: the nodes that changed or went, and every small part whole (jobs,
+    queues, failures, holders, domains are a few kB even at 12,500 nodes); None when nothing changed."""
+    old_nodes, new_nodes = old["nodes"], new["nodes"]
+    changed = {name: row for name, row in new_nodes.items() if old_nodes.get(name) != row}
+    gone = [name for name in old_nodes if name not in new_nodes]
+    rest = {k: v for k, v in new.items() if k != "nodes" and old.get(k) != v}
+    if not changed and not gone and not rest:
+        return None
+    return {"nodes": changed, "gone": gone, **rest}
