@@ -116,25 +116,13 @@ class FakeCluster:
         self.backoff, self.node_warnings = plan.backoff, dict(plan.node_warnings)
         self.node_events.extend(plan.node_events)
         for actions in plan.jobs:
-            if actions.job.key in hold and self._writes(actions):
+            if actions.job.key in hold and actions.has_work:
                 self.inflight[actions.job.key] = actions  # its chain is still running in the next passes
             else:
                 self._apply(actions)
         for d in plan.orphans:
             self.pods.pop((d.namespace, d.name), None)
         return plan
-
-    @staticmethod
-    def _writes(actions: JobActions) -> bool:
-        """Whether the reconciler would start a chain for these decisions (and so hold the job busy)."""
-        return bool(
-            actions.writes_status
-            or actions.deletes
-            or actions.creates
-            or actions.binds
-            or actions.events
-            or actions.annotates
-        )
 
     def _apply(self, actions: JobActions) -> None:
         key = actions.job.key

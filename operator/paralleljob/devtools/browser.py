@@ -15,11 +15,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.process import exit_with_parent, free_loopback_ports
+from paralleljob.devtools.waiting import wait_until
 
 
 class DashboardProcess:
@@ -127,12 +127,3 @@ def hex_rgb(colour: str) -> tuple[int, int, int]:
     return int(colour[0:2], 16), int(colour[2:4], 16), int(colour[4:6], 16)
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout_s: float, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")

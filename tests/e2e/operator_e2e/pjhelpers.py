@@ -16,6 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from paralleljob.devcluster.process import free_loopback_ports
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.devtools import operatorproc
+from paralleljob.devtools.waiting import wait_until
 from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, PLURAL, VERSION
 
 
@@ -55,14 +56,7 @@ class OperatorProcess(operatorproc.OperatorProcess):
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
+    return wait_until(what, check, timeout_s, interval)
 
 
 class Jobs:

@@ -80,6 +80,14 @@ class JobActions:
     def writes_status(self) -> bool:
         return self.draft.changed()
 
+    @property
+    def has_work(self) -> bool:
+        """Whether carrying these decisions out touches the API at all (the runtime starts a chain for them,
+        and the job is busy until it ends)."""
+        return bool(
+            self.writes_status or self.deletes or self.creates or self.binds or self.events or self.annotates
+        )
+
     def note(self, event_type: str, reason: str, message: str) -> None:
         self.events.append(EventNote(event_type, reason, message))
 

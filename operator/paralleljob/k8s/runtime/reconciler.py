@@ -273,14 +273,7 @@ class Reconciler:
             self.metrics.scheduling.observe(seconds)
         launched = 0
         for actions in plan.jobs:
-            if not (
-                actions.writes_status
-                or actions.deletes
-                or actions.creates
-                or actions.binds
-                or actions.events
-                or actions.annotates
-            ):
+            if not actions.has_work:
                 continue
             writing = actions.draft.phase in ACTIVE and actions.writes_status
             record = record_from_status(actions.draft.data) if writing else None
