@@ -26,6 +26,14 @@ from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
+from paralleljob.k8s.edge.nativegroups import (
+    SCHEDULED_CONDITION,
+    NativeGroup,
+    WorkloadInfo,
+    parse_pod_group,
+    parse_workload,
+    pod_group_status_path,
+)
 from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
 from paralleljob.k8s.edge.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
 from paralleljob.k8s.edge.queues import QueueInfo, parse_queue, queue_policy
@@ -37,6 +45,7 @@ from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.plan.metrics_model import gauges
+from paralleljob.k8s.plan.podgroupstatus import PodGroupCondition, pod_group_conditions
 from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
@@ -85,7 +94,13 @@ class Reconciler:
         self.claims: ObjectStore[ClaimInfo] = ObjectStore(parse_claim, slim=lean)
         # DeviceTaintRules (taintrules.py) taint devices of those slices: health from an admin or our agent.
         self.taint_rules: ObjectStore[TaintRuleInfo] = ObjectStore(parse_taint_rule, slim=lean)
+        # Kubernetes' own gang API (nativegroups.py): empty unless the API server serves scheduling.k8s.io.
+        self.pod_groups: ObjectStore[NativeGroup] = ObjectStore(parse_pod_group, slim=lean)
+        self.workloads: ObjectStore[WorkloadInfo] = ObjectStore(parse_workload, slim=lean)
+        self.pod_group_writes: asyncio.Task[None] | None = None
         self.by_kind: dict[str, ObjectStore[Any]] = {  # each store by the kind its reflector reports
+            "podgroup": self.pod_groups,
+            "workload": self.workloads,
             "node": self.nodes,
             "pod": self.pods,
             "job": self.jobs,
@@ -253,6 +268,8 @@ class Reconciler:
             # as the view sees them: a DRA node's GPU indices are its pool's, so are the warnings about them
             changed_nodes={name: view.nodes.get(name) or self.nodes.get("", name) for name in self.changed_nodes},
             node_warnings=self.node_warnings,
+            pod_groups={g.key: g for g in self.pod_groups.values()},
+            workloads={w.key: w for w in self.workloads.values()},
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -300,6 +317,7 @@ class Reconciler:
         self.metrics.passes.inc()
         self.metrics.update(gauges(view, plan.jobs, observed.queues, plan.fairness))
         self._queue_status(plan)
+        self._pod_group_status(observed)
         # after the gauges and queue statuses: they are part of what every pass costs
         self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(
@@ -340,6 +358,30 @@ class Reconciler:
         if plan.queue_statuses:
             changes = list(plan.queue_statuses.items())
             self.queue_writes = asyncio.create_task(self._write_queue_statuses(changes), name="queue-status")
+
+    def _pod_group_status(self, observed: Observed) -> None:
+        """Say on each Kubernetes PodGroup we place what kube-scheduler would (podgroupstatus.py), in the
+        background; a failed write is tried again by the next pass, which finds the condition still stale."""
+        if self.pod_group_writes is not None and not self.pod_group_writes.done():
+            return
+        changes = pod_group_conditions(observed.jobs, observed.pod_groups)
+        if changes:
+            self.pod_group_writes = asyncio.create_task(self._write_pod_groups(changes), name="podgroup-status")
+
+    async def _write_pod_groups(self, changes: list[PodGroupCondition]) -> None:
+        now = now_rfc3339()
+        for change in changes:
+            version = change.api_version.rsplit("/", 1)[-1]
+            path = pod_group_status_path(change.namespace, change.name, version)
+            body = self.pod_groups.body(change.namespace, change.name) or {}
+            others = [
+                c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") != SCHEDULED_CONDITION
+            ]
+            patch = {"metadata": {"uid": change.uid}, "status": {"conditions": [*others, change.condition(now)]}}
+            try:
+                self.pod_groups.upsert(await self.kube.merge_patch(path, patch))
+            except ApiError as exc:
+                log.debug("status of PodGroup %s/%s not written: %s", change.namespace, change.name, exc)
 
     async def _write_queue_statuses(self, changes: list[tuple[str, dict[str, float]]]) -> None:
         for name, status in changes:
