@@ -44,6 +44,7 @@ GANG_LABEL = "bench.paralleljob.dev/gang"
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists"}
 NODES_PER_RACK = 32
 QUEUE_POLICY = "fair-backfill"
+LEASE_S = 60.0
 SETTLE_S = 15.0  # no new bind for this long (or every gang whole): the round is over
 
 
@@ -233,12 +234,17 @@ async def contend(contender: Contender, gangs: list[Gang], view: Any, jobs: dict
     return out
 
 
-async def alone(contender: Contender, gangs: list[Gang], view: Any, jobs: dict[str, Any]) -> dict[str, Any]:
-    """Each gang by itself on the background: the placement each scheduler chooses for the same state."""
+async def alone(
+    contender: Contender, gangs: list[Gang], view: Any, jobs: dict[str, Any], keep_alive: Any = None
+) -> dict[str, Any]:
+    """Each gang by itself on the background: the placement each scheduler chooses for the same state.
+    ``keep_alive`` is called before each gang (the operator restarted if it stepped down)."""
     costs: dict[str, float] = {}
     refused: list[str] = []
     async with PodTracker(contender.kube, contender.namespace) as tracker:
         for gang in gangs:
+            if keep_alive is not None:
+                keep_alive()
             await contender.submit([gang])
             with contextlib.suppress(TimeoutError):
                 await tracker.wait(lambda gang=gang: len(tracker.bound()) == gang.pods, 8.0)  # type: ignore[misc]
@@ -314,10 +320,12 @@ async def measure(cluster: DevCluster, nodes: int, gang_count: int, seed: int) -
         }
         runs: dict[str, dict[str, Any]] = {}
         for who, contender in contenders.items():
+            operator.ensure_running()
             runs[who] = await contend(contender, gangs, view, jobs)
             print(f"{nodes} nodes {who} contended: {runs[who]['placed']}/{len(gangs)}", file=sys.stderr, flush=True)
         for who, contender in contenders.items():
-            runs[f"{who}_alone"] = await alone(contender, gangs, view, jobs)
+            operator.ensure_running()
+            runs[f"{who}_alone"] = await alone(contender, gangs, view, jobs, operator.ensure_running)
             print(f"{nodes} nodes {who} alone: {runs[f'{who}_alone']['placed']}", file=sys.stderr, flush=True)
         return {
             "nodes": nodes,
@@ -325,6 +333,7 @@ async def measure(cluster: DevCluster, nodes: int, gang_count: int, seed: int) -
             "gangs": [{"name": g.name, "shape": g.shape, "cost_model": g.cost_model, "pods": g.pods} for g in gangs],
             **runs,
             "compare": compare(gangs, runs),
+            "operator_starts": operator.starts,  # > 1: it stepped down (lease not renewed) and was restarted
         }
     finally:
         await kube.close()
