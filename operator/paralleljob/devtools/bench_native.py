@@ -290,9 +290,11 @@ async def measure(cluster: DevCluster, nodes: int, gang_count: int, seed: int) -
     kube = await Kube.connect(str(cluster.kubeconfig))
     # fair share with backfill: under strict FIFO (the default) a gang that cannot be placed holds every gang
     # behind it in its queue, which kube-scheduler never does; the comparison is of placement, not of queueing
+    # A 60 s lease: on the shared 2-core machine, kube-scheduler's round and the pod storms starve the API
+    # server long enough that the default 15 s lease was not renewed and the operator stepped down mid-round.
     operator = OperatorProcess(
-        cluster.kubeconfig, workdir, identity="bench-native", log_level="WARNING", log_name="{identity}.log",
-        extra_args=("--queue-policy", QUEUE_POLICY),
+        cluster.kubeconfig, workdir, identity="bench-native", lease_seconds=LEASE_S, log_level="WARNING",
+        log_name="{identity}-{start}.log", extra_args=("--queue-policy", QUEUE_POLICY),
     )  # fmt: skip
     operator.start()
     try:
