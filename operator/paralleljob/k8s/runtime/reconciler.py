@@ -26,14 +26,7 @@ from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
-from paralleljob.k8s.edge.nativegroups import (
-    SCHEDULED_CONDITION,
-    NativeGroup,
-    WorkloadInfo,
-    parse_pod_group,
-    parse_workload,
-    pod_group_status_path,
-)
+from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo, parse_pod_group, parse_workload
 from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
 from paralleljob.k8s.edge.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
 from paralleljob.k8s.edge.queues import QueueInfo, parse_queue, queue_policy
@@ -45,11 +38,11 @@ from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.plan.metrics_model import gauges
-from paralleljob.k8s.plan.podgroupstatus import PodGroupCondition, pod_group_conditions
 from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
 from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.podgroupwriter import PodGroupStatusWriter
 from paralleljob.k8s.view.clusterview import ClusterView
 from paralleljob.k8s.view.dranodes import OverlaidNodes
 from paralleljob.k8s.view.liveview import LiveView, NodeSource
@@ -97,7 +90,7 @@ class Reconciler:
         # Kubernetes' own gang API (nativegroups.py): empty unless the API server serves scheduling.k8s.io.
         self.pod_groups: ObjectStore[NativeGroup] = ObjectStore(parse_pod_group, slim=lean)
         self.workloads: ObjectStore[WorkloadInfo] = ObjectStore(parse_workload, slim=lean)
-        self.pod_group_writes: asyncio.Task[None] | None = None
+        self.pod_group_status = PodGroupStatusWriter(kube, self.pod_groups)
         self.by_kind: dict[str, ObjectStore[Any]] = {  # each store by the kind its reflector reports
             "podgroup": self.pod_groups,
             "workload": self.workloads,
@@ -317,7 +310,7 @@ class Reconciler:
         self.metrics.passes.inc()
         self.metrics.update(gauges(view, plan.jobs, observed.queues, plan.fairness))
         self._queue_status(plan)
-        self._pod_group_status(observed)
+        self.pod_group_status.update(observed.jobs, observed.pod_groups)
         # after the gauges and queue statuses: they are part of what every pass costs
         self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(
@@ -358,30 +351,6 @@ class Reconciler:
         if plan.queue_statuses:
             changes = list(plan.queue_statuses.items())
             self.queue_writes = asyncio.create_task(self._write_queue_statuses(changes), name="queue-status")
-
-    def _pod_group_status(self, observed: Observed) -> None:
-        """Say on each Kubernetes PodGroup we place what kube-scheduler would (podgroupstatus.py), in the
-        background; a failed write is tried again by the next pass, which finds the condition still stale."""
-        if self.pod_group_writes is not None and not self.pod_group_writes.done():
-            return
-        changes = pod_group_conditions(observed.jobs, observed.pod_groups)
-        if changes:
-            self.pod_group_writes = asyncio.create_task(self._write_pod_groups(changes), name="podgroup-status")
-
-    async def _write_pod_groups(self, changes: list[PodGroupCondition]) -> None:
-        now = now_rfc3339()
-        for change in changes:
-            version = change.api_version.rsplit("/", 1)[-1]
-            path = pod_group_status_path(change.namespace, change.name, version)
-            body = self.pod_groups.body(change.namespace, change.name) or {}
-            others = [
-                c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") != SCHEDULED_CONDITION
-            ]
-            patch = {"metadata": {"uid": change.uid}, "status": {"conditions": [*others, change.condition(now)]}}
-            try:
-                self.pod_groups.upsert(await self.kube.merge_patch(path, patch))
-            except ApiError as exc:
-                log.debug("status of PodGroup %s/%s not written: %s", change.namespace, change.name, exc)
 
     async def _write_queue_statuses(self, changes: list[tuple[str, dict[str, float]]]) -> None:
         for name, status in changes:
