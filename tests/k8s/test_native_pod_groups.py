@@ -59,7 +59,7 @@ def pod_group(
         spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
     if workload:
         spec["podGroupTemplateRef"] = {"workload": {"workloadName": workload, "podGroupTemplateName": "workers"}}
-    metadata: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-pg-{name}"}
+    metadata: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-pg-{name}", "generation": 1}
     if shape:
         metadata["annotations"] = {PARALLELISM_ANNOTATION: shape}
     return {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": metadata, "spec": spec}
@@ -169,6 +169,7 @@ def test_a_podgroup_is_held_until_complete_then_bound_whole_and_its_status_says_
     [scheduled] = pod_group_conditions([parse_job(job)], {"ns/llm-workers": parse_pod_group(group)})
     assert (scheduled.status, scheduled.reason) == ("True", "Scheduled")
     assert "all 4 pods placed as one gang" in scheduled.message and "233.7 ms" in scheduled.message
+    assert scheduled.condition("2024-01-01T00:00:00Z")["observedGeneration"] == 1
     # written once: a PodGroup that says so already is left alone, and True is never turned back to False
     group["status"] = {"conditions": [scheduled.condition("2024-01-01T00:00:00Z")]}
     assert pod_group_conditions([parse_job(job)], {"ns/llm-workers": parse_pod_group(group)}) == []

@@ -73,6 +73,7 @@ class NativeGroup:
     declaration: tuple[tuple[str, str], ...]  # its own paralleljob.dev/* annotations
     resource_claims: tuple[str, ...]  # spec.resourceClaims names (one claim the whole group shares)
     scheduled: tuple[tuple[str, str], ...] = ()  # its PodGroupScheduled condition (status, reason, message)
+    generation: int = 0  # metadata.generation: the condition's observedGeneration, as kube-scheduler sets it
 
     @property
     def key(self) -> str:
@@ -118,6 +119,7 @@ def parse_pod_group(body: Mapping[str, Any]) -> NativeGroup:
         declaration=_declaration(metadata),
         resource_claims=claims,
         scheduled=scheduled,
+        generation=int(metadata.get("generation") or 0),
     )
 
 

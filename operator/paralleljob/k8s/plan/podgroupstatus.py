@@ -39,6 +39,7 @@ class PodGroupCondition:
     status: str  # "True" | "False"
     reason: str
     message: str
+    generation: int = 0
 
     def condition(self, now: str) -> dict[str, Any]:
         return {
@@ -47,6 +48,7 @@ class PodGroupCondition:
             "reason": self.reason,
             "message": self.message,
             "lastTransitionTime": now,
+            "observedGeneration": self.generation,
         }
 
 
@@ -84,7 +86,9 @@ def desired_condition(job: JobObject, group: NativeGroup) -> PodGroupCondition |
     current = (group.scheduled_field("status"), group.scheduled_field("reason"), group.scheduled_field("message"))
     if current == (status, reason, message):
         return None
-    return PodGroupCondition(group.namespace, group.name, group.uid, group.api_version, status, reason, message)
+    return PodGroupCondition(
+        group.namespace, group.name, group.uid, group.api_version, status, reason, message, group.generation
+    )
 
 
 def pod_group_conditions(jobs: Sequence[JobObject], groups: Mapping[str, NativeGroup]) -> list[PodGroupCondition]:
