@@ -234,6 +234,11 @@ def command(args: argparse.Namespace) -> int:
 
         sizes = [int(n) for n in args.scale_nodes.split(",")]
         return _emit(run_scale(sizes, args), args.json)
+    if args.what == "native":
+        from paralleljob.devtools.bench_native import run_native
+
+        sizes = [int(n) for n in args.native_nodes.split(",")]
+        return _emit(run_native(sizes, args.gangs, args.seed), args.json)
     if args.what == "chaos":
         from paralleljob.chaosrun.bench import run_chaos_bench
 
@@ -275,13 +280,16 @@ def _emit(measured: dict[str, Any], json_path: str | None) -> int:
     return 0
 
 
+BENCHMARKS = ("placement", "quality", "operator", "worker-crash", "chaos", "scale", "dra", "native", "dashboard")
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "bench", help="run a benchmark (placement, quality, operator, worker-crash, chaos, scale, dra, dashboard)"
+        "bench", help=f"run a benchmark ({', '.join(BENCHMARKS)})"
     )
     parser.add_argument(
         "what",
-        choices=["placement", "quality", "operator", "worker-crash", "chaos", "scale", "dra", "dashboard"],
+        choices=BENCHMARKS,
         help="which benchmark",
     )
     parser.add_argument("--sizes", default="1000,10000,100000", help="cluster sizes in GPUs, comma-separated")
@@ -301,6 +309,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kills", type=int, default=100, help="chaos: operator SIGKILLs in the long run")
     parser.add_argument("--chaos-nodes", type=int, default=24, help="chaos: fake GPU nodes")
     parser.add_argument("--scale-nodes", default="500,2000", help="scale: kwok node counts, comma-separated")
+    parser.add_argument("--native-nodes", default="500,2000", help="native: kwok node counts, comma-separated")
+    parser.add_argument("--gangs", type=int, default=24, help="native: gangs of the mixed LLM set")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")
     parser.add_argument("--dashboard-jobs", type=int, default=40, help="dashboard: jobs placed before measuring")

@@ -12,6 +12,7 @@ from typing import Any
 
 from paralleljob.core.queueing import QueuePolicy
 from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload
 from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.pods import parse_pod
 from paralleljob.k8s.edge.queues import QueueInfo
@@ -58,6 +59,9 @@ class FakeCluster:
         self.last_plan: Plan | None = None
         self.last_view: ClusterView | None = None
         self.inflight: dict[str, JobActions] = {}  # job key -> decisions not carried out yet (``step(hold=)``)
+        # Kubernetes' gang API objects (scheduling.k8s.io PodGroups and Workloads) by namespace/name, as bodies
+        self.pod_groups: dict[str, dict[str, Any]] = {}
+        self.workloads: dict[str, dict[str, Any]] = {}
 
     def add_job(self, body: dict[str, Any]) -> None:
         self.jobs[f"{body['metadata']['namespace']}/{body['metadata']['name']}"] = body
@@ -107,6 +111,8 @@ class FakeCluster:
             changed_nodes={n.name: n for n in nodes},  # the harness looks at every node every pass
             node_warnings=self.node_warnings,
             busy=self.busy(),
+            pod_groups={k: parse_pod_group(b) for k, b in self.pod_groups.items()},
+            workloads={k: parse_workload(b) for k, b in self.workloads.items()},
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()

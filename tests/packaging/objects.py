@@ -19,6 +19,8 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("resource.k8s.io", "resourceclaims"): frozenset({"list", "watch"}),  # DRA: devices others hold
     ("resource.k8s.io", "resourceclaims/binding"): frozenset({"patch"}),  # DRA: allocating (checked cluster-wide)
     ("resource.k8s.io", "devicetaintrules"): frozenset({"list", "watch"}),  # DRA: device taints as GPU health
+    ("scheduling.k8s.io", "podgroups"): frozenset({"list", "watch"}),  # Kubernetes' gang API: groups we place
+    ("scheduling.k8s.io", "workloads"): frozenset({"list", "watch"}),  # and the shape their Workload declares
 }
 # What it does to jobs and their workers: cluster-wide, or per namespace when operator.namespaces is set.
 WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
@@ -28,6 +30,7 @@ WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "events"): frozenset({"create"}),
     ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch", "create"}),
     ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
+    ("scheduling.k8s.io", "podgroups/status"): frozenset({"patch"}),  # PodGroupScheduled, as kube-scheduler
     ("resource.k8s.io", "resourceclaims"): frozenset({"get", "create", "delete"}),  # DRA: a claim per worker
     ("resource.k8s.io", "resourceclaims/status"): frozenset({"patch"}),
 }

@@ -106,6 +106,10 @@ topology:
 - apiGroups: ["paralleljob.dev"]
   resources: ["paralleljobs/status"]
   verbs: ["patch"]
+# A Kubernetes PodGroup we place says so in its status (PodGroupScheduled), as kube-scheduler's would.
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["podgroups/status"]
+  verbs: ["patch"]
 {{- if .Values.dra.driver }}
 # DRA (docs/dra.md): one ResourceClaim per worker on a DRA node, read back, replaced when allocated to
 # other devices, deleted when its pod is gone; its status carries the allocation and reservation.

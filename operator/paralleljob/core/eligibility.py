@@ -13,13 +13,17 @@ same way on every path — admission, the queueing pass, preemption, repairs:
   after any cordon and uncordon).
 - :class:`FilteredPlacer` wraps any placer with both, per job id, so the core's queueing pass and the
   simulator's policies need no change to honour filters.
+- ``domains`` (a PodGroup's ``schedulingConstraints.topology`` key, docs/pod-groups.md): the whole job must
+  lie inside one of these node sets. Each domain with room for the job now is placed on alone and the
+  cheapest answer wins, so the constraint is hard while the cost model still chooses inside the domain. A
+  job no domain can take waits (non-permanent): labels, like taints, change with the fleet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import CostModel
@@ -42,6 +46,8 @@ class NodeFilter:
     # Shared by filters with the same ``allowed`` and ``ever_groups`` (the shell passes one dict per
     # constraint set and pass), so the scan of the eligible nodes for a verdict runs once, not per job.
     memo: dict[tuple[int, float], tuple[int, float, int]] = field(default_factory=dict, compare=False, repr=False)
+    domain_key: str = ""  # the node label whose one value the whole job must share ("" : no such constraint)
+    domains: tuple[tuple[str, frozenset[int]], ...] = ()  # (label value, its nodes), for ``domain_key``
 
     def admits(self, node: int) -> bool:
         return self.allowed is None or node in self.allowed
@@ -133,6 +139,8 @@ class FilteredPlacer:
         reasons = never_fits(self.state.topology, job, node_filter)
         if reasons:
             raise PlacementInfeasible(job.job_id, reasons, permanent=True)
+        if node_filter is not None and node_filter.domain_key:
+            return place_in_one_domain(self.placer, self.state, job, model, node_filter, previous)
         try:
             with restricted(self.state, job, node_filter):
                 return self.placer.place(job, model, previous)
@@ -140,3 +148,60 @@ class FilteredPlacer:
             if node_filter is None or not node_filter.why or exc.permanent:
                 raise
             raise PlacementInfeasible(job.job_id, [*exc.reasons, *node_filter.why]) from None
+
+
+MAX_DOMAINS_TRIED = 16  # a placement per domain: the roomiest this many, so a 400-rack cluster stays fast
+
+
+def domain_room(state: ClusterState, job: JobSpec, nodes: frozenset[int]) -> int:
+    """TP groups of ``job`` the domain's schedulable nodes have free GPUs for now."""
+    return sum(state.usable_free(n) // job.tp for n in nodes)
+
+
+def place_in_one_domain(
+    placer: PlacerLike,
+    state: ClusterState,
+    job: JobSpec,
+    model: CostModel,
+    node_filter: NodeFilter,
+    previous: Allocation | None = None,
+) -> Placement:
+    """The cheapest placement that keeps every TP group inside one domain of ``node_filter.domain_key``;
+    domains are tried roomiest first (at most :data:`MAX_DOMAINS_TRIED`), each with the rest of the filter."""
+    key = node_filter.domain_key
+    with restricted(state, job, node_filter):
+        rooms = sorted(
+            ((domain_room(state, job, nodes), value, nodes) for value, nodes in node_filter.domains),
+            key=lambda item: (-item[0], item[1]),
+        )
+    fitting = [(value, nodes) for room, value, nodes in rooms if room >= job.num_groups]
+    if not fitting:
+        best = f"the roomiest, {key}={rooms[0][1]}, has room for {rooms[0][0]}" if rooms else "no node has that label"
+        raise PlacementInfeasible(
+            job.job_id,
+            [
+                f"no single domain of topology key {key} has room for {job.num_groups} TP groups of {job.tp} GPUs"
+                f" now; {best}",
+                *node_filter.why,
+            ],
+        )
+    best_placement: Placement | None = None
+    best_value = ""
+    reasons: list[str] = []
+    for value, nodes in fitting[:MAX_DOMAINS_TRIED]:
+        allowed = nodes if node_filter.allowed is None else nodes & node_filter.allowed
+        inside = NodeFilter(allowed, node_filter.ever_groups, node_filter.now_groups, node_filter.why)
+        try:
+            with restricted(state, job, inside):
+                placement = placer.place(job, model, previous)
+        except PlacementInfeasible as exc:
+            reasons.extend(exc.reasons[:1])
+            continue
+        if best_placement is None or placement.cost.total_ms < best_placement.cost.total_ms:
+            best_placement, best_value = placement, value
+    if best_placement is None:
+        raise PlacementInfeasible(
+            job.job_id, [f"no single domain of topology key {key} can hold the job now", *reasons[:2], *node_filter.why]
+        )
+    note = f"inside one domain of {key} ({key}={best_value}), the cheapest of {min(len(fitting), MAX_DOMAINS_TRIED)}"
+    return replace(best_placement, reasons=(*best_placement.reasons, note))

@@ -45,6 +45,17 @@ def register(subparsers: Any) -> None:
         " gpu.nvidia.com (default: %(default)s)",
     )
     up_parser.add_argument(
+        "--gang-api",
+        action="store_true",
+        help="serve Kubernetes' own Workload/PodGroup API (scheduling.k8s.io/v1alpha2) with its feature gates on",
+    )
+    up_parser.add_argument(
+        "--kube-scheduler",
+        action="store_true",
+        help="also run kube-scheduler (same version) with the gang and topology-aware workload gates on;"
+        " implies --gang-api",
+    )
+    up_parser.add_argument(
         "--controllers",
         default="",
         metavar="NAMES",
@@ -77,7 +88,9 @@ def _up(args: argparse.Namespace) -> int:
         print(f"unknown --controllers {', '.join(unknown)} (known: {', '.join(sorted(ADDONS))})", file=sys.stderr)
         return 2
     try:
-        cluster = up(args.name, shape, controllers=controllers)
+        cluster = up(
+            args.name, shape, controllers=controllers, gang_api=args.gang_api, kube_scheduler=args.kube_scheduler
+        )
     except AlreadyRunning as exc:
         print(f"{exc}; run `paralleljob dev-cluster down --name {args.name}` first", file=sys.stderr)
         return 1

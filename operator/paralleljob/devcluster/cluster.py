@@ -21,12 +21,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from paralleljob.devcluster import controllermanager, controlplane, crds, dra, jobset, kwok, process, state
+from paralleljob.devcluster import controllermanager, controlplane, crds, dra, gangapi, jobset, kwok, process, state
 from paralleljob.devcluster.build import ensure_addon, ensure_binaries
 from paralleljob.devcluster.certs import JOBSET_USER, Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
 from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes, wait_nodes_ready
 from paralleljob.devcluster.versions import ADDONS, versions
+from paralleljob.devtools.kubescheduler import ensure_kube_scheduler
 
 Report = Callable[[str], None]
 
@@ -70,9 +71,14 @@ def up(
     report: Report = _stderr,
     die_with_caller: bool = False,
     controllers: tuple[str, ...] = (),
+    gang_api: bool = False,
+    kube_scheduler: bool = False,
 ) -> DevCluster:
     """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests);
-    ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``)."""
+    ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``); ``gang_api`` serves
+    Kubernetes' own Workload/PodGroup API with its gates on (``gangapi.py``), and ``kube_scheduler`` (which
+    implies it) also runs kube-scheduler of the same version with the gang and topology gates on."""
+    gang_api = gang_api or kube_scheduler
     shape = shape or NodeShape()
     unknown = sorted(set(controllers) - set(ADDONS))
     if unknown:
@@ -86,6 +92,7 @@ def up(
     binaries = ensure_binaries(report)
     # Built before anything starts, so that a long build is not startup time.
     addon_crds = [jobset.crd_dir(ensure_addon(addon, report)) for addon in controllers]
+    scheduler_binary = ensure_kube_scheduler(report) if kube_scheduler else None
     started = time.monotonic()
     run_dir = state.run_dir(name)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -112,7 +119,11 @@ def up(
             api_port,
             etcd_port,
             die_with_caller,
-            (*(dra.APISERVER_ARGS if dra_mode else ()), *apiserver_args_from_env()),
+            (
+                *(dra.APISERVER_ARGS if dra_mode else ()),
+                *(gangapi.APISERVER_ARGS if gang_api else ()),
+                *apiserver_args_from_env(),
+            ),
         )
         _remember(record, apiserver)
         controlplane.wait_apiserver(apiserver, server, pki)
@@ -137,7 +148,10 @@ def up(
                 kcm_kubeconfig,
                 kcm_port,
                 die_with_caller,
-                dra.CONTROLLER_MANAGER_ARGS if dra_mode else (),
+                (
+                    *(dra.CONTROLLER_MANAGER_ARGS if dra_mode else ()),
+                    *(gangapi.CONTROLLER_MANAGER_ARGS if gang_api else ()),
+                ),
             )
             _remember(record, kcm)
             return kcm
@@ -150,8 +164,12 @@ def up(
         state.save(record)
         if "jobset" in controllers:
             jobset.start_jobset(name, report, die_with_caller)
+        if scheduler_binary is not None:
+            _remember(record, gangapi.start_scheduler(scheduler_binary, run_dir, kubeconfig, die_with_caller))
         crd_note = f", CRDs {', '.join(installed)}" if installed else ""
         api_note = f", GPUs as DRA devices ({dra.DRIVER})" if dra_mode else ""
+        api_note += ", gang API (scheduling.k8s.io/v1alpha2)" if gang_api else ""
+        api_note += ", kube-scheduler with gang + topology gates" if kube_scheduler else ""
         report(
             f"dev cluster {name!r} up with {shape.count} GPU nodes{crd_note}{api_note}"
             f" ({time.monotonic() - started:.1f} s)"

@@ -67,6 +67,7 @@ class PodInfo:
     requests: tuple[tuple[str, int], ...] = ()  # what it reserves on its node besides GPUs (scheduler units)
     # Pod groups (docs/pod-groups.md): set only on pods of another controller that ask for our scheduler.
     group: str | None = None
+    native: bool = False  # the group is a scheduling.k8s.io PodGroup (spec.schedulingGroup), not our label
     group_rank: int | None = None  # its node rank in the group; None when it declares none (or a bad one)
     group_rank_error: str = ""
     first_container_gpus: int = 0
@@ -151,8 +152,12 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
         incarnation = -1
     phase = str(status.get("phase") or "Pending")
     group = labels.get(POD_GROUP_LABEL)
+    native = False
+    if not isinstance(group, str):
+        # Kubernetes' own gang API: the pod names its PodGroup (nativegroups.py); our label wins when both
+        group, native = _scheduling_group(spec), True
     if owner_uid is not None or spec.get("schedulerName") != SCHEDULER_NAME or not isinstance(group, str):
-        group = None  # our own workers, or pods another scheduler places
+        group, native = None, False  # our own workers, or pods another scheduler places
     return PodInfo(
         namespace=str(metadata.get("namespace", "")),
         name=str(metadata.get("name", "")),
@@ -170,7 +175,15 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
         checkpoint_requested=str(annotations.get(CHECKPOINT_REQUESTED_ANNOTATION, "")),
         requests=pod_requests(spec) if spec.get("nodeName") and phase not in TERMINAL_PHASES else (),
         **(_group_fields(group, metadata, spec) if group else {}),
+        native=native,
     )
+
+
+def _scheduling_group(spec: Mapping[str, Any]) -> str | None:
+    """``spec.schedulingGroup.podGroupName`` (Kubernetes 1.36+), if the pod names a PodGroup."""
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return name if isinstance(name, str) and name else None
 
 
 def _group_fields(group: str, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:

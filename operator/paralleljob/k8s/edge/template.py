@@ -38,6 +38,8 @@ class PodConstraints:
     affinity: tuple[Term, ...] | None = None  # required node affinity terms; None: none given
     tolerations: tuple[Toleration, ...] = ()
     requests: tuple[tuple[str, int], ...] = ()  # per pod, scheduler units, GPUs left out
+    # A PodGroup's schedulingConstraints.topology key: every pod inside one domain of that node label.
+    topology_key: str = ""
 
     @property
     def selector(self) -> dict[str, str]:

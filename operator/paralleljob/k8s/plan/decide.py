@@ -17,6 +17,7 @@ from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.queueing import QueuePolicy, RunningJob
 from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import QueueInfo, parse_time, preemption_of, running_job
@@ -74,6 +75,9 @@ class Observed:
     # reported about nodes (``Plan.node_warnings`` of the previous pass).
     changed_nodes: Mapping[str, NodeInfo | None] = field(default_factory=dict)
     node_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Kubernetes' own gang API (edge/nativegroups.py): PodGroups and Workloads by namespace/name.
+    pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)
+    workloads: Mapping[str, WorkloadInfo] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -118,7 +122,7 @@ def decide(
         view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
     placer = Placer(view.state, placer_config) if view.state is not None else None
     groups = by_group(observed.pods)
-    eligibility = Eligibility(view, observed.pods, group_requests(observed.jobs, groups))
+    eligibility = Eligibility(view, observed.pods, group_requests(observed.jobs, groups, observed.pod_groups))
     plan = Plan(warnings=list(view.warnings))
     plan.node_warnings, plan.node_events = node_warnings(observed.node_warnings, observed.changed_nodes)
     backoff = observed.backoff.after(observed.bind_failures, observed.api_trouble, now_s)
@@ -156,7 +160,10 @@ def decide(
             continue
         elif not observed.namespaces or group_pods[0].namespace in observed.namespaces:
             try:
-                plan.adopt.append(adopting_manifest(group_pods[0].namespace, group_pods[0].group or "", group_pods))
+                first = group_pods[0]
+                native = observed.pod_groups.get(key) if first.native else None
+                manifest = adopting_manifest(first.namespace, first.group or "", group_pods, native, observed.workloads)
+                plan.adopt.append(manifest)
             except GroupDeclarationError as exc:
                 plan.warnings.append(f"pod group {key} cannot be adopted: {exc}")
     actions_by_key: dict[str, JobActions] = {}

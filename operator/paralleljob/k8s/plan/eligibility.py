@@ -70,6 +70,7 @@ class Eligibility:
         self.requests = requests
         self._static: dict[tuple[PodConstraints, str, int], _Static] = {}
         self._tainted: dict[tuple[Toleration, ...], _Tainted] = {}
+        self._by_label: dict[str, tuple[tuple[str, frozenset[int]], ...]] = {}
         self.tainted_nodes = [
             (view.node_index[name], info)
             for name, info in view.nodes.items()
@@ -174,7 +175,15 @@ class Eligibility:
             return None
         allowed, ever, why, memo = self._static_filter(request.constraints, request.gpu_product, spec.tp)
         tainted, taint_why = self._taints(request.constraints.tolerations)
-        if allowed is None and not tainted and not ever and not (with_usage and request.constraints.requests):
+        key_name = request.constraints.topology_key
+        domains = self._domains(key_name) if key_name else ()
+        if (
+            allowed is None
+            and not tainted
+            and not ever
+            and not key_name
+            and not (with_usage and request.constraints.requests)
+        ):
             return None
         now: dict[int, int] = dict(ever)
         now.update((n, 0) for n in tainted if allowed is None or n in allowed)
@@ -191,7 +200,19 @@ class Eligibility:
                     f"{short} node(s) have room for fewer workers: their allocatable minus what bound pods request"
                     f" is less than {_describe(requests)} per worker",
                 )
-        return NodeFilter(allowed, ever, now, why, memo)
+        return NodeFilter(allowed, ever, now, why, memo, key_name, domains)
+
+    def _domains(self, label: str) -> tuple[tuple[str, frozenset[int]], ...]:
+        """The nodes of each value of a node label (a topology key), in value order; cached per pass."""
+        if label not in self._by_label:
+            members: dict[str, set[int]] = {}
+            for name, info in self.view.nodes.items():
+                n = self.view.node_index.get(name)
+                value = info.labels.get(label)
+                if n is not None and value is not None:
+                    members.setdefault(value, set()).add(n)
+            self._by_label[label] = tuple((v, frozenset(members[v])) for v in sorted(members))
+        return self._by_label[label]
 
     def _usage_limits(self, requests: tuple[tuple[str, int], ...], tp: int) -> dict[int, int]:
         """Nodes where what is requested already leaves room for fewer such workers than their GPUs would

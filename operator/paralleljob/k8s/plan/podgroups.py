@@ -37,6 +37,7 @@ from paralleljob.k8s.edge.constants import (
     RANK_ORDER_ANNOTATION,
     TARGET_NODE_ANNOTATION,
 )
+from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo, declaration_of
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status
@@ -72,15 +73,37 @@ def by_group(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
     return groups
 
 
-def adopting_manifest(namespace: str, group: str, pods: Sequence[PodInfo]) -> dict[str, Any]:
+def adopting_manifest(
+    namespace: str,
+    group: str,
+    pods: Sequence[PodInfo],
+    native: NativeGroup | None = None,
+    workloads: Mapping[str, WorkloadInfo] | None = None,
+) -> dict[str, Any]:
     """The ParallelJob that makes the group visible and schedulable, from its oldest-named live pod's
-    annotations; owned (not controlled) by the pods' controller, so deleting the Job deletes it too."""
+    annotations; owned (not controlled) by the pods' controller, so deleting the Job deletes it too.
+    A Kubernetes PodGroup (``native``) declares the group instead: its annotations, then its Workload's, then
+    the pods'; without a parallelism annotation the shape is TP = the pod's GPUs, PP = 1, DP = minCount.
+    Such a ParallelJob is owned by the PodGroup, which the Job controller (or the user) owns in turn."""
     live = sorted((p for p in pods if not p.deleting), key=lambda p: p.name) or sorted(pods, key=lambda p: p.name)
     pod = live[0]
     declared = dict(pod.declaration)
+    if pod.native:
+        if native is None:
+            raise GroupDeclarationError(f"its pods name PodGroup {group}, which does not exist (yet)")
+        if native.min_count is None:
+            raise GroupDeclarationError(f"PodGroup {group} has no gang policy (schedulingPolicy.gang.minCount)")
+        declared = declaration_of(native, workloads or {}, pod.declaration)
+        if PARALLELISM_ANNOTATION not in declared:
+            declared[PARALLELISM_ANNOTATION] = f"{pod.first_container_gpus}x1x{native.min_count}"
     if PARALLELISM_ANNOTATION not in declared:
         raise GroupDeclarationError(f"pod {pod.name} has no {PARALLELISM_ANNOTATION} annotation (TPxPPxDP)")
     tp, pp, dp = parse_parallelism(declared[PARALLELISM_ANNOTATION])
+    if native is not None and native.min_count != pp * dp:
+        raise GroupDeclarationError(
+            f"PodGroup {group}: gang.minCount {native.min_count} is not PP x DP = {pp * dp}"
+            f" of {PARALLELISM_ANNOTATION}={declared[PARALLELISM_ANNOTATION]} (one pod per TP group)"
+        )
     # Never a preemption victim: preempting a group means deleting pods the operator does not own.
     spec: dict[str, Any] = {
         "podGroup": group,
@@ -110,6 +133,8 @@ def adopting_manifest(namespace: str, group: str, pods: Sequence[PodInfo]) -> di
     if POD_GROUP_TIMEOUT_ANNOTATION in declared:
         metadata["annotations"] = {POD_GROUP_TIMEOUT_ANNOTATION: declared[POD_GROUP_TIMEOUT_ANNOTATION]}
     owner = dict(pod.controller)
+    if native is not None and native.uid:
+        owner = {"apiVersion": native.api_version, "kind": "PodGroup", "name": native.name, "uid": native.uid}
     if owner.get("uid"):
         metadata["ownerReferences"] = [{**owner, "controller": False, "blockOwnerDeletion": False}]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
@@ -345,11 +370,19 @@ def finish_group(
         actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node))
 
 
-def group_requests(jobs: Sequence[JobObject], groups: Mapping[str, Sequence[PodInfo]]) -> dict[str, JobRequest]:
-    """Every job's request, a group's with its pods' node constraints (an adopting job has no template)."""
+def group_requests(
+    jobs: Sequence[JobObject],
+    groups: Mapping[str, Sequence[PodInfo]],
+    native: Mapping[str, NativeGroup] | None = None,
+) -> dict[str, JobRequest]:
+    """Every job's request, a group's with its pods' node constraints (an adopting job has no template)
+    and, for a Kubernetes PodGroup, its topology key (the whole gang inside one domain of that label)."""
     requests = {j.key: j.request for j in jobs if j.request is not None}
     for key, request in requests.items():
         constraints = group_constraints(groups.get(key, ())) if request.pod_group else None
+        pod_group = (native or {}).get(key) if request.pod_group else None
+        if pod_group is not None and pod_group.topology_key:
+            constraints = replace(constraints or request.constraints, topology_key=pod_group.topology_key)
         if constraints is not None:
             requests[key] = replace(request, constraints=constraints)
     return requests

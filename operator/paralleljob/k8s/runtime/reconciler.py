@@ -26,6 +26,7 @@ from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
+from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo, parse_pod_group, parse_workload
 from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
 from paralleljob.k8s.edge.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
 from paralleljob.k8s.edge.queues import QueueInfo, parse_queue, queue_policy
@@ -41,6 +42,7 @@ from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
 from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.podgroupwriter import PodGroupStatusWriter
 from paralleljob.k8s.view.clusterview import ClusterView
 from paralleljob.k8s.view.dranodes import OverlaidNodes
 from paralleljob.k8s.view.liveview import LiveView, NodeSource
@@ -85,7 +87,13 @@ class Reconciler:
         self.claims: ObjectStore[ClaimInfo] = ObjectStore(parse_claim, slim=lean)
         # DeviceTaintRules (taintrules.py) taint devices of those slices: health from an admin or our agent.
         self.taint_rules: ObjectStore[TaintRuleInfo] = ObjectStore(parse_taint_rule, slim=lean)
+        # Kubernetes' own gang API (nativegroups.py): empty unless the API server serves scheduling.k8s.io.
+        self.pod_groups: ObjectStore[NativeGroup] = ObjectStore(parse_pod_group, slim=lean)
+        self.workloads: ObjectStore[WorkloadInfo] = ObjectStore(parse_workload, slim=lean)
+        self.pod_group_status = PodGroupStatusWriter(kube, self.pod_groups)
         self.by_kind: dict[str, ObjectStore[Any]] = {  # each store by the kind its reflector reports
+            "podgroup": self.pod_groups,
+            "workload": self.workloads,
             "node": self.nodes,
             "pod": self.pods,
             "job": self.jobs,
@@ -253,6 +261,8 @@ class Reconciler:
             # as the view sees them: a DRA node's GPU indices are its pool's, so are the warnings about them
             changed_nodes={name: view.nodes.get(name) or self.nodes.get("", name) for name in self.changed_nodes},
             node_warnings=self.node_warnings,
+            pod_groups={g.key: g for g in self.pod_groups.values()},
+            workloads={w.key: w for w in self.workloads.values()},
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -294,6 +304,7 @@ class Reconciler:
         # plan.seen(), not plan.jobs: a job whose chain is in flight is left out of the decisions, not the counts
         self.metrics.update(gauges(view, plan.seen(), observed.queues, plan.fairness))
         self._queue_status(plan)
+        self.pod_group_status.update(observed.jobs, observed.pod_groups)
         # after the gauges and queue statuses: they are part of what every pass costs
         self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(

@@ -21,6 +21,7 @@ from typing import Any
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH
+from paralleljob.k8s.edge.nativegroups import pod_groups_path, workloads_path
 from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
 from paralleljob.k8s.runtime.api import Kube
 from paralleljob.k8s.runtime.health import Health
@@ -187,6 +188,13 @@ def _reflectors(
         ]
     else:
         found.append(_reflector(kube, reconciler, "job", f"{jobs}/{PLURAL}", relist_seconds=relist))
+    # Kubernetes' own gang API: PodGroups (our placement for pods that name one and ask for us; their status)
+    # and Workloads (the shape a Job controller's Workload declares). Served as scheduling.k8s.io/v1alpha2 by
+    # 1.36 with the GenericWorkload gate and that API version on; a cluster without it has no such groups.
+    found += [
+        _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist)
+        for kind, path in (("podgroup", pod_groups_path()), ("workload", workloads_path()))
+    ]
     if config.dra.enabled:
         # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold). A cluster before
         # 1.34 (no resource.k8s.io/v1) or a role without the verbs: every node is a device-plugin node.

@@ -1,0 +1,63 @@
+"""Kubernetes' own gang scheduling in the dev cluster (``up --gang-api``, ``up --kube-scheduler``).
+
+What a 1.36 control plane needs for ``scheduling.k8s.io`` Workloads and PodGroups (facts read from
+k8s.io/kubernetes v1.36.4: pkg/features/kube_features.go, pkg/scheduler/apis/config/v1/default_plugins.go,
+pkg/controller/job/job_scheduling_manager.go):
+
+- kube-apiserver serves ``scheduling.k8s.io/v1alpha2`` only when asked (``--runtime-config``), and keeps
+  ``pod.spec.schedulingGroup`` and ``PodGroup.spec.schedulingConstraints`` only with their gates on:
+  ``GenericWorkload`` (alpha in 1.35), ``GangScheduling`` (alpha 1.35), ``TopologyAwareWorkloadScheduling``
+  (alpha 1.36); ``WorkloadWithJob`` (alpha 1.36) lets the Job controller's RBAC and API writes through.
+- kube-controller-manager with ``WorkloadWithJob`` makes a Workload and a PodGroup (gang, minCount =
+  parallelism) for every Indexed Job with parallelism = completions > 1, and stamps its pods'
+  ``spec.schedulingGroup``; with ``GenericWorkload`` it runs the PodGroup protection controller.
+- kube-scheduler with ``GangScheduling`` and ``TopologyAwareWorkloadScheduling`` adds the GangScheduling,
+  TopologyPlacementGenerator and PodGroupPodsCount plugins to its default profile: a PodGroup's pods wait
+  until ``minCount`` exist, are placed in one cycle, and with a topology key inside one domain of that label.
+
+Additive to the dev cluster: without ``--gang-api`` nothing here is used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from paralleljob.devcluster import process, state
+
+GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true"
+APISERVER_ARGS = ("--runtime-config=scheduling.k8s.io/v1alpha2=true", f"--feature-gates={GATES}")
+CONTROLLER_MANAGER_ARGS = (f"--feature-gates={GATES}",)
+SCHEDULER_GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
+SCHEDULER_NAME = "default-scheduler"  # kube-scheduler's own: the pods it places name it (or nothing)
+
+
+def scheduler_config(kubeconfig: Path, qps: float = 5000.0, burst: int = 5000) -> str:
+    """The default profile (the gates add the gang and topology plugins to it); client limits lifted, as in
+    the throughput benchmark's unthrottled run, so that the comparison measures scheduling, not the limiter."""
+    return (
+        "apiVersion: kubescheduler.config.k8s.io/v1\n"
+        "kind: KubeSchedulerConfiguration\n"
+        "clientConnection:\n"
+        f"  kubeconfig: {kubeconfig}\n"
+        f"  qps: {qps}\n"
+        f"  burst: {burst}\n"
+        "leaderElection:\n"
+        "  leaderElect: false\n"
+    )
+
+
+def start_scheduler(binary: Path, run_dir: Path, kubeconfig: Path, die_with_caller: bool) -> state.ProcessRecord:
+    """kube-scheduler of the API server's version, with the gang and topology-aware workload gates on."""
+    config = run_dir / "kube-scheduler.yaml"
+    config.write_text(scheduler_config(kubeconfig))
+    argv = [
+        str(binary),
+        f"--config={config}",
+        f"--feature-gates={SCHEDULER_GATES}",
+        "--secure-port=0",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "-v=2",
+    ]
+    log = run_dir / "logs" / "kube-scheduler.log"
+    return process.spawn("kube-scheduler", argv, log, die_with_parent=die_with_caller)

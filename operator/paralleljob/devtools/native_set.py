@@ -1,0 +1,92 @@
+"""What ``paralleljob bench native`` submits and how it scores a placement; no I/O, so the numbers it reports
+can be checked in a unit test.
+
+- the background: random small jobs placed through the core placer on the cluster's own shape until about
+  half its GPUs are used, kept as used GPUs per node (the benchmark makes one pre-bound pod per node of them,
+  so both schedulers see the very same half-full cluster);
+- the mixed LLM set: TP 2-8, PP 1-8, DP 1-32, half of them under the seed cost model and half under the
+  Megatron one, seeded, each small enough for one rack when it is empty (the single-key constraint of the
+  native scheduler must have a domain that could hold it);
+- the score: the communication cost of a placement given as the node of each TP group, by the operator's own
+  cost model on the operator's own view of the nodes (``node_level_cost``), and the step time from the
+  simulator's step-time model (``sim/steptime.py``: compute plus the exposed communication).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Placer, Topology, cost_model
+from paralleljob.core.evaluate import node_level_cost
+from paralleljob.sim.steptime import StepTimeModel
+
+COST_MODELS = ("seed", "megatron")
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    name: str
+    tp: int
+    pp: int
+    dp: int
+    cost_model: str
+
+    @property
+    def pods(self) -> int:
+        return self.pp * self.dp
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def shape(self) -> str:
+        return f"TP{self.tp}xPP{self.pp}xDP{self.dp}"
+
+
+def background(num_nodes: int, nodes_per_rack: int, fraction: float, seed: int) -> dict[int, int]:
+    """Used GPUs per node after random jobs (TP 1-8, PP 1-2, DP 1-4) filled ``fraction`` of an 8-GPU cluster."""
+    rng = random.Random(seed)
+    state = ClusterState(Topology.uniform(num_nodes, 8, levels=[("rack", nodes_per_rack, 200.0)]))
+    placer, model = Placer(state), cost_model("seed")
+    target, used, n = fraction * num_nodes * 8, 0, 0
+    while used < target and n < num_nodes * 4:
+        job = JobSpec(f"bg-{n}", rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2]), rng.choice([1, 2, 4]), 10.0)
+        n += 1
+        try:
+            placement = placer.place(job, model)
+        except PlacementInfeasible:
+            continue
+        state.allocate(Allocation(job.job_id, placement.groups, 10.0))
+        used += job.num_gpus
+    out: dict[int, int] = {}
+    for node in range(num_nodes):
+        busy = sum(1 for g in state.topology.node_gpus(node) if state.owner[g] is not None)
+        if busy:
+            out[node] = busy
+    return out
+
+
+def llm_set(count: int, rack_gpus: int, seed: int) -> list[Gang]:
+    """``count`` gangs of the mixed LLM shapes, alternating cost models, each at most one rack's GPUs."""
+    rng = random.Random(seed)
+    gangs: list[Gang] = []
+    while len(gangs) < count:
+        tp, pp, dp = rng.choice([2, 4, 8]), rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8, 16, 32])
+        if tp * pp * dp > rack_gpus or pp * dp > 64:
+            continue
+        gangs.append(Gang(f"g{len(gangs):03d}", tp, pp, dp, COST_MODELS[len(gangs) % 2]))
+    return gangs
+
+
+def placement_cost(
+    topology: Topology, node_index: Mapping[str, int], job: JobSpec, model: str, group_nodes: Sequence[str]
+) -> float:
+    """total_ms of the placement whose TP group ``d * pp + p`` sits on node ``group_nodes[d * pp + p]``."""
+    return node_level_cost(topology, job, [node_index[n] for n in group_nodes], cost_model(model)).total_ms
+
+
+def step_ms(job: JobSpec, comm_ms: float, model: StepTimeModel | None = None) -> float:
+    return (model or StepTimeModel()).step_ms(job, comm_ms)

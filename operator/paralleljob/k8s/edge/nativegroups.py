@@ -1,0 +1,136 @@
+"""Kubernetes' own gang API, parsed at the edge: ``scheduling.k8s.io`` PodGroups and Workloads.
+
+Since 1.35 (``GenericWorkload``, ``GangScheduling``; ``v1alpha2`` in 1.36) a pod joins a gang through
+``spec.schedulingGroup.podGroupName``; its PodGroup says how many pods make the gang
+(``schedulingPolicy.gang.minCount``) and may ask for one domain of a node label
+(``schedulingConstraints.topology[0].key``, at most one). A PodGroup either stands alone or is stamped from a
+Workload's ``podGroupTemplates`` (``podGroupTemplateRef.workload``), as the Job controller does for an
+Indexed Job under ``WorkloadWithJob``. Pods of such a group that ask for our scheduler are gang-placed like
+a labelled pod group (docs/pod-groups.md "Kubernetes PodGroups"); the TP x PP x DP shape is read from the
+``paralleljob.dev/*`` annotations of the PodGroup, else of its Workload, else of the pods.
+
+The field names were read from k8s.io/api scheduling/v1alpha2 (types.go) of 1.36; ``v1beta1`` is the same
+shape in 1.37. Status conditions follow kube-scheduler's (pkg/scheduler/schedule_one_podgroup.go): type
+``PodGroupScheduled``, reason ``Scheduled`` (True) or ``Unschedulable`` (False), never regressed from True.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from paralleljob.k8s.edge.pods import GROUP_DECLARATION_KEYS
+
+SCHEDULING_GROUP = "scheduling.k8s.io"
+# The served version of the gang API, by Kubernetes minor (the API moved; the shape did not).
+VERSION_BY_MINOR = {36: "v1alpha2", 37: "v1beta1"}
+DEFAULT_VERSION = "v1alpha2"
+SCHEDULED_CONDITION = "PodGroupScheduled"
+REASON_SCHEDULED = "Scheduled"
+REASON_UNSCHEDULABLE = "Unschedulable"
+
+
+def pod_groups_path(version: str = DEFAULT_VERSION) -> str:
+    return f"/apis/{SCHEDULING_GROUP}/{version}/podgroups"
+
+
+def workloads_path(version: str = DEFAULT_VERSION) -> str:
+    return f"/apis/{SCHEDULING_GROUP}/{version}/workloads"
+
+
+def pod_group_status_path(namespace: str, name: str, version: str = DEFAULT_VERSION) -> str:
+    return f"/apis/{SCHEDULING_GROUP}/{version}/namespaces/{namespace}/podgroups/{name}/status"
+
+
+def _declaration(metadata: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    annotations = metadata.get("annotations") or {}
+    return tuple(sorted((k, str(v)) for k, v in annotations.items() if k in GROUP_DECLARATION_KEYS))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadInfo:
+    namespace: str
+    name: str
+    declaration: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class NativeGroup:
+    """One PodGroup, as placement and status need it."""
+
+    namespace: str
+    name: str
+    uid: str
+    api_version: str
+    min_count: int | None  # gang.minCount; None: a basic (non-gang) policy, which we do not place as a gang
+    topology_key: str  # "" when the group asks for no single domain
+    workload: str  # the Workload it was stamped from ("" for a standalone PodGroup)
+    declaration: tuple[tuple[str, str], ...]  # its own paralleljob.dev/* annotations
+    resource_claims: tuple[str, ...]  # spec.resourceClaims names (one claim the whole group shares)
+    scheduled: tuple[tuple[str, str], ...] = ()  # its PodGroupScheduled condition (status, reason, message)
+    generation: int = 0  # metadata.generation: the condition's observedGeneration, as kube-scheduler sets it
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def scheduled_field(self, name: str) -> str:
+        return dict(self.scheduled).get(name, "")
+
+
+def parse_workload(body: Mapping[str, Any]) -> WorkloadInfo:
+    metadata = body.get("metadata") or {}
+    return WorkloadInfo(str(metadata.get("namespace", "")), str(metadata.get("name", "")), _declaration(metadata))
+
+
+def parse_pod_group(body: Mapping[str, Any]) -> NativeGroup:
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    policy = spec.get("schedulingPolicy") or {}
+    gang = policy.get("gang") if isinstance(policy, Mapping) else None
+    min_count: int | None = None
+    if isinstance(gang, Mapping) and isinstance(gang.get("minCount"), int):
+        min_count = int(gang["minCount"])
+    topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    key = ""
+    if topology and isinstance(topology[0], Mapping):
+        key = str(topology[0].get("key") or "")
+    ref = ((spec.get("podGroupTemplateRef") or {}).get("workload")) or {}
+    claims = tuple(
+        str(c.get("name")) for c in spec.get("resourceClaims") or [] if isinstance(c, Mapping) and c.get("name")
+    )
+    scheduled: tuple[tuple[str, str], ...] = ()
+    for condition in (body.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == SCHEDULED_CONDITION:
+            scheduled = tuple((k, str(condition.get(k, ""))) for k in ("status", "reason", "message"))
+    return NativeGroup(
+        namespace=str(metadata.get("namespace", "")),
+        name=str(metadata.get("name", "")),
+        uid=str(metadata.get("uid", "")),
+        api_version=str(body.get("apiVersion") or f"{SCHEDULING_GROUP}/{DEFAULT_VERSION}"),
+        min_count=min_count,
+        topology_key=key,
+        workload=str(ref.get("workloadName") or "") if isinstance(ref, Mapping) else "",
+        declaration=_declaration(metadata),
+        resource_claims=claims,
+        scheduled=scheduled,
+        generation=int(metadata.get("generation") or 0),
+    )
+
+
+def declaration_of(
+    group: NativeGroup, workloads: Mapping[str, WorkloadInfo], pod_declaration: tuple[tuple[str, str], ...]
+) -> dict[str, str]:
+    """The group's ``paralleljob.dev/*`` settings: the PodGroup's own win over its Workload's, which win over
+    the pods' (a Job's pod template), key by key."""
+    merged = dict(pod_declaration)
+    workload = workloads.get(f"{group.namespace}/{group.workload}") if group.workload else None
+    if workload is not None:
+        merged.update(workload.declaration)
+    merged.update(group.declaration)
+    return merged

@@ -1,0 +1,104 @@
+"""The status the operator writes on a Kubernetes PodGroup it places (docs/pod-groups.md "Kubernetes PodGroups").
+
+kube-scheduler reports a pod group's scheduling cycle as the condition ``PodGroupScheduled``: ``True`` with
+reason ``Scheduled`` once the gang is placed, ``False`` with reason ``Unschedulable`` and why not
+otherwise, and never turns a ``True`` back to ``False`` (pkg/scheduler/schedule_one_podgroup.go). We say the
+same from the adopting ParallelJob's state: ``True`` once every pod is bound (phase Running, Recovering or
+Succeeded), ``False`` while it waits (Pending or Queued), with the reason the ParallelJob's own conditions
+give (pods missing, no domain of the topology key with room, queue, quota). Pure: the reconciler writes
+what this returns, and only when it differs from what the PodGroup already says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from paralleljob.core.lifecycle import Phase
+from paralleljob.k8s.edge.constants import SCHEDULER_NAME
+from paralleljob.k8s.edge.nativegroups import (
+    REASON_SCHEDULED,
+    REASON_UNSCHEDULABLE,
+    SCHEDULED_CONDITION,
+    NativeGroup,
+)
+from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.plan.podgroups import READY_CONDITION
+
+BOUND_PHASES = (Phase.RUNNING, Phase.RECOVERING, Phase.SUCCEEDED)
+WAITING_PHASES = (Phase.PENDING, Phase.QUEUED)
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupCondition:
+    namespace: str
+    name: str
+    uid: str
+    api_version: str
+    status: str  # "True" | "False"
+    reason: str
+    message: str
+    generation: int = 0
+
+    def condition(self, now: str) -> dict[str, Any]:
+        return {
+            "type": SCHEDULED_CONDITION,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": now,
+            "observedGeneration": self.generation,
+        }
+
+
+def _condition(job: JobObject, kind: str) -> Mapping[str, Any]:
+    return next((c for c in job.status.get("conditions") or [] if c.get("type") == kind), {})
+
+
+def _why_waiting(job: JobObject) -> str:
+    """The ParallelJob's own reason for not placing yet: pods missing first, then the placement's refusal."""
+    for kind in (READY_CONDITION, "Placed"):
+        condition = _condition(job, kind)
+        if condition.get("status") == "False" and condition.get("message"):
+            return f"{condition.get('reason', '')}: {condition['message']}"
+    return f"queued by {SCHEDULER_NAME}"
+
+
+def _cost(job: JobObject) -> str:
+    cost = job.status.get("communicationCost") or {}
+    total = cost.get("totalMs") if isinstance(cost, Mapping) else None
+    return f"; communication cost {float(total):.1f} ms per step" if isinstance(total, int | float) else ""
+
+
+def desired_condition(job: JobObject, group: NativeGroup) -> PodGroupCondition | None:
+    """What the PodGroup should say now, or None when it says it already (or there is nothing to say)."""
+    if job.phase in BOUND_PHASES:
+        bound = len((job.status.get("placement") or {}).get("pods") or []) or group.min_count or 0
+        status, reason = "True", REASON_SCHEDULED
+        message = f"all {bound} pods placed as one gang by {SCHEDULER_NAME}{_cost(job)}"
+    elif job.phase in WAITING_PHASES:
+        if group.scheduled_field("status") == "True":
+            return None  # as kube-scheduler: a scheduled group is not reported unschedulable again
+        status, reason, message = "False", REASON_UNSCHEDULABLE, _why_waiting(job)
+    else:
+        return None
+    current = (group.scheduled_field("status"), group.scheduled_field("reason"), group.scheduled_field("message"))
+    if current == (status, reason, message):
+        return None
+    return PodGroupCondition(
+        group.namespace, group.name, group.uid, group.api_version, status, reason, message, group.generation
+    )
+
+
+def pod_group_conditions(jobs: Sequence[JobObject], groups: Mapping[str, NativeGroup]) -> list[PodGroupCondition]:
+    """Every PodGroup whose ``PodGroupScheduled`` condition is out of date, from its adopting ParallelJob."""
+    out = []
+    for job in jobs:
+        group = groups.get(job.key)
+        if group is None or job.request is None or not job.request.pod_group:
+            continue
+        wanted = desired_condition(job, group)
+        if wanted is not None:
+            out.append(wanted)
+    return out

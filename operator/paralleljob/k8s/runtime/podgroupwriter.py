@@ -1,0 +1,51 @@
+"""Writes the ``PodGroupScheduled`` condition of the Kubernetes PodGroups the operator places (the decision is
+``plan/podgroupstatus.py``'s; docs/pod-groups.md "Kubernetes PodGroups").
+
+In the background, one batch at a time: a pass that finds the previous batch still going leaves the next to a
+later pass, which finds the condition still stale if a write failed (level-triggered, nothing to remember).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Mapping, Sequence
+
+from paralleljob.k8s.edge.nativegroups import SCHEDULED_CONDITION, NativeGroup, pod_group_status_path
+from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.plan.podgroupstatus import PodGroupCondition, pod_group_conditions
+from paralleljob.k8s.runtime.api import ApiError, Kube
+from paralleljob.k8s.view.store import ObjectStore
+
+log = logging.getLogger("paralleljob.k8s")
+
+
+class PodGroupStatusWriter:
+    def __init__(self, kube: Kube, store: ObjectStore[NativeGroup]) -> None:
+        self.kube = kube
+        self.store = store
+        self.task: asyncio.Task[None] | None = None
+
+    def update(self, jobs: Sequence[JobObject], groups: Mapping[str, NativeGroup]) -> None:
+        if self.task is not None and not self.task.done():
+            return
+        changes = pod_group_conditions(jobs, groups)
+        if changes:
+            self.task = asyncio.create_task(self._write(changes), name="podgroup-status")
+
+    async def _write(self, changes: list[PodGroupCondition]) -> None:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for change in changes:
+            version = change.api_version.rsplit("/", 1)[-1]
+            path = pod_group_status_path(change.namespace, change.name, version)
+            body = self.store.body(change.namespace, change.name) or {}
+            # a merge patch replaces the list: keep the conditions others wrote (DisruptionTarget)
+            others = [
+                c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") != SCHEDULED_CONDITION
+            ]
+            patch = {"metadata": {"uid": change.uid}, "status": {"conditions": [*others, change.condition(now)]}}
+            try:
+                self.store.upsert(await self.kube.merge_patch(path, patch))
+            except ApiError as exc:
+                log.debug("status of PodGroup %s/%s not written: %s", change.namespace, change.name, exc)

@@ -1,0 +1,211 @@
+"""Kubernetes' own gang API, decided on plain dicts: pods that name a scheduling.k8s.io PodGroup and ask for
+our scheduler form a group; the PodGroup (or its Workload) declares the shape; a topology key keeps the whole
+gang inside one domain of that node label; the PodGroup's status says what kube-scheduler's would."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from paralleljob.k8s.edge.constants import GPU_RESOURCE, NODE_RANK_ANNOTATION, PARALLELISM_ANNOTATION, SCHEDULER_NAME
+from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload
+from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.podgroups import GroupDeclarationError, adopting_manifest
+from paralleljob.k8s.plan.podgroupstatus import pod_group_conditions
+from tests.k8s.factories import node
+from tests.k8s.harness import FakeCluster
+from tests.k8s.test_k8s_pod_groups import adopted
+
+_uid = itertools.count(1)
+LEAF = "network.topology.nvidia.com/leaf"
+
+
+def native_pod(
+    rank: int, *, group: str = "llm-workers", gpus: int = 4, scheduler: str = SCHEDULER_NAME
+) -> dict[str, Any]:
+    """A bare pod of a PodGroup: no label of ours, its node rank by annotation."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"w-{rank}",
+            "namespace": "ns",
+            "uid": f"uid-pod-{next(_uid)}",
+            "resourceVersion": str(next(_uid)),
+            "annotations": {NODE_RANK_ANNOTATION: str(rank)},
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "schedulingGroup": {"podGroupName": group},
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def pod_group(
+    name: str = "llm-workers",
+    *,
+    min_count: int = 4,
+    shape: str | None = "4x2x2",
+    topology_key: str | None = None,
+    workload: str | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if topology_key:
+        spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
+    if workload:
+        spec["podGroupTemplateRef"] = {"workload": {"workloadName": workload, "podGroupTemplateName": "workers"}}
+    metadata: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-pg-{name}", "generation": 1}
+    if shape:
+        metadata["annotations"] = {PARALLELISM_ANNOTATION: shape}
+    return {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": metadata, "spec": spec}
+
+
+def cluster(nodes: int = 4, per_leaf: int = 2) -> FakeCluster:
+    return FakeCluster([node(f"n{i}", leaf=f"leaf-{i // per_leaf}") for i in range(nodes)])
+
+
+def add(fc: FakeCluster, *pods: dict[str, Any]) -> None:
+    for pod in pods:
+        fc.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+
+
+def adopt(fc: FakeCluster) -> dict[str, Any]:
+    plan = fc.step()
+    assert len(plan.adopt) == 1, plan.warnings
+    fc.add_job(adopted(plan.adopt[0]))
+    return plan.adopt[0]
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+# ---- parsing ------------------------------------------------------------------------------------------
+def test_a_pod_joins_the_podgroup_it_names_only_when_it_asks_for_our_scheduler() -> None:
+    ours = parse_pod(native_pod(1))
+    assert (ours.group, ours.native, ours.group_rank, ours.first_container_gpus) == ("llm-workers", True, 1, 4)
+    theirs = parse_pod(native_pod(1, scheduler="default-scheduler"))
+    assert theirs.group is None and not theirs.native
+    labelled = native_pod(0)
+    labelled["metadata"]["labels"] = {"paralleljob.dev/pod-group": "mine"}
+    assert (parse_pod(labelled).group, parse_pod(labelled).native) == ("mine", False)  # our label wins
+
+
+def test_a_podgroup_is_read_as_kube_scheduler_reads_it() -> None:
+    group = parse_pod_group(pod_group(topology_key=LEAF, workload="llm"))
+    assert (group.min_count, group.topology_key, group.workload) == (4, LEAF, "llm")
+    basic = pod_group()
+    basic["spec"]["schedulingPolicy"] = {"basic": {}}
+    assert parse_pod_group(basic).min_count is None
+
+
+# ---- the adopting ParallelJob -------------------------------------------------------------------------
+def test_the_shape_comes_from_the_podgroup_then_its_workload_then_the_pods_then_the_gang_size() -> None:
+    pods = [parse_pod(native_pod(r)) for r in range(4)]
+    workload = {
+        "metadata": {"name": "llm", "namespace": "ns", "annotations": {PARALLELISM_ANNOTATION: "4x4x1"}},
+    }
+    workloads = {"ns/llm": parse_workload(workload)}
+    own = parse_pod_group(pod_group(workload="llm"))
+    assert adopting_manifest("ns", "llm-workers", pods, own, workloads)["spec"]["parallelism"] == {
+        "tensor": 4, "pipeline": 2, "data": 2,
+    }  # fmt: skip
+    from_workload = parse_pod_group(pod_group(shape=None, workload="llm"))
+    manifest = adopting_manifest("ns", "llm-workers", pods, from_workload, workloads)
+    assert manifest["spec"]["parallelism"] == {"tensor": 4, "pipeline": 4, "data": 1}
+    bare = parse_pod_group(pod_group(shape=None))
+    manifest = adopting_manifest("ns", "llm-workers", pods, bare, {})
+    assert manifest["spec"]["parallelism"] == {"tensor": 4, "pipeline": 1, "data": 4}  # TP = the pod's GPUs
+    assert manifest["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "name": "llm-workers",
+            "uid": "uid-pg-llm-workers",
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+    ]
+
+
+def test_a_group_is_not_adopted_without_its_podgroup_or_with_a_gang_size_that_is_not_pp_times_dp() -> None:
+    pods = [parse_pod(native_pod(r)) for r in range(4)]
+    with pytest.raises(GroupDeclarationError, match="does not exist"):
+        adopting_manifest("ns", "llm-workers", pods, None, {})
+    with pytest.raises(GroupDeclarationError, match="minCount 3 is not PP x DP = 4"):
+        adopting_manifest("ns", "llm-workers", pods, parse_pod_group(pod_group(min_count=3)), {})
+    fc = cluster()
+    add(fc, *(native_pod(r) for r in range(4)))
+    plan = fc.step()
+    assert not plan.adopt and any("PodGroup llm-workers, which does not exist" in w for w in plan.warnings)
+
+
+# ---- placement and status ------------------------------------------------------------------------------
+def test_a_podgroup_is_held_until_complete_then_bound_whole_and_its_status_says_so() -> None:
+    fc = cluster()
+    fc.pod_groups["ns/llm-workers"] = pod_group()
+    add(fc, *(native_pod(r) for r in range(3)))
+    adopt(fc)
+    fc.step()
+    job = fc.job("ns/llm-workers")
+    assert job["status"]["phase"] == "Queued" and not fc.binds
+    [waiting] = pod_group_conditions(
+        [parse_job(job)], {"ns/llm-workers": parse_pod_group(fc.pod_groups["ns/llm-workers"])}
+    )
+    assert (waiting.status, waiting.reason) == ("False", "Unschedulable")
+    assert "3 of 4 pods exist (missing node ranks 3)" in waiting.message
+    add(fc, native_pod(3))
+    for _ in range(3):
+        fc.step()
+    job = fc.job("ns/llm-workers")
+    assert job["status"]["phase"] == "Running" and len(fc.binds) == 4
+    assert job["status"]["communicationCost"]["totalMs"] == pytest.approx(233.71, abs=0.01)  # the seed optimum
+    group = fc.pod_groups["ns/llm-workers"]
+    [scheduled] = pod_group_conditions([parse_job(job)], {"ns/llm-workers": parse_pod_group(group)})
+    assert (scheduled.status, scheduled.reason) == ("True", "Scheduled")
+    assert "all 4 pods placed as one gang" in scheduled.message and "233.7 ms" in scheduled.message
+    assert scheduled.condition("2024-01-01T00:00:00Z")["observedGeneration"] == 1
+    # written once: a PodGroup that says so already is left alone, and True is never turned back to False
+    group["status"] = {"conditions": [scheduled.condition("2024-01-01T00:00:00Z")]}
+    assert pod_group_conditions([parse_job(job)], {"ns/llm-workers": parse_pod_group(group)}) == []
+    queued = parse_job({**job, "status": {**job["status"], "phase": "Queued"}})
+    assert pod_group_conditions([queued], {"ns/llm-workers": parse_pod_group(group)}) == []
+
+
+def test_a_topology_key_keeps_the_gang_in_one_domain_and_one_too_small_everywhere_leaves_it_waiting() -> None:
+    # four nodes, two per leaf, and a label that cuts across the leaves (n0, n2 | n1, n3): the cheapest
+    # placement of TP4 x PP2 x DP2 is inside a leaf, yet the key asks for one domain of the other label
+    rack = "example.com/rack"
+    fc = FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 2}", labels={rack: f"r{i % 2}"}) for i in range(4)])
+    fc.pod_groups["ns/llm-workers"] = pod_group(topology_key=rack)
+    add(fc, *(native_pod(r) for r in range(4)))
+    adopt(fc)
+    for _ in range(3):
+        fc.step()
+    nodes = {name for _, name in fc.binds}
+    assert len(fc.binds) == 4 and nodes in ({"n0", "n2"}, {"n1", "n3"}), fc.binds
+    # TP4 x PP2 x DP4 (32 GPUs) needs two leaves: with the leaf as topology key it waits, saying why
+    wide = cluster()
+    wide.pod_groups["ns/wide"] = pod_group("wide", min_count=8, shape="4x2x4", topology_key=LEAF)
+    add(wide, *(native_pod(r, group="wide") for r in range(8)))
+    adopt(wide)
+    for _ in range(3):
+        wide.step()
+    job = wide.job("ns/wide")
+    assert job["status"]["phase"] == "Queued" and not wide.binds
+    placed = condition(job["status"], "Placed")
+    assert placed["status"] == "False"
+    assert f"no single domain of topology key {LEAF} has room for 8 TP groups of 4 GPUs" in placed["message"]
+    # the same group without the key is placed across both leaves
+    free = cluster()
+    free.pod_groups["ns/wide"] = pod_group("wide", min_count=8, shape="4x2x4")
+    add(free, *(native_pod(r, group="wide") for r in range(8)))
+    adopt(free)
+    for _ in range(3):
+        free.step()
+    assert len(free.binds) == 8
