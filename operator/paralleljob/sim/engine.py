@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from paralleljob.core import admission, queueing
@@ -24,8 +24,20 @@ from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placer import Placer
-from paralleljob.core.recovery import recover
+from paralleljob.core.recovery import RecoveryStrategy, affected_groups
 from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule, decide_migration
+from paralleljob.core.repair import (
+    DEFAULT_FAILURE_POLICY,
+    FailureKind,
+    FailurePolicy,
+    FailureReport,
+    GiveUp,
+    GiveUpReason,
+    Requeue,
+    best_placement_now,
+    decide_repair,
+    pods_to_move,
+)
 from paralleljob.core.topology import Topology
 from paralleljob.core.traffic import level_bytes_per_step
 from paralleljob.sim.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
@@ -83,6 +95,9 @@ class SimConfig:
     scripted_failures: tuple[Failure, ...] = ()  # exact failures (tests), on top of the Poisson ones
     reoptimize_rule: ReoptimizeRule = DEFAULT_RULE  # for policies with reoptimize (ours-reopt)
     quotas: tuple[queueing.QueueSpec, ...] = ()  # per-tenant queues for the core queue policies (sim/quotas.py)
+    # The operator's spec.failurePolicy for every job (maxRestarts, onUnplaceable); the strategy is the
+    # placement policy's (ours: minimal, ours-full: full).
+    failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY
 
 
 @dataclass
@@ -107,6 +122,8 @@ class Simulation:
         self.state = ClusterState(topology)
         self.policy = placement_policy(config.policy)
         self.placer = self.policy.make_placer(self.state)
+        strategy = self.policy.recovery or RecoveryStrategy.FULL  # a baseline re-places the whole job
+        self.failure_policy = replace(config.failure_policy, strategy=strategy)
         self.model = cost_model(config.cost_model)
         self.ideal = IdealCosts(topology, self.model)
         self.steptime = StepTimeModel(
@@ -287,7 +304,10 @@ class Simulation:
             job = self.jobs[job_id]
             running.append(
                 queueing.RunningJob(
-                    job.spec, job.trace.tenant, self.running[job_id].started_s, last_checkpoint_at(job, now),
+                    job.spec,
+                    job.trace.tenant,
+                    self.running[job_id].started_s,
+                    last_checkpoint_at(job, now),
                     self.expected_end.get(job_id),
                 )
             )
@@ -436,8 +456,9 @@ class Simulation:
             self.down_token[gpu] = self._tokens
         self.gpus_down += len(broken)
         self.events.push(self.clock.now() + failure.repair_s, Kind.REPAIR, payload=(self._tokens, tuple(broken)))
+        kind = FailureKind.NODE if failure.scope is Scope.NODE else FailureKind.GPU
         for job_id in self.state.jobs_on(broken):
-            self._recover(self.jobs[job_id])
+            self._recover(self.jobs[job_id], kind)
 
     def _interrupt(self, job: SimJob, *, graceful: bool) -> None:
         if job.phase is Phase.RUNNING:
@@ -452,52 +473,54 @@ class Simulation:
             return  # nothing runs yet, so nothing crashes
         self.tally.jobs_interrupted += 1
         self._interrupt(job, graceful=False)
-        job.step(Step.WORKER_FAILED, Step.REPAIRED)
-        job.restarts += 1
-        self.tally.recovered_in_place += 1
-        self._restart(job)
+        job.step(Step.WORKER_FAILED)
+        self._repair(job, FailureKind.WORKER)
 
     def _restart(self, job: SimJob) -> None:
         overhead = self.config.restart_overhead_s
         job.restart_gpu_s += overhead * job.num_gpus
         self._begin(job, self.clock.now() + overhead)
 
-    def _recover(self, job: SimJob) -> None:
+    def _recover(self, job: SimJob, kind: FailureKind) -> None:
         self.tally.jobs_interrupted += 1
         self._interrupt(job, graceful=False)
         job.step(Step.HARDWARE_FAILED)
-        job.restarts += 1
+        self._repair(job, kind)
+
+    def _repair(self, job: SimJob, kind: FailureKind) -> None:
+        """Carry out the core's failure decision (core.repair), the one the operator carries out too."""
         old = self.state.allocations[job.job_id]
-        self._room_epoch += 1  # its healthy GPUs may be freed
-        groups: tuple[tuple[int, ...], ...] | None = None
-        cost_ms = 0.0
-        if self.policy.recovery is not None:
-            assert isinstance(self.placer, Placer)
-            outcome = recover(self.state, self.placer, job.spec, self.model, self.policy.recovery)
+        report = FailureReport(kind, tuple(affected_groups(self.state, old)), job.restarts)
+        decision = decide_repair(self.state, self.placer, job.spec, self.model, self.failure_policy, report)
+        new = self.state.allocations.get(job.job_id)
+        if new is not old:
             self._count(old, -1)
-            if outcome.new is not None and outcome.cost_after is not None:
-                self._count(self.state.allocations[job.job_id], +1)
-                groups, cost_ms = outcome.new.groups, outcome.cost_after.total_ms
-        else:
-            self._release(job.job_id)
-            try:
-                placement = self.placer.place(job.spec, self.model)
-            except PlacementInfeasible:
-                placement = None
-            if placement is not None:
-                self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
-                groups, cost_ms = placement.groups, placement.cost.total_ms
-        if groups is not None:
-            job.step(Step.REPAIRED)
-            self._placed(job, groups, cost_ms)
-            self.tally.recovered_in_place += 1
-            self._restart(job)
+            self._room_epoch += 1  # its healthy GPUs may have been freed
+            if new is not None:
+                self._count(new, +1)
+        if isinstance(decision, GiveUp):
+            job.restarts += decision.reason is GiveUpReason.NO_ROOM  # the operator counts it as a restart
+            job.step(Step.GAVE_UP)
+            job.gave_up = "; ".join(decision.reasons)
+            self.tally.gave_up += 1
+            self.unfinished -= 1
+            self._dearer.discard(job.job_id)
+            self._request_schedule()
             return
-        job.step(Step.REQUEUED)
-        job.requeues += 1
-        self.tally.requeued += 1
-        self.queue.add(self._waiting(job), self.clock.now())
-        self._request_schedule()
+        job.restarts += 1
+        if isinstance(decision, Requeue):
+            job.step(Step.REQUEUED)
+            job.requeues += 1
+            self.tally.requeued += 1
+            self._dearer.discard(job.job_id)
+            self.queue.add(self._waiting(job), self.clock.now())
+            self._request_schedule()
+            return
+        job.step(Step.REPAIRED)
+        if decision.placement is not None:
+            self._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
+        self.tally.recovered_in_place += 1
+        self._restart(job)
 
     def _on_repair(self, event: Event) -> None:
         token, gpus = event.payload
@@ -516,17 +539,10 @@ class Simulation:
     # ---- re-optimisation: moving a repaired job back -------------------------------------------------
     def _best_now(self, job: SimJob) -> tuple[float, int] | None:
         """(cost, pods that would move) of the placer's choice now, the job's own GPUs counted as free."""
-        assert isinstance(self.placer, Placer)
-        old = self.state.release(job.job_id)
-        assert old is not None
-        try:
-            best = self.placer.place(job.spec, self.model, previous=old)
-        except PlacementInfeasible:
+        best = best_placement_now(self.state, self.placer, job.spec, self.model)
+        if best is None:
             return None
-        finally:
-            self.state.allocate(old)
-        moved = sum(1 for a, b in zip(old.groups, best.groups, strict=True) if a != b)
-        return best.cost.total_ms, moved
+        return best.cost.total_ms, pods_to_move(self.state.allocations[job.job_id].groups, best.groups)
 
     def _reoptimize_pass(self) -> None:
         """For every running job above its ideal cost, ask core.reoptimize whether to move back; if so, at
@@ -556,10 +572,9 @@ class Simulation:
             return  # the room went meanwhile: keep running where it is
         self._interrupt(job, graceful=True)  # right after a checkpoint: nothing is lost
         old = self._release(job.job_id)
-        assert old is not None and isinstance(self.placer, Placer)
         placement = self.placer.place(job.spec, self.model, previous=old)
         self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
-        job.step(Step.WORKER_FAILED, Step.REPAIRED)  # the lifecycle's restart-in-place path
+        job.step(Step.MIGRATED, Step.REPAIRED)  # as the operator records it: Running -> Recovering -> Running
         self.migrations += 1
         self._placed(job, placement.groups, placement.cost.total_ms)
         self._restart(job)
@@ -629,9 +644,7 @@ class Simulation:
         """Bytes every job's steps moved over each topology level, summed over the run (segments that ended:
         finished, interrupted or preempted)."""
         names = [level.name for level in self.topology.levels]
-        return {
-            name: math.fsum(j.level_bytes[i] for j in jobs if j.level_bytes) for i, name in enumerate(names)
-        }
+        return {name: math.fsum(j.level_bytes[i] for j in jobs if j.level_bytes) for i, name in enumerate(names)}
 
     def _busy_allocation(self) -> float | None:
         span = self.busy_to - self.busy_from

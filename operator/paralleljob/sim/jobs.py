@@ -44,6 +44,7 @@ class SimJob:
     lost_gpu_s: float = 0.0  # GPU-seconds spent computing work that was then lost
     restart_gpu_s: float = 0.0  # GPU-seconds held while restarting
     rejected_reason: str = ""
+    gave_up: str = ""  # why the failure policy gave the job up (core.repair), else empty
     # cross-level traffic: bytes per step of the current placement per topology level, training steps per
     # trace second of work (the step-time model's calibration), and the bytes moved so far per level
     bytes_per_step: tuple[float, ...] = ()

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
@@ -439,9 +440,9 @@ class Reconciler:
                 self.failed_at[key] = started
             if actions.migrated:
                 self.metrics.migrations.inc()
-            if actions.failure_action:
-                self.metrics.failures.labels(action=actions.failure_action).inc()
-                if actions.failure_action in ("requeued", "failed"):
+            if actions.failure_action is not None:
+                self.metrics.failures.labels(action=actions.failure_action.value).inc()
+                if actions.failure_action is not FailureAction.RESCHEDULED:
                     self.failed_at.pop(key, None)
             if actions.gang_bound and key in self.placed_at:
                 self.metrics.bind.observe(time.monotonic() - self.placed_at.pop(key))
