@@ -443,7 +443,7 @@ class Simulation:
             return
         if failure.scope is Scope.SOFTWARE:
             for job_id in self.state.jobs_on(node_gpus):
-                self._software_restart(self.jobs[job_id])
+                self._software_restart(self.jobs[job_id], set(node_gpus))
             return
         targets = node_gpus if failure.scope is Scope.NODE else [node_gpus[failure.gpu_index % len(node_gpus)]]
         broken = [g for g in targets if self.state.health[g] is GPUHealth.HEALTHY]
@@ -468,13 +468,14 @@ class Simulation:
         else:
             job.epoch += 1  # placed but not started: cancel the pending START
 
-    def _software_restart(self, job: SimJob) -> None:
+    def _software_restart(self, job: SimJob, node_gpus: set[int]) -> None:
         if job.phase is not Phase.RUNNING:
             return  # nothing runs yet, so nothing crashes
         self.tally.jobs_interrupted += 1
         self._interrupt(job, graceful=False)
         job.step(Step.WORKER_FAILED)
-        self._repair(job, FailureKind.WORKER)
+        groups = self.state.allocations[job.job_id].groups
+        self._repair(job, FailureKind.WORKER, tuple(g for g, group in enumerate(groups) if node_gpus & set(group)))
 
     def _restart(self, job: SimJob) -> None:
         overhead = self.config.restart_overhead_s
@@ -485,12 +486,12 @@ class Simulation:
         self.tally.jobs_interrupted += 1
         self._interrupt(job, graceful=False)
         job.step(Step.HARDWARE_FAILED)
-        self._repair(job, kind)
+        self._repair(job, kind, tuple(affected_groups(self.state, self.state.allocations[job.job_id])))
 
-    def _repair(self, job: SimJob, kind: FailureKind) -> None:
+    def _repair(self, job: SimJob, kind: FailureKind, groups: tuple[int, ...]) -> None:
         """Carry out the core's failure decision (core.repair), the one the operator carries out too."""
         old = self.state.allocations[job.job_id]
-        report = FailureReport(kind, tuple(affected_groups(self.state, old)), job.restarts)
+        report = FailureReport(kind, groups, job.restarts)
         decision = decide_repair(self.state, self.placer, job.spec, self.model, self.failure_policy, report)
         new = self.state.allocations.get(job.job_id)
         if new is not old:
