@@ -160,6 +160,7 @@ class Simulation:
         self.tally = FailureTally()
         self.series = Series()
         self._next_arrival = 0
+        self._next_rank = len(self.trace)  # queue ranks of jobs requeued at the back of the line
         self._schedule_pending = False
         self._last_time = 0.0
         self._allocated_gpu_s = 0.0
@@ -252,7 +253,8 @@ class Simulation:
 
     def _waiting(self, job: SimJob) -> WaitingJob:
         t = job.trace
-        return WaitingJob(job.job_id, job.order, t.submit_s, job.num_gpus, t.tenant, job.spec.priority)
+        queued = t.submit_s if job.queued_s is None else job.queued_s
+        return WaitingJob(job.job_id, job.order, queued, job.num_gpus, t.tenant, job.spec.priority)
 
     def _on_schedule(self, event: Event) -> None:
         self._schedule_pending = False
@@ -304,10 +306,7 @@ class Simulation:
             job = self.jobs[job_id]
             running.append(
                 queueing.RunningJob(
-                    job.spec,
-                    job.trace.tenant,
-                    self.running[job_id].started_s,
-                    last_checkpoint_at(job, now),
+                    job.spec, job.trace.tenant, self.running[job_id].started_s, last_checkpoint_at(job, now),
                     self.expected_end.get(job_id),
                 )
             )
@@ -510,6 +509,8 @@ class Simulation:
             return
         job.restarts += 1
         if isinstance(decision, Requeue):
+            job.order, job.queued_s = self._next_rank, self.clock.now()  # the back of the line (core.repair)
+            self._next_rank += 1
             job.step(Step.REQUEUED)
             job.requeues += 1
             self.tally.requeued += 1

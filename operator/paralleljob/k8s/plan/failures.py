@@ -193,7 +193,8 @@ def handle(
 
 
 def _requeue(ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int) -> None:
-    """The core said Requeue (``onUnplaceable: Requeue``): its GPUs are already freed in the view."""
+    """The core said Requeue (``onUnplaceable: Requeue``): its GPUs are already freed in the view; it waits at
+    the back of the line (``queuedAt`` now), as core.repair.Requeue says."""
     actions, pods, view, now = held.actions, held.pods, ctx.view, ctx.now
     draft = actions.draft
     message = f"no room to repair: {why}; back in the queue"
