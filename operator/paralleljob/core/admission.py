@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.gates import WaitReason
 from paralleljob.core.job import JobSpec
 from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.core.preemption import PreemptionChoice, choose_victims
@@ -51,6 +52,7 @@ class Wait:
     queue: str
     reasons: tuple[str, ...]
     permanent: bool = False  # can never fit: the shell should fail the job
+    reason: WaitReason = WaitReason.UNSCHEDULABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +122,11 @@ def schedule(
         job_model = model(spec) if callable(model) else model
         refusal = book.quota_refusal(job.queue, spec)
         if refusal is not None:
-            decisions.append(Wait(spec.job_id, job.queue, (refusal,)))
+            decisions.append(Wait(spec.job_id, job.queue, (refusal,), reason=WaitReason.QUEUE_FULL))
             continue
         if head is not None and not policy.backfill:
-            decisions.append(Wait(spec.job_id, job.queue, (f"waits behind {head.pending.job.job_id} (no backfill)",)))
+            behind = (f"waits behind {head.pending.job.job_id} (no backfill)",)
+            decisions.append(Wait(spec.job_id, job.queue, behind, reason=WaitReason.WAITING))
             continue
         try:
             placement, why = _try_place(state, placer, job_model, job, head, now)
