@@ -76,6 +76,15 @@ class JobObject:
         return value if isinstance(value, int) else 0
 
     @property
+    def placement_epoch(self) -> int:
+        """``status.placementEpoch``: how many placements the job has had; without it, its record's, else 0.
+        The next placement (admission, repair, migration) is this plus one."""
+        value = self.status.get("placementEpoch")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        return self.record.epoch if self.record is not None else 0
+
+    @property
     def queued_at(self) -> str:
         return str(self.status.get("queuedAt") or self.created)
 

@@ -134,7 +134,7 @@ def handle(
         "pods": list(breakage.pods),
         "costBeforeMs": round(record.cost.total_ms, 6) if record.cost else None,
     }
-    epoch = int(job.status.get("placementEpoch", record.epoch) or 0) + 1
+    epoch = job.placement_epoch + 1
     report = FailureReport(breakage.kind, breakage.slots, job.restarts)
     with restricted(view.state, request.spec, node_filter):
         decision = decide_repair(view.state, placer, request.spec, cost_model(request.cost_model), policy, report)

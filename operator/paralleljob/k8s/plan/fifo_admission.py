@@ -217,7 +217,7 @@ def record_admission(
     executor writes the status first). The caller has already allocated the placement in ``view.state``."""
     actions, view, now, pods = ctx.actions_for(job), ctx.view, ctx.now, ctx.pods_of(job)
     draft = actions.draft
-    epoch = int(job.status.get("placementEpoch", 0) or 0) + 1
+    epoch = job.placement_epoch + 1
     reasons = (*extra_reasons, *placement.reasons)
     record = new_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
     cost = placement.cost

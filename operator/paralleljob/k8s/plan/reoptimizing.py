@@ -127,7 +127,7 @@ def _migrate(ctx: PassContext, held: HeldJob, best: Placement, decision: Migrati
     moved = pods_to_move(view.state.allocations[job.key].groups, best.groups)
     view.state.release(job.key)
     view.state.allocate(Allocation(job.key, best.groups, request.spec.memory_per_gpu_gb))
-    epoch = int(job.status.get("placementEpoch", record.epoch) or 0) + 1
+    epoch = job.placement_epoch + 1
     slots = []
     for slot, gpus in zip(record.slots, best.groups, strict=True):
         node, indices = view.locate(gpus)
