@@ -18,10 +18,10 @@ from paralleljob.core.repair import FailureKind, FailurePolicy, GiveUpReason
 from paralleljob.k8s.edge.records import record_from_status
 from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.plan import failures as operator_failures
-from paralleljob.sim import engine as sim_engine
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.failures import Failure, Scope
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.failures import Failure, Scope
+from paralleljob.sim.run import disruptions as sim_failures
+from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.workload.trace import TraceJob
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 
@@ -100,7 +100,7 @@ def _simulator_run(fc: FakeCluster, nodes: list[str], broken_gpu: int) -> Simula
 
 def test_the_operator_and_the_simulator_take_the_same_failure_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
     operator_seen, nodes, broken_gpu, fc = _operator_run(monkeypatch)
-    sim_seen = _spy(monkeypatch, sim_engine)
+    sim_seen = _spy(monkeypatch, sim_failures)
     simulation = _simulator_run(fc, nodes, broken_gpu)
     kinds = [kind for kind, _, _ in operator_seen]
     assert kinds == [FailureKind.GPU, FailureKind.WORKER, FailureKind.NODE]

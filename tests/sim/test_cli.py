@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from paralleljob.cli import main
-from paralleljob.sim.progress import ProgressBar
+from paralleljob.sim.report.progress import ProgressBar
 
 GOLDEN = Path(__file__).parent / "golden" / "alibaba_slice.json"
 

@@ -9,11 +9,11 @@ import pytest
 
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.topology import Topology
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.events import EventQueue, Kind, SimClock
-from paralleljob.sim.failures import Failure, Scope
-from paralleljob.sim.policies import RunningJob, WaitingJob
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.failures import Failure, Scope
+from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.events import EventQueue, Kind, SimClock
+from paralleljob.sim.run.policies import RunningJob, WaitingJob
+from paralleljob.sim.workload.trace import TraceJob
 
 
 def job(job_id: str, submit: float, duration: float, shape: tuple[int, int, int], tenant: str = "t") -> TraceJob:
@@ -199,7 +199,7 @@ def random_trace(seed: int, jobs: int, max_gpus: int = 24) -> list[TraceJob]:
 
 @pytest.mark.parametrize("policy", ["ours", "first-fit", "best-fit", "volcano"])
 def test_gpus_are_conserved_at_every_event_under_heavy_failures(policy: str) -> None:
-    from paralleljob.sim.failures import Cause
+    from paralleljob.sim.cluster.failures import Cause
 
     causes = (Cause("gpu", 3, Scope.GPU), Cause("node", 2, Scope.NODE), Cause("sw", 1, Scope.SOFTWARE))
     topology = Topology.uniform(6, levels=[("rack", 2, 100.0)])

@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from paralleljob.sim.clusters import node_list_cluster
-from paralleljob.sim.compare import mean_ci
-from paralleljob.sim.engine import Simulation
-from paralleljob.sim.evidence import HETERO_NODES, TRACES, base_config
-from paralleljob.sim.failures import load_failure_stats
-from paralleljob.sim.overlay import mixed_workload
+from paralleljob.sim.cluster.clusters import node_list_cluster
+from paralleljob.sim.cluster.failures import load_failure_stats
+from paralleljob.sim.report.compare import mean_ci
+from paralleljob.sim.report.evidence import HETERO_NODES, TRACES, base_config
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.workload.overlay import mixed_workload
 
 SEEDS = range(1, 11)
 

@@ -15,9 +15,9 @@ from paralleljob.core.baselines import FirstFitPlacer
 from paralleljob.core.cluster import ClusterState
 from paralleljob.core.repair import FailurePolicy
 from paralleljob.core.topology import Topology
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.failures import Cause, Scope
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.failures import Cause, Scope
+from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.workload.trace import TraceJob
 
 
 def job(job_id: str, submit: float, duration: float, shape: tuple[int, int, int]) -> TraceJob:

@@ -1,7 +1,7 @@
 """The failure policy as one decision: what happens to a job whose hardware broke or whose worker crashed.
 
 Both shells call :func:`decide_repair` and only carry out its answer: the operator turns it into pods and
-status (``k8s/plan/failures.py``), the simulator into events (``sim/engine.py``). The rules, in order:
+status (``k8s/plan/failures.py``), the simulator into events (``sim/run/disruptions.py``). The rules, in order:
 
 1. ``maxRestarts``: a job that has already been restarted that many times gives up (``GiveUp`` with
    ``MAX_RESTARTS``), whatever broke.

@@ -18,18 +18,18 @@ from typing import Any
 from paralleljob.core.cost import COST_MODELS
 from paralleljob.core.queueing import QueueSpec
 from paralleljob.core.topology import Topology
-from paralleljob.sim.alibaba import read_pods
-from paralleljob.sim.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
-from paralleljob.sim.compare import summarize
-from paralleljob.sim.core_queue import PRESETS as CORE_QUEUES
-from paralleljob.sim.engine import SimConfig, SimResult, Simulation
-from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rate
-from paralleljob.sim.overlay import mixed_workload, overlay_3d
-from paralleljob.sim.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
-from paralleljob.sim.progress import ProgressBar
-from paralleljob.sim.quotas import DEFAULT_BORROW, DEFAULT_FLOOR_GPUS, parse_quotas
-from paralleljob.sim.steptime import STEP_MODELS, StepTimeModel
-from paralleljob.sim.trace import (
+from paralleljob.sim.cluster.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
+from paralleljob.sim.cluster.failures import FailureStats, load_failure_stats, parse_rate
+from paralleljob.sim.report.compare import summarize
+from paralleljob.sim.report.progress import ProgressBar
+from paralleljob.sim.run.core_queue import PRESETS as CORE_QUEUES
+from paralleljob.sim.run.engine import SimConfig, SimResult, Simulation
+from paralleljob.sim.run.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+from paralleljob.sim.run.steptime import STEP_MODELS, StepTimeModel
+from paralleljob.sim.workload.alibaba import read_pods
+from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d
+from paralleljob.sim.workload.quotas import DEFAULT_BORROW, DEFAULT_FLOOR_GPUS, parse_quotas
+from paralleljob.sim.workload.trace import (
     PARAMS_BILLIONS_PER_SHARD,
     TraceError,
     TraceJob,
@@ -297,10 +297,10 @@ def _run(args: argparse.Namespace) -> int:
     }
     plots = None
     if not args.no_plots:
-        from paralleljob.sim.plots import plot_all  # matplotlib only when plots are wanted
+        from paralleljob.sim.report.plots import plot_all  # matplotlib only when plots are wanted
 
         plots = plot_all(results, args.out, by_seed if len(seeds) > 1 else None)
-    from paralleljob.sim.report import write_outputs
+    from paralleljob.sim.report.report import write_outputs
 
     comparison = summarize({s: {p: r.metrics for p, r in runs.items()} for s, runs in by_seed.items()})
     if len(seeds) > 1:

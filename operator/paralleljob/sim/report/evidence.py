@@ -1,4 +1,4 @@
-"""The experiments behind docs/simulator.md's conclusions, re-runnable: ``python -m paralleljob.sim.evidence``.
+"""The experiments behind docs/simulator.md's conclusions, re-runnable: ``python -m paralleljob.sim.report.evidence``.
 
 * ``placement``: ours vs best-fit vs Volcano-style vs first-fit on the synthetic mixed workload and on the
   Alibaba trace with the 3D overlay, on a rack/spine cluster with Llama 3's 1:7 oversubscription above the
@@ -27,16 +27,16 @@ from typing import Any
 
 from paralleljob.core.reoptimize import ReoptimizeRule
 from paralleljob.core.topology import Topology
-from paralleljob.sim.alibaba import read_pods
-from paralleljob.sim.clusters import node_list_cluster, oversubscribed, uniform_cluster
-from paralleljob.sim.compare import fmt_ci, mean_ci, metric, summarize
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.failures import load_failure_stats
-from paralleljob.sim.overlay import mixed_workload, overlay_3d
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.clusters import node_list_cluster, oversubscribed, uniform_cluster
+from paralleljob.sim.cluster.failures import load_failure_stats
+from paralleljob.sim.report.compare import fmt_ci, mean_ci, metric, summarize
+from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.workload.alibaba import read_pods
+from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d
+from paralleljob.sim.workload.trace import TraceJob
 
 HETERO_NODES = 24  # of the trace's 1,213 nodes (1-8 GPUs): few enough that 600 mixed jobs queue at load 0.9
-TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[4].parent / "shared" / "traces"
 ROWS = (
     ("mean JCT (h)", ("jct_s", "mean"), 1 / 3600.0, 2),
     ("p99 JCT (h)", ("jct_s", "p99"), 1 / 3600.0, 1),
@@ -181,8 +181,8 @@ def validate(seeds: Sequence[int]) -> None:
     from paralleljob.core.cost import MegatronCostModel
     from paralleljob.core.job import JobSpec
     from paralleljob.core.placer import Placer
-    from paralleljob.sim.overlay import PUBLISHED_LAYOUTS, model_of
-    from paralleljob.sim.steptime import StepTimeModel
+    from paralleljob.sim.run.steptime import StepTimeModel
+    from paralleljob.sim.workload.overlay import PUBLISHED_LAYOUTS, model_of
 
     model, peak, kernel_eff = MegatronCostModel(), StepTimeModel(gpu_tflops=312.0, mfu=1.0), 0.6
     print("| layout | TP x PP x DP | GPUs | compute/step (s) | TP, PP, DP comm/step (s) | comm share | implied MFU |")
@@ -208,7 +208,9 @@ def validate(seeds: Sequence[int]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m paralleljob.sim.evidence", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m paralleljob.sim.report.evidence", description=__doc__.split("\n")[0]
+    )
     parser.add_argument(
         "what", choices=["placement", "recovery", "recovery-why", "reopt-sweep", "failures-vs-best-fit", "validate"]
     )

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event, Phase, transition
-from paralleljob.sim.trace import TraceJob
-from paralleljob.sim.work import NO_CHECKPOINTS, CheckpointPlan, progress, wall_time_for
+from paralleljob.sim.run.work import NO_CHECKPOINTS, CheckpointPlan, progress, wall_time_for
+from paralleljob.sim.workload.trace import TraceJob
 
 
 @dataclass

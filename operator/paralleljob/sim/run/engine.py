@@ -1,7 +1,7 @@
 """The discrete-event engine: replays trace jobs through the core placer, recovery and a queue policy.
 
 One :class:`Simulation` owns a :class:`~paralleljob.core.cluster.ClusterState` and an injected
-:class:`~paralleljob.sim.events.SimClock`; handlers are plain methods that mutate the state through the core
+:class:`~paralleljob.sim.run.events.SimClock`; handlers are plain methods that mutate the state through the core
 API only (allocate, release, set_health, recover), exactly as the operator does. Randomness comes from
 seeded ``random.Random`` instances: one for failures, one per job for its shape, so a run is a function of
 (trace, cluster, config). With ``check_invariants`` every event is followed by a conservation check.
@@ -12,45 +12,38 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, cast
 
 from paralleljob.core import admission, queueing
 from paralleljob.core.baselines import tp_groups_across_nodes
-from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
+from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
 from paralleljob.core.evaluate import nodes_common_level
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
-from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placer import Placer
-from paralleljob.core.recovery import RecoveryStrategy, affected_groups
-from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule, decide_migration
+from paralleljob.core.recovery import RecoveryStrategy
+from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule
 from paralleljob.core.repair import (
     DEFAULT_FAILURE_POLICY,
-    FailureKind,
     FailurePolicy,
-    FailureReport,
-    GiveUp,
-    GiveUpReason,
-    Requeue,
-    best_placement_now,
-    decide_repair,
-    pods_to_move,
 )
 from paralleljob.core.topology import Topology
 from paralleljob.core.traffic import level_bytes_per_step
-from paralleljob.sim.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
-from paralleljob.sim.events import Event, EventQueue, Kind, SimClock
-from paralleljob.sim.failures import Cause, Failure, FailureConfig, FailureProcess, Scope
-from paralleljob.sim.ideal import IdealCosts
-from paralleljob.sim.jobs import SimJob
-from paralleljob.sim.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
-from paralleljob.sim.policies import QueuePolicy, RunningJob, WaitingJob, placement_policy, queue_policy
-from paralleljob.sim.steptime import StepTimeModel
-from paralleljob.sim.tenants import TenantBook
-from paralleljob.sim.trace import PARAMS_BILLIONS_PER_SHARD, TraceJob
-from paralleljob.sim.work import plan_for
+from paralleljob.sim.cluster.failures import Cause, Failure, FailureConfig, FailureProcess
+from paralleljob.sim.run import disruptions
+from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
+from paralleljob.sim.run.events import Event, EventQueue, Kind, SimClock
+from paralleljob.sim.run.ideal import IdealCosts
+from paralleljob.sim.run.jobs import SimJob
+from paralleljob.sim.run.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
+from paralleljob.sim.run.policies import QueuePolicy, RunningJob, WaitingJob, placement_policy, queue_policy
+from paralleljob.sim.run.steptime import StepTimeModel
+from paralleljob.sim.run.tenants import TenantBook
+from paralleljob.sim.run.work import plan_for
+from paralleljob.sim.workload.trace import PARAMS_BILLIONS_PER_SHARD, TraceJob
 
 
 def _spec(trace: TraceJob, config: SimConfig) -> JobSpec:
@@ -69,7 +62,7 @@ class SimConfig:
     policy: str = "ours"
     queue: str = "fifo"
     cost_model: str = "seed"
-    step_model: str = "flops"  # see sim/steptime.py
+    step_model: str = "flops"  # see sim/run/steptime.py
     gpu_tflops: float = 989.0
     mfu: float = 0.40
     comm_overlap: float = 0.0
@@ -94,7 +87,7 @@ class SimConfig:
     check_invariants: bool = False
     scripted_failures: tuple[Failure, ...] = ()  # exact failures (tests), on top of the Poisson ones
     reoptimize_rule: ReoptimizeRule = DEFAULT_RULE  # for policies with reoptimize (ours-reopt)
-    quotas: tuple[queueing.QueueSpec, ...] = ()  # per-tenant queues for the core queue policies (sim/quotas.py)
+    quotas: tuple[queueing.QueueSpec, ...] = ()  # per-tenant queues of the core queue policies (workload/quotas.py)
     # The operator's spec.failurePolicy for every job (maxRestarts, onUnplaceable); the strategy is the
     # placement policy's (ours: minimal, ours-full: full).
     failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY
@@ -190,7 +183,7 @@ class Simulation:
         if self.trace:
             self.events.push(self.trace[0].submit_s, Kind.ARRIVAL)
         if self.failures.enabled:
-            self._push_failure(self.failures.next_after(0.0))
+            disruptions.push_failure(self, self.failures.next_after(0.0))
         for failure in self.config.scripted_failures:  # exact, so not cut at the failure horizon
             self.events.push(failure.time, Kind.FAILURE, payload=(failure, False))
         self.events.push(0.0, Kind.SAMPLE)
@@ -200,9 +193,9 @@ class Simulation:
             Kind.ARRIVAL: self._on_arrival,
             Kind.START: self._on_start,
             Kind.FINISH: self._on_finish,
-            Kind.FAILURE: self._on_failure,
-            Kind.REPAIR: self._on_repair,
-            Kind.PREEMPT: self._on_preempt,
+            Kind.FAILURE: partial(disruptions.on_failure, self),
+            Kind.REPAIR: partial(disruptions.on_repair, self),
+            Kind.PREEMPT: partial(disruptions.on_preempt, self),
             Kind.SCHEDULE: self._on_schedule,
             Kind.SAMPLE: self._on_sample,
         }
@@ -263,7 +256,7 @@ class Simulation:
         else:
             self._queue_pass()
         if self.policy.reoptimize and self._dearer:
-            self._reoptimize_pass()
+            disruptions.reoptimize_pass(self)
 
     def _queue_pass(self) -> None:
         now = self.clock.now()
@@ -423,181 +416,6 @@ class Simulation:
             self.node_allocated[gpu_node[gpu]] += sign
         self.allocated_gpus += sign * len(allocation.gpus)
         self.tenants.add(self.jobs[allocation.job_id].trace.tenant, sign * len(allocation.gpus), self.clock.now())
-
-    # ---- failures, repairs, preemption --------------------------------------------------------------
-    def _push_failure(self, failure: Failure) -> None:
-        if failure.time < self.failure_horizon:
-            self.events.push(failure.time, Kind.FAILURE, payload=(failure, True))
-
-    def _on_failure(self, event: Event) -> None:
-        failure, from_process = event.payload
-        assert isinstance(failure, Failure)
-        if from_process:
-            self._push_failure(self.failures.next_after(self.clock.now()))
-        self.tally.injected += 1
-        self.tally.by_cause[failure.cause] += 1
-        self.tally.by_scope[failure.scope.value] += 1
-        node_gpus = list(self.topology.node_gpus(failure.node))
-        if not node_gpus:
-            return
-        if failure.scope is Scope.SOFTWARE:
-            for job_id in self.state.jobs_on(node_gpus):
-                self._software_restart(self.jobs[job_id], set(node_gpus))
-            return
-        targets = node_gpus if failure.scope is Scope.NODE else [node_gpus[failure.gpu_index % len(node_gpus)]]
-        broken = [g for g in targets if self.state.health[g] is GPUHealth.HEALTHY]
-        if not broken:
-            self.tally.on_broken_hardware += 1
-            return
-        self._tokens += 1
-        for gpu in broken:
-            self.state.set_health(gpu, GPUHealth.OFFLINE)
-            self.down_token[gpu] = self._tokens
-        self.gpus_down += len(broken)
-        self.events.push(self.clock.now() + failure.repair_s, Kind.REPAIR, payload=(self._tokens, tuple(broken)))
-        kind = FailureKind.NODE if failure.scope is Scope.NODE else FailureKind.GPU
-        for job_id in self.state.jobs_on(broken):
-            self._recover(self.jobs[job_id], kind)
-
-    def _interrupt(self, job: SimJob, *, graceful: bool) -> None:
-        if job.phase is Phase.RUNNING:
-            job.interrupt(self.clock.now(), save_all=graceful)
-            self.running.pop(job.job_id, None)
-            self.expected_end.pop(job.job_id, None)
-        else:
-            job.epoch += 1  # placed but not started: cancel the pending START
-
-    def _software_restart(self, job: SimJob, node_gpus: set[int]) -> None:
-        if job.phase is not Phase.RUNNING:
-            return  # nothing runs yet, so nothing crashes
-        self.tally.jobs_interrupted += 1
-        self._interrupt(job, graceful=False)
-        job.step(Step.WORKER_FAILED)
-        groups = self.state.allocations[job.job_id].groups
-        self._repair(job, FailureKind.WORKER, tuple(g for g, group in enumerate(groups) if node_gpus & set(group)))
-
-    def _restart(self, job: SimJob) -> None:
-        overhead = self.config.restart_overhead_s
-        job.restart_gpu_s += overhead * job.num_gpus
-        self._begin(job, self.clock.now() + overhead)
-
-    def _recover(self, job: SimJob, kind: FailureKind) -> None:
-        self.tally.jobs_interrupted += 1
-        self._interrupt(job, graceful=False)
-        job.step(Step.HARDWARE_FAILED)
-        self._repair(job, kind, tuple(affected_groups(self.state, self.state.allocations[job.job_id])))
-
-    def _repair(self, job: SimJob, kind: FailureKind, groups: tuple[int, ...]) -> None:
-        """Carry out the core's failure decision (core.repair), the one the operator carries out too."""
-        old = self.state.allocations[job.job_id]
-        report = FailureReport(kind, groups, job.restarts)
-        decision = decide_repair(self.state, self.placer, job.spec, self.model, self.failure_policy, report)
-        new = self.state.allocations.get(job.job_id)
-        if new is not old:
-            self._count(old, -1)
-            self._room_epoch += 1  # its healthy GPUs may have been freed
-            if new is not None:
-                self._count(new, +1)
-        if isinstance(decision, GiveUp):
-            job.restarts += decision.reason is GiveUpReason.NO_ROOM  # the operator counts it as a restart
-            job.step(Step.GAVE_UP)
-            job.gave_up = "; ".join(decision.reasons)
-            self.tally.gave_up += 1
-            self.unfinished -= 1
-            self._dearer.discard(job.job_id)
-            self._request_schedule()
-            return
-        job.restarts += 1
-        if isinstance(decision, Requeue):
-            job.order, job.queued_s = self._next_rank, self.clock.now()  # the back of the line (core.repair)
-            self._next_rank += 1
-            job.step(Step.REQUEUED)
-            job.requeues += 1
-            self.tally.requeued += 1
-            self._dearer.discard(job.job_id)
-            self.queue.add(self._waiting(job), self.clock.now())
-            self._request_schedule()
-            return
-        job.step(Step.REPAIRED)
-        if decision.placement is not None:
-            self._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
-        self.tally.recovered_in_place += 1
-        self._restart(job)
-
-    def _on_repair(self, event: Event) -> None:
-        token, gpus = event.payload
-        assert isinstance(gpus, tuple)
-        repaired = 0
-        for gpu in gpus:
-            if self.down_token.get(gpu) == token:
-                del self.down_token[gpu]
-                self.state.set_health(gpu, GPUHealth.HEALTHY)
-                repaired += 1
-        self.gpus_down -= repaired
-        if repaired:
-            self._room_epoch += 1
-            self._request_schedule()
-
-    # ---- re-optimisation: moving a repaired job back -------------------------------------------------
-    def _best_now(self, job: SimJob) -> tuple[float, int] | None:
-        """(cost, pods that would move) of the placer's choice now, the job's own GPUs counted as free."""
-        best = best_placement_now(self.state, self.placer, job.spec, self.model)
-        if best is None:
-            return None
-        return best.cost.total_ms, pods_to_move(self.state.allocations[job.job_id].groups, best.groups)
-
-    def _reoptimize_pass(self) -> None:
-        """For every running job above its ideal cost, ask core.reoptimize whether to move back; if so, at
-        the end of its next checkpoint write (no work is lost), as the operator would."""
-        now = self.clock.now()
-        for job_id in sorted(self._dearer - self._migrating):
-            job = self.jobs[job_id]
-            if job.phase is not Phase.RUNNING or now < job.segment_start:
-                continue  # restarting: decide once it runs
-            if self._asked_at.get(job_id) == self._room_epoch:
-                continue  # nothing was freed since the last "no": the answer is the same
-            self._asked_at[job_id] = self._room_epoch
-            best = self._best_now(job)
-            if best is None:
-                continue
-            decision = decide_migration(job.cost_ms, best[0], best[1], job.plan.interval_s, self.config.reoptimize_rule)
-            if decision.migrate:
-                period = job.plan.period_s
-                boundary = job.segment_start + (math.floor((now - job.segment_start) / period) + 1) * period
-                self._migrating.add(job_id)
-                self.events.push(boundary, Kind.PREEMPT, job_id, ("migrate", job.epoch))
-
-    def _migrate(self, job: SimJob) -> None:
-        self._migrating.discard(job.job_id)
-        best = self._best_now(job)
-        if best is None or best[0] >= job.cost_ms:
-            return  # the room went meanwhile: keep running where it is
-        self._interrupt(job, graceful=True)  # right after a checkpoint: nothing is lost
-        old = self._release(job.job_id)
-        placement = self.placer.place(job.spec, self.model, previous=old)
-        self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
-        job.step(Step.MIGRATED, Step.REPAIRED)  # as the operator records it: Running -> Recovering -> Running
-        self.migrations += 1
-        self._placed(job, placement.groups, placement.cost.total_ms)
-        self._restart(job)
-
-    def _on_preempt(self, event: Event) -> None:
-        job = self.jobs[event.job_id]
-        if event.payload and event.payload[0] == "migrate":
-            if event.payload[1] == job.epoch and job.phase is Phase.RUNNING:
-                self._migrate(job)
-            else:
-                self._migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
-            return
-        self._preempting.discard(job.job_id)
-        if job.phase is not Phase.RUNNING:
-            return
-        self._interrupt(job, graceful=True)  # the grace period lets it checkpoint: nothing is lost
-        job.step(Step.PREEMPTED, Step.REQUEUED)
-        job.preemptions += 1
-        self._release(job.job_id)
-        self.queue.add(self._waiting(job), self.clock.now())
-        self._request_schedule()
 
     # ---- observation ------------------------------------------------------------------------------
     def _on_sample(self, event: Event) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from paralleljob.sim.jobs import SimJob
+from paralleljob.sim.run.jobs import SimJob
 
 DECIMALS = 6
 
