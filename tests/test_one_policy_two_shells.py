@@ -20,7 +20,8 @@ from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.plan import failures as operator_failures
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import disruptions as sim_failures
-from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.trace import TraceJob
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster

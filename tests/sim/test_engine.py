@@ -10,7 +10,8 @@ import pytest
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.failures import Failure, Scope
-from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.run.events import EventQueue, Kind, SimClock
 from paralleljob.sim.run.policies import RunningJob, WaitingJob
 from paralleljob.sim.workload.trace import TraceJob

@@ -17,7 +17,8 @@ from paralleljob.sim.cluster.failures import (
     load_failure_stats,
     parse_rate,
 )
-from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.trace import TraceJob
 
 DAY = 86_400.0

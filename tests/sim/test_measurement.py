@@ -16,7 +16,8 @@ from paralleljob.core.cluster import ClusterState
 from paralleljob.core.repair import FailurePolicy
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.failures import Cause, Scope
-from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.trace import TraceJob
 
 

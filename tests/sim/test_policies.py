@@ -14,7 +14,8 @@ from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.clusters import node_list_cluster
-from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.run.policies import FifoQueue, WaitingJob
 from paralleljob.sim.workload.trace import TraceJob
 

@@ -13,7 +13,8 @@ import pytest
 from paralleljob.cli import main
 from paralleljob.core.queueing import QueueSpec
 from paralleljob.core.topology import Topology
-from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.alibaba import read_pods
 from paralleljob.sim.workload.quotas import parse_quotas, trace_quotas
 from paralleljob.sim.workload.trace import TraceJob

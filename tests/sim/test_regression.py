@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from paralleljob.sim.cluster.clusters import oversubscribed, uniform_cluster
-from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.alibaba import read_pods
 from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d
 from paralleljob.sim.workload.trace import TraceJob

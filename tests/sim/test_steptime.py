@@ -8,7 +8,8 @@ import pytest
 from paralleljob.core.cost import MegatronCostModel, SeedCostModel
 from paralleljob.core.job import JobSpec, ModelShape
 from paralleljob.core.topology import Topology
-from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.run.steptime import StepTimeModel
 from paralleljob.sim.workload.trace import TraceJob
 

@@ -30,7 +30,8 @@ from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.clusters import node_list_cluster, oversubscribed, uniform_cluster
 from paralleljob.sim.cluster.failures import load_failure_stats
 from paralleljob.sim.report.compare import fmt_ci, mean_ci, metric, summarize
-from paralleljob.sim.run.engine import SimConfig, Simulation
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.alibaba import read_pods
 from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d
 from paralleljob.sim.workload.trace import TraceJob

@@ -25,15 +25,11 @@ from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule
-from paralleljob.core.repair import (
-    DEFAULT_FAILURE_POLICY,
-    FailurePolicy,
-)
 from paralleljob.core.topology import Topology
 from paralleljob.core.traffic import level_bytes_per_step
-from paralleljob.sim.cluster.failures import Cause, Failure, FailureConfig, FailureProcess
+from paralleljob.sim.cluster.failures import FailureConfig, FailureProcess
 from paralleljob.sim.run import disruptions
+from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
 from paralleljob.sim.run.events import Event, EventQueue, Kind, SimClock
 from paralleljob.sim.run.ideal import IdealCosts
@@ -43,7 +39,7 @@ from paralleljob.sim.run.policies import QueuePolicy, RunningJob, WaitingJob, pl
 from paralleljob.sim.run.steptime import StepTimeModel
 from paralleljob.sim.run.tenants import TenantBook
 from paralleljob.sim.run.work import plan_for
-from paralleljob.sim.workload.trace import PARAMS_BILLIONS_PER_SHARD, TraceJob
+from paralleljob.sim.workload.trace import TraceJob
 
 
 def _spec(trace: TraceJob, config: SimConfig) -> JobSpec:
@@ -55,42 +51,6 @@ def _spec(trace: TraceJob, config: SimConfig) -> JobSpec:
 
 class InvariantViolated(AssertionError):
     """GPUs were created or lost: allocated + free + unhealthy != total, or the books disagree."""
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    policy: str = "ours"
-    queue: str = "fifo"
-    cost_model: str = "seed"
-    step_model: str = "flops"  # see sim/run/steptime.py
-    gpu_tflops: float = 989.0
-    mfu: float = 0.40
-    comm_overlap: float = 0.0
-    comm_fraction: float = 0.1  # the "fraction" step model: communication's share of a step at the ideal
-    params_per_shard: float = PARAMS_BILLIONS_PER_SHARD  # model size of trace jobs that give only a GPU count
-    failure_rate: float = 0.0  # node failures per 1000 node-days; 0 disables injection
-    causes: tuple[Cause, ...] = ()
-    gpu_repair_hours: float = 24.0
-    node_repair_hours: float = 6.0
-    checkpoint_cost_s: float = 120.0
-    checkpoint_interval_s: float | None = None  # None: Young/Daly from the job's nodes and the failure rate
-    restart_overhead_s: float = 60.0
-    start_latency_s: float = 0.0
-    memory_per_gpu_gb: float = 0.0
-    horizon_s: float | None = None  # stop here; jobs submitted later are not loaded
-    # Failures are injected in [0, failure_horizon_s) whatever the policy: the same schedule for every policy
-    # of a comparison, however long its own run lasts. None: the horizon, else the trace's span (the last
-    # submit + duration), which does not depend on the policy.
-    failure_horizon_s: float | None = None
-    samples: int = 200
-    seed: int = 0
-    check_invariants: bool = False
-    scripted_failures: tuple[Failure, ...] = ()  # exact failures (tests), on top of the Poisson ones
-    reoptimize_rule: ReoptimizeRule = DEFAULT_RULE  # for policies with reoptimize (ours-reopt)
-    quotas: tuple[queueing.QueueSpec, ...] = ()  # per-tenant queues of the core queue policies (workload/quotas.py)
-    # The operator's spec.failurePolicy for every job (maxRestarts, onUnplaceable); the strategy is the
-    # placement policy's (ours: minimal, ours-full: full).
-    failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY
 
 
 @dataclass
