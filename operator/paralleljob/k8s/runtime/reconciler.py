@@ -186,26 +186,25 @@ class Reconciler:
         pass judges everything from the stores, which the reflectors keep current)."""
         self.events.start()
         await self.synced.wait()
-        delay = 0.0
+        failed = False
         while True:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that arrives as the
             # wait completes (CPython gh-86296), and the supervisor stops the loop by cancelling it.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.config.resync_seconds):
                     await self.wake.wait()
-            if delay:
-                await asyncio.sleep(delay)
-                delay = 0.0
+            if failed:  # the last pass threw: try again, but not in a tight loop
+                await asyncio.sleep(1.0)
+                failed = False
             self.wake.clear()
             if not self.leader.is_set():
                 continue
             try:
-                again, delay = await self.pass_once()
+                await self.pass_once()
                 self.on_pass()
             except Exception:  # the loop must survive anything a pass throws
                 log.exception("reconcile pass failed")
-                again, delay = True, 1.0
-            if again:
+                failed = True
                 self.wake.set()
 
     def stop_acting(self) -> None:
@@ -217,7 +216,7 @@ class Reconciler:
         for task in tasks:
             task.cancel()
 
-    async def pass_once(self) -> tuple[bool, float]:
+    async def pass_once(self) -> None:
         started = time.monotonic()
         busy = {key: record for key, (_, record) in self.inflight.items()}
         self.deferred.update(busy)  # left out of this pass: decided again once their chains end
@@ -226,18 +225,19 @@ class Reconciler:
         if view.state is not None:
             view.state.begin_trial()
         try:
-            return self._decide_and_launch(started, jobs, busy, view)
+            self._decide_and_launch(started, jobs, busy, view)
         finally:
             if view.state is not None:
                 view.state.rollback()
 
     def _decide_and_launch(
         self, started: float, jobs: list[JobObject], busy: dict[str, PlacementRecord | None], view: ClusterView
-    ) -> tuple[bool, float]:
+    ) -> None:
         """Decide on a snapshot and start carrying the plan out. Each job's chain (status, then pods) runs
         as its own task, so a pass never waits for an earlier gang's binds; a job whose chain is still
         running is left out of the next decisions, and the placement it is writing already holds its GPUs.
-        Returns (run again, after this many seconds); finished chains wake the loop themselves."""
+        Finished chains wake the loop themselves (when they changed something), and a deadline wakes it by a
+        timer, so a pass never asks for the next one."""
         observed = Observed(
             jobs=jobs,
             pods=self.pods.values(),
@@ -310,7 +310,6 @@ class Reconciler:
             launched,
             len(self.inflight),
         )
-        return False, 0.0
 
     def _report_warnings(self, plan: Plan, view: ClusterView) -> None:
         """Log a warning when it appears, not on every pass while it lasts (a condition that held for a

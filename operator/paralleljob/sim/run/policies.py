@@ -19,17 +19,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from paralleljob.core.baselines import BestFitDomainPlacer, FirstFitPlacer
-from paralleljob.core.cluster import Allocation, ClusterState
-from paralleljob.core.cost import CostModel
-from paralleljob.core.job import JobSpec
-from paralleljob.core.placement import Placement
+from paralleljob.core.cluster import ClusterState
+from paralleljob.core.placement import PlacerLike
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.sim.run.volcano import VolcanoTierPlacer
-
-
-class PlacerLike(Protocol):
-    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement: ...
 
 
 @dataclass(frozen=True, slots=True)
