@@ -15,7 +15,6 @@ import inspect
 import json
 import logging
 import os
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -23,6 +22,7 @@ from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from paralleljob.k8s.edge.manifests import binding
 from paralleljob.shellkit.kubeconfig import load_configuration
@@ -35,11 +35,12 @@ LIST_PAGE_SIZE = 500  # client-go's reflector pages its lists by 500 too
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, reason: str = "") -> None:
+    def __init__(self, status: int, message: str, reason: str = "", retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
         self.reason = reason
+        self.retry_after = retry_after  # seconds the server asked us to wait (Retry-After on 429/503)
 
     @property
     def retryable(self) -> bool:
@@ -67,19 +68,40 @@ def parse_watch_line(line: bytes, path: str) -> dict[str, Any] | None:
     return event
 
 
-async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 5, first_delay: float = 0.05) -> T:
-    """Run ``call``; on a transient error wait (exponentially longer, with jitter) and try again."""
-    delay = first_delay
-    for attempt in range(attempts):
-        try:
+MAX_RETRY_AFTER_SECONDS = 30.0  # a server asking for longer is told no: the caller's next pass tries again
+
+
+def _retry_after_or_backoff(fallback: Callable[[RetryCallState], float]) -> Callable[[RetryCallState], float]:
+    """Wait as long as the server's Retry-After says (API priority and fairness answers 429 with one),
+    else exponentially longer with jitter."""
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, ApiError) and exc.retry_after is not None:
+            return min(max(exc.retry_after, 0.0), MAX_RETRY_AFTER_SECONDS)
+        return fallback(state)
+
+    return wait
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    attempts: int = 5,
+    first_delay: float = 0.05,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """Run ``call``; on a transient error (``ApiError.retryable``) wait and try again, ``attempts`` times in all."""
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(attempts),
+        wait=_retry_after_or_backoff(wait_random_exponential(multiplier=first_delay, max=5.0)),
+        retry=retry_if_exception(lambda exc: isinstance(exc, ApiError) and exc.retryable),
+        before_sleep=lambda state: log.debug("transient API error (%s); retrying", state.outcome),
+        sleep=sleep,
+        reraise=True,
+    ):
+        with attempt:
             return await call()
-        except ApiError as exc:
-            if not exc.retryable or attempt == attempts - 1:
-                raise
-            log.debug("transient API error (%s); retrying in %.2f s", exc, delay)
-        await asyncio.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, 5.0)
-    raise AssertionError("unreachable")
+    raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
 async def bearer_token(configuration: client.Configuration) -> str | None:
@@ -153,10 +175,11 @@ class Kube:
                 )
                 data = await response.read()
                 status = response.status
+                retry_after = _seconds(response.headers.get("Retry-After"))
                 response.release()
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise ApiError(0, f"{method} {path}: {exc!r}") from exc
-        return _decode(status, data, method, path)
+        return _decode(status, data, method, path, retry_after)
 
     # ---- the calls the operator makes ---------------------------------------------------------------
     async def list(
@@ -243,7 +266,15 @@ class Kube:
         return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
 
-def _decode(status: int, data: bytes, method: str, path: str) -> dict[str, Any]:
+def _seconds(header: str | None) -> float | None:
+    """Retry-After in delta-seconds (what kube-apiserver sends); an HTTP date or garbage: none."""
+    try:
+        return float(header) if header is not None else None
+    except ValueError:
+        return None
+
+
+def _decode(status: int, data: bytes, method: str, path: str, retry_after: float | None = None) -> dict[str, Any]:
     try:
         body = json.loads(data) if data else {}
     except ValueError:
@@ -252,7 +283,7 @@ def _decode(status: int, data: bytes, method: str, path: str) -> dict[str, Any]:
         return body if isinstance(body, dict) else {}
     message = body.get("message") if isinstance(body, dict) else None
     reason = body.get("reason", "") if isinstance(body, dict) else ""
-    raise ApiError(status, str(message or f"{method} {path} failed"), str(reason))
+    raise ApiError(status, str(message or f"{method} {path} failed"), str(reason), retry_after)
 
 
 def pod_path(namespace: str, name: str = "") -> str:
