@@ -15,7 +15,7 @@ from paralleljob.core.lifecycle import Phase
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, FailurePolicy, OnUnplaceable, ReoptimizePolicy
-from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
+from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, object_key
 from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status
 from paralleljob.k8s.edge.template import InvalidTemplate, PodConstraints, parse_constraints
 
@@ -68,7 +68,7 @@ class JobObject:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return object_key(self.namespace, self.name)
 
     @property
     def restarts(self) -> int:
@@ -223,7 +223,7 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
     if not isinstance(status, Mapping):
         status = {}
     namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
-    key = f"{namespace}/{name}"
+    key = object_key(namespace, name)
     request: JobRequest | None = None
     invalid, invalid_reason = "", "InvalidSpec"
     try:

@@ -25,7 +25,7 @@ from typing import Any
 from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.config import OperatorConfig
-from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION, object_key
 from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
 from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
 from paralleljob.k8s.edge.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
@@ -293,7 +293,7 @@ class Reconciler:
             if key not in self.inflight_orphans:
                 self.inflight_orphans[key] = asyncio.create_task(self._orphan(delete), name=f"orphan {key}")
         for manifest in plan.adopt:
-            group = f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
+            group = object_key(manifest["metadata"]["namespace"], manifest["metadata"]["name"])
             if group not in self.inflight_adoptions and self.adoption_pauses.get(group, 0.0) <= started:
                 self.inflight_adoptions[group] = asyncio.create_task(self._adopt(group, manifest), name=group)
         self._collect_claims()
@@ -400,7 +400,7 @@ class Reconciler:
             if self.config.namespaces and claim.namespace not in self.config.namespaces:
                 continue
             key = (claim.namespace, claim.name)
-            if key in self.claim_deletes or f"{claim.namespace}/{claim.job}" in self.inflight:
+            if key in self.claim_deletes or object_key(claim.namespace, claim.job) in self.inflight:
                 continue
             pod = self.pods.get(claim.namespace, claim.pod)
             if pod is not None and not pod.terminal:
