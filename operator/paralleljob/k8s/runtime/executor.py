@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.edge.statuscheck import dropped_fields
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path, retrying
+from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.view.store import ObjectStore
 
 log = logging.getLogger("paralleljob.k8s")
@@ -54,7 +54,7 @@ class Executor:
         jobs: ObjectStore[JobObject],
         pods: ObjectStore[PodInfo],
         post_event: Callable[[JobObject, str, str, str], None],
-        crash_after_binds: int = 0,
+        crash_hook: CrashAfterBinds | None = None,
         claim_store: ObjectStore[Any] | None = None,
     ) -> None:
         self.kube = kube
@@ -62,9 +62,7 @@ class Executor:
         self.pods = pods
         self.claim_store = claim_store
         self.post_event = post_event
-        self.crash_after_binds = crash_after_binds
-        self.binds_done = 0
-        self.binds_started = 0
+        self.crash_hook = crash_hook  # a test hook (runtime/crashhook.py); None in production
         self.services: set[tuple[str, str, str]] = set()
         self.dropped_reported: set[str] = set()
 
@@ -223,11 +221,8 @@ class Executor:
     async def _bind(self, job_key: str, bind: PodBind, outcome: Outcome) -> None:
         if bind.claim is not None and not await self._ensure_claim(job_key, bind, bind.claim, outcome):
             return
-        if self.crash_after_binds:
-            # Test hook for "killed mid-gang": issue exactly N binds, then die once they have landed.
-            if self.binds_started >= self.crash_after_binds:
-                await asyncio.Event().wait()
-            self.binds_started += 1
+        if self.crash_hook is not None:
+            await self.crash_hook.before_bind()
         try:
             await retrying(lambda: self.kube.bind(bind.namespace, bind.name, bind.uid, bind.node))
         except ApiError as exc:
@@ -245,10 +240,8 @@ class Executor:
 
         self.pods.patch_local(bind.namespace, bind.name, bound)
         outcome.bound += 1
-        self.binds_done += 1
-        if self.crash_after_binds and self.binds_done >= self.crash_after_binds:
-            log.error("crash hook: exiting hard after %d binds", self.binds_done)
-            os._exit(17)
+        if self.crash_hook is not None:
+            self.crash_hook.after_bind()
 
     # ---- DRA claims -------------------------------------------------------------------------------
     async def _ensure_claim(self, job_key: str, bind: PodBind, claim: claims.DeviceClaim, outcome: Outcome) -> bool:

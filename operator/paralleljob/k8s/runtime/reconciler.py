@@ -39,6 +39,7 @@ from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.plan.metrics_model import gauges
 from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
+from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
 from paralleljob.k8s.runtime.metrics import Metrics
@@ -118,9 +119,8 @@ class Reconciler:
         self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
         self.adoption_pauses: dict[str, float] = {}  # pod group -> not before (its ParallelJob was refused)
         self.queue_writes: asyncio.Task[None] | None = None
-        self.executor = Executor(
-            kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds, claim_store=self.claims
-        )
+        crash_hook = CrashAfterBinds(config.crash_after_binds) if config.crash_after_binds else None
+        self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, crash_hook, claim_store=self.claims)
         self.claim_deletes: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.deferred: set[str] = set()  # jobs a pass left out because their chain was running
         self.reported_warnings: set[str] = set()  # the previous pass's warnings (logged when they appeared)
