@@ -69,6 +69,6 @@ def quota_refusal(queue: str, used_gpus: int, job_gpus: int, max_gpus: int | Non
     if max_gpus is None or used_gpus + job_gpus <= max_gpus:
         return None
     return (
-        f"queue {queue} would hold {used_gpus + job_gpus} GPUs, above its maximum of {max_gpus}"
+        f"queue {queue} would hold {used_gpus + job_gpus} GPUs, above its maximum of {max_gpus} GPUs"
         f" (it holds {used_gpus}; this job needs {job_gpus})"
     )

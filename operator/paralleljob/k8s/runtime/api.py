@@ -11,6 +11,7 @@ errors) with exponential backoff and jitter.
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import json
 import logging
@@ -34,6 +35,16 @@ RETRYABLE = frozenset({0, 429, 500, 502, 503, 504})
 LIST_PAGE_SIZE = 500  # client-go's reflector pages its lists by 500 too
 
 
+class Answer(enum.Enum):
+    """What an API error means for the write that got it, one mapping from HTTP status for every caller."""
+
+    GONE = "gone"  # 404: the object is not there (deleted meanwhile)
+    CONFLICT = "conflict"  # 409: exists already, changed meanwhile, or a precondition (UID) failed
+    TRANSIENT = "transient"  # 0 (no answer), 429, 5xx: try again later
+    INVALID = "invalid"  # 400, 422: the object itself is wrong; trying again cannot help
+    REFUSED = "refused"  # anything else (403 forbidden, 405, ...)
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str, reason: str = "", retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
@@ -45,6 +56,18 @@ class ApiError(Exception):
     @property
     def retryable(self) -> bool:
         return self.status in RETRYABLE
+
+    @property
+    def answer(self) -> Answer:
+        if self.status == 404:
+            return Answer.GONE
+        if self.status == 409:
+            return Answer.CONFLICT
+        if self.retryable:
+            return Answer.TRANSIENT
+        if self.status in (400, 422):
+            return Answer.INVALID
+        return Answer.REFUSED
 
 
 class NotLeading(ApiError):

@@ -27,7 +27,7 @@ from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.edge.statuscheck import dropped_fields
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
-from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path, retrying
+from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, job_path, pod_path, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.view.store import ObjectStore
 
@@ -105,9 +105,9 @@ class Executor:
         try:
             body = await retrying(lambda: self.kube.request("POST", path, manifest))
         except ApiError as exc:
-            if exc.status != 409:
+            if exc.answer is not Answer.CONFLICT:
                 log.warning("ParallelJob for pod group %s/%s not created: %s", meta["namespace"], meta["name"], exc)
-            return exc.status == 409
+            return exc.answer is Answer.CONFLICT
         log.info("created ParallelJob %s/%s for its pod group", meta["namespace"], meta["name"])
         self.jobs.upsert(body)
         return True
@@ -122,9 +122,9 @@ class Executor:
         try:
             body = await retrying(lambda: self.kube.merge_patch(job_path(job.namespace, job.name, "status"), patch))
         except ApiError as exc:
-            if exc.status == 404:
+            if exc.answer is Answer.GONE:
                 return False  # deleted meanwhile; the DELETED event cleans up
-            if exc.status == 409:
+            if exc.answer is Answer.CONFLICT:
                 await self._refresh(job)  # changed meanwhile: decide again on the new version
                 outcome.changed = True
             else:
@@ -163,7 +163,7 @@ class Executor:
         try:
             body = await retrying(lambda: self.kube.delete(path, delete.uid or None, 0 if delete.force else None))
         except ApiError as exc:
-            if exc.status in (404, 409):  # gone already, or a different pod by now (UID precondition)
+            if exc.answer in (Answer.GONE, Answer.CONFLICT):  # gone, or a different pod by now (UID)
                 self.pods.forget(delete.namespace, delete.name, delete.uid)
                 return
             log.warning("could not delete pod %s/%s: %s", delete.namespace, delete.name, exc)
@@ -194,7 +194,7 @@ class Executor:
                 lambda: self.kube.request("POST", f"/api/v1/namespaces/{job.namespace}/services", actions.service)
             )
         except ApiError as exc:
-            if exc.status != 409:
+            if exc.answer is not Answer.CONFLICT:
                 log.warning("service for %s not created: %s", job.key, exc)
                 return
         self.services.add(key)
@@ -205,11 +205,11 @@ class Executor:
         try:
             body = await retrying(lambda: self.kube.request("POST", pod_path(job.namespace), create.manifest))
         except ApiError as exc:
-            if exc.status == 409:
+            if exc.answer is Answer.CONFLICT:
                 return  # the old pod of that name is still going away; the next pass tries again
-            if exc.retryable:
+            if exc.answer is Answer.TRANSIENT:
                 outcome.hold[job.key] = f"creating pod {meta['name']} failed: {exc.message}"
-            elif exc.status in (400, 422):
+            elif exc.answer is Answer.INVALID:
                 outcome.invalid[job.key] = exc.message
             else:
                 outcome.failures[job.key] = f"the API refused pod {meta['name']}: {exc.message}"
@@ -226,10 +226,10 @@ class Executor:
         try:
             await retrying(lambda: self.kube.bind(bind.namespace, bind.name, bind.uid, bind.node))
         except ApiError as exc:
-            if exc.status in (404, 409):
+            if exc.answer in (Answer.GONE, Answer.CONFLICT):
                 # gone, replaced (UID precondition) or already bound: re-read it and let the next pass judge
                 await self._refresh_pod(bind.namespace, bind.name)
-            elif exc.retryable:
+            elif exc.answer is Answer.TRANSIENT:
                 outcome.hold[job_key] = f"binding {bind.name} failed: {exc.message}"
             else:
                 outcome.failures[job_key] = f"binding {bind.name} to {bind.node} was refused: {exc.message}"
@@ -278,7 +278,7 @@ class Executor:
                 }
                 body = await retrying(lambda: self.kube.merge_patch(f"{path}/status", patch))
         except ApiError as exc:
-            if exc.retryable or exc.status in (404, 409):
+            if exc.answer in (Answer.TRANSIENT, Answer.GONE, Answer.CONFLICT):
                 outcome.hold[job_key] = f"ResourceClaim {claim.name} for pod {bind.name} not ready: {exc.message}"
             else:
                 outcome.failures[job_key] = f"the API refused ResourceClaim {claim.name}: {exc.message}"
@@ -293,13 +293,13 @@ class Executor:
         try:
             return await retrying(lambda: self.kube.request("GET", path))
         except ApiError as exc:
-            if exc.status != 404:
+            if exc.answer is not Answer.GONE:
                 raise
         manifest = claims.claim_manifest(job, bind.name, claim)
         try:
             return await retrying(lambda: self.kube.request("POST", claims.claim_path(bind.namespace), manifest))
-        except ApiError as exc:
-            if exc.status != 409:
+        except ApiError as created:
+            if created.answer is not Answer.CONFLICT:
                 raise
         return await retrying(lambda: self.kube.request("GET", path))
 
@@ -308,7 +308,7 @@ class Executor:
             body = await self.kube.request("GET", pod_path(namespace, name))
             self.pods.upsert(body)
         except ApiError as exc:
-            if exc.status == 404:
+            if exc.answer is Answer.GONE:
                 current = self.pods.get(namespace, name)
                 if current is not None:
                     self.pods.forget(namespace, name, current.uid)
