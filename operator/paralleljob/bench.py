@@ -246,12 +246,13 @@ def command(args: argparse.Namespace) -> int:
             )
         return 0
     results = []
+    # The header once, then each row as soon as it is measured (a 100k row takes a while): one table,
+    # not the rows as progress and then the whole table again.
+    print(render([]), flush=True)
     for gpus in (int(x) for x in args.sizes.split(",")):
         for topology in args.topology.split(","):
             results.append(run(gpus, topology, args.repeat, args.seed))
             print(render(results[-1:]).splitlines()[-1], flush=True)
-    print()
-    print(render(results))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump([asdict(r) for r in results], fh, indent=2, sort_keys=True)

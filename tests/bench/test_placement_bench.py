@@ -26,3 +26,13 @@ def test_bench_at_10k_gpus_keeps_the_seed_topology_fast():
     assert result.big_job.startswith("TP8xPP8xDP16")
     assert result.proven_optimal
     assert result.place_ms < 30 and result.infeasible_ms < 1 and result.failure_full_ms < 50
+
+
+def test_bench_placement_prints_each_row_once(capsys):
+    # Issue 21: the rows were printed as they were measured and then again in a full table.
+    from paralleljob.cli import main
+
+    assert main(["bench", "placement", "--sizes", "1000", "--topology", "flat", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert len([line for line in out.splitlines() if line.startswith("| 1,000 |")]) == 1
+    assert out.count("| GPUs |") == 1

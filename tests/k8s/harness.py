@@ -51,6 +51,8 @@ class FakeCluster:
         self.backoff = Backoff()
         self.node_warnings: dict[str, tuple[str, ...]] = {}
         self.node_events: list[NodeEvent] = []
+        # job key -> placement, for jobs a test declares busy outright (as if a chain of theirs were running)
+        self.held_busy: dict[str, PlacementRecord | None] = {}
         self.seconds = 0  # the cluster's clock: each step() without ``now`` is one second later
         self.events: list[tuple[str, str, str]] = []
         self.last_plan: Plan | None = None
@@ -73,7 +75,7 @@ class FakeCluster:
 
     def busy(self) -> dict[str, PlacementRecord | None]:
         """What the reconciler hands ``decide`` for chains still running: the placement being written, if any."""
-        out: dict[str, PlacementRecord | None] = {}
+        out: dict[str, PlacementRecord | None] = dict(self.held_busy)
         for key, actions in self.inflight.items():
             writing = actions.draft.phase in ACTIVE and actions.writes_status
             out[key] = record_from_status(actions.draft.data) if writing else None

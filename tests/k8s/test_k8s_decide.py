@@ -11,6 +11,7 @@ import pytest
 
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.records import record_from_status
+from paralleljob.k8s.plan.metrics_model import gauges, queue_statuses
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 
@@ -375,3 +376,19 @@ def test_a_repair_numbers_replacements_like_their_siblings(strategy: str) -> Non
     assert {p["metadata"]["name"]: env_of(p)["NODE_RANK"] for p in fc.job_pods("ns/j")} == before
     assert all(env_of(p)["PJ_RANK_ORDER"] == "tp-pp-dp" for p in fc.job_pods("ns/j"))
     assert_invariants(fc)
+
+
+def test_jobs_mid_chain_still_count_in_the_gauges_and_queue_status() -> None:
+    # Issue 21: paralleljob_jobs{phase=Running} read 2 while 3 ran. A job whose previous decisions were still
+    # being carried out (its chain in flight: Observed.busy) was left out of the pass, and so of the counts.
+    fc = cluster(4)
+    fc.queues["team"] = QueueInfo("team")
+    for name in ("a", "b", "c"):
+        fc.add_job(paralleljob(name, 8, 1, 1, queue="team"))
+    fc.settle()
+    assert [fc.phase(f"ns/{n}") for n in "abc"] == ["Running"] * 3
+    fc.held_busy = {"ns/b": None}
+    plan = fc.step()
+    assert plan.queue_statuses["team"]["running"] == 3  # what the pass writes to the ParallelJobQueue
+    assert gauges(fc.last_view, plan.seen(), fc.queues).jobs["Running"] == 3  # what the reconciler exports
+    assert queue_statuses(plan.seen(), fc.queues, fc.last_view)["team"]["running"] == 3

@@ -140,6 +140,45 @@ def test_an_unknown_queue_waits_and_runs_once_the_queue_exists() -> None:
     assert fc.phase("ns/typo") == "Running"
 
 
+def test_an_unknown_queue_is_a_warning_event_once_and_the_status_message_says_so() -> None:
+    # Issue 22: the condition was right, but no Event, and status.message still said "waits for room in queue".
+    for policy in (None, QueuePolicy(backfill=True)):
+        fc = FakeCluster(nodes(2), policy=policy)
+        fc.add_job(paralleljob("typo", 8, 1, 1, queue="reserach"))
+        fc.settle()
+        fc.settle()
+        warned = [m for key, reason, m in fc.events if key == "ns/typo" and reason == "QueueNotFound"]
+        assert len(warned) == 1 and "create the ParallelJobQueue reserach" in warned[0]
+        status = fc.job("ns/typo")["status"]
+        assert status["reason"] == "QueueNotFound" and "waits for room" not in status["message"]
+        assert "queue reserach does not exist" in status["message"]
+
+
+def test_a_running_job_no_longer_says_it_waits_for_room() -> None:
+    # Issue 21: the Accepted condition kept "waits for room in queue default" for the job's whole life.
+    fc = FakeCluster(nodes(2))
+    fc.add_job(paralleljob("run", 8, 1, 1))
+    fc.settle()
+    status = fc.job("ns/run")["status"]
+    assert status["phase"] == "Running"
+    assert not [c for c in status["conditions"] if "waits for room" in c["message"]]
+    assert "waits for room" not in status["message"]
+
+
+def test_a_job_accepted_by_an_older_operator_has_its_accepted_condition_mended() -> None:
+    fc = FakeCluster(nodes(2))
+    fc.add_job(paralleljob("old", 8, 1, 1))
+    fc.settle()
+    body = fc.jobs["ns/old"]
+    for c in body["status"]["conditions"]:
+        if c["type"] == "Accepted":
+            c["message"] = "TP8xPP1xDP1 (8 GPUs, 40 GB each) waits for room in queue default"  # as written before
+    fc.step()
+    (accepted,) = [c for c in fc.job("ns/old")["status"]["conditions"] if c["type"] == "Accepted"]
+    assert accepted["message"] == "TP8xPP1xDP1 (8 GPUs, 40 GB each) accepted into queue default"
+    assert fc.phase("ns/old") == "Running"
+
+
 def test_an_unknown_queue_waits_under_the_core_policies_too() -> None:
     fc = FakeCluster(nodes(2), policy=QueuePolicy(backfill=True))
     fc.add_job(paralleljob("typo", 8, 1, 1, queue="nope"))
@@ -223,3 +262,38 @@ def test_a_taint_on_every_node_makes_a_job_wait_not_fail() -> None:
         body["spec"]["taints"] = []
     fc.settle()
     assert fc.phase("ns/patient") == "Running"
+
+
+def test_another_scheduler_name_is_refused_not_rewritten() -> None:
+    # Issue 22: schedulerName default-scheduler was replaced by ours without a word. The CRD refuses it
+    # (CEL); an operator running against an older CRD fails the job with the same reason and an Event.
+    fc = FakeCluster(nodes(1))
+    fc.add_job(with_template("other", 8, 1, 1, schedulerName="default-scheduler"))
+    fc.add_job(with_template("ours", 8, 1, 1, schedulerName="paralleljob-scheduler"))
+    fc.settle()
+    status = fc.job("ns/other")["status"]
+    assert status["phase"] == "Failed" and status["reason"] == "InvalidTemplate"
+    assert "schedulerName must be paralleljob-scheduler" in status["message"]
+    assert "the operator binds every worker itself" in status["message"]
+    assert ("ns/other", "InvalidTemplate") in {(k, r) for k, r, _ in fc.events}
+    assert not fc.job_pods("ns/other") and fc.phase("ns/ours") == "Running"
+
+
+def test_model_shapes_beyond_any_real_model_are_refused_with_the_crds_words() -> None:
+    # Issue 22: hiddenDim/seqLen 2**40 and paramsBillions 1e5 were placed at a cost of 7e15 ms.
+    from paralleljob.k8s.edge.specs import MODEL_BOUNDS
+
+    fc = FakeCluster(nodes(2))
+    shapes = {"wide": {"hiddenDim": 2**40}, "long": {"seqLen": 2**40}, "huge": {"paramsBillions": 1e5}}
+    for name, model in shapes.items():
+        fc.add_job(paralleljob(name, 8, 1, 1, extra_spec={"model": model}))
+    real = {"hiddenDim": 131072, "seqLen": 10_000_000, "paramsBillions": 20000}  # the bounds themselves pass
+    fc.add_job(paralleljob("real", 8, 1, 1, extra_spec={"model": real}))
+    fc.settle()
+    for name, model in shapes.items():
+        status = fc.job(f"ns/{name}")["status"]
+        (field,) = model
+        assert status["phase"] == "Failed" and status["reason"] == "InvalidSpec", status
+        assert status["message"].endswith(MODEL_BOUNDS[field][1])
+        assert (f"ns/{name}", "InvalidSpec") in {(k, r) for k, r, _ in fc.events}
+    assert fc.phase("ns/real") == "Running"

@@ -160,3 +160,29 @@ def test_jain_index() -> None:
     assert jain_index([1.0, 1.0, 1.0]) == 1.0
     assert abs(jain_index([1.0, 0.0]) - 0.5) < 1e-12
     assert jain_index([]) == 1.0
+
+
+def test_the_crd_bounds_the_model_with_the_operators_numbers_and_words() -> None:
+    # Issue 22: the API server must refuse what the operator refuses, in the same words, so an operator on an
+    # older CRD and the API server on a newer one tell the user the same thing.
+    from pathlib import Path
+
+    import yaml
+
+    from paralleljob.core.errors import InvalidRequest
+    from paralleljob.core.job import JobSpec, ModelShape
+    from paralleljob.k8s.edge.specs import MODEL_BOUNDS
+
+    crd = yaml.safe_load((Path(__file__).parents[2] / "crds" / "paralleljob.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    model = spec["model"]["properties"]
+    for field, (limit, message) in MODEL_BOUNDS.items():
+        rules = model[field]["x-kubernetes-validations"]
+        assert [r["message"] for r in rules] == [message]
+        assert f"<= {int(limit)}" in rules[0]["rule"].replace(".0", "")
+        assert "description" in model[field]  # says why the bound is where it is
+    template_rules = spec["template"]["properties"]["spec"]["x-kubernetes-validations"]
+    assert any("schedulerName" in r["rule"] and "paralleljob-scheduler" in r["rule"] for r in template_rules)
+    for shape in (ModelShape(hidden_dim=2**40), ModelShape(seq_len=2**40), ModelShape(num_params_billions=1e5)):
+        with pytest.raises(InvalidRequest, match="beyond any real model"):
+            JobSpec("j", 1, 1, 1, 0.0, shape)

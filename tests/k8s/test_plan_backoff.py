@@ -121,3 +121,19 @@ def test_the_pass_reports_node_warnings_in_its_plan() -> None:
     fc.step()
     fc.step()
     assert [e.node for e in fc.node_events] == ["n1"] and fc.node_warnings.keys() == {"n1"}
+
+
+def test_a_node_offering_fewer_gpus_than_its_gfd_count_is_warned_about_too() -> None:
+    # Issue 22: allocatable 999 with gpu.count 8 got an event, allocatable 0 with gpu.count 8 got none.
+    config = TopologyConfig()
+    body = node("n0")
+    body["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    short = parse_node(body, config)
+    assert short.gpu_count == 0
+    reported, events = node_warnings({}, {"n0": short})
+    assert [(e.node, e.event_type, e.reason) for e in events] == [("n0", "Warning", "MalformedLabel")]
+    assert "allocatable nvidia.com/gpu=0 is less than nvidia.com/gpu.count=8" in events[0].message
+    assert "device plugin" in events[0].message
+    assert node_warnings(reported, {"n0": short}) == (reported, []), "once, not on every heartbeat"
+    assert not parse_node(node("n0"), config).warnings, "allocatable equal to the count says nothing"
+

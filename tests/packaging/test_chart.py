@@ -310,3 +310,30 @@ def test_schema_rejects_bad_values(helm: dict[str, str], value: str, complaint: 
     result = subprocess.run(args, env=helm, capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode != 0, f"{value} was accepted"
     assert "schema" in result.stderr.lower() and complaint in result.stderr, result.stderr
+
+
+def test_refusing_privileged_templates_is_an_admission_policy_off_by_default(render: Render) -> None:
+    # Issue 22: a template with privileged/hostNetwork was passed through without a word. Pod Security on the
+    # namespace governs the pods; this value also refuses the ParallelJob itself, at `kubectl apply`.
+    assert not by_kind(render(api_versions=[VAP]), "ValidatingAdmissionPolicy"), "off by default"
+    objects = render("operator.refusePrivilegedTemplates=true", api_versions=[VAP])
+    policy = one(objects, "ValidatingAdmissionPolicy", "-privileged-templates")
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [
+        {
+            "apiGroups": ["paralleljob.dev"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["paralleljobs"],
+        }
+    ]
+    messages = " ".join(v["message"] for v in policy["spec"]["validations"])
+    for field in ("hostNetwork", "hostPID", "hostIPC", "privileged: true"):
+        assert field in messages
+    binding = one(objects, "ValidatingAdmissionPolicyBinding", "-privileged-templates")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    # where the API server has no ValidatingAdmissionPolicy the install says so instead of doing nothing
+    with pytest.raises(RuntimeError, match=r"needs admissionregistration\.k8s\.io/v1 ValidatingAdmissionPolicy"):
+        render("operator.refusePrivilegedTemplates=true")
+    with pytest.raises(RuntimeError, match="refusePrivilegedTemplates"):  # values.schema.json: a boolean
+        render("operator.refusePrivilegedTemplates=maybe")

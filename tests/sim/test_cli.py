@@ -82,6 +82,8 @@ def test_generic_trace_on_a_uniform_cluster_with_levels(tmp_path: Path) -> None:
         (["--policy", "random"], "invalid choice"),
         (["--compare", "ours,magic"], "unknown policy"),
         (["--failures", "often"], "--failures takes a number"),
+        # issue 21: a named rate needs the stats file; the message must name the flag that gives it
+        (["--failures", "llama3"], "pass --failure-stats PATH"),
         (["--levels", "rack-32"], "bad level"),
     ],
 )
@@ -108,3 +110,30 @@ def test_progress_bar_only_on_a_terminal() -> None:
     bar(43_200.0)
     bar.close()
     assert "50%" in loud.getvalue() and loud.getvalue().endswith("\n")
+
+
+def test_the_docs_name_every_queue_choice() -> None:
+    # Issue 21: docs/simulator.md's --queue row left out core-fair-strict and core-fair-backfill.
+    from paralleljob.sim.cli import CORE_QUEUES, QUEUE_POLICIES
+
+    doc = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `--queue "))
+    flag = row.split("`")[1]
+    assert set(flag.removeprefix("--queue ").split("\\|")) == {*QUEUE_POLICIES, *CORE_QUEUES}
+
+
+def test_over_time_plots_scale_their_axis_to_the_curve(tmp_path: Path) -> None:
+    # Issue 21: the Alibaba replay peaks at 0.9% of its 6,212 GPUs; on a fixed 0-100 axis its allocation plot
+    # was a flat line on the floor. The values were right (a share, times 100); the axis was not.
+    from types import SimpleNamespace
+
+    from paralleljob.sim.run.metrics import Series
+    from paralleljob.sim.report.plots import _over_time, percent_axis_top
+
+    low = SimpleNamespace(series=Series(time_s=[0.0, 86_400.0, 172_800.0], allocation=[0.0016, 0.0093, 0.0]))
+    assert _over_time({"ours": low}, "allocation", "GPUs allocated (%)", tmp_path / "a.png") == 2.0  # type: ignore[dict-item]
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+    high = SimpleNamespace(series=Series(time_s=[0.0, 86_400.0], allocation=[0.4, 0.93]))
+    assert _over_time({"ours": high}, "allocation", "GPUs allocated (%)", tmp_path / "b.png") == 100.0  # type: ignore[dict-item]
+    tops = [percent_axis_top(p) for p in (0.0, 0.93, 3.0, 9.0, 30.0, 49.0, 50.0)]
+    assert tops == [0.1, 2.0, 5.0, 20.0, 50.0, 100.0, 100.0]

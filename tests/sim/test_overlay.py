@@ -84,3 +84,20 @@ def test_several_seeds_give_intervals_and_ratios(tmp_path: Path) -> None:
     report = (out / "report.md").read_text()
     assert "## Over 3 seeds (5, 6, 7)" in report and "| ours / best-fit |" in report
     assert (out / "ratios.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_synth_creates_the_folder_it_writes_into(tmp_path: Path) -> None:
+    # Walking docs/simulator.md on a fresh checkout: `--out sim-out/synth-100k.csv` failed with a traceback
+    # when sim-out/ did not exist yet.
+    from paralleljob.sim.workload.synth import main as synth_main
+
+    pods = tmp_path / "pods.csv"
+    header = (
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+    )
+    rows = [f"p{i},1000,1024,{1 + i % 8},1000,,LS,Running,{i * 600},{i * 600 + 3600},{i * 600}" for i in range(50)]
+    pods.write_text("\n".join([header, *rows]) + "\n")
+    out = tmp_path / "not-yet" / "synth.csv"
+    assert synth_main(["--pods", str(pods), "--jobs", "200", "--cluster-gpus", "64", "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("submit_s,") and len(lines) > 100

@@ -176,6 +176,24 @@ def test_refusals_say_why_with_numbers():
     assert info.value.permanent and "largest node has 8" in info.value.reasons[0]
 
 
+def test_refusal_counts_agree_in_number_and_omit_a_zero_memory_request():
+    # Issue 21: "only 1 such groups", and "0 GB" read as a requirement of zero GB.
+    state = ClusterState(Topology.uniform(2, 8))
+    placer = Placer(state)
+    state.allocate(Allocation("x", ((0, 1, 2, 3, 4, 5, 6, 7),), 0.0))
+    with pytest.raises(PlacementInfeasible) as info:
+        placer.place(JobSpec("j", 8, 1, 2, 0.0), cost_model("seed"))
+    assert "only 1 such group is free now" in info.value.reasons[0]
+    assert "GB" not in info.value.reasons[0]
+    state.allocate(Allocation("y", ((8, 9, 10, 11, 12, 13, 14, 15),), 0.0))
+    with pytest.raises(PlacementInfeasible) as info:
+        placer.place(JobSpec("j", 8, 1, 1, 0.0), cost_model("seed"))
+    assert "no such group is free now" in info.value.reasons[0]
+    assert JobSpec("j", 4, 2, 2, 0.0).describe() == "TP4xPP2xDP2 (16 GPUs)"
+    assert JobSpec("j", 4, 2, 2, 40.0).describe() == "TP4xPP2xDP2 (16 GPUs, 40 GB each)"
+    assert JobSpec("j", 1, 1, 1, 0.0).describe() == "TP1xPP1xDP1 (1 GPU)"  # seen walking the docs: "(1 GPUs)"
+
+
 def test_cordoned_and_unhealthy_hardware_gets_no_new_work():
     state = ClusterState(Topology.uniform(2, 8))
     placer = Placer(state)

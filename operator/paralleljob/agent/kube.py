@@ -15,12 +15,12 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
-from paralleljob.shellkit.kubeconfig import load_configuration
+from paralleljob.shellkit.kubeconfig import load_configuration, unreachable
 
 
 class NodeApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
+        super().__init__(f"HTTP {status}: {message}" if status else message)  # 0: no HTTP answer at all
         self.status = status
 
 
@@ -49,7 +49,8 @@ class NodeClient:
         except client.ApiException as exc:
             raise NodeApiError(int(exc.status or 0), str(exc.reason)) from None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise NodeApiError(0, repr(exc)) from None
+            # as the operator and the CLI say it: the server, the cause in words, what to check
+            raise NodeApiError(0, unreachable(str(self.api.configuration.host), exc)) from None
         text = data.decode(errors="replace") if data else ""
         if not 200 <= status < 300:
             raise NodeApiError(status, _message(text) or f"{method.__name__} failed")

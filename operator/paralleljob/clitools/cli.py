@@ -86,7 +86,10 @@ def _run(command: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callab
         except ApiError as exc:
             print(f"paralleljob {args.command}: {exc}", file=sys.stderr)
             return EXIT_API
-        except (ConfigException, OSError) as exc:  # no kubeconfig, or nothing listening: one line, no traceback
+        except ConfigException as exc:  # no kubeconfig: the message says which flag or variable names one
+            print(f"paralleljob {args.command}: {exc}", file=sys.stderr)
+            return EXIT_API
+        except OSError as exc:  # nothing listening: one line, no traceback
             print(f"paralleljob {args.command}: cannot reach the cluster: {exc}", file=sys.stderr)
             return EXIT_API
 

@@ -15,6 +15,12 @@ from paralleljob.core.errors import InvalidRequest
 # A sane upper bound for one job; larger requests are almost surely typos (e.g. DP 100000).
 MAX_TOTAL_GPUS = 1_000_000
 MAX_TP = 64
+# Model shapes beyond any real model are typos (hidden 2**40 priced a step at 7e15 ms). Each bound admits every
+# published model with room to spare: hidden sizes reach 16384-25600, contexts 1-10M tokens, parameter counts
+# about 2 trillion. The CRD's CEL rules use the same numbers (k8s/edge/specs.py holds their messages).
+MAX_HIDDEN_DIM = 131_072
+MAX_SEQ_LEN = 10_000_000
+MAX_PARAMS_BILLIONS = 20_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +65,10 @@ class JobSpec:
         return replica * self.pp + stage
 
     def describe(self) -> str:
-        return f"TP{self.tp}xPP{self.pp}xDP{self.dp} ({self.num_gpus} GPUs, {self.memory_per_gpu_gb:g} GB each)"
+        # 0 GB means "no memory requirement", not "needs zero GB": say nothing rather than a misleading 0.
+        memory = f", {self.memory_per_gpu_gb:g} GB each" if self.memory_per_gpu_gb > 0 else ""
+        gpus = "1 GPU" if self.num_gpus == 1 else f"{self.num_gpus} GPUs"
+        return f"TP{self.tp}xPP{self.pp}xDP{self.dp} ({gpus}{memory})"
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -89,9 +98,16 @@ def validate_job_fields(
         raise InvalidRequest(f"memory_per_gpu_gb must be >= 0, got {memory}")
     for name in ("hidden_dim", "seq_len", "micro_batch_size", "dtype_bytes"):
         _positive_int(name, getattr(model, name))
+    for name, limit in (("hidden_dim", MAX_HIDDEN_DIM), ("seq_len", MAX_SEQ_LEN)):
+        if getattr(model, name) > limit:
+            raise InvalidRequest(f"{name} must be at most {limit} (beyond any real model), got {getattr(model, name)}")
     params = model.num_params_billions
     if isinstance(params, bool) or not isinstance(params, int | float) or not math.isfinite(params) or params <= 0:
         raise InvalidRequest(f"num_params_billions must be a positive number, got {params!r}")
+    if params > MAX_PARAMS_BILLIONS:
+        raise InvalidRequest(
+            f"num_params_billions must be at most {MAX_PARAMS_BILLIONS:g} (beyond any real model), got {params:g}"
+        )
     if model.num_layers is not None:
         _positive_int("num_layers", model.num_layers)
     if model.global_batch_size is not None:

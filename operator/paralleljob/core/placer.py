@@ -59,11 +59,12 @@ class Placer:
         if free_slots < job.num_groups:
             row = state.free_histogram(top, 0, mem)
             best_node = max((k for k, c in enumerate(row) if c), default=0)
+            memory = f" ({mem:g} GB per GPU)" if mem > 0 else ""
             raise PlacementInfeasible(
                 job.job_id,
                 [
-                    f"needs {job.num_groups} TP groups of {t} GPUs, each inside one node"
-                    f" ({mem:g} GB per GPU); only {free_slots} such groups are free now",
+                    f"needs {job.num_groups} TP groups of {t} GPUs, each inside one node{memory};"
+                    f" {_free_groups(free_slots)}",
                     f"the best node has {best_node} free GPUs",
                 ],
             )
@@ -396,3 +397,10 @@ class Placer:
         ]
         lines.append("proven optimal" if proven else f"within {cost.total_ms - bound:.3f} ms of the lower bound")
         return lines
+
+
+def _free_groups(count: int) -> str:
+    """'only 1 such group is free now' / 'only 3 such groups are free now' / 'no such group is free now'."""
+    if count == 0:
+        return "no such group is free now"
+    return f"only {count} such group is free now" if count == 1 else f"only {count} such groups are free now"

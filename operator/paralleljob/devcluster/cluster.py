@@ -242,8 +242,10 @@ def reap_abandoned(prefix: str, report: Report = _stderr) -> list[str]:
     """Tear down clusters named ``prefix*`` whose owner process is gone (e.g. a killed test session)."""
     reaped = []
     for name in state.known_names():
+        if not name.startswith(prefix):
+            continue  # not ours to reap, nor to read: another checkout's newer state file need not parse here
         record = state.load(name)
-        if record and name.startswith(prefix) and not _pid_exists(record.owner_pid):
+        if record and not _pid_exists(record.owner_pid):
             down(name, report)
             reaped.append(name)
     return reaped

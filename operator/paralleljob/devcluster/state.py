@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,10 @@ class ClusterState:
     def from_json(cls, data: dict[str, object]) -> ClusterState:
         raw_processes = data.pop("processes", [])
         assert isinstance(raw_processes, list)
-        state = cls(**data)  # type: ignore[arg-type]
+        # A cluster started by another version of this tool may record more: what this one does not know
+        # is left alone (the processes it lists are still what `down` and the reaper act on).
+        known = {f.name for f in fields(cls)}
+        state = cls(**{k: v for k, v in data.items() if k in known})  # type: ignore[arg-type]
         state.processes = [ProcessRecord(**item) for item in raw_processes]
         return state
 

@@ -66,7 +66,7 @@ def slots_held(pjs: Jobs, name: str) -> tuple[int, list[str]]:
     return held, wrong
 
 
-@pytest.mark.parametrize("crash_after", [1, 5, 12])
+@pytest.mark.parametrize("crash_after", [1, 5, 10])
 def test_a_full_repair_killed_during_the_re_creation_ends_whole(
     pjs: Jobs, pj_operator: OperatorProcess, chaos: KubeSession, crash_after: int
 ) -> None:
@@ -80,7 +80,8 @@ def test_a_full_repair_killed_during_the_re_creation_ends_whole(
     pj_operator.stop()
     pj_operator.start({"PARALLELJOB_CRASH_AFTER_BINDS": str(crash_after)})
     chaos.make_node_not_ready(lost)
-    assert pj_operator.wait_exit(30) == 17, pj_operator.log_tail()
+    # a generous bound: the stale pods on live nodes must be gone (kwok) before their names are re-created
+    assert pj_operator.wait_exit(90) == 17, pj_operator.log_tail()
     pj_operator.start()
     pjs.wait_phase("whole", "Running", restarts=1, timeout_s=30)
     for _ in range(8):  # held now and for the next few seconds

@@ -40,6 +40,8 @@ def test_an_unknown_queue_waits_and_runs_once_the_queue_is_created(pjs: Jobs) ->
     waiting = placed_condition(pjs, "typo", "QueueNotFound")
     assert f"queue {queue} does not exist" in waiting["message"]
     assert pjs.status("typo")["phase"] == "Queued" and not pjs.pods("typo")
+    assert f"queue {queue} does not exist" in pjs.status("typo")["message"]  # not "waits for room in queue"
+    wait_for("a QueueNotFound event", lambda: any(e.reason == "QueueNotFound" for e in pjs.events("typo")))
     body = {"apiVersion": "paralleljob.dev/v1alpha1", "kind": "ParallelJobQueue", "metadata": {"name": queue}}
     pjs.kube.run(pjs.custom.create_cluster_custom_object(*QUEUES, {**body, "spec": {"maxGPUs": 8}}))
     try:
@@ -152,6 +154,26 @@ def test_a_node_reporting_999_gpus_is_capped_at_its_gpu_count(pjs: Jobs, chaos: 
         chaos.run(chaos.core.patch_node_status(node, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}}))
 
 
+def test_a_node_offering_0_of_its_8_gpus_gets_a_warning_event(pjs: Jobs, chaos: KubeSession) -> None:
+    # Issue 22: the 999 case above got an event, the opposite case (device plugin down) got none.
+    node = chaos.shape.node_name(5)
+    chaos.run(chaos.core.patch_node_status(node, {"status": {"allocatable": {"nvidia.com/gpu": "0"}}}))
+    try:
+
+        def warned() -> str | None:
+            events = chaos.run(
+                chaos.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}")
+            )
+            return next(
+                (e.message for e in events.items if e.reason == "MalformedLabel" and "is less than" in e.message), None
+            )
+
+        message = wait_for("a MalformedLabel event about 0 of 8 GPUs", warned)
+        assert "allocatable nvidia.com/gpu=0 is less than nvidia.com/gpu.count=8" in message
+    finally:
+        chaos.run(chaos.core.patch_node_status(node, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}}))
+
+
 def test_can_never_fit_fails_at_once_behind_a_blocked_strict_fifo_head(pjs: Jobs) -> None:
     pjs.create("everything", 8, 1, 8)  # the whole cluster
     pjs.wait_phase("everything", "Running")
@@ -161,3 +183,76 @@ def test_can_never_fit_fails_at_once_behind_a_blocked_strict_fifo_head(pjs: Jobs
     status = pjs.wait_phase("behind-huge", "Failed", timeout_s=10)
     assert status["reason"] == "Unschedulable" and "largest node has 8" in status["message"]
     assert pjs.status("head")["phase"] == "Queued"
+
+
+def test_the_charts_privileged_template_policy_is_enforced_by_the_api_server(pjs: Jobs, tmp_path: Any) -> None:
+    # Issue 22: privileged/hostNetwork templates were passed through. With the chart value
+    # operator.refusePrivilegedTemplates the API server itself refuses them (a ValidatingAdmissionPolicy).
+    import yaml
+    from kubernetes_asyncio.client import AdmissionregistrationV1Api
+
+    from paralleljob.packaging.chart import chart_dir
+    from paralleljob.packaging.helm import helm_env, run_helm
+
+    args = ["template", "pj", str(chart_dir()), "--set", "operator.refusePrivilegedTemplates=true",
+            "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+            "--show-only", "templates/admission.yaml"]  # fmt: skip
+    policy, binding = [d for d in yaml.safe_load_all(run_helm(args, helm_env(tmp_path)).stdout) if d]
+    admission: Any = AdmissionregistrationV1Api(pjs.kube.api)
+    pjs.kube.run(admission.create_validating_admission_policy(policy))
+    pjs.kube.run(admission.create_validating_admission_policy_binding(binding))
+    try:
+        trainer = {"name": "trainer", "image": "trainer:e2e"}
+        privileged = {**trainer, "securityContext": {"privileged": True}}
+        def refused(body: dict[str, Any]) -> str | None:
+            try:  # the policy takes a moment to be loaded by the API server
+                pjs.create_raw(body)
+            except ApiException as exc:
+                return str(exc.body) if exc.status == 422 else None
+            pjs.delete(body["metadata"]["name"])
+            return None
+
+        for name, pod_spec, words in (
+            ("host-net", {"hostNetwork": True, "containers": [trainer]}, "hostNetwork is refused on this cluster"),
+            ("priv", {"containers": [privileged]}, "securityContext.privileged: true, which is refused"),
+            ("priv-init", {"initContainers": [privileged], "containers": [trainer]}, "privileged: true"),
+        ):
+            body = pjs.manifest(name, 1, 1, 1, template={"spec": pod_spec})
+            message = wait_for(f"{name} refused by the policy", lambda body=body: refused(body))
+            assert words in message and "operator.refusePrivilegedTemplates" in message
+        pjs.create("plain", 1, 1, 1)  # an ordinary template still passes
+    finally:
+        pjs.kube.run(admission.delete_validating_admission_policy_binding(binding["metadata"]["name"]))
+        pjs.kube.run(admission.delete_validating_admission_policy(policy["metadata"]["name"]))
+
+        def admitted() -> bool:  # the API server drops the policy a moment later: the tests after this need it gone
+            body = pjs.manifest("after", 1, 1, 1, template={"spec": {"hostNetwork": True, "containers": [trainer]}})
+            try:
+                pjs.kube.run(
+                    pjs.custom.create_namespaced_custom_object(
+                        "paralleljob.dev", "v1alpha1", pjs.namespace, "paralleljobs", body, dry_run="All"
+                    )
+                )
+            except ApiException:
+                return False
+            return True
+
+        wait_for("the policy to be gone", admitted)
+
+
+def test_a_template_above_the_namespaces_pod_security_level_fails_with_the_reason(pjs: Jobs) -> None:
+    # Issue 22: the namespace's Pod Security admission governs the pods the operator creates. Its refusal is a
+    # 403 that no retry mends: the job fails with the API server's words, not a loop of rollbacks.
+    labels = {"pod-security.kubernetes.io/enforce": "baseline"}
+    pjs.kube.run(pjs.kube.core.patch_namespace(pjs.namespace, {"metadata": {"labels": labels}}))
+    try:
+        trainer = {"name": "trainer", "image": "trainer:e2e"}
+        pjs.create("host-net", 1, 1, 1, template=template(hostNetwork=True, containers=[trainer]))
+        status = pjs.wait_phase("host-net", "Failed")
+        assert "violates PodSecurity" in status["message"] and "fix spec.template" in status["message"], status
+        assert not pjs.pods("host-net")
+        pjs.create("plain", 1, 1, 1)
+        pjs.wait_phase("plain", "Running")
+    finally:
+        unlabel = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": None}}}
+        pjs.kube.run(pjs.kube.core.patch_namespace(pjs.namespace, unlabel))

@@ -95,6 +95,15 @@ def test_a_job_that_can_never_fit_fails_with_the_reason(pjs: Jobs) -> None:
         ({"template": None}, "template"),
         ({"costModel": "fastest"}, "Unsupported value"),
         ({"failurePolicy": {"strategy": "sometimes"}}, "Unsupported value"),
+        # issue 22: shapes beyond any real model were placed at 7e15 ms
+        ({"model": {"hiddenDim": 2**40}}, "model.hiddenDim must be between 1 and 131072"),
+        ({"model": {"seqLen": 2**40}}, "model.seqLen must be between 1 and 10000000 tokens"),
+        ({"model": {"paramsBillions": 1e5}}, "model.paramsBillions must be above 0 and at most 20000"),
+        # issue 22: another scheduler's name was rewritten to ours without a word
+        (
+            {"template": {"spec": {"schedulerName": "default-scheduler", "containers": [{"name": "t", "image": "t"}]}}},
+            "template.spec.schedulerName must be paralleljob-scheduler (or unset): the operator binds every worker",
+        ),
     ],
 )
 def test_invalid_parallel_jobs_are_refused_by_the_api_server(pjs: Jobs, change: dict[str, Any], message: str) -> None:

@@ -81,6 +81,8 @@ def test_a_drained_gpu_repair_is_proposed_once_then_migrated_at_the_checkpoint(
         assert condition(after, "Reoptimizable")["reason"] in ("Migrated", "AtBestPlacement")
         assert_gang_on_record(pjs, "llama")
         assert_no_gpu_used_twice(pjs.kube)
+        # the Events of the repair and the move all land (they were starved by the loop before)
+        pjs.wait_events("llama", {"GPUFailure", "Rescheduled", "Repaired", "Reoptimizable", "Migrated"})
         reasons = [e.reason for e in pjs.events("llama") for _ in range(e.count or 1)]
         assert reasons.count("Reoptimizable") == 1, reasons
         assert reasons.count("Migrated") == 1, reasons

@@ -2,11 +2,13 @@
 
 A node's GPU count comes from ``status.allocatable["nvidia.com/gpu"]`` (a Kubernetes quantity), capped at
 GPU Feature Discovery's ``nvidia.com/gpu.count`` and at the configured maximum per node, since a device plugin
-that reports 999 GPUs must not get 999 GPUs of work; memory and product from GFD labels; its domain at each
-topology level from the configured label keys. Whether it takes new work at all (Ready, not cordoned, no
-NoExecute taint) and whether work on it survives (Ready, no NoExecute) are separate answers; NoSchedule taints
-are kept for each job's tolerations to answer (``eligibility.py``). A malformed label or value never fails the
-parse: it is ignored and reported in ``warnings``, which the operator turns into a MalformedLabel event.
+that reports 999 GPUs must not get 999 GPUs of work (and an allocatable below the label's count is used as
+it is, with a warning: the device plugin offers fewer GPUs than the node has); memory and product from GFD
+labels; its domain at each topology level from the configured label keys. Whether it takes new work at all
+(Ready, not cordoned, no NoExecute taint) and whether work on it survives (Ready, no NoExecute) are separate
+answers; NoSchedule taints are kept for each job's tolerations to answer (``eligibility.py``). A malformed
+label or value never fails the parse: it is ignored and reported in ``warnings``, which the operator turns
+into a MalformedLabel event.
 """
 
 from __future__ import annotations
@@ -127,8 +129,10 @@ def _gpu_count(
     """Allocatable GPUs, capped at what GFD counted and at the configured maximum, with a warning for each cap."""
     warnings: list[str] = []
     count = 0
+    offered = False  # allocatable is there and readable (a malformed one has its own warning)
     if allocatable is not None:
         parsed = parse_count(allocatable)
+        offered = parsed is not None
         if parsed is None:
             warnings.append(f"ignored malformed allocatable {GPU_RESOURCE}={allocatable!r}: not a whole number")
         else:
@@ -143,6 +147,13 @@ def _gpu_count(
                 f" node {name} is used with {label_count} GPUs"
             )
             count = label_count
+        elif offered and count < label_count:
+            # The other way round is as worth a word: GFD counted GPUs the device plugin does not offer (not
+            # running, not ready, or GPUs it took out as unhealthy), so the node takes less work than it looks.
+            warnings.append(
+                f"allocatable {GPU_RESOURCE}={allocatable} is less than {GPU_COUNT_LABEL}={label_count};"
+                f" node {name} is used with {count} GPUs (is the NVIDIA device plugin running and healthy there?)"
+            )
     if count > config.max_gpus_per_node:
         warnings.append(
             f"allocatable {GPU_RESOURCE}={allocatable} is more than the configured maximum of"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.core.job import JobSpec, ModelShape
+from paralleljob.core.job import MAX_HIDDEN_DIM, MAX_PARAMS_BILLIONS, MAX_SEQ_LEN, JobSpec, ModelShape
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder
 from paralleljob.core.recovery import RecoveryStrategy
@@ -111,6 +111,32 @@ def _num(data: Mapping[str, Any], key: str, default: float | None) -> float | No
     return float(value)
 
 
+# The CRD's CEL messages for the model's bounds, word for word (a test compares them with crds/), so that an
+# operator running against an older CRD refuses the same values with the same words.
+MODEL_BOUNDS: dict[str, tuple[float, str]] = {
+    "hiddenDim": (
+        MAX_HIDDEN_DIM,
+        f"model.hiddenDim must be between 1 and {MAX_HIDDEN_DIM} (the widest published models use 16384-25600)",
+    ),
+    "seqLen": (
+        MAX_SEQ_LEN,
+        f"model.seqLen must be between 1 and {MAX_SEQ_LEN} tokens (the longest published contexts are 1-10 million)",
+    ),
+    "paramsBillions": (
+        MAX_PARAMS_BILLIONS,
+        f"model.paramsBillions must be above 0 and at most {MAX_PARAMS_BILLIONS:g} (20 trillion parameters;"
+        " the largest published models have about 2 trillion)",
+    ),
+}
+
+
+def _check_model_bounds(model: Mapping[str, Any]) -> None:
+    for key, (limit, message) in MODEL_BOUNDS.items():
+        value = model.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and not 0 < value <= limit:
+            raise InvalidRequest(message)
+
+
 def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     """The job request in ``spec``; :class:`InvalidRequest` naming the field to fix."""
     if not isinstance(spec, Mapping):
@@ -121,6 +147,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     model_data = spec.get("model") or {}
     if not isinstance(model_data, Mapping):
         raise InvalidRequest("spec.model must be an object")
+    _check_model_bounds(model_data)
     model = ModelShape(
         hidden_dim=_int(model_data, "hiddenDim", 4096) or 0,
         seq_len=_int(model_data, "seqLen", 2048) or 0,

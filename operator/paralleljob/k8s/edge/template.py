@@ -6,8 +6,10 @@ tolerations, and the pod's effective requests by Kubernetes' rule — the sum ov
 ``overhead`` — with a request defaulting to its limit as the API server does.
 
 Owned by the operator (refused with a reason, never rewritten silently): ``nodeName`` (the operator binds),
-a ``restartPolicy`` other than ``Never`` (a crashed rank is the operator's to restart, with its gang), and the
-GPUs: only the first container gets ``nvidia.com/gpu``, exactly ``parallelism.tensor`` of them.
+a ``schedulerName`` other than ours (no other scheduler places these pods), a ``restartPolicy`` other than
+``Never`` (a crashed rank is the operator's to restart, with its gang), and the GPUs: only the first
+container gets ``nvidia.com/gpu``, exactly ``parallelism.tensor`` of them. The CRD's CEL rules refuse the
+same with the same words; these checks hold when the installed CRD is older than the operator.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.k8s.edge.constants import GPU_RESOURCE
+from paralleljob.k8s.edge.constants import GPU_RESOURCE, SCHEDULER_NAME
 from paralleljob.k8s.edge.matching import Requirement, Term, Toleration, requirement_error
 from paralleljob.k8s.edge.quantity import format_amount, parse_count, parse_resources
 
@@ -169,6 +171,12 @@ def check_owned_fields(spec: Mapping[str, Any], tp: int) -> None:
         raise InvalidTemplate(
             f"{WHERE}.nodeName is set: the operator binds every worker to the GPUs it places it on;"
             " remove nodeName (use nodeSelector or node affinity to choose nodes)"
+        )
+    scheduler = spec.get("schedulerName")
+    if scheduler not in (None, "", SCHEDULER_NAME):
+        raise InvalidTemplate(
+            f"{WHERE}.schedulerName must be {SCHEDULER_NAME} (or unset), got {scheduler!r}: the operator binds"
+            " every worker itself, so no other scheduler would place these pods"
         )
     policy = spec.get("restartPolicy")
     if policy not in (None, "", "Never"):

@@ -88,6 +88,9 @@ class JobActions:
 @dataclass
 class Plan:
     jobs: list[JobActions] = field(default_factory=list)
+    # Jobs left alone this pass because their previous decisions are still being carried out, as observed
+    # (nothing to execute). They still exist: the gauges and queue statuses count them (``seen``).
+    busy: list[JobActions] = field(default_factory=list)
     orphans: list[PodDelete] = field(default_factory=list)  # workers whose ParallelJob is gone
     scheduling_seconds: list[float] = field(default_factory=list)
     queue_lengths: dict[str, int] = field(default_factory=dict)
@@ -99,3 +102,7 @@ class Plan:
     backoff: Backoff = field(default_factory=Backoff)  # the waits the next pass starts from
     node_events: list[NodeEvent] = field(default_factory=list)  # Warning events to post on nodes
     node_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # what has been reported, by node
+
+    def seen(self) -> list[JobActions]:
+        """Every job of this pass, decided or busy: what a count of jobs by phase or queue must cover."""
+        return [*self.jobs, *self.busy]

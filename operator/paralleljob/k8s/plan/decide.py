@@ -196,6 +196,8 @@ def decide(
     order = sorted(observed.jobs, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
     for job in order:
         if job.key in observed.busy:
+            # counted at its last written phase (gauges, queue status), whatever is decided below
+            plan.busy.append(JobActions(job, StatusDraft(job.status, job.phase, job.generation)))
             if job.request is not None and (observed.busy[job.key] is not None or job.phase in ACTIVE):
                 in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
                 held.append((job, job.request, False))
@@ -257,13 +259,13 @@ def decide(
         deadlines.append(backoff_ends)
     if deadlines:
         plan.wake_after = max(0.0, min(deadlines) - now_s)
-    for actions in plan.jobs:
+    for actions in plan.seen():
         if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
             queue = actions.job.request.queue
             plan.queue_lengths[queue] = plan.queue_lengths.get(queue, 0) + 1
     plan.queue_statuses = {
         name: status
-        for name, status in queue_statuses(plan.jobs, observed.queues, view).items()
+        for name, status in queue_statuses(plan.seen(), observed.queues, view).items()
         if name in observed.queues and dict(observed.queues[name].status) != status
     }
     return plan, view
@@ -276,6 +278,11 @@ def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
     if job.request is not None:
         spec = job.request.spec
         draft.set(shape=f"{spec.tp}x{spec.pp}x{spec.dp}", gpus=spec.num_gpus)
+        accepted = next((c for c in job.status.get("conditions") or [] if c.get("type") == "Accepted"), None)
+        if accepted and accepted.get("status") == "True" and "waits for room" in str(accepted.get("message")):
+            # accepted by an older operator, whose Accepted condition said "waits for room" for the job's life
+            message = f"{spec.describe()} accepted into queue {job.request.queue}"
+            draft.condition("Accepted", "True", "Valid", message, now)
     draft.data.setdefault("restarts", 0)
 
 
@@ -332,6 +339,10 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         return None
     if draft.phase is Phase.PENDING:
         draft.apply(Event.ACCEPTED, "Queued", f"{request.spec.describe()} waits for room in queue {request.queue}", now)
+        # The Accepted condition outlives the wait (it stays True while the job runs): it says what was
+        # accepted, not "waits for room", which a Running job would otherwise show for good.
+        accepted = f"{request.spec.describe()} accepted into queue {request.queue}"
+        draft.condition("Accepted", "True", "Valid", accepted, now)
         draft.set(queuedAt=now)
         actions.note("Normal", "Accepted", f"{request.spec.describe()} accepted")
     if draft.phase is Phase.PREEMPTED:

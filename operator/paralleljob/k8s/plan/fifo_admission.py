@@ -145,7 +145,13 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
             return True
     missing = unknown_queue(request, ctx.queues)
     if missing:
+        placed = [c for c in job.status.get("conditions") or [] if c.get("type") == "Placed"]
+        if not placed or placed[0].get("reason") != WaitReason.QUEUE_NOT_FOUND:
+            # once when the job starts waiting for the queue, not on every pass while it waits
+            actions.note("Warning", WaitReason.QUEUE_NOT_FOUND, missing)
         actions.draft.condition("Placed", "False", WaitReason.QUEUE_NOT_FOUND, missing, now)
+        # status.message said "waits for room in queue X" since acceptance: there is no such queue to wait in
+        actions.draft.set(reason=WaitReason.QUEUE_NOT_FOUND.value, message=missing)
         return True
     return False
 

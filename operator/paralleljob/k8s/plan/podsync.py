@@ -32,6 +32,19 @@ def matches(pod: PodInfo, slot: PodSlot, job_uid: str) -> bool:
     )
 
 
+def mismatch(pod: PodInfo, slot: PodSlot, job_uid: str) -> str:
+    """Why a pod of the slot's name is stale, in the words a person reading the log needs."""
+    if pod.owner_uid != job_uid:
+        return "left by an earlier ParallelJob of the same name"
+    where = pod.node if pod.bound else pod.target_node
+    if where == slot.node and pod.gpu_indices == slot.gpu_indices:
+        return f"incarnation {pod.incarnation}, the record wants {slot.incarnation}: its gang restarts"
+    return (
+        f"on {where or '(no node)'} {list(pod.gpu_indices or ())}, the record places it on"
+        f" {slot.node} {list(slot.gpu_indices)}"
+    )
+
+
 def must_force(pod: PodInfo, nodes: Mapping[str, NodeInfo]) -> bool:
     """Graceful deletion needs a kubelet to confirm it; on a missing or down node nobody will."""
     if not pod.bound:
@@ -93,8 +106,7 @@ def sync_pods(
                 delete(actions, pod, nodes, "stuck terminating on a node that is down")
             continue  # wait until it is gone; its name is needed
         if pod is not None and not matches(pod, slot, job.uid):
-            where = f"{slot.node} {list(slot.gpu_indices)}"
-            delete(actions, pod, nodes, f"placed differently from the record (now {where})")
+            delete(actions, pod, nodes, mismatch(pod, slot, job.uid))
             if must_force(pod, nodes):
                 # a forced delete removes it at once: the replacement can follow in the same pass
                 actions.creates.append(_create(job, request, record, slot, boundary, nodes))

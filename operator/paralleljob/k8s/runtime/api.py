@@ -26,7 +26,7 @@ from kubernetes_asyncio import client
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from paralleljob.k8s.edge.manifests import binding
-from paralleljob.shellkit.kubeconfig import load_configuration
+from paralleljob.shellkit.kubeconfig import load_configuration, unreachable
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -41,13 +41,14 @@ class Answer(enum.Enum):
     GONE = "gone"  # 404: the object is not there (deleted meanwhile)
     CONFLICT = "conflict"  # 409: exists already, changed meanwhile, or a precondition (UID) failed
     TRANSIENT = "transient"  # 0 (no answer), 429, 5xx: try again later
-    INVALID = "invalid"  # 400, 422: the object itself is wrong; trying again cannot help
+    INVALID = "invalid"  # 400, 422, a Pod Security 403: the object itself is refused; trying again cannot help
     REFUSED = "refused"  # anything else (403 forbidden, 405, ...)
 
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, reason: str = "", retry_after: float | None = None) -> None:
-        super().__init__(f"HTTP {status}: {message}")
+        # status 0: no HTTP answer at all; "HTTP 0" would only hide the message that says why
+        super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status = status
         self.message = message
         self.reason = reason
@@ -65,8 +66,8 @@ class ApiError(Exception):
             return Answer.CONFLICT
         if self.retryable:
             return Answer.TRANSIENT
-        if self.status in (400, 422):
-            return Answer.INVALID
+        if self.status in (400, 422) or (self.status == 403 and "violates PodSecurity" in self.message):
+            return Answer.INVALID  # the object is wrong, or above its namespace's Pod Security level
         return Answer.REFUSED
 
 
@@ -201,7 +202,7 @@ class Kube:
                 retry_after = _seconds(response.headers.get("Retry-After"))
                 response.release()
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise ApiError(0, f"{method} {path}: {exc!r}") from exc
+                raise ApiError(0, f"{method} {path}: {unreachable(self.host, exc)}") from exc
         return _decode(status, data, method, path, retry_after)
 
     # ---- the calls the operator makes ---------------------------------------------------------------
@@ -254,7 +255,7 @@ class Kube:
                 self.host + path, params=params, headers=headers, timeout=timeout
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ApiError(0, f"watch {path}: {exc!r}") from exc
+            raise ApiError(0, f"watch {path}: {unreachable(self.host, exc)}") from exc
         try:
             if response.status != 200:
                 _decode(response.status, await response.read(), "GET", path)

@@ -133,9 +133,14 @@ def _operator(args: argparse.Namespace) -> int:
         runner: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
     except ImportError:
         runner = asyncio.run
+    from kubernetes_asyncio.config import ConfigException
+
     try:
         runner(run_operator(config, args.kubeconfig))
     except OperatorFailed as exc:
         print(f"paralleljob operator stopped: {exc}", file=sys.stderr)
+        return 1
+    except ConfigException as exc:  # no kubeconfig and not in a pod: the message says how to name one
+        print(f"paralleljob operator: {exc}", file=sys.stderr)
         return 1
     return 0

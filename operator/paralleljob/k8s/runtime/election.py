@@ -41,6 +41,7 @@ class LeaderElection:
         renew_deadline_s: float | None = None,
         retry_s: float | None = None,
         clock: Callable[[], float] | None = None,
+        observe: Callable[[str, float], None] | None = None,
     ) -> None:
         self.kube = kube
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
@@ -56,6 +57,9 @@ class LeaderElection:
                 f" < lease duration ({self.duration})"
             )
         self.clock = clock or (lambda: asyncio.get_running_loop().time())
+        # Told of every attempt of the leader to renew: (renewed | conflict | failed | timeout, seconds taken).
+        self.observe = observe or (lambda outcome, seconds: None)
+        self._last_trouble = ""  # why the latest renewal failed, for the step-down message
         self.leader = asyncio.Event()
         self.lost = asyncio.Event()
         self._renewed_at: float | None = None  # our last successful write, by our clock
@@ -75,9 +79,10 @@ class LeaderElection:
         while True:
             if self.leader.is_set() and not self.leading():
                 log.error(
-                    "leader lease not renewed for %.1f s (deadline %.1f s); stepping down",
+                    "leader lease not renewed for %.1f s (deadline %.1f s)%s; stepping down",
                     self.clock() - (self._renewed_at or 0.0),
                     self.renew_deadline,
+                    f": the API server did not renew it in time ({self._last_trouble})" if self._last_trouble else "",
                 )
                 self.leader.clear()
                 self.lost.set()
@@ -85,13 +90,30 @@ class LeaderElection:
             timeout = self.retry
             if self.leader.is_set() and self._renewed_at is not None:
                 timeout = max(0.05, min(self.retry, self.renew_deadline - (self.clock() - self._renewed_at)))
+            leading = self.leader.is_set()
+            started = self.clock()
             try:
                 async with asyncio.timeout(timeout):  # not wait_for: see Reconciler.run (gh-86296)
                     held = await self._try_once()
+                outcome = "renewed" if held else "conflict"
             except (ApiError, TimeoutError) as exc:
-                log.warning("leader election: %s", str(exc) or f"the attempt timed out after {timeout:.2f} s")
-                held = False
+                why = str(exc) or f"the attempt timed out after {timeout:.2f} s"
+                log.warning("leader election: %s", why)
+                held, outcome = False, "timeout" if isinstance(exc, TimeoutError) else "failed"
+                self._last_trouble = why
+            took = self.clock() - started
+            if leading:
+                self.observe(outcome, took)
+                if held and took > self.retry:
+                    log.warning(
+                        "renewing the leader lease took %.2f s (more than the %.2f s between renewals): the API"
+                        " server is slow; the lease is lost if this reaches %.1f s",
+                        took,
+                        self.retry,
+                        self.renew_deadline,
+                    )
             if held:
+                self._last_trouble = ""
                 self._renewed_at = self.clock()
                 if not self.leader.is_set():
                     log.info("became leader as %s", self.identity)

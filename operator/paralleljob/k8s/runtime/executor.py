@@ -210,6 +210,8 @@ class Executor:
             if exc.answer is Answer.TRANSIENT:
                 outcome.hold[job.key] = f"creating pod {meta['name']} failed: {exc.message}"
             elif exc.answer is Answer.INVALID:
+                # The template itself is refused: invalid, or above the namespace's Pod Security level (a 403
+                # that no retry or rollback can mend, unlike an RBAC 403), so the job fails with the reason.
                 outcome.invalid[job.key] = exc.message
             else:
                 outcome.failures[job.key] = f"the API refused pod {meta['name']}: {exc.message}"

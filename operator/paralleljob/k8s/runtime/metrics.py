@@ -74,6 +74,18 @@ class Metrics:
         self.migrations = Counter(
             "paralleljob_migrations_total", "Jobs moved to a cheaper placement at a checkpoint boundary", registry=r
         )
+        self.lease_renewals = Counter(
+            "paralleljob_lease_renewals_total",
+            "The leader's attempts to renew its Lease, by outcome (renewed, conflict, failed, timeout)",
+            ["outcome"],
+            registry=r,
+        )
+        self.lease_renew = Histogram(
+            "paralleljob_lease_renew_seconds",
+            "How long the leader's Lease renewals take (the API server's answer, on the election's own thread)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+            registry=r,
+        )
         self.oversubscribed_nodes = Gauge(
             "paralleljob_oversubscribed_nodes",
             "Nodes whose pods hold more GPUs than the node has free (pods the operator did not place)",
@@ -116,6 +128,11 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def observe_renewal(self, outcome: str, seconds: float) -> None:
+        """Called from the election's thread (prometheus_client's metrics are thread-safe)."""
+        self.lease_renewals.labels(outcome=outcome).inc()
+        self.lease_renew.observe(seconds)
 
 
 async def serve(metrics: Metrics, host: str, port: int, health: Callable[[], tuple[bool, str]]) -> web.AppRunner:

@@ -299,7 +299,8 @@ class Reconciler:
         self._collect_claims()
         self.passes += 1
         self.metrics.passes.inc()
-        self.metrics.update(gauges(view, plan.jobs, observed.queues, plan.fairness))
+        # plan.seen(), not plan.jobs: a job whose chain is in flight is left out of the decisions, not the counts
+        self.metrics.update(gauges(view, plan.seen(), observed.queues, plan.fairness))
         self._queue_status(plan)
         # after the gauges and queue statuses: they are part of what every pass costs
         self.metrics.pass_duration.observe(time.monotonic() - started)

@@ -23,8 +23,8 @@ from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH
 from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
 from paralleljob.k8s.runtime.api import Kube
-from paralleljob.k8s.runtime.election import LeaderElection
 from paralleljob.k8s.runtime.health import Health
+from paralleljob.k8s.runtime.leaderthread import ElectionThread
 from paralleljob.k8s.runtime.metrics import Metrics, serve
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from paralleljob.k8s.runtime.reflector import Reflector
@@ -50,9 +50,20 @@ async def run_operator(
     kube = await Kube.connect(kubeconfig, config.write_concurrency)
     loop = asyncio.get_running_loop()
     metrics = Metrics()
-    election = LeaderElection(
-        kube, config.lease_namespace, config.lease_name, config.identity, config.lease_duration_seconds
+    # The election runs on a thread of its own with its own client: a busy main loop cannot starve it.
+    election = ElectionThread(
+        lambda: Kube.connect(kubeconfig, 4),
+        config.lease_namespace,
+        config.lease_name,
+        config.identity,
+        config.lease_duration_seconds,
+        observe=metrics.observe_renewal,
     )
+    try:
+        await election.start()
+    except BaseException:
+        await kube.close()
+        raise
     health = Health(
         max_pass_age_s=3 * config.resync_seconds + 10, max_watch_down_s=MAX_WATCH_DOWN_S, started_at=loop.time()
     )
@@ -60,9 +71,14 @@ async def run_operator(
         web = await serve(
             metrics, config.metrics_host, config.metrics_port, lambda: health.verdict(loop.time(), election.leading())
         )
-    except OSError:
+    except OSError as exc:
+        # A busy port is a setting to change, not a crash: one line naming the port and the flag (as the agent)
+        election.stop()
         await kube.close()
-        raise
+        raise OperatorFailed(
+            f"cannot serve /metrics and /healthz on {config.metrics_host}:{config.metrics_port}"
+            f" ({exc.strerror or exc}): choose another port with --metrics-port or PARALLELJOB_METRICS_PORT"
+        ) from exc
     log.info("metrics on http://%s:%d/metrics; identity %s", config.metrics_host, config.metrics_port, config.identity)
     reconciler = Reconciler(kube, config, metrics)
     reconciler.on_pass = lambda: health.passed(loop.time())

@@ -83,7 +83,11 @@ def parse_rate(text: str, stats: FailureStats | None) -> float:
         return 0.0
     if key in NAMED_RATES:
         if stats is None or key not in stats.rates:
-            raise ValueError(f"failure rate {text!r} needs failure_stats.csv with that row")
+            where = "" if stats is None else " (the file given has no such row)"
+            raise ValueError(
+                f"failure rate {text!r} is read from failure_stats.csv{where}: pass --failure-stats PATH"
+                " (without it the file is looked for next to --trace), or give a number per 1000 node-days"
+            )
         return stats.rates[key]
     try:
         rate = float(key)

@@ -7,6 +7,7 @@ works without a display and never touches a GUI toolkit.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -87,17 +88,34 @@ def _jct_cdf(results: Mapping[str, SimResult], path: Path) -> None:
     _finish(fig, ax, "JCT CDF", path)
 
 
-def _over_time(results: Mapping[str, SimResult], field: str, ylabel: str, path: Path) -> None:
+def percent_axis_top(peak_pct: float) -> float:
+    """The top of a 0..top percent axis that shows a curve peaking at ``peak_pct``: 100 once the curve
+    reaches half of it, else the next 1-2-5 step above the peak plus a sixth. A fixed 0-100 axis drew a
+    replay peaking at 0.9% (the Alibaba trace on its own 6,212 GPUs) as a flat line on the floor."""
+    if peak_pct >= 50.0:
+        return 100.0
+    want = max(peak_pct * 1.15, 0.1)
+    step = 10.0 ** math.floor(math.log10(want))
+    return next(m * step for m in (1.0, 2.0, 5.0, 10.0) if m * step >= want)
+
+
+def _over_time(results: Mapping[str, SimResult], field: str, ylabel: str, path: Path) -> float:
+    """Plot ``field`` (a share of all GPUs) in percent over time; returns the y axis' top."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    peak = 0.0
     for (name, result), (style, lw) in zip(results.items(), itertools.cycle(STYLES), strict=False):
         series = result.series
-        values = getattr(series, field)
-        ax.plot([t / SECONDS_PER_DAY for t in series.time_s], [100.0 * v for v in values], label=name, ls=style, lw=lw)
+        values = [100.0 * v for v in getattr(series, field)]
+        peak = max([peak, *values])
+        ax.plot([t / SECONDS_PER_DAY for t in series.time_s], values, label=name, ls=style, lw=lw)
+    top = percent_axis_top(peak)
     ax.set_xlabel("simulated time (days)")
     ax.set_ylabel(ylabel)
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, top)
     ax.grid(True, alpha=0.3)
-    _finish(fig, ax, ylabel, path)
+    # the axis no longer always ends at 100: say so where a reader looks first
+    _finish(fig, ax, ylabel if top == 100.0 else f"{ylabel}; axis to {top:g}%, peak {peak:.2g}%", path)
+    return top
 
 
 def _finish(fig: Figure, ax: Axes, title: str, path: Path) -> None:

@@ -102,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_duration_hours=args.max_duration_hours,
         seed=args.seed,
     )
+    # as `simulate --out` does: the docs' `--out sim-out/synth-100k.csv` must work on a fresh checkout
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     write_generic(args.out, trace)
     gpu_hours = math.fsum(j.duration_s * j.num_gpus for j in trace) / 3600.0
     print(f"wrote {len(trace)} jobs ({gpu_hours:,.0f} GPU-hours) to {args.out}", file=sys.stderr)

@@ -1,0 +1,59 @@
+"""The leader election on its own thread: a main loop blocked far past the renew deadline (a burst of job
+creations, a long pass) no longer makes the leader step down, and a clean stop releases the lease."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from paralleljob.k8s.runtime.api import Kube
+from paralleljob.k8s.runtime.leaderthread import ElectionThread
+from tests.k8s.fakekube import FakeApi
+
+DURATION = 1.5  # renew deadline 1.0 s, a renewal every 0.2 s
+
+
+def test_a_blocked_main_loop_does_not_starve_the_lease() -> None:
+    renewals: list[tuple[str, float]] = []
+
+    async def scenario() -> tuple[bool, bool, str | None]:
+        api = FakeApi()
+
+        async def connect() -> Kube:
+            return api.client("a")
+
+        election = ElectionThread(connect, "ns", "lease", "a", DURATION, observe=lambda o, s: renewals.append((o, s)))
+        await election.start()
+        await asyncio.wait_for(election.leader.wait(), 5)
+        time.sleep(3 * DURATION)  # the main loop does not run at all for three lease durations
+        leading = election.leading()
+        lost = election.lost.is_set()
+        await election.release()
+        lease = api.get("/apis/coordination.k8s.io/v1/namespaces/ns/leases/lease")
+        holder = None if lease is None else lease["spec"].get("holderIdentity")
+        return leading, lost, holder
+
+    leading, lost, holder = asyncio.run(scenario())
+    assert leading and not lost, "the election's thread renewed the lease while the main loop was blocked"
+    assert sum(outcome == "renewed" for outcome, _ in renewals) >= 10
+    assert holder is None, "a clean stop gives the lease up"
+
+
+def test_stepping_down_is_seen_by_the_main_loop() -> None:
+    async def scenario() -> bool:
+        api = FakeApi()
+
+        async def connect() -> Kube:
+            return api.client("a")
+
+        election = ElectionThread(connect, "ns", "lease", "a", DURATION)
+        await election.start()
+        await asyncio.wait_for(election.leader.wait(), 5)
+        api.hanging.add("a")  # the API server stops answering this replica (a partition)
+        await asyncio.wait_for(election.lost.wait(), 5)
+        leading = election.leading()
+        api.hanging.discard("a")
+        election.stop()
+        return leading
+
+    assert asyncio.run(scenario()) is False
