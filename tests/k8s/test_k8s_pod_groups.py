@@ -394,7 +394,7 @@ def test_a_group_goes_through_its_queues_limit_like_any_job() -> None:
     status = fc.job("ns/llm")["status"]
     assert status["phase"] == "Queued" and not fc.binds
     placed = next(c for c in status["conditions"] if c["type"] == "Placed")
-    assert placed["reason"] == "QueueFull" and "of its 8 GPUs" in placed["message"], placed
+    assert placed["reason"] == "QueueFull" and "above its maximum of 8" in placed["message"], placed
 
 
 def test_a_repair_says_what_really_happens_and_names_the_old_pod_that_must_go() -> None:

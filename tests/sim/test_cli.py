@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from paralleljob.cli import main
-from paralleljob.sim.progress import ProgressBar
+from paralleljob.sim.report.progress import ProgressBar
 
 GOLDEN = Path(__file__).parent / "golden" / "alibaba_slice.json"
 
@@ -127,8 +127,8 @@ def test_over_time_plots_scale_their_axis_to_the_curve(tmp_path: Path) -> None:
     # was a flat line on the floor. The values were right (a share, times 100); the axis was not.
     from types import SimpleNamespace
 
-    from paralleljob.sim.metrics import Series
-    from paralleljob.sim.plots import _over_time, percent_axis_top
+    from paralleljob.sim.report.plots import _over_time, percent_axis_top
+    from paralleljob.sim.run.metrics import Series
 
     low = SimpleNamespace(series=Series(time_s=[0.0, 86_400.0, 172_800.0], allocation=[0.0016, 0.0093, 0.0]))
     assert _over_time({"ours": low}, "allocation", "GPUs allocated (%)", tmp_path / "a.png") == 2.0  # type: ignore[dict-item]

@@ -9,11 +9,12 @@ import pytest
 
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.topology import Topology
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.events import EventQueue, Kind, SimClock
-from paralleljob.sim.failures import Failure, Scope
-from paralleljob.sim.policies import RunningJob, WaitingJob
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.failures import Failure, Scope
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.run.events import EventQueue, Kind, SimClock
+from paralleljob.sim.run.policies import RunningJob, WaitingJob
+from paralleljob.sim.workload.trace import TraceJob
 
 
 def job(job_id: str, submit: float, duration: float, shape: tuple[int, int, int], tenant: str = "t") -> TraceJob:
@@ -119,6 +120,22 @@ def test_no_room_after_a_failure_requeues_until_repair() -> None:
     assert j.first_start == 0.0
 
 
+def test_a_job_requeued_after_a_failure_waits_at_the_back_of_a_strict_fifo_line() -> None:
+    # A holds both nodes; B waits behind it. Node 0 fails at t=100 for an hour: A has no room and is requeued.
+    # At its old place A would head the strict FIFO line without fitting, holding B back for the hour; at the
+    # back (core.repair.Requeue, as the operator writes queuedAt) B starts on node 1 right away.
+    failure = Failure(100.0, node=0, cause="NIC", scope=Scope.NODE, gpu_index=0, repair_s=3600.0)
+    simulation = run(
+        Topology.uniform(2),
+        [job("A", 0, 1000, (8, 1, 2)), job("B", 10, 500, (8, 1, 1))],
+        scripted_failures=(failure,),
+        queue="fifo",
+    )
+    assert simulation.tally.requeued == 1
+    assert simulation.jobs["B"].first_start == pytest.approx(100.0)
+    assert simulation.jobs["A"].finished is not None and simulation.jobs["A"].finished > 3700.0
+
+
 def test_software_failure_restarts_in_place() -> None:
     failure = Failure(40.0, node=0, cause="Software Bug", scope=Scope.SOFTWARE, gpu_index=0, repair_s=0.0)
     simulation = run(
@@ -183,7 +200,7 @@ def random_trace(seed: int, jobs: int, max_gpus: int = 24) -> list[TraceJob]:
 
 @pytest.mark.parametrize("policy", ["ours", "first-fit", "best-fit", "volcano"])
 def test_gpus_are_conserved_at_every_event_under_heavy_failures(policy: str) -> None:
-    from paralleljob.sim.failures import Cause
+    from paralleljob.sim.cluster.failures import Cause
 
     causes = (Cause("gpu", 3, Scope.GPU), Cause("node", 2, Scope.NODE), Cause("sw", 1, Scope.SOFTWARE))
     topology = Topology.uniform(6, levels=[("rack", 2, 100.0)])
@@ -201,7 +218,11 @@ def test_gpus_are_conserved_at_every_event_under_heavy_failures(policy: str) -> 
     assert simulation.tally.jobs_interrupted > 0
     assert simulation.tally.requeued > 0 and simulation.tally.on_broken_hardware > 0
     assert all(j.phase in (Phase.SUCCEEDED, Phase.FAILED) for j in simulation.jobs.values())
-    assert sum(1 for j in simulation.jobs.values() if j.finished is not None) == 150
+    # Every job either finished or was given up by the operator's failure policy (maxRestarts 3): none is lost.
+    finished = sum(1 for j in simulation.jobs.values() if j.finished is not None)
+    given_up = [j for j in simulation.jobs.values() if j.gave_up]
+    assert finished + len(given_up) == 150 and len(given_up) == simulation.tally.gave_up
+    assert all(j.phase is Phase.FAILED and j.restarts >= 3 for j in given_up)
 
 
 # ---- the core's queue policies through the seam ----------------------------------------------------------

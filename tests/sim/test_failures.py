@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from paralleljob.core.topology import Topology
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.failures import (
+from paralleljob.sim.cluster.failures import (
     Cause,
     FailureConfig,
     FailureProcess,
@@ -18,7 +17,9 @@ from paralleljob.sim.failures import (
     load_failure_stats,
     parse_rate,
 )
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.workload.trace import TraceJob
 
 DAY = 86_400.0
 

@@ -13,10 +13,12 @@ import pytest
 from paralleljob.cli import main
 from paralleljob.core.baselines import FirstFitPlacer
 from paralleljob.core.cluster import ClusterState
+from paralleljob.core.repair import FailurePolicy
 from paralleljob.core.topology import Topology
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.failures import Cause, Scope
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.failures import Cause, Scope
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.workload.trace import TraceJob
 
 
 def job(job_id: str, submit: float, duration: float, shape: tuple[int, int, int]) -> TraceJob:
@@ -86,8 +88,8 @@ def test_every_policy_sees_the_same_failures_over_the_same_horizon() -> None:
     for policy in ("ours", "first-fit"):
         simulation = run(
             Topology.uniform(2), trace, policy=policy, failure_rate=5_000.0, causes=causes, seed=4,
-            step_model="fraction", comm_fraction=0.5,
-        )  # fmt: skip
+            step_model="fraction", comm_fraction=0.5, failure_policy=FailurePolicy(max_restarts=1_000),
+        )  # fmt: skip  (both must run to the end, however often they restart)
         finish = max(j.finished or 0.0 for j in simulation.jobs.values())
         tallies[policy] = (simulation.tally.injected, simulation.failure_horizon, finish)
     assert tallies["ours"][:2] == tallies["first-fit"][:2]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from paralleljob.cli import main
-from paralleljob.sim.clusters import oversubscribed
-from paralleljob.sim.overlay import PUBLISHED_LAYOUTS, mixed_workload, overlay_3d, scaled
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.clusters import oversubscribed
+from paralleljob.sim.workload.overlay import PUBLISHED_LAYOUTS, mixed_workload, overlay_3d, scaled
+from paralleljob.sim.workload.trace import TraceJob
 
 
 def test_published_layouts_are_whole_and_scale_down_by_data_parallelism() -> None:
@@ -68,7 +68,7 @@ def test_mixed_workload_from_the_command_line(tmp_path: Path) -> None:
 
 
 def test_several_seeds_give_intervals_and_ratios(tmp_path: Path) -> None:
-    from paralleljob.sim.compare import mean_ci, t95
+    from paralleljob.sim.report.compare import mean_ci, t95
 
     assert mean_ci([1.0, 3.0]) == {"mean": 2.0, "ci95": pytest.approx(12.706), "n": 2}
     assert mean_ci([5.0]) == {"mean": 5.0, "ci95": None, "n": 1}
@@ -89,7 +89,7 @@ def test_several_seeds_give_intervals_and_ratios(tmp_path: Path) -> None:
 def test_synth_creates_the_folder_it_writes_into(tmp_path: Path) -> None:
     # Walking docs/simulator.md on a fresh checkout: `--out sim-out/synth-100k.csv` failed with a traceback
     # when sim-out/ did not exist yet.
-    from paralleljob.sim.synth import main as synth_main
+    from paralleljob.sim.workload.synth import main as synth_main
 
     pods = tmp_path / "pods.csv"
     header = (

@@ -13,10 +13,11 @@ from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
 from paralleljob.core.topology import Topology
-from paralleljob.sim.clusters import node_list_cluster
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.policies import FifoQueue, WaitingJob
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.clusters import node_list_cluster
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.run.policies import FifoQueue, WaitingJob
+from paralleljob.sim.workload.trace import TraceJob
 
 SEED = cost_model("seed")
 
@@ -101,7 +102,7 @@ def test_fifo_keeps_arrival_order_across_requeues() -> None:
 
 
 def test_volcano_takes_the_lowest_tier_then_the_fullest_node_pod_by_pod() -> None:
-    from paralleljob.sim.volcano import VolcanoTierPlacer
+    from paralleljob.sim.run.volcano import VolcanoTierPlacer
 
     # Two racks of two nodes. Rack 0 has node 0 with 6 GPUs taken; rack 1 is empty. A TP2 x DP2 job fits
     # rack 0 (the most utilised rack that holds it); its pods binpack: node 0's last two GPUs first.

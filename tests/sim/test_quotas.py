@@ -13,10 +13,11 @@ import pytest
 from paralleljob.cli import main
 from paralleljob.core.queueing import QueueSpec
 from paralleljob.core.topology import Topology
-from paralleljob.sim.alibaba import read_pods
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.quotas import parse_quotas, trace_quotas
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.workload.alibaba import read_pods
+from paralleljob.sim.workload.quotas import parse_quotas, trace_quotas
+from paralleljob.sim.workload.trace import TraceJob
 
 LONG, SHORT = 36_000.0, 3_600.0
 GRACE = 120.0  # the core QueuePolicy's default grace period before a preemption

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from paralleljob.sim.alibaba import read_pods
-from paralleljob.sim.clusters import oversubscribed, uniform_cluster
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.overlay import mixed_workload, overlay_3d
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.clusters import oversubscribed, uniform_cluster
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.workload.alibaba import read_pods
+from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d
+from paralleljob.sim.workload.trace import TraceJob
 
 TOPOLOGY = uniform_cluster(32, 8, oversubscribed("rack:8:50", 7.0), 600.0, 50.0 / 7)
 

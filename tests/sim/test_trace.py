@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from paralleljob.sim.alibaba import read_node_list, read_pods
-from paralleljob.sim.trace import TraceError, TraceJob, read_generic, shape_for
+from paralleljob.sim.workload.alibaba import read_node_list, read_pods
+from paralleljob.sim.workload.trace import TraceError, TraceJob, read_generic, shape_for
 
 
 @pytest.mark.parametrize(

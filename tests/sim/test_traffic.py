@@ -8,8 +8,9 @@ from paralleljob.core.cost import MegatronCostModel, SeedCostModel
 from paralleljob.core.job import JobSpec, ModelShape
 from paralleljob.core.topology import Topology
 from paralleljob.core.traffic import level_bytes_per_step
-from paralleljob.sim.engine import SimConfig, SimResult, Simulation
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import SimResult, Simulation
+from paralleljob.sim.workload.trace import TraceJob
 
 H100_BF16_ACHIEVED = 989e12 * 0.40
 

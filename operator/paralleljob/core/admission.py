@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.gates import WaitReason
 from paralleljob.core.job import JobSpec
 from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.core.preemption import PreemptionChoice, choose_victims
@@ -51,6 +52,7 @@ class Wait:
     queue: str
     reasons: tuple[str, ...]
     permanent: bool = False  # can never fit: the shell should fail the job
+    reason: WaitReason = WaitReason.UNSCHEDULABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +122,11 @@ def schedule(
         job_model = model(spec) if callable(model) else model
         refusal = book.quota_refusal(job.queue, spec)
         if refusal is not None:
-            decisions.append(Wait(spec.job_id, job.queue, (refusal,)))
+            decisions.append(Wait(spec.job_id, job.queue, (refusal,), reason=WaitReason.QUEUE_FULL))
             continue
         if head is not None and not policy.backfill:
-            decisions.append(Wait(spec.job_id, job.queue, (f"waits behind {head.pending.job.job_id} (no backfill)",)))
+            behind = (f"waits behind {head.pending.job.job_id} (no backfill)",)
+            decisions.append(Wait(spec.job_id, job.queue, behind, reason=WaitReason.WAITING))
             continue
         try:
             placement, why = _try_place(state, placer, job_model, job, head, now)
@@ -132,7 +135,8 @@ def schedule(
                 decisions.append(Wait(spec.job_id, job.queue, exc.reasons, permanent=True))
                 continue
             if head is None:
-                head = _block(state, placer, job_model, job, running, book, policy, now, exc, decisions)
+                head, blocked = _block(_Pass(state, placer, running, book, policy, now), job_model, job, exc)
+                decisions.extend(blocked)
             else:
                 decisions.append(Wait(spec.job_id, job.queue, exc.reasons))
             continue
@@ -181,23 +185,30 @@ def _try_place(
     return placement, (f"backfilled around the GPUs reserved for {head.pending.job.job_id}",)
 
 
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """What one scheduling pass decides against: the state, the placer, who runs, the queues' books, the
+    policy and the time (the containers are the pass's own, updated as it admits)."""
+
+    state: ClusterState
+    placer: PlacerLike
+    running: Sequence[RunningJob]
+    book: QueueBook
+    policy: QueuePolicy
+    now: float
+
+
 def _block(
-    state: ClusterState,
-    placer: PlacerLike,
-    model: CostModel,
-    job: PendingJob,
-    running: Sequence[RunningJob],
-    book: QueueBook,
-    policy: QueuePolicy,
-    now: float,
-    refusal: PlacementInfeasible,
-    decisions: list[Decision],
-) -> _Head:
-    """The first job that does not fit: reserve for it, and preempt for it when the policy allows."""
+    pass_: _Pass, model: CostModel, job: PendingJob, refusal: PlacementInfeasible
+) -> tuple[_Head, tuple[Decision, ...]]:
+    """The first job that does not fit: reserve for it, and preempt for it when the policy allows. Returns
+    the head and the decisions about it (a Preempt, if any, then its Reserve)."""
+    state, placer, running, policy, now = pass_.state, pass_.placer, pass_.running, pass_.policy, pass_.now
     spec = job.job
+    decisions: list[Decision] = []
     choice: PreemptionChoice | None = None
     if policy.preemption:
-        choice = choose_victims(state, placer, model, job, running, book, policy, now)
+        choice = choose_victims(state, placer, model, job, running, pass_.book, policy, now)
     if choice is not None:
         decisions.append(
             Preempt(choice.victims, spec.job_id, policy.grace_period_s, choice.lost_work_gpu_s, choice.reasons)
@@ -213,7 +224,7 @@ def _block(
             else "reserved: no known end time frees enough GPUs yet"
         )
     decisions.append(Reserve(spec.job_id, job.queue, shadow, (*refusal.reasons, why)))
-    return _Head(job, shadow, reserved)
+    return _Head(job, shadow, reserved), tuple(decisions)
 
 
 def _shadow(

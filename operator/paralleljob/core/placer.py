@@ -6,8 +6,9 @@ Steps, each cheap at 100k GPUs:
    still stands" when re-placing a job, each scored by the cost model at node level.
 3. A lower bound per DP level; a candidate that meets it is proven optimal. Otherwise, when the cluster's
    usable nodes are few, the exact search (``search``) settles it.
-4. Ties on cost go to the layout that keeps whole nodes free, fills partly used nodes, spans the smallest
-   domain and (when re-placing) moves the fewest ranks.
+4. Ties on cost (within ``COST_EPS``) go, in this order (``_score``), to the layout that moves the fewest
+   TP groups (when re-placing), breaks the fewest whole free nodes, leaves the fewest free GPUs on the nodes
+   it touches (fills partly used nodes), and spans the smallest domain.
 5. With a level below the node (PCIe roots), a new placement's groups stay under one root where that costs
    nothing at node level, and each group's GPUs are taken under one root where one has room (``rootfit``).
 """

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.errors import InvalidRequest
+from paralleljob.core.gates import quota_refusal
 from paralleljob.core.job import JobSpec
 
 
@@ -125,11 +126,7 @@ class QueueBook:
 
     def quota_refusal(self, queue: str, job: JobSpec) -> str | None:
         """Why admitting ``job`` would break its queue's maximum, or None."""
-        cap = self.spec(queue).max_gpus
-        used = self.used(queue).gpus
-        if cap is not None and used + job.num_gpus > cap:
-            return f"queue {queue!r} would use {used + job.num_gpus} GPUs, above its maximum of {cap}"
-        return None
+        return quota_refusal(queue, self.used(queue).gpus, job.num_gpus, self.spec(queue).max_gpus)
 
     def borrowed_gpus(self, queue: str) -> int:
         return max(0, self.used(queue).gpus - self.spec(queue).guaranteed_gpus)

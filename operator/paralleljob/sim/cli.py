@@ -12,25 +12,26 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from paralleljob.core.cost import COST_MODELS
 from paralleljob.core.queueing import QueueSpec
+from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, OnUnplaceable
 from paralleljob.core.topology import Topology
-from paralleljob.sim.alibaba import read_pods
-from paralleljob.sim.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
-from paralleljob.sim.compare import summarize
-from paralleljob.sim.core_queue import PRESETS as CORE_QUEUES
-from paralleljob.sim.engine import SimConfig, SimResult, Simulation
-from paralleljob.sim.failures import FailureStats, load_failure_stats, parse_rate
-from paralleljob.sim.overlay import mixed_workload, overlay_3d
-from paralleljob.sim.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
-from paralleljob.sim.progress import ProgressBar
-from paralleljob.sim.quotas import DEFAULT_BORROW, DEFAULT_FLOOR_GPUS, parse_quotas
-from paralleljob.sim.steptime import STEP_MODELS, StepTimeModel
-from paralleljob.sim.trace import (
-    PARAMS_BILLIONS_PER_SHARD,
+from paralleljob.sim.cluster.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
+from paralleljob.sim.cluster.failures import FailureStats, load_failure_stats, parse_rate
+from paralleljob.sim.report.compare import summarize
+from paralleljob.sim.report.progress import ProgressBar
+from paralleljob.sim.run.config import SimConfig, cli_options
+from paralleljob.sim.run.core_queue import PRESETS as CORE_QUEUES
+from paralleljob.sim.run.engine import SimResult, Simulation
+from paralleljob.sim.run.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
+from paralleljob.sim.run.steptime import StepTimeModel
+from paralleljob.sim.workload.alibaba import read_pods
+from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d
+from paralleljob.sim.workload.quotas import DEFAULT_BORROW, DEFAULT_FLOOR_GPUS, parse_quotas
+from paralleljob.sim.workload.trace import (
     TraceError,
     TraceJob,
     open_csv,
@@ -89,36 +90,27 @@ def register(subparsers: Any) -> None:
                    help="--quotas trace: a tenant's maximum = this x its guarantee (default 2; 1: no borrowing)")
     p.add_argument("--compare-quotas", action="store_true",
                    help="also run every policy without quotas on the (first) seed; the report puts them side by side")
-    p.add_argument("--cost-model", default="seed", choices=sorted(COST_MODELS))
-    p.add_argument(
-        "--step-model", default="flops", choices=list(STEP_MODELS),
-        help="flops: compute from FLOPs + the cost model's ms (default); fraction: a fixed share scaled by the cost",
-    )
-    p.add_argument("--gpu-tflops", type=float, default=989.0, help="peak dense TFLOPS per GPU (flops model)")
-    p.add_argument("--mfu", type=float, default=0.4, help="achieved share of that peak (flops model)")
-    p.add_argument("--comm-overlap", type=float, default=0.0, help="share of communication hidden by compute")
-    p.add_argument("--comm-fraction", type=float, default=0.1, help="fraction model: share of a step communicating")
-    p.add_argument(
-        "--params-per-shard", type=float, default=PARAMS_BILLIONS_PER_SHARD,
-        help="billions of parameters per TP x PP shard, for trace jobs that give only a GPU count",
-    )
     p.add_argument("--failures", default="none", help="per 1000 node-days, or rsc2 / llama3 / rsc1, or none")
     p.add_argument("--failure-stats", type=Path, help="failure_stats.csv (default: next to the trace)")
-    p.add_argument("--gpu-repair-hours", type=float, default=24.0)
-    p.add_argument("--node-repair-hours", type=float, default=6.0)
     p.add_argument("--checkpoint-interval", default="young-daly", help="seconds, or young-daly")
-    p.add_argument("--checkpoint-cost", type=float, default=120.0, help="seconds to write one checkpoint")
-    p.add_argument("--restart-overhead", type=float, default=60.0, help="seconds to restart after a failure")
-    p.add_argument("--memory-per-gpu", type=float, default=0.0, help="GB each trace job needs per GPU")
     p.add_argument("--days", type=float, help="simulate this many days (later jobs are not loaded)")
     p.add_argument("--max-jobs", type=int, help="only the first N jobs of the trace")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1,
                    help="replicate over seeds seed..seed+K-1; the report adds means, 95%% intervals and ratios")
-    p.add_argument("--samples", type=int, default=200, help="time-series samples over the run")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.add_argument("--check-invariants", action="store_true", help="check GPU conservation after every event")
+    for opt in cli_options():  # the simulation's own settings, declared once in run/config.py
+        if isinstance(opt.default, bool):
+            p.add_argument(opt.flag, dest=opt.name, action="store_true", help=opt.help)
+        else:
+            p.add_argument(opt.flag, dest=opt.name, type=type(opt.default), default=opt.default,
+                           choices=opt.choices or None, help=opt.help)  # fmt: skip
+    p.add_argument("--max-restarts", type=int, default=DEFAULT_FAILURE_POLICY.max_restarts,
+                   help="the operator's failurePolicy.maxRestarts for every job (default: the operator's)")
+    p.add_argument("--on-unplaceable", choices=[o.value for o in OnUnplaceable],
+                   default=DEFAULT_FAILURE_POLICY.on_unplaceable.value,
+                   help="the operator's failurePolicy.onUnplaceable: Requeue (back of the line) or Fail")
     p.set_defaults(handler=main)
 
 
@@ -174,28 +166,21 @@ def _config(
     quotas: tuple[QueueSpec, ...] = (),
 ) -> SimConfig:  # fmt: skip
     interval = None if args.checkpoint_interval == "young-daly" else float(args.checkpoint_interval)
+    if args.max_restarts < 0:
+        raise ValueError("--max-restarts must be >= 0")
+    failure_policy = replace(
+        DEFAULT_FAILURE_POLICY, max_restarts=args.max_restarts, on_unplaceable=OnUnplaceable(args.on_unplaceable)
+    )
     return SimConfig(
         policy=policy,
         queue=args.queue,
-        cost_model=args.cost_model,
-        step_model=args.step_model,
-        gpu_tflops=args.gpu_tflops,
-        mfu=args.mfu,
-        comm_overlap=args.comm_overlap,
-        comm_fraction=args.comm_fraction,
-        params_per_shard=args.params_per_shard,
+        **{opt.name: getattr(args, opt.name) for opt in cli_options()},
         failure_rate=rate,
         causes=stats.causes if stats and rate > 0 else (),
-        gpu_repair_hours=args.gpu_repair_hours,
-        node_repair_hours=args.node_repair_hours,
-        checkpoint_cost_s=args.checkpoint_cost,
         checkpoint_interval_s=interval,
-        restart_overhead_s=args.restart_overhead,
-        memory_per_gpu_gb=args.memory_per_gpu,
         horizon_s=args.days * DAY if args.days is not None else None,
-        samples=args.samples,
         seed=seed,
-        check_invariants=args.check_invariants,
+        failure_policy=failure_policy,
         quotas=quotas,
     )
 
@@ -287,20 +272,22 @@ def _run(args: argparse.Namespace) -> int:
             "params_per_shard": args.params_per_shard,
             "failure_rate_per_1000_node_days": rate,
             "checkpoint_interval": args.checkpoint_interval,
-            "checkpoint_cost_s": args.checkpoint_cost,
-            "restart_overhead_s": args.restart_overhead,
+            "checkpoint_cost_s": args.checkpoint_cost_s,
+            "restart_overhead_s": args.restart_overhead_s,
             "gpu_repair_hours": args.gpu_repair_hours,
             "node_repair_hours": args.node_repair_hours,
+            "max_restarts": args.max_restarts,
+            "on_unplaceable": args.on_unplaceable,
             "days": args.days,
             "oversubscription": args.oversubscription,
         },
     }
     plots = None
     if not args.no_plots:
-        from paralleljob.sim.plots import plot_all  # matplotlib only when plots are wanted
+        from paralleljob.sim.report.plots import plot_all  # matplotlib only when plots are wanted
 
         plots = plot_all(results, args.out, by_seed if len(seeds) > 1 else None)
-    from paralleljob.sim.report import write_outputs
+    from paralleljob.sim.report.report import write_outputs
 
     comparison = summarize({s: {p: r.metrics for p, r in runs.items()} for s, runs in by_seed.items()})
     if len(seeds) > 1:

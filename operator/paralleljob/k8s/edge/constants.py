@@ -67,3 +67,8 @@ PRIORITY_ANNOTATION = "paralleljob.dev/priority"
 NODE_RANK_ANNOTATION = "paralleljob.dev/node-rank"  # explicit node rank of a group's pod
 POD_GROUP_TIMEOUT_ANNOTATION = "paralleljob.dev/pod-group-timeout-seconds"
 COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"  # the Job controller's index
+
+
+def object_key(namespace: str, name: str) -> str:
+    """``namespace/name``: how the operator keys a namespaced object (a job, a pod group) everywhere."""
+    return f"{namespace}/{name}"

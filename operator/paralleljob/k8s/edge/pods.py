@@ -29,6 +29,7 @@ from paralleljob.k8s.edge.constants import (
     RANK_ORDER_ANNOTATION,
     SCHEDULER_NAME,
     TARGET_NODE_ANNOTATION,
+    object_key,
 )
 from paralleljob.k8s.edge.noderank import node_rank_of
 from paralleljob.k8s.edge.quantity import parse_count
@@ -78,7 +79,7 @@ class PodInfo:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return object_key(self.namespace, self.name)
 
     @property
     def bound(self) -> bool:

@@ -14,21 +14,12 @@ from paralleljob.core.job import MAX_HIDDEN_DIM, MAX_PARAMS_BILLIONS, MAX_SEQ_LE
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder
 from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
+from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, FailurePolicy, OnUnplaceable, ReoptimizePolicy
+from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, object_key
 from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status
 from paralleljob.k8s.edge.template import InvalidTemplate, PodConstraints, parse_constraints
 
 COST_MODELS = ("seed", "megatron")
-ON_UNPLACEABLE = ("Requeue", "Fail")
-REOPTIMIZE = ("Propose", "MigrateAtCheckpoint")
-
-
-@dataclass(frozen=True, slots=True)
-class FailurePolicy:
-    strategy: RecoveryStrategy = RecoveryStrategy.MINIMAL
-    max_restarts: int = 3
-    on_unplaceable: str = "Requeue"
-    reoptimize: str = "MigrateAtCheckpoint"  # or Propose: only report that moving back would pay off
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +68,21 @@ class JobObject:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return object_key(self.namespace, self.name)
 
     @property
     def restarts(self) -> int:
         value = self.status.get("restarts", 0)
         return value if isinstance(value, int) else 0
+
+    @property
+    def placement_epoch(self) -> int:
+        """``status.placementEpoch``: how many placements the job has had; without it, its record's, else 0.
+        The next placement (admission, repair, migration) is this plus one."""
+        value = self.status.get("placementEpoch")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        return self.record.epoch if self.record is not None else 0
 
     @property
     def queued_at(self) -> str:
@@ -169,21 +169,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     cost = str(spec.get("costModel", "seed"))
     if cost not in COST_MODELS:
         raise InvalidRequest(f"spec.costModel must be one of {', '.join(COST_MODELS)}, got {cost!r}")
-    policy_data = spec.get("failurePolicy") or {}
-    on_unplaceable = str(policy_data.get("onUnplaceable", "Requeue"))
-    if on_unplaceable not in ON_UNPLACEABLE:
-        raise InvalidRequest(f"spec.failurePolicy.onUnplaceable must be Requeue or Fail, got {on_unplaceable!r}")
-    max_restarts = _int(policy_data, "maxRestarts", 3)
-    if max_restarts is None or max_restarts < 0:
-        raise InvalidRequest("spec.failurePolicy.maxRestarts must be >= 0")
-    reoptimize = str(policy_data.get("reoptimize", "MigrateAtCheckpoint"))
-    if reoptimize not in REOPTIMIZE:
-        raise InvalidRequest(
-            f"spec.failurePolicy.reoptimize must be Propose or MigrateAtCheckpoint, got {reoptimize!r}"
-        )
-    policy = FailurePolicy(
-        RecoveryStrategy.parse(str(policy_data.get("strategy", "minimal"))), max_restarts, on_unplaceable, reoptimize
-    )
+    policy = _failure_policy(spec.get("failurePolicy") or {})
     ck = spec.get("checkpoint") or {}
     checkpoint = CheckpointSpec(
         _int(ck, "intervalSeconds", None), _num(ck, "costSeconds", None), _num(ck, "failuresPer1000NodeDays", None)
@@ -264,7 +250,7 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
     if not isinstance(status, Mapping):
         status = {}
     namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
-    key = f"{namespace}/{name}"
+    key = object_key(namespace, name)
     request: JobRequest | None = None
     invalid, invalid_reason = "", "InvalidSpec"
     try:
@@ -308,3 +294,21 @@ def _owners(refs: object) -> tuple[tuple[str, str, str], ...]:
         for ref in refs
         if isinstance(ref, Mapping)
     )
+
+
+def _failure_policy(data: Mapping[str, Any]) -> FailurePolicy:
+    """``spec.failurePolicy``; a field left out takes :class:`FailurePolicy`'s default (the only copy)."""
+    default = DEFAULT_FAILURE_POLICY
+    on_unplaceable = str(data.get("onUnplaceable", default.on_unplaceable))
+    if on_unplaceable not in set(OnUnplaceable):
+        raise InvalidRequest(f"spec.failurePolicy.onUnplaceable must be Requeue or Fail, got {on_unplaceable!r}")
+    max_restarts = _int(data, "maxRestarts", default.max_restarts)
+    if max_restarts is None or max_restarts < 0:
+        raise InvalidRequest("spec.failurePolicy.maxRestarts must be >= 0")
+    reoptimize = str(data.get("reoptimize", default.reoptimize))
+    if reoptimize not in set(ReoptimizePolicy):
+        raise InvalidRequest(
+            f"spec.failurePolicy.reoptimize must be Propose or MigrateAtCheckpoint, got {reoptimize!r}"
+        )
+    strategy = RecoveryStrategy.parse(str(data.get("strategy", default.strategy.value)))
+    return FailurePolicy(strategy, max_restarts, OnUnplaceable(on_unplaceable), ReoptimizePolicy(reoptimize))

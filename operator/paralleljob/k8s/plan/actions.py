@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import DeviceClaim
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.backoff import Backoff
@@ -72,7 +73,7 @@ class JobActions:
     recovery_started: bool = False
     recovery_done: bool = False
     gang_bound: bool = False
-    failure_action: str = ""
+    failure_action: FailureAction | None = None
     migrated: bool = False
     wake_at: float | None = None  # epoch seconds: decide again then even if nothing changes (a group's timeout)
 

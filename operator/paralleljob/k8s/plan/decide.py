@@ -17,6 +17,7 @@ from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.queueing import QueuePolicy, RunningJob
 from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
@@ -130,7 +131,7 @@ def decide(
     for pod in observed.pods:
         if pod.job is None:
             continue
-        key = f"{pod.namespace}/{pod.job}"
+        key = object_key(pod.namespace, pod.job)
         if key in jobs:
             pods_by_job.setdefault(key, []).append(pod)
         elif observed.namespaces and pod.namespace not in observed.namespaces:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.eligibility import NodeFilter
 from paralleljob.core.job import JobSpec
+from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.matching import Toleration, affinity_matches, selector_matches, untolerated
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
@@ -82,9 +83,9 @@ class Eligibility:
         for pod in pods:
             if not pod.requests or not pod.bound or pod.terminal:
                 continue
-            if pod.job is not None and f"{pod.namespace}/{pod.job}" in claimed:
+            if pod.job is not None and object_key(pod.namespace, pod.job) in claimed:
                 continue  # counted from its job's recorded placement instead
-            if pod.group is not None and f"{pod.namespace}/{pod.group}" in claimed:
+            if pod.group is not None and object_key(pod.namespace, pod.group) in claimed:
                 continue  # likewise for a pod group's pod (its adopting job's placement)
             n = view.node_index.get(pod.node)
             if n is not None:

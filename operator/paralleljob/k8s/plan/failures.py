@@ -1,10 +1,9 @@
-"""The failure handler's decisions: what broke under a running job, and what to do about it.
+"""The failure handler: what broke under a running job (:func:`detect`), and carrying out the core's answer.
 
-Hardware (a node NotReady, deleted or NoExecute-tainted, a GPU reported unhealthy) is repaired with the
-core's ``recover`` — ``minimal`` moves only the broken TP groups, ``full`` re-places and restarts the whole
-gang. A crashed worker with healthy hardware keeps its GPUs: ``minimal`` re-creates that pod, ``full`` the
-whole gang. No room left means Requeue or Fail per ``onUnplaceable``; ``maxRestarts`` bounds it all. Every
-outcome lands in the status (``lastFailure``, ``restarts``, conditions) and as an Event.
+What to do is decided by :func:`paralleljob.core.repair.decide_repair` (maxRestarts, restart in place for a
+crashed worker, minimal or full repair of broken hardware, Requeue or Fail when no room is left), the same
+function the simulator calls. This module only translates: the job's record and pods in, the decision out
+as status (``lastFailure``, ``restarts``, conditions), an Event and the pods to re-create or delete.
 """
 
 from __future__ import annotations
@@ -12,12 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, cost_model
 from paralleljob.core.eligibility import NodeFilter, restricted
-from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Event, Phase
-from paralleljob.core.recovery import RecoveryStrategy, recover
+from paralleljob.core.recovery import RecoveryStrategy
+from paralleljob.core.repair import (
+    FailureAction,
+    FailureKind,
+    FailureReport,
+    GiveUp,
+    GiveUpReason,
+    Requeue,
+    decide_repair,
+)
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.edge.specs import JobObject
@@ -28,7 +34,7 @@ from paralleljob.k8s.view.clusterview import ClusterView
 
 @dataclass(frozen=True, slots=True)
 class Breakage:
-    kind: str  # NodeFailure | GPUFailure | WorkerFailure | PlacementLost
+    kind: FailureKind
     slots: tuple[int, ...]  # affected TP groups
     nodes: tuple[str, ...]
     pods: tuple[str, ...]
@@ -36,7 +42,7 @@ class Breakage:
 
     @property
     def hardware(self) -> bool:
-        return self.kind != "WorkerFailure"
+        return self.kind.hardware
 
 
 def detect(
@@ -50,7 +56,7 @@ def detect(
     named after their slots (a pod group's)."""
     names_of = pod_names or {}
     if job.key in view.conflicts:
-        return Breakage("PlacementLost", tuple(range(len(record.slots))), (), (), view.conflicts[job.key])
+        return Breakage(FailureKind.PLACEMENT_LOST, tuple(range(len(record.slots))), (), (), view.conflicts[job.key])
     broken = [g for g, slot in enumerate(record.slots) if view.broken_gpus(slot)]
     if broken:
         by_cause: dict[str, list[str]] = {}
@@ -70,7 +76,7 @@ def detect(
                 bad = sorted(set(slot.gpu_indices) & info.broken_gpus())
                 cause = f"GPU {','.join(map(str, bad))} on {slot.node} reported unhealthy"
             by_cause.setdefault(cause, []).append(names_of.get(slot.name, slot.name))
-        kind = "NodeFailure" if node_down else "GPUFailure"
+        kind = FailureKind.NODE if node_down else FailureKind.GPU
         message = "; ".join(f"{cause} (pods {', '.join(pods)})" for cause, pods in by_cause.items())
         names = tuple(names_of.get(record.slots[g].name, record.slots[g].name) for g in broken)
         return Breakage(kind, tuple(broken), tuple(dict.fromkeys(nodes)), names, message)
@@ -79,7 +85,11 @@ def detect(
         slots = tuple(sorted(index[p.name] for p in failed if p.name in index))
         message = "; ".join(f"pod {p.name} failed: {p.failure or 'no reason given'}" for p in failed)
         return Breakage(
-            "WorkerFailure", slots, tuple(dict.fromkeys(p.node for p in failed)), tuple(p.name for p in failed), message
+            FailureKind.WORKER,
+            slots,
+            tuple(dict.fromkeys(p.node for p in failed)),
+            tuple(p.name for p in failed),
+            message,
         )
     return None
 
@@ -117,60 +127,44 @@ def handle(
     restarts = job.restarts + 1
     failure: dict[str, object] = {
         "time": now,
-        "kind": breakage.kind,
-        "reason": breakage.kind,
+        "kind": breakage.kind.value,
+        "reason": breakage.kind.value,
         "message": breakage.message,
         "nodes": list(breakage.nodes),
         "pods": list(breakage.pods),
         "costBeforeMs": round(record.cost.total_ms, 6) if record.cost else None,
     }
-    if job.restarts >= policy.max_restarts:
-        _give_up(ctx, held, f"{breakage.message}; maxRestarts {policy.max_restarts} reached", failure)
+    epoch = job.placement_epoch + 1
+    report = FailureReport(breakage.kind, breakage.slots, job.restarts)
+    with restricted(view.state, request.spec, node_filter):
+        decision = decide_repair(view.state, placer, request.spec, cost_model(request.cost_model), policy, report)
+    if isinstance(decision, GiveUp):
+        why = "; ".join(decision.reasons)
+        if decision.reason is GiveUpReason.MAX_RESTARTS:  # this failure is not a restart: none happens
+            _give_up(ctx, held, f"{breakage.message}; {why}", failure, job.restarts)
+        else:
+            _give_up(ctx, held, f"no room to repair: {why}", failure, restarts)
         return None
-    epoch = int(job.status.get("placementEpoch", record.epoch) or 0) + 1
-    model = cost_model(request.cost_model)
-    if breakage.hardware:
+    if isinstance(decision, Requeue):
+        _requeue(ctx, held, failure, "; ".join(decision.reasons), restarts)
+        return None
+    if decision.placement is not None:
         full = policy.strategy is RecoveryStrategy.FULL
-        try:
-            with restricted(view.state, request.spec, node_filter):
-                if job.key in view.state.allocations:
-                    outcome = recover(view.state, placer, request.spec, model, policy.strategy)
-                    new = outcome.new
-                    reasons = outcome.reasons
-                else:  # the record could not be loaded: place from scratch
-                    new = placer.place(request.spec, model)
-                    view.state.allocate(Allocation(job.key, new.groups, request.spec.memory_per_gpu_gb))
-                    reasons = new.reasons
-        except PlacementInfeasible as exc:
-            new, reasons = None, exc.reasons
-        if new is None:
-            _no_room(ctx, held, failure, "; ".join(reasons), restarts)
-            return None
-        slots = _slots_from_groups(view, record, new.groups, epoch, full)
-        cost: CostBreakdown | None = new.cost
-        why = list(reasons)
+        slots = _slots_from_groups(view, record, decision.placement.groups, epoch, full)
+        cost: CostBreakdown | None = decision.placement.cost
     else:
-        failed = set(breakage.slots)
-        restart_all = policy.strategy is RecoveryStrategy.FULL
+        restarting = set(decision.restart_groups)
         slots = [
-            PodSlot(
-                s.name,
-                s.replica,
-                s.stage,
-                s.node,
-                s.gpu_indices,
-                epoch if restart_all or g in failed else s.incarnation,
-            )
+            PodSlot(s.name, s.replica, s.stage, s.node, s.gpu_indices, epoch if g in restarting else s.incarnation)
             for g, s in enumerate(record.slots)
         ]
         cost = record.cost
-        why = [f"{'whole gang' if restart_all else f'{len(failed)} pod(s)'} restarted on the same GPUs"]
     moved = [s.name for s, old in zip(slots, record.slots, strict=True) if s != old]
     # The pods keep the rank order they started with: a replacement is numbered like its siblings.
     new_record = replace(
-        record, epoch=epoch, cost_model=request.cost_model, slots=tuple(slots), cost=cost, reasons=tuple(why)
+        record, epoch=epoch, cost_model=request.cost_model, slots=tuple(slots), cost=cost, reasons=decision.reasons
     )
-    failure.update(action="rescheduled", costAfterMs=round(cost.total_ms, 6) if cost else None)
+    failure.update(action=decision.action.value, costAfterMs=round(cost.total_ms, 6) if cost else None)
     if request.pod_group:
         # The operator creates no pod of a group (docs/pod-groups.md): it can only move the slot and wait.
         ranks = [f"node rank {record.node_rank(s)}" for s, old in zip(slots, record.slots, strict=True) if s != old]
@@ -194,49 +188,41 @@ def handle(
     draft.condition("Bound", "False", "Repairing", message, now)
     draft.condition("Placed", "True", "Repaired", f"{message}; now on {', '.join(new_record.nodes)}", now)
     actions.note("Normal", "Rescheduled", message)
-    actions.failure_action = "rescheduled"
+    actions.failure_action = decision.action
     return new_record
 
 
-def _no_room(ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int) -> None:
-    actions, job, request, pods = held.actions, held.job, held.request, held.pods
-    view, now = ctx.view, ctx.now
-    assert view.state is not None
-    view.state.release(job.key)
+def _requeue(ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int) -> None:
+    """The core said Requeue (``onUnplaceable: Requeue``): its GPUs are already freed in the view; it waits at
+    the back of the line (``queuedAt`` now), as core.repair.Requeue says."""
+    actions, pods, view, now = held.actions, held.pods, ctx.view, ctx.now
     draft = actions.draft
-    if request.failure.on_unplaceable == "Requeue":
-        message = f"no room to repair: {why}; back in the queue"
-        failure.update(action="requeued")
-        draft.apply(Event.REQUEUED, "Requeued", message, now)
-        draft.set(
-            placement=None,
-            communicationCost=None,
-            nodes=None,
-            restarts=restarts,
-            queuedAt=now,
-            lastFailure={k: v for k, v in failure.items() if v is not None},
-        )
-        actions.note("Warning", "Requeued", message)
-        actions.failure_action = "requeued"
-        delete_all(actions, pods, view.nodes, "job requeued after a failure")
-    else:
-        _give_up(ctx, held, f"no room to repair: {why}", failure, restarts)
+    message = f"no room to repair: {why}; back in the queue"
+    failure.update(action=FailureAction.REQUEUED.value)
+    draft.apply(Event.REQUEUED, "Requeued", message, now)
+    draft.set(
+        placement=None,
+        communicationCost=None,
+        nodes=None,
+        restarts=restarts,
+        queuedAt=now,
+        lastFailure={k: v for k, v in failure.items() if v is not None},
+    )
+    actions.note("Warning", "Requeued", message)
+    actions.failure_action = FailureAction.REQUEUED
+    delete_all(actions, pods, view.nodes, "job requeued after a failure")
 
 
-def _give_up(
-    ctx: PassContext, held: HeldJob, why: str, failure: dict[str, object], restarts: int | None = None
-) -> None:
-    actions, job, pods = held.actions, held.job, held.pods
-    view, now = ctx.view, ctx.now
-    assert view.state is not None
-    view.state.release(job.key)
-    failure.update(action="failed")
+def _give_up(ctx: PassContext, held: HeldJob, why: str, failure: dict[str, object], restarts: int) -> None:
+    """The core said GiveUp: its GPUs are already freed in the view."""
+    actions, pods, view, now = held.actions, held.pods, ctx.view, ctx.now
+    failure.update(action=FailureAction.FAILED.value)
     actions.draft.apply(Event.GAVE_UP, "GaveUp", why, now)
     actions.draft.set(
-        restarts=restarts if restarts is not None else job.restarts,
+        restarts=restarts,
         completionTime=now,
         lastFailure={k: v for k, v in failure.items() if v is not None},
     )
     actions.note("Warning", "Failed", why)
-    actions.failure_action = "failed"
+    actions.failure_action = FailureAction.FAILED
     delete_all(actions, pods, view.nodes, "job failed")

@@ -20,6 +20,7 @@ from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, cost_model
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.gates import Entry, WaitReason, entry_gate, quota_refusal
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event
 from paralleljob.core.placement import Placement
@@ -145,14 +146,27 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
     missing = unknown_queue(request, ctx.queues)
     if missing:
         placed = [c for c in job.status.get("conditions") or [] if c.get("type") == "Placed"]
-        if not placed or placed[0].get("reason") != "QueueNotFound":
+        if not placed or placed[0].get("reason") != WaitReason.QUEUE_NOT_FOUND:
             # once when the job starts waiting for the queue, not on every pass while it waits
-            actions.note("Warning", "QueueNotFound", missing)
-        actions.draft.condition("Placed", "False", "QueueNotFound", missing, now)
+            actions.note("Warning", WaitReason.QUEUE_NOT_FOUND, missing)
+        actions.draft.condition("Placed", "False", WaitReason.QUEUE_NOT_FOUND, missing, now)
         # status.message said "waits for room in queue X" since acceptance: there is no such queue to wait in
-        actions.draft.set(reason="QueueNotFound", message=missing)
+        actions.draft.set(reason=WaitReason.QUEUE_NOT_FOUND.value, message=missing)
         return True
     return False
+
+
+def entry_of(ctx: PassContext, job: JobObject, request: JobRequest, making_room: str | None = None) -> Entry:
+    """The values core.gates.entry_gate checks, for ``job``."""
+    queue = ctx.queues.get(request.queue)
+    return Entry(
+        namespace=job.namespace,
+        queue=request.queue,
+        served_namespaces=queue.namespaces if queue is not None else (),
+        backoff=ctx.holds.get(job.key) if ctx.holds else None,
+        making_room=making_room,
+        has_gpu_nodes=ctx.placer is not None and ctx.view.state is not None,
+    )
 
 
 def fail_unschedulable(actions: JobActions, message: str, now: str) -> None:
@@ -162,48 +176,28 @@ def fail_unschedulable(actions: JobActions, message: str, now: str) -> None:
 
 
 def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobRequest) -> None:
-    actions, view, now, clock, holds = ctx.actions_for(job), ctx.view, ctx.now, ctx.clock, ctx.holds
+    actions, view, now, clock = ctx.actions_for(job), ctx.view, ctx.now, ctx.clock
     placer, in_use, blocked, durations = line.placer, line.in_use, line.blocked, line.durations
     draft = actions.draft
     spec = request.spec
     queue = ctx.queues.get(request.queue)
-    if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
-        draft.condition(
-            "Placed", "False", "QueueRefused", f"queue {queue.name} does not serve namespace {job.namespace}", now
-        )
-        return
-    if holds and job.key in holds:
-        draft.condition("Placed", "False", "BackingOff", holds[job.key], now)
-        blocked[request.queue] = job.name
+    gate = entry_gate(entry_of(ctx, job, request))
+    if gate is not None:
+        draft.condition("Placed", "False", gate.reason, gate.message, now)
+        if gate.blocks_line:
+            blocked[request.queue] = job.name
         return
     if line.strict_fifo and request.queue in blocked:
-        draft.condition(
-            "Placed",
-            "False",
-            "Waiting",
-            f"waiting behind {blocked[request.queue]} in queue {request.queue} (strict FIFO)",
-            now,
-        )
+        why = f"waiting behind {blocked[request.queue]} in queue {request.queue} (strict FIFO)"
+        draft.condition("Placed", "False", WaitReason.WAITING, why, now)
         return
-    if (
-        queue is not None
-        and queue.max_gpus is not None
-        and in_use.get(request.queue, 0) + spec.num_gpus > queue.max_gpus
-    ):
-        draft.condition(
-            "Placed",
-            "False",
-            "QueueFull",
-            f"queue {queue.name} holds {in_use.get(request.queue, 0)}"
-            f" of its {queue.max_gpus} GPUs; this job needs {spec.num_gpus}",
-            now,
-        )
+    cap = queue.max_gpus if queue is not None else None
+    refusal = quota_refusal(request.queue, in_use.get(request.queue, 0), spec.num_gpus, cap)
+    if refusal is not None:
+        draft.condition("Placed", "False", WaitReason.QUEUE_FULL, refusal, now)
         blocked[request.queue] = job.name
         return
-    if placer is None or view.state is None:
-        draft.condition("Placed", "False", "NoGPUNodes", "the cluster has no GPU nodes", now)
-        blocked[request.queue] = job.name
-        return
+    assert placer is not None and view.state is not None  # entry_gate: the cluster has GPU nodes
     started = clock()
     try:
         placement = placer.place(spec, cost_model(request.cost_model))
@@ -213,7 +207,7 @@ def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobReques
         if exc.permanent and not job.ever_ran:
             fail_unschedulable(actions, message, now)
         else:
-            draft.condition("Placed", "False", "Unschedulable", message, now)
+            draft.condition("Placed", "False", WaitReason.UNSCHEDULABLE, message, now)
             blocked[request.queue] = job.name
         return
     durations.append(clock() - started)
@@ -229,7 +223,7 @@ def record_admission(
     executor writes the status first). The caller has already allocated the placement in ``view.state``."""
     actions, view, now, pods = ctx.actions_for(job), ctx.view, ctx.now, ctx.pods_of(job)
     draft = actions.draft
-    epoch = int(job.status.get("placementEpoch", 0) or 0) + 1
+    epoch = job.placement_epoch + 1
     reasons = (*extra_reasons, *placement.reasons)
     record = new_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
     cost = placement.cost

@@ -36,6 +36,7 @@ from paralleljob.k8s.edge.constants import (
     QUEUE_ANNOTATION,
     RANK_ORDER_ANNOTATION,
     TARGET_NODE_ANNOTATION,
+    object_key,
 )
 from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo, declaration_of
 from paralleljob.k8s.edge.nodes import NodeInfo
@@ -69,7 +70,7 @@ def by_group(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
     groups: dict[str, list[PodInfo]] = {}
     for pod in pods:
         if pod.group is not None:
-            groups.setdefault(f"{pod.namespace}/{pod.group}", []).append(pod)
+            groups.setdefault(object_key(pod.namespace, pod.group), []).append(pod)
     return groups
 
 

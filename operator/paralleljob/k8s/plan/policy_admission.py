@@ -24,23 +24,20 @@ from collections.abc import Mapping, Sequence
 from paralleljob.core.admission import Admit, Preempt, Reserve, SchedulingPlan, Wait, schedule
 from paralleljob.core.cost import cost_model
 from paralleljob.core.eligibility import FilteredPlacer
-from paralleljob.core.lifecycle import Event
+from paralleljob.core.gates import WaitReason, entry_gate
 from paralleljob.core.queueing import PendingJob, QueuePolicy, RunningJob
 from paralleljob.k8s.edge.queues import format_time, pending_job, queue_spec
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import PassContext
-from paralleljob.k8s.plan.fifo_admission import node_filters, record_admission, refuse_before_queueing
+from paralleljob.k8s.plan.fifo_admission import (
+    entry_of,
+    fail_unschedulable,
+    node_filters,
+    record_admission,
+    refuse_before_queueing,
+)
 from paralleljob.k8s.plan.preempting import request_checkpoint, start_preemption
-
-
-def wait_reason(reasons: Sequence[str]) -> str:
-    text = " ".join(reasons)
-    if "above its maximum" in text:
-        return "QueueFull"
-    if "no backfill" in text:
-        return "Waiting"
-    return "Unschedulable"
 
 
 def admit_with_core(
@@ -55,25 +52,19 @@ def admit_with_core(
     ``held``: the jobs holding GPUs and whether they may be preempted; ``making_room``: waiting job key ->
     (deadline, victims) of preemptions already under way for it."""
     actions_for, view, placer, queues = ctx.actions_for, ctx.view, ctx.placer, ctx.queues
-    now, now_s, holds = ctx.now, ctx.now_s, ctx.holds
+    now, now_s = ctx.now, ctx.now_s
     jobs: dict[str, tuple[JobObject, JobRequest]] = {}
     pending: list[PendingJob] = []
     for job, request in queued:
-        draft = actions_for(job).draft
-        queue = queues.get(request.queue)
         if refuse_before_queueing(ctx, job, request):
             continue
-        if queue is not None and queue.namespaces and job.namespace not in queue.namespaces:
-            why = f"queue {queue.name} does not serve namespace {job.namespace}"
-            draft.condition("Placed", "False", "QueueRefused", why, now)
-        elif job.key in holds:
-            draft.condition("Placed", "False", "BackingOff", holds[job.key], now)
-        elif job.key in making_room:
+        room = None
+        if job.key in making_room:
             deadline, victims = making_room[job.key]
-            why = f"preempting {', '.join(sorted(victims))}; their pods stop by {format_time(deadline)}"
-            draft.condition("Placed", "False", "Preempting", why, now)
-        elif placer is None or view.state is None:
-            draft.condition("Placed", "False", "NoGPUNodes", "the cluster has no GPU nodes", now)
+            room = f"preempting {', '.join(sorted(victims))}; their pods stop by {format_time(deadline)}"
+        gate = entry_gate(entry_of(ctx, job, request, room))
+        if gate is not None:
+            actions_for(job).draft.condition("Placed", "False", gate.reason, gate.message, now)
         else:
             jobs[job.key] = (job, request)
             pending.append(pending_job(job, request, now_s))
@@ -110,7 +101,8 @@ def admit_with_core(
                 continue  # the Preempt decision says more
             when = format_time(decision.start_by) if math.isfinite(decision.start_by) else "unknown"
             why = "; ".join(decision.reasons)
-            actions_for(job).draft.condition("Placed", "False", "Reserved", f"{why}; expected start: {when}", now)
+            message = f"{why}; expected start: {when}"
+            actions_for(job).draft.condition("Placed", "False", WaitReason.RESERVED, message, now)
         else:
             _preempt(ctx, jobs, by_key, decision)
     return durations, plan
@@ -119,11 +111,9 @@ def admit_with_core(
 def _wait(actions: JobActions, job: JobObject, decision: Wait, now: str) -> None:
     message = "; ".join(decision.reasons)
     if decision.permanent and not job.ever_ran:
-        actions.draft.apply(Event.REJECTED, "Unschedulable", f"can never fit this cluster: {message}", now)
-        actions.draft.set(completionTime=now)
-        actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
+        fail_unschedulable(actions, message, now)
         return
-    actions.draft.condition("Placed", "False", wait_reason(decision.reasons), message, now)
+    actions.draft.condition("Placed", "False", decision.reason, message, now)
 
 
 def _preempt(

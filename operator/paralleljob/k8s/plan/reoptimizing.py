@@ -29,21 +29,16 @@ from typing import Any
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import cost_model
 from paralleljob.core.eligibility import NodeFilter, restricted
-from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placement import Placement
-from paralleljob.core.placer import Placer
 from paralleljob.core.reoptimize import MigrationDecision, decide_migration
+from paralleljob.core.repair import ReoptimizePolicy, best_placement_now, pods_to_move
 from paralleljob.k8s.edge.queues import last_checkpoint, parse_time
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.specs import JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.view.clusterview import ClusterView
 
-PROPOSE = "Propose"
-MIGRATE_AT_CHECKPOINT = "MigrateAtCheckpoint"
-REOPTIMIZE_POLICIES = (PROPOSE, MIGRATE_AT_CHECKPOINT)
 # A trial placement per repaired job per pass would make a pass cost O(jobs x placement); once a minute is
 # plenty for something that only acts at checkpoint boundaries (minutes to hours apart).
 RECHECK_SECONDS = 60.0
@@ -63,15 +58,16 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     proposed_at = _seconds(previous.get("proposedAt"))
     checked_at = _seconds(previous.get("checkedAt"))
     due = False
-    if proposed_at is not None and request.failure.reoptimize == MIGRATE_AT_CHECKPOINT:
+    if proposed_at is not None and request.failure.reoptimize is ReoptimizePolicy.MIGRATE_AT_CHECKPOINT:
         started = parse_time(job.status.get("startTime")) or now_s
         boundary = last_checkpoint(job, request, started, now_s)
         due = boundary is not None and boundary > proposed_at
     if not due and checked_at is not None and now_s - checked_at < RECHECK_SECONDS:
         return None
-    best = _best_now(view, placer, job, request, node_filter)
+    with restricted(view.state, request.spec, node_filter):
+        best = best_placement_now(view.state, placer, request.spec, cost_model(request.cost_model))
     current_ms = record.cost.total_ms
-    moves = _pods_to_move(view, record, best) if best is not None else 0
+    moves = pods_to_move(view.state.allocations[job.key].groups, best.groups) if best is not None else 0
     interval = _checkpoint_interval(request, draft.data)
     decision = decide_migration(current_ms, best.cost.total_ms if best else current_ms, moves, interval)
     if due and decision.migrate and best is not None:
@@ -82,31 +78,6 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
 
 def _seconds(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _best_now(
-    view: ClusterView, placer: Placer, job: JobObject, request: JobRequest, node_filter: NodeFilter | None
-) -> Placement | None:
-    """The placer's choice for the job if it were placed now, its own GPUs counted as free; the state is
-    left exactly as it was."""
-    assert view.state is not None
-    own = view.state.allocations[job.key]
-    view.state.release(job.key)
-    try:
-        with restricted(view.state, request.spec, node_filter):
-            return placer.place(request.spec, cost_model(request.cost_model), previous=own)
-    except PlacementInfeasible:
-        return None
-    finally:
-        view.state.allocate(own)
-
-
-def _pods_to_move(view: ClusterView, record: PlacementRecord, best: Placement) -> int:
-    moved = 0
-    for slot, gpus in zip(record.slots, best.groups, strict=True):
-        node, indices = view.locate(gpus)
-        moved += (node, indices) != (slot.node, slot.gpu_indices)
-    return moved
 
 
 def _checkpoint_interval(request: JobRequest, status: dict[str, Any]) -> float:
@@ -153,15 +124,15 @@ def _migrate(ctx: PassContext, held: HeldJob, best: Placement, decision: Migrati
     view, now = ctx.view, ctx.now
     assert view.state is not None and record.cost is not None
     draft = actions.draft
+    moved = pods_to_move(view.state.allocations[job.key].groups, best.groups)
     view.state.release(job.key)
     view.state.allocate(Allocation(job.key, best.groups, request.spec.memory_per_gpu_gb))
-    epoch = int(job.status.get("placementEpoch", record.epoch) or 0) + 1
+    epoch = job.placement_epoch + 1
     slots = []
     for slot, gpus in zip(record.slots, best.groups, strict=True):
         node, indices = view.locate(gpus)
         # every pod restarts from the checkpoint: the collective groups are rebuilt with the moved ranks
         slots.append(PodSlot(slot.name, slot.replica, slot.stage, node, indices, epoch))
-    moved = _pods_to_move(view, record, best)
     message = (
         f"migrated at a checkpoint boundary: cost {record.cost.total_ms:.3f} -> {best.cost.total_ms:.3f} ms per"
         f" step, {moved} pod(s) moved, the whole gang restarts from its checkpoint"

@@ -11,11 +11,11 @@ errors) with exponential backoff and jitter.
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import json
 import logging
 import os
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from paralleljob.k8s.edge.manifests import binding
 from paralleljob.shellkit.kubeconfig import load_configuration, unreachable
@@ -34,17 +35,40 @@ RETRYABLE = frozenset({0, 429, 500, 502, 503, 504})
 LIST_PAGE_SIZE = 500  # client-go's reflector pages its lists by 500 too
 
 
+class Answer(enum.Enum):
+    """What an API error means for the write that got it, one mapping from HTTP status for every caller."""
+
+    GONE = "gone"  # 404: the object is not there (deleted meanwhile)
+    CONFLICT = "conflict"  # 409: exists already, changed meanwhile, or a precondition (UID) failed
+    TRANSIENT = "transient"  # 0 (no answer), 429, 5xx: try again later
+    INVALID = "invalid"  # 400, 422, a Pod Security 403: the object itself is refused; trying again cannot help
+    REFUSED = "refused"  # anything else (403 forbidden, 405, ...)
+
+
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, reason: str = "") -> None:
+    def __init__(self, status: int, message: str, reason: str = "", retry_after: float | None = None) -> None:
         # status 0: no HTTP answer at all; "HTTP 0" would only hide the message that says why
         super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status = status
         self.message = message
         self.reason = reason
+        self.retry_after = retry_after  # seconds the server asked us to wait (Retry-After on 429/503)
 
     @property
     def retryable(self) -> bool:
         return self.status in RETRYABLE
+
+    @property
+    def answer(self) -> Answer:
+        if self.status == 404:
+            return Answer.GONE
+        if self.status == 409:
+            return Answer.CONFLICT
+        if self.retryable:
+            return Answer.TRANSIENT
+        if self.status in (400, 422) or (self.status == 403 and "violates PodSecurity" in self.message):
+            return Answer.INVALID  # the object is wrong, or above its namespace's Pod Security level
+        return Answer.REFUSED
 
 
 class NotLeading(ApiError):
@@ -68,19 +92,40 @@ def parse_watch_line(line: bytes, path: str) -> dict[str, Any] | None:
     return event
 
 
-async def retrying(call: Callable[[], Awaitable[T]], attempts: int = 5, first_delay: float = 0.05) -> T:
-    """Run ``call``; on a transient error wait (exponentially longer, with jitter) and try again."""
-    delay = first_delay
-    for attempt in range(attempts):
-        try:
+MAX_RETRY_AFTER_SECONDS = 30.0  # a server asking for longer is told no: the caller's next pass tries again
+
+
+def _retry_after_or_backoff(fallback: Callable[[RetryCallState], float]) -> Callable[[RetryCallState], float]:
+    """Wait as long as the server's Retry-After says (API priority and fairness answers 429 with one),
+    else exponentially longer with jitter."""
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, ApiError) and exc.retry_after is not None:
+            return min(max(exc.retry_after, 0.0), MAX_RETRY_AFTER_SECONDS)
+        return fallback(state)
+
+    return wait
+
+
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    attempts: int = 5,
+    first_delay: float = 0.05,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """Run ``call``; on a transient error (``ApiError.retryable``) wait and try again, ``attempts`` times in all."""
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(attempts),
+        wait=_retry_after_or_backoff(wait_random_exponential(multiplier=first_delay, max=5.0)),
+        retry=retry_if_exception(lambda exc: isinstance(exc, ApiError) and exc.retryable),
+        before_sleep=lambda state: log.debug("transient API error (%s); retrying", state.outcome),
+        sleep=sleep,
+        reraise=True,
+    ):
+        with attempt:
             return await call()
-        except ApiError as exc:
-            if not exc.retryable or attempt == attempts - 1:
-                raise
-            log.debug("transient API error (%s); retrying in %.2f s", exc, delay)
-        await asyncio.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, 5.0)
-    raise AssertionError("unreachable")
+    raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
 async def bearer_token(configuration: client.Configuration) -> str | None:
@@ -154,10 +199,11 @@ class Kube:
                 )
                 data = await response.read()
                 status = response.status
+                retry_after = _seconds(response.headers.get("Retry-After"))
                 response.release()
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise ApiError(0, f"{method} {path}: {unreachable(self.host, exc)}") from exc
-        return _decode(status, data, method, path)
+        return _decode(status, data, method, path, retry_after)
 
     # ---- the calls the operator makes ---------------------------------------------------------------
     async def list(
@@ -244,7 +290,15 @@ class Kube:
         return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
 
-def _decode(status: int, data: bytes, method: str, path: str) -> dict[str, Any]:
+def _seconds(header: str | None) -> float | None:
+    """Retry-After in delta-seconds (what kube-apiserver sends); an HTTP date or garbage: none."""
+    try:
+        return float(header) if header is not None else None
+    except ValueError:
+        return None
+
+
+def _decode(status: int, data: bytes, method: str, path: str, retry_after: float | None = None) -> dict[str, Any]:
     try:
         body = json.loads(data) if data else {}
     except ValueError:
@@ -253,7 +307,7 @@ def _decode(status: int, data: bytes, method: str, path: str) -> dict[str, Any]:
         return body if isinstance(body, dict) else {}
     message = body.get("message") if isinstance(body, dict) else None
     reason = body.get("reason", "") if isinstance(body, dict) else ""
-    raise ApiError(status, str(message or f"{method} {path} failed"), str(reason))
+    raise ApiError(status, str(message or f"{method} {path} failed"), str(reason), retry_after)
 
 
 def pod_path(namespace: str, name: str = "") -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,8 @@ from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.edge.statuscheck import dropped_fields
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
-from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path, retrying
+from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, job_path, pod_path, retrying
+from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.view.store import ObjectStore
 
 log = logging.getLogger("paralleljob.k8s")
@@ -54,7 +54,7 @@ class Executor:
         jobs: ObjectStore[JobObject],
         pods: ObjectStore[PodInfo],
         post_event: Callable[[JobObject, str, str, str], None],
-        crash_after_binds: int = 0,
+        crash_hook: CrashAfterBinds | None = None,
         claim_store: ObjectStore[Any] | None = None,
     ) -> None:
         self.kube = kube
@@ -62,9 +62,7 @@ class Executor:
         self.pods = pods
         self.claim_store = claim_store
         self.post_event = post_event
-        self.crash_after_binds = crash_after_binds
-        self.binds_done = 0
-        self.binds_started = 0
+        self.crash_hook = crash_hook  # a test hook (runtime/crashhook.py); None in production
         self.services: set[tuple[str, str, str]] = set()
         self.dropped_reported: set[str] = set()
 
@@ -107,9 +105,9 @@ class Executor:
         try:
             body = await retrying(lambda: self.kube.request("POST", path, manifest))
         except ApiError as exc:
-            if exc.status != 409:
+            if exc.answer is not Answer.CONFLICT:
                 log.warning("ParallelJob for pod group %s/%s not created: %s", meta["namespace"], meta["name"], exc)
-            return exc.status == 409
+            return exc.answer is Answer.CONFLICT
         log.info("created ParallelJob %s/%s for its pod group", meta["namespace"], meta["name"])
         self.jobs.upsert(body)
         return True
@@ -124,9 +122,9 @@ class Executor:
         try:
             body = await retrying(lambda: self.kube.merge_patch(job_path(job.namespace, job.name, "status"), patch))
         except ApiError as exc:
-            if exc.status == 404:
+            if exc.answer is Answer.GONE:
                 return False  # deleted meanwhile; the DELETED event cleans up
-            if exc.status == 409:
+            if exc.answer is Answer.CONFLICT:
                 await self._refresh(job)  # changed meanwhile: decide again on the new version
                 outcome.changed = True
             else:
@@ -165,7 +163,7 @@ class Executor:
         try:
             body = await retrying(lambda: self.kube.delete(path, delete.uid or None, 0 if delete.force else None))
         except ApiError as exc:
-            if exc.status in (404, 409):  # gone already, or a different pod by now (UID precondition)
+            if exc.answer in (Answer.GONE, Answer.CONFLICT):  # gone, or a different pod by now (UID)
                 self.pods.forget(delete.namespace, delete.name, delete.uid)
                 return
             log.warning("could not delete pod %s/%s: %s", delete.namespace, delete.name, exc)
@@ -196,7 +194,7 @@ class Executor:
                 lambda: self.kube.request("POST", f"/api/v1/namespaces/{job.namespace}/services", actions.service)
             )
         except ApiError as exc:
-            if exc.status != 409:
+            if exc.answer is not Answer.CONFLICT:
                 log.warning("service for %s not created: %s", job.key, exc)
                 return
         self.services.add(key)
@@ -207,11 +205,11 @@ class Executor:
         try:
             body = await retrying(lambda: self.kube.request("POST", pod_path(job.namespace), create.manifest))
         except ApiError as exc:
-            if exc.status == 409:
+            if exc.answer is Answer.CONFLICT:
                 return  # the old pod of that name is still going away; the next pass tries again
-            if exc.retryable:
+            if exc.answer is Answer.TRANSIENT:
                 outcome.hold[job.key] = f"creating pod {meta['name']} failed: {exc.message}"
-            elif exc.status in (400, 422) or (exc.status == 403 and "violates PodSecurity" in exc.message):
+            elif exc.answer is Answer.INVALID:
                 # The template itself is refused: invalid, or above the namespace's Pod Security level (a 403
                 # that no retry or rollback can mend, unlike an RBAC 403), so the job fails with the reason.
                 outcome.invalid[job.key] = exc.message
@@ -225,18 +223,15 @@ class Executor:
     async def _bind(self, job_key: str, bind: PodBind, outcome: Outcome) -> None:
         if bind.claim is not None and not await self._ensure_claim(job_key, bind, bind.claim, outcome):
             return
-        if self.crash_after_binds:
-            # Test hook for "killed mid-gang": issue exactly N binds, then die once they have landed.
-            if self.binds_started >= self.crash_after_binds:
-                await asyncio.Event().wait()
-            self.binds_started += 1
+        if self.crash_hook is not None:
+            await self.crash_hook.before_bind()
         try:
             await retrying(lambda: self.kube.bind(bind.namespace, bind.name, bind.uid, bind.node))
         except ApiError as exc:
-            if exc.status in (404, 409):
+            if exc.answer in (Answer.GONE, Answer.CONFLICT):
                 # gone, replaced (UID precondition) or already bound: re-read it and let the next pass judge
                 await self._refresh_pod(bind.namespace, bind.name)
-            elif exc.retryable:
+            elif exc.answer is Answer.TRANSIENT:
                 outcome.hold[job_key] = f"binding {bind.name} failed: {exc.message}"
             else:
                 outcome.failures[job_key] = f"binding {bind.name} to {bind.node} was refused: {exc.message}"
@@ -247,10 +242,8 @@ class Executor:
 
         self.pods.patch_local(bind.namespace, bind.name, bound)
         outcome.bound += 1
-        self.binds_done += 1
-        if self.crash_after_binds and self.binds_done >= self.crash_after_binds:
-            log.error("crash hook: exiting hard after %d binds", self.binds_done)
-            os._exit(17)
+        if self.crash_hook is not None:
+            self.crash_hook.after_bind()
 
     # ---- DRA claims -------------------------------------------------------------------------------
     async def _ensure_claim(self, job_key: str, bind: PodBind, claim: claims.DeviceClaim, outcome: Outcome) -> bool:
@@ -287,7 +280,7 @@ class Executor:
                 }
                 body = await retrying(lambda: self.kube.merge_patch(f"{path}/status", patch))
         except ApiError as exc:
-            if exc.retryable or exc.status in (404, 409):
+            if exc.answer in (Answer.TRANSIENT, Answer.GONE, Answer.CONFLICT):
                 outcome.hold[job_key] = f"ResourceClaim {claim.name} for pod {bind.name} not ready: {exc.message}"
             else:
                 outcome.failures[job_key] = f"the API refused ResourceClaim {claim.name}: {exc.message}"
@@ -302,13 +295,13 @@ class Executor:
         try:
             return await retrying(lambda: self.kube.request("GET", path))
         except ApiError as exc:
-            if exc.status != 404:
+            if exc.answer is not Answer.GONE:
                 raise
         manifest = claims.claim_manifest(job, bind.name, claim)
         try:
             return await retrying(lambda: self.kube.request("POST", claims.claim_path(bind.namespace), manifest))
-        except ApiError as exc:
-            if exc.status != 409:
+        except ApiError as created:
+            if created.answer is not Answer.CONFLICT:
                 raise
         return await retrying(lambda: self.kube.request("GET", path))
 
@@ -317,7 +310,7 @@ class Executor:
             body = await self.kube.request("GET", pod_path(namespace, name))
             self.pods.upsert(body)
         except ApiError as exc:
-            if exc.status == 404:
+            if exc.answer is Answer.GONE:
                 current = self.pods.get(namespace, name)
                 if current is not None:
                     self.pods.forget(namespace, name, current.uid)

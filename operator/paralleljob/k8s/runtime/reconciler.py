@@ -22,9 +22,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.config import OperatorConfig
-from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION, object_key
 from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
 from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo, parse_pod_group, parse_workload
 from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
@@ -39,6 +40,7 @@ from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.plan.metrics_model import gauges
 from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
+from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
 from paralleljob.k8s.runtime.metrics import Metrics
@@ -125,9 +127,8 @@ class Reconciler:
         self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
         self.adoption_pauses: dict[str, float] = {}  # pod group -> not before (its ParallelJob was refused)
         self.queue_writes: asyncio.Task[None] | None = None
-        self.executor = Executor(
-            kube, self.jobs, self.pods, self.events.about_job, config.crash_after_binds, claim_store=self.claims
-        )
+        crash_hook = CrashAfterBinds(config.crash_after_binds) if config.crash_after_binds else None
+        self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, crash_hook, claim_store=self.claims)
         self.claim_deletes: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.deferred: set[str] = set()  # jobs a pass left out because their chain was running
         self.reported_warnings: set[str] = set()  # the previous pass's warnings (logged when they appeared)
@@ -193,26 +194,25 @@ class Reconciler:
         pass judges everything from the stores, which the reflectors keep current)."""
         self.events.start()
         await self.synced.wait()
-        delay = 0.0
+        failed = False
         while True:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that arrives as the
             # wait completes (CPython gh-86296), and the supervisor stops the loop by cancelling it.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.config.resync_seconds):
                     await self.wake.wait()
-            if delay:
-                await asyncio.sleep(delay)
-                delay = 0.0
+            if failed:  # the last pass threw: try again, but not in a tight loop
+                await asyncio.sleep(1.0)
+                failed = False
             self.wake.clear()
             if not self.leader.is_set():
                 continue
             try:
-                again, delay = await self.pass_once()
+                await self.pass_once()
                 self.on_pass()
             except Exception:  # the loop must survive anything a pass throws
                 log.exception("reconcile pass failed")
-                again, delay = True, 1.0
-            if again:
+                failed = True
                 self.wake.set()
 
     def stop_acting(self) -> None:
@@ -224,7 +224,7 @@ class Reconciler:
         for task in tasks:
             task.cancel()
 
-    async def pass_once(self) -> tuple[bool, float]:
+    async def pass_once(self) -> None:
         started = time.monotonic()
         busy = {key: record for key, (_, record) in self.inflight.items()}
         self.deferred.update(busy)  # left out of this pass: decided again once their chains end
@@ -233,18 +233,19 @@ class Reconciler:
         if view.state is not None:
             view.state.begin_trial()
         try:
-            return self._decide_and_launch(started, jobs, busy, view)
+            self._decide_and_launch(started, jobs, busy, view)
         finally:
             if view.state is not None:
                 view.state.rollback()
 
     def _decide_and_launch(
         self, started: float, jobs: list[JobObject], busy: dict[str, PlacementRecord | None], view: ClusterView
-    ) -> tuple[bool, float]:
+    ) -> None:
         """Decide on a snapshot and start carrying the plan out. Each job's chain (status, then pods) runs
         as its own task, so a pass never waits for an earlier gang's binds; a job whose chain is still
         running is left out of the next decisions, and the placement it is writing already holds its GPUs.
-        Returns (run again, after this many seconds); finished chains wake the loop themselves."""
+        Finished chains wake the loop themselves (when they changed something), and a deadline wakes it by a
+        timer, so a pass never asks for the next one."""
         observed = Observed(
             jobs=jobs,
             pods=self.pods.values(),
@@ -295,7 +296,7 @@ class Reconciler:
             if key not in self.inflight_orphans:
                 self.inflight_orphans[key] = asyncio.create_task(self._orphan(delete), name=f"orphan {key}")
         for manifest in plan.adopt:
-            group = f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
+            group = object_key(manifest["metadata"]["namespace"], manifest["metadata"]["name"])
             if group not in self.inflight_adoptions and self.adoption_pauses.get(group, 0.0) <= started:
                 self.inflight_adoptions[group] = asyncio.create_task(self._adopt(group, manifest), name=group)
         self._collect_claims()
@@ -314,7 +315,6 @@ class Reconciler:
             launched,
             len(self.inflight),
         )
-        return False, 0.0
 
     def _report_warnings(self, plan: Plan, view: ClusterView) -> None:
         """Log a warning when it appears, not on every pass while it lasts (a condition that held for a
@@ -405,7 +405,7 @@ class Reconciler:
             if self.config.namespaces and claim.namespace not in self.config.namespaces:
                 continue
             key = (claim.namespace, claim.name)
-            if key in self.claim_deletes or f"{claim.namespace}/{claim.job}" in self.inflight:
+            if key in self.claim_deletes or object_key(claim.namespace, claim.job) in self.inflight:
                 continue
             pod = self.pods.get(claim.namespace, claim.pod)
             if pod is not None and not pod.terminal:
@@ -444,9 +444,9 @@ class Reconciler:
                 self.failed_at[key] = started
             if actions.migrated:
                 self.metrics.migrations.inc()
-            if actions.failure_action:
-                self.metrics.failures.labels(action=actions.failure_action).inc()
-                if actions.failure_action in ("requeued", "failed"):
+            if actions.failure_action is not None:
+                self.metrics.failures.labels(action=actions.failure_action.value).inc()
+                if actions.failure_action is not FailureAction.RESCHEDULED:
                     self.failed_at.pop(key, None)
             if actions.gang_bound and key in self.placed_at:
                 self.metrics.bind.observe(time.monotonic() - self.placed_at.pop(key))

@@ -27,6 +27,7 @@ from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.topology import Level, NodeSpec, Topology
 from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
@@ -217,7 +218,7 @@ def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
     """True when a loaded claim already holds this pod's GPUs: same job, same slot, same node and GPUs (for
     a pod group's pod: any slot of its adopting job's record on that node with those GPUs)."""
     if pod.group is not None:
-        group_claim = loaded.get(f"{pod.namespace}/{pod.group}")
+        group_claim = loaded.get(object_key(pod.namespace, pod.group))
         return group_claim is not None and any(
             s.node == pod.node and s.gpu_indices == pod.gpu_indices for s in group_claim.record.slots
         )

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.queueing import QueueSpec
-from paralleljob.sim.trace import TraceJob, open_csv
+from paralleljob.sim.workload.trace import TraceJob, open_csv
 
 DEFAULT_BORROW = 2.0
 DEFAULT_FLOOR_GPUS = 8

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from paralleljob.core.queueing import QueueSpec
-from paralleljob.sim.jobs import SimJob
-from paralleljob.sim.metrics import summary
+from paralleljob.sim.run.jobs import SimJob
+from paralleljob.sim.run.metrics import summary
 
 
 class TenantBook:

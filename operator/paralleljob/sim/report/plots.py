@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # the backend must be chosen before pyplot is i
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from paralleljob.sim.engine import SimResult
+from paralleljob.sim.run.engine import SimResult
 
 SECONDS_PER_DAY = 86_400.0
 FILES = {"jct_cdf": "jct_cdf.png", "allocation": "allocation.png", "fragmentation": "fragmentation.png"}
@@ -47,7 +47,7 @@ def plot_all(
 
 def _ratios(by_seed: Mapping[int, Mapping[str, SimResult]], path: Path) -> None:
     """Grouped bars: each policy's metric over the first baseline's, per seed then averaged, 95% intervals."""
-    from paralleljob.sim.compare import BASELINES, LABELS, RATIO_METRICS, summarize
+    from paralleljob.sim.report.compare import BASELINES, LABELS, RATIO_METRICS, summarize
 
     doc = summarize({s: {p: r.metrics for p, r in runs.items()} for s, runs in by_seed.items()})
     policies = list(next(iter(by_seed.values())))

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from paralleljob.core.job import ModelShape
-from paralleljob.sim.trace import TraceJob, shape_for
+from paralleljob.sim.workload.trace import TraceJob, shape_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ Placement policies wrap placers from the core, imported, never copied: ``ours`` 
 :class:`~paralleljob.core.placer.Placer` with minimal recovery (``ours-full``: with full recovery, to
 measure what the minimal repair buys or costs); ``first-fit`` and ``best-fit`` are the
 baselines of :mod:`paralleljob.core.baselines`, ``volcano`` the tier-scoring one of
-:mod:`paralleljob.sim.volcano`; the baselines re-place the whole job on failure (the job restarts
+:mod:`paralleljob.sim.run.volcano`; the baselines re-place the whole job on failure (the job restarts
 elsewhere, as a plain gang scheduler would do it).
 
 Queue policies decide the order in which waiting jobs are tried and whom to preempt. This is the seam for
@@ -19,17 +19,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from paralleljob.core.baselines import BestFitDomainPlacer, FirstFitPlacer
-from paralleljob.core.cluster import Allocation, ClusterState
-from paralleljob.core.cost import CostModel
-from paralleljob.core.job import JobSpec
-from paralleljob.core.placement import Placement
+from paralleljob.core.cluster import ClusterState
+from paralleljob.core.placement import PlacerLike
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.sim.volcano import VolcanoTierPlacer
-
-
-class PlacerLike(Protocol):
-    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement: ...
+from paralleljob.sim.run.volcano import VolcanoTierPlacer
 
 
 @dataclass(frozen=True, slots=True)

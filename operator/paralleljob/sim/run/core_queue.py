@@ -5,7 +5,7 @@ priority with aging), a reservation for the first blocked job, backfill that can
 preemption that frees a whole domain at the least lost work. :class:`CoreQueue` keeps the waiting jobs and
 turns the simulator's view into the core's snapshot types; the engine carries out the plan's decisions
 exactly as the operator would. Tenants are the trace's tenant column, each a queue of weight 1 unless
-``--quotas`` gives them weights, guarantees and maxima (sim/quotas.py).
+``--quotas`` gives them weights, guarantees and maxima (sim/workload/quotas.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from paralleljob.core import queueing
 from paralleljob.core.queueing import PendingJob, QueueSpec
-from paralleljob.sim.jobs import SimJob
-from paralleljob.sim.policies import RunningJob, WaitingJob
+from paralleljob.sim.run.jobs import SimJob
+from paralleljob.sim.run.policies import RunningJob, WaitingJob
 
 PRESETS: dict[str, queueing.QueuePolicy] = {
     # Core ordering, strict: the same semantics as the built-in FIFO, through the core's pass.

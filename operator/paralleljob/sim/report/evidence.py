@@ -1,4 +1,4 @@
-"""The experiments behind docs/simulator.md's conclusions, re-runnable: ``python -m paralleljob.sim.evidence``.
+"""The experiments behind docs/simulator.md's conclusions, re-runnable: ``python -m paralleljob.sim.report.evidence``.
 
 * ``placement``: ours vs best-fit vs Volcano-style vs first-fit on the synthetic mixed workload and on the
   Alibaba trace with the 3D overlay, on a rack/spine cluster with Llama 3's 1:7 oversubscription above the
@@ -6,6 +6,9 @@
 * ``recovery``: minimal vs full recovery, each with and without migration back (core.reoptimize), under
   load and at 1x and 10x the Llama 3 failure rate.
 * ``reopt-sweep``: the re-optimisation rule's thresholds.
+* ``failures-vs-best-fit``: ours (each recovery setting) against best-fit on the Alibaba trace's heterogeneous
+  2-8 GPU nodes, mostly small jobs, strict FIFO, with no failures and at 1x and 10x the Llama 3 rate, under
+  the operator's failure rules (core.repair).
 * ``validate``: the Megatron cost model on Megatron-LM's published layouts, for comparison with the paper.
 
 Each prints Markdown tables (mean ± 95% half-width over the seeds, and per-seed ratios). Same arguments,
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -23,15 +27,17 @@ from typing import Any
 
 from paralleljob.core.reoptimize import ReoptimizeRule
 from paralleljob.core.topology import Topology
-from paralleljob.sim.alibaba import read_pods
-from paralleljob.sim.clusters import oversubscribed, uniform_cluster
-from paralleljob.sim.compare import fmt_ci, mean_ci, metric, summarize
-from paralleljob.sim.engine import SimConfig, Simulation
-from paralleljob.sim.failures import load_failure_stats
-from paralleljob.sim.overlay import mixed_workload, overlay_3d
-from paralleljob.sim.trace import TraceJob
+from paralleljob.sim.cluster.clusters import node_list_cluster, oversubscribed, uniform_cluster
+from paralleljob.sim.cluster.failures import load_failure_stats
+from paralleljob.sim.report.compare import fmt_ci, mean_ci, metric, summarize
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.workload.alibaba import read_pods
+from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d
+from paralleljob.sim.workload.trace import TraceJob
 
-TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
+HETERO_NODES = 24  # of the trace's 1,213 nodes (1-8 GPUs): few enough that 600 mixed jobs queue at load 0.9
+TRACES = Path(__file__).resolve().parents[4].parent / "shared" / "traces"
 ROWS = (
     ("mean JCT (h)", ("jct_s", "mean"), 1 / 3600.0, 2),
     ("p99 JCT (h)", ("jct_s", "p99"), 1 / 3600.0, 1),
@@ -41,6 +47,8 @@ ROWS = (
     ("TP groups across nodes", ("tp_groups_across_nodes",), 1.0, 0),
     ("ETTR", ("ettr",), 1.0, 3),
     ("goodput lost (GPU-h)", ("goodput_lost", "total_gpu_hours"), 1.0, 0),
+    ("jobs given up (maxRestarts)", ("jobs", "failed"), 1.0, 1),
+    ("jobs requeued after a failure", ("failures", "requeued"), 1.0, 1),
 )
 
 
@@ -150,14 +158,32 @@ def reopt_sweep(seeds: Sequence[int]) -> None:
     _ = summarize  # the CLI's aggregation; the tables here use the same mean_ci
 
 
+def failures_vs_best_fit(seeds: Sequence[int]) -> None:
+    """Issue 23's setting: does failure handling cost us against best-fit on small heterogeneous nodes?"""
+    llama3 = load_failure_stats(TRACES / "failure_stats.csv").rates["llama3"]
+    topology = node_list_cluster(TRACES / "alibaba2023_openb_gpu_nodes.csv", HETERO_NODES, 0)
+    sizes = Counter(topology.node_gpu_count)
+    policies = ("best-fit", "ours", "ours-full", "ours-reopt", "ours-full-reopt")
+    work = lambda s: mixed_workload(600, topology.num_gpus, seed=s, load=0.9)  # noqa: E731
+    for factor in (0, 1, 10):
+        configs = {p: replace(base_config(llama3 * factor), policy=p) for p in policies}
+        print(f"\n## 600 jobs at load 0.9 on {HETERO_NODES} Alibaba nodes {dict(sorted(sizes.items()))} (GPUs: nodes),"
+              f" strict FIFO, {factor:g}x the Llama 3 failure rate\n")  # fmt: skip
+        by_seed = grid(topology, work, configs, seeds)
+        print(table(by_seed, "best-fit"))
+        moves = {n: mean_ci([r[n].get("migrations_back", 0) for r in by_seed.values()])["mean"] for n in policies}
+        shown = {n: round(float(m or 0), 2) for n, m in moves.items() if n.endswith("reopt")}
+        print("\nmigrations back per run:", shown)
+
+
 def validate(seeds: Sequence[int]) -> None:
     """The Megatron model on Megatron-LM's published layouts, with A100-era figures (docs/simulator.md)."""
     from paralleljob.core.cluster import ClusterState
     from paralleljob.core.cost import MegatronCostModel
     from paralleljob.core.job import JobSpec
     from paralleljob.core.placer import Placer
-    from paralleljob.sim.overlay import PUBLISHED_LAYOUTS, model_of
-    from paralleljob.sim.steptime import StepTimeModel
+    from paralleljob.sim.run.steptime import StepTimeModel
+    from paralleljob.sim.workload.overlay import PUBLISHED_LAYOUTS, model_of
 
     model, peak, kernel_eff = MegatronCostModel(), StepTimeModel(gpu_tflops=312.0, mfu=1.0), 0.6
     print("| layout | TP x PP x DP | GPUs | compute/step (s) | TP, PP, DP comm/step (s) | comm share | implied MFU |")
@@ -176,13 +202,19 @@ def validate(seeds: Sequence[int]) -> None:
     lay = next(x for x in PUBLISHED_LAYOUTS if x.name == "gpt-18b")
     for tp, bandwidth in ((8, 240.0), (16, 25.0)):
         job = JobSpec("tp", tp, 1, lay.gpus // tp, 0.0, model_of(lay, lay.gpus // tp))
-        print(f"\n{lay.name} with TP{tp}: TP all-reduces {model.tp_ms(job, bandwidth) / 1e3:.2f} s per step,"
-              f" compute {peak.compute_ms(job) / kernel_eff / 1e3:.2f} s")
+        print(
+            f"\n{lay.name} with TP{tp}: TP all-reduces {model.tp_ms(job, bandwidth) / 1e3:.2f} s per step,"
+            f" compute {peak.compute_ms(job) / kernel_eff / 1e3:.2f} s"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m paralleljob.sim.evidence", description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["placement", "recovery", "recovery-why", "reopt-sweep", "validate"])
+    parser = argparse.ArgumentParser(
+        prog="python -m paralleljob.sim.report.evidence", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "what", choices=["placement", "recovery", "recovery-why", "reopt-sweep", "failures-vs-best-fit", "validate"]
+    )
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--loads", default="0.7,0.9", help="recovery: offered loads")
     parser.add_argument("--factors", default="1,10", help="recovery: multiples of the Llama 3 failure rate")
@@ -192,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         recovery(seeds, [float(x) for x in args.loads.split(",")], [float(x) for x in args.factors.split(",")])
         return 0
     experiments = {
-        "placement": placement, "recovery-why": recovery_why, "reopt-sweep": reopt_sweep, "validate": validate
+        "placement": placement, "recovery-why": recovery_why, "reopt-sweep": reopt_sweep, "validate": validate,
+        "failures-vs-best-fit": failures_vs_best_fit,
     }  # fmt: skip
     experiments[args.what](seeds)
     return 0

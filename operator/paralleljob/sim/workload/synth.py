@@ -13,7 +13,7 @@ larger than 8 GPUs. This generator keeps its shapes and scales them:
   available in ``days``) equals ``load``. With the defaults the stretch is about 3 (printed), so a job's
   length keeps the trace's spread, only longer, as training jobs are.
 
-Run ``python -m paralleljob.sim.synth --help``. Same arguments and seed, same file, byte for byte.
+Run ``python -m paralleljob.sim.workload.synth --help``. Same arguments and seed, same file, byte for byte.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from paralleljob.sim.alibaba import read_pods
-from paralleljob.sim.trace import TraceJob, write_generic
+from paralleljob.sim.workload.alibaba import read_pods
+from paralleljob.sim.workload.trace import TraceJob, write_generic
 
 DAY = 86_400.0
 LARGE_EXPONENTS = range(1, 9)  # 16 .. 2048 GPUs
@@ -79,7 +79,9 @@ def synthesize(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m paralleljob.sim.synth", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m paralleljob.sim.workload.synth", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--pods", type=Path, required=True, help="alibaba2023_openb_pods.csv")
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--days", type=float, default=30.0)

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event, Phase, transition
-from paralleljob.sim.trace import TraceJob
-from paralleljob.sim.work import NO_CHECKPOINTS, CheckpointPlan, progress, wall_time_for
+from paralleljob.sim.run.work import NO_CHECKPOINTS, CheckpointPlan, progress, wall_time_for
+from paralleljob.sim.workload.trace import TraceJob
 
 
 @dataclass
 class SimJob:
     trace: TraceJob
     spec: JobSpec
-    order: int  # arrival rank; a requeued job keeps it
+    order: int  # rank in the queue: the arrival rank, a new one when a failure requeues it at the back
     phase: Phase = Phase.PENDING
     work_left: float = 0.0  # trace seconds not yet saved by a checkpoint
     epoch: int = 0  # bumped on every interruption, so stale START / FINISH events are ignored
@@ -43,7 +43,9 @@ class SimJob:
     lost_work_s: float = 0.0  # trace seconds of work thrown away by failures
     lost_gpu_s: float = 0.0  # GPU-seconds spent computing work that was then lost
     restart_gpu_s: float = 0.0  # GPU-seconds held while restarting
+    queued_s: float | None = None  # when it last re-entered the queue at the back; None: its submit time
     rejected_reason: str = ""
+    gave_up: str = ""  # why the failure policy gave the job up (core.repair), else empty
     # cross-level traffic: bytes per step of the current placement per topology level, training steps per
     # trace second of work (the step-time model's calibration), and the bytes moved so far per level
     bytes_per_step: tuple[float, ...] = ()

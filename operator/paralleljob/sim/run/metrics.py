@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from paralleljob.sim.jobs import SimJob
+from paralleljob.sim.run.jobs import SimJob
 
 DECIMALS = 6
 
@@ -97,6 +97,7 @@ class FailureTally:
     jobs_interrupted: int = 0
     recovered_in_place: int = 0  # minimal or full repair succeeded right away
     requeued: int = 0  # no room: back in the queue
+    gave_up: int = 0  # maxRestarts reached, or no room with onUnplaceable Fail: the job failed
 
 
 def job_metrics(
@@ -114,7 +115,8 @@ def job_metrics(
             "submitted": len(jobs),
             "completed": len(done),
             "rejected": sum(1 for j in jobs if j.rejected_reason),
-            "unfinished": len(jobs) - len(done) - sum(1 for j in jobs if j.rejected_reason),
+            "failed": sum(1 for j in jobs if j.gave_up),
+            "unfinished": len(jobs) - len(done) - sum(1 for j in jobs if j.rejected_reason or j.gave_up),
             "restarted": sum(1 for j in jobs if j.restarts),
             "preempted": sum(j.preemptions for j in jobs),
         },
@@ -161,6 +163,7 @@ def failure_metrics(tally: FailureTally) -> dict[str, Any]:
         "jobs_interrupted": tally.jobs_interrupted,
         "recovered_in_place": tally.recovered_in_place,
         "requeued": tally.requeued,
+        "gave_up": tally.gave_up,
     }
 
 

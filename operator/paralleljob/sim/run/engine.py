@@ -1,7 +1,7 @@
 """The discrete-event engine: replays trace jobs through the core placer, recovery and a queue policy.
 
 One :class:`Simulation` owns a :class:`~paralleljob.core.cluster.ClusterState` and an injected
-:class:`~paralleljob.sim.events.SimClock`; handlers are plain methods that mutate the state through the core
+:class:`~paralleljob.sim.run.events.SimClock`; handlers are plain methods that mutate the state through the core
 API only (allocate, release, set_health, recover), exactly as the operator does. Randomness comes from
 seeded ``random.Random`` instances: one for failures, one per job for its shape, so a run is a function of
 (trace, cluster, config). With ``check_invariants`` every event is followed by a conservation check.
@@ -11,34 +11,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, cast
 
 from paralleljob.core import admission, queueing
 from paralleljob.core.baselines import tp_groups_across_nodes
-from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
+from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
 from paralleljob.core.evaluate import nodes_common_level
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
-from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placer import Placer
-from paralleljob.core.recovery import recover
-from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule, decide_migration
+from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.core.topology import Topology
 from paralleljob.core.traffic import level_bytes_per_step
-from paralleljob.sim.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
-from paralleljob.sim.events import Event, EventQueue, Kind, SimClock
-from paralleljob.sim.failures import Cause, Failure, FailureConfig, FailureProcess, Scope
-from paralleljob.sim.ideal import IdealCosts
-from paralleljob.sim.jobs import SimJob
-from paralleljob.sim.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
-from paralleljob.sim.policies import QueuePolicy, RunningJob, WaitingJob, placement_policy, queue_policy
-from paralleljob.sim.steptime import StepTimeModel
-from paralleljob.sim.tenants import TenantBook
-from paralleljob.sim.trace import PARAMS_BILLIONS_PER_SHARD, TraceJob
-from paralleljob.sim.work import plan_for
+from paralleljob.sim.cluster.failures import FailureConfig, FailureProcess
+from paralleljob.sim.run import disruptions
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
+from paralleljob.sim.run.events import Event, EventQueue, Kind, SimClock
+from paralleljob.sim.run.ideal import IdealCosts
+from paralleljob.sim.run.jobs import SimJob
+from paralleljob.sim.run.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
+from paralleljob.sim.run.policies import QueuePolicy, RunningJob, WaitingJob, placement_policy, queue_policy
+from paralleljob.sim.run.steptime import StepTimeModel
+from paralleljob.sim.run.tenants import TenantBook
+from paralleljob.sim.run.work import plan_for
+from paralleljob.sim.workload.trace import TraceJob
 
 
 def _spec(trace: TraceJob, config: SimConfig) -> JobSpec:
@@ -50,39 +51,6 @@ def _spec(trace: TraceJob, config: SimConfig) -> JobSpec:
 
 class InvariantViolated(AssertionError):
     """GPUs were created or lost: allocated + free + unhealthy != total, or the books disagree."""
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    policy: str = "ours"
-    queue: str = "fifo"
-    cost_model: str = "seed"
-    step_model: str = "flops"  # see sim/steptime.py
-    gpu_tflops: float = 989.0
-    mfu: float = 0.40
-    comm_overlap: float = 0.0
-    comm_fraction: float = 0.1  # the "fraction" step model: communication's share of a step at the ideal
-    params_per_shard: float = PARAMS_BILLIONS_PER_SHARD  # model size of trace jobs that give only a GPU count
-    failure_rate: float = 0.0  # node failures per 1000 node-days; 0 disables injection
-    causes: tuple[Cause, ...] = ()
-    gpu_repair_hours: float = 24.0
-    node_repair_hours: float = 6.0
-    checkpoint_cost_s: float = 120.0
-    checkpoint_interval_s: float | None = None  # None: Young/Daly from the job's nodes and the failure rate
-    restart_overhead_s: float = 60.0
-    start_latency_s: float = 0.0
-    memory_per_gpu_gb: float = 0.0
-    horizon_s: float | None = None  # stop here; jobs submitted later are not loaded
-    # Failures are injected in [0, failure_horizon_s) whatever the policy: the same schedule for every policy
-    # of a comparison, however long its own run lasts. None: the horizon, else the trace's span (the last
-    # submit + duration), which does not depend on the policy.
-    failure_horizon_s: float | None = None
-    samples: int = 200
-    seed: int = 0
-    check_invariants: bool = False
-    scripted_failures: tuple[Failure, ...] = ()  # exact failures (tests), on top of the Poisson ones
-    reoptimize_rule: ReoptimizeRule = DEFAULT_RULE  # for policies with reoptimize (ours-reopt)
-    quotas: tuple[queueing.QueueSpec, ...] = ()  # per-tenant queues for the core queue policies (sim/quotas.py)
 
 
 @dataclass
@@ -107,6 +75,8 @@ class Simulation:
         self.state = ClusterState(topology)
         self.policy = placement_policy(config.policy)
         self.placer = self.policy.make_placer(self.state)
+        strategy = self.policy.recovery or RecoveryStrategy.FULL  # a baseline re-places the whole job
+        self.failure_policy = replace(config.failure_policy, strategy=strategy)
         self.model = cost_model(config.cost_model)
         self.ideal = IdealCosts(topology, self.model)
         self.steptime = StepTimeModel(
@@ -143,6 +113,7 @@ class Simulation:
         self.tally = FailureTally()
         self.series = Series()
         self._next_arrival = 0
+        self._next_rank = len(self.trace)  # queue ranks of jobs requeued at the back of the line
         self._schedule_pending = False
         self._last_time = 0.0
         self._allocated_gpu_s = 0.0
@@ -172,7 +143,7 @@ class Simulation:
         if self.trace:
             self.events.push(self.trace[0].submit_s, Kind.ARRIVAL)
         if self.failures.enabled:
-            self._push_failure(self.failures.next_after(0.0))
+            disruptions.push_failure(self, self.failures.next_after(0.0))
         for failure in self.config.scripted_failures:  # exact, so not cut at the failure horizon
             self.events.push(failure.time, Kind.FAILURE, payload=(failure, False))
         self.events.push(0.0, Kind.SAMPLE)
@@ -182,9 +153,9 @@ class Simulation:
             Kind.ARRIVAL: self._on_arrival,
             Kind.START: self._on_start,
             Kind.FINISH: self._on_finish,
-            Kind.FAILURE: self._on_failure,
-            Kind.REPAIR: self._on_repair,
-            Kind.PREEMPT: self._on_preempt,
+            Kind.FAILURE: partial(disruptions.on_failure, self),
+            Kind.REPAIR: partial(disruptions.on_repair, self),
+            Kind.PREEMPT: partial(disruptions.on_preempt, self),
             Kind.SCHEDULE: self._on_schedule,
             Kind.SAMPLE: self._on_sample,
         }
@@ -235,7 +206,8 @@ class Simulation:
 
     def _waiting(self, job: SimJob) -> WaitingJob:
         t = job.trace
-        return WaitingJob(job.job_id, job.order, t.submit_s, job.num_gpus, t.tenant, job.spec.priority)
+        queued = t.submit_s if job.queued_s is None else job.queued_s
+        return WaitingJob(job.job_id, job.order, queued, job.num_gpus, t.tenant, job.spec.priority)
 
     def _on_schedule(self, event: Event) -> None:
         self._schedule_pending = False
@@ -244,7 +216,7 @@ class Simulation:
         else:
             self._queue_pass()
         if self.policy.reoptimize and self._dearer:
-            self._reoptimize_pass()
+            disruptions.reoptimize_pass(self)
 
     def _queue_pass(self) -> None:
         now = self.clock.now()
@@ -405,183 +377,6 @@ class Simulation:
         self.allocated_gpus += sign * len(allocation.gpus)
         self.tenants.add(self.jobs[allocation.job_id].trace.tenant, sign * len(allocation.gpus), self.clock.now())
 
-    # ---- failures, repairs, preemption --------------------------------------------------------------
-    def _push_failure(self, failure: Failure) -> None:
-        if failure.time < self.failure_horizon:
-            self.events.push(failure.time, Kind.FAILURE, payload=(failure, True))
-
-    def _on_failure(self, event: Event) -> None:
-        failure, from_process = event.payload
-        assert isinstance(failure, Failure)
-        if from_process:
-            self._push_failure(self.failures.next_after(self.clock.now()))
-        self.tally.injected += 1
-        self.tally.by_cause[failure.cause] += 1
-        self.tally.by_scope[failure.scope.value] += 1
-        node_gpus = list(self.topology.node_gpus(failure.node))
-        if not node_gpus:
-            return
-        if failure.scope is Scope.SOFTWARE:
-            for job_id in self.state.jobs_on(node_gpus):
-                self._software_restart(self.jobs[job_id])
-            return
-        targets = node_gpus if failure.scope is Scope.NODE else [node_gpus[failure.gpu_index % len(node_gpus)]]
-        broken = [g for g in targets if self.state.health[g] is GPUHealth.HEALTHY]
-        if not broken:
-            self.tally.on_broken_hardware += 1
-            return
-        self._tokens += 1
-        for gpu in broken:
-            self.state.set_health(gpu, GPUHealth.OFFLINE)
-            self.down_token[gpu] = self._tokens
-        self.gpus_down += len(broken)
-        self.events.push(self.clock.now() + failure.repair_s, Kind.REPAIR, payload=(self._tokens, tuple(broken)))
-        for job_id in self.state.jobs_on(broken):
-            self._recover(self.jobs[job_id])
-
-    def _interrupt(self, job: SimJob, *, graceful: bool) -> None:
-        if job.phase is Phase.RUNNING:
-            job.interrupt(self.clock.now(), save_all=graceful)
-            self.running.pop(job.job_id, None)
-            self.expected_end.pop(job.job_id, None)
-        else:
-            job.epoch += 1  # placed but not started: cancel the pending START
-
-    def _software_restart(self, job: SimJob) -> None:
-        if job.phase is not Phase.RUNNING:
-            return  # nothing runs yet, so nothing crashes
-        self.tally.jobs_interrupted += 1
-        self._interrupt(job, graceful=False)
-        job.step(Step.WORKER_FAILED, Step.REPAIRED)
-        job.restarts += 1
-        self.tally.recovered_in_place += 1
-        self._restart(job)
-
-    def _restart(self, job: SimJob) -> None:
-        overhead = self.config.restart_overhead_s
-        job.restart_gpu_s += overhead * job.num_gpus
-        self._begin(job, self.clock.now() + overhead)
-
-    def _recover(self, job: SimJob) -> None:
-        self.tally.jobs_interrupted += 1
-        self._interrupt(job, graceful=False)
-        job.step(Step.HARDWARE_FAILED)
-        job.restarts += 1
-        old = self.state.allocations[job.job_id]
-        self._room_epoch += 1  # its healthy GPUs may be freed
-        groups: tuple[tuple[int, ...], ...] | None = None
-        cost_ms = 0.0
-        if self.policy.recovery is not None:
-            assert isinstance(self.placer, Placer)
-            outcome = recover(self.state, self.placer, job.spec, self.model, self.policy.recovery)
-            self._count(old, -1)
-            if outcome.new is not None and outcome.cost_after is not None:
-                self._count(self.state.allocations[job.job_id], +1)
-                groups, cost_ms = outcome.new.groups, outcome.cost_after.total_ms
-        else:
-            self._release(job.job_id)
-            try:
-                placement = self.placer.place(job.spec, self.model)
-            except PlacementInfeasible:
-                placement = None
-            if placement is not None:
-                self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
-                groups, cost_ms = placement.groups, placement.cost.total_ms
-        if groups is not None:
-            job.step(Step.REPAIRED)
-            self._placed(job, groups, cost_ms)
-            self.tally.recovered_in_place += 1
-            self._restart(job)
-            return
-        job.step(Step.REQUEUED)
-        job.requeues += 1
-        self.tally.requeued += 1
-        self.queue.add(self._waiting(job), self.clock.now())
-        self._request_schedule()
-
-    def _on_repair(self, event: Event) -> None:
-        token, gpus = event.payload
-        assert isinstance(gpus, tuple)
-        repaired = 0
-        for gpu in gpus:
-            if self.down_token.get(gpu) == token:
-                del self.down_token[gpu]
-                self.state.set_health(gpu, GPUHealth.HEALTHY)
-                repaired += 1
-        self.gpus_down -= repaired
-        if repaired:
-            self._room_epoch += 1
-            self._request_schedule()
-
-    # ---- re-optimisation: moving a repaired job back -------------------------------------------------
-    def _best_now(self, job: SimJob) -> tuple[float, int] | None:
-        """(cost, pods that would move) of the placer's choice now, the job's own GPUs counted as free."""
-        assert isinstance(self.placer, Placer)
-        old = self.state.release(job.job_id)
-        assert old is not None
-        try:
-            best = self.placer.place(job.spec, self.model, previous=old)
-        except PlacementInfeasible:
-            return None
-        finally:
-            self.state.allocate(old)
-        moved = sum(1 for a, b in zip(old.groups, best.groups, strict=True) if a != b)
-        return best.cost.total_ms, moved
-
-    def _reoptimize_pass(self) -> None:
-        """For every running job above its ideal cost, ask core.reoptimize whether to move back; if so, at
-        the end of its next checkpoint write (no work is lost), as the operator would."""
-        now = self.clock.now()
-        for job_id in sorted(self._dearer - self._migrating):
-            job = self.jobs[job_id]
-            if job.phase is not Phase.RUNNING or now < job.segment_start:
-                continue  # restarting: decide once it runs
-            if self._asked_at.get(job_id) == self._room_epoch:
-                continue  # nothing was freed since the last "no": the answer is the same
-            self._asked_at[job_id] = self._room_epoch
-            best = self._best_now(job)
-            if best is None:
-                continue
-            decision = decide_migration(job.cost_ms, best[0], best[1], job.plan.interval_s, self.config.reoptimize_rule)
-            if decision.migrate:
-                period = job.plan.period_s
-                boundary = job.segment_start + (math.floor((now - job.segment_start) / period) + 1) * period
-                self._migrating.add(job_id)
-                self.events.push(boundary, Kind.PREEMPT, job_id, ("migrate", job.epoch))
-
-    def _migrate(self, job: SimJob) -> None:
-        self._migrating.discard(job.job_id)
-        best = self._best_now(job)
-        if best is None or best[0] >= job.cost_ms:
-            return  # the room went meanwhile: keep running where it is
-        self._interrupt(job, graceful=True)  # right after a checkpoint: nothing is lost
-        old = self._release(job.job_id)
-        assert old is not None and isinstance(self.placer, Placer)
-        placement = self.placer.place(job.spec, self.model, previous=old)
-        self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
-        job.step(Step.WORKER_FAILED, Step.REPAIRED)  # the lifecycle's restart-in-place path
-        self.migrations += 1
-        self._placed(job, placement.groups, placement.cost.total_ms)
-        self._restart(job)
-
-    def _on_preempt(self, event: Event) -> None:
-        job = self.jobs[event.job_id]
-        if event.payload and event.payload[0] == "migrate":
-            if event.payload[1] == job.epoch and job.phase is Phase.RUNNING:
-                self._migrate(job)
-            else:
-                self._migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
-            return
-        self._preempting.discard(job.job_id)
-        if job.phase is not Phase.RUNNING:
-            return
-        self._interrupt(job, graceful=True)  # the grace period lets it checkpoint: nothing is lost
-        job.step(Step.PREEMPTED, Step.REQUEUED)
-        job.preemptions += 1
-        self._release(job.job_id)
-        self.queue.add(self._waiting(job), self.clock.now())
-        self._request_schedule()
-
     # ---- observation ------------------------------------------------------------------------------
     def _on_sample(self, event: Event) -> None:
         self._sample()
@@ -629,9 +424,7 @@ class Simulation:
         """Bytes every job's steps moved over each topology level, summed over the run (segments that ended:
         finished, interrupted or preempted)."""
         names = [level.name for level in self.topology.levels]
-        return {
-            name: math.fsum(j.level_bytes[i] for j in jobs if j.level_bytes) for i, name in enumerate(names)
-        }
+        return {name: math.fsum(j.level_bytes[i] for j in jobs if j.level_bytes) for i, name in enumerate(names)}
 
     def _busy_allocation(self) -> float | None:
         span = self.busy_to - self.busy_from

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from paralleljob.core.topology import Level, NodeSpec, Topology
-from paralleljob.sim.trace import TraceError, TraceJob, check_row_width, open_csv, sort_and_limit
+from paralleljob.sim.workload.trace import TraceError, TraceJob, check_row_width, open_csv, sort_and_limit
 
 GPU_MEMORY_GB = {"P100": 16.0, "T4": 16.0, "V100M16": 16.0, "V100M32": 32.0, "A10": 24.0, "G2": 32.0, "G3": 32.0}
 DEFAULT_GPU_MEMORY_GB = 32.0

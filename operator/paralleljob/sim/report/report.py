@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from paralleljob.sim.compare import PB, markdown_summary
-from paralleljob.sim.engine import SimResult
-from paralleljob.sim.metrics import rounded
+from paralleljob.sim.report.compare import PB, markdown_summary
+from paralleljob.sim.run.engine import SimResult
+from paralleljob.sim.run.metrics import rounded
 
 
 def dump_json(value: Any) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.core.topology import NodeSpec, Topology
-from paralleljob.sim.alibaba import read_node_list
+from paralleljob.sim.workload.alibaba import read_node_list
 
 
 def parse_levels(text: str) -> list[tuple[str, int, float]]:

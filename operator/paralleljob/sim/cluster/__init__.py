@@ -1,0 +1,3 @@
+"""The simulated cluster: its shapes (uniform with levels, node lists, oversubscription) and the failure process
+that breaks it.
+"""

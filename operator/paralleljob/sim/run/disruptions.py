@@ -1,0 +1,223 @@
+"""What interrupts a running job in the simulation: failures and repairs, preemption, and moving a repaired job
+back at a checkpoint (re-optimisation).
+
+Each failure is handed to the core's failure policy (:func:`paralleljob.core.repair.decide_repair`, the function
+the operator calls) and its decision carried out with events; the move-back asks the core for the best
+placement now and :func:`paralleljob.core.reoptimize.decide_migration` whether it pays. A mixin of
+:class:`~paralleljob.sim.run.engine.Simulation`, split out so the engine's loop stays readable.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from paralleljob.core.cluster import Allocation, GPUHealth
+from paralleljob.core.lifecycle import Event as Step
+from paralleljob.core.lifecycle import Phase
+from paralleljob.core.recovery import affected_groups
+from paralleljob.core.reoptimize import decide_migration
+from paralleljob.core.repair import (
+    FailureKind,
+    FailureReport,
+    GiveUp,
+    GiveUpReason,
+    Requeue,
+    best_placement_now,
+    decide_repair,
+    pods_to_move,
+)
+from paralleljob.sim.cluster.failures import Failure, Scope
+from paralleljob.sim.run.events import Event, Kind
+from paralleljob.sim.run.jobs import SimJob
+
+if TYPE_CHECKING:
+    from paralleljob.sim.run.engine import Simulation
+
+
+# ---- failures, repairs, preemption --------------------------------------------------------------
+
+def push_failure(sim: Simulation, failure: Failure) -> None:
+    if failure.time < sim.failure_horizon:
+        sim.events.push(failure.time, Kind.FAILURE, payload=(failure, True))
+
+
+def on_failure(sim: Simulation, event: Event) -> None:
+    failure, from_process = event.payload
+    assert isinstance(failure, Failure)
+    if from_process:
+        push_failure(sim, sim.failures.next_after(sim.clock.now()))
+    sim.tally.injected += 1
+    sim.tally.by_cause[failure.cause] += 1
+    sim.tally.by_scope[failure.scope.value] += 1
+    node_gpus = list(sim.topology.node_gpus(failure.node))
+    if not node_gpus:
+        return
+    if failure.scope is Scope.SOFTWARE:
+        for job_id in sim.state.jobs_on(node_gpus):
+            software_restart(sim, sim.jobs[job_id], set(node_gpus))
+        return
+    targets = node_gpus if failure.scope is Scope.NODE else [node_gpus[failure.gpu_index % len(node_gpus)]]
+    broken = [g for g in targets if sim.state.health[g] is GPUHealth.HEALTHY]
+    if not broken:
+        sim.tally.on_broken_hardware += 1
+        return
+    sim._tokens += 1
+    for gpu in broken:
+        sim.state.set_health(gpu, GPUHealth.OFFLINE)
+        sim.down_token[gpu] = sim._tokens
+    sim.gpus_down += len(broken)
+    sim.events.push(sim.clock.now() + failure.repair_s, Kind.REPAIR, payload=(sim._tokens, tuple(broken)))
+    kind = FailureKind.NODE if failure.scope is Scope.NODE else FailureKind.GPU
+    for job_id in sim.state.jobs_on(broken):
+        recover(sim, sim.jobs[job_id], kind)
+
+
+def interrupt(sim: Simulation, job: SimJob, *, graceful: bool) -> None:
+    if job.phase is Phase.RUNNING:
+        job.interrupt(sim.clock.now(), save_all=graceful)
+        sim.running.pop(job.job_id, None)
+        sim.expected_end.pop(job.job_id, None)
+    else:
+        job.epoch += 1  # placed but not started: cancel the pending START
+
+
+def software_restart(sim: Simulation, job: SimJob, node_gpus: set[int]) -> None:
+    if job.phase is not Phase.RUNNING:
+        return  # nothing runs yet, so nothing crashes
+    sim.tally.jobs_interrupted += 1
+    interrupt(sim, job, graceful=False)
+    job.step(Step.WORKER_FAILED)
+    groups = sim.state.allocations[job.job_id].groups
+    repair(sim, job, FailureKind.WORKER, tuple(g for g, group in enumerate(groups) if node_gpus & set(group)))
+
+
+def restart(sim: Simulation, job: SimJob) -> None:
+    overhead = sim.config.restart_overhead_s
+    job.restart_gpu_s += overhead * job.num_gpus
+    sim._begin(job, sim.clock.now() + overhead)
+
+
+def recover(sim: Simulation, job: SimJob, kind: FailureKind) -> None:
+    sim.tally.jobs_interrupted += 1
+    interrupt(sim, job, graceful=False)
+    job.step(Step.HARDWARE_FAILED)
+    repair(sim, job, kind, tuple(affected_groups(sim.state, sim.state.allocations[job.job_id])))
+
+
+def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, ...]) -> None:
+    """Carry out the core's failure decision (core.repair), the one the operator carries out too."""
+    old = sim.state.allocations[job.job_id]
+    report = FailureReport(kind, groups, job.restarts)
+    decision = decide_repair(sim.state, sim.placer, job.spec, sim.model, sim.failure_policy, report)
+    new = sim.state.allocations.get(job.job_id)
+    if new is not old:
+        sim._count(old, -1)
+        sim._room_epoch += 1  # its healthy GPUs may have been freed
+        if new is not None:
+            sim._count(new, +1)
+    if isinstance(decision, GiveUp):
+        job.restarts += decision.reason is GiveUpReason.NO_ROOM  # the operator counts it as a restart
+        job.step(Step.GAVE_UP)
+        job.gave_up = "; ".join(decision.reasons)
+        sim.tally.gave_up += 1
+        sim.unfinished -= 1
+        sim._dearer.discard(job.job_id)
+        sim._request_schedule()
+        return
+    job.restarts += 1
+    if isinstance(decision, Requeue):
+        job.order, job.queued_s = sim._next_rank, sim.clock.now()  # the back of the line (core.repair)
+        sim._next_rank += 1
+        job.step(Step.REQUEUED)
+        job.requeues += 1
+        sim.tally.requeued += 1
+        sim._dearer.discard(job.job_id)
+        sim.queue.add(sim._waiting(job), sim.clock.now())
+        sim._request_schedule()
+        return
+    job.step(Step.REPAIRED)
+    if decision.placement is not None:
+        sim._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
+    sim.tally.recovered_in_place += 1
+    restart(sim, job)
+
+
+def on_repair(sim: Simulation, event: Event) -> None:
+    token, gpus = event.payload
+    assert isinstance(gpus, tuple)
+    repaired = 0
+    for gpu in gpus:
+        if sim.down_token.get(gpu) == token:
+            del sim.down_token[gpu]
+            sim.state.set_health(gpu, GPUHealth.HEALTHY)
+            repaired += 1
+    sim.gpus_down -= repaired
+    if repaired:
+        sim._room_epoch += 1
+        sim._request_schedule()
+
+# ---- re-optimisation: moving a repaired job back -------------------------------------------------
+
+def best_now(sim: Simulation, job: SimJob) -> tuple[float, int] | None:
+    """(cost, pods that would move) of the placer's choice now, the job's own GPUs counted as free."""
+    best = best_placement_now(sim.state, sim.placer, job.spec, sim.model)
+    if best is None:
+        return None
+    return best.cost.total_ms, pods_to_move(sim.state.allocations[job.job_id].groups, best.groups)
+
+
+def reoptimize_pass(sim: Simulation) -> None:
+    """For every running job above its ideal cost, ask core.reoptimize whether to move back; if so, at
+    the end of its next checkpoint write (no work is lost), as the operator would."""
+    now = sim.clock.now()
+    for job_id in sorted(sim._dearer - sim._migrating):
+        job = sim.jobs[job_id]
+        if job.phase is not Phase.RUNNING or now < job.segment_start:
+            continue  # restarting: decide once it runs
+        if sim._asked_at.get(job_id) == sim._room_epoch:
+            continue  # nothing was freed since the last "no": the answer is the same
+        sim._asked_at[job_id] = sim._room_epoch
+        best = best_now(sim, job)
+        if best is None:
+            continue
+        decision = decide_migration(job.cost_ms, best[0], best[1], job.plan.interval_s, sim.config.reoptimize_rule)
+        if decision.migrate:
+            period = job.plan.period_s
+            boundary = job.segment_start + (math.floor((now - job.segment_start) / period) + 1) * period
+            sim._migrating.add(job_id)
+            sim.events.push(boundary, Kind.PREEMPT, job_id, ("migrate", job.epoch))
+
+
+def migrate(sim: Simulation, job: SimJob) -> None:
+    sim._migrating.discard(job.job_id)
+    best = best_now(sim, job)
+    if best is None or best[0] >= job.cost_ms:
+        return  # the room went meanwhile: keep running where it is
+    interrupt(sim, job, graceful=True)  # right after a checkpoint: nothing is lost
+    old = sim._release(job.job_id)
+    placement = sim.placer.place(job.spec, sim.model, previous=old)
+    sim._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
+    job.step(Step.MIGRATED, Step.REPAIRED)  # as the operator records it: Running -> Recovering -> Running
+    sim.migrations += 1
+    sim._placed(job, placement.groups, placement.cost.total_ms)
+    restart(sim, job)
+
+
+def on_preempt(sim: Simulation, event: Event) -> None:
+    job = sim.jobs[event.job_id]
+    if event.payload and event.payload[0] == "migrate":
+        if event.payload[1] == job.epoch and job.phase is Phase.RUNNING:
+            migrate(sim, job)
+        else:
+            sim._migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
+        return
+    sim._preempting.discard(job.job_id)
+    if job.phase is not Phase.RUNNING:
+        return
+    interrupt(sim, job, graceful=True)  # the grace period lets it checkpoint: nothing is lost
+    job.step(Step.PREEMPTED, Step.REQUEUED)
+    job.preemptions += 1
+    sim._release(job.job_id)
+    sim.queue.add(sim._waiting(job), sim.clock.now())
+    sim._request_schedule()
