@@ -26,12 +26,15 @@ from pathlib import Path
 from paralleljob.devcluster.versions import (
     ADDONS,
     BINARIES,
+    NODE_BINARIES,
     BinarySpec,
     addon_dir,
     addon_version,
     binaries_dir,
     deploy_dir,
     ldflags,
+    node_binaries_dir,
+    pinned_version,
     versions,
 )
 
@@ -85,6 +88,21 @@ def ensure_addon(addon: str, report: Report = _stderr) -> Path:
             _copy_module_files(go, spec, version, target)
             _build_one(go, spec, version, target, report)
     return target
+
+
+def ensure_node_binaries(report: Report = _stderr) -> dict[str, Path]:
+    """Return name -> path of the real nodes' binaries (kubelet, fakegpu, pause), building missing ones."""
+    target = node_binaries_dir()
+    paths = {spec.name: target / spec.name for spec in NODE_BINARIES}
+    if all(path.is_file() for path in paths.values()):
+        return paths
+    go = _go()
+    version = pinned_version(deploy_dir() / "kubernetes", "k8s.io/kubernetes")
+    with _build_lock(target):
+        for spec in NODE_BINARIES:
+            if not paths[spec.name].is_file():
+                _build_one(go, spec, version, target, report)
+    return paths
 
 
 def _go() -> str:

@@ -30,6 +30,14 @@ ADMIN_USER = "paralleljob-admin"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 # JobSet's controller manager acts as this user, with the ClusterRoles its module ships bound to it.
 JOBSET_USER = "jobset-controller-manager"
+# Real (kubelet) nodes: each kubelet authenticates as system:node:<name> in group system:nodes, with a token
+# of its own. The API server reads the token file only at start, so every cluster gets tokens for this many.
+MAX_REAL_NODES = 4
+REAL_NODE_PREFIX = "real-node"
+
+
+def real_node_name(index: int) -> str:
+    return f"{REAL_NODE_PREFIX}-{index}"
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class Pki:
     jobset_cert: Path
     jobset_key: Path
     jobset_token: str
+    node_tokens: dict[str, str]  # real node name -> its kubelet's bearer token
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -117,6 +126,7 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         jobset_cert=directory / "jobset.crt",
         jobset_key=directory / "jobset.key",
         jobset_token=jobset_token,
+        node_tokens={real_node_name(i): secrets.token_urlsafe(32) for i in range(MAX_REAL_NODES)},
     )
     _write(pki.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.serving_cert, serving_cert.public_bytes(serialization.Encoding.PEM))
@@ -139,6 +149,7 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"',
         f"{kcm_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}",
         f"{jobset_token},{JOBSET_USER},{JOBSET_USER}",
+        *(f'{secret},system:node:{node},system:node:{node},"system:nodes"' for node, secret in pki.node_tokens.items()),
     ]
     _write(pki.token_file, ("\n".join(lines) + "\n").encode())
     return pki

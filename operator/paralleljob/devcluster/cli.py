@@ -50,6 +50,17 @@ def register(subparsers: Any) -> None:
         metavar="NAMES",
         help=f"optional controllers to run too, comma-separated ({', '.join(sorted(ADDONS))}); default: none",
     )
+    up_parser.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        help="kubelet nodes with containerd and fake GPUs beside the kwok nodes (needs root; see"
+        " `dev-cluster prereqs`; default: %(default)s)",
+    )
+    up_parser.add_argument(
+        "--real-node-gpus", type=int, default=8, help="fake GPUs per real node (default: %(default)s)"
+    )
+    add("prereqs", "install what real nodes and `make image` need (root, apt-get); idempotent", _prereqs)
     add("down", "stop every process the cluster started and delete its files", _down)
     add("status", "show the cluster's processes and nodes", _status)
     add("kubeconfig", "print the path of the cluster's kubeconfig", _kubeconfig)
@@ -77,7 +88,9 @@ def _up(args: argparse.Namespace) -> int:
         print(f"unknown --controllers {', '.join(unknown)} (known: {', '.join(sorted(ADDONS))})", file=sys.stderr)
         return 2
     try:
-        cluster = up(args.name, shape, controllers=controllers)
+        cluster = up(
+            args.name, shape, controllers=controllers, real_nodes=args.real_nodes, real_node_gpus=args.real_node_gpus
+        )
     except AlreadyRunning as exc:
         print(f"{exc}; run `paralleljob dev-cluster down --name {args.name}` first", file=sys.stderr)
         return 1
@@ -86,6 +99,15 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     print(cluster.kubeconfig)
     return 0
+
+
+def _prereqs(args: argparse.Namespace) -> int:
+    from paralleljob.devcluster import hostcheck
+
+    problems = hostcheck.install(lambda line: print(line, flush=True))
+    for problem in problems:
+        print(f"missing: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _down(args: argparse.Namespace) -> int:

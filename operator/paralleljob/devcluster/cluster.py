@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from paralleljob.devcluster import controllermanager, controlplane, crds, dra, jobset, kwok, process, state
+from paralleljob.devcluster import controllermanager, controlplane, crds, dra, jobset, kwok, process, realnodes, state
 from paralleljob.devcluster.build import ensure_addon, ensure_binaries
 from paralleljob.devcluster.certs import JOBSET_USER, Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
@@ -49,6 +49,7 @@ class DevCluster:
     run_dir: Path
     nodes: tuple[str, ...] = field(default_factory=tuple)
     shape: NodeShape = field(default_factory=NodeShape)
+    real_nodes: tuple[str, ...] = field(default_factory=tuple)  # kubelet nodes (``up --real-nodes``)
 
     def log_path(self, process_name: str) -> Path:
         return self.run_dir / "logs" / f"{process_name}.log"
@@ -70,9 +71,13 @@ def up(
     report: Report = _stderr,
     die_with_caller: bool = False,
     controllers: tuple[str, ...] = (),
+    real_nodes: int = 0,
+    real_node_gpus: int = 8,
 ) -> DevCluster:
     """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests);
-    ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``)."""
+    ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``); ``real_nodes``
+    kubelet nodes join beside the kwok ones (:mod:`paralleljob.devcluster.realnodes`), each with
+    ``real_node_gpus`` fake GPUs from our device plugin."""
     shape = shape or NodeShape()
     unknown = sorted(set(controllers) - set(ADDONS))
     if unknown:
@@ -148,6 +153,12 @@ def up(
         controllermanager.wait_controller_manager(kcm, kcm_port, pki)
         record.nodes, record.shape = shape.names(), asdict(shape)
         state.save(record)
+        if real_nodes:
+            record.real_nodes = realnodes.start(
+                name, run_dir, pki, api_port, kubeconfig, real_nodes, real_node_gpus, shape,
+                lambda proc: _remember(record, proc), report, die_with_caller,
+            )  # fmt: skip
+            state.save(record)
         if "jobset" in controllers:
             jobset.start_jobset(name, report, die_with_caller)
         crd_note = f", CRDs {', '.join(installed)}" if installed else ""
@@ -163,7 +174,7 @@ def up(
                 report(f"{proc.name} exited; last lines of {proc.log}:\n{process.tail(proc.log)}")
         down(name, report=lambda _: None)
         raise
-    return DevCluster(name, kubeconfig, server, run_dir, tuple(record.nodes), shape)
+    return DevCluster(name, kubeconfig, server, run_dir, tuple(record.nodes), shape, tuple(record.real_nodes))
 
 
 def _remember(record: state.ClusterState, proc: state.ProcessRecord) -> None:
@@ -225,6 +236,7 @@ def down(name: str = "default", report: Report = _stderr) -> bool:
         return False
     for proc in reversed(record.processes):
         process.stop(proc)
+    realnodes.cleanup(name, Path(record.run_dir))  # containers, mounts, cgroups, namespaces, host files
     shutil.rmtree(record.run_dir, ignore_errors=True)
     report(f"dev cluster {name!r} stopped ({len(record.processes)} processes)")
     return True
@@ -235,7 +247,10 @@ def get(name: str = "default") -> DevCluster | None:
     if record is None or not record.kubeconfig:
         return None
     shape = NodeShape(**record.shape) if record.shape else NodeShape(count=len(record.nodes))
-    return DevCluster(name, Path(record.kubeconfig), record.server, Path(record.run_dir), tuple(record.nodes), shape)
+    return DevCluster(
+        name, Path(record.kubeconfig), record.server, Path(record.run_dir), tuple(record.nodes), shape,
+        tuple(record.real_nodes),
+    )  # fmt: skip
 
 
 def reap_abandoned(prefix: str, report: Report = _stderr) -> list[str]:

@@ -1,0 +1,278 @@
+"""Real (kubelet) nodes beside the kwok nodes: ``dev-cluster up --real-nodes N`` and their full cleanup.
+
+``start`` checks the host (:mod:`~paralleljob.devcluster.hostcheck`), builds or finds the kubelet, device
+plugin and pause binaries, wires the namespaces (:mod:`~paralleljob.devcluster.nodenet`), starts a relay
+from a unix socket in the run directory to the API server (a kubelet in its own network namespace cannot
+reach the host's 127.0.0.1), then per node containerd (with the pause image loaded), the kubelet (as
+``system:node:<name>``, its own token, with the ``system:node`` ClusterRole bound to ``system:nodes``)
+and the fake GPU device plugin, and waits until every node is Ready with its GPUs allocatable.
+
+``cleanup`` undoes all of it and is safe to run on a half-started cluster or twice: it kills whatever is
+left in the nodes' cgroups (containers, shims), unmounts what the kubelet and containerd mounted, removes
+the cgroups, the pod sandboxes' and the nodes' network namespaces and the host files they wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from paralleljob.devcluster import hostcheck, nodenet, process, realnode
+from paralleljob.devcluster.build import ensure_node_binaries
+from paralleljob.devcluster.certs import MAX_REAL_NODES, Pki, real_node_name
+from paralleljob.devcluster.nodeimages import import_archive, write_pause_archive
+from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL, GPU_RESOURCE, NodeShape
+from paralleljob.devcluster.realnode import REAL_NODE_LABEL, RealNode
+from paralleljob.devcluster.state import ProcessRecord
+
+Report = Callable[[str], None]
+Remember = Callable[[ProcessRecord], None]
+
+# Host paths the kubelet, containerd and the CNI plugins write whatever they are told; removed on cleanup
+# when `start` created them (and they are empty by then).
+HOST_PATHS = (
+    Path("/var/lib/kubelet/device-plugins"),
+    Path("/var/lib/kubelet"),
+    Path("/var/log/containers"),
+    Path("/var/lib/cni/results"),
+    Path("/var/lib/cni"),
+    Path("/run/containerd/s"),
+    Path("/run/containerd"),
+)
+NODE_BINDING = "paralleljob-dev-cluster-nodes"
+
+
+class RealNodesUnavailable(RuntimeError):
+    """The machine cannot run real nodes; the message says what is missing."""
+
+
+def node_objects(cluster: str, run_dir: Path, count: int) -> list[RealNode]:
+    return [
+        RealNode(nodenet.NodeNet(cluster, real_node_name(i), i), run_dir / "nodes" / real_node_name(i))
+        for i in range(count)
+    ]
+
+
+def labels(shape: NodeShape, gpus: int) -> dict[str, str]:
+    """GPU Feature Discovery and topology labels, as on the kwok nodes; real nodes share one rack."""
+    return {
+        DEV_CLUSTER_LABEL: "true",
+        REAL_NODE_LABEL: "true",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": shape.gpu_product,
+        "nvidia.com/gpu.memory": str(shape.gpu_memory_mib),
+        "nvidia.com/gpu.count": str(gpus),
+        "network.topology.nvidia.com/leaf": "real-leaf-00",
+        "network.topology.nvidia.com/spine": "real-spine-00",
+        "topology.kubernetes.io/zone": "real-zone",
+    }
+
+
+def start(
+    cluster: str, run_dir: Path, pki: Pki, api_port: int, kubeconfig: Path, count: int, gpus: int,
+    shape: NodeShape, remember: Remember, report: Report, die_with_parent: bool,
+) -> list[str]:  # fmt: skip
+    if count > MAX_REAL_NODES:
+        raise ValueError(f"at most {MAX_REAL_NODES} real nodes (one kubelet token each is made at start)")
+    problems = hostcheck.missing()
+    if problems:
+        raise RealNodesUnavailable("real nodes cannot run on this machine: " + "; ".join(problems))
+    binaries = ensure_node_binaries(report)
+    started = time.monotonic()
+    _remember_host_paths(run_dir)
+    nodes = node_objects(cluster, run_dir, count)
+    (run_dir / "real-nodes").write_text(str(count))  # read by cleanup, even if `up` dies right after this
+    nodenet.setup([node.net for node in nodes])
+    socket = run_dir / "apiserver.sock"
+    argv = ["socat", f"UNIX-LISTEN:{socket},fork,unlink-early,mode=600", f"TCP:127.0.0.1:{api_port}"]
+    remember(
+        process.spawn("apiserver-relay", argv, run_dir / "logs/apiserver-relay.log", die_with_parent=die_with_parent)
+    )
+    pause = write_pause_archive(binaries["pause"], run_dir / "images" / "pause.tar")
+    asyncio.run(_bind_node_role(kubeconfig))
+    for node in nodes:
+        realnode.write_configs(node, pki.ca_cert, pki.node_tokens[node.name], gpus, labels(shape, gpus))
+        realnode.make_cgroups(node)
+        holder = realnode.start_relay(node, socket, die_with_parent)
+        remember(holder)
+        _wait_for(lambda holder=holder: _has_own_mount_ns(holder.pid), holder, 10)  # type: ignore[misc]
+        containerd = realnode.start_containerd(node, holder, die_with_parent)
+        remember(containerd)
+        _wait_for(lambda node=node: node.containerd_socket.exists(), containerd, 30)  # type: ignore[misc]
+        import_archive(node.containerd_socket, pause)
+        remember(realnode.start_kubelet(node, holder, binaries["kubelet"], die_with_parent))
+        remember(realnode.start_device_plugin(node, holder, binaries["fakegpu"], die_with_parent))
+    names = [node.name for node in nodes]
+    asyncio.run(wait_ready_with_gpus(kubeconfig, names, gpus))
+    report(f"{count} real node(s) Ready with {gpus} fake GPUs each ({time.monotonic() - started:.1f} s)")
+    return names
+
+
+def _has_own_mount_ns(pid: int) -> bool:
+    """True once the relay has its mount namespace and the device-plugin bind mount (it then runs socat)."""
+    try:
+        own = os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+        return own and Path(f"/proc/{pid}/comm").read_text().strip() == "socat"
+    except OSError:
+        return False
+
+
+def _wait_for(check: Callable[[], bool], record: ProcessRecord, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if not process.is_alive(record) or time.monotonic() > deadline:
+            raise RuntimeError(f"{record.name} did not start; last lines of {record.log}:\n{process.tail(record.log)}")
+        time.sleep(0.1)
+
+
+async def _bind_node_role(kubeconfig: Path) -> None:
+    """Kubelets act as system:node:<name> in system:nodes; the API server here authorizes with RBAC alone,
+    so the bootstrap ClusterRole system:node is bound to that group (what the Node authorizer would allow,
+    but for every node)."""
+    from kubernetes_asyncio.client import RbacAuthorizationV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from paralleljob.devcluster.kubeconfig import api_client
+
+    body = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": NODE_BINDING},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}],
+    }
+    async with api_client(kubeconfig) as api:
+        try:
+            rbac: Any = RbacAuthorizationV1Api(api)  # Any: dict bodies are accepted
+            await rbac.create_cluster_role_binding(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+async def wait_ready_with_gpus(kubeconfig: Path, names: list[str], gpus: int, timeout_s: float = 120.0) -> None:
+    from kubernetes_asyncio.client import CoreV1Api
+
+    from paralleljob.devcluster.kubeconfig import api_client
+    from paralleljob.devcluster.nodes import is_ready
+
+    deadline = time.monotonic() + timeout_s
+    async with api_client(kubeconfig) as api:
+        while True:
+            listed = await CoreV1Api(api).list_node(label_selector=f"{REAL_NODE_LABEL}=true")
+            done = {
+                node.metadata.name
+                for node in listed.items
+                if is_ready(node) and int((node.status.allocatable or {}).get(GPU_RESOURCE, 0)) == gpus
+            }
+            if set(names) <= done:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"real nodes not Ready with {gpus} GPUs after {timeout_s:.0f} s: {sorted(set(names) - done)}"
+                )
+            await asyncio.sleep(0.5)
+
+
+def _remember_host_paths(run_dir: Path) -> None:
+    created = [str(path) for path in HOST_PATHS if not path.exists()]
+    (run_dir / "host-paths-created.json").write_text(json.dumps(created))
+
+
+def cleanup(cluster: str, run_dir: Path) -> None:
+    """Remove every trace of the cluster's real nodes (see the module docstring)."""
+    count_file = run_dir / "real-nodes"
+    if not count_file.is_file():
+        return
+    nodes = node_objects(cluster, run_dir, int(count_file.read_text()))
+    sandboxes = _sandbox_netns_inodes(nodes)
+    for node in nodes:
+        _kill_cgroup_members(node)
+    _unmount_under(run_dir)
+    _remove_sandbox_netns(sandboxes)
+    for node in nodes:
+        for folder in realnode.cgroup_dirs(node):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    nodenet.teardown(cluster, [node.net for node in nodes])
+    _remove_host_files(cluster, run_dir, nodes)
+
+
+def _sandbox_netns_inodes(nodes: list[RealNode]) -> set[int]:
+    own = {os.stat(node.net.netns_path).st_ino for node in nodes if node.net.netns_path.exists()}
+    inodes = set()
+    for node in nodes:
+        for pid in realnode.node_pids(node):
+            with contextlib.suppress(OSError):
+                inodes.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+    return inodes - own - {os.stat("/proc/self/ns/net").st_ino}
+
+
+def _kill_cgroup_members(node: RealNode, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (pids := realnode.node_pids(node)) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def _mount_points() -> list[str]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        raw = line.split()[4]
+        points.append(raw.encode().decode("unicode_escape"))  # \040 and friends in mountinfo
+    return points
+
+
+def _unmount_under(folder: Path) -> None:
+    prefix = str(folder.resolve()) + "/"
+    for point in sorted((p for p in _mount_points() if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def _remove_sandbox_netns(inodes: set[int]) -> None:
+    for entry in nodenet.NETNS_DIR.glob("cni-*") if nodenet.NETNS_DIR.is_dir() else []:
+        try:
+            if entry.stat().st_ino in inodes:
+                subprocess.run(["umount", "-l", str(entry)], capture_output=True, check=False)
+                entry.unlink()
+        except OSError:
+            pass
+
+
+def _remove_host_files(cluster: str, run_dir: Path, nodes: list[RealNode]) -> None:
+    logs = tuple(str(node.pod_logs) for node in nodes)
+    for link in Path("/var/log/containers").glob("*.log") if Path("/var/log/containers").is_dir() else []:
+        if link.is_symlink() and os.readlink(link).startswith(logs):
+            link.unlink()
+    # libcni caches a result per network and sandbox: <network>-<sandbox id>-<interface>. Our bridge network
+    # is named pj-<cluster>; containerd's built-in loopback network is shared, so go by our sandboxes' ids.
+    sandboxes = {
+        entry.name
+        for node in nodes
+        for entry in (node.directory / "containerd/root/io.containerd.grpc.v1.cri/sandboxes").glob("*")
+    }
+    results = Path("/var/lib/cni/results")
+    for result in results.iterdir() if results.is_dir() else []:
+        if result.name.startswith(f"pj-{cluster}-") or any(f"-{sandbox}-" in result.name for sandbox in sandboxes):
+            result.unlink()
+    listening = {
+        line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines()[1:] if len(line.split()) > 7
+    }
+    shims = Path("/run/containerd/s")
+    for stale in shims.iterdir() if shims.is_dir() else []:
+        if str(stale) not in listening:  # a dead shim's socket (ours were all killed above)
+            stale.unlink(missing_ok=True)
+    created = run_dir / "host-paths-created.json"
+    for path in json.loads(created.read_text()) if created.is_file() else []:
+        with contextlib.suppress(OSError):
+            Path(path).rmdir()
