@@ -61,6 +61,8 @@ def register(subparsers: Any) -> None:
         "--real-node-gpus", type=int, default=8, help="fake GPUs per real node (default: %(default)s)"
     )
     add("prereqs", "install what real nodes and `make image` need (root, apt-get); idempotent", _prereqs)
+    load = add("load-image", "import a docker-archive (e.g. from `make image`) into every real node", _load_image)
+    load.add_argument("archive", help="path of the docker-archive tarball")
     add("down", "stop every process the cluster started and delete its files", _down)
     add("status", "show the cluster's processes and nodes", _status)
     add("kubeconfig", "print the path of the cluster's kubeconfig", _kubeconfig)
@@ -108,6 +110,24 @@ def _prereqs(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"missing: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _load_image(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from paralleljob.devcluster.realnodes import load_image
+
+    record = state.load(args.name)
+    if record is None or not record.real_nodes:
+        print(f"dev cluster {args.name!r} has no real nodes (`up --real-nodes N`)", file=sys.stderr)
+        return 1
+    try:
+        loaded = load_image(args.name, Path(record.run_dir), Path(args.archive))
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"loaded {args.archive} on {', '.join(loaded)}")
+    return 0
 
 
 def _down(args: argparse.Namespace) -> int:

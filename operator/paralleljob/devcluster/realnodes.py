@@ -276,3 +276,12 @@ def _remove_host_files(cluster: str, run_dir: Path, nodes: list[RealNode]) -> No
     for path in json.loads(created.read_text()) if created.is_file() else []:
         with contextlib.suppress(OSError):
             Path(path).rmdir()
+
+
+def load_image(cluster: str, run_dir: Path, archive: Path) -> list[str]:
+    """Import a docker-archive into every real node's containerd (``imagePullPolicy: Never`` finds it)."""
+    count_file = run_dir / "real-nodes"
+    nodes = node_objects(cluster, run_dir, int(count_file.read_text())) if count_file.is_file() else []
+    for node in nodes:
+        import_archive(node.containerd_socket, archive)
+    return [node.name for node in nodes]
