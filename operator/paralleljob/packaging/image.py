@@ -55,7 +55,9 @@ def base_tag() -> str:
 def _run(argv: list[str], what: str) -> str:
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {result.returncode}): {' '.join(argv[:3])} ...\n{result.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{what} failed (exit {result.returncode}): {' '.join(argv[:3])} ...\n{result.stderr[-3000:]}"
+        )
     return result.stdout
 
 

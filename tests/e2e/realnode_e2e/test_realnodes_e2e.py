@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 from conftest import RealCluster, pod_log
-
 from paralleljob.devcluster.session import KubeSession
 
 
