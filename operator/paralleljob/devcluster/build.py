@@ -97,10 +97,10 @@ def ensure_node_binaries(report: Report = _stderr) -> dict[str, Path]:
     if all(path.is_file() for path in paths.values()):
         return paths
     go = _go()
-    version = pinned_version(deploy_dir() / "kubernetes", "k8s.io/kubernetes")
     with _build_lock(target):
         for spec in NODE_BINARIES:
             if not paths[spec.name].is_file():
+                version = pinned_version(deploy_dir() / spec.module_dir, spec.pinned_module)
                 _build_one(go, spec, version, target, report)
     return paths
 

@@ -33,6 +33,8 @@ JOBSET_USER = "jobset-controller-manager"
 # Real (kubelet) nodes: each kubelet authenticates as system:node:<name> in group system:nodes, with a token
 # of its own. The API server reads the token file only at start, so every cluster gets tokens for this many.
 MAX_REAL_NODES = 4
+# The real nodes' CoreDNS reads Services and EndpointSlices as this user (a ClusterRole bound by realnodes).
+COREDNS_USER = "paralleljob-dev-coredns"
 REAL_NODE_PREFIX = "real-node"
 
 
@@ -56,6 +58,7 @@ class Pki:
     jobset_key: Path
     jobset_token: str
     node_tokens: dict[str, str]  # real node name -> its kubelet's bearer token
+    coredns_token: str
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -127,6 +130,7 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         jobset_key=directory / "jobset.key",
         jobset_token=jobset_token,
         node_tokens={real_node_name(i): secrets.token_urlsafe(32) for i in range(MAX_REAL_NODES)},
+        coredns_token=secrets.token_urlsafe(32),
     )
     _write(pki.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.serving_cert, serving_cert.public_bytes(serialization.Encoding.PEM))
@@ -149,6 +153,7 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"',
         f"{kcm_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}",
         f"{jobset_token},{JOBSET_USER},{JOBSET_USER}",
+        f"{pki.coredns_token},{COREDNS_USER},{COREDNS_USER}",
         *(f'{secret},system:node:{node},system:node:{node},"system:nodes"' for node, secret in pki.node_tokens.items()),
     ]
     _write(pki.token_file, ("\n".join(lines) + "\n").encode())

@@ -142,7 +142,10 @@ def up(
                 kcm_kubeconfig,
                 kcm_port,
                 die_with_caller,
-                dra.CONTROLLER_MANAGER_ARGS if dra_mode else (),
+                (
+                    *(dra.CONTROLLER_MANAGER_ARGS if dra_mode else ()),
+                    *(realnodes.CONTROLLER_MANAGER_ARGS if real_nodes else ()),
+                ),
             )
             _remember(record, kcm)
             return kcm

@@ -10,7 +10,8 @@ Layout of a cluster named ``c`` with nodes ``real-node-0..N-1``::
 Every cluster has its own switch namespace, so two clusters reuse the same addresses without meeting, and
 nothing is added to the host's namespace: no interface, route, sysctl or iptables rule. The only iptables
 rules are inside node namespaces (they vanish with them): traffic to the ``kubernetes`` Service's cluster
-IP is sent to the node's API server relay (there is no kube-proxy). Deleting the namespaces removes every
+IP is sent to the node's API server relay, and DNS to the cluster DNS IP to the node's CoreDNS (there is
+no kube-proxy). Deleting the namespaces removes every
 interface, route and rule; ``teardown`` does that and is safe to repeat.
 """
 
@@ -24,6 +25,7 @@ NODE_SUBNET_PREFIX = "10.250.0."
 POD_CIDR_PREFIX = "10.245."
 APISERVER_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service's cluster IP (first of 10.96.0.0/12)
 APISERVER_RELAY_PORT = 6443  # the relay to the API server listens on this port of every node's namespace
+DNS_SERVICE_IP = "10.96.0.10"  # the kubelets' clusterDNS; each node's CoreDNS answers it on the node IP
 NETNS_DIR = Path("/run/netns")
 
 
@@ -91,6 +93,11 @@ def setup(nodes: list[NodeNet]) -> None:
                 node.netns, "iptables", "-t", "nat", "-A", chain, "-d", APISERVER_SERVICE_IP, "-p", "tcp",
                 "--dport", "443", "-j", "DNAT", "--to-destination", f"{node.node_ip}:{APISERVER_RELAY_PORT}",
             )  # fmt: skip
+            for protocol in ("udp", "tcp"):
+                _in_netns(
+                    node.netns, "iptables", "-t", "nat", "-A", chain, "-d", DNS_SERVICE_IP, "-p", protocol,
+                    "--dport", "53", "-j", "DNAT", "--to-destination", f"{node.node_ip}:53",
+                )  # fmt: skip
     for node in nodes:
         for other in nodes:
             if other is not node:

@@ -24,7 +24,7 @@ from paralleljob.devcluster import process
 from paralleljob.devcluster.hostcheck import CNI_BIN_DIR
 from paralleljob.devcluster.kubeconfig import write_kubeconfig
 from paralleljob.devcluster.nodeimages import PAUSE_IMAGE
-from paralleljob.devcluster.nodenet import APISERVER_RELAY_PORT, NodeNet, cni_config
+from paralleljob.devcluster.nodenet import APISERVER_RELAY_PORT, DNS_SERVICE_IP, NodeNet, cni_config
 from paralleljob.devcluster.state import ProcessRecord
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
@@ -102,7 +102,9 @@ def node_pids(node: RealNode) -> set[int]:
     return pids
 
 
-def write_configs(node: RealNode, server_ca: Path, token: str, gpus: int, labels: dict[str, str]) -> None:
+def write_configs(
+    node: RealNode, server_ca: Path, token: str, gpus: int, labels: dict[str, str], coredns_token: str
+) -> None:
     for folder in ("cni/net.d", "cni/ipam", "kubelet", "containerd/root", "containerd/state", "runc", "pod-logs"):
         (node.directory / folder).mkdir(parents=True, exist_ok=True)
     (node.directory / "cni/net.d/10-pj.conflist").write_text(
@@ -113,6 +115,11 @@ def write_configs(node: RealNode, server_ca: Path, token: str, gpus: int, labels
         node.directory / "kubelet.kubeconfig", f"https://127.0.0.1:{APISERVER_RELAY_PORT}", server_ca, token,
         f"paralleljob-{node.net.cluster}", user=f"system:node:{node.name}",
     )  # fmt: skip
+    write_kubeconfig(
+        node.directory / "coredns.kubeconfig", f"https://127.0.0.1:{APISERVER_RELAY_PORT}", server_ca,
+        coredns_token, "coredns", user="coredns",
+    )  # fmt: skip
+    (node.directory / "Corefile").write_text(_corefile(node))
     (node.directory / "kubelet.yaml").write_text(json.dumps(_kubelet_config(node), indent=2))
     (node.directory / "labels").write_text(",".join(f"{key}={value}" for key, value in sorted(labels.items())))
     (node.directory / "gpus").write_text(str(gpus))
@@ -155,6 +162,27 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """
 
 
+def _corefile(node: RealNode) -> str:
+    """Cluster names only (nothing is forwarded: no traffic leaves the cluster's namespaces)."""
+    return f"""cluster.local:53 in-addr.arpa:53 {{
+    bind {node.net.node_ip}
+    errors
+    kubernetes cluster.local in-addr.arpa {{
+        kubeconfig {node.directory / "coredns.kubeconfig"} coredns
+        pods insecure
+    }}
+    cache 5
+}}
+"""
+
+
+def start_coredns(node: RealNode, holder: ProcessRecord, coredns: Path, die_with_parent: bool) -> ProcessRecord:
+    argv = [str(coredns), "-conf", str(node.directory / "Corefile")]
+    return process.spawn(
+        f"{node.name}-coredns", _in_node(node, holder, argv), _log(node, "coredns"), die_with_parent=die_with_parent
+    )
+
+
 def _kubelet_config(node: RealNode) -> dict[str, object]:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -170,6 +198,7 @@ def _kubelet_config(node: RealNode) -> dict[str, object]:
         "podLogsDir": str(node.pod_logs),
         "podCIDR": node.net.pod_cidr,
         "resolvConf": "",
+        "clusterDNS": [DNS_SERVICE_IP],
         "clusterDomain": "cluster.local",
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",

@@ -27,7 +27,7 @@ from typing import Any
 
 from paralleljob.devcluster import hostcheck, nodenet, process, realnode
 from paralleljob.devcluster.build import ensure_node_binaries
-from paralleljob.devcluster.certs import MAX_REAL_NODES, Pki, real_node_name
+from paralleljob.devcluster.certs import COREDNS_USER, MAX_REAL_NODES, Pki, real_node_name
 from paralleljob.devcluster.nodeimages import import_archive, write_pause_archive
 from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL, GPU_RESOURCE, NodeShape
 from paralleljob.devcluster.realnode import REAL_NODE_LABEL, RealNode
@@ -48,6 +48,13 @@ HOST_PATHS = (
     Path("/run/containerd"),
 )
 NODE_BINDING = "paralleljob-dev-cluster-nodes"
+# Controllers a cluster with kubelets needs beyond the kwok-only allowlist (the flag appends to it):
+# EndpointSlices give CoreDNS the headless Services' pod names; the node lifecycle controller turns a node
+# whose kubelet stopped renewing its lease NotReady (after the grace period) and taints it.
+CONTROLLER_MANAGER_ARGS = (
+    "--controllers=endpointslice-controller,node-lifecycle-controller",
+    "--node-monitor-grace-period=20s",
+)
 
 
 class RealNodesUnavailable(RuntimeError):
@@ -99,7 +106,9 @@ def start(
     pause = write_pause_archive(binaries["pause"], run_dir / "images" / "pause.tar")
     asyncio.run(_bind_node_role(kubeconfig))
     for node in nodes:
-        realnode.write_configs(node, pki.ca_cert, pki.node_tokens[node.name], gpus, labels(shape, gpus))
+        realnode.write_configs(
+            node, pki.ca_cert, pki.node_tokens[node.name], gpus, labels(shape, gpus), pki.coredns_token
+        )
         realnode.make_cgroups(node)
         holder = realnode.start_relay(node, socket, die_with_parent)
         remember(holder)
@@ -110,6 +119,7 @@ def start(
         import_archive(node.containerd_socket, pause)
         remember(realnode.start_kubelet(node, holder, binaries["kubelet"], die_with_parent))
         remember(realnode.start_device_plugin(node, holder, binaries["fakegpu"], die_with_parent))
+        remember(realnode.start_coredns(node, holder, binaries["coredns"], die_with_parent))
     names = [node.name for node in nodes]
     asyncio.run(wait_ready_with_gpus(kubeconfig, names, gpus))
     report(f"{count} real node(s) Ready with {gpus} fake GPUs each ({time.monotonic() - started:.1f} s)")
@@ -149,13 +159,34 @@ async def _bind_node_role(kubeconfig: Path) -> None:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}],
     }
+    dns_role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": COREDNS_USER},
+        "rules": [
+            {"apiGroups": [""], "resources": ["services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+        ],
+    }
+    dns_binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": COREDNS_USER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": COREDNS_USER},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": COREDNS_USER}],
+    }
     async with api_client(kubeconfig) as api:
-        try:
-            rbac: Any = RbacAuthorizationV1Api(api)  # Any: dict bodies are accepted
-            await rbac.create_cluster_role_binding(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        rbac: Any = RbacAuthorizationV1Api(api)  # Any: dict bodies are accepted
+        for create, item in (
+            (rbac.create_cluster_role_binding, body),
+            (rbac.create_cluster_role, dns_role),
+            (rbac.create_cluster_role_binding, dns_binding),
+        ):
+            try:
+                await create(item)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
 
 
 async def wait_ready_with_gpus(kubeconfig: Path, names: list[str], gpus: int, timeout_s: float = 120.0) -> None:

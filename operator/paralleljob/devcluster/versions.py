@@ -67,6 +67,8 @@ NODE_BINARIES: tuple[BinarySpec, ...] = (
     BinarySpec("kubelet", "kubernetes", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes"),
     BinarySpec("fakegpu", "kubernetes", "./fakegpu", "k8s.io/kubernetes"),
     BinarySpec("pause", "kubernetes", "./pause", "k8s.io/kubernetes"),
+    # Service names for pods (MASTER_ADDR is a headless Service's pod name), from its own wrapper module.
+    BinarySpec("coredns", "coredns", "github.com/coredns/coredns", "github.com/coredns/coredns"),
 )
 
 
@@ -123,8 +125,9 @@ def node_binaries_dir() -> Path:
     go.sum are part of the key, so editing the device plugin rebuilds it."""
     module = deploy_dir() / "kubernetes"
     digest = hashlib.sha256()
-    for source in sorted([module / "go.sum", *module.glob("fakegpu/*.go"), *module.glob("pause/*.go")]):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    sources = [module / "go.sum", *module.glob("fakegpu/*.go"), *module.glob("pause/*.go")]
+    for source in sorted([*sources, deploy_dir() / "coredns" / "go.mod"]):
+        digest.update(str(source.relative_to(deploy_dir())).encode() + b"\0" + source.read_bytes())
     kubelet = pinned_version(module, "k8s.io/kubernetes")
     return cache_root() / "k8s" / f"realnode-{kubelet}-{digest.hexdigest()[:12]}"
 
