@@ -1,6 +1,6 @@
 """Fixtures for the real-node e2e tests: a cluster of its own with two kubelet nodes beside two kwok nodes.
 
-- ``real_cluster`` (session): ``up(real_nodes=2)`` once for the session, with the worker image (and, for
+- ``real_cluster`` (session): ``up(real_nodes=2, real_node_gpus=REAL_NODE_GPUS)`` once for the session, with the worker image (and, for
   the chart test, the operator image) built by buildah and loaded on both nodes. Separate from the kwok-only
   ``dev_cluster``, so the other e2e tests never see the real nodes. On a machine that cannot run real
   nodes (not root, no network namespaces, no cgroups, packages missing) every test here is skipped with
@@ -13,27 +13,26 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
+from realhelpers import RealCluster
+
 from paralleljob.devcluster import hostcheck
-from paralleljob.devcluster.cluster import DevCluster, down, reap_abandoned, up
+from paralleljob.devcluster.cluster import down, reap_abandoned, up
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devcluster.realnodes import load_image
 from paralleljob.devcluster.session import KubeSession
 
 REAL_CLUSTER_PREFIX = "e2e-real-"
+REAL_NODE_GPUS = 4  # so TP2xPP2xDP2 (8 GPUs) must span both real nodes
 REAL_SHAPE = NodeShape(count=2, gpus_per_node=8, nodes_per_rack=2)
-
-
-@dataclass(frozen=True)
-class RealCluster:
-    cluster: DevCluster
-    worker_image: str
 
 
 def skip_unless_real_nodes_can_run() -> None:
@@ -59,7 +58,7 @@ def real_cluster(pytestconfig: pytest.Config) -> Iterator[RealCluster]:
     reap_abandoned(REAL_CLUSTER_PREFIX, report=progress)
     worker_tag, worker_archive = build_worker_image(progress)
     name = f"{REAL_CLUSTER_PREFIX}{os.getpid()}"
-    cluster = up(name, REAL_SHAPE, report=progress, die_with_caller=True, real_nodes=2)
+    cluster = up(name, REAL_SHAPE, report=progress, die_with_caller=True, real_nodes=2, real_node_gpus=REAL_NODE_GPUS)
     try:
         load_image(name, cluster.run_dir, worker_archive)
         yield RealCluster(cluster, worker_tag)
@@ -90,7 +89,19 @@ def real_namespace(real_kube: KubeSession, request: pytest.FixtureRequest) -> It
             time.sleep(0.2)
 
 
-def pod_log(cluster: DevCluster, namespace: str, pod: str, container: str) -> str:
-    """A container's log as the kubelet wrote it (the API server cannot reach a kubelet in its namespace)."""
-    found = sorted((cluster.run_dir / "nodes").glob(f"*/pod-logs/{namespace}_{pod}_*/{container}/*.log"))
-    return "\n".join(Path(path).read_text(errors="replace") for path in found)
+@pytest.fixture(scope="module")
+def real_operator(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The operator as a host process against the real cluster (the chart test runs it as a pod instead)."""
+    from pjhelpers import OperatorProcess, running
+
+    kubeconfig = real_cluster.cluster.kubeconfig
+    with running(OperatorProcess(kubeconfig, tmp_path_factory.mktemp("operator"))) as proc:
+        yield proc
+
+
+@pytest.fixture
+def real_pjs(real_kube: KubeSession, real_namespace: str, real_operator: object) -> Iterator[object]:
+    from pjhelpers import jobs_in
+
+    with jobs_in(real_kube, real_namespace, real_operator, check_view=True) as jobs:  # type: ignore[arg-type]
+        yield jobs

@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from conftest import RealCluster, pod_log
+from realhelpers import RealCluster, pod_log
+
 from paralleljob.devcluster.session import KubeSession
 
 
@@ -43,7 +44,7 @@ def test_real_nodes_register_as_themselves_with_gpus(real_kube: KubeSession) -> 
     for name in ("real-node-0", "real-node-1"):
         node = nodes[name]
         assert node.status.node_info.container_runtime_version.startswith("containerd://")
-        assert node.status.allocatable["nvidia.com/gpu"] == "8"
+        assert node.status.allocatable["nvidia.com/gpu"] == "4"
         assert node.metadata.labels["paralleljob.dev/real-node"] == "true"
     addresses = {name: {a.address for a in nodes[name].status.addresses if a.type == "InternalIP"} for name in nodes}
     assert addresses["real-node-0"] == {"10.250.0.10"} and addresses["real-node-1"] == {"10.250.0.11"}
