@@ -181,11 +181,17 @@ async def _node_summary(kubeconfig: str) -> str:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from paralleljob.devcluster.build import ensure_addon, ensure_binaries
+    from paralleljob.devcluster import hostcheck
+    from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_node_binaries
 
     try:
         paths = ensure_binaries()
         addons = {ADDONS[addon].name: ensure_addon(addon) / ADDONS[addon].name for addon in sorted(ADDONS)}
+        # The real nodes' kubelet, device plugin, pause and CoreDNS: only where real nodes can run.
+        if hostcheck.missing_features():
+            print(f"real-node binaries not built: {'; '.join(hostcheck.missing_features())}", file=sys.stderr)
+        else:
+            addons.update(ensure_node_binaries())
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1

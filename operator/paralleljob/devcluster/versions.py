@@ -68,7 +68,7 @@ NODE_BINARIES: tuple[BinarySpec, ...] = (
     BinarySpec("fakegpu", "kubernetes", "./fakegpu", "k8s.io/kubernetes"),
     BinarySpec("pause", "kubernetes", "./pause", "k8s.io/kubernetes"),
     # Service names for pods (MASTER_ADDR is a headless Service's pod name), from its own wrapper module.
-    BinarySpec("coredns", "coredns", "github.com/coredns/coredns", "github.com/coredns/coredns"),
+    BinarySpec("coredns", "coredns", "./cmd", "github.com/coredns/coredns"),
 )
 
 
@@ -126,7 +126,8 @@ def node_binaries_dir() -> Path:
     module = deploy_dir() / "kubernetes"
     digest = hashlib.sha256()
     sources = [module / "go.sum", *module.glob("fakegpu/*.go"), *module.glob("pause/*.go")]
-    for source in sorted([*sources, deploy_dir() / "coredns" / "go.mod"]):
+    coredns = deploy_dir() / "coredns"
+    for source in sorted([*sources, coredns / "go.sum", *coredns.glob("cmd/*.go")]):
         digest.update(str(source.relative_to(deploy_dir())).encode() + b"\0" + source.read_bytes())
     kubelet = pinned_version(module, "k8s.io/kubernetes")
     return cache_root() / "k8s" / f"realnode-{kubelet}-{digest.hexdigest()[:12]}"

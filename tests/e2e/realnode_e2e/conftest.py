@@ -1,7 +1,7 @@
 """Fixtures for the real-node e2e tests: a cluster of its own with two kubelet nodes beside two kwok nodes.
 
-- ``real_cluster`` (session): ``up(real_nodes=2, real_node_gpus=REAL_NODE_GPUS)`` once for the session, with the worker image (and, for
-  the chart test, the operator image) built by buildah and loaded on both nodes. Separate from the kwok-only
+- ``real_cluster`` (session): two real nodes (``REAL_NODE_GPUS`` fake GPUs each) up once for the session,
+  with the worker image built by buildah and loaded on both nodes. Separate from the kwok-only
   ``dev_cluster``, so the other e2e tests never see the real nodes. On a machine that cannot run real
   nodes (not root, no network namespaces, no cgroups, packages missing) every test here is skipped with
   the reason, which ``paralleljob.devcluster.hostcheck`` words.
@@ -22,9 +22,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
-from realhelpers import RealCluster
+from realhelpers import RealCluster, skip_unless_real_nodes_can_run
 
-from paralleljob.devcluster import hostcheck
 from paralleljob.devcluster.cluster import down, reap_abandoned, up
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devcluster.realnodes import load_image
@@ -33,12 +32,6 @@ from paralleljob.devcluster.session import KubeSession
 REAL_CLUSTER_PREFIX = "e2e-real-"
 REAL_NODE_GPUS = 4  # so TP2xPP2xDP2 (8 GPUs) must span both real nodes
 REAL_SHAPE = NodeShape(count=2, gpus_per_node=8, nodes_per_rack=2)
-
-
-def skip_unless_real_nodes_can_run() -> None:
-    problems = hostcheck.missing()
-    if problems:
-        pytest.skip("real nodes cannot run here (an environment limit): " + "; ".join(problems))
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from paralleljob.devcluster import hostcheck
 from paralleljob.devcluster.cluster import DevCluster
 
 
@@ -18,3 +21,9 @@ def pod_log(cluster: DevCluster, namespace: str, pod: str, container: str) -> st
     """A container's log as the kubelet wrote it (the API server cannot reach a kubelet in its namespace)."""
     found = sorted((cluster.run_dir / "nodes").glob(f"*/pod-logs/{namespace}_{pod}_*/{container}/*.log"))
     return "\n".join(Path(path).read_text(errors="replace") for path in found)
+
+
+def skip_unless_real_nodes_can_run() -> None:
+    problems = hostcheck.missing()
+    if problems:
+        pytest.skip("real nodes cannot run here (an environment limit): " + "; ".join(problems))

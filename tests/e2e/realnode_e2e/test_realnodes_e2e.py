@@ -86,3 +86,54 @@ def test_pods_on_two_nodes_talk_over_tcp_and_see_their_gpus(
     # The two device ids the kubelet chose reached the server's environment through our plugin's Allocate.
     ids = said.split("hello from ")[1].split()[0].split(",")
     assert len(set(ids)) == 2 and all(i.startswith("gpu-") for i in ids), said
+
+
+def _host_traces() -> dict[str, object]:
+    """What a real node could leave on the host: namespaces, cgroups, mounts, files, iptables rules."""
+    import subprocess
+    from pathlib import Path
+
+    from paralleljob.devcluster.realnode import hierarchies
+    from paralleljob.devcluster.realnodes import HOST_PATHS
+
+    netns = Path("/run/netns")
+    rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    return {
+        "netns": sorted(p.name for p in netns.iterdir()) if netns.is_dir() else [],
+        "cgroups": sorted(str(p) for h in hierarchies() for p in h.iterdir() if p.name.startswith("pj-")),
+        "mounts": sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()),
+        "paths": {str(p): p.exists() for p in HOST_PATHS},
+        "iptables": [line.split(" [")[0] for line in rules.splitlines() if not line.startswith("#")],
+    }
+
+
+def test_down_leaves_nothing_behind(tmp_path: object) -> None:
+    import os
+
+    from realhelpers import skip_unless_real_nodes_can_run
+
+    from paralleljob.devcluster import process
+    from paralleljob.devcluster.cluster import down, up
+    from paralleljob.devcluster.nodeimages import PAUSE_IMAGE
+    from paralleljob.devcluster.nodes import NodeShape
+    from paralleljob.devcluster.state import load
+
+    skip_unless_real_nodes_can_run()
+    before = _host_traces()
+    name = f"e2e-down-{os.getpid()}"
+    cluster = up(name, NodeShape(count=1), report=lambda _: None, die_with_caller=True, real_nodes=1, real_node_gpus=2)
+    try:
+        record = load(name)
+        assert record is not None
+        kube = KubeSession(cluster.kubeconfig)
+        try:
+            kube.run(kube.core.create_namespaced_pod("default", _pod("p", "real-node-0", PAUSE_IMAGE, ["/pause"], 1)))
+            wait_phase(kube, "default", "p", {"Running"})
+        finally:
+            kube.close()
+        during = _host_traces()
+        assert during != before  # the check below can tell a running node from a clean host
+    finally:
+        down(name, report=lambda _: None)
+    assert not [p.name for p in record.processes if process.is_alive(p)]
+    assert _host_traces() == before
