@@ -316,3 +316,28 @@ def load_image(cluster: str, run_dir: Path, archive: Path) -> list[str]:
     for node in nodes:
         import_archive(node.containerd_socket, archive)
     return [node.name for node in nodes]
+
+
+def stop_kubelet(cluster: str, node: str) -> None:
+    """Stop one real node's kubelet (its containers keep running, as when a kubelet crashes)."""
+    from paralleljob.devcluster import state
+
+    record = state.load(cluster)
+    assert record is not None, f"no dev cluster {cluster!r}"
+    for proc in record.processes:
+        if proc.name == f"{node}-kubelet":
+            process.stop(proc)
+
+
+def restart_kubelet(cluster: str, node: str, die_with_parent: bool = False) -> None:
+    """Start a stopped kubelet again in its node's namespaces; the device plugin re-registers by itself."""
+    from paralleljob.devcluster import state
+
+    record = state.load(cluster)
+    assert record is not None, f"no dev cluster {cluster!r}"
+    index = int(node.rsplit("-", 1)[1])
+    real = node_objects(cluster, Path(record.run_dir), index + 1)[index]
+    holder = next(p for p in record.processes if p.name == f"{node}-relay")
+    started = realnode.start_kubelet(real, holder, ensure_node_binaries()["kubelet"], die_with_parent)
+    record.processes = [p for p in record.processes if p.name != started.name] + [started]
+    state.save(record)

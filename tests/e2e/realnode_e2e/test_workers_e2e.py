@@ -105,3 +105,51 @@ def test_a_failing_worker_is_restarted_by_the_failure_policy(real_cluster: RealC
     reasons = {(e.involved_object.name, e.reason) for e in events if e.source and e.source.component == "kubelet"}
     print(sorted(reasons))
     assert not [r for r in reasons if r[1] == "UnexpectedAdmissionError"], reasons
+
+
+def test_a_stopped_kubelet_makes_its_node_not_ready_and_the_job_is_repaired(
+    real_cluster: RealCluster, real_pjs: Jobs
+) -> None:
+    from paralleljob.devcluster.nodes import is_ready
+    from paralleljob.devcluster.realnodes import restart_kubelet, stop_kubelet
+
+    jobs, kube = real_pjs, real_pjs.kube
+    template = worker_template(real_cluster.worker_image)
+    template["spec"]["containers"][0]["command"] = ["python3", "-c", "import time; time.sleep(900)"]
+    # python as PID 1 ignores SIGTERM: without this each deletion would wait the default 30 s grace period.
+    template["spec"]["terminationGracePeriodSeconds"] = 1
+    jobs.create("longrun", 2, 1, 1, template=template)
+    status = jobs.wait_phase("longrun", "Running", timeout_s=60)
+    first = status["placement"]["pods"][0]
+    wait_for("the worker running", lambda: [p for p in jobs.live_pods("longrun") if p.status.phase == "Running"])
+    name = real_cluster.cluster.name
+    stopped_at = time.monotonic()
+    stop_kubelet(name, first["node"])
+    try:
+        wait_for(
+            f"{first['node']} NotReady",
+            lambda: not is_ready(kube.run(kube.core.read_node(first["node"]))),
+            timeout_s=90,
+            interval=0.5,
+        )
+        not_ready_s = time.monotonic() - stopped_at
+
+        def moved() -> dict[str, Any] | None:
+            pods = jobs.status("longrun").get("placement", {}).get("pods", [])
+            return pods[0] if pods and pods[0]["node"] != first["node"] else None
+
+        moved_to = wait_for("the job re-placed off the NotReady node", moved, timeout_s=90, interval=0.5)
+        running = wait_for(
+            "the replacement running",
+            lambda: [
+                p for p in jobs.live_pods("longrun")
+                if p.spec.node_name == moved_to["node"] and p.status.phase == "Running"
+            ],
+            timeout_s=90,
+        )  # fmt: skip
+        repaired_s = time.monotonic() - stopped_at
+        assert running
+        print(f"kubelet stopped: NotReady after {not_ready_s:.1f} s, replacement Running after {repaired_s:.1f} s")
+    finally:
+        restart_kubelet(name, first["node"], die_with_parent=True)
+        wait_for(f"{first['node']} Ready again", lambda: is_ready(kube.run(kube.core.read_node(first["node"]))), 90)
