@@ -16,7 +16,14 @@ what it knows (rank, pod, stage, replica, its GPUs as the device plugin gave the
 A summary goes to the termination message (``/dev/termination-log``), which the pod's status carries, so a
 test compares it with the job's status without reading logs. Exit 0 when every check passes, 1 otherwise.
 ``WORKER_FAIL_NODE_RANK`` + ``WORKER_FAIL_INCARNATION`` make one pod incarnation exit 3 on purpose.
+
+Given torchrun's flags instead (``--nnodes --nproc-per-node --node-rank --master-addr --master-port``, plus
+``--tensor-model-parallel-size`` and ``--pipeline-model-parallel-size`` as Megatron-LM takes them), it runs
+where no ParallelJob env exists: a pod group's pods (an Indexed Job's completion index as the node rank).
+Stage and replica then come from the rank alone, so only the rendezvous and the groups are checked.
 """
+
+import argparse
 
 import json
 import os
@@ -25,7 +32,21 @@ import sys
 import threading
 import time
 
-env = os.environ
+env = dict(os.environ)
+_flags = argparse.ArgumentParser()
+for _flag in ("nnodes", "nproc-per-node", "node-rank", "master-addr", "master-port",
+              "tensor-model-parallel-size", "pipeline-model-parallel-size", "rank-order"):
+    _flags.add_argument(f"--{_flag}")
+_given = _flags.parse_args()
+if _given.nnodes:  # torchrun-style flags: derive the ParallelJob variables a pod group's pod lacks
+    _tp, _pp = int(_given.tensor_model_parallel_size), int(_given.pipeline_model_parallel_size)
+    _world = int(_given.nnodes) * int(_given.nproc_per_node)
+    env.update(
+        PJ_TP_SIZE=str(_tp), PJ_PP_SIZE=str(_pp), PJ_DP_SIZE=str(_world // (_tp * _pp)),
+        PJ_NPROC_PER_NODE=_given.nproc_per_node, NODE_RANK=_given.node_rank, WORLD_SIZE=str(_world),
+        PJ_RANK_ORDER=_given.rank_order or "tp-dp-pp", MASTER_ADDR=_given.master_addr,
+        MASTER_PORT=_given.master_port, PJ_POD_NAME=socket.gethostname(),
+    )
 TP, PP, DP = int(env["PJ_TP_SIZE"]), int(env["PJ_PP_SIZE"]), int(env["PJ_DP_SIZE"])
 NPROC, NODE_RANK, WORLD = int(env["PJ_NPROC_PER_NODE"]), int(env["NODE_RANK"]), int(env["WORLD_SIZE"])
 ORDER = env["PJ_RANK_ORDER"]
@@ -87,7 +108,9 @@ def serve(listener, table, done):
 def run_rank(local, results):
     rank = NODE_RANK * NPROC + local
     conn, master_ip = connect()
-    me = {"rank": rank, "pod": POD, "stage": int(env["PJ_PP_RANK"]), "replica": int(env["PJ_DP_RANK"]),
+    implied_replica, implied_stage, _ = coordinates(rank)
+    stage, replica = int(env.get("PJ_PP_RANK", implied_stage)), int(env.get("PJ_DP_RANK", implied_replica))
+    me = {"rank": rank, "pod": POD, "stage": stage, "replica": replica,
           "gpus": GPUS, "ip": conn.getsockname()[0]}
     conn.sendall((json.dumps(me) + "\n").encode())
     table = {int(r): m for r, m in json.loads(conn.makefile().readline()).items()}
