@@ -24,6 +24,6 @@ def pod_log(cluster: DevCluster, namespace: str, pod: str, container: str) -> st
 
 
 def skip_unless_real_nodes_can_run() -> None:
-    problems = hostcheck.missing()
+    problems = hostcheck.missing({**hostcheck.PROGRAMS, **hostcheck.IMAGE_PROGRAMS})  # nodes, and the images
     if problems:
         pytest.skip("real nodes cannot run here (an environment limit): " + "; ".join(problems))
