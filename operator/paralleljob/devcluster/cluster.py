@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from paralleljob.devcluster import controllermanager, controlplane, crds, dra, jobset, kwok, process, realnodes, state
-from paralleljob.devcluster.build import ensure_addon, ensure_binaries
+from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_node_binaries
 from paralleljob.devcluster.certs import JOBSET_USER, Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
 from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes, wait_nodes_ready
@@ -91,6 +91,8 @@ def up(
     binaries = ensure_binaries(report)
     # Built before anything starts, so that a long build is not startup time.
     addon_crds = [jobset.crd_dir(ensure_addon(addon, report)) for addon in controllers]
+    if real_nodes:
+        ensure_node_binaries(report)
     started = time.monotonic()
     run_dir = state.run_dir(name)
     shutil.rmtree(run_dir, ignore_errors=True)
