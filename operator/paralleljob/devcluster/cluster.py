@@ -21,7 +21,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from paralleljob.devcluster import controllermanager, controlplane, crds, dra, jobset, kwok, process, realnodes, state
+from paralleljob.devcluster import (
+    controllermanager,
+    controlplane,
+    crds,
+    dra,
+    jobset,
+    kwok,
+    nodecleanup,
+    process,
+    realnodes,
+    state,
+)
 from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_node_binaries
 from paralleljob.devcluster.certs import JOBSET_USER, Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
@@ -241,7 +252,7 @@ def down(name: str = "default", report: Report = _stderr) -> bool:
         return False
     for proc in reversed(record.processes):
         process.stop(proc)
-    realnodes.cleanup(name, Path(record.run_dir))  # containers, mounts, cgroups, namespaces, host files
+    nodecleanup.cleanup(name, Path(record.run_dir))  # containers, mounts, cgroups, namespaces, host files
     shutil.rmtree(record.run_dir, ignore_errors=True)
     report(f"dev cluster {name!r} stopped ({len(record.processes)} processes)")
     return True

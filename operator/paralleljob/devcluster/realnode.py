@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paralleljob.devcluster import process
+from paralleljob.devcluster.certs import real_node_name
 from paralleljob.devcluster.hostcheck import CNI_BIN_DIR
 from paralleljob.devcluster.kubeconfig import write_kubeconfig
 from paralleljob.devcluster.nodeimages import PAUSE_IMAGE
@@ -57,6 +58,12 @@ class RealNode:
     @property
     def pod_logs(self) -> Path:
         return self.directory / "pod-logs"
+
+
+def node_objects(cluster: str, run_dir: Path, count: int) -> list[RealNode]:
+    return [
+        RealNode(NodeNet(cluster, real_node_name(i), i), run_dir / "nodes" / real_node_name(i)) for i in range(count)
+    ]
 
 
 def hierarchies() -> list[Path]:

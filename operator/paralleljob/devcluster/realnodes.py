@@ -7,46 +7,29 @@ reach the host's 127.0.0.1), then per node containerd (with the pause image load
 ``system:node:<name>``, its own token, with the ``system:node`` ClusterRole bound to ``system:nodes``)
 and the fake GPU device plugin, and waits until every node is Ready with its GPUs allocatable.
 
-``cleanup`` undoes all of it and is safe to run on a half-started cluster or twice: it kills whatever is
-left in the nodes' cgroups (containers, shims), unmounts what the kubelet and containerd mounted, removes
-the cgroups, the pod sandboxes' and the nodes' network namespaces and the host files they wrote.
+:mod:`~paralleljob.devcluster.nodecleanup` undoes all of it on ``down``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paralleljob.devcluster import hostcheck, nodenet, process, realnode
+from paralleljob.devcluster import hostcheck, nodecleanup, nodenet, process, realnode
 from paralleljob.devcluster.build import ensure_node_binaries
-from paralleljob.devcluster.certs import COREDNS_USER, MAX_REAL_NODES, Pki, real_node_name
+from paralleljob.devcluster.certs import COREDNS_USER, MAX_REAL_NODES, Pki
 from paralleljob.devcluster.nodeimages import import_archive, write_pause_archive
 from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL, GPU_RESOURCE, NodeShape
-from paralleljob.devcluster.realnode import REAL_NODE_LABEL, RealNode
+from paralleljob.devcluster.realnode import REAL_NODE_LABEL, node_objects
 from paralleljob.devcluster.state import ProcessRecord
 
 Report = Callable[[str], None]
 Remember = Callable[[ProcessRecord], None]
 
-# Host paths the kubelet, containerd and the CNI plugins write whatever they are told; removed on cleanup
-# when `start` created them (and they are empty by then).
-HOST_PATHS = (
-    Path("/var/lib/kubelet/device-plugins"),
-    Path("/var/lib/kubelet"),
-    Path("/var/log/containers"),
-    Path("/var/lib/cni/results"),
-    Path("/var/lib/cni"),
-    Path("/run/containerd/s"),
-    Path("/run/containerd"),
-)
 NODE_BINDING = "paralleljob-dev-cluster-nodes"
 # Controllers a cluster with kubelets needs beyond the kwok-only allowlist (the flag appends to it):
 # EndpointSlices give CoreDNS the headless Services' pod names; the node lifecycle controller turns a node
@@ -59,13 +42,6 @@ CONTROLLER_MANAGER_ARGS = (
 
 class RealNodesUnavailable(RuntimeError):
     """The machine cannot run real nodes; the message says what is missing."""
-
-
-def node_objects(cluster: str, run_dir: Path, count: int) -> list[RealNode]:
-    return [
-        RealNode(nodenet.NodeNet(cluster, real_node_name(i), i), run_dir / "nodes" / real_node_name(i))
-        for i in range(count)
-    ]
 
 
 def labels(shape: NodeShape, gpus: int) -> dict[str, str]:
@@ -94,7 +70,7 @@ def start(
         raise RealNodesUnavailable("real nodes cannot run on this machine: " + "; ".join(problems))
     binaries = ensure_node_binaries(report)
     started = time.monotonic()
-    _remember_host_paths(run_dir)
+    nodecleanup.remember_host_paths(run_dir)
     nodes = node_objects(cluster, run_dir, count)
     (run_dir / "real-nodes").write_text(str(count))  # read by cleanup, even if `up` dies right after this
     nodenet.setup([node.net for node in nodes])
@@ -211,102 +187,6 @@ async def wait_ready_with_gpus(kubeconfig: Path, names: list[str], gpus: int, ti
                     f"real nodes not Ready with {gpus} GPUs after {timeout_s:.0f} s: {sorted(set(names) - done)}"
                 )
             await asyncio.sleep(0.5)
-
-
-def _remember_host_paths(run_dir: Path) -> None:
-    created = [str(path) for path in HOST_PATHS if not path.exists()]
-    (run_dir / "host-paths-created.json").write_text(json.dumps(created))
-
-
-def cleanup(cluster: str, run_dir: Path) -> None:
-    """Remove every trace of the cluster's real nodes (see the module docstring)."""
-    count_file = run_dir / "real-nodes"
-    if not count_file.is_file():
-        return
-    nodes = node_objects(cluster, run_dir, int(count_file.read_text()))
-    sandboxes = _sandbox_netns_inodes(nodes)
-    for node in nodes:
-        _kill_cgroup_members(node)
-    _unmount_under(run_dir)
-    _remove_sandbox_netns(sandboxes)
-    for node in nodes:
-        for folder in realnode.cgroup_dirs(node):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-    nodenet.teardown(cluster, [node.net for node in nodes])
-    _remove_host_files(cluster, run_dir, nodes)
-
-
-def _sandbox_netns_inodes(nodes: list[RealNode]) -> set[int]:
-    own = {os.stat(node.net.netns_path).st_ino for node in nodes if node.net.netns_path.exists()}
-    inodes = set()
-    for node in nodes:
-        for pid in realnode.node_pids(node):
-            with contextlib.suppress(OSError):
-                inodes.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
-    return inodes - own - {os.stat("/proc/self/ns/net").st_ino}
-
-
-def _kill_cgroup_members(node: RealNode, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (pids := realnode.node_pids(node)) and time.monotonic() < deadline:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.1)
-
-
-def _mount_points() -> list[str]:
-    points = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        raw = line.split()[4]
-        points.append(raw.encode().decode("unicode_escape"))  # \040 and friends in mountinfo
-    return points
-
-
-def _unmount_under(folder: Path) -> None:
-    prefix = str(folder.resolve()) + "/"
-    for point in sorted((p for p in _mount_points() if p.startswith(prefix)), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-
-
-def _remove_sandbox_netns(inodes: set[int]) -> None:
-    for entry in nodenet.NETNS_DIR.glob("cni-*") if nodenet.NETNS_DIR.is_dir() else []:
-        try:
-            if entry.stat().st_ino in inodes:
-                subprocess.run(["umount", "-l", str(entry)], capture_output=True, check=False)
-                entry.unlink()
-        except OSError:
-            pass
-
-
-def _remove_host_files(cluster: str, run_dir: Path, nodes: list[RealNode]) -> None:
-    logs = tuple(str(node.pod_logs) for node in nodes)
-    for link in Path("/var/log/containers").glob("*.log") if Path("/var/log/containers").is_dir() else []:
-        if link.is_symlink() and os.readlink(link).startswith(logs):
-            link.unlink()
-    # libcni caches a result per network and sandbox: <network>-<sandbox id>-<interface>. Our bridge network
-    # is named pj-<cluster>; containerd's built-in loopback network is shared, so go by our sandboxes' ids.
-    sandboxes = {
-        entry.name
-        for node in nodes
-        for entry in (node.directory / "containerd/root/io.containerd.grpc.v1.cri/sandboxes").glob("*")
-    }
-    results = Path("/var/lib/cni/results")
-    for result in results.iterdir() if results.is_dir() else []:
-        if result.name.startswith(f"pj-{cluster}-") or any(f"-{sandbox}-" in result.name for sandbox in sandboxes):
-            result.unlink()
-    listening = {
-        line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines()[1:] if len(line.split()) > 7
-    }
-    shims = Path("/run/containerd/s")
-    for stale in shims.iterdir() if shims.is_dir() else []:
-        if str(stale) not in listening:  # a dead shim's socket (ours were all killed above)
-            stale.unlink(missing_ok=True)
-    created = run_dir / "host-paths-created.json"
-    for path in json.loads(created.read_text()) if created.is_file() else []:
-        with contextlib.suppress(OSError):
-            Path(path).rmdir()
 
 
 def load_image(cluster: str, run_dir: Path, archive: Path) -> list[str]:

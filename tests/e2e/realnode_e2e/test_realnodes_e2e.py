@@ -93,8 +93,8 @@ def _host_traces() -> dict[str, object]:
     import subprocess
     from pathlib import Path
 
+    from paralleljob.devcluster.nodecleanup import HOST_PATHS
     from paralleljob.devcluster.realnode import hierarchies
-    from paralleljob.devcluster.realnodes import HOST_PATHS
 
     netns = Path("/run/netns")
     rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
