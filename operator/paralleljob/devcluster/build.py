@@ -151,8 +151,16 @@ def _build_one(go: str, spec: BinarySpec, version: str, target: Path, report: Re
     temporary = target / f".{spec.name}.partial-{os.getpid()}"
     env = _go_env()
     command = [
-        go, "build", "-p", "2", "-buildvcs=false", "-ldflags", ldflags(spec, version),
-        "-o", str(temporary), spec.package,
+        go,
+        "build",
+        "-p",
+        "2",
+        "-buildvcs=false",
+        "-ldflags",
+        ldflags(spec, version),
+        "-o",
+        str(temporary),
+        spec.package,
     ]
     log_path = target / f"{spec.name}.build.log"
     report(f"building {spec.name} {version} with {_go_version(go)} (cold builds take minutes)...")

@@ -131,6 +131,7 @@ def up(
             etcd_port,
             die_with_caller,
             (*(dra.APISERVER_ARGS if dra_mode else ()), *apiserver_args_from_env()),
+            service_account_admission=bool(real_nodes),
         )
         _remember(record, apiserver)
         controlplane.wait_apiserver(apiserver, server, pki)
@@ -158,6 +159,7 @@ def up(
                 (
                     *(dra.CONTROLLER_MANAGER_ARGS if dra_mode else ()),
                     *(realnodes.CONTROLLER_MANAGER_ARGS if real_nodes else ()),
+                    *((f"--root-ca-file={pki.ca_cert}",) if real_nodes else ()),  # kube-root-ca.crt in pods
                 ),
             )
             _remember(record, kcm)

@@ -35,7 +35,8 @@ NODE_BINDING = "paralleljob-dev-cluster-nodes"
 # EndpointSlices give CoreDNS the headless Services' pod names; the node lifecycle controller turns a node
 # whose kubelet stopped renewing its lease NotReady (after the grace period) and taints it.
 CONTROLLER_MANAGER_ARGS = (
-    "--controllers=endpointslice-controller,node-lifecycle-controller",
+    "--controllers=endpointslice-controller,node-lifecycle-controller,serviceaccount-controller,"
+    "root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller,daemonset-controller",
     "--node-monitor-grace-period=20s",
 )
 
@@ -78,6 +79,14 @@ def start(
     argv = ["socat", f"UNIX-LISTEN:{socket},fork,unlink-early,mode=600", f"TCP:127.0.0.1:{api_port}"]
     remember(
         process.spawn("apiserver-relay", argv, run_dir / "logs/apiserver-relay.log", die_with_parent=die_with_parent)
+    )
+    port = process.free_loopback_ports(1)[0]
+    scheduler = [
+        str(binaries["kube-scheduler"]), f"--kubeconfig={kubeconfig}", "--leader-elect=false",
+        "--bind-address=127.0.0.1", f"--secure-port={port}", "--v=1",
+    ]  # fmt: skip
+    remember(
+        process.spawn("kube-scheduler", scheduler, run_dir / "logs/kube-scheduler.log", die_with_parent=die_with_parent)
     )
     pause = write_pause_archive(binaries["pause"], run_dir / "images" / "pause.tar")
     asyncio.run(_bind_node_role(kubeconfig))

@@ -67,6 +67,8 @@ NODE_BINARIES: tuple[BinarySpec, ...] = (
     BinarySpec("kubelet", "kubernetes", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes"),
     BinarySpec("fakegpu", "kubernetes", "./fakegpu", "k8s.io/kubernetes"),
     BinarySpec("pause", "kubernetes", "./pause", "k8s.io/kubernetes"),
+    # Pods that are not ParallelJob's (the chart's Deployment and DaemonSet) need the default scheduler.
+    BinarySpec("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes"),
     # Service names for pods (MASTER_ADDR is a headless Service's pod name), from its own wrapper module.
     BinarySpec("coredns", "coredns", "./cmd", "github.com/coredns/coredns"),
 )
@@ -97,8 +99,7 @@ def pinned_version(module_dir: Path, module: str) -> str:
     go_mod = module_dir / "go.mod"
     if not go_mod.is_file():
         raise RuntimeError(
-            f"{go_mod} not found: the dev cluster builds from a source checkout"
-            " (or set PARALLELJOB_DEVCLUSTER_DEPLOY)"
+            f"{go_mod} not found: the dev cluster builds from a source checkout (or set PARALLELJOB_DEVCLUSTER_DEPLOY)"
         )
     text = go_mod.read_text()
     match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
