@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: all venv lint test unit demo demo-down bench clean k8s-binaries helm chart-crds dashboard-tools dashboard-assets
+.PHONY: all venv lint test unit demo demo-down bench clean k8s-binaries helm chart-crds dashboard-tools dashboard-assets prereqs image
 
 all: test
 
@@ -39,6 +39,19 @@ helm: venv
 	@echo "==> helm (cached per version; built with Go if missing)"
 	$(BIN)/python -m paralleljob.packaging.helm
 
+# What real (kubelet) nodes and `make image` need: containerd, runc, the CNI plugins, socat, iptables,
+# buildah, mmdebstrap (apt-get, as root; a no-op once installed). Without root or a kernel feature it says
+# what is missing and the real-node e2e tests skip with that reason, so `make test` goes on (the `-`).
+prereqs: venv
+	@echo "==> real-node prerequisites (apt-get as root; skipped tests say why if this cannot run)"
+	-$(BIN)/paralleljob dev-cluster prereqs
+
+# The operator image from the unchanged Dockerfile and the real-node tests' worker image, without a Docker
+# engine: a Debian base made by mmdebstrap, buildah with runc; docker-archives cached per input hash in
+# ~/.cache/paralleljob/images/ (load one with `paralleljob dev-cluster load-image ARCHIVE`).
+image: prereqs
+	$(BIN)/python -m paralleljob.packaging.image
+
 # Refresh the chart's copy of crds/ (a test fails while they differ).
 chart-crds: venv
 	$(BIN)/python -m paralleljob.packaging.chart
@@ -53,7 +66,7 @@ dashboard-tools: venv
 dashboard-assets: venv
 	$(BIN)/python -m paralleljob.devtools.vendor
 
-test: lint k8s-binaries helm dashboard-tools
+test: lint k8s-binaries helm dashboard-tools prereqs
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: venv k8s-binaries

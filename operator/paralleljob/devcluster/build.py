@@ -26,12 +26,15 @@ from pathlib import Path
 from paralleljob.devcluster.versions import (
     ADDONS,
     BINARIES,
+    NODE_BINARIES,
     BinarySpec,
     addon_dir,
     addon_version,
     binaries_dir,
     deploy_dir,
     ldflags,
+    node_binaries_dir,
+    pinned_version,
     versions,
 )
 
@@ -87,6 +90,21 @@ def ensure_addon(addon: str, report: Report = _stderr) -> Path:
     return target
 
 
+def ensure_node_binaries(report: Report = _stderr) -> dict[str, Path]:
+    """Return name -> path of the real nodes' binaries (kubelet, fakegpu, pause), building missing ones."""
+    target = node_binaries_dir()
+    paths = {spec.name: target / spec.name for spec in NODE_BINARIES}
+    if all(path.is_file() for path in paths.values()):
+        return paths
+    go = _go()
+    with _build_lock(target):
+        for spec in NODE_BINARIES:
+            if not paths[spec.name].is_file():
+                version = pinned_version(deploy_dir() / spec.module_dir, spec.pinned_module)
+                _build_one(go, spec, version, target, report)
+    return paths
+
+
 def _go() -> str:
     go = shutil.which("go")
     if go is None:
@@ -133,8 +151,16 @@ def _build_one(go: str, spec: BinarySpec, version: str, target: Path, report: Re
     temporary = target / f".{spec.name}.partial-{os.getpid()}"
     env = _go_env()
     command = [
-        go, "build", "-p", "2", "-buildvcs=false", "-ldflags", ldflags(spec, version),
-        "-o", str(temporary), spec.package,
+        go,
+        "build",
+        "-p",
+        "2",
+        "-buildvcs=false",
+        "-ldflags",
+        ldflags(spec, version),
+        "-o",
+        str(temporary),
+        spec.package,
     ]
     log_path = target / f"{spec.name}.build.log"
     report(f"building {spec.name} {version} with {_go_version(go)} (cold builds take minutes)...")

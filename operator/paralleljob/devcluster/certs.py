@@ -30,6 +30,16 @@ ADMIN_USER = "paralleljob-admin"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 # JobSet's controller manager acts as this user, with the ClusterRoles its module ships bound to it.
 JOBSET_USER = "jobset-controller-manager"
+# Real (kubelet) nodes: each kubelet authenticates as system:node:<name> in group system:nodes, with a token
+# of its own. The API server reads the token file only at start, so every cluster gets tokens for this many.
+MAX_REAL_NODES = 4
+# The real nodes' CoreDNS reads Services and EndpointSlices as this user (a ClusterRole bound by realnodes).
+COREDNS_USER = "paralleljob-dev-coredns"
+REAL_NODE_PREFIX = "real-node"
+
+
+def real_node_name(index: int) -> str:
+    return f"{REAL_NODE_PREFIX}-{index}"
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class Pki:
     jobset_cert: Path
     jobset_key: Path
     jobset_token: str
+    node_tokens: dict[str, str]  # real node name -> its kubelet's bearer token
+    coredns_token: str
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -81,9 +93,15 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -117,6 +135,8 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         jobset_cert=directory / "jobset.crt",
         jobset_key=directory / "jobset.key",
         jobset_token=jobset_token,
+        node_tokens={real_node_name(i): secrets.token_urlsafe(32) for i in range(MAX_REAL_NODES)},
+        coredns_token=secrets.token_urlsafe(32),
     )
     _write(pki.ca_cert, ca_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.serving_cert, serving_cert.public_bytes(serialization.Encoding.PEM))
@@ -139,6 +159,8 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"',
         f"{kcm_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}",
         f"{jobset_token},{JOBSET_USER},{JOBSET_USER}",
+        f"{pki.coredns_token},{COREDNS_USER},{COREDNS_USER}",
+        *(f'{secret},system:node:{node},system:node:{node},"system:nodes"' for node, secret in pki.node_tokens.items()),
     ]
     _write(pki.token_file, ("\n".join(lines) + "\n").encode())
     return pki

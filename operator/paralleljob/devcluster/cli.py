@@ -61,6 +61,19 @@ def register(subparsers: Any) -> None:
         metavar="NAMES",
         help=f"optional controllers to run too, comma-separated ({', '.join(sorted(ADDONS))}); default: none",
     )
+    up_parser.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        help="kubelet nodes with containerd and fake GPUs beside the kwok nodes (needs root; see"
+        " `dev-cluster prereqs`; default: %(default)s)",
+    )
+    up_parser.add_argument(
+        "--real-node-gpus", type=int, default=8, help="fake GPUs per real node (default: %(default)s)"
+    )
+    add("prereqs", "install what real nodes and `make image` need (root, apt-get); idempotent", _prereqs)
+    load = add("load-image", "import a docker-archive (e.g. from `make image`) into every real node", _load_image)
+    load.add_argument("archive", help="path of the docker-archive tarball")
     add("down", "stop every process the cluster started and delete its files", _down)
     add("status", "show the cluster's processes and nodes", _status)
     add("kubeconfig", "print the path of the cluster's kubeconfig", _kubeconfig)
@@ -89,7 +102,13 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     try:
         cluster = up(
-            args.name, shape, controllers=controllers, gang_api=args.gang_api, kube_scheduler=args.kube_scheduler
+            args.name,
+            shape,
+            controllers=controllers,
+            gang_api=args.gang_api,
+            kube_scheduler=args.kube_scheduler,
+            real_nodes=args.real_nodes,
+            real_node_gpus=args.real_node_gpus,
         )
     except AlreadyRunning as exc:
         print(f"{exc}; run `paralleljob dev-cluster down --name {args.name}` first", file=sys.stderr)
@@ -98,6 +117,33 @@ def _up(args: argparse.Namespace) -> int:
         print(f"dev-cluster up failed: {exc}", file=sys.stderr)
         return 1
     print(cluster.kubeconfig)
+    return 0
+
+
+def _prereqs(args: argparse.Namespace) -> int:
+    from paralleljob.devcluster import hostcheck
+
+    problems = hostcheck.install(lambda line: print(line, flush=True))
+    for problem in problems:
+        print(f"missing: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _load_image(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from paralleljob.devcluster.realnodes import load_image
+
+    record = state.load(args.name)
+    if record is None or not record.real_nodes:
+        print(f"dev cluster {args.name!r} has no real nodes (`up --real-nodes N`)", file=sys.stderr)
+        return 1
+    try:
+        loaded = load_image(args.name, Path(record.run_dir), Path(args.archive))
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"loaded {args.archive} on {', '.join(loaded)}")
     return 0
 
 
@@ -152,11 +198,17 @@ async def _node_summary(kubeconfig: str) -> str:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from paralleljob.devcluster.build import ensure_addon, ensure_binaries
+    from paralleljob.devcluster import hostcheck
+    from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_node_binaries
 
     try:
         paths = ensure_binaries()
         addons = {ADDONS[addon].name: ensure_addon(addon) / ADDONS[addon].name for addon in sorted(ADDONS)}
+        # The real nodes' kubelet, device plugin, pause and CoreDNS: only where real nodes can run.
+        if hostcheck.missing_features():
+            print(f"real-node binaries not built: {'; '.join(hostcheck.missing_features())}", file=sys.stderr)
+        else:
+            addons.update(ensure_node_binaries())
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -21,8 +21,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from paralleljob.devcluster import controllermanager, controlplane, crds, dra, gangapi, jobset, kwok, process, state
-from paralleljob.devcluster.build import ensure_addon, ensure_binaries
+from paralleljob.devcluster import (
+    controllermanager,
+    controlplane,
+    crds,
+    dra,
+    gangapi,
+    jobset,
+    kwok,
+    nodecleanup,
+    process,
+    realnodes,
+    state,
+)
+from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_node_binaries
 from paralleljob.devcluster.certs import JOBSET_USER, Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
 from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes, wait_nodes_ready
@@ -50,6 +62,7 @@ class DevCluster:
     run_dir: Path
     nodes: tuple[str, ...] = field(default_factory=tuple)
     shape: NodeShape = field(default_factory=NodeShape)
+    real_nodes: tuple[str, ...] = field(default_factory=tuple)  # kubelet nodes (``up --real-nodes``)
 
     def log_path(self, process_name: str) -> Path:
         return self.run_dir / "logs" / f"{process_name}.log"
@@ -73,11 +86,16 @@ def up(
     controllers: tuple[str, ...] = (),
     gang_api: bool = False,
     kube_scheduler: bool = False,
+    real_nodes: int = 0,
+    real_node_gpus: int = 8,
 ) -> DevCluster:
     """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests);
     ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``); ``gang_api`` serves
     Kubernetes' own Workload/PodGroup API with its gates on (``gangapi.py``), and ``kube_scheduler`` (which
-    implies it) also runs kube-scheduler of the same version with the gang and topology gates on."""
+    implies it) also runs kube-scheduler of the same version with the gang and topology gates on;
+    ``real_nodes`` kubelet nodes join beside the kwok ones (:mod:`paralleljob.devcluster.realnodes`), each
+    with ``real_node_gpus`` fake GPUs from our device plugin (and a kube-scheduler of their own unless the
+    gang-gated one runs)."""
     gang_api = gang_api or kube_scheduler
     shape = shape or NodeShape()
     unknown = sorted(set(controllers) - set(ADDONS))
@@ -93,6 +111,8 @@ def up(
     # Built before anything starts, so that a long build is not startup time.
     addon_crds = [jobset.crd_dir(ensure_addon(addon, report)) for addon in controllers]
     scheduler_binary = ensure_kube_scheduler(report) if kube_scheduler else None
+    if real_nodes:
+        ensure_node_binaries(report)
     started = time.monotonic()
     run_dir = state.run_dir(name)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -124,6 +144,7 @@ def up(
                 *(gangapi.APISERVER_ARGS if gang_api else ()),
                 *apiserver_args_from_env(),
             ),
+            service_account_admission=bool(real_nodes),
         )
         _remember(record, apiserver)
         controlplane.wait_apiserver(apiserver, server, pki)
@@ -151,6 +172,8 @@ def up(
                 (
                     *(dra.CONTROLLER_MANAGER_ARGS if dra_mode else ()),
                     *(gangapi.CONTROLLER_MANAGER_ARGS if gang_api else ()),
+                    *(realnodes.CONTROLLER_MANAGER_ARGS if real_nodes else ()),
+                    *((f"--root-ca-file={pki.ca_cert}",) if real_nodes else ()),  # kube-root-ca.crt in pods
                 ),
             )
             _remember(record, kcm)
@@ -162,6 +185,13 @@ def up(
         controllermanager.wait_controller_manager(kcm, kcm_port, pki)
         record.nodes, record.shape = shape.names(), asdict(shape)
         state.save(record)
+        if real_nodes:
+            record.real_nodes = realnodes.start(
+                name, run_dir, pki, api_port, kubeconfig, real_nodes, real_node_gpus, shape,
+                lambda proc: _remember(record, proc), report, die_with_caller,
+                own_scheduler=scheduler_binary is None,
+            )  # fmt: skip
+            state.save(record)
         if "jobset" in controllers:
             jobset.start_jobset(name, report, die_with_caller)
         if scheduler_binary is not None:
@@ -181,7 +211,7 @@ def up(
                 report(f"{proc.name} exited; last lines of {proc.log}:\n{process.tail(proc.log)}")
         down(name, report=lambda _: None)
         raise
-    return DevCluster(name, kubeconfig, server, run_dir, tuple(record.nodes), shape)
+    return DevCluster(name, kubeconfig, server, run_dir, tuple(record.nodes), shape, tuple(record.real_nodes))
 
 
 def _remember(record: state.ClusterState, proc: state.ProcessRecord) -> None:
@@ -243,6 +273,7 @@ def down(name: str = "default", report: Report = _stderr) -> bool:
         return False
     for proc in reversed(record.processes):
         process.stop(proc)
+    nodecleanup.cleanup(name, Path(record.run_dir))  # containers, mounts, cgroups, namespaces, host files
     shutil.rmtree(record.run_dir, ignore_errors=True)
     report(f"dev cluster {name!r} stopped ({len(record.processes)} processes)")
     return True
@@ -253,7 +284,10 @@ def get(name: str = "default") -> DevCluster | None:
     if record is None or not record.kubeconfig:
         return None
     shape = NodeShape(**record.shape) if record.shape else NodeShape(count=len(record.nodes))
-    return DevCluster(name, Path(record.kubeconfig), record.server, Path(record.run_dir), tuple(record.nodes), shape)
+    return DevCluster(
+        name, Path(record.kubeconfig), record.server, Path(record.run_dir), tuple(record.nodes), shape,
+        tuple(record.real_nodes),
+    )  # fmt: skip
 
 
 def reap_abandoned(prefix: str, report: Report = _stderr) -> list[str]:

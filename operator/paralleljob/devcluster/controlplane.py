@@ -60,7 +60,11 @@ def start_apiserver(
     etcd_client_port: int,
     die_with_parent: bool = False,
     extra_args: tuple[str, ...] = (),
+    service_account_admission: bool = False,
 ) -> ProcessRecord:
+    """``service_account_admission``: pods get their ServiceAccount's projected token (real nodes need it
+    for in-cluster clients; kwok pods never read one, and no controller makes ``default`` accounts there)."""
+    disabled = "TaintNodesByCondition" if service_account_admission else "ServiceAccount,TaintNodesByCondition"
     argv = [
         str(binary),
         f"--etcd-servers=http://127.0.0.1:{etcd_client_port}",
@@ -76,7 +80,7 @@ def start_apiserver(
         f"--service-account-signing-key-file={pki.service_account_key}",
         f"--service-account-issuer=https://127.0.0.1:{port}",
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+        f"--disable-admission-plugins={disabled}",
         "--allow-privileged=true",
         "--profiling=false",
         "--v=1",

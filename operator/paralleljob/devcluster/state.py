@@ -42,6 +42,7 @@ class ClusterState:
     ports: dict[str, int] = field(default_factory=dict)
     processes: list[ProcessRecord] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
+    real_nodes: list[str] = field(default_factory=list)  # kubelet nodes (paralleljob.devcluster.realnodes)
     shape: dict[str, Any] = field(default_factory=dict)  # the NodeShape the nodes were made from
     versions: dict[str, str] = field(default_factory=dict)
     owner_pid: int = 0  # the process that ran `up` (lets the test fixture find runs it abandoned)

@@ -7,6 +7,7 @@ stale binaries. The name is made of every binary's name and version, so adding a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -59,6 +60,20 @@ ADDONS: dict[str, BinarySpec] = {
 }
 
 
+# What a real (kubelet) node runs, built only when a cluster asks for real nodes: the kubelet from the same
+# wrapper module as the API server, and two small programs of ours in that module (the fake GPU device
+# plugin and the pod sandbox's pause process, since no image may be pulled from a registry).
+NODE_BINARIES: tuple[BinarySpec, ...] = (
+    BinarySpec("kubelet", "kubernetes", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes"),
+    BinarySpec("fakegpu", "kubernetes", "./fakegpu", "k8s.io/kubernetes"),
+    BinarySpec("pause", "kubernetes", "./pause", "k8s.io/kubernetes"),
+    # Pods that are not ParallelJob's (the chart's Deployment and DaemonSet) need the default scheduler.
+    BinarySpec("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes"),
+    # Service names for pods (MASTER_ADDR is a headless Service's pod name), from its own wrapper module.
+    BinarySpec("coredns", "coredns", "./cmd", "github.com/coredns/coredns"),
+)
+
+
 def repo_root() -> Path:
     return _REPO_ROOT
 
@@ -84,8 +99,7 @@ def pinned_version(module_dir: Path, module: str) -> str:
     go_mod = module_dir / "go.mod"
     if not go_mod.is_file():
         raise RuntimeError(
-            f"{go_mod} not found: the dev cluster builds from a source checkout"
-            " (or set PARALLELJOB_DEVCLUSTER_DEPLOY)"
+            f"{go_mod} not found: the dev cluster builds from a source checkout (or set PARALLELJOB_DEVCLUSTER_DEPLOY)"
         )
     text = go_mod.read_text()
     match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
@@ -105,6 +119,19 @@ def binaries_dir(pins: dict[str, str] | None = None) -> Path:
     pins = pins if pins is not None else versions()
     key = "_".join(f"{name}-{pins[name]}" for name in sorted(pins))
     return cache_root() / "k8s" / key
+
+
+def node_binaries_dir() -> Path:
+    """``<cache>/k8s/realnode-<kubelet version>-<sources hash>/``: our own programs' sources and the module's
+    go.sum are part of the key, so editing the device plugin rebuilds it."""
+    module = deploy_dir() / "kubernetes"
+    digest = hashlib.sha256()
+    sources = [module / "go.sum", *module.glob("fakegpu/*.go"), *module.glob("pause/*.go")]
+    coredns = deploy_dir() / "coredns"
+    for source in sorted([*sources, coredns / "go.sum", *coredns.glob("cmd/*.go")]):
+        digest.update(str(source.relative_to(deploy_dir())).encode() + b"\0" + source.read_bytes())
+    kubelet = pinned_version(module, "k8s.io/kubernetes")
+    return cache_root() / "k8s" / f"realnode-{kubelet}-{digest.hexdigest()[:12]}"
 
 
 def addon_version(addon: str) -> str:
