@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paralleljob.devcluster import process, state
+from paralleljob.devtools.kubescheduler import scheduler_config
 
 GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true"
 APISERVER_ARGS = ("--runtime-config=scheduling.k8s.io/v1alpha2=true", f"--feature-gates={GATES}")
@@ -31,25 +32,12 @@ SCHEDULER_GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloa
 SCHEDULER_NAME = "default-scheduler"  # kube-scheduler's own: the pods it places name it (or nothing)
 
 
-def scheduler_config(kubeconfig: Path, qps: float = 5000.0, burst: int = 5000) -> str:
-    """The default profile (the gates add the gang and topology plugins to it); client limits lifted, as in
-    the throughput benchmark's unthrottled run, so that the comparison measures scheduling, not the limiter."""
-    return (
-        "apiVersion: kubescheduler.config.k8s.io/v1\n"
-        "kind: KubeSchedulerConfiguration\n"
-        "clientConnection:\n"
-        f"  kubeconfig: {kubeconfig}\n"
-        f"  qps: {qps}\n"
-        f"  burst: {burst}\n"
-        "leaderElection:\n"
-        "  leaderElect: false\n"
-    )
-
-
 def start_scheduler(binary: Path, run_dir: Path, kubeconfig: Path, die_with_caller: bool) -> state.ProcessRecord:
     """kube-scheduler of the API server's version, with the gang and topology-aware workload gates on."""
     config = run_dir / "kube-scheduler.yaml"
-    config.write_text(scheduler_config(kubeconfig))
+    # the default profile (the gates add the gang and topology plugins to it); client limits lifted, as in the
+    # throughput benchmark's unthrottled run, so that a comparison measures scheduling, not the limiter
+    config.write_text(scheduler_config(kubeconfig, qps=5000.0, burst=5000))
     argv = [
         str(binary),
         f"--config={config}",
