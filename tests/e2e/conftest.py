@@ -68,11 +68,8 @@ def dev_cluster(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> 
 
 @pytest.fixture(scope="session")
 def kube(dev_cluster: DevCluster) -> Iterator[KubeSession]:
-    session = KubeSession(dev_cluster.kubeconfig, dev_cluster.shape)
-    try:
+    with KubeSession(dev_cluster.kubeconfig, dev_cluster.shape) as session:
         yield session
-    finally:
-        session.close()
 
 
 @pytest.fixture

@@ -71,6 +71,12 @@ class KubeSession:
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self._runner.run(coroutine)
 
+    def __enter__(self) -> KubeSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         self.run(self.api.close())
         self._runner.close()

@@ -65,11 +65,8 @@ def dra_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
 
 @pytest.fixture(scope="session")
 def dra_kube(dra_cluster: DevCluster) -> Iterator[KubeSession]:
-    session = KubeSession(dra_cluster.kubeconfig, dra_cluster.shape)
-    try:
+    with KubeSession(dra_cluster.kubeconfig, dra_cluster.shape) as session:
         yield session
-    finally:
-        session.close()
 
 
 @pytest.fixture

@@ -61,11 +61,8 @@ def dev_cluster() -> Iterator[DevCluster]:
 
 @pytest.fixture(scope="module")
 def kube(dev_cluster: DevCluster) -> Iterator[KubeSession]:
-    session = KubeSession(dev_cluster.kubeconfig, dev_cluster.shape)
-    try:
+    with KubeSession(dev_cluster.kubeconfig, dev_cluster.shape) as session:
         yield session
-    finally:
-        session.close()
 
 
 @pytest.fixture(scope="module")

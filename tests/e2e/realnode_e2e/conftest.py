@@ -61,11 +61,8 @@ def real_cluster(pytestconfig: pytest.Config) -> Iterator[RealCluster]:
 
 @pytest.fixture(scope="session")
 def real_kube(real_cluster: RealCluster) -> Iterator[KubeSession]:
-    session = KubeSession(real_cluster.cluster.kubeconfig, real_cluster.cluster.shape)
-    try:
+    with KubeSession(real_cluster.cluster.kubeconfig, real_cluster.cluster.shape) as session:
         yield session
-    finally:
-        session.close()
 
 
 @pytest.fixture
