@@ -228,6 +228,8 @@ class Executor:
         try:
             await retrying(lambda: self.kube.bind(bind.namespace, bind.name, bind.uid, bind.node))
         except ApiError as exc:
+            if self.crash_hook is not None:
+                self.crash_hook.bind_failed()
             if exc.answer in (Answer.GONE, Answer.CONFLICT):
                 # gone, replaced (UID precondition) or already bound: re-read it and let the next pass judge
                 await self._refresh_pod(bind.namespace, bind.name)
