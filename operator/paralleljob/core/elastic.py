@@ -38,7 +38,7 @@ from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
 from paralleljob.core.evaluate import node_level_cost, nodes_common_level
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placement import Placement
+from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.core.placer import Placer
 from paralleljob.core.rootfit import pick_group
 
@@ -106,7 +106,7 @@ def dp_level(state: ClusterState, job: JobSpec, groups: Groups) -> int:
 # ---- admission ----------------------------------------------------------------------------------------
 def admission_size(
     state: ClusterState,
-    placer: Placer,
+    placer: PlacerLike,
     job: JobSpec,
     rng: ElasticRange,
     model: CostModel,
@@ -327,13 +327,18 @@ def shrink_for(
 
 
 # ---- failure ------------------------------------------------------------------------------------------
-def drop_broken(state: ClusterState, job: JobSpec, groups: Groups, rng: ElasticRange) -> Resize | None:
-    """Drop the replicas that hold a GPU that is not healthy; ``None`` when none is broken or the job would
-    fall below min (the failure policy decides then)."""
+def drop_broken(
+    state: ClusterState, job: JobSpec, groups: Groups, rng: ElasticRange, broken_groups: Sequence[int] = ()
+) -> Resize | None:
+    """Drop the replicas that hold a GPU that is not healthy, or one of ``broken_groups`` (TP groups the
+    shell found broken: a node that went NotReady); ``None`` when none is broken or the job would fall below
+    min (the failure policy decides then)."""
     pp = job.pp
+    named = {g // pp for g in broken_groups}
     broken = [
         d for d in range(job.dp)
-        if any(state.health[g] is not GPUHealth.HEALTHY for group in groups[d * pp:(d + 1) * pp] for g in group)
+        if d in named
+        or any(state.health[g] is not GPUHealth.HEALTHY for group in groups[d * pp:(d + 1) * pp] for g in group)
     ]
     kept = job.dp - len(broken)
     if not broken or kept < rng.min:
