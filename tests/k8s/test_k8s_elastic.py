@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from paralleljob.k8s.edge.constants import MASTER_PORT
 from paralleljob.k8s.edge.specs import parse_job
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -110,3 +111,39 @@ def test_scale_changes_the_desired_size() -> None:
     status = fc.job(KEY)["status"]
     assert status["replicas"] == 3 and status["elastic"]["lastResize"]["kind"] == "ScaledDown"
     assert len(_pods(fc)) == 3
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_workers_get_torchrun_elastic_env_and_a_stable_replica_group_id() -> None:
+    fc = _cluster(3)
+    memberships: list[dict[str, Any]] = []
+    fc.add_job(_elastic())
+    for _ in range(3):
+        plan = fc.step()
+        memberships.extend(a.membership for a in plan.jobs if a.membership is not None)
+    pods = {p["metadata"]["name"]: _env(p) for p in fc.job_pods(KEY)}
+    assert sorted(pods) == ["el-d0-p0", "el-d1-p0", "el-d2-p0"]
+    env = pods["el-d1-p0"]
+    assert env["PET_NNODES"] == "2:4" and env["PET_RDZV_BACKEND"] == "c10d"
+    assert env["PET_RDZV_ENDPOINT"] == f"el-d0-p0.el.ns.svc:{MASTER_PORT}"
+    assert env["PET_RDZV_CONF"] == "is_host=0" and pods["el-d0-p0"]["PET_RDZV_CONF"] == "is_host=1"
+    assert int(env["PET_MAX_RESTARTS"]) > 3 and "PET_NODE_RANK" not in env
+    assert env["REPLICA_GROUP_ID"] == "1" and env["NUM_REPLICA_GROUPS"] == "3"
+    assert memberships and memberships[-1]["data"]["replicaGroupIds"] == "0,1,2"
+    # replica d1 dropped: d2 keeps its id (and pod), the ConfigMap lists 0 and 2
+    victim = next(p["spec"]["nodeName"] for p in fc.job_pods(KEY) if p["metadata"]["name"] == "el-d1-p0")
+    fc.nodes[victim] = node(victim, ready=False, leaf="leaf-0")
+    memberships.clear()
+    for _ in range(3):
+        plan = fc.step()
+        memberships.extend(a.membership for a in plan.jobs if a.membership is not None)
+    assert sorted(p["metadata"]["name"] for p in fc.job_pods(KEY)) == ["el-d0-p0", "el-d2-p0"]
+    assert memberships[-1]["data"]["replicaGroupIds"] == "0,2"
+    assert memberships[-1]["metadata"]["name"] == "el-replicas"
+    # room returns: the new replica takes the lowest free id
+    fc.nodes[victim] = node(victim, leaf="leaf-0")
+    fc.settle(3)
+    assert sorted(p["metadata"]["name"] for p in fc.job_pods(KEY)) == ["el-d0-p0", "el-d1-p0", "el-d2-p0"]

@@ -28,7 +28,13 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.elastic import at_current_size, resize_running, rigid_waiting, write_status
+from paralleljob.k8s.plan.elastic import (
+    at_current_size,
+    note_membership,
+    resize_running,
+    rigid_waiting,
+    write_status,
+)
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.failures import detect, handle
 from paralleljob.k8s.plan.fifo_admission import admit_all
@@ -268,6 +274,8 @@ def decide(
     except Exception as exc:
         plan.warnings.append(f"admission failed: {exc!r}")
     plan.jobs = list(actions_by_key.values())
+    for actions in plan.jobs:
+        note_membership(actions)
     for actions in plan.jobs:
         if actions.job.request is not None and actions.job.request.pod_group:
             active = actions.draft.phase in ACTIVE and not actions.job.deleting

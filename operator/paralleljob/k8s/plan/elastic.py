@@ -35,8 +35,11 @@ from paralleljob.core.evaluate import node_level_cost
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.steptime import StepTimeModel
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status, pod_name
+from paralleljob.k8s.edge.elasticenv import replica_group_id
+from paralleljob.k8s.edge.manifests import membership
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status, pod_name, record_from_status
 from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.status import StatusDraft
 
@@ -95,7 +98,7 @@ def _record_after(
     old_by_gpus = {(s.node, s.gpu_indices): s for s in record.slots}
     used_ids = set()
     for s in record.slots:
-        used_ids.add(_replica_id(s, job.name))
+        used_ids.add(replica_group_id(s, job.name))
     slots: list[PodSlot] = []
     new_ids: dict[int, int] = {}
     for g, gpus in enumerate(resize.groups):
@@ -116,13 +119,6 @@ def _record_after(
     return dataclasses.replace(
         record, epoch=epoch, dp=resize.after, slots=tuple(slots), cost=cost, reasons=resize.reasons
     )
-
-
-def _replica_id(slot: PodSlot, job_name: str) -> int:
-    """The stable replica id in a slot's pod name (``<job>-d<D>-p<P>``); its replica number otherwise."""
-    tail = slot.name[len(job_name) + 2:] if slot.name.startswith(f"{job_name}-d") else ""
-    head = tail.partition("-p")[0]
-    return int(head) if head.isdigit() else slot.replica
 
 
 def commit_resize(
@@ -197,3 +193,15 @@ def drop_on_failure(
     if drop is None:
         return None
     return commit_resize(ctx, held, drop, "DroppedReplica", message)
+
+
+def note_membership(actions: JobActions) -> None:
+    """An elastic job whose placement changed this pass gets its replicas ConfigMap rewritten."""
+    job, data = actions.job, actions.draft.data
+    if job.request is None or job.request.elastic is None or job.request.pod_group:
+        return
+    if not data.get("placement") or data.get("placement") == job.status.get("placement"):
+        return
+    record = record_from_status(data)
+    if record is not None:
+        actions.membership = membership(job, record)
