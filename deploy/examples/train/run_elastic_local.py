@@ -86,6 +86,20 @@ def _collect(proc: subprocess.Popen[str], out: list[str], log: Path) -> None:
                 out.append(line)
 
 
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (torchrun starts each worker in a session of its own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
 def wait_world(out: list[str], world: int, after: int, timeout_s: float = 180) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -112,8 +126,11 @@ def main() -> int:
     grown = launch(args.torchrun, 3, 2, args.port, stop, out)
     seen = wait_world(out, TP * PP * 3, seen)
     print(f"== replica 2 dropped: its pods killed ({time.monotonic() - started:.0f} s)", flush=True)
-    for proc in grown:
+    for proc in grown:  # as the kubelet does when a pod goes: the launcher and its workers (own sessions)
+        workers = children(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
     seen = wait_world(out, TP * PP * 2, seen)
     stop.touch()
     codes = [proc.wait(timeout=120) for proc in base]

@@ -104,9 +104,9 @@ def test_elastic_job_starts_at_what_fits_grows_shrinks_and_scales(
 
     # kubectl scale: within the range it sets the desired size, outside it the API refuses with the range
     refused = kubectl(dev_cluster, "-n", pjs.namespace, "scale", "pj", "el", "--replicas=5")
-    assert refused.returncode != 0 and "outside the elastic range minData..maxData = 2..4" in refused.stderr
+    assert refused.returncode != 0 and "must be within minData..maxData" in refused.stderr, refused.stderr
     refused = kubectl(dev_cluster, "-n", pjs.namespace, "scale", "pj", "el", "--replicas=1")
-    assert refused.returncode != 0 and "minData..maxData = 2..4" in refused.stderr
+    assert refused.returncode != 0 and "must be within minData..maxData" in refused.stderr, refused.stderr
     rigid = kubectl(dev_cluster, "-n", pjs.namespace, "scale", "pj", "f1", "--replicas=2")
     assert rigid.returncode != 0 and "immutable for a rigid job" in rigid.stderr, rigid.stderr
     done = kubectl(dev_cluster, "-n", pjs.namespace, "scale", "pj", "el", "--replicas=3")

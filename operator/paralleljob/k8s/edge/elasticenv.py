@@ -57,6 +57,10 @@ def elastic_env(
         "PET_MAX_RESTARTS": str(max_restarts + SHRINKS_PER_REPLICA * (max_data - min_data)),
         "REPLICA_GROUP_ID": str(replica_group_id(slot, job_name)),
         "NUM_REPLICA_GROUPS": str(record.dp),
+        # torchrun shares its rendezvous TCPStore with the workers by default; a node that joins a running job
+        # then waits forever for the master address, which the rank-0 agent writes only in its first round
+        # (torch 2.15, seen in the by-hand run of docs/operator.md). Without sharing, every round writes it.
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         "PJ_MIN_DP_SIZE": str(min_data),
         "PJ_MAX_DP_SIZE": str(max_data),
     }
