@@ -105,6 +105,7 @@ def test_elastic_job_starts_at_what_fits_grows_shrinks_and_scales(
     # kubectl scale: within the range it sets the desired size, outside it the API refuses with the range
     refused = kubectl(dev_cluster, "-n", pjs.namespace, "scale", "pj", "el", "--replicas=5")
     assert refused.returncode != 0 and "must be within minData..maxData" in refused.stderr, refused.stderr
+    print(f"kubectl scale --replicas=5: {refused.stderr.strip()}")
     refused = kubectl(dev_cluster, "-n", pjs.namespace, "scale", "pj", "el", "--replicas=1")
     assert refused.returncode != 0 and "must be within minData..maxData" in refused.stderr, refused.stderr
     rigid = kubectl(dev_cluster, "-n", pjs.namespace, "scale", "pj", "f1", "--replicas=2")
