@@ -101,6 +101,16 @@ def test_elastic_job_starts_at_what_fits_grows_shrinks_and_scales(
     assert status["lastFailure"]["action"] == "DroppedReplica"
     assert {n: u for n, u in uids(pjs, "el").items()} == {n: u for n, u in kept.items() if n != victim_pod}
     pjs.wait_events("el", {"DroppedReplica"})
+    # the workers are told: torchrun's elastic range and a stable replica id; the ConfigMap lists the live ones
+    env = {e.name: e.value for e in pjs.live_pods("el")[0].spec.containers[0].env}
+    assert env["PET_NNODES"] == "2:4" and env["PET_RDZV_BACKEND"] == "c10d" and "REPLICA_GROUP_ID" in env
+    ids = sorted(int(n.split("-d")[1].split("-p")[0]) for n in uids(pjs, "el"))
+
+    def membership() -> Any:
+        data = kube.run(kube.core.read_namespaced_config_map("el-replicas", pjs.namespace)).data
+        return data if data["replicaGroupIds"] == ",".join(map(str, ids)) else None
+
+    assert wait_for("the replicas ConfigMap lists the live replicas", membership)["numReplicaGroups"] == "2"
 
     # kubectl scale: within the range it sets the desired size, outside it the API refuses with the range
     refused = kubectl(dev_cluster, "-n", pjs.namespace, "scale", "pj", "el", "--replicas=5")
