@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from paralleljob.k8s.edge.constants import MASTER_PORT
+from paralleljob.k8s.edge.queues import queue_policy
 from paralleljob.k8s.edge.specs import parse_job
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -147,3 +148,12 @@ def test_workers_get_torchrun_elastic_env_and_a_stable_replica_group_id() -> Non
     fc.nodes[victim] = node(victim, leaf="leaf-0")
     fc.settle(3)
     assert sorted(p["metadata"]["name"] for p in fc.job_pods(KEY)) == ["el-d0-p0", "el-d1-p0", "el-d2-p0"]
+
+
+def test_under_a_core_queue_policy_it_starts_at_min_and_grows() -> None:
+    fc = FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 4}") for i in range(3)], policy=queue_policy("fair", 5))
+    fc.add_job(_elastic())  # wants 4, only 3 ever fit: not refused as never fitting
+    fc.settle(5)
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 3
+    assert [r for _, r, _ in fc.events].count("Grew") == 1
