@@ -36,6 +36,10 @@ def test_parse_gives_a_frozen_range() -> None:
     bad = _elastic(3)
     bad["spec"]["parallelism"]["data"] = 5
     assert "outside the elastic range minData..maxData = 2..4" in parse_job(bad).invalid
+    group = _elastic(3)
+    del group["spec"]["template"]
+    group["spec"]["podGroup"] = "el"
+    assert "cannot be elastic" in parse_job(group).invalid
 
 
 def test_starts_at_what_fits_grows_next_to_the_others_and_gives_growth_replicas_away() -> None:

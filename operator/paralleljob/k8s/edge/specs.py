@@ -181,6 +181,10 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     pod_group = spec.get("podGroup") or ""
     template = spec.get("template")
     if pod_group:
+        if elastic is not None:
+            raise InvalidRequest(
+                "a pod group is sized by its controller: spec.podGroup cannot be elastic (parallelism.minData/maxData)"
+            )
         if not isinstance(pod_group, str) or pod_group != key.partition("/")[2]:
             raise InvalidRequest(f"spec.podGroup must equal metadata.name, got {pod_group!r}")
         if template is not None:
