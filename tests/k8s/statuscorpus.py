@@ -141,7 +141,32 @@ def _gave_up_and_requeued() -> Iterator[dict[str, Any]]:
     yield from rec.written
 
 
-SCENARIOS = (_completed_and_queued, _repaired_then_migrated, _preempted, _gave_up_and_requeued)
+def _elastic_grew_and_shrank() -> Iterator[dict[str, Any]]:
+    """An elastic job admitted at what fits, grown when room frees, shrunk for a higher-priority job."""
+    rec = Recorder(FakeCluster([node(f"n{i}") for i in range(3)]))
+    rec.fc.add_job(paralleljob("filler", 8, 1, 1, created=at(0)))
+    rec.step(at(0))
+    body = paralleljob("el", 8, 1, 3, created=at(1))
+    body["spec"]["parallelism"].update(minData=1, maxData=3)
+    rec.fc.add_job(body)
+    for second in range(1, 4):
+        rec.step(at(second))
+    del rec.fc.jobs["ns/filler"]
+    for second in range(4, 7):
+        rec.step(at(second))
+    rec.fc.add_job(paralleljob("urgent", 8, 1, 1, priority=5, created=at(7)))
+    for second in range(7, 10):
+        rec.step(at(second))
+    yield from rec.written
+
+
+SCENARIOS = (
+    _completed_and_queued,
+    _repaired_then_migrated,
+    _preempted,
+    _gave_up_and_requeued,
+    _elastic_grew_and_shrank,
+)
 
 
 def statuses() -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "pods"): frozenset({"get", "create", "delete", "patch"}),
     ("", "pods/binding"): frozenset({"create"}),
     ("", "services"): frozenset({"create"}),
+    ("", "configmaps"): frozenset({"create", "update"}),  # an elastic job's <job>-replicas ConfigMap
     ("", "events"): frozenset({"create"}),
     ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch", "create"}),
     ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),

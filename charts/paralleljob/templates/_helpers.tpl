@@ -94,6 +94,10 @@ topology:
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["create"]
+# An elastic job's replicas ConfigMap (<job>-replicas), owned by the job: replaced on every resize.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create", "update"]
 # Events about ParallelJobs (in their namespace).
 - apiGroups: [""]
   resources: ["events"]

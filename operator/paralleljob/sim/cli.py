@@ -274,6 +274,8 @@ def _run(args: argparse.Namespace) -> int:
             "checkpoint_interval": args.checkpoint_interval,
             "checkpoint_cost_s": args.checkpoint_cost_s,
             "restart_overhead_s": args.restart_overhead_s,
+            # only when asked for, so a rigid run's header is what it was (the golden slice)
+            **({"elastic": args.elastic, "resize_overhead_s": args.resize_overhead_s} if args.elastic else {}),
             "gpu_repair_hours": args.gpu_repair_hours,
             "node_repair_hours": args.node_repair_hours,
             "max_restarts": args.max_restarts,

@@ -25,6 +25,7 @@ from paralleljob.k8s.edge.constants import (
     STAGE_LABEL,
     TARGET_NODE_ANNOTATION,
 )
+from paralleljob.k8s.edge.elasticenv import elastic_env, membership_configmap
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 
@@ -72,6 +73,16 @@ def worker_env(job: JobObject, record: PlacementRecord, slot: PodSlot, boundary:
         "PET_MASTER_PORT": MASTER_PORT,
         "PET_RDZV_BACKEND": "static",
     }
+    request = job.request
+    if request is not None and request.elastic is not None:
+        # c10d numbers the nodes itself: no fixed node rank, MIN:MAX nodes, a rendezvous on a stable name
+        del values["PET_NODE_RANK"]
+        values.update(
+            elastic_env(
+                job.name, job.namespace, record, slot, request.elastic.min, request.elastic.max,
+                request.failure.max_restarts,
+            )
+        )
     return [{"name": name, "value": str(value)} for name, value in values.items()]
 
 
@@ -186,3 +197,9 @@ def event(
         "reportingComponent": "paralleljob.dev/operator",
         "reportingInstance": instance,
     }
+
+
+def membership(job: JobObject, record: PlacementRecord) -> dict[str, Any]:
+    """An elastic job's ``<job>-replicas`` ConfigMap (``elasticenv.membership_configmap``), owned by the job."""
+    labels = {JOB_LABEL: job.name, MANAGED_LABEL: MANAGED_VALUE}
+    return membership_configmap(job.name, job.namespace, owner_reference(job), labels, record)

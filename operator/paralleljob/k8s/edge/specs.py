@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from paralleljob.core.elastic import ElasticRange
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.job import MAX_HIDDEN_DIM, MAX_PARAMS_BILLIONS, MAX_SEQ_LEN, JobSpec, ModelShape
 from paralleljob.core.lifecycle import Phase
@@ -44,6 +45,8 @@ class JobRequest:
     rank_order: RankOrder = DEFAULT_RANK_ORDER  # spec.rankOrder: how (replica, stage) become node ranks
     constraints: PodConstraints = field(default_factory=PodConstraints)  # what the pod template asks of a node
     pod_group: str = ""  # spec.podGroup: adopt the pods of this group instead of creating any (pod-groups.md)
+    # spec.parallelism.minData..maxData: an elastic job (``spec.dp`` is then ``data``, the size wanted now)
+    elastic: ElasticRange | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         model=model,
         priority=_int(spec, "priority", 0) or 0,
     )
+    elastic = _elastic_range(par, job.dp)
     cost = str(spec.get("costModel", "seed"))
     if cost not in COST_MODELS:
         raise InvalidRequest(f"spec.costModel must be one of {', '.join(COST_MODELS)}, got {cost!r}")
@@ -177,6 +181,10 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     pod_group = spec.get("podGroup") or ""
     template = spec.get("template")
     if pod_group:
+        if elastic is not None:
+            raise InvalidRequest(
+                "a pod group is sized by its controller: spec.podGroup cannot be elastic (parallelism.minData/maxData)"
+            )
         if not isinstance(pod_group, str) or pod_group != key.partition("/")[2]:
             raise InvalidRequest(f"spec.podGroup must equal metadata.name, got {pod_group!r}")
         if template is not None:
@@ -216,7 +224,18 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         rank_order=rank_order,
         constraints=constraints,
         pod_group=pod_group,
+        elastic=elastic,
     )
+
+
+def _elastic_range(par: Mapping[str, Any], data: int) -> ElasticRange | None:
+    """``minData``/``maxData`` as a frozen range (both or neither, as the CRD's CEL rules say)."""
+    low, high = _int(par, "minData", None), _int(par, "maxData", None)
+    if low is None and high is None:
+        return None
+    if low is None or high is None:
+        raise InvalidRequest("give both parallelism.minData and parallelism.maxData (an elastic job), or neither")
+    return ElasticRange(low, high, data)
 
 
 def _check_containers(containers: list[Mapping[str, Any]]) -> None:

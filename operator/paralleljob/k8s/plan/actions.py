@@ -68,6 +68,7 @@ class JobActions:
     binds: list[PodBind] = field(default_factory=list)
     annotates: list[PodAnnotate] = field(default_factory=list)
     service: dict[str, Any] | None = None  # the headless Service to make sure of
+    membership: dict[str, Any] | None = None  # an elastic job's replicas ConfigMap to write (it changed)
     # For metrics: set when this pass placed, repaired or failed the job.
     placed_cost: dict[str, float] | None = None
     recovery_started: bool = False
@@ -86,7 +87,13 @@ class JobActions:
         """Whether carrying these decisions out touches the API at all (the runtime starts a chain for them,
         and the job is busy until it ends)."""
         return bool(
-            self.writes_status or self.deletes or self.creates or self.binds or self.events or self.annotates
+            self.writes_status
+            or self.deletes
+            or self.creates
+            or self.binds
+            or self.events
+            or self.annotates
+            or self.membership is not None
         )
 
     def note(self, event_type: str, reason: str, message: str) -> None:

@@ -10,6 +10,7 @@ raises is reported and skipped, so one bad object never stops the rest.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +28,13 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.elastic import (
+    at_current_size,
+    note_membership,
+    resize_running,
+    rigid_waiting,
+    write_status,
+)
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.failures import detect, handle
 from paralleljob.k8s.plan.fifo_admission import admit_all
@@ -116,6 +124,8 @@ def decide(
     ``view``: the cluster as of ``observed`` (the reconciler's kept one); built from ``observed`` when None.
     The pass changes the view's state as it decides (allocations, releases)."""
     clock = clock or (lambda: 0.0)
+    # A placed elastic job is decided at the replicas it runs with, not the size it asks for (plan/elastic.py).
+    observed = dataclasses.replace(observed, jobs=[at_current_size(j) for j in observed.jobs])
     now = observed.now
     now_s = observed.seconds
     jobs = {j.key: j for j in observed.jobs}
@@ -197,6 +207,7 @@ def decide(
         bind_failures=observed.bind_failures,
         invalid_pods=observed.invalid_pods,
         gpu_holders=gpu_holders(observed.pods, view.nodes),
+        rigid_waiting=rigid_waiting(observed.jobs),
     )
     in_use: dict[str, int] = {}
     queued: list[tuple[JobObject, JobRequest]] = []
@@ -239,6 +250,13 @@ def decide(
             in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
             preemptible = actions.draft.phase is Phase.RUNNING and preemption_of(actions.draft.data) is None
             held.append((job, job.request, preemptible))
+            if (
+                preemptible
+                and job.request.elastic is not None
+                and job.record is not None
+                and actions.draft.data.get("placement") == job.status.get("placement")  # not resized this pass
+            ):
+                ctx.shrinkable[job.key] = HeldJob(actions, job, job.request, job.record, pods_of(job))
     try:
         if policy is None:
             # The per-queue FIFO honours the rollback holds too: a job whose gang was refused waits out its
@@ -256,6 +274,8 @@ def decide(
     except Exception as exc:
         plan.warnings.append(f"admission failed: {exc!r}")
     plan.jobs = list(actions_by_key.values())
+    for actions in plan.jobs:
+        note_membership(actions)
     for actions in plan.jobs:
         if actions.job.request is not None and actions.job.request.pod_group:
             active = actions.draft.phase in ACTIVE and not actions.job.deleting
@@ -292,6 +312,9 @@ def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
             message = f"{spec.describe()} accepted into queue {job.request.queue}"
             draft.condition("Accepted", "True", "Valid", message, now)
     draft.data.setdefault("restarts", 0)
+    if job.request is not None and job.request.elastic is not None:
+        running = job.record.dp if job.record is not None and draft.phase in ACTIVE else 0
+        write_status(draft, job.request.elastic, running, None)
 
 
 def _fail_invalid(actions: JobActions, why: str, now: str) -> None:
@@ -421,4 +444,8 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
             actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
             if view.state is not None:
                 view.state.release(job.key)
+        elif draft.phase is Phase.RUNNING and request.elastic is not None and not request.pod_group:
+            resized = resize_running(ctx, HeldJob(actions, job, request, record, pods), ctx.rigid_waiting)
+            if resized is not None:
+                sync_pods(actions, job, request, resized, pods, view.nodes, ctx.gpu_holders)
     return None

@@ -28,6 +28,7 @@ from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.elastic import drop_on_failure
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -136,8 +137,20 @@ def handle(
     }
     epoch = job.placement_epoch + 1
     report = FailureReport(breakage.kind, breakage.slots, job.restarts)
+    held_groups = view.state.allocations[job.key].groups if job.key in view.state.allocations else ()
     with restricted(view.state, request.spec, node_filter):
         decision = decide_repair(view.state, placer, request.spec, cost_model(request.cost_model), policy, report)
+    no_room = isinstance(decision, Requeue) or (
+        isinstance(decision, GiveUp) and decision.reason is not GiveUpReason.MAX_RESTARTS
+    )
+    if no_room and breakage.hardware and request.elastic is not None:
+        dropped = drop_on_failure(ctx, held, held_groups, breakage.slots, f"after: {breakage.message}")
+        if dropped is not None:
+            after = round(dropped.cost.total_ms, 6) if dropped.cost else None
+            failure.update(action="DroppedReplica", costAfterMs=after)
+            draft.set(restarts=restarts, lastFailure={k: v for k, v in failure.items() if v is not None})
+            draft.condition("Placed", "True", "DroppedReplica", f"shrank to {dropped.dp} replicas", now)
+            return dropped
     if isinstance(decision, GiveUp):
         why = "; ".join(decision.reasons)
         if decision.reason is GiveUpReason.MAX_RESTARTS:  # this failure is not a restart: none happens

@@ -13,11 +13,13 @@ will be repaired. Every job is placed through its node filter (``eligibility.py`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.elastic import resized
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.gates import Entry, WaitReason, entry_gate, quota_refusal
@@ -31,6 +33,8 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.checkpointing import checkpoint_status
 from paralleljob.k8s.plan.context import PassContext
+from paralleljob.k8s.plan.elastic import write_status
+from paralleljob.k8s.plan.elastic_admission import place_elastic, shrink_growth_replicas
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.podsync import sync_pods
 from paralleljob.k8s.plan.status import StatusDraft
@@ -138,8 +142,10 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
     a job whose queue does not exist waits with the reason. True when the job goes no further this pass."""
     actions, view, now, eligibility = ctx.actions_for(job), ctx.view, ctx.now, ctx.eligibility
     if view.topology is not None and not job.ever_ran:
-        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False) if eligibility else None
-        reasons = never_fits(view.topology, request.spec, node_filter)
+        # an elastic job can never fit only when its minimum cannot
+        spec = request.spec if request.elastic is None else resized(request.spec, request.elastic.min)
+        node_filter = eligibility.filter_for(job.key, spec, with_usage=False) if eligibility else None
+        reasons = never_fits(view.topology, spec, node_filter)
         if reasons:
             fail_unschedulable(actions, "; ".join(reasons), now)
             return True
@@ -192,7 +198,9 @@ def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobReques
         draft.condition("Placed", "False", WaitReason.WAITING, why, now)
         return
     cap = queue.max_gpus if queue is not None else None
-    refusal = quota_refusal(request.queue, in_use.get(request.queue, 0), spec.num_gpus, cap)
+    # An elastic job is guaranteed only its minimum: the quota must hold that much, growth takes what is left.
+    needed = spec.num_gpus if request.elastic is None else spec.tp * spec.pp * request.elastic.min
+    refusal = quota_refusal(request.queue, in_use.get(request.queue, 0), needed, cap)
     if refusal is not None:
         draft.condition("Placed", "False", WaitReason.QUEUE_FULL, refusal, now)
         blocked[request.queue] = job.name
@@ -200,20 +208,32 @@ def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobReques
     assert placer is not None and view.state is not None  # entry_gate: the cluster has GPU nodes
     started = clock()
     try:
-        placement = placer.place(spec, cost_model(request.cost_model))
-    except PlacementInfeasible as exc:
-        durations.append(clock() - started)
-        message = "; ".join(exc.reasons)
-        if exc.permanent and not job.ever_ran:
-            fail_unschedulable(actions, message, now)
+        if request.elastic is not None:
+            room = None if cap is None else cap - in_use.get(request.queue, 0)
+            placement, extra = place_elastic(view.state, placer, request, room)
+            request = dataclasses.replace(request, spec=resized(spec, placement.dp))
+            spec = request.spec
         else:
-            draft.condition("Placed", "False", WaitReason.UNSCHEDULABLE, message, now)
-            blocked[request.queue] = job.name
-        return
+            placement, extra = placer.place(spec, cost_model(request.cost_model)), ()
+    except PlacementInfeasible as exc:
+        # Before it waits: growth replicas of lower-priority elastic jobs, the cheapest preemption.
+        taken = None if exc.permanent else shrink_growth_replicas(ctx, job, request)
+        if taken is None:
+            durations.append(clock() - started)
+            message = "; ".join(exc.reasons)
+            if exc.permanent and not job.ever_ran:
+                fail_unschedulable(actions, message, now)
+            else:
+                draft.condition("Placed", "False", WaitReason.UNSCHEDULABLE, message, now)
+                blocked[request.queue] = job.name
+            return
+        placement, extra = taken
     durations.append(clock() - started)
     view.state.allocate(Allocation(job.key, placement.groups, spec.memory_per_gpu_gb))
     in_use[request.queue] = in_use.get(request.queue, 0) + spec.num_gpus
-    record_admission(ctx, job, request, placement)
+    record_admission(ctx, job, request, placement, extra)
+    if request.elastic is not None:
+        write_status(actions.draft, request.elastic, spec.dp, None)
 
 
 def record_admission(

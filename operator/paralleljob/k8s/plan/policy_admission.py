@@ -18,11 +18,13 @@ with the reason, and the victims cannot be chosen twice. Nothing here talks to t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
 from paralleljob.core.admission import Admit, Preempt, Reserve, SchedulingPlan, Wait, schedule
 from paralleljob.core.cost import cost_model
+from paralleljob.core.elastic import resized
 from paralleljob.core.eligibility import FilteredPlacer
 from paralleljob.core.gates import WaitReason, entry_gate
 from paralleljob.core.queueing import PendingJob, QueuePolicy, RunningJob
@@ -58,6 +60,10 @@ def admit_with_core(
     for job, request in queued:
         if refuse_before_queueing(ctx, job, request):
             continue
+        if request.elastic is not None:
+            # The core's pass plans whole gangs: an elastic job enters it at its minimum (all its quota may
+            # count on) and grows once running (plan/elastic.py), so it is never held back for its maximum.
+            request = dataclasses.replace(request, spec=resized(request.spec, request.elastic.min))
         room = None
         if job.key in making_room:
             deadline, victims = making_room[job.key]

@@ -93,6 +93,8 @@ class Executor:
         work: list[Awaitable[None]] = []
         if actions.service is not None:
             work.append(self._service(actions))
+        if actions.membership is not None:
+            work.append(self._membership(actions.membership))
         work.extend(self._create_and_bind(actions, c, outcome) for c in actions.creates)
         work.extend(self._bind(actions.job.key, b, outcome) for b in actions.binds)
         await asyncio.gather(*work)
@@ -198,6 +200,20 @@ class Executor:
                 log.warning("service for %s not created: %s", job.key, exc)
                 return
         self.services.add(key)
+
+    async def _membership(self, manifest: dict[str, Any]) -> None:
+        """An elastic job's replicas ConfigMap: replaced, or created the first time."""
+        meta = manifest["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/configmaps"
+        try:
+            try:
+                await retrying(lambda: self.kube.request("PUT", f"{path}/{meta['name']}", manifest))
+            except ApiError as exc:
+                if exc.answer is not Answer.GONE:
+                    raise
+                await retrying(lambda: self.kube.request("POST", path, manifest))
+        except ApiError as exc:  # the status is the record; the next resize writes it again
+            log.warning("replicas ConfigMap %s/%s not written: %s", meta["namespace"], meta["name"], exc)
 
     async def _create_and_bind(self, actions: JobActions, create: PodCreate, outcome: Outcome) -> None:
         job = actions.job

@@ -68,6 +68,11 @@ class SimConfig:
     checkpoint_cost_s: float = option(120.0, "--checkpoint-cost", "seconds to write one checkpoint")
     checkpoint_interval_s: float | None = None  # None: Young/Daly from the job's nodes and the failure rate
     restart_overhead_s: float = option(60.0, "--restart-overhead", "seconds to restart after a failure")
+    elastic: float = option(
+        0.0, "--elastic",
+        "make jobs of 2+ replicas elastic, minData = ceil(F x dp), maxData = dp (0: rigid; sim/run/elastic.py)",
+    )  # fmt: skip
+    resize_overhead_s: float = option(30.0, "--resize-overhead", "seconds an elastic resize restarts the job")
     start_latency_s: float = 0.0
     memory_per_gpu_gb: float = option(0.0, "--memory-per-gpu", "GB each trace job needs per GPU")
     horizon_s: float | None = None  # stop here; jobs submitted later are not loaded

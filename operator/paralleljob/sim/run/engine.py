@@ -28,7 +28,7 @@ from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.core.topology import Topology
 from paralleljob.core.traffic import level_bytes_per_step
 from paralleljob.sim.cluster.failures import FailureConfig, FailureProcess
-from paralleljob.sim.run import disruptions
+from paralleljob.sim.run import disruptions, elastic
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
 from paralleljob.sim.run.events import Event, EventQueue, Kind, SimClock
@@ -85,6 +85,8 @@ class Simulation:
         if queue is None:
             queue = make_core_queue(config.queue, config.quotas)  # None unless it names a core queue policy
         self.queue = queue if queue is not None else queue_policy(config.queue)
+        if config.elastic > 0 and isinstance(self.queue, CoreQueue):
+            raise ValueError("--elastic needs a fifo queue (fifo, fifo-skip): the core queue pass admits rigid jobs")
         if config.quotas and not isinstance(self.queue, CoreQueue):
             raise ValueError(f"quotas need a core queue policy (core-fair, ...), not {config.queue!r}")
         self.clock = SimClock()
@@ -199,6 +201,9 @@ class Simulation:
         if self._next_arrival < len(self.trace):
             self.events.push(self.trace[self._next_arrival].submit_s, Kind.ARRIVAL)
         job = SimJob(trace, self.specs[order], order)
+        job.elastic = elastic.elastic_range(job.spec, self.config.elastic)
+        if job.elastic is not None:
+            job.full_spec = job.spec
         self.jobs[trace.job_id] = job
         job.step(Step.ACCEPTED)
         self.queue.add(self._waiting(job), self.clock.now())
@@ -217,6 +222,8 @@ class Simulation:
             self._queue_pass()
         if self.policy.reoptimize and self._dearer:
             disruptions.reoptimize_pass(self)
+        if self.config.elastic > 0:
+            elastic.grow_pass(self)
 
     def _queue_pass(self) -> None:
         now = self.clock.now()
@@ -224,11 +231,14 @@ class Simulation:
             job = self.jobs[waiting.job_id]
             free = self.topology.num_gpus - self.allocated_gpus - self.gpus_down
             try:
-                if job.num_gpus > free and (self.state.allocations or self.gpus_down):
+                if elastic.min_gpus(job) > free and (self.state.allocations or self.gpus_down):
                     # Cannot fit now, and the cluster is not empty, so it is no verdict on "never": no need
                     # to ask the placer (a long queue would ask it once per waiting job per pass).
-                    raise PlacementInfeasible(job.job_id, [f"needs {job.num_gpus} GPUs; {free} are free"])
-                placement = self.placer.place(job.spec, self.model)
+                    raise PlacementInfeasible(job.job_id, [f"needs {elastic.min_gpus(job)} GPUs; {free} are free"])
+                if job.elastic is not None:
+                    placement = elastic.admit(self, job)
+                else:
+                    placement = self.placer.place(job.spec, self.model)
             except PlacementInfeasible as exc:
                 if exc.permanent or (not self.running and not self.state.allocations and not self.gpus_down):
                     # Permanent, or the cluster is empty and healthy and it still does not fit: it never will.
@@ -316,6 +326,8 @@ class Simulation:
             job.first_slowdown = self._slowdown(job)
 
     def _slowdown(self, job: SimJob) -> float:
+        if job.elastic is not None:
+            return elastic.slowdown(self, job)
         return self.steptime.slowdown(job.spec, job.cost_ms, self.ideal.total_ms(job.spec))
 
     def _on_start(self, event: Event) -> None:
@@ -447,6 +459,7 @@ class Simulation:
             "bytes_by_level": (by_level := self._bytes_by_level(jobs)),
             "bytes_above_node": math.fsum(list(by_level.values())[1:]),
             "failures": failure_metrics(self.tally),
+            **({"elastic_resizes": sum(j.resizes for j in jobs)} if self.config.elastic > 0 else {}),
             **({"migrations_back": self.migrations} if self.policy.reoptimize else {}),
         }
         metrics["tenants"] = self.tenants.metrics(jobs, self.topology.num_gpus, elapsed)

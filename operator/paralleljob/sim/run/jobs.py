@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from paralleljob.core.elastic import ElasticRange
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event, Phase, transition
 from paralleljob.sim.run.work import NO_CHECKPOINTS, CheckpointPlan, progress, wall_time_for
@@ -51,6 +52,10 @@ class SimJob:
     bytes_per_step: tuple[float, ...] = ()
     steps_per_work_s: float = 0.0
     level_bytes: list[float] = field(default_factory=list)
+    # elastic jobs (sim/run/elastic.py): the range, the trace's full-size spec (``spec`` is the current size)
+    elastic: ElasticRange | None = None
+    full_spec: JobSpec | None = None
+    resizes: int = 0
 
     def __post_init__(self) -> None:
         self.work_left = self.trace.duration_s

@@ -1,0 +1,51 @@
+"""Admitting elastic jobs, and taking growth replicas for a waiting higher-priority job, in the operator's
+FIFO admission: thin shells over ``core/elastic.py`` (``admission_size``, ``shrink_for``)."""
+
+from __future__ import annotations
+
+from paralleljob.core.cluster import ClusterState
+from paralleljob.core.cost import cost_model
+from paralleljob.core.elastic import ElasticHolding, admission_size, shrink_for
+from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.placement import Placement, PlacerLike
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.plan.context import PassContext
+from paralleljob.k8s.plan.elastic import commit_resize
+from paralleljob.k8s.plan.podsync import sync_pods
+
+
+def place_elastic(
+    state: ClusterState, placer: PlacerLike, request: JobRequest, gpu_room: int | None
+) -> tuple[Placement, tuple[str, ...]]:
+    """The placement at the largest size that fits now; :class:`PlacementInfeasible` when min does not."""
+    assert request.elastic is not None
+    spec = request.spec
+    placement, reasons = admission_size(state, placer, spec, request.elastic, cost_model(request.cost_model), gpu_room)
+    if placement is None:
+        raise PlacementInfeasible(spec.job_id, list(reasons))
+    return placement, reasons[:2]
+
+
+def shrink_growth_replicas(
+    ctx: PassContext, job: JobObject, request: JobRequest
+) -> tuple[Placement, tuple[str, ...]] | None:
+    """Shrink lower-priority elastic jobs by their growth replicas (highest first) when that lets ``job``
+    place now: their records, statuses and Events are written here; the caller admits ``job`` on the
+    returned placement. None when growth replicas would not do (the job waits, as before)."""
+    view, placer = ctx.view, ctx.placer
+    if request.elastic is not None or view.state is None or placer is None or not ctx.shrinkable:
+        return None
+    holdings = []
+    for held in ctx.shrinkable.values():
+        allocation = view.state.allocations.get(held.job.key)
+        if allocation is not None and held.request.elastic is not None and held.request.preemptible:
+            holdings.append(ElasticHolding(held.request.spec, allocation.groups, held.request.elastic))
+    shrink = shrink_for(view.state, placer, cost_model(request.cost_model), request.spec, holdings)
+    if shrink is None:
+        return None
+    for resize in shrink.resizes:
+        held = ctx.shrinkable.pop(resize.job_id)
+        new = commit_resize(ctx, held, resize, "Shrank", f"preempted growth replicas for {job.key}")
+        # its dropped pods go now; the new job's pods wait for their GPUs (podsync._waits_for_gpus)
+        sync_pods(held.actions, held.job, held.request, new, held.pods, view.nodes, ctx.gpu_holders)
+    return shrink.placement, shrink.reasons

@@ -1,0 +1,163 @@
+"""Elastic jobs through the operator's pure pass (FakeCluster): admitted at the largest size that fits,
+grown next to the others when room frees, shrunk for a higher-priority rigid job by a growth replica, a
+broken replica dropped without moving the others, scaled by spec.parallelism.data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paralleljob.k8s.edge.constants import MASTER_PORT
+from paralleljob.k8s.edge.queues import queue_policy
+from paralleljob.k8s.edge.specs import parse_job
+from tests.k8s.factories import node, paralleljob
+from tests.k8s.harness import FakeCluster
+
+KEY = "ns/el"
+
+
+def _elastic(desired: int = 4, lo: int = 2, hi: int = 4, priority: int = 0) -> dict[str, Any]:
+    body = paralleljob("el", 8, 1, desired, memory=0.0, priority=priority)
+    body["spec"]["parallelism"].update(minData=lo, maxData=hi)
+    return body
+
+
+def _pods(fc: FakeCluster, key: str = KEY) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"].get("nodeName", "") for p in fc.job_pods(key)}
+
+
+def _cluster(n: int) -> FakeCluster:
+    return FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 4}") for i in range(n)])
+
+
+def test_parse_gives_a_frozen_range() -> None:
+    job = parse_job(_elastic(3))
+    assert job.request is not None and job.request.elastic is not None
+    assert (job.request.elastic.min, job.request.elastic.max, job.request.elastic.desired) == (2, 4, 3)
+    bad = _elastic(3)
+    bad["spec"]["parallelism"]["data"] = 5
+    assert "outside the elastic range minData..maxData = 2..4" in parse_job(bad).invalid
+    group = _elastic(3)
+    del group["spec"]["template"]
+    group["spec"]["podGroup"] = "el"
+    assert "cannot be elastic" in parse_job(group).invalid
+
+
+def test_starts_at_what_fits_grows_next_to_the_others_and_gives_growth_replicas_away() -> None:
+    fc = _cluster(4)
+    fc.add_job(paralleljob("filler", 8, 1, 1, memory=0.0))
+    fc.settle(2)
+    fc.add_job(_elastic())
+    fc.settle(3)
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 3
+    assert status["replicaRange"] == "3/4 (2..4)"
+    assert "no free room" in status["elastic"]["notAtMax"]
+    before = _pods(fc)
+    assert len(before) == 3
+    del fc.jobs["ns/filler"]  # room frees
+    fc.settle(3)
+    status = fc.job(KEY)["status"]
+    assert status["replicas"] == 4 and status["elastic"]["notAtMax"] == ""
+    after = _pods(fc)
+    assert {k: v for k, v in after.items() if k in before} == before  # nobody moved
+    assert any(r == "Grew" for _, r, _ in fc.events)
+    # a rigid higher-priority job takes the growth replica, not the whole gang
+    fc.add_job(paralleljob("urgent", 8, 1, 1, memory=0.0, priority=10))
+    fc.settle(3)
+    assert fc.phase("ns/urgent") == "Running"
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 3
+    assert status["elastic"]["lastResize"]["kind"] == "Shrank"
+    assert "cheapest" in status["elastic"]["lastResize"]["reason"]
+    assert _pods(fc) == {k: v for k, v in after.items() if k in _pods(fc)}
+    # growth holds back while a rigid job at >= priority waits; the elastic job keeps >= min
+    fc.add_job(paralleljob("big", 8, 1, 2, memory=0.0, priority=10))
+    fc.settle(3)
+    status = fc.job(KEY)["status"]
+    assert status["replicas"] >= 2
+
+
+def test_node_failure_drops_the_replica_and_keeps_the_others() -> None:
+    fc = _cluster(3)
+    fc.add_job(_elastic())
+    fc.settle(3)
+    before = _pods(fc)
+    assert len(before) == 3
+    victim_pod, victim = sorted(before.items())[1]
+    fc.nodes[victim] = node(victim, ready=False, leaf="leaf-0")
+    fc.settle(3)
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 2
+    assert status["lastFailure"]["action"] == "DroppedReplica"
+    assert _pods(fc) == {k: v for k, v in before.items() if k != victim_pod}
+    # below min: the failure policy applies (Requeue)
+    other = sorted(_pods(fc).values())[0]
+    fc.nodes[other] = node(other, ready=False, leaf="leaf-0")
+    fc.settle(2)
+    assert fc.phase(KEY) == "Queued"
+    # grows back when room returns
+    fc.nodes[victim] = node(victim, leaf="leaf-0")
+    fc.nodes[other] = node(other, leaf="leaf-0")
+    fc.settle(4)
+    assert fc.job(KEY)["status"]["replicas"] == 3
+
+
+def test_scale_changes_the_desired_size() -> None:
+    fc = _cluster(4)
+    fc.add_job(_elastic(2))
+    fc.settle(3)
+    assert fc.job(KEY)["status"]["replicas"] == 2
+    assert "desired size 2" in fc.job(KEY)["status"]["elastic"]["notAtMax"]
+    fc.jobs[KEY]["spec"]["parallelism"]["data"] = 4
+    fc.settle(2)
+    assert fc.job(KEY)["status"]["replicas"] == 4
+    fc.jobs[KEY]["spec"]["parallelism"]["data"] = 3
+    fc.settle(2)
+    status = fc.job(KEY)["status"]
+    assert status["replicas"] == 3 and status["elastic"]["lastResize"]["kind"] == "ScaledDown"
+    assert len(_pods(fc)) == 3
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_workers_get_torchrun_elastic_env_and_a_stable_replica_group_id() -> None:
+    fc = _cluster(3)
+    memberships: list[dict[str, Any]] = []
+    fc.add_job(_elastic())
+    for _ in range(3):
+        plan = fc.step()
+        memberships.extend(a.membership for a in plan.jobs if a.membership is not None)
+    pods = {p["metadata"]["name"]: _env(p) for p in fc.job_pods(KEY)}
+    assert sorted(pods) == ["el-d0-p0", "el-d1-p0", "el-d2-p0"]
+    env = pods["el-d1-p0"]
+    assert env["PET_NNODES"] == "2:4" and env["PET_RDZV_BACKEND"] == "c10d"
+    assert env["PET_RDZV_ENDPOINT"] == f"el-d0-p0.el.ns.svc:{MASTER_PORT}"
+    assert env["PET_RDZV_CONF"] == "is_host=0" and pods["el-d0-p0"]["PET_RDZV_CONF"] == "is_host=1"
+    assert int(env["PET_MAX_RESTARTS"]) > 3 and "PET_NODE_RANK" not in env
+    assert env["REPLICA_GROUP_ID"] == "1" and env["NUM_REPLICA_GROUPS"] == "3"
+    assert memberships and memberships[-1]["data"]["replicaGroupIds"] == "0,1,2"
+    # replica d1 dropped: d2 keeps its id (and pod), the ConfigMap lists 0 and 2
+    victim = next(p["spec"]["nodeName"] for p in fc.job_pods(KEY) if p["metadata"]["name"] == "el-d1-p0")
+    fc.nodes[victim] = node(victim, ready=False, leaf="leaf-0")
+    memberships.clear()
+    for _ in range(3):
+        plan = fc.step()
+        memberships.extend(a.membership for a in plan.jobs if a.membership is not None)
+    assert sorted(p["metadata"]["name"] for p in fc.job_pods(KEY)) == ["el-d0-p0", "el-d2-p0"]
+    assert memberships[-1]["data"]["replicaGroupIds"] == "0,2"
+    assert memberships[-1]["metadata"]["name"] == "el-replicas"
+    # room returns: the new replica takes the lowest free id
+    fc.nodes[victim] = node(victim, leaf="leaf-0")
+    fc.settle(3)
+    assert sorted(p["metadata"]["name"] for p in fc.job_pods(KEY)) == ["el-d0-p0", "el-d1-p0", "el-d2-p0"]
+
+
+def test_under_a_core_queue_policy_it_starts_at_min_and_grows() -> None:
+    fc = FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 4}") for i in range(3)], policy=queue_policy("fair", 5))
+    fc.add_job(_elastic())  # wants 4, only 3 ever fit: not refused as never fitting
+    fc.settle(5)
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 3
+    assert [r for _, r, _ in fc.events].count("Grew") == 1

@@ -1,0 +1,78 @@
+"""One elastic job through both shells: the operator's passes and the simulator's engine ask the core's
+``admission_size`` and ``plan_growth`` the same questions and get the same answers, GPU ids included.
+
+Three 8-GPU nodes; a rigid one-node job holds one; an elastic TP8 job (1..3 replicas) arrives, is admitted at
+2, and grows to 3 next to the others when the rigid job ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from paralleljob.core import elastic as core_elastic
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan import elastic as operator_growth
+from paralleljob.k8s.plan import elastic_admission as operator_admission
+from paralleljob.sim.run import elastic as sim_elastic
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.workload.trace import TraceJob
+from tests.k8s.factories import node, paralleljob
+from tests.k8s.harness import FakeCluster
+
+KEY = "ns/el"
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[tuple[Any, ...]]:
+    seen: list[tuple[Any, ...]] = []
+
+    def admission(*args: Any, **kwargs: Any) -> Any:
+        placement, reasons = core_elastic.admission_size(*args, **kwargs)
+        seen.append(("admit", placement.dp if placement else None, placement.groups if placement else None))
+        return placement, reasons
+
+    def growth(*args: Any, **kwargs: Any) -> Any:
+        grown = core_elastic.plan_growth(*args, **kwargs)
+        if grown.resize is not None:
+            seen.append(("grow", grown.resize.after, grown.resize.groups))
+        return grown
+
+    for module in modules:
+        if hasattr(module, "admission_size"):
+            monkeypatch.setattr(module, "admission_size", admission)
+        if hasattr(module, "plan_growth"):
+            monkeypatch.setattr(module, "plan_growth", growth)
+    return seen
+
+
+def _elastic_body() -> dict[str, Any]:
+    body = paralleljob("el", 8, 1, 3, memory=0.0)
+    body["spec"]["parallelism"].update(minData=1, maxData=3)
+    return body
+
+
+def test_the_operator_and_the_simulator_size_an_elastic_job_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    operator_seen = _spy(monkeypatch, operator_admission, operator_growth)
+    fc = FakeCluster([node(f"gpu-node-{i:03d}") for i in range(3)])
+    fc.add_job(paralleljob("filler", 8, 1, 1, memory=0.0))
+    fc.settle(2)
+    fc.add_job(_elastic_body())
+    fc.settle(3)
+    del fc.jobs["ns/filler"]
+    fc.settle(3)
+    assert fc.job(KEY)["status"]["replicas"] == 3
+    assert [s[:2] for s in operator_seen] == [("admit", 2), ("grow", 3)]
+
+    sim_seen = _spy(monkeypatch, sim_elastic)
+    topology = fc.last_view.state.topology if fc.last_view and fc.last_view.state else None
+    assert topology is not None
+    spec = parse_job(_elastic_body()).request.spec  # type: ignore[union-attr]
+    trace = [
+        TraceJob("ns/filler", 0.0, 1_000.0, 8, shape=(8, 1, 1), model=spec.model),
+        TraceJob(KEY, 1.0, 100_000.0, 24, shape=(8, 1, 3), model=spec.model),
+    ]
+    simulation = Simulation(topology, trace, SimConfig(elastic=0.3, check_invariants=True))
+    simulation.run()
+    assert sim_seen == operator_seen
+    assert simulation.jobs[KEY].resizes == 1 and simulation.jobs[KEY].finished is not None
