@@ -12,6 +12,7 @@ from paralleljob.core import (
     Allocation,
     ClusterState,
     GPUHealth,
+    InvalidRequest,
     JobSpec,
     Level,
     ModelShape,
@@ -24,6 +25,8 @@ from paralleljob.core import (
 from paralleljob.core.cliques import clique_index, nvl72_topology, nvlink_never_fits
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter
 from paralleljob.core.nvlink import NVLinkPlacer, make_placer
+from paralleljob.core.rankorder import RankOrder, node_rank
+from paralleljob.core.traypods import tray_pods
 
 from .cliquebrute import brute_force_cliques, whole_free_trays
 
@@ -226,3 +229,29 @@ def test_a_repair_with_no_room_anywhere_requeues_saying_why():
     with pytest.raises(PlacementInfeasible) as refusal:
         placer.place(job, model, previous)
     assert refusal.value.reasons[0].startswith("no spare tray left in clique clique-0")
+
+
+@pytest.mark.parametrize("order", [RankOrder.TP_DP_PP, RankOrder.TP_PP_DP])
+@pytest.mark.parametrize("shape", [(8, 4, 2), (16, 2, 2), (4, 3, 2), (8, 1, 9)])
+def test_tray_pods_hold_one_aligned_block_of_ranks_each_in_rank_order(order, shape):
+    tp, pp, dp = shape
+    state = ClusterState(nvl72_topology(2))
+    topo = state.topology
+    placement = NVLinkPlacer(state, rank_order=order).place(JobSpec("j", tp, pp, dp, 10.0), cost_model("seed"))
+    pods = tray_pods(topo, placement.groups, tp, pp, dp, order)
+    assert [pod.node_rank for pod in pods] == list(range(tp * pp * dp // 4))
+    for pod in pods:
+        assert pod.ranks == tuple(range(4 * pod.node_rank, 4 * pod.node_rank + 4))
+        assert {topo.gpu_node[g] for g in pod.gpus} == {pod.node}
+        assert len(pod.groups) == 1 and pod.tp_offset == pod.ranks[0] % tp
+        d, p = divmod(pod.groups[0], pp)
+        assert pod.ranks[0] // tp == node_rank(order, d, p, pp, dp)
+    assert len({pod.node for pod in pods}) == len(pods)
+
+
+def test_tray_pods_refuse_trays_whose_ranks_are_not_one_block():
+    topo = nvl72_topology(1)
+    # TP2xPP2xDP2 laid by hand with replica 0's chain on tray 0: ranks 0,1 and 6,7 there
+    groups = [(0, 1), (4, 5), (6, 7), (2, 3)]
+    with pytest.raises(InvalidRequest, match="not one aligned block"):
+        tray_pods(topo, groups, 2, 2, 2, RankOrder.TP_DP_PP)

@@ -40,6 +40,7 @@ from paralleljob.core.evaluate import node_level_cost
 from paralleljob.core.job import JobSpec
 from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer, PlacerConfig
+from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder, node_rank
 from paralleljob.core.topology import Topology
 
 
@@ -99,7 +100,14 @@ def unit_for(tp: int, tray_gpus: Sequence[int]) -> int:
 class NVLinkPlacer:
     """The placer for topologies with multi-node NVLink domains; the core placer where there are none."""
 
-    def __init__(self, state: ClusterState, config: PlacerConfig | None = None, spares: int = 0) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        config: PlacerConfig | None = None,
+        spares: int = 0,
+        rank_order: RankOrder = DEFAULT_RANK_ORDER,
+    ) -> None:
+        self.rank_order = rank_order
         self.state = state
         self.topology = state.topology
         self.config = config or PlacerConfig()
@@ -257,11 +265,15 @@ class NVLinkPlacer:
         for c in dict.fromkeys(cliques):
             trays = sorted(self.whole_free_trays(c, mem), key=lambda n: (n not in first, first.get(n, 0), n))
             pools[c] = [g for n in trays for g in state.eligible_gpus(n, mem)]
+        # Inside a clique every pair of trays talks at one bandwidth, so the order in which its groups take
+        # the trays costs nothing: node-rank order makes each tray's ranks one block (core/traypods).
+        out: list[tuple[int, ...]] = [()] * len(cliques)
         taken = dict.fromkeys(pools, 0)
-        out = []
-        for c in cliques:
+        pp, dp = job.pp, job.dp
+        for g in sorted(range(len(cliques)), key=lambda g: node_rank(self.rank_order, g // pp, g % pp, pp, dp)):
+            c = cliques[g]
             start = taken[c]
-            out.append(tuple(pools[c][start : start + job.tp]))
+            out[g] = tuple(pools[c][start : start + job.tp])
             taken[c] = start + job.tp
         return tuple(out)
 
