@@ -3,6 +3,7 @@ the shapes the real API server then accepts are checked in tests/e2e/nvl72_e2e."
 
 from __future__ import annotations
 
+from paralleljob.core.rankorder import RankOrder
 from paralleljob.devcluster import nvl72
 from paralleljob.devcluster.nodes import LEAF_LABEL, NodeShape, gpu_node_manifest
 from paralleljob.k8s.edge import computedomain as cd
@@ -68,3 +69,16 @@ def test_the_stand_in_controller_writes_the_drivers_workload_template():
     ]
     assert devices["config"][0]["opaque"]["parameters"]["domainID"] == "cd-uid"
     assert template["metadata"]["labels"]["resource.nvidia.com/computeDomain"] == "cd-uid"
+
+
+def test_tray_workers_get_torchrun_env_counted_in_trays():
+    from paralleljob.devtools.nvl72pods import pods_json
+
+    listed = pods_json("llm", 8, 2, 2, 2, RankOrder.TP_DP_PP)
+    envs = [{e["name"]: e["value"] for e in p["spec"]["containers"][0]["env"]} for p in listed["items"]]  # type: ignore[index]
+    assert [e["PET_NODE_RANK"] for e in envs] == [str(r) for r in range(8)]
+    assert {e["PET_NNODES"] for e in envs} == {"8"} and {e["PET_NPROC_PER_NODE"] for e in envs} == {"4"}
+    assert [e["PJ_TP_RANK_OFFSET"] for e in envs] == ["0", "4"] * 4
+    # tp-dp-pp: node rank of TP group (d, p) is p * dp + d, two trays per group
+    assert [(e["PJ_DP_RANK"], e["PJ_PP_RANK"]) for e in envs[::2]] == [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")]
+    assert {e["MASTER_ADDR"] for e in envs} == {"llm-tray0.llm.default.svc"}
