@@ -75,6 +75,7 @@ def run_nvl72(racks: int = 1389, repeat: int = 15, seed: int = 1, spares: int = 
         "place_wall_ms_median": round(statistics.median(wall), 2),
         "cliques_used": len(cliques),
         "cost_ms": round(placement.cost.total_ms, 3),
+        "lower_bound_ms": round(placement.lower_bound_ms, 3),
         "proven_optimal": placement.proven_optimal,
         "target_median_ms": 10.0,
     }
