@@ -82,8 +82,10 @@ def test_a_compute_domain_gets_its_claim_template_and_goes_with_its_job(
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "llm", "uid": owner_obj.metadata.uid, "controller": True}
     state = ClusterState(cluster_topology(kube))
     topo = state.topology
-    placement = NVLinkPlacer(state).place(JobSpec("llm", 8, 2, 1, 10.0), cost_model("seed"))
-    pods = tray_pods(topo, placement.groups, 8, 2, 1, RankOrder.TP_DP_PP)
+    # TP16: larger than any HGX node here, so it goes to the racks, on 4 whole trays of one clique
+    placement = NVLinkPlacer(state).place(JobSpec("llm", 16, 1, 1, 10.0), cost_model("seed"))
+    pods = tray_pods(topo, placement.groups, 16, 1, 1, RankOrder.TP_DP_PP)
+    assert len(pods) == 4
     names = cd.domains_for("llm", [pod.clique for pod in pods])
     assert len(names) == 1  # 4 trays of one clique: one ComputeDomain
     ((clique, domain),) = names.items()
@@ -101,12 +103,10 @@ def test_a_compute_domain_gets_its_claim_template_and_goes_with_its_job(
     )
     created_s = time.monotonic() - started
     assert created_s < 2.0
+    current = kube.run(custom.get_namespaced_custom_object(cd.GROUP, cd.VERSION, ns, cd.PLURAL, domain))
+    current["spec"]["numNodes"] = 4
     with pytest.raises(ApiException) as immutable:
-        kube.run(
-            custom.patch_namespaced_custom_object(
-                cd.GROUP, cd.VERSION, ns, cd.PLURAL, domain, {"spec": {"numNodes": 4}}
-            )
-        )
+        kube.run(custom.replace_namespaced_custom_object(cd.GROUP, cd.VERSION, ns, cd.PLURAL, domain, current))
     assert immutable.value.status == 422 and "immutable" in immutable.value.body
     for pod in pods:
         manifest = {
