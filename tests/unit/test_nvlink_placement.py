@@ -85,14 +85,16 @@ def test_the_nvlink_placer_matches_the_brute_force_on_random_clique_instances():
     assert compared >= 60 and refused >= 5
 
 
-def test_the_clique_topology_placement_equals_the_milp_optimum():
+def test_the_nvlink_placer_equals_the_milp_optimum_of_its_tier_on_mixed_clusters():
+    """Random partly used clusters of NVL72 racks and 0-4 HGX nodes: a job the HGX nodes take costs the MILP
+    optimum over the HGX nodes; a job on cliques costs the MILP optimum of the clique topology."""
     from paralleljob.core.nvlink import CliqueState
     from paralleljob.milp import solve
 
     rng = random.Random(7)
-    compared = 0
-    while compared < 6:
-        state = ClusterState(nvl72_topology(rng.randint(4, 8), racks_per_spine=2))
+    compared = {"hgx": 0, "cliques": 0}
+    while min(compared.values()) < 4:
+        state = ClusterState(nvl72_topology(rng.randint(3, 6), hgx_nodes=rng.choice([0, 2, 4]), racks_per_spine=2))
         placer = NVLinkPlacer(state)
         for i in range(rng.randint(2, 8)):
             try:
@@ -102,18 +104,28 @@ def test_the_clique_topology_placement_equals_the_milp_optimum():
             except PlacementInfeasible:
                 continue
             state.allocate(Allocation(f"f{i}", filler.groups, 1.0))
-        job = JobSpec("job", rng.choice([8, 16]), rng.randint(1, 3), rng.randint(1, 3), 10.0)
+        job = JobSpec("job", rng.choice([4, 8, 16]), rng.randint(1, 3), rng.randint(2, 3), 10.0)
         try:
             placement = placer.place(job, cost_model("seed"))
         except PlacementInfeasible:
             continue
-        # The MILP solves the clique topology counted in GPUs, with the real job: an independent optimum.
         index = clique_index(state.topology)
-        free = [len(trays) * 4 for trays in (whole_free_trays(state, 1)[d] for d in index.cliques)]
-        result = solve(CliqueState(index.derived(1), free), job, time_limit_s=60)
+        if all(n in index.single_nodes for n in placement.group_nodes):
+            trays = [n for n in index.clique_trays if state.node_schedulable[n]]
+            for n in trays:
+                state.set_node_schedulable(n, False)
+            result = solve(state, job, time_limit_s=60)
+            for n in trays:
+                state.set_node_schedulable(n, True)
+            tier = "hgx"
+        else:
+            # The MILP of the clique topology counted in GPUs, with the real job: an independent optimum.
+            free = [len(trays) * 4 for trays in (whole_free_trays(state, 1)[d] for d in index.cliques)]
+            result = solve(CliqueState(index.derived(1), free), job, time_limit_s=60)
+            tier = "cliques"
         assert result.optimal and result.cost_ms is not None
-        assert placement.cost.total_ms == pytest.approx(result.cost_ms, rel=1e-9, abs=1e-9), job.describe()
-        compared += 1
+        assert placement.cost.total_ms == pytest.approx(result.cost_ms, rel=1e-9, abs=1e-9), (tier, job.describe())
+        compared[tier] += 1
 
 
 def test_tp8_takes_two_whole_trays_of_one_clique_in_rank_order():
