@@ -34,6 +34,23 @@ class CliqueIndex:
     _derived: dict[int, Topology] = field(default_factory=dict, repr=False, compare=False)
     _verdicts: dict[tuple[int, float, int], list[str]] = field(default_factory=dict, repr=False, compare=False)
 
+    def single_topology(self) -> Topology:
+        """The nodes outside every multi-node clique alone, with the levels and domains they have: the
+        NVLink placer's first tier is the core placer on it (no tray to close first)."""
+        if -1 not in self._derived:
+            topo = self.topology
+            specs = [
+                NodeSpec(
+                    topo.node_names[n],
+                    topo.node_gpu_count[n],
+                    topo.node_gpu_memory_gb[n],
+                    tuple(topo.domain_names[up][topo.domain_of[up][n]] for up in range(1, topo.top + 1)),
+                )
+                for n in self.single_nodes
+            ]
+            self._derived[-1] = Topology.from_nodes(specs, topo.levels)
+        return self._derived[-1]
+
     def derived(self, unit: int) -> Topology:
         """The clique topology counted in units of ``unit`` GPUs (which must divide every tray's GPUs)."""
         if unit not in self._derived:

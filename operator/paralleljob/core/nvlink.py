@@ -45,7 +45,8 @@ from paralleljob.core.topology import Topology
 
 
 class CliqueState(ClusterState):
-    """The clique topology's state: clique-node i has ``free[i]`` free units (whole free trays' GPUs / unit)."""
+    """A state of counts only (no GPU owners) for the core placer: node i has ``free[i]`` free units. The
+    clique topology's (whole free trays' GPUs / unit per clique) and the node-domain nodes' (their free GPUs)."""
 
     def __init__(self, derived: Topology, free: Sequence[int]) -> None:
         super().__init__(derived)
@@ -149,10 +150,17 @@ class NVLinkPlacer:
         if previous is not None and self.spans_trays(previous):
             return self._repair(job, model, previous)
         refusals: list[str] = []
-        if idx.single_nodes and job.tp <= max(self.topology.node_gpu_count[n] for n in idx.single_nodes):
+        mem = job.memory_per_gpu_gb
+        hgx_room = sum(self.state.node_slots(n, job.tp, mem) for n in idx.single_nodes)
+        if hgx_room < job.num_groups:
+            # Counted on the HGX nodes alone (few): closing every tray to learn the same costs O(trays).
+            if idx.single_nodes:
+                refusals.append(
+                    f"nodes outside NVLink cliques: room for {hgx_room} of {job.num_groups} TP groups of {job.tp} GPUs"
+                )
+        else:
             try:
-                with self._closed(idx.clique_trays):
-                    placement = self.plain.place(job, model, previous)
+                placement = self._on_single_nodes(job, model, previous)
                 note = "on nodes whose NVLink domain is the node: NVLink cliques kept whole for larger TP groups"
                 return replace(placement, reasons=(*placement.reasons, note))
             except PlacementInfeasible as exc:
@@ -169,6 +177,27 @@ class NVLinkPlacer:
             return self._on_cliques(job, model, self._clique_free(job, self.spares), ())
         except PlacementInfeasible as exc:
             raise PlacementInfeasible(job.job_id, [*exc.reasons, *refusals]) from None
+
+    def _on_single_nodes(self, job: JobSpec, model: CostModel, previous: Allocation | None) -> Placement:
+        """Tier 1: the core placer on the node-domain nodes alone. A fresh placement solves on their own
+        topology (its state synced from this one's free counts: O(such nodes), however many trays there
+        are) and takes the GPUs here; a repair closes the trays instead, so the core placer sees the job's
+        old GPUs (rare, and linear in the trays)."""
+        idx = self.index
+        if previous is not None:
+            with self._closed(idx.clique_trays):
+                return self.plain.place(job, model, previous)
+        nodes = idx.single_nodes
+        free = [self.state.usable_free(n) for n in nodes]
+        sub = self._states.get(-1)
+        if sub is None:
+            sub = self._states[-1] = CliqueState(idx.single_topology(), free)
+        else:
+            sub.set_free(free)
+        placed = Placer(sub, self.config).place(job, model)
+        layout = tuple(nodes[n] for n in placed.group_nodes)
+        groups = self.plain.choose_gpus(job, layout, None)
+        return replace(placed, group_nodes=layout, groups=groups)
 
     def spans_trays(self, allocation: Allocation) -> bool:
         """Whether an allocation lies on more than one tray of multi-node cliques (needs a ComputeDomain)."""
