@@ -215,6 +215,13 @@ def test_warm_spares_take_no_new_gang_and_replace_a_failed_tray_inside_the_cliqu
     assert {topo.domain_of[1][n] for n in trays} == clique
     assert len(trays - old) == 1 and topo.gpu_node[failed] not in trays
     assert "repaired inside its cliques" in repaired.reasons[-1]
+    # only the failed tray's ranks move: every other GPU keeps its rank
+    moved = [
+        a != b
+        for grp_a, grp_b in zip(previous.groups, repaired.groups, strict=True)
+        for a, b in zip(grp_a, grp_b, strict=True)
+    ]
+    assert sum(moved) == 4
     state.allocate(Allocation("j", repaired.groups, 10.0))
     # two more failures: one spare left, then none; the repair leaves the clique and says why
     for _ in range(2):

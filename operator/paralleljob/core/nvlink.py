@@ -321,6 +321,31 @@ class NVLinkPlacer:
             f"the roomiest clique has {self.whole_free_count(roomiest, mem)} whole free trays of {g} GPUs{spare}",
         ]
 
+    def _replacements(self, old_trays: Sequence[int], memory_gb: float) -> tuple[dict[int, int], list[str]]:
+        """Old tray -> the tray it runs on after the repair: itself when it is still whole and free, else a
+        whole free tray of its clique that the job did not use (a spare), in order; and the cliques short of
+        spares, in words. Only the failed trays' ranks move, so the other tray pods stay as they are."""
+        topo, idx = self.topology, self.index
+        by_clique: dict[int, list[int]] = {}
+        for tray in old_trays:
+            c = idx.clique_of(tray)
+            if c is not None:
+                by_clique.setdefault(c, []).append(tray)
+        mapping: dict[int, int] = {}
+        short: list[str] = []
+        for c, trays in by_clique.items():
+            whole = self.whole_free_trays(c, memory_gb)
+            still = set(whole)
+            spares = [n for n in whole if n not in set(trays)]
+            broken = [t for t in trays if t not in still]
+            if len(broken) > len(spares):
+                name = topo.domain_names[idx.level][idx.cliques[c]]
+                short.append(f"{name} ({len(broken)} tray(s) to replace, {len(spares)} free)")
+                continue
+            mapping.update({t: t for t in trays})
+            mapping.update(zip(broken, spares, strict=False))
+        return mapping, short
+
     # ---- repair ---------------------------------------------------------------------------------------
     def _repair(self, job: JobSpec, model: CostModel, previous: Allocation) -> Placement:
         """Each clique keeps its groups when its whole free trays (spares too) hold them; else re-place."""
@@ -329,22 +354,21 @@ class NVLinkPlacer:
         cliques = [idx.clique_of(topo.gpu_node[group[0]]) for group in previous.groups]
         if len(cliques) == job.num_groups and all(c is not None for c in cliques):
             kept = [c for c in cliques if c is not None]
-            short = []
-            for c in dict.fromkeys(kept):
-                need = kept.count(c) * job.tp
-                have = self.whole_free_count(c, mem) * idx.tray_gpus[c]
-                if have < need:
-                    short.append(f"{topo.domain_names[idx.level][idx.cliques[c]]} ({have} GPUs on whole free trays)")
+            mapping, short = self._replacements(old_trays, mem)
             if not short:
-                groups = self._lay_over_trays(job, kept, old_trays)
-                new = sorted({topo.gpu_node[g] for grp in groups for g in grp} - set(old_trays))
-                moved = ", ".join(topo.node_names[n] for n in new)
-                note = f"repaired inside its cliques{': spare tray(s) ' + moved if moved else ''}"
+                first = topo.node_first_gpu
+                groups = tuple(
+                    tuple(first[mapping[topo.gpu_node[x]]] + x - first[topo.gpu_node[x]] for x in group)
+                    for group in previous.groups
+                )
+                moved = ", ".join(f"{topo.node_names[a]} -> {topo.node_names[b]}" for a, b in mapping.items() if a != b)
+                note = f"repaired inside its cliques{': ' + moved if moved else ''}"
                 unit_job, unit_model, placer = self._clique_placer(job, model, self._clique_free(job, 0))
                 cost = node_level_cost(placer.topology, unit_job, kept, unit_model)
                 bound = placer.lower_bound(unit_job, unit_model)
                 proven = cost.total_ms <= bound + 1e-6
-                lines = ("kept in its cliques", "", f"cost {cost.total_ms:.3f} ms", "proven optimal" if proven else "")
+                lines: tuple[str, ...] = ("every TP group kept in its clique", "", f"cost {cost.total_ms:.3f} ms")
+                lines += ("proven optimal",) if proven else ()
                 derived = Placement(job.job_id, job.pp, job.dp, tuple(kept), groups, cost, bound, proven, lines)
                 return self._finish(job, kept, groups, derived, note)
             note = f"no spare tray left in clique {', '.join(short)}: the job left its clique(s)"
