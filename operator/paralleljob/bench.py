@@ -239,6 +239,10 @@ def command(args: argparse.Namespace) -> int:
 
         sizes = [int(n) for n in args.native_nodes.split(",")]
         return _emit(run_native(sizes, args.gangs, args.seed), args.json)
+    if args.what == "nvl72":
+        from paralleljob.nvlbench import run_nvl72
+
+        return _emit(run_nvl72(args.racks, args.repeat, args.seed, args.spares), args.json)
     if args.what == "chaos":
         from paralleljob.chaosrun.bench import run_chaos_bench
 
@@ -280,7 +284,18 @@ def _emit(measured: dict[str, Any], json_path: str | None) -> int:
     return 0
 
 
-BENCHMARKS = ("placement", "quality", "operator", "worker-crash", "chaos", "scale", "dra", "native", "dashboard")
+BENCHMARKS = (
+    "placement",
+    "quality",
+    "operator",
+    "worker-crash",
+    "chaos",
+    "scale",
+    "dra",
+    "native",
+    "dashboard",
+    "nvl72",
+)
 
 
 def register(subparsers: Any) -> None:
@@ -315,6 +330,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")
     parser.add_argument("--dashboard-jobs", type=int, default=40, help="dashboard: jobs placed before measuring")
     parser.add_argument("--dashboard-cluster", help="dashboard: measure on this running dev cluster (kept)")
+    parser.add_argument("--racks", type=int, default=1389, help="nvl72: GB200 NVL72 racks (72 GPUs each)")
+    parser.add_argument("--spares", type=int, default=0, help="nvl72: warm spare trays per clique")
     parser.set_defaults(handler=command)
 
 

@@ -57,7 +57,10 @@ def main() -> int:
     assert coordinate is not None
     at = dict(zip(names, coordinate, strict=True))
     problems = []
-    given = {"dp": env_int("PJ_DP_RANK"), "pp": env_int("PJ_PP_RANK"), "tp": int(os.environ["LOCAL_RANK"])}
+    # A whole-tray pod (GB200 NVL72) runs a slice of a TP group larger than the tray: its TP ranks start at
+    # PJ_TP_RANK_OFFSET (0 for a pod that holds the whole group).
+    tp_rank = int(os.environ.get("PJ_TP_RANK_OFFSET", "0")) + int(os.environ["LOCAL_RANK"])
+    given = {"dp": env_int("PJ_DP_RANK"), "pp": env_int("PJ_PP_RANK"), "tp": tp_rank}
     for dim in ("dp", "pp", "tp"):
         if at[dim] != given[dim]:
             problems.append(f"mesh says {dim} {at[dim]}, the operator gave this pod {dim} {given[dim]}")

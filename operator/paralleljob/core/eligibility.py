@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from paralleljob.core.cliques import nvlink_never_fits
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
@@ -69,6 +70,10 @@ class NodeFilter:
 def never_fits(topology: Topology, job: JobSpec, node_filter: NodeFilter | None = None) -> list[str]:
     """Why ``job`` cannot fit even an empty cluster, using only the nodes the filter admits (empty: it can)."""
     t, mem = job.tp, job.memory_per_gpu_gb
+    if topology.nvlink_level > 0:  # TP groups may span the trays of a clique (core/nvlink)
+        why = list(node_filter.why) if node_filter is not None else []
+        reasons = nvlink_never_fits(topology, job, node_filter.allowed if node_filter is not None else None)
+        return [*reasons, *why] if reasons else []
     if node_filter is None or (node_filter.allowed is None and not node_filter.ever_groups):
         why = list(node_filter.why) if node_filter is not None else []
         if t > topology.max_gpus_per_node:

@@ -54,6 +54,9 @@ class Topology:
     gpu_node: tuple[int, ...] = field(repr=False)  # [gpu] -> node
     sub_level: Level | None = None  # a level below the node (see the module docstring), or none
     gpu_subdomain: tuple[int, ...] = field(default=(), repr=False)  # [gpu] -> sub-level domain in its node
+    # The level whose domains are NVLink domains (cliques of trays, as on GB200/GB300 NVL72; see
+    # core/nvlink.py); 0: the node is the NVLink domain, as on HGX, and a TP group stays in one node.
+    nvlink_level: int = 0
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -84,10 +87,20 @@ class Topology:
         return cls.from_nodes(specs, level_defs)
 
     @classmethod
-    def from_nodes(cls, nodes: Sequence[NodeSpec], levels: Sequence[Level], sub_level: Level | None = None) -> Topology:
+    def from_nodes(
+        cls,
+        nodes: Sequence[NodeSpec],
+        levels: Sequence[Level],
+        sub_level: Level | None = None,
+        nvlink_level: int = 0,
+    ) -> Topology:
         """General constructor. ``levels[0]`` is the node level; every node names one domain per
         higher level (``len(levels) - 1`` names); a domain must sit inside one parent domain. With
-        ``sub_level``, each node's ``gpu_domains`` group its GPUs below the node."""
+        ``sub_level``, each node's ``gpu_domains`` group its GPUs below the node. ``nvlink_level`` names
+        the level whose domains are NVLink domains (a node outside any multi-node domain names one of
+        its own there)."""
+        if not 0 <= nvlink_level < max(1, len(levels)):
+            raise InvalidRequest(f"nvlink_level {nvlink_level} is not a level of this topology")
         if not nodes:
             raise InvalidRequest("a topology needs at least one node")
         if not levels:
@@ -121,6 +134,7 @@ class Topology:
             gpu_node.extend([n] * spec.gpu_count)
             offset += spec.gpu_count
         return cls(
+            nvlink_level=nvlink_level,
             sub_level=sub_level,
             gpu_subdomain=_subdomains(nodes, levels[0], sub_level),
             levels=tuple(levels),

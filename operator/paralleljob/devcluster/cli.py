@@ -69,6 +69,13 @@ def register(subparsers: Any) -> None:
         " `dev-cluster prereqs`; default: %(default)s)",
     )
     up_parser.add_argument(
+        "--nvl72-racks",
+        type=int,
+        default=0,
+        help="GB200 NVL72 racks to add (18 kwok trays of 4 GPUs each, labelled nvidia.com/gpu.clique), with the"
+        " ComputeDomain CRD and a stand-in for its controller (default: %(default)s)",
+    )
+    up_parser.add_argument(
         "--real-node-gpus", type=int, default=8, help="fake GPUs per real node (default: %(default)s)"
     )
     add("prereqs", "install what real nodes and `make image` need (root, apt-get); idempotent", _prereqs)
@@ -109,6 +116,7 @@ def _up(args: argparse.Namespace) -> int:
             kube_scheduler=args.kube_scheduler,
             real_nodes=args.real_nodes,
             real_node_gpus=args.real_node_gpus,
+            nvl72_racks=args.nvl72_racks,
         )
     except AlreadyRunning as exc:
         print(f"{exc}; run `paralleljob dev-cluster down --name {args.name}` first", file=sys.stderr)

@@ -30,6 +30,7 @@ from paralleljob.devcluster import (
     jobset,
     kwok,
     nodecleanup,
+    nvl72,
     process,
     realnodes,
     state,
@@ -88,6 +89,7 @@ def up(
     kube_scheduler: bool = False,
     real_nodes: int = 0,
     real_node_gpus: int = 8,
+    nvl72_racks: int = 0,
 ) -> DevCluster:
     """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests);
     ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``); ``gang_api`` serves
@@ -95,7 +97,8 @@ def up(
     implies it) also runs kube-scheduler of the same version with the gang and topology gates on;
     ``real_nodes`` kubelet nodes join beside the kwok ones (:mod:`paralleljob.devcluster.realnodes`), each
     with ``real_node_gpus`` fake GPUs from our device plugin (and a kube-scheduler of their own unless the
-    gang-gated one runs)."""
+    gang-gated one runs); ``nvl72_racks`` GB200 NVL72 racks of 18 trays join as well, with the ComputeDomain
+    CRD and a stand-in for its controller (:mod:`paralleljob.devcluster.nvl72`)."""
     gang_api = gang_api or kube_scheduler
     shape = shape or NodeShape()
     unknown = sorted(set(controllers) - set(ADDONS))
@@ -180,7 +183,7 @@ def up(
             return kcm
 
         installed, kcm = asyncio.run(
-            _populate(kubeconfig, shape, record.processes, start_controller_manager, addon_crds)
+            _populate(kubeconfig, shape, record.processes, start_controller_manager, addon_crds, nvl72_racks)
         )
         controllermanager.wait_controller_manager(kcm, kcm_port, pki)
         record.nodes, record.shape = shape.names(), asdict(shape)
@@ -192,6 +195,14 @@ def up(
                 own_scheduler=scheduler_binary is None,
             )  # fmt: skip
             state.save(record)
+        if nvl72_racks:
+            controller = process.spawn(
+                "computedomain-controller",
+                [sys.executable, "-m", "paralleljob.devcluster.nvl72", "--kubeconfig", str(kubeconfig)],
+                run_dir / "logs" / "computedomain-controller.log",
+                die_with_parent=die_with_caller,
+            )
+            _remember(record, controller)
         if "jobset" in controllers:
             jobset.start_jobset(name, report, die_with_caller)
         if scheduler_binary is not None:
@@ -200,6 +211,7 @@ def up(
         api_note = f", GPUs as DRA devices ({dra.DRIVER})" if dra_mode else ""
         api_note += ", gang API (scheduling.k8s.io/v1alpha2)" if gang_api else ""
         api_note += ", kube-scheduler with gang + topology gates" if kube_scheduler else ""
+        api_note += f", {nvl72_racks} NVL72 racks ({nvl72_racks * 18} trays)" if nvl72_racks else ""
         report(
             f"dev cluster {name!r} up with {shape.count} GPU nodes{crd_note}{api_note}"
             f" ({time.monotonic() - started:.1f} s)"
@@ -234,6 +246,7 @@ async def _populate(
     processes: list[state.ProcessRecord],
     after_crds: Callable[[], state.ProcessRecord],
     extra_crd_dirs: list[Path],
+    nvl72_racks: int = 0,
 ) -> tuple[list[str], state.ProcessRecord]:
     """Install CRDs (the project's and ``extra_crd_dirs``', e.g. JobSet's), call ``after_crds`` and create
     the nodes; fail fast if a process dies meanwhile (a bad kwok stage, say). The process ``after_crds``
@@ -246,11 +259,16 @@ async def _populate(
             installed = await crds.install_crds(api)
             for directory in extra_crd_dirs:
                 installed += await crds.install_crds(api, directory)
+            if nvl72_racks:
+                await nvl72.install(api, shape.gpu_api == "dra")
+                installed.append("computedomains.resource.nvidia.com")
             started = after_crds()
             if shape.gpu_api == "dra":
                 await dra.publish_device_class(api)
             names = await create_gpu_nodes(api, shape)
             await wait_nodes_ready(api, names)
+            if nvl72_racks:
+                await nvl72.add_racks(api, nvl72_racks, shape.gpu_api)
         return installed, started
 
     worker = asyncio.create_task(work())

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from paralleljob.core.cliques import nvl72_topology
 from paralleljob.core.queueing import QueueSpec
 from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, OnUnplaceable
 from paralleljob.core.topology import Topology
@@ -29,6 +30,7 @@ from paralleljob.sim.run.engine import SimResult, Simulation
 from paralleljob.sim.run.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
 from paralleljob.sim.run.steptime import StepTimeModel
 from paralleljob.sim.workload.alibaba import read_pods
+from paralleljob.sim.workload.llmnvl import llm_nvl72_workload
 from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d
 from paralleljob.sim.workload.quotas import DEFAULT_BORROW, DEFAULT_FLOOR_GPUS, parse_quotas
 from paralleljob.sim.workload.trace import (
@@ -52,7 +54,7 @@ def register(subparsers: Any) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", type=Path, help="trace CSV (generic or Alibaba 2023 pods)")
     source.add_argument(
-        "--workload", choices=["mixed"],
+        "--workload", choices=["mixed", "llm-nvl72"],
         help="a synthetic workload instead of a trace: mixed = many small jobs + a few large 3D-parallel ones",
     )
     p.add_argument("--workload-jobs", type=int, default=2000, help="jobs of --workload")
@@ -62,6 +64,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--trace-format", choices=["generic", "alibaba"], help="default: told apart by the header")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--nodes", type=int, help="a uniform cluster of N nodes")
+    where.add_argument("--nvl72-racks", type=int, help="a cluster of N GB200 NVL72 racks (18 trays of 4 GPUs each)")
     where.add_argument("--node-list", type=Path, help="nodes from a CSV (Alibaba sn,gpu,model or name,gpus,...)")
     p.add_argument("--node-sample", type=int, help="use a seeded random subset of N nodes of --node-list")
     p.add_argument(
@@ -137,7 +140,8 @@ def load_trace(path: Path, fmt: str, limit: int | None) -> list[TraceJob]:
 def _jobs(args: argparse.Namespace, cluster_gpus: int, seed: int) -> tuple[list[TraceJob], dict[str, Any]]:
     """The jobs to replay and how the header describes them."""
     if args.workload is not None:
-        trace = mixed_workload(args.workload_jobs, cluster_gpus, seed=seed, load=args.workload_load)
+        make = llm_nvl72_workload if args.workload == "llm-nvl72" else mixed_workload
+        trace = make(args.workload_jobs, cluster_gpus, seed=seed, load=args.workload_load)
         return sort_and_limit(trace, args.max_jobs), {
             "file": None, "format": f"synthetic {args.workload}", "offered_load": args.workload_load
         }
@@ -218,7 +222,9 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown policy {unknown}; choose from {sorted(PLACEMENT_POLICIES)}")
     StepTimeModel(args.step_model, args.gpu_tflops, args.mfu, args.comm_overlap, args.comm_fraction)  # validates
     bandwidths = (args.intra_node_bw, args.inter_node_bw)
-    if args.nodes is not None:
+    if args.nvl72_racks is not None:
+        topology = nvl72_topology(args.nvl72_racks)
+    elif args.nodes is not None:
         levels = oversubscribed(args.levels, args.oversubscription)
         inter = args.inter_node_bw / (args.oversubscription if levels else 1.0)
         topology = uniform_cluster(args.nodes, args.gpus_per_node, levels, args.intra_node_bw, inter)

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from paralleljob.core.baselines import BestFitDomainPlacer, FirstFitPlacer
+from paralleljob.core.cliquebaseline import CliqueBestFitPlacer
 from paralleljob.core.cluster import ClusterState
+from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import PlacerLike
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import RecoveryStrategy
@@ -60,6 +62,22 @@ PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
     ),
     "volcano": PlacementPolicy(
         "volcano", VolcanoTierPlacer, None, "FIFO + Volcano-style tier scoring, binpack pod by pod (rank-blind)"
+    ),
+    # NVLink cliques (GB200 NVL72, docs/nvl72.md): ours and the peers' "TP group in one clique" baseline, each
+    # with no warm spare and with 2 spare trays per clique; a failed tray is repaired by the placer itself.
+    "ours-nvl72": PlacementPolicy(
+        "ours-nvl72", NVLinkPlacer, None, "core NVLink placer (cost-optimal on whole trays of cliques), no spares"
+    ),
+    "ours-nvl72-spares2": PlacementPolicy(
+        "ours-nvl72-spares2", lambda state: NVLinkPlacer(state, spares=2), None,
+        "core NVLink placer, 2 warm spare trays per clique, repairs inside the clique",
+    ),
+    "clique-best-fit": PlacementPolicy(
+        "clique-best-fit", CliqueBestFitPlacer, None, "each TP group in one clique, otherwise best-fit; no spares"
+    ),
+    "clique-best-fit-spares2": PlacementPolicy(
+        "clique-best-fit-spares2", lambda state: CliqueBestFitPlacer(state, spares=2), None,
+        "each TP group in one clique, otherwise best-fit; 2 warm spare trays per clique",
     ),
 }
 

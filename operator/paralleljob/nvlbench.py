@@ -1,0 +1,81 @@
+"""`paralleljob bench nvl72`: placing on NVL72 racks (GB200, 18 trays of 4 GPUs per NVLink clique) at 100k GPUs.
+
+The cluster (default 1,389 racks = 100,008 GPUs) is filled to about half through the NVLink placer with
+random jobs, single-tray ones among them so that many trays are partly used, a few GPUs are failed, then
+TP8xPP8xDP32 (2,048 GPUs, each TP group on 2 whole trays of one clique) is placed and released ``repeat``
+times. Times are CPU time of this process (``bench.clock``), medians and 90th percentiles.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any
+
+from paralleljob.bench import clock
+from paralleljob.core import Allocation, ClusterState, GPUHealth, JobSpec, PlacementInfeasible, cost_model
+from paralleljob.core.cliques import nvl72_topology
+from paralleljob.core.nvlink import NVLinkPlacer
+
+FILL_SHAPES = ((1, 2, 4, 4, 8, 16), (1, 1, 2, 4), (1, 2, 4, 8))  # TP, PP, DP of the background jobs
+
+
+def fill(state: ClusterState, placer: NVLinkPlacer, seed: int, target: float = 0.5) -> int:
+    rng = random.Random(seed)
+    model = cost_model("seed")
+    total = state.topology.num_gpus
+    allocated = jobs = 0
+    while allocated < target * total * 0.97:
+        tp, pp, dp = (rng.choice(choices) for choices in FILL_SHAPES)
+        job = JobSpec(f"fill-{jobs}", tp, pp, dp, 40.0)
+        jobs += 1
+        try:
+            placement = placer.place(job, model)
+        except PlacementInfeasible:
+            continue
+        state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))
+        allocated += job.num_gpus
+    for gpu in rng.sample(range(total), total // 200):
+        if state.owner[gpu] is None:
+            state.set_health(gpu, GPUHealth.OFFLINE)
+    return jobs
+
+
+def run_nvl72(racks: int = 1389, repeat: int = 15, seed: int = 1, spares: int = 0) -> dict[str, Any]:
+    start = time.perf_counter()
+    state = ClusterState(nvl72_topology(racks))
+    placer = NVLinkPlacer(state, spares=spares)
+    build_s = time.perf_counter() - start
+    jobs = fill(state, placer, seed)
+    fill_s = time.perf_counter() - start - build_s
+    job = JobSpec("big", 8, 8, 32, 40.0)
+    model = cost_model("seed")
+    samples, wall = [], []
+    placement = None
+    for _ in range(repeat):
+        t0, w0 = clock(), time.perf_counter()
+        placement = placer.place(job, model)
+        samples.append((clock() - t0) * 1e3)
+        wall.append((time.perf_counter() - w0) * 1e3)
+    assert placement is not None
+    cliques = {state.topology.domain_of[1][n] for n in placement.group_nodes}
+    ordered = sorted(samples)
+    return {
+        "racks": racks,
+        "gpus": state.topology.num_gpus,
+        "spares_per_clique": spares,
+        "fill_jobs_tried": jobs,
+        "allocated_fraction": round(state.counts()["allocated"] / state.topology.num_gpus, 3),
+        "build_s": round(build_s, 2),
+        "fill_s": round(fill_s, 1),
+        "job": job.describe(),
+        "place_ms_median": round(statistics.median(samples), 2),
+        "place_ms_p90": round(ordered[int(0.9 * (len(ordered) - 1))], 2),
+        "place_wall_ms_median": round(statistics.median(wall), 2),
+        "cliques_used": len(cliques),
+        "cost_ms": round(placement.cost.total_ms, 3),
+        "lower_bound_ms": round(placement.lower_bound_ms, 3),
+        "proven_optimal": placement.proven_optimal,
+        "target_median_ms": 10.0,
+    }

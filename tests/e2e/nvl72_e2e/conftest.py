@@ -1,0 +1,67 @@
+"""Fixtures for the NVL72 end-to-end tests: a DRA dev cluster with 2 GB200 NVL72 racks (36 trays of 4 GPUs,
+``dev-cluster up --nvl72-racks 2``) beside 4 HGX nodes of 8 GPUs, the ComputeDomain CRD and the stand-in
+for its controller. A third small cluster of its own: its API server serves DRA, like the DRA suite's.
+
+- ``nvl72_cluster`` (session): ``e2e-nvl72-<pid>``, torn down at the end (``PARALLELJOB_E2E_NVL72_CLUSTER=<name>``
+  runs against a running one instead and leaves it running).
+- ``nvl72_kube`` (session): a KubeSession on it; ``nvl72_namespace``: a fresh namespace per test.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from paralleljob.devcluster.cluster import DevCluster, down, get, reap_abandoned, up
+from paralleljob.devcluster.nodes import NodeShape
+from paralleljob.devcluster.session import KubeSession
+
+NVL72_CLUSTER_PREFIX = "e2e-nvl72-"
+HGX_SHAPE = NodeShape(count=4, gpus_per_node=8, nodes_per_rack=4, gpu_api="dra")
+RACKS = 2
+
+
+@pytest.fixture(scope="session")
+def nvl72_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+
+    def progress(message: str) -> None:
+        if capture is None:
+            print(message, flush=True)
+            return
+        with capture.global_and_fixture_disabled():
+            print(f"[dev-cluster nvl72] {message}", flush=True)
+
+    reuse = os.environ.get("PARALLELJOB_E2E_NVL72_CLUSTER")
+    if reuse:
+        cluster = get(reuse)
+        if cluster is None:
+            pytest.fail(f"PARALLELJOB_E2E_NVL72_CLUSTER={reuse} but no such dev cluster is running")
+        yield cluster
+        return
+    reap_abandoned(NVL72_CLUSTER_PREFIX, report=progress)
+    name = f"{NVL72_CLUSTER_PREFIX}{os.getpid()}"
+    cluster = up(name, HGX_SHAPE, report=progress, die_with_caller=True, nvl72_racks=RACKS)
+    try:
+        yield cluster
+    finally:
+        down(name, report=progress)
+
+
+@pytest.fixture(scope="session")
+def nvl72_kube(nvl72_cluster: DevCluster) -> Iterator[KubeSession]:
+    with KubeSession(nvl72_cluster.kubeconfig, nvl72_cluster.shape) as session:
+        yield session
+
+
+@pytest.fixture
+def nvl72_namespace(nvl72_kube: KubeSession) -> Iterator[str]:
+    name = f"nvl72-{secrets.token_hex(3)}"
+    nvl72_kube.run(nvl72_kube.core.create_namespace({"metadata": {"name": name}}))
+    try:
+        yield name
+    finally:
+        nvl72_kube.run(nvl72_kube.core.delete_namespace(name))
