@@ -99,7 +99,7 @@ def _job_row(job: JobObject) -> JobRow:
     shape = f"{record.tp}x{record.pp}x{record.dp}" if record else ""
     if not shape and job.request is not None:
         shape = f"{job.request.spec.tp}x{job.request.spec.pp}x{job.request.spec.dp}"
-    cost = (job.status.get("communicationCost") or {}).get("totalMs")
+    cost = (job.status.raw.get("communicationCost") or {}).get("totalMs")
     return JobRow(
         key=job.key,
         phase=job.phase.value,

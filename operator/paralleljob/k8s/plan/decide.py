@@ -92,7 +92,7 @@ def claims_of(jobs: Sequence[JobObject], busy: Mapping[str, PlacementRecord | No
     for job in jobs:
         record = busy.get(job.key) or (job.record if job.phase in ACTIVE and not job.deleting else None)
         if record is not None:
-            claims.append((str(job.status.get("startTime") or job.queued_at), Claim(job.key, job.uid, record)))
+            claims.append((job.status.start_time or job.queued_at, Claim(job.key, job.uid, record)))
     claims.sort(key=lambda item: (item[0], item[1].key))
     return [claim for _, claim in claims]
 
@@ -176,7 +176,7 @@ def decide(
         if job.key in scratch:
             return scratch[job.key]
         if job.key not in actions_by_key:
-            actions_by_key[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            actions_by_key[job.key] = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
         return actions_by_key[job.key]
 
     def pods_of(job: JobObject) -> list[PodInfo]:
@@ -205,7 +205,7 @@ def decide(
     for job in order:
         if job.key in observed.busy:
             # counted at its last written phase (gauges, queue status), whatever is decided below
-            plan.busy.append(JobActions(job, StatusDraft(job.status, job.phase, job.generation)))
+            plan.busy.append(JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation)))
             if job.request is not None and (observed.busy[job.key] is not None or job.phase in ACTIVE):
                 in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
                 held.append((job, job.request, False))
@@ -214,7 +214,7 @@ def decide(
             # keeps its place in line: left out, it let the jobs behind it take the room it was waiting for.
             # Decided as usual on a draft that is thrown away: a head that does not fit blocks its queue, one
             # that fits keeps its GPUs in this pass's trial state; the next pass decides it for real.
-            scratch[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            scratch[job.key] = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
             try:
                 entry = _decide_job(ctx, scratch[job.key], job)
             except Exception:  # reported by the pass that decides it for real, once its write has landed
@@ -227,7 +227,7 @@ def decide(
             entry = _decide_job(ctx, actions, job)
         except Exception as exc:  # one bad object must not stop the others, and its status says why
             plan.warnings.append(f"could not reconcile {job.key}: {exc!r}")
-            broken = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            broken = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
             broken.draft.condition(
                 "ReconcileError", "True", "InternalError", f"the operator could not handle this object: {exc!r}", now
             )
@@ -281,12 +281,12 @@ def decide(
 
 def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
     draft.set(observedGeneration=job.generation)
-    if any(c.get("type") == "ReconcileError" and c.get("status") == "True" for c in job.status.get("conditions") or []):
+    if any(c.get("type") == "ReconcileError" and c.get("status") == "True" for c in job.status.conditions):
         draft.condition("ReconcileError", "False", "Resolved", "handled normally again", now)
     if job.request is not None:
         spec = job.request.spec
         draft.set(shape=f"{spec.tp}x{spec.pp}x{spec.dp}", gpus=spec.num_gpus)
-        accepted = next((c for c in job.status.get("conditions") or [] if c.get("type") == "Accepted"), None)
+        accepted = job.status.condition("Accepted")
         if accepted and accepted.get("status") == "True" and "waits for room" in str(accepted.get("message")):
             # accepted by an older operator, whose Accepted condition said "waits for room" for the job's life
             message = f"{spec.describe()} accepted into queue {job.request.queue}"
@@ -356,7 +356,7 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
     if draft.phase is Phase.PREEMPTED:
         # back in line at its old place (queuedAt unchanged), with its restart count
         draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue at its place", now)
-        draft.set(queuedAt=job.status.get("queuedAt") or now)
+        draft.set(queuedAt=job.status.queued_at or now)
     if draft.phase is Phase.QUEUED:
         if request.pod_group:
             since = parse_time(str(draft.data.get("queuedAt") or job.queued_at)) or now_s

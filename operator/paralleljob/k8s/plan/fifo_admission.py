@@ -104,7 +104,7 @@ def admit_all(
                 view.state.release(job.key)
             actions = ctx.actions_for(job)
             # drop whatever was half decided for it; only the error is written
-            actions.draft = StatusDraft(job.status, job.phase, job.generation)
+            actions.draft = StatusDraft(job.status.raw, job.phase, job.generation)
             actions.creates.clear()
             actions.binds.clear()
             actions.events.clear()
@@ -145,7 +145,7 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
             return True
     missing = unknown_queue(request, ctx.queues)
     if missing:
-        placed = [c for c in job.status.get("conditions") or [] if c.get("type") == "Placed"]
+        placed = [c for c in job.status.conditions if c.get("type") == "Placed"]
         if not placed or placed[0].get("reason") != WaitReason.QUEUE_NOT_FOUND:
             # once when the job starts waiting for the queue, not on every pass while it waits
             actions.note("Warning", WaitReason.QUEUE_NOT_FOUND, missing)

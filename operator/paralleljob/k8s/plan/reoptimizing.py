@@ -59,7 +59,7 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     checked_at = _seconds(previous.get("checkedAt"))
     due = False
     if proposed_at is not None and request.failure.reoptimize is ReoptimizePolicy.MIGRATE_AT_CHECKPOINT:
-        started = parse_time(job.status.get("startTime")) or now_s
+        started = parse_time(job.status.start_time) or now_s
         boundary = last_checkpoint(job, request, started, now_s)
         due = boundary is not None and boundary > proposed_at
     if not due and checked_at is not None and now_s - checked_at < RECHECK_SECONDS:
