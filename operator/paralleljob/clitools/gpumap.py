@@ -147,13 +147,9 @@ def build_map_and_view(
     pools = node_gpus(parsed_slices, dra.driver) if dra.enabled else {}
     parsed_jobs = [parse_job(body) for body in jobs]
     view = build_view(infos, [parse_pod(p) for p in pods], claims_of(parsed_jobs), config)
-    rows: list[NodeRow] = []
-    level = "cluster"
-    if view.topology is not None and view.state is not None:
-        topology = view.topology
-        level = topology.levels[1].name
-        for n, name in enumerate(topology.node_names):
-            rows.append(node_row(view, n, raw_nodes.get(name), pools))
+    topology = view.topology
+    level = topology.levels[1].name  # "cluster" for a cluster without GPU nodes
+    rows = [node_row(view, n, raw_nodes.get(name), pools) for n, name in enumerate(topology.node_names)]
     totals = count_states(rows)
     job_rows = tuple(sorted((_job_row(j) for j in parsed_jobs), key=lambda r: r.key))
     warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
@@ -176,7 +172,6 @@ def node_row(
     annotations and the GPUHealthy condition; None for a ghost). The web view redoes only the rows of the
     nodes that changed with this, so both pictures are the same function of the same view."""
     topology, state = view.topology, view.state
-    assert topology is not None and state is not None
     name = topology.node_names[n]
     info = view.nodes.get(name)
     annotations = ((body or {}).get("metadata") or {}).get("annotations") or {}

@@ -121,7 +121,7 @@ def decide(
     jobs = {j.key: j for j in observed.jobs}
     if view is None:
         view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
-    placer = Placer(view.state, placer_config) if view.state is not None else None
+    placer = Placer(view.state, placer_config)
     groups = by_group(observed.pods)
     eligibility = Eligibility(view, observed.pods, group_requests(observed.jobs, groups, observed.pod_groups))
     plan = Plan(warnings=list(view.warnings))
@@ -310,8 +310,7 @@ def _fail_invalid(actions: JobActions, why: str, now: str) -> None:
 def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo], why: str, now: str) -> None:
     """The job's placement cannot be used (its record is unreadable, or its gang could not be bound)."""
     draft = actions.draft
-    if view.state is not None:
-        view.state.release(actions.job.key)
+    view.state.release(actions.job.key)
     if draft.phase is Phase.PLACING:
         draft.apply(Event.BIND_FAILED, "BindFailed", f"gang rolled back: {why}", now)
     else:
@@ -325,7 +324,7 @@ def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo
 
 def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[JobObject, JobRequest] | None:
     """Decide one job; returns it when it should try admission this pass."""
-    view, placer, eligibility, now, now_s = ctx.view, ctx.placer, ctx.eligibility, ctx.now, ctx.now_s
+    view, eligibility, now, now_s = ctx.view, ctx.eligibility, ctx.now, ctx.now_s
     pods = ctx.pods_of(job)
     draft = actions.draft
     if job.deleting:
@@ -336,8 +335,7 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
     if request is None:
         if not draft.phase.terminal:
             _fail_invalid(actions, job.invalid, now)
-            if view.state is not None:
-                view.state.release(job.key)
+            view.state.release(job.key)
         delete_all(actions, pods, view.nodes, "invalid ParallelJob")
         return None
     if draft.phase is Phase.FAILED:
@@ -385,18 +383,17 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         # every pod of the group is gone (its owner was deleted or cleaned up): nothing holds the GPUs now
         draft.apply(Event.COMPLETED, "PodGroupGone", "all pods of the group are gone", now)
         draft.set(completionTime=now)
-        if view.state is not None:
-            view.state.release(job.key)
+        view.state.release(job.key)
         return None
     names = {s.name: p.name for s, (_, p) in zip(record.slots, slot_pods(record, pods), strict=True) if p is not None}
     breakage = detect(view, job, record, seen.failed, names if request.pod_group else None)
-    if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
+    if breakage is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
         repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
         return None
-    if seen.bound == seen.total and placer is not None and not request.pod_group:
+    if seen.bound == seen.total and not request.pod_group:
         node_filter = eligibility.filter_for(job.key, request.spec)
         migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
         if migrated is not None:
@@ -419,6 +416,5 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
             draft.apply(Event.COMPLETED, "Completed", f"all {seen.total} workers succeeded", now)
             draft.set(completionTime=now)
             actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
-            if view.state is not None:
-                view.state.release(job.key)
+            view.state.release(job.key)
     return None

@@ -115,7 +115,6 @@ def handle(
     actions, job, request, record = held.actions, held.job, held.request, held.record
     view, placer, now = ctx.view, ctx.placer, ctx.now
     draft = actions.draft
-    assert view.state is not None and placer is not None
     policy = request.failure
     event = Event.HARDWARE_FAILED if breakage.hardware else Event.WORKER_FAILED
     if draft.phase is Phase.PLACING and not breakage.hardware:

@@ -48,9 +48,8 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     """Re-price a running, repaired job; returns the new record when it migrates in this pass."""
     actions, job, request, record = held.actions, held.job, held.request, held.record
     view, placer, now_s = ctx.view, ctx.placer, ctx.now_s
-    assert placer is not None
     draft = actions.draft
-    if draft.phase is not Phase.RUNNING or record.cost is None or job.restarts == 0 or view.state is None:
+    if draft.phase is not Phase.RUNNING or record.cost is None or job.restarts == 0:
         return None
     if job.key not in view.state.allocations:
         return None
@@ -122,7 +121,7 @@ def _report(
 def _migrate(ctx: PassContext, held: HeldJob, best: Placement, decision: MigrationDecision) -> PlacementRecord:
     actions, job, request, record = held.actions, held.job, held.request, held.record
     view, now = ctx.view, ctx.now
-    assert view.state is not None and record.cost is not None
+    assert record.cost is not None
     draft = actions.draft
     moved = pods_to_move(view.state.allocations[job.key].groups, best.groups)
     view.state.release(job.key)

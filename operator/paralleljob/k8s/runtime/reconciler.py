@@ -230,13 +230,11 @@ class Reconciler:
         self.deferred.update(busy)  # left out of this pass: decided again once their chains end
         jobs = self.jobs.values()
         view = self.view.refresh(claims_of(jobs, busy))
-        if view.state is not None:
-            view.state.begin_trial()
+        view.state.begin_trial()
         try:
             self._decide_and_launch(started, jobs, busy, view)
         finally:
-            if view.state is not None:
-                view.state.rollback()
+            view.state.rollback()
 
     def _decide_and_launch(
         self, started: float, jobs: list[JobObject], busy: dict[str, PlacementRecord | None], view: ClusterView

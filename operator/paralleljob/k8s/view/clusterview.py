@@ -47,8 +47,8 @@ class Claim:
 
 @dataclass
 class ClusterView:
-    topology: Topology | None
-    state: ClusterState | None
+    topology: Topology  # Topology.empty() when there are no GPU nodes (and no recorded ones)
+    state: ClusterState
     nodes: dict[str, NodeInfo]
     node_index: dict[str, int]
     products: list[str]
@@ -64,10 +64,11 @@ class ClusterView:
 
     @property
     def empty(self) -> bool:
-        return self.topology is None
+        """No GPU nodes: admission waits for some (NoGPUNodes) instead of refusing every job for good."""
+        return self.topology.num_nodes == 0
 
     def gpu_id(self, node: str, index: int) -> int | None:
-        if self.topology is None or node not in self.node_index:
+        if node not in self.node_index:
             return None
         n = self.node_index[node]
         if not 0 <= index < self.topology.node_gpu_count[n]:
@@ -82,7 +83,6 @@ class ClusterView:
 
     def locate(self, gpus: Sequence[int]) -> tuple[str, tuple[int, ...]]:
         """Global GPU ids of one TP group -> (node name, GPU indices on that node)."""
-        assert self.topology is not None
         node = self.topology.gpu_node[gpus[0]]
         first = self.topology.node_first_gpu[node]
         return self.topology.node_names[node], tuple(g - first for g in gpus)
@@ -90,7 +90,7 @@ class ClusterView:
     def broken_gpus(self, slot: PodSlot) -> bool:
         """True when any GPU of the slot is gone or may not run work."""
         ids = self.slot_gpus(slot)
-        if ids is None or self.state is None:
+        if ids is None:
             return True
         return any(self.state.health[g] in (GPUHealth.OFFLINE, GPUHealth.RESETTING) for g in ids)
 
@@ -126,7 +126,7 @@ def build_view(
             if slot.node not in live and slot.gpu_indices:
                 ghost_counts[slot.node] = max(ghost_counts.get(slot.node, 0), max(slot.gpu_indices) + 1)
     if not live and not ghost_counts:
-        return ClusterView(None, None, {}, {}, [], frozenset())
+        return empty_view()
     present = [i for i, _ in enumerate(config.levels) if any(n.domains[i] for n in live.values())]
     levels = (
         Level("node", config.node_bandwidth_gbps),
@@ -171,11 +171,16 @@ def build_view(
     return view
 
 
+def empty_view() -> ClusterView:
+    """The view of a cluster without GPU nodes: an empty topology and state, never None."""
+    topology = Topology.empty()
+    return ClusterView(topology, ClusterState(topology), {}, {}, [], frozenset())
+
+
 def apply_health(view: ClusterView, n: int) -> None:
     """Step 4 for one node, on a node whose GPUs are all healthy and which is schedulable: a ghost is
     wholly offline, a live node gets its broken GPUs offline, its degraded ones degraded, and no new work
     if it takes none."""
-    assert view.state is not None and view.topology is not None
     state, topology = view.state, view.topology
     info = view.nodes.get(topology.node_names[n])
     broken = frozenset(range(topology.node_gpu_count[n])) if info is None else info.broken_gpus()
@@ -191,7 +196,6 @@ def apply_health(view: ClusterView, n: int) -> None:
 
 def load_claim(view: ClusterView, claim: Claim) -> bool:
     """Step 2 for one claim: all of its GPUs, or none and the reason in ``conflicts``."""
-    assert view.state is not None
     groups = []
     for slot in claim.record.slots:
         ids = view.slot_gpus(slot)
@@ -233,7 +237,6 @@ def hold_claimed_devices(view: ClusterView, name: str) -> None:
     """Step 3b for one DRA node: GPUs that other ResourceClaims have allocated (``NodeInfo.held_gpus``) are
     taken by one holder per node (allocation ``claims:<node>``); a GPU already owned (a record or a pod
     claims it too) is left to that owner."""
-    assert view.state is not None
     info = view.nodes.get(name)
     if info is None or not info.held_gpus:
         return
@@ -256,7 +259,6 @@ def occupy(view: ClusterView, pod: PodInfo) -> str:
     its old pods are still going away) holds nothing more: those GPUs are the job's either way, and no
     other GPU is taken for it. Counting it again made a node look oversubscribed on every pass of a repair.
     """
-    assert view.state is not None and view.topology is not None
     n = view.node_index.get(pod.node)
     if n is None:
         return ""

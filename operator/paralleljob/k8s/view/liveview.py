@@ -160,7 +160,7 @@ class LiveView:
                 dirty |= {slot.node for slot in claim.record.slots}
                 dirty |= {self._gpu_pods[key].node for key in self._of_job.get(claim.key, ())}
         known = sorted(name for name in dirty if name in view.node_index)
-        if view.state is None:
+        if view.empty:
             if known or gone or new_claims:
                 raise NeedsRebuild("empty")
             return
@@ -209,14 +209,12 @@ class LiveView:
     def _ghosts_now(self) -> dict[str, int]:
         view = self.view
         assert view is not None
-        if view.topology is None:
-            return {}
         return {name: view.topology.node_gpu_count[view.node_index[name]] for name in view.ghosts}
 
     def _redo(self, dirty: list[str], gone: list[str], new_claims: list[Claim]) -> None:
         """Redo steps 2-4 of the rebuild on the dirty nodes, for the changed claims."""
         view = self.view
-        assert view is not None and view.state is not None and view.topology is not None
+        assert view is not None
         state, topology = view.state, view.topology
         for name in dirty:
             n = view.node_index[name]

@@ -19,8 +19,8 @@ log = logging.getLogger("paralleljob.k8s.view.clusterview")
 
 def view_differences(kept: ClusterView, fresh: ClusterView) -> list[str]:
     """What a decision could see differently in ``kept`` than in ``fresh`` (empty: nothing)."""
-    if kept.state is None or fresh.state is None:
-        return [] if kept.state is None and fresh.state is None else ["one view is empty, the other is not"]
+    if kept.empty or fresh.empty:
+        return [] if kept.empty and fresh.empty else ["one view is empty, the other is not"]
     out = state_differences(kept.state, fresh.state)
     if out == ["topology differs"]:
         return out
