@@ -176,12 +176,12 @@ def _try_place(
         )
     reserved = [g for g in head.reserved if state.owner[g] is None and state.eligible(g, 0.0)]
     if reserved:
-        state.allocate(Allocation(RESERVATION, tuple((g,) for g in reserved), 0.0))
+        state.assume(RESERVATION, reserved)
     try:
         placement = placer.place(job.job, model)
     finally:
         if reserved:
-            state.release(RESERVATION)
+            state.forget(RESERVATION)
     return placement, (f"backfilled around the GPUs reserved for {head.pending.job.job_id}",)
 
 

@@ -235,25 +235,25 @@ def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
 
 def hold_claimed_devices(view: ClusterView, name: str) -> None:
     """Step 3b for one DRA node: GPUs that other ResourceClaims have allocated (``NodeInfo.held_gpus``) are
-    taken by one holder per node (allocation ``claims:<node>``); a GPU already owned (a record or a pod
-    claims it too) is left to that owner."""
+    taken by one assumed holder per node (``claims:<node>``); a GPU already owned (a record or a pod claims
+    it too) is left to that owner."""
     info = view.nodes.get(name)
     if info is None or not info.held_gpus:
         return
     gpus = [gpu for i in sorted(info.held_gpus) if (gpu := view.gpu_id(name, i)) is not None]
     free = tuple(g for g in gpus if view.state.owner[g] is None)
-    if free:
-        view.state.allocate(Allocation(claims_holder_id(name), (free,), 0.0))
+    view.state.assume(claims_holder_id(name), free)
 
 
 def claims_holder_id(node: str) -> str:
-    """The allocation id of the GPUs of ``node`` that claims the operator does not explain hold."""
+    """The assumed holder of the GPUs of ``node`` that claims the operator does not explain hold."""
     return f"claims:{node}"
 
 
 def occupy(view: ClusterView, pod: PodInfo) -> str:
     """Step 3 for one pod no record explains: it holds its annotated GPUs when they are free, else any free
-    ones (allocation ``pod:<key>``). Returns a warning when its node has fewer free GPUs than it holds.
+    ones (assumed usage of holder ``pod:<key>``, not an allocation). Returns a warning when its node has
+    fewer free GPUs than it holds.
 
     A stale pod of a job whose new record took the pod's own GPUs (a repair may reuse the job's GPUs while
     its old pods are still going away) holds nothing more: those GPUs are the job's either way, and no
@@ -275,13 +275,12 @@ def occupy(view: ClusterView, pod: PodInfo) -> str:
         # it is gone (podsync waits for it), which is no oversubscription.
         if preferred:
             view.occupants.setdefault(pod.node, []).append(pod.key)
-            view.state.allocate(Allocation(occupant_id(pod.key), (tuple(preferred),), 0.0))
+            view.state.assume(occupant_id(pod.key), preferred)
         return ""
     need = pod.gpus - len(own)
     chosen = (preferred + [g for g in free if g not in preferred])[: max(need, 0)]
     view.occupants.setdefault(pod.node, []).append(pod.key)
-    if chosen:
-        view.state.allocate(Allocation(occupant_id(pod.key), (tuple(chosen),), 0.0))
+    view.state.assume(occupant_id(pod.key), chosen)
     if len(chosen) < need:
         return f"node {pod.node} is oversubscribed: pod {pod.key} holds {pod.gpus} GPUs, only {len(chosen)} were free"
     return ""
@@ -300,5 +299,5 @@ def own_claim_key(pod: PodInfo, loaded: dict[str, Claim]) -> str | None:
 
 
 def occupant_id(pod_key: str) -> str:
-    """The allocation id of a pod that holds GPUs no record explains."""
+    """The assumed holder of the GPUs a pod holds that no record explains."""
     return f"pod:{pod_key}"

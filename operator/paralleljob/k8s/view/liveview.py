@@ -222,8 +222,8 @@ class LiveView:
                 state.set_health(gpu, GPUHealth.HEALTHY)
             state.set_node_schedulable(n, True)
             for pod_key in view.occupants.pop(name, []):
-                state.release(occupant_id(pod_key))
-            state.release(claims_holder_id(name))
+                state.forget(occupant_id(pod_key))
+            state.forget(claims_holder_id(name))
             view.node_warnings.pop(name, None)
         for key in gone:
             state.release(key)
