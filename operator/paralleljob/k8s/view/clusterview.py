@@ -226,7 +226,7 @@ def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
         return group_claim is not None and any(
             s.node == pod.node and s.gpu_indices == pod.gpu_indices for s in group_claim.record.slots
         )
-    claim = loaded.get(f"{pod.namespace}/{pod.job}") if pod.job is not None else None
+    claim = loaded.get(object_key(pod.namespace, pod.job)) if pod.job is not None else None
     if claim is None or claim.uid != pod.owner_uid:
         return False
     slot = claim.record.slot_named(pod.name)
@@ -289,11 +289,11 @@ def occupy(view: ClusterView, pod: PodInfo) -> str:
 def own_claim_key(pod: PodInfo, loaded: dict[str, Claim]) -> str | None:
     """The loaded record of the pod's own job (owner UID checked) or of its pod group's adopting job."""
     if pod.group is not None:
-        key = f"{pod.namespace}/{pod.group}"
+        key = object_key(pod.namespace, pod.group)
         return key if key in loaded else None
     if pod.job is None:
         return None
-    key = f"{pod.namespace}/{pod.job}"
+    key = object_key(pod.namespace, pod.job)
     claim = loaded.get(key)
     return key if claim is not None and claim.uid == pod.owner_uid else None
 

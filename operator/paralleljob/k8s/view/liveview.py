@@ -24,6 +24,7 @@ from typing import Protocol
 
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.view.clusterview import (
@@ -66,7 +67,7 @@ def _shape(info: NodeInfo) -> tuple[object, ...]:
 def _job_key(pod: PodInfo) -> str | None:
     """The ParallelJob whose claim may explain this pod: its own, or its pod group's adopting job."""
     owner = pod.job if pod.job is not None else pod.group
-    return f"{pod.namespace}/{owner}" if owner is not None else None
+    return object_key(pod.namespace, owner) if owner is not None else None
 
 
 class LiveView:
