@@ -23,7 +23,7 @@ the record it returns.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from paralleljob.core.cluster import Allocation
@@ -71,7 +71,7 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     decision = decide_migration(current_ms, best.cost.total_ms if best else current_ms, moves, interval)
     if due and decision.migrate and best is not None:
         return _migrate(ctx, held, best, decision)
-    _report(ctx, actions, decision, best, moves, proposed_at, current_ms)
+    _report(ctx, actions, decision, _Repricing(current_ms, best, moves, proposed_at))
     return None
 
 
@@ -87,20 +87,24 @@ def _checkpoint_interval(request: JobRequest, status: dict[str, Any]) -> float:
     return float(suggested) if isinstance(suggested, int | float) and suggested > 0 else math.inf
 
 
-def _report(
-    ctx: PassContext,
-    actions: JobActions,
-    decision: MigrationDecision,
-    best: Placement | None,
-    moves: int,
-    proposed_at: float | None,
-    current_ms: float,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Repricing:
+    """A running job priced against the best placement now: its cost, the best (None: none exists), the
+    pods a move would re-create, and when a move was first proposed (None: not yet)."""
+
+    current_ms: float
+    best: Placement | None
+    moves: int
+    proposed_at: float | None
+
+
+def _report(ctx: PassContext, actions: JobActions, decision: MigrationDecision, priced: _Repricing) -> None:
     now, now_s = ctx.now, ctx.now_s
+    best, moves, proposed_at = priced.best, priced.moves, priced.proposed_at
     draft = actions.draft
     data: dict[str, Any] = {
         "checkedAt": round(now_s, 3),
-        "currentCostMs": round(current_ms, 6),
+        "currentCostMs": round(priced.current_ms, 6),
         "bestCostMs": round(best.cost.total_ms, 6) if best is not None else None,
         "podsToMove": moves,
         "worthMoving": decision.migrate,
