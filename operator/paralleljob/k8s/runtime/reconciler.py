@@ -40,7 +40,7 @@ from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.plan.metrics_model import gauges
-from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
+from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
@@ -440,7 +440,7 @@ class Reconciler:
             log.info("deleted ResourceClaim %s/%s: its pod %s is gone", claim.namespace, claim.name, claim.pod)
             self.claims.forget(claim.namespace, claim.name, claim.uid)
         except ApiError as exc:
-            if exc.status in (404, 409):  # gone already, or replaced (UID precondition): nothing of ours to free
+            if exc.answer in (Answer.GONE, Answer.CONFLICT):  # gone already, or replaced (UID precondition)
                 self.claims.forget(claim.namespace, claim.name, claim.uid)
             else:
                 log.warning("could not delete ResourceClaim %s/%s: %s", claim.namespace, claim.name, exc)
