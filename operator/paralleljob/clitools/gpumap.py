@@ -110,16 +110,24 @@ def _job_row(job: JobObject) -> JobRow:
     )
 
 
+@dataclass(frozen=True)
+class DraObjects:
+    """The DRA objects a map reads (ResourceSlices and ResourceClaims, as bodies) and the operator's DRA
+    settings; none: no DRA node has GPUs in the map."""
+
+    slices: Iterable[Mapping[str, Any]] = ()
+    claims: Iterable[Mapping[str, Any]] = ()
+    config: DraConfig = field(default_factory=DraConfig)
+
+
 def build_map(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     jobs: Iterable[Mapping[str, Any]],
     config: TopologyConfig | None = None,
-    slices: Iterable[Mapping[str, Any]] = (),
-    claims: Iterable[Mapping[str, Any]] = (),
-    dra: DraConfig | None = None,
+    dra_objects: DraObjects | None = None,
 ) -> GpuMap:
-    return build_map_and_view(nodes, pods, jobs, config, slices, claims, dra)[0]
+    return build_map_and_view(nodes, pods, jobs, config, dra_objects)[0]
 
 
 def build_map_and_view(
@@ -127,14 +135,13 @@ def build_map_and_view(
     pods: Iterable[Mapping[str, Any]],
     jobs: Iterable[Mapping[str, Any]],
     config: TopologyConfig | None = None,
-    slices: Iterable[Mapping[str, Any]] = (),
-    claims: Iterable[Mapping[str, Any]] = (),
-    dra: DraConfig | None = None,
+    dra_objects: DraObjects | None = None,
 ) -> tuple[GpuMap, ClusterView]:
     """The map and the operator's cluster view it was read from (the web view measures jobs' traffic on
     the view's topology)."""
     config = config or TopologyConfig()
-    dra = dra or DraConfig()
+    dra_objects = dra_objects or DraObjects()
+    dra, slices, claims = dra_objects.config, dra_objects.slices, dra_objects.claims
     raw_nodes = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
     parsed_slices = [parse_slice(body) for body in slices]
     infos = overlay_nodes(
