@@ -117,3 +117,18 @@ def test_a_trial_cannot_nest_and_rollback_without_one_is_a_no_op() -> None:
     state.allocate(Allocation("a", ((0,),), 0.0))
     assert state.rollback() == 1
     assert state.allocations == {}
+
+
+def test_an_assumed_holder_is_never_a_job() -> None:
+    state = ClusterState(TOPOLOGY)
+    state.assume("pod:ns/web", [0, 1])
+    state.allocate(Allocation("job", ((4, 5),), 0.0))
+    for refused in (lambda: state.allocate(Allocation("pod:ns/web", ((8,),), 0.0)), lambda: state.assume("job", [8])):
+        try:
+            refused()
+        except InvalidRequest:
+            pass
+        else:
+            raise AssertionError("a name is a job or an assumed holder, never both")
+    assert state.jobs_on([0, 1, 4]) == ["job"] and set(state.allocations) == {"job"}
+    assert state.forget("pod:ns/web") == (0, 1) and state.counts()["allocated"] == 2

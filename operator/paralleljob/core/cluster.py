@@ -241,7 +241,7 @@ class ClusterState:
     # ---- mutations -------------------------------------------------------------------------------
     def allocate(self, allocation: Allocation) -> None:
         """Give every GPU of ``allocation`` to its job; all-or-nothing, validated first."""
-        if allocation.job_id in self.allocations:
+        if allocation.job_id in self.allocations or allocation.job_id in self.assumed:
             raise InvalidRequest(f"job {allocation.job_id!r} already holds GPUs")
         self._take(allocation)
         self.allocations[allocation.job_id] = allocation
@@ -253,6 +253,8 @@ class ClusterState:
         holder that holds GPUs already takes these too."""
         if not gpus:
             return
+        if holder in self.allocations:
+            raise InvalidRequest(f"{holder!r} is a job: its GPUs are an allocation, not assumed usage")
         allocation = Allocation(holder, (tuple(gpus),), 0.0)
         self._take(allocation)
         self.assumed[holder] = self.assumed.get(holder, ()) + allocation.gpus
