@@ -115,7 +115,7 @@ def test_the_self_check_counts_a_mismatch_and_adopts_the_rebuild() -> None:
     assert checked.refresh([]) is not kept  # the second pass checks, finds it, and adopts the rebuild
     assert checked.checks == 1 and checked.mismatches == 1
     assert metrics.registry.get_sample_value("paralleljob_view_rebuild_mismatches_total") == 1.0
-    assert live.view is not None and "ns/phantom" not in (live.view.state.allocations if live.view.state else {})
+    assert live.view is not None and "ns/phantom" not in live.view.state.allocations
     checked.refresh([])
     checked.refresh([])
     assert checked.checks == 2 and checked.mismatches == 1  # the adopted view is right
