@@ -78,8 +78,8 @@ def _operator_run(monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[Any, ...]
 
 
 def _simulator_run(fc: FakeCluster, nodes: list[str], broken_gpu: int) -> Simulation:
-    topology = fc.last_view.state.topology if fc.last_view and fc.last_view.state else None
-    assert topology is not None
+    assert fc.last_view is not None and not fc.last_view.empty
+    topology = fc.last_view.topology
     spec = parse_job(JOB).request.spec
     first0, first1, moved0 = (topology.node_index(n) for n in nodes)
     scripted = (

@@ -171,7 +171,7 @@ class GPUClusterScheduler:
             actions.append(
                 {
                     "job_id": job_id,
-                    "action": outcome.action,
+                    "action": outcome.action.value,
                     "old_placement": old,
                     "new_placement": None if outcome.new is None else outcome.new.seed_dict(),
                     "cost_before_ms": outcome.cost_before.total_ms,

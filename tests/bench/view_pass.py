@@ -60,7 +60,6 @@ def _median_ms(work: Callable[[int], object]) -> float:
 
 def _pass(live: LiveView, claims: list[Claim]) -> ClusterView:
     view = live.refresh(claims)
-    assert view.state is not None
     view.state.begin_trial()
     view.state.rollback()
     return view
@@ -79,7 +78,6 @@ def measure(nodes: int) -> dict[str, float]:
     assert set(live.rebuilds) == {"start"}, live.rebuilds  # every later pass was patched, none rebuilt
     view = live.refresh(claims)
     state = view.state
-    assert state is not None
     scanned = _median_ms(lambda _: _scanned_gauges(state))
     kept = _median_ms(lambda _: (state.counts(), fragmentation_ratio(view)))
     return {"rebuild": rebuild, "idle": idle, "node": sick, "pod": bound, "scanned": scanned, "kept": kept}

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from paralleljob.clitools.describe import describe_job, pod_devices
-from paralleljob.clitools.gpumap import USED, build_map
+from paralleljob.clitools.gpumap import USED, DraObjects, build_map
 from paralleljob.clitools.render import description_renderable, gpu_map_renderable
 from tests.cli.test_cli_models import cluster
 from tests.k8s.factories import node
@@ -36,7 +36,7 @@ def test_status_reads_dra_nodes_gpus_from_their_slices() -> None:
     theirs = claim("theirs", [("gpu.nvidia.com", "b-dra", "gpu-2"), ("gpu.nvidia.com", "b-dra", "gpu-3")])
     without = build_map(nodes, [], [])
     assert [r.name for r in without.nodes] == ["a-plugin"], "a DRA node has no GPUs without its slice"
-    m = build_map(nodes, [], [], slices=[SLICE], claims=[theirs])
+    m = build_map(nodes, [], [], dra_objects=DraObjects(slices=[SLICE], claims=[theirs]))
     assert m.totals["total"] == 16 and m.totals[USED] == 2
     row = next(r for r in m.nodes if r.name == "b-dra")
     assert [c.device for c in row.gpus] == [f"gpu-{i}" for i in range(8)]

@@ -185,8 +185,8 @@ def test_view_counts_claimed_devices_as_used_on_mixed_clusters() -> None:
     claims = [parse_claim(claim("theirs", held))]
     nodes = overlay_nodes([plugin, bare], slices, claims, DRA, 80.0)
     view = build_view(nodes, [], [], CONFIG)
-    assert view.state is not None
-    assert view.topology is not None and view.topology.node_names == ("a-plugin", "b-dra")
+    assert not view.empty
+    assert view.topology.node_names == ("a-plugin", "b-dra")
     assert view.state.usable_free(view.node_index["a-plugin"]) == 8
     assert view.state.usable_free(view.node_index["b-dra"]) == 6
     first = view.topology.node_first_gpu[view.node_index["b-dra"]]

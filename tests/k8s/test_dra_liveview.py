@@ -60,28 +60,28 @@ def test_slices_and_claims_are_patched_into_the_kept_view() -> None:
         world.put(world.slices, resource_slice(name, [gpu(i) for i in range(8)]))
     live = LiveView(CONFIG, world.source, world.pods)
     view = _assert_equal(world, live)
-    assert view.state is not None and view.state.usable_free(view.node_index["b-dra"]) == 8
+    assert view.state.usable_free(view.node_index["b-dra"]) == 8
 
     held = [("gpu.nvidia.com", "b-dra", "gpu-0"), ("gpu.nvidia.com", "b-dra", "gpu-5")]
     world.put(world.claims, claim("theirs", held))
     view = _assert_equal(world, live)
-    assert view.state is not None and view.state.usable_free(view.node_index["b-dra"]) == 6
+    assert view.state.usable_free(view.node_index["b-dra"]) == 6
 
     world.put(world.claims, claim("theirs", [("gpu.nvidia.com", "c-dra", "gpu-1")]))  # re-allocated elsewhere
     view = _assert_equal(world, live)
-    assert view.state is not None
+    assert not view.empty
     assert view.state.usable_free(view.node_index["b-dra"]) == 8
     assert view.state.usable_free(view.node_index["c-dra"]) == 7
 
     tainted = gpu(3, taints=[{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"}])
     world.put(world.slices, resource_slice("c-dra", [gpu(i) for i in range(8) if i != 3] + [tainted]))
     view = _assert_equal(world, live)
-    assert view.state is not None and view.state.usable_free(view.node_index["c-dra"]) == 6
+    assert view.state.usable_free(view.node_index["c-dra"]) == 6
 
     world.delete(world.claims, "team", "theirs")
     world.put(world.nodes, node_body("a-plugin", 8, cordoned=True))
     view = _assert_equal(world, live)
-    assert view.state is not None and view.state.usable_free(view.node_index["c-dra"]) == 7
+    assert view.state.usable_free(view.node_index["c-dra"]) == 7
     assert live.rebuilds == {"start": 1}, live.rebuilds  # all of it patched in, never rebuilt
 
 
@@ -93,7 +93,7 @@ def test_a_pool_growing_or_going_rebuilds_the_topology() -> None:
     _assert_equal(world, live)
     world.put(world.slices, resource_slice("b-dra", [gpu(i) for i in range(8)], generation=2))
     view = _assert_equal(world, live)
-    assert view.topology is not None and view.topology.node_gpu_count[view.node_index["b-dra"]] == 8
+    assert view.topology.node_gpu_count[view.node_index["b-dra"]] == 8
     world.delete(world.slices, "", "b-dra-gpu.nvidia.com-x7k2p")
     view = _assert_equal(world, live)
     assert "b-dra" not in view.node_index  # no slice, no GPUs: the node left the topology

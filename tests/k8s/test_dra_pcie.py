@@ -51,7 +51,7 @@ def _dev_cluster_view(config: TopologyConfig, held: tuple[str, ...] = ()) -> Clu
 def test_the_level_is_off_by_default() -> None:
     assert TopologyConfig().pcie_root_bandwidth_gbps == 0.0
     view = _dev_cluster_view(TopologyConfig())
-    assert view.topology is not None and view.topology.sub_level is None
+    assert view.topology.sub_level is None
 
 
 def test_pcie_roots_form_a_level_below_the_node_when_configured() -> None:
@@ -66,7 +66,7 @@ def test_pcie_roots_form_a_level_below_the_node_when_configured() -> None:
 def test_tp4_job_on_dra_nodes_with_two_roots_gets_one_root_per_group() -> None:
     # gpu-1 of the first node is someone else's: its first root keeps only three free GPUs.
     view = _dev_cluster_view(PCIE, held=("gpu-1",))
-    assert view.state is not None and view.topology is not None
+    assert not view.empty
     placement = Placer(view.state).place(JobSpec("j", 4, 1, 3, 1.0), cost_model("seed"))
     roots = view.topology.gpu_subdomain
     for group, node in zip(placement.groups, placement.group_nodes, strict=True):
@@ -77,7 +77,7 @@ def test_tp4_job_on_dra_nodes_with_two_roots_gets_one_root_per_group() -> None:
     one = Placer(view.state).place(JobSpec("j", 4, 1, 1, 1.0), cost_model("seed"))
     assert one.group_nodes == (0,) and one.groups == ((4, 5, 6, 7),)
     flat = _dev_cluster_view(TopologyConfig(), held=("gpu-1",))
-    assert flat.state is not None
+    assert not flat.empty
     assert Placer(flat.state).place(JobSpec("j", 4, 1, 1, 1.0), cost_model("seed")).groups == ((0, 2, 3, 4),)
 
 
@@ -109,14 +109,14 @@ def test_kept_view_with_pcie_roots_equals_a_rebuild() -> None:
     put(slices, resource_slice("b-dra", two_roots))
     live = LiveView(PCIE, OverlaidNodes(nodes, slices, claims, DraConfig(), 80.0), pods)
     view = check(live)
-    assert view.topology is not None and view.topology.sub_level is not None
+    assert view.topology.sub_level is not None
     put(claims, claim("theirs", [("gpu.nvidia.com", "b-dra", "gpu-5")]))
     view = check(live)
-    assert view.state is not None and view.state.usable_free(view.node_index["b-dra"]) == 7
+    assert view.state.usable_free(view.node_index["b-dra"]) == 7
     # The driver republishes with the GPUs under other roots: a new topology, rebuilt, still equal.
     one_root = [gpu(i, root="pci0000:00") for i in range(8)]
     put(slices, resource_slice("b-dra", one_root, generation=2))
     view = check(live)
-    assert view.topology is not None
+    assert not view.empty
     first = view.topology.node_first_gpu[view.node_index["b-dra"]]
     assert set(view.topology.gpu_subdomain[first : first + 8]) == {0}

@@ -423,13 +423,13 @@ def test_a_re_placement_onto_gpus_of_its_own_leaving_pod_waits_until_that_pod_is
     del fc.pods[("ns", "j-d0-p0")]  # d0's old pod is gone already (its node died, force-deleted)
     nodes = {n: parse_node(b, fc.config) for n, b in fc.nodes.items()}
     pods = [parse_pod(p) for p in fc.job_pods("ns/j")]
-    actions = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+    actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
     sync_pods(actions, job, job.request, job.record, pods, nodes)
     assert [d.name for d in actions.deletes] == ["j-d1-p0"] and not actions.deletes[0].force
     assert [c.manifest["metadata"]["name"] for c in actions.creates] == [], "d0 waits: its GPUs are d1's old pod's"
     # once the old pod is gone, d0 is created (d1 waits for its own name as before)
     pods = [parse_pod(p) for p in fc.job_pods("ns/j") if p["metadata"]["name"] != "j-d1-p0"]
-    actions = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+    actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
     sync_pods(actions, job, job.request, job.record, pods, nodes)
     assert sorted(c.manifest["metadata"]["name"] for c in actions.creates) == ["j-d0-p0", "j-d1-p0"]
 
@@ -452,10 +452,10 @@ def test_a_pod_is_not_created_on_gpus_another_jobs_leaving_pod_still_runs_on() -
     assert job.request is not None and job.record is not None
     nodes = {n: parse_node(b, fc.config) for n, b in fc.nodes.items()}
     everyone = [parse_pod(p) for p in fc.pods.values()]
-    actions = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+    actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
     sync_pods(actions, job, job.request, job.record, [], nodes, gpu_holders(everyone, nodes))
     assert actions.creates == [], "a's pod still runs on those GPUs"
     holders = gpu_holders([p for p in everyone if p.job != "a"], nodes)  # a's pod is gone
-    actions = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+    actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
     sync_pods(actions, job, job.request, job.record, [], nodes, holders)
     assert [c.node for c in actions.creates] == [a_pod.node]

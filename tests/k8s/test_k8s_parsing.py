@@ -68,7 +68,7 @@ def test_topology_config_refuses_bandwidth_growing_upward() -> None:
 def test_view_skips_absent_levels_and_counts_foreign_pods() -> None:
     nodes = [parse_node(node(f"n{i}", leaf=f"l{i // 2}"), CONFIG) for i in range(4)]
     view = build_view(nodes, [parse_pod(foreign_pod("x", "n1", 3))], [], CONFIG)
-    assert view.topology is not None and view.state is not None
+    assert not view.empty
     assert [lv.name for lv in view.topology.levels] == ["node", "leaf", "spine", "zone", "cluster"]
     assert view.state.usable_free(view.node_index["n1"]) == 5
     assert view.occupants == {"n1": ["other/x"]}

@@ -47,7 +47,7 @@ def test_health_and_pods_are_patched_into_the_kept_view() -> None:
     world.put(world.nodes, node_body("n2", 8, unhealthy="3", cordoned=True))
     view = live.refresh([])
     assert live.rebuilds == {"start": 1}
-    assert view.state is not None and view.state.owner[0] == "pod:ns/web"
+    assert view.state.owner[0] == "pod:ns/web"
     assert view.state.health[16 + 3] is GPUHealth.OFFLINE and not view.state.node_schedulable[2]
     assert view_differences(view, _fresh(world)) == []  # type: ignore[arg-type]
 
@@ -59,7 +59,7 @@ def test_pods_on_one_node_take_their_gpus_in_the_stores_order() -> None:
     live.refresh([])
     world.put(world.pods, pod_body("early", "n0", 2))
     view = live.refresh([])
-    assert view.state is not None and view.state.owner[:4] == ["pod:ns/early"] * 2 + ["pod:ns/late"] * 2
+    assert view.state.owner[:4] == ["pod:ns/early"] * 2 + ["pod:ns/late"] * 2
     assert view_differences(view, _fresh(world)) == []  # type: ignore[arg-type]
 
 
@@ -97,7 +97,7 @@ def test_what_cannot_be_patched_is_rebuilt(change: object, why: str) -> None:
 def test_a_pass_tries_decisions_out_and_the_view_survives_it() -> None:
     world, live = _world()
     view = live.refresh([])
-    assert view.state is not None
+    assert not view.empty
     view.state.begin_trial()
     view.state.allocate(Allocation("ns/new", ((8, 9, 10, 11),), 40.0))
     view.state.set_health(0, GPUHealth.OFFLINE)
@@ -110,12 +110,12 @@ def test_the_self_check_counts_a_mismatch_and_adopts_the_rebuild() -> None:
     metrics = Metrics()
     checked = CheckedView(live, every_passes=2, every_seconds=0, on_mismatch=lambda d: metrics.view_mismatches.inc())
     kept = checked.refresh([])
-    assert kept.state is not None
+    assert not kept.empty
     kept.state.allocate(Allocation("ns/phantom", ((0, 1),), 0.0))  # a patching bug would look like this
     assert checked.refresh([]) is not kept  # the second pass checks, finds it, and adopts the rebuild
     assert checked.checks == 1 and checked.mismatches == 1
     assert metrics.registry.get_sample_value("paralleljob_view_rebuild_mismatches_total") == 1.0
-    assert live.view is not None and "ns/phantom" not in (live.view.state.allocations if live.view.state else {})
+    assert live.view is not None and "ns/phantom" not in live.view.state.allocations
     checked.refresh([])
     checked.refresh([])
     assert checked.checks == 2 and checked.mismatches == 1  # the adopted view is right
@@ -143,7 +143,7 @@ def test_the_reconciler_keeps_its_view_across_passes_and_rebuilds_after_a_relist
         reconciler.on_event("node", "MODIFIED", node_body("n1", 8, unhealthy="0"))
         await reconciler.pass_once()
         kept = reconciler.view.live.view
-        assert kept is not None and kept.state is not None and not kept.state.in_trial
+        assert kept is not None and not kept.state.in_trial
         assert kept.state.health[8] is GPUHealth.OFFLINE and kept.state.owner[0] == "pod:ns/web"
         relisted = pod_body("web", "n0", 2)
         relisted["metadata"]["resourceVersion"] = "1"

@@ -91,7 +91,7 @@ def test_rules_taint_devices_like_slice_taints() -> None:
     assert n1.unhealthy_gpus == frozenset({2}) and n1.degraded_gpus == frozenset({5, 7})
     assert n2.unhealthy_gpus == frozenset() and n2.degraded_gpus == frozenset({7})
     view = build_view([n1, n2], [], [], CONFIG)
-    assert view.state is not None and view.state.usable_free(view.node_index["n1"]) == 5
+    assert view.state.usable_free(view.node_index["n1"]) == 5
 
 
 class RuleWorld(DraWorld):
@@ -116,7 +116,7 @@ def test_rule_changes_are_patched_into_the_kept_view() -> None:
 
     def free(node: str) -> int:
         view = _assert_equal(world, live)
-        assert view.state is not None
+        assert not view.empty
         return int(view.state.usable_free(view.node_index[node]))
 
     world.put(world.rules, rule("b3", driver="gpu.nvidia.com", pool="b-dra", device="gpu-3"))
@@ -178,12 +178,12 @@ def test_the_reconciler_reads_rules_from_its_watch_into_decisions_and_the_kept_v
         reconciler.on_event("devicetaintrule", "ADDED", rule("r", pool="n1", device="gpu-4"))
         await reconciler.pass_once()
         kept = reconciler.view.live.view
-        assert kept is not None and kept.state is not None and kept.state.health[4] is GPUHealth.OFFLINE
+        assert kept is not None and kept.state.health[4] is GPUHealth.OFFLINE
         assert [n.unhealthy_gpus for n in kept.nodes.values()] == [frozenset({4})]
         reconciler.on_event("devicetaintrule", "DELETED", rule("r", pool="n1", device="gpu-4"))
         await reconciler.pass_once()
         kept = reconciler.view.live.view
-        assert kept is not None and kept.state is not None and kept.state.health[4] is GPUHealth.HEALTHY
+        assert kept is not None and kept.state.health[4] is GPUHealth.HEALTHY
         assert [n.unhealthy_gpus for n in kept.nodes.values()] == [frozenset()]
         return reconciler
 

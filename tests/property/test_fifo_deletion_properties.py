@@ -121,7 +121,7 @@ def fits_now(fc: FakeCluster, job: JobObject) -> bool:
             bodies[key] = {**bodies[key], "status": copy.deepcopy(actions.draft.data)}
     jobs = [parse_job(j) for j in bodies.values()]
     view = build_view(nodes, [parse_pod(p) for p in fc.pods.values()], claims_of(jobs), fc.config)
-    assert view.state is not None and job.request is not None
+    assert job.request is not None
     try:
         Placer(view.state).place(job.request.spec, cost_model(job.request.cost_model))
     except PlacementInfeasible:

@@ -98,7 +98,7 @@ def _try_out(live: LiveView, changes: list[tuple[int, int]]) -> None:
     """A pass: decisions made on the kept state, then taken back."""
     view = live.refresh([]) if live.view is None else live.view
     state = view.state
-    if state is None:
+    if view.empty:
         return
     state.begin_trial()
     for gpu, what in changes:

@@ -97,7 +97,7 @@ def _run(command: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callab
 
 
 async def _status(kube: Any, args: argparse.Namespace) -> int:
-    from paralleljob.clitools.gpumap import build_map
+    from paralleljob.clitools.gpumap import DraObjects, build_map
     from paralleljob.k8s.edge.config import TopologyConfig, load_topology_file
     from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
     from paralleljob.k8s.runtime.api import retrying
@@ -112,7 +112,7 @@ async def _status(kube: Any, args: argparse.Namespace) -> int:
         _dra_list(kube, "/apis/resource.k8s.io/v1/resourceslices"),
         _dra_list(kube, "/apis/resource.k8s.io/v1/resourceclaims"),
     )
-    gpu_map = build_map(nodes[0], pods[0], jobs[0], config, slices, claims)
+    gpu_map = build_map(nodes[0], pods[0], jobs[0], config, DraObjects(slices, claims))
     if args.output == "json":
         print(json.dumps(gpu_map.to_json(), indent=2))
     else:

@@ -202,8 +202,8 @@ def describe_job(
         ),
         key=lambda e: e.time,
     )
-    status = job.status
-    conditions = tuple(dict(c) for c in status.get("conditions") or [] if isinstance(c, Mapping))
+    status = job.status.raw
+    conditions = tuple(dict(c) for c in job.status.conditions)
     return JobDescription(
         key=job.key,
         phase=job.phase.value,

@@ -99,7 +99,7 @@ def _job_row(job: JobObject) -> JobRow:
     shape = f"{record.tp}x{record.pp}x{record.dp}" if record else ""
     if not shape and job.request is not None:
         shape = f"{job.request.spec.tp}x{job.request.spec.pp}x{job.request.spec.dp}"
-    cost = (job.status.get("communicationCost") or {}).get("totalMs")
+    cost = (job.status.raw.get("communicationCost") or {}).get("totalMs")
     return JobRow(
         key=job.key,
         phase=job.phase.value,
@@ -110,16 +110,24 @@ def _job_row(job: JobObject) -> JobRow:
     )
 
 
+@dataclass(frozen=True)
+class DraObjects:
+    """The DRA objects a map reads (ResourceSlices and ResourceClaims, as bodies) and the operator's DRA
+    settings; none: no DRA node has GPUs in the map."""
+
+    slices: Iterable[Mapping[str, Any]] = ()
+    claims: Iterable[Mapping[str, Any]] = ()
+    config: DraConfig = field(default_factory=DraConfig)
+
+
 def build_map(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     jobs: Iterable[Mapping[str, Any]],
     config: TopologyConfig | None = None,
-    slices: Iterable[Mapping[str, Any]] = (),
-    claims: Iterable[Mapping[str, Any]] = (),
-    dra: DraConfig | None = None,
+    dra_objects: DraObjects | None = None,
 ) -> GpuMap:
-    return build_map_and_view(nodes, pods, jobs, config, slices, claims, dra)[0]
+    return build_map_and_view(nodes, pods, jobs, config, dra_objects)[0]
 
 
 def build_map_and_view(
@@ -127,14 +135,13 @@ def build_map_and_view(
     pods: Iterable[Mapping[str, Any]],
     jobs: Iterable[Mapping[str, Any]],
     config: TopologyConfig | None = None,
-    slices: Iterable[Mapping[str, Any]] = (),
-    claims: Iterable[Mapping[str, Any]] = (),
-    dra: DraConfig | None = None,
+    dra_objects: DraObjects | None = None,
 ) -> tuple[GpuMap, ClusterView]:
     """The map and the operator's cluster view it was read from (the web view measures jobs' traffic on
     the view's topology)."""
     config = config or TopologyConfig()
-    dra = dra or DraConfig()
+    dra_objects = dra_objects or DraObjects()
+    dra, slices, claims = dra_objects.config, dra_objects.slices, dra_objects.claims
     raw_nodes = {str((n.get("metadata") or {}).get("name", "")): n for n in nodes}
     parsed_slices = [parse_slice(body) for body in slices]
     infos = overlay_nodes(
@@ -147,13 +154,9 @@ def build_map_and_view(
     pools = node_gpus(parsed_slices, dra.driver) if dra.enabled else {}
     parsed_jobs = [parse_job(body) for body in jobs]
     view = build_view(infos, [parse_pod(p) for p in pods], claims_of(parsed_jobs), config)
-    rows: list[NodeRow] = []
-    level = "cluster"
-    if view.topology is not None and view.state is not None:
-        topology = view.topology
-        level = topology.levels[1].name
-        for n, name in enumerate(topology.node_names):
-            rows.append(node_row(view, n, raw_nodes.get(name), pools))
+    topology = view.topology
+    level = topology.levels[1].name  # "cluster" for a cluster without GPU nodes
+    rows = [node_row(view, n, raw_nodes.get(name), pools) for n, name in enumerate(topology.node_names)]
     totals = count_states(rows)
     job_rows = tuple(sorted((_job_row(j) for j in parsed_jobs), key=lambda r: r.key))
     warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
@@ -176,7 +179,6 @@ def node_row(
     annotations and the GPUHealthy condition; None for a ghost). The web view redoes only the rows of the
     nodes that changed with this, so both pictures are the same function of the same view."""
     topology, state = view.topology, view.state
-    assert topology is not None and state is not None
     name = topology.node_names[n]
     info = view.nodes.get(name)
     annotations = ((body or {}).get("metadata") or {}).get("annotations") or {}

@@ -23,7 +23,7 @@ from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.gates import WaitReason
 from paralleljob.core.job import JobSpec
 from paralleljob.core.placement import Placement, PlacerLike
-from paralleljob.core.preemption import PreemptionChoice, choose_victims
+from paralleljob.core.preemption import PreemptionChoice, PreemptionTrial, choose_victims
 from paralleljob.core.queueing import (
     PendingJob,
     QueueBook,
@@ -176,12 +176,12 @@ def _try_place(
         )
     reserved = [g for g in head.reserved if state.owner[g] is None and state.eligible(g, 0.0)]
     if reserved:
-        state.allocate(Allocation(RESERVATION, tuple((g,) for g in reserved), 0.0))
+        state.assume(RESERVATION, reserved)
     try:
         placement = placer.place(job.job, model)
     finally:
         if reserved:
-            state.release(RESERVATION)
+            state.forget(RESERVATION)
     return placement, (f"backfilled around the GPUs reserved for {head.pending.job.job_id}",)
 
 
@@ -208,7 +208,7 @@ def _block(
     decisions: list[Decision] = []
     choice: PreemptionChoice | None = None
     if policy.preemption:
-        choice = choose_victims(state, placer, model, job, running, pass_.book, policy, now)
+        choice = choose_victims(PreemptionTrial(state, placer, model, job), running, pass_.book, now)
     if choice is not None:
         decisions.append(
             Preempt(choice.victims, spec.job_id, policy.grace_period_s, choice.lost_work_gpu_s, choice.reasons)

@@ -8,6 +8,14 @@ feasibility question reads histograms, never the GPUs (SPEC section 3, "Scale").
 A state that lives longer than one round of decisions (the operator's incremental view) can try decisions
 out and take them back: between :meth:`ClusterState.begin_trial` and :meth:`ClusterState.rollback` every
 mutation is journalled with its inverse, so undoing costs what the decisions changed, not the cluster.
+
+Assumed usage is an overlay beside the jobs' allocations, never a fake job among them: GPUs that something
+other than a job holds (a pod no placement explains, devices in another scheduler's claims) or that a
+decision masks for a moment (the GPUs reserved for the head job while others backfill, the GPUs a job's
+node filter holds back) are taken with :meth:`ClusterState.assume` and given back with
+:meth:`ClusterState.forget`. They count against the free GPUs exactly like an allocation (``owner`` names
+the holder), but ``allocations`` holds jobs only, as Kueue keeps assumed workloads apart from admitted ones
+and kube-scheduler keeps assumed pods in its cache beside the bound ones.
 """
 
 from __future__ import annotations
@@ -58,7 +66,8 @@ class ClusterState:
         self.memory_used: list[float] = [0.0] * n_gpus
         self.node_free: list[int] = list(topology.node_gpu_count)  # healthy and unowned
         self.node_schedulable: list[bool] = [True] * topology.num_nodes
-        self.allocations: dict[str, Allocation] = {}
+        self.allocations: dict[str, Allocation] = {}  # jobs only
+        self.assumed: dict[str, tuple[int, ...]] = {}  # holder -> GPUs it holds that no job does (the overlay)
         self._width = g_max + 1
         classes = len(self.index.memory_classes)
         self._single_class = classes == 1
@@ -101,8 +110,9 @@ class ClusterState:
             step()
         return len(undo)
 
-    def _reinstate(self, allocation: Allocation) -> None:
-        """The exact inverse of :meth:`release`: no checks, since the GPUs may have broken while held."""
+    def _reinstate(self, allocation: Allocation, table: dict[str, Allocation] | None = None) -> None:
+        """The exact inverse of :meth:`release` (of :meth:`forget` for an assumed holder, ``table`` None):
+        no checks, since the GPUs may have broken while held."""
         taken: dict[int, int] = {}
         gpu_node = self.topology.gpu_node
         for gpu in allocation.gpus:
@@ -112,7 +122,10 @@ class ClusterState:
                 taken[gpu_node[gpu]] = taken.get(gpu_node[gpu], 0) + 1
         for node, count in taken.items():
             self._change_node(node, free_delta=-count)
-        self.allocations[allocation.job_id] = allocation
+        if table is None:
+            self.assumed[allocation.job_id] = self.assumed.get(allocation.job_id, ()) + allocation.gpus
+        else:
+            table[allocation.job_id] = allocation
         self._allocated += len(allocation.gpus)
 
     # ---- counters ------------------------------------------------------------------------------
@@ -228,8 +241,45 @@ class ClusterState:
     # ---- mutations -------------------------------------------------------------------------------
     def allocate(self, allocation: Allocation) -> None:
         """Give every GPU of ``allocation`` to its job; all-or-nothing, validated first."""
-        if allocation.job_id in self.allocations:
+        if allocation.job_id in self.allocations or allocation.job_id in self.assumed:
             raise InvalidRequest(f"job {allocation.job_id!r} already holds GPUs")
+        self._take(allocation)
+        self.allocations[allocation.job_id] = allocation
+        if self._undo is not None:
+            self._undo.append(lambda: self._release(allocation.job_id))
+
+    def assume(self, holder: str, gpus: Sequence[int]) -> None:
+        """Take ``gpus`` for ``holder``, which is not a job (see the module docstring); all-or-nothing. A
+        holder that holds GPUs already takes these too."""
+        if not gpus:
+            return
+        if holder in self.allocations:
+            raise InvalidRequest(f"{holder!r} is a job: its GPUs are an allocation, not assumed usage")
+        allocation = Allocation(holder, (tuple(gpus),), 0.0)
+        self._take(allocation)
+        self.assumed[holder] = self.assumed.get(holder, ()) + allocation.gpus
+        if self._undo is not None:
+            self._undo.append(lambda: self._forget_gpus(holder, allocation.gpus))
+
+    def forget(self, holder: str) -> tuple[int, ...]:
+        """Give back every GPU ``holder`` was assumed to hold; returns them (empty: it held none)."""
+        gpus = self.assumed.get(holder, ())
+        if gpus:
+            self._forget_gpus(holder, gpus)
+            if self._undo is not None:
+                self._undo.append(lambda: self._reinstate(Allocation(holder, (gpus,), 0.0)))
+        return gpus
+
+    def _forget_gpus(self, holder: str, gpus: tuple[int, ...]) -> None:
+        gone = set(gpus)
+        left = tuple(g for g in self.assumed[holder] if g not in gone)
+        if left:
+            self.assumed[holder] = left
+        else:
+            del self.assumed[holder]
+        self._give_back(Allocation(holder, (gpus,), 0.0))
+
+    def _take(self, allocation: Allocation) -> None:
         gpus = allocation.gpus
         if len(set(gpus)) != len(gpus):
             raise InvalidRequest(f"allocation of {allocation.job_id!r} names a GPU twice")
@@ -252,21 +302,21 @@ class ClusterState:
             taken[node] = taken.get(node, 0) + 1
         for node, count in taken.items():
             self._change_node(node, free_delta=-count)
-        self.allocations[allocation.job_id] = allocation
         self._allocated += len(gpus)
-        if self._undo is not None:
-            self._undo.append(lambda: self._release(allocation.job_id))
 
     def release(self, job_id: str) -> Allocation | None:
         allocation = self._release(job_id)
         if allocation is not None and self._undo is not None:
-            self._undo.append(lambda: self._reinstate(allocation))
+            self._undo.append(lambda: self._reinstate(allocation, self.allocations))
         return allocation
 
     def _release(self, job_id: str) -> Allocation | None:
         allocation = self.allocations.pop(job_id, None)
-        if allocation is None:
-            return None
+        if allocation is not None:
+            self._give_back(allocation)
+        return allocation
+
+    def _give_back(self, allocation: Allocation) -> None:
         freed: dict[int, int] = {}
         gpu_node = self.topology.gpu_node
         for gpu in allocation.gpus:
@@ -278,7 +328,6 @@ class ClusterState:
         for node, count in freed.items():
             self._change_node(node, free_delta=count)
         self._allocated -= len(allocation.gpus)
-        return allocation
 
     def set_health(self, gpu: int, health: GPUHealth) -> GPUHealth:
         """Change one GPU's health; returns the previous value."""
@@ -305,10 +354,10 @@ class ClusterState:
         self._change_node(node, schedulable=schedulable)
 
     def jobs_on(self, gpus: Sequence[int]) -> list[str]:
-        """Jobs holding any of ``gpus``, in first-seen order."""
+        """Jobs holding any of ``gpus``, in first-seen order (assumed holders are no jobs)."""
         seen: dict[str, None] = {}
         for gpu in gpus:
             owner = self.owner[gpu]
-            if owner is not None:
+            if owner is not None and owner in self.allocations:
                 seen[owner] = None
         return list(seen)

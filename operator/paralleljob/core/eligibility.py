@@ -117,13 +117,11 @@ def restricted(state: ClusterState, job: JobSpec, node_filter: NodeFilter | None
         if surplus > 0:
             free = [g for g in state.topology.node_gpus(n) if state.eligible(g, 0.0)]
             held.extend(free[len(free) - surplus :])
-    if held:
-        state.allocate(Allocation(HOLD, tuple((g,) for g in held), 0.0))
+    state.assume(HOLD, held)
     try:
         yield
     finally:
-        if held:
-            state.release(HOLD)
+        state.forget(HOLD)
         for n in closed:
             state.set_node_schedulable(n, True)
 

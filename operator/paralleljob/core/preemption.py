@@ -18,9 +18,37 @@ from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.placement import Placement, PlacerLike
-from paralleljob.core.queueing import PendingJob, QueueBook, QueuePolicy, RunningJob
+from paralleljob.core.queueing import PendingJob, QueueBook, RunningJob
 
 DOMAINS_PER_LEVEL = 12  # candidate domains tried per level, cheapest first
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionTrial:
+    """The waiting job and what trying it out needs: the state (changed only inside a trial and restored),
+    the placer over it and the job's cost model."""
+
+    state: ClusterState
+    placer: PlacerLike
+    model: CostModel
+    waiting: PendingJob
+
+    def place_without(self, victims: Sequence[str]) -> Placement | None:
+        """Where the waiting job would go with ``victims`` gone; the state is left as it was."""
+        state = self.state
+        released: list[Allocation] = []
+        try:
+            for victim in victims:
+                allocation = state.release(victim)
+                if allocation is not None:
+                    released.append(allocation)
+            try:
+                return self.placer.place(self.waiting.job, self.model)
+            except PlacementInfeasible:
+                return None
+        finally:
+            for allocation in reversed(released):
+                state.allocate(allocation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,15 +75,9 @@ def may_preempt(waiting: PendingJob, victim: RunningJob, book: QueueBook) -> str
 
 
 def choose_victims(
-    state: ClusterState,
-    placer: PlacerLike,
-    model: CostModel,
-    waiting: PendingJob,
-    running: Sequence[RunningJob],
-    book: QueueBook,
-    policy: QueuePolicy,
-    now: float,
+    trial: PreemptionTrial, running: Sequence[RunningJob], book: QueueBook, now: float
 ) -> PreemptionChoice | None:
+    state, waiting = trial.state, trial.waiting
     topo = state.topology
     eligible: dict[str, tuple[RunningJob, str]] = {}
     for job in running:
@@ -90,12 +112,12 @@ def choose_victims(
             if group in tried or (best is not None and lost >= best.lost_work_gpu_s):
                 continue
             tried.add(group)
-            placement = _trial(state, placer, model, waiting, group)
+            placement = trial.place_without(group)
             if placement is None:
                 continue
-            victims = _trim(state, placer, model, waiting, group, eligible, now)
+            victims = _trim(trial, group, eligible, now)
             lost = sum(eligible[v][0].lost_work_gpu_s(now) for v in victims)
-            placement = _trial(state, placer, model, waiting, victims) or placement
+            placement = trial.place_without(victims) or placement
             reasons = (
                 f"preempting {len(victims)} job(s) in {topo.levels[level].name}"
                 f" {topo.domain_names[level][dom]} loses {lost:.0f} GPU-seconds of work since their checkpoints",
@@ -105,37 +127,13 @@ def choose_victims(
     return best
 
 
-def _trial(
-    state: ClusterState, placer: PlacerLike, model: CostModel, waiting: PendingJob, victims: Sequence[str]
-) -> Placement | None:
-    released: list[Allocation] = []
-    try:
-        for victim in victims:
-            allocation = state.release(victim)
-            if allocation is not None:
-                released.append(allocation)
-        try:
-            return placer.place(waiting.job, model)
-        except PlacementInfeasible:
-            return None
-    finally:
-        for allocation in reversed(released):
-            state.allocate(allocation)
-
-
 def _trim(
-    state: ClusterState,
-    placer: PlacerLike,
-    model: CostModel,
-    waiting: PendingJob,
-    victims: tuple[str, ...],
-    eligible: dict[str, tuple[RunningJob, str]],
-    now: float,
+    trial: PreemptionTrial, victims: tuple[str, ...], eligible: dict[str, tuple[RunningJob, str]], now: float
 ) -> tuple[str, ...]:
     """Drop victims the waiting job does not need, most lost work first."""
     kept = list(victims)
     for victim in sorted(victims, key=lambda v: -eligible[v][0].lost_work_gpu_s(now)):
-        trial = [v for v in kept if v != victim]
-        if trial and _trial(state, placer, model, waiting, trial) is not None:
-            kept = trial
+        without = [v for v in kept if v != victim]
+        if without and trial.place_without(without) is not None:
+            kept = without
     return tuple(sorted(kept))

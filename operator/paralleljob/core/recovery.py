@@ -37,10 +37,17 @@ class RecoveryStrategy(enum.Enum):
             raise InvalidRequest(f"unknown recovery strategy {value!r}; use 'full' or 'minimal'") from None
 
 
+class RecoveryAction(enum.StrEnum):
+    """What ``recover`` did; the seed's facade reports the value as is."""
+
+    RESCHEDULED = "rescheduled"
+    KILLED = "killed"
+
+
 @dataclass(frozen=True, slots=True)
 class RecoveryOutcome:
     job_id: str
-    action: str  # "rescheduled" | "killed"
+    action: RecoveryAction
     strategy: RecoveryStrategy
     old: Allocation
     new: Placement | None
@@ -84,7 +91,7 @@ def recover(
             placement = placer.place(job, model, previous=old)
     except PlacementInfeasible as exc:
         reasons.extend(exc.reasons)
-        return RecoveryOutcome(job.job_id, "killed", strategy, old, None, before, None, 0, tuple(reasons))
+        return RecoveryOutcome(job.job_id, RecoveryAction.KILLED, strategy, old, None, before, None, 0, tuple(reasons))
     state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))
     moved = sum(
         1 for a, b in zip(old.groups, placement.groups, strict=True) for x, y in zip(a, b, strict=True) if x != y
@@ -92,7 +99,7 @@ def recover(
     reasons.extend(placement.reasons)
     reasons.append(f"cost {before.total_ms:.3f} ms -> {placement.cost.total_ms:.3f} ms; {moved} rank(s) moved")
     return RecoveryOutcome(
-        job.job_id, "rescheduled", strategy, old, placement, before, placement.cost, moved, tuple(reasons)
+        job.job_id, RecoveryAction.RESCHEDULED, strategy, old, placement, before, placement.cost, moved, tuple(reasons)
     )
 
 

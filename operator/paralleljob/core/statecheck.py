@@ -2,9 +2,9 @@
 
 A state kept up to date by deltas must equal one built from scratch from the same facts. "Equal" means
 everything a decision reads: the topology, each GPU's health, owner and memory in use, each node's free
-count and schedulability, the allocations, and the per-domain counters. The one thing allowed to differ is
-the order in which a domain lists its nodes of equal free count (it records history, not facts), so the
-buckets are compared as sets.
+count and schedulability, the allocations, the assumed usage beside them, and the per-domain counters.
+The one thing allowed to differ is the order in which a domain lists its nodes of equal free count (it
+records history, not facts), so the buckets are compared as sets.
 """
 
 from __future__ import annotations
@@ -42,6 +42,12 @@ def state_differences(kept: ClusterState, fresh: ClusterState) -> list[str]:
             k for k in set(kept.allocations) & set(fresh.allocations) if kept.allocations[k] != fresh.allocations[k]
         )[:MAX_REPORTED]
         out.append(f"allocations: only kept {only_kept}, only fresh {only_fresh}, different {changed}")
+    kept_assumed = {k: sorted(v) for k, v in kept.assumed.items()}
+    fresh_assumed = {k: sorted(v) for k, v in fresh.assumed.items()}
+    if kept_assumed != fresh_assumed:
+        holders = kept_assumed.keys() | fresh_assumed.keys()
+        differ = sorted(k for k in holders if kept_assumed.get(k) != fresh_assumed.get(k))
+        out.append(f"assumed usage: {differ[:MAX_REPORTED]}")
     for level in range(1, kept.topology.top + 1):
         name = kept.topology.levels[level].name
         out += _first_differences(f"{name} histograms", kept.hist[level], fresh.hist[level])

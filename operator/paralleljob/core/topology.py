@@ -87,6 +87,21 @@ class Topology:
         return cls.from_nodes(specs, level_defs)
 
     @classmethod
+    def empty(cls) -> Topology:
+        """A cluster without nodes (no GPU nodes yet): a node level and one cluster domain above nothing, so
+        a shell holds an empty topology and state instead of None (every query answers "nothing here")."""
+        return cls(
+            levels=(Level("node", 1.0), Level("cluster", 1.0)),
+            node_names=(),
+            node_gpu_count=(),
+            node_gpu_memory_gb=(),
+            node_first_gpu=(),
+            domain_of=((), ()),
+            domain_names=((), ("cluster",)),
+            gpu_node=(),
+        )
+
+    @classmethod
     def from_nodes(
         cls,
         nodes: Sequence[NodeSpec],
@@ -163,11 +178,11 @@ class Topology:
 
     @cached_property
     def max_gpus_per_node(self) -> int:
-        return max(self.node_gpu_count)
+        return max(self.node_gpu_count, default=0)
 
     @cached_property
     def max_gpu_memory_gb(self) -> float:
-        return max(self.node_gpu_memory_gb)
+        return max(self.node_gpu_memory_gb, default=0.0)
 
     def group_capacity(self, tp: int, memory_gb: float) -> int:
         """TP groups of ``tp`` GPUs with ``memory_gb`` each that the whole cluster holds when empty."""

@@ -36,7 +36,7 @@ def job_detail(
     out["levels"] = []
     out["lowerBoundMs"] = None
     out["repairs"] = [e for e in out["events"] if any(word in e["reason"] for word in REPAIR_REASONS)]
-    if view is None or view.topology is None or job.request is None:
+    if view is None or view.empty or job.request is None:
         return out
     topology, model = view.topology, cost_model(job.request.cost_model)
     bound = Placer(ClusterState(topology)).lower_bound(job.request.spec, model)

@@ -152,7 +152,7 @@ class Feed:
         rebuilds = sum(self.live.rebuilds.values())
         view = self.live.refresh(claims_of(jobs))
         topology = view.topology
-        names = topology.node_names if topology is not None else ()
+        names = topology.node_names
         dirty, self.dirty = self.dirty, set()
         if sum(self.live.rebuilds.values()) != rebuilds or set(self.rows) != set(names):
             self.rows, self.domain_ids, self.holder_ids = {}, {}, {}  # numbered afresh with every row
@@ -164,7 +164,7 @@ class Feed:
                 if cell.holder is not None:
                     self.holder_ids.setdefault(cell.holder, len(self.holder_ids))
             self.rows[name] = pack_node(row, domain, self.holder_ids)
-        level = topology.levels[1].name if topology is not None else "cluster"
+        level = topology.levels[1].name  # "cluster" for a cluster without GPU nodes
         bodies = [body for key, _ in self.jobs.items() if (body := self.jobs.body(*key)) is not None]
         self.job_nodes = {job.key: set(job.record.nodes) if job.record else set() for job in jobs}
         self._packed = {k: v for k, v in self._packed.items() if k[0] in self._job_uids()}

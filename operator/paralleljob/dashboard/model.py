@@ -60,7 +60,7 @@ def _waiting_reason(status: Mapping[str, Any]) -> str:
 
 def pack_job(body: Mapping[str, Any], colour: int) -> dict[str, Any]:
     job = parse_job(body)
-    request, record, status = job.request, job.record, job.status
+    request, record, status = job.request, job.record, job.status.raw
     shape = (record.tp, record.pp, record.dp) if record else (
         (request.spec.tp, request.spec.pp, request.spec.dp) if request else (0, 0, 0)
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -189,15 +189,26 @@ def _config(
     )
 
 
+@dataclass(frozen=True)
+class _Runs:
+    """What every run of one command shares: its arguments, cluster, policies and failure injection."""
+
+    args: argparse.Namespace
+    topology: Topology
+    policies: list[str]
+    stats: FailureStats | None
+    rate: float
+
+
 def _run_policies(
-    args: argparse.Namespace, topology: Topology, trace: list[TraceJob], policies: list[str],
-    stats: FailureStats | None, rate: float, seed: int, quotas: tuple[QueueSpec, ...] = (), label: str = "",
-) -> tuple[dict[str, SimResult], int]:  # fmt: skip
+    runs: _Runs, trace: list[TraceJob], seed: int, quotas: tuple[QueueSpec, ...] = (), label: str = ""
+) -> tuple[dict[str, SimResult], int]:
+    args = runs.args
     results: dict[str, SimResult] = {}
     replayed = len(trace)
-    for policy in policies:
-        config = _config(args, policy, stats, rate, seed, quotas)
-        simulation = Simulation(topology, trace, config, progress=None)
+    for policy in runs.policies:
+        config = _config(args, policy, runs.stats, runs.rate, seed, quotas)
+        simulation = Simulation(runs.topology, trace, config, progress=None)
         replayed = len(simulation.trace)  # --days leaves out the jobs submitted after the horizon
         if not replayed:
             raise ValueError(f"no job of the trace is submitted within --days {args.days:g}")
@@ -241,6 +252,7 @@ def _run(args: argparse.Namespace) -> int:
     seeds = list(range(args.seed, args.seed + args.seeds))
     if args.compare_quotas and args.quotas == "none":
         raise ValueError("--compare-quotas compares with --quotas trace or a quota file: give one")
+    runs = _Runs(args, topology, policies, stats, rate)
     by_seed: dict[int, dict[str, SimResult]] = {}
     first: tuple[int, int, dict[str, Any]] | None = None  # the first seed's jobs read, replayed, description
     without: dict[str, SimResult] = {}  # the first seed's runs without quotas (--compare-quotas)
@@ -248,9 +260,9 @@ def _run(args: argparse.Namespace) -> int:
         trace, trace_info = _jobs(args, topology.num_gpus, seed)
         # From the jobs as replayed (overlay included), so a 3D-parallel job's GPU-hours count for its tenant.
         quotas = parse_quotas(args.quotas, trace, topology.num_gpus, args.quota_borrow, args.quota_floor)
-        by_seed[seed], replayed = _run_policies(args, topology, trace, policies, stats, rate, seed, quotas)
+        by_seed[seed], replayed = _run_policies(runs, trace, seed, quotas)
         if args.compare_quotas and seed == seeds[0]:
-            without, _ = _run_policies(args, topology, trace, policies, stats, rate, seed, (), " without quotas")
+            without, _ = _run_policies(runs, trace, seed, (), " without quotas")
         first = first or (len(trace), replayed, trace_info)
     assert first is not None
     results = by_seed[seeds[0]]

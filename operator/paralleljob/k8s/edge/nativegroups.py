@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.pods import GROUP_DECLARATION_KEYS
 
 SCHEDULING_GROUP = "scheduling.k8s.io"
@@ -56,7 +57,7 @@ class WorkloadInfo:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return object_key(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,7 @@ class NativeGroup:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return object_key(self.namespace, self.name)
 
     def scheduled_field(self, name: str) -> str:
         return dict(self.scheduled).get(name, "")
@@ -129,7 +130,7 @@ def declaration_of(
     """The group's ``paralleljob.dev/*`` settings: the PodGroup's own win over its Workload's, which win over
     the pods' (a Job's pod template), key by key."""
     merged = dict(pod_declaration)
-    workload = workloads.get(f"{group.namespace}/{group.workload}") if group.workload else None
+    workload = workloads.get(object_key(group.namespace, group.workload)) if group.workload else None
     if workload is not None:
         merged.update(workload.declaration)
     merged.update(group.declaration)

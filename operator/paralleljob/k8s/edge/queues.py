@@ -107,7 +107,7 @@ def queue_spec(info: QueueInfo) -> QueueSpec:
 
 def pending_job(job: JobObject, request: JobRequest, now_s: float) -> PendingJob:
     """A queued job keeps its place: it was submitted when it (re)entered the queue (``queuedAt``)."""
-    submitted = parse_time(job.status.get("queuedAt")) or parse_time(job.created) or now_s
+    submitted = parse_time(job.queued_at) or now_s
     return PendingJob(request.spec, request.queue, submitted, request.expected_runtime_s)
 
 
@@ -126,7 +126,7 @@ def last_checkpoint(job: JobObject, request: JobRequest, started: float, now_s: 
 def running_job(job: JobObject, request: JobRequest, now_s: float, preemptible: bool) -> RunningJob:
     """A job holding GPUs. ``preemptible`` is the caller's say (only a Running job not already being
     preempted may be chosen); ``spec.preemptible: false`` always wins."""
-    started = parse_time(job.status.get("startTime")) or now_s
+    started = parse_time(job.status.start_time) or now_s
     end = started + request.expected_runtime_s if request.expected_runtime_s is not None else None
     return RunningJob(
         request.spec,

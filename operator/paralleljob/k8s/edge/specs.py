@@ -17,6 +17,7 @@ from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, FailurePolicy, OnUnplaceable, ReoptimizePolicy
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, object_key
+from paralleljob.k8s.edge.jobstatus import JobStatus, parse_status
 from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status
 from paralleljob.k8s.edge.template import InvalidTemplate, PodConstraints, parse_constraints
 
@@ -60,7 +61,7 @@ class JobObject:
     deleting: bool
     request: JobRequest | None
     invalid: str  # why ``request`` is None
-    status: Mapping[str, Any]
+    status: JobStatus
     phase: Phase
     record: PlacementRecord | None
     record_error: str = ""
@@ -75,25 +76,21 @@ class JobObject:
 
     @property
     def restarts(self) -> int:
-        value = self.status.get("restarts", 0)
-        return value if isinstance(value, int) else 0
+        return self.status.restarts
 
     @property
     def placement_epoch(self) -> int:
-        """``status.placementEpoch``: how many placements the job has had; without it, its record's, else 0.
-        The next placement (admission, repair, migration) is this plus one."""
-        value = self.status.get("placementEpoch")
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        return self.record.epoch if self.record is not None else 0
+        """How many placements the job has had (``JobStatus.placement_epoch``); the next placement
+        (admission, repair, migration) is this plus one."""
+        return self.status.placement_epoch
 
     @property
     def queued_at(self) -> str:
-        return str(self.status.get("queuedAt") or self.created)
+        return self.status.queued_at or self.created
 
     @property
     def ever_ran(self) -> bool:
-        return bool(self.status.get("startTime")) or self.restarts > 0
+        return self.status.ever_ran
 
 
 def _int(data: Mapping[str, Any], key: str, default: int | None) -> int | None:
@@ -256,18 +253,9 @@ def _check_containers(containers: list[Mapping[str, Any]]) -> None:
                 raise InvalidRequest(f"{where}.resources.{section} must be an object")
 
 
-def parse_phase(status: Mapping[str, Any]) -> Phase:
-    try:
-        return Phase(status.get("phase") or "Pending")
-    except ValueError:
-        return Phase.PENDING
-
-
 def parse_job(body: Mapping[str, Any]) -> JobObject:
     metadata = body.get("metadata") or {}
-    status = body.get("status") or {}
-    if not isinstance(status, Mapping):
-        status = {}
+    raw_status = body.get("status") or {}
     namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
     key = object_key(namespace, name)
     request: JobRequest | None = None
@@ -280,10 +268,11 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
             invalid_reason = "InvalidTemplate"
     record, record_error = None, ""
     try:
-        record = record_from_status(status)
+        record = record_from_status(raw_status) if isinstance(raw_status, Mapping) else None
     except MalformedRecord as exc:
         record_error = str(exc)
     generation = metadata.get("generation", 0)
+    status = parse_status(raw_status, record.epoch if record is not None else None)
     return JobObject(
         namespace=namespace,
         name=name,
@@ -295,7 +284,7 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
         request=request,
         invalid=invalid,
         status=status,
-        phase=parse_phase(status),
+        phase=status.phase,
         record=record,
         record_error=record_error,
         labels=metadata.get("labels") or {},

@@ -25,7 +25,7 @@ from paralleljob.k8s.view.clusterview import ClusterView
 @dataclass(frozen=True, slots=True)
 class PassContext:
     view: ClusterView
-    placer: Placer | None  # None: the cluster has no GPU nodes
+    placer: Placer  # over the view's state (an empty one when the cluster has no GPU nodes)
     eligibility: Eligibility
     now: str  # the pass's time as the RFC 3339 stamp written into statuses
     now_s: float  # the same time in epoch seconds

@@ -100,7 +100,7 @@ def claims_of(jobs: Sequence[JobObject], busy: Mapping[str, PlacementRecord | No
     for job in jobs:
         record = busy.get(job.key) or (job.record if job.phase in ACTIVE and not job.deleting else None)
         if record is not None:
-            claims.append((str(job.status.get("startTime") or job.queued_at), Claim(job.key, job.uid, record)))
+            claims.append((job.status.start_time or job.queued_at, Claim(job.key, job.uid, record)))
     claims.sort(key=lambda item: (item[0], item[1].key))
     return [claim for _, claim in claims]
 
@@ -116,27 +116,63 @@ def decide(
     topology: TopologyConfig,
     strict_fifo: bool = True,
     clock: Callable[[], float] | None = None,
-    placer_config: PlacerConfig = OPERATOR_PLACER,
     policy: QueuePolicy | None = None,
     view: ClusterView | None = None,
 ) -> tuple[Plan, ClusterView]:
     """``policy`` None: strict (or best-effort) FIFO per queue; else the core's queueing pass with it.
     ``view``: the cluster as of ``observed`` (the reconciler's kept one); built from ``observed`` when None.
     The pass changes the view's state as it decides (allocations, releases)."""
-    clock = clock or (lambda: 0.0)
     # A placed elastic job is decided at the replicas it runs with, not the size it asks for (plan/elastic.py).
     observed = dataclasses.replace(observed, jobs=[at_current_size(j) for j in observed.jobs])
-    now = observed.now
     now_s = observed.seconds
     jobs = {j.key: j for j in observed.jobs}
     if view is None:
         view = build_view(observed.nodes, observed.pods, claims_of(observed.jobs, observed.busy), topology)
-    placer = Placer(view.state, placer_config) if view.state is not None else None
     groups = by_group(observed.pods)
-    eligibility = Eligibility(view, observed.pods, group_requests(observed.jobs, groups, observed.pod_groups))
     plan = Plan(warnings=list(view.warnings))
     plan.node_warnings, plan.node_events = node_warnings(observed.node_warnings, observed.changed_nodes)
     backoff = observed.backoff.after(observed.bind_failures, observed.api_trouble, now_s)
+    book = _Book(_pods_by_job(observed, jobs, view, plan))
+    book.pods.update(_group_pods(observed, jobs, groups, plan))
+    ctx = PassContext(
+        view=view,
+        placer=Placer(view.state, OPERATOR_PLACER),
+        eligibility=Eligibility(view, observed.pods, group_requests(observed.jobs, groups, observed.pod_groups)),
+        now=observed.now,
+        now_s=now_s,
+        clock=clock or (lambda: 0.0),
+        actions_for=book.actions_for,
+        pods_of=book.pods_of,
+        queues=observed.queues,
+        jobs=jobs,
+        holds=backoff.active(now_s),
+        bind_failures=observed.bind_failures,
+        invalid_pods=observed.invalid_pods,
+        gpu_holders=gpu_holders(observed.pods, view.nodes),
+        rigid_waiting=rigid_waiting(observed.jobs),
+    )
+    line = _decide_jobs(ctx, observed, plan, book)
+    try:
+        _admit(ctx, plan, line, policy, strict_fifo, observed.jobs)
+    except Exception as exc:
+        plan.warnings.append(f"admission failed: {exc!r}")
+    plan.jobs = list(book.actions.values())
+    for actions in plan.jobs:
+        note_membership(actions)
+    for actions in plan.jobs:
+        if actions.job.request is not None and actions.job.request.pod_group:
+            active = actions.draft.phase in ACTIVE and not actions.job.deleting
+            finish_group(actions, book.pods_of(actions.job), active, view.nodes, observed.now)
+    plan.backoff = backoff.settle(now_s, jobs, {a.job.key for a in plan.jobs if a.gang_bound})
+    _wake_and_queues(plan, observed, view)
+    return plan, view
+
+
+def _pods_by_job(
+    observed: Observed, jobs: Mapping[str, JobObject], view: ClusterView, plan: Plan
+) -> dict[str, list[PodInfo]]:
+    """Each job's worker pods; a worker whose ParallelJob is gone becomes an orphan to delete (in a
+    namespace this operator serves: elsewhere its job is one we cannot see, not a deleted one)."""
     pods_by_job: dict[str, list[PodInfo]] = {}
     for pod in observed.pods:
         if pod.job is None:
@@ -152,6 +188,15 @@ def decide(
                     pod.namespace, pod.name, pod.uid, must_force(pod, view.nodes), f"its ParallelJob {pod.job} is gone"
                 )
             )
+    return pods_by_job
+
+
+def _group_pods(
+    observed: Observed, jobs: Mapping[str, JobObject], groups: Mapping[str, list[PodInfo]], plan: Plan
+) -> dict[str, list[PodInfo]]:
+    """The pods of each pod group whose ParallelJob adopts it; a group without one gets an adopting
+    ParallelJob to create (``plan.adopt``)."""
+    adopted: dict[str, list[PodInfo]] = {}
     for key, group_pods in groups.items():
         job = jobs.get(key)
         if job is not None and job.request is not None and job.request.pod_group:
@@ -162,7 +207,7 @@ def decide(
                     " they wait until the garbage collector removes it and a new ParallelJob adopts them"
                 )
             stale_keys = {p.key for p in stale}
-            pods_by_job[key] = [p for p in group_pods if p.key not in stale_keys]
+            adopted[key] = [p for p in group_pods if p.key not in stale_keys]
         elif job is not None:
             plan.warnings.append(f"pod group {key}: the ParallelJob of that name does not adopt it (no spec.podGroup)")
         elif all(p.deleting or p.terminal for p in group_pods):
@@ -177,110 +222,116 @@ def decide(
                 plan.adopt.append(manifest)
             except GroupDeclarationError as exc:
                 plan.warnings.append(f"pod group {key} cannot be adopted: {exc}")
-    actions_by_key: dict[str, JobActions] = {}
-    # Waiting jobs whose last decisions are still being written: decided again on drafts nobody carries out
-    # (below), so nothing is written twice.
-    scratch: dict[str, JobActions] = {}
+    return adopted
 
-    def actions_for(job: JobObject) -> JobActions:
-        if job.key in scratch:
-            return scratch[job.key]
-        if job.key not in actions_by_key:
-            actions_by_key[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
-        return actions_by_key[job.key]
 
-    def pods_of(job: JobObject) -> list[PodInfo]:
-        return pods_by_job.get(job.key, [])
+@dataclass
+class _Book:
+    """The pass's own bookkeeping: each job's pods and actions. ``scratch``: waiting jobs whose last
+    decisions are still being written, decided again on drafts nobody carries out, so nothing is written
+    twice."""
 
-    ctx = PassContext(
-        view=view,
-        placer=placer,
-        eligibility=eligibility,
-        now=now,
-        now_s=now_s,
-        clock=clock,
-        actions_for=actions_for,
-        pods_of=pods_of,
-        queues=observed.queues,
-        jobs=jobs,
-        holds=backoff.active(now_s),
-        bind_failures=observed.bind_failures,
-        invalid_pods=observed.invalid_pods,
-        gpu_holders=gpu_holders(observed.pods, view.nodes),
-        rigid_waiting=rigid_waiting(observed.jobs),
-    )
-    in_use: dict[str, int] = {}
-    queued: list[tuple[JobObject, JobRequest]] = []
-    held: list[tuple[JobObject, JobRequest, bool]] = []  # jobs holding GPUs; whether they may be preempted
-    order = sorted(observed.jobs, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
-    for job in order:
+    pods: dict[str, list[PodInfo]]
+    actions: dict[str, JobActions] = field(default_factory=dict)
+    scratch: dict[str, JobActions] = field(default_factory=dict)
+
+    def actions_for(self, job: JobObject) -> JobActions:
+        if job.key in self.scratch:
+            return self.scratch[job.key]
+        if job.key not in self.actions:
+            self.actions[job.key] = _fresh(job)
+        return self.actions[job.key]
+
+    def pods_of(self, job: JobObject) -> list[PodInfo]:
+        return self.pods.get(job.key, [])
+
+
+def _fresh(job: JobObject) -> JobActions:
+    return JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
+
+
+@dataclass
+class _Line:
+    """What admission starts from once every job is decided: who waits (in order), who holds GPUs (and
+    whether it may be preempted), and the GPUs each queue holds."""
+
+    queued: list[tuple[JobObject, JobRequest]] = field(default_factory=list)
+    held: list[tuple[JobObject, JobRequest, bool]] = field(default_factory=list)
+    in_use: dict[str, int] = field(default_factory=dict)
+
+    def hold(self, job: JobObject, request: JobRequest, preemptible: bool) -> None:
+        self.in_use[request.queue] = self.in_use.get(request.queue, 0) + request.spec.num_gpus
+        self.held.append((job, request, preemptible))
+
+
+def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book) -> _Line:
+    """Every job but admission, oldest active first: repairs, completions, preemptions, deletions."""
+    line = _Line()
+    for job in sorted(observed.jobs, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key)):
         if job.key in observed.busy:
             # counted at its last written phase (gauges, queue status), whatever is decided below
-            plan.busy.append(JobActions(job, StatusDraft(job.status, job.phase, job.generation)))
+            plan.busy.append(_fresh(job))
             if job.request is not None and (observed.busy[job.key] is not None or job.phase in ACTIVE):
-                in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
-                held.append((job, job.request, False))
+                line.hold(job, job.request, False)
                 continue
             # A waiting job whose status write is in flight (its reason changed as a deletion freed room, say)
             # keeps its place in line: left out, it let the jobs behind it take the room it was waiting for.
             # Decided as usual on a draft that is thrown away: a head that does not fit blocks its queue, one
             # that fits keeps its GPUs in this pass's trial state; the next pass decides it for real.
-            scratch[job.key] = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+            book.scratch[job.key] = _fresh(job)
             try:
-                entry = _decide_job(ctx, scratch[job.key], job)
+                entry = _decide_job(ctx, book.scratch[job.key], job)
             except Exception:  # reported by the pass that decides it for real, once its write has landed
                 continue
             if entry is not None:
-                queued.append(entry)
+                line.queued.append(entry)
             continue
-        actions = actions_for(job)
+        actions = book.actions_for(job)
         try:
             entry = _decide_job(ctx, actions, job)
         except Exception as exc:  # one bad object must not stop the others, and its status says why
             plan.warnings.append(f"could not reconcile {job.key}: {exc!r}")
-            broken = JobActions(job, StatusDraft(job.status, job.phase, job.generation))
-            broken.draft.condition(
-                "ReconcileError", "True", "InternalError", f"the operator could not handle this object: {exc!r}", now
-            )
-            actions_by_key[job.key] = broken
+            broken = _fresh(job)
+            why = f"the operator could not handle this object: {exc!r}"
+            broken.draft.condition("ReconcileError", "True", "InternalError", why, ctx.now)
+            book.actions[job.key] = broken
             continue
         if entry is not None:
-            queued.append(entry)
+            line.queued.append(entry)
         elif job.request is not None and actions.draft.phase in ACTIVE:
-            in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
             preemptible = actions.draft.phase is Phase.RUNNING and preemption_of(actions.draft.data) is None
-            held.append((job, job.request, preemptible))
+            line.hold(job, job.request, preemptible)
             if (
                 preemptible
                 and job.request.elastic is not None
                 and job.record is not None
-                and actions.draft.data.get("placement") == job.status.get("placement")  # not resized this pass
+                and actions.draft.data.get("placement") == job.status.raw.get("placement")  # not resized this pass
             ):
-                ctx.shrinkable[job.key] = HeldJob(actions, job, job.request, job.record, pods_of(job))
-    try:
-        if policy is None:
-            # The per-queue FIFO honours the rollback holds too: a job whose gang was refused waits out its
-            # back-off (condition BackingOff) instead of being placed again on the very next pass.
-            plan.scheduling_seconds = admit_all(ctx, queued, in_use, strict_fifo)
-        else:
-            running: dict[str, RunningJob] = {
-                job.key: running_job(job, request, now_s, preemptible) for job, request, preemptible in held
-            }
-            plan.scheduling_seconds, core_plan = admit_with_core(
-                ctx, queued, held, running, policy, making_room(observed.jobs)
-            )
-            if core_plan is not None:
-                plan.fairness = core_plan.jain_index
-    except Exception as exc:
-        plan.warnings.append(f"admission failed: {exc!r}")
-    plan.jobs = list(actions_by_key.values())
-    for actions in plan.jobs:
-        note_membership(actions)
-    for actions in plan.jobs:
-        if actions.job.request is not None and actions.job.request.pod_group:
-            active = actions.draft.phase in ACTIVE and not actions.job.deleting
-            finish_group(actions, pods_of(actions.job), active, view.nodes, now)
-    plan.backoff = backoff.settle(now_s, jobs, {a.job.key for a in plan.jobs if a.gang_bound})
+                ctx.shrinkable[job.key] = HeldJob(actions, job, job.request, job.record, book.pods_of(job))
+    return line
+
+
+def _admit(
+    ctx: PassContext, plan: Plan, line: _Line, policy: QueuePolicy | None, strict_fifo: bool, jobs: Sequence[JobObject]
+) -> None:
+    if policy is None:
+        # The per-queue FIFO honours the rollback holds too: a job whose gang was refused waits out its
+        # back-off (condition BackingOff) instead of being placed again on the very next pass.
+        plan.scheduling_seconds = admit_all(ctx, line.queued, line.in_use, strict_fifo)
+        return
+    running: dict[str, RunningJob] = {
+        job.key: running_job(job, request, ctx.now_s, preemptible) for job, request, preemptible in line.held
+    }
+    room = making_room(jobs)
+    plan.scheduling_seconds, core_plan = admit_with_core(ctx, line.queued, line.held, running, policy, room)
+    if core_plan is not None:
+        plan.fairness = core_plan.jain_index
+
+
+def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
+    """When the loop must pass again regardless (a grace period, a back-off, a pod group's timeout ends),
+    and the queues' lengths and the statuses that changed."""
+    now_s = observed.seconds
     deadlines = pending_deadlines(plan.jobs) + [a.wake_at for a in plan.jobs if a.wake_at is not None]
     backoff_ends = plan.backoff.next_end()
     if backoff_ends is not None:  # a held job is tried again when its wait ends, not at the next resync
@@ -296,17 +347,16 @@ def decide(
         for name, status in queue_statuses(plan.seen(), observed.queues, view).items()
         if name in observed.queues and dict(observed.queues[name].status) != status
     }
-    return plan, view
 
 
 def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
     draft.set(observedGeneration=job.generation)
-    if any(c.get("type") == "ReconcileError" and c.get("status") == "True" for c in job.status.get("conditions") or []):
+    if any(c.get("type") == "ReconcileError" and c.get("status") == "True" for c in job.status.conditions):
         draft.condition("ReconcileError", "False", "Resolved", "handled normally again", now)
     if job.request is not None:
         spec = job.request.spec
         draft.set(shape=f"{spec.tp}x{spec.pp}x{spec.dp}", gpus=spec.num_gpus)
-        accepted = next((c for c in job.status.get("conditions") or [] if c.get("type") == "Accepted"), None)
+        accepted = job.status.condition("Accepted")
         if accepted and accepted.get("status") == "True" and "waits for room" in str(accepted.get("message")):
             # accepted by an older operator, whose Accepted condition said "waits for room" for the job's life
             message = f"{spec.describe()} accepted into queue {job.request.queue}"
@@ -333,8 +383,7 @@ def _fail_invalid(actions: JobActions, why: str, now: str) -> None:
 def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo], why: str, now: str) -> None:
     """The job's placement cannot be used (its record is unreadable, or its gang could not be bound)."""
     draft = actions.draft
-    if view.state is not None:
-        view.state.release(actions.job.key)
+    view.state.release(actions.job.key)
     if draft.phase is Phase.PLACING:
         draft.apply(Event.BIND_FAILED, "BindFailed", f"gang rolled back: {why}", now)
     else:
@@ -348,7 +397,7 @@ def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo
 
 def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[JobObject, JobRequest] | None:
     """Decide one job; returns it when it should try admission this pass."""
-    view, placer, eligibility, now, now_s = ctx.view, ctx.placer, ctx.eligibility, ctx.now, ctx.now_s
+    view, eligibility, now, now_s = ctx.view, ctx.eligibility, ctx.now, ctx.now_s
     pods = ctx.pods_of(job)
     draft = actions.draft
     if job.deleting:
@@ -359,8 +408,7 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
     if request is None:
         if not draft.phase.terminal:
             _fail_invalid(actions, job.invalid, now)
-            if view.state is not None:
-                view.state.release(job.key)
+            view.state.release(job.key)
         delete_all(actions, pods, view.nodes, "invalid ParallelJob")
         return None
     if draft.phase is Phase.FAILED:
@@ -379,7 +427,7 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
     if draft.phase is Phase.PREEMPTED:
         # back in line at its old place (queuedAt unchanged), with its restart count
         draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue at its place", now)
-        draft.set(queuedAt=job.status.get("queuedAt") or now)
+        draft.set(queuedAt=job.status.queued_at or now)
     if draft.phase is Phase.QUEUED:
         if request.pod_group:
             since = parse_time(str(draft.data.get("queuedAt") or job.queued_at)) or now_s
@@ -408,18 +456,17 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         # every pod of the group is gone (its owner was deleted or cleaned up): nothing holds the GPUs now
         draft.apply(Event.COMPLETED, "PodGroupGone", "all pods of the group are gone", now)
         draft.set(completionTime=now)
-        if view.state is not None:
-            view.state.release(job.key)
+        view.state.release(job.key)
         return None
     names = {s.name: p.name for s, (_, p) in zip(record.slots, slot_pods(record, pods), strict=True) if p is not None}
     breakage = detect(view, job, record, seen.failed, names if request.pod_group else None)
-    if breakage is not None and placer is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
+    if breakage is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
         repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
         return None
-    if seen.bound == seen.total and placer is not None and not request.pod_group:
+    if seen.bound == seen.total and not request.pod_group:
         node_filter = eligibility.filter_for(job.key, request.spec)
         migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
         if migrated is not None:
@@ -442,8 +489,7 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
             draft.apply(Event.COMPLETED, "Completed", f"all {seen.total} workers succeeded", now)
             draft.set(completionTime=now)
             actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
-            if view.state is not None:
-                view.state.release(job.key)
+            view.state.release(job.key)
         elif draft.phase is Phase.RUNNING and request.elastic is not None and not request.pod_group:
             resized = resize_running(ctx, HeldJob(actions, job, request, record, pods), ctx.rigid_waiting)
             if resized is not None:

@@ -79,7 +79,7 @@ class Eligibility:
         ]
         self._used: dict[int, Usage] = {}  # node -> what bound pods and our recorded workers request there
         state = view.state
-        claimed = set(state.allocations) if state is not None else set()
+        claimed = set(state.allocations)
         for pod in pods:
             if not pod.requests or not pod.bound or pod.terminal:
                 continue
@@ -117,7 +117,6 @@ class Eligibility:
         if key in self._static:
             return self._static[key]
         view = self.view
-        assert view.topology is not None
         unconstrained = (
             not product and not constraints.node_selector and constraints.affinity is None and not constraints.requests
         )
@@ -172,7 +171,7 @@ class Eligibility:
         """The job's filter (None: it may use every node); ``with_usage`` False leaves out what other pods
         use now (for repairs, whose own workers are still counted there)."""
         request = self.requests.get(key)
-        if request is None or self.view.state is None:
+        if request is None or self.view.empty:
             return None
         allowed, ever, why, memo = self._static_filter(request.constraints, request.gpu_product, spec.tp)
         tainted, taint_why = self._taints(request.constraints.tolerations)
@@ -219,7 +218,6 @@ class Eligibility:
         """Nodes where what is requested already leaves room for fewer such workers than their GPUs would
         take; caught up incrementally on the nodes whose usage changed since the last question."""
         view = self.view
-        assert view.state is not None and view.topology is not None
         self._sync(view.state)
         key = (requests, tp)
         seen, limits = self._limits.get(key, (-1, {}))

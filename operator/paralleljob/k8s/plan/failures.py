@@ -112,15 +112,13 @@ def handle(
 ) -> PlacementRecord | None:
     """Decide the repair for ``breakage``; mutates the view's state (the job's GPUs move or are freed).
     Returns the repaired placement to bring the pods in line with, or None when the job left the cluster.
-    ``node_filter``: the nodes the job's template allows (moved groups go only there)."""
+    ``node_filter``: the nodes the job's template allows (moved groups go only there). The caller (decide)
+    never hands a worker failure of a gang still being placed (a worker cannot fail before it runs)."""
     actions, job, request, record = held.actions, held.job, held.request, held.record
     view, placer, now = ctx.view, ctx.placer, ctx.now
     draft = actions.draft
-    assert view.state is not None and placer is not None
     policy = request.failure
     event = Event.HARDWARE_FAILED if breakage.hardware else Event.WORKER_FAILED
-    if draft.phase is Phase.PLACING and not breakage.hardware:
-        return record  # a worker cannot have failed before its gang is running; look again once it is
     if draft.phase is not Phase.RECOVERING or event is Event.HARDWARE_FAILED:
         draft.apply(event, breakage.kind, breakage.message, now)
     actions.note("Warning", breakage.kind, breakage.message)

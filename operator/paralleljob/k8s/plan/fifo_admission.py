@@ -79,7 +79,7 @@ def new_record(
 class _Line:
     """One FIFO pass over the queues: what it has placed and blocked so far (the containers change)."""
 
-    placer: FilteredPlacer | None
+    placer: FilteredPlacer
     strict_fifo: bool
     in_use: dict[str, int]  # queue -> GPUs its running and just-admitted jobs hold
     blocked: dict[str, str] = field(default_factory=dict)  # queue -> the job at its head that does not fit
@@ -92,11 +92,7 @@ def admit_all(
     """Place what fits, in order; returns how long each placement decision took (seconds). ``in_use``
     (queue -> GPUs held) grows with every admission."""
     view = ctx.view
-    filtered = (
-        FilteredPlacer(ctx.placer, view.state, node_filters(ctx.eligibility))
-        if ctx.placer is not None and view.state is not None
-        else None
-    )
+    filtered = FilteredPlacer(ctx.placer, view.state, node_filters(ctx.eligibility))
     line = _Line(filtered, strict_fifo, in_use)
     for job, request in queue_order(queued):
         try:
@@ -104,11 +100,10 @@ def admit_all(
                 continue
             _admit_one(ctx, line, job, request)
         except Exception as exc:  # one bad object must not stop the queue; its status says what happened
-            if view.state is not None:
-                view.state.release(job.key)
+            view.state.release(job.key)
             actions = ctx.actions_for(job)
             # drop whatever was half decided for it; only the error is written
-            actions.draft = StatusDraft(job.status, job.phase, job.generation)
+            actions.draft = StatusDraft(job.status.raw, job.phase, job.generation)
             actions.creates.clear()
             actions.binds.clear()
             actions.events.clear()
@@ -141,7 +136,7 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
     """What is decided for every queued job whatever its place in line: a job that can never fit fails now,
     a job whose queue does not exist waits with the reason. True when the job goes no further this pass."""
     actions, view, now, eligibility = ctx.actions_for(job), ctx.view, ctx.now, ctx.eligibility
-    if view.topology is not None and not job.ever_ran:
+    if not view.empty and not job.ever_ran:
         # an elastic job can never fit only when its minimum cannot
         spec = request.spec if request.elastic is None else resized(request.spec, request.elastic.min)
         node_filter = eligibility.filter_for(job.key, spec, with_usage=False) if eligibility else None
@@ -151,7 +146,7 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
             return True
     missing = unknown_queue(request, ctx.queues)
     if missing:
-        placed = [c for c in job.status.get("conditions") or [] if c.get("type") == "Placed"]
+        placed = [c for c in job.status.conditions if c.get("type") == "Placed"]
         if not placed or placed[0].get("reason") != WaitReason.QUEUE_NOT_FOUND:
             # once when the job starts waiting for the queue, not on every pass while it waits
             actions.note("Warning", WaitReason.QUEUE_NOT_FOUND, missing)
@@ -171,7 +166,7 @@ def entry_of(ctx: PassContext, job: JobObject, request: JobRequest, making_room:
         served_namespaces=queue.namespaces if queue is not None else (),
         backoff=ctx.holds.get(job.key) if ctx.holds else None,
         making_room=making_room,
-        has_gpu_nodes=ctx.placer is not None and ctx.view.state is not None,
+        has_gpu_nodes=not ctx.view.empty,
     )
 
 
@@ -205,7 +200,6 @@ def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobReques
         draft.condition("Placed", "False", WaitReason.QUEUE_FULL, refusal, now)
         blocked[request.queue] = job.name
         return
-    assert placer is not None and view.state is not None  # entry_gate: the cluster has GPU nodes
     started = clock()
     try:
         if request.elastic is not None:

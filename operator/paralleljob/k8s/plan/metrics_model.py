@@ -29,7 +29,7 @@ class Gauges:
 
 def fragmentation_ratio(view: ClusterView) -> float:
     """Share of the free GPUs that sit on partly used nodes (0: every free GPU is on an empty node)."""
-    if view.state is None or view.topology is None:
+    if view.empty:
         return 0.0
     free = stranded = 0
     topology, state = view.topology, view.state
@@ -85,7 +85,7 @@ def gauges(
     """``fairness``: Jain's index from the queueing pass when it ran; else computed here the same way."""
     phases = Counter(a.draft.phase.value for a in jobs)
     by_phase = {p.value: phases.get(p.value, 0) for p in Phase}
-    counts = view.state.counts() if view.state is not None else {"total": 0, "allocated": 0, "unhealthy": 0, "free": 0}
+    counts = view.state.counts()
     cost = {"tp": 0.0, "pp": 0.0, "dp": 0.0, "total": 0.0}
     queue_gpus: dict[str, int] = {}
     queue_length: dict[str, int] = {}

@@ -231,7 +231,7 @@ def hold_until_complete(
     state = group_state(request, pods)
     job = actions.job
     previous: Mapping[str, Any] = next(
-        (c for c in job.status.get("conditions") or [] if c.get("type") == READY_CONDITION), {}
+        (c for c in job.status.conditions if c.get("type") == READY_CONDITION), {}
     )
     if state.ready:
         actions.draft.condition(READY_CONDITION, "True", state.reason, state.message, now)
@@ -322,7 +322,7 @@ def note_stuck(
         " new slot"
     )
     previous = next(
-        (c.get("message") for c in actions.job.status.get("conditions") or [] if c.get("type") == "Bound"), None
+        (c.get("message") for c in actions.job.status.conditions if c.get("type") == "Bound"), None
     )
     actions.draft.condition("Bound", "False", "WaitingForOwner", message, now)
     if message != previous:

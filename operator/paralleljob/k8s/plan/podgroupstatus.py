@@ -53,7 +53,7 @@ class PodGroupCondition:
 
 
 def _condition(job: JobObject, kind: str) -> Mapping[str, Any]:
-    return next((c for c in job.status.get("conditions") or [] if c.get("type") == kind), {})
+    return job.status.condition(kind)
 
 
 def _why_waiting(job: JobObject) -> str:
@@ -66,7 +66,7 @@ def _why_waiting(job: JobObject) -> str:
 
 
 def _cost(job: JobObject) -> str:
-    cost = job.status.get("communicationCost") or {}
+    cost = job.status.raw.get("communicationCost") or {}
     total = cost.get("totalMs") if isinstance(cost, Mapping) else None
     return f"; communication cost {float(total):.1f} ms per step" if isinstance(total, int | float) else ""
 
@@ -74,7 +74,7 @@ def _cost(job: JobObject) -> str:
 def desired_condition(job: JobObject, group: NativeGroup) -> PodGroupCondition | None:
     """What the PodGroup should say now, or None when it says it already (or there is nothing to say)."""
     if job.phase in BOUND_PHASES:
-        bound = len((job.status.get("placement") or {}).get("pods") or []) or group.min_count or 0
+        bound = len((job.status.raw.get("placement") or {}).get("pods") or []) or group.min_count or 0
         status, reason = "True", REASON_SCHEDULED
         message = f"all {bound} pods placed as one gang by {SCHEDULER_NAME}{_cost(job)}"
     elif job.phase in WAITING_PHASES:

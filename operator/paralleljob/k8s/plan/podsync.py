@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from paralleljob.core.checkpoint import checkpointable_boundary
 from paralleljob.k8s.edge.claims import DeviceClaim, claim_name, with_claim
+from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.manifests import headless_service, worker_pod
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
@@ -131,7 +132,7 @@ def gpu_holders(pods: Iterable[PodInfo], nodes: Mapping[str, NodeInfo]) -> dict[
     for pod in pods:
         if pod.bound and not pod.terminal and pod.gpu_indices and not must_force(pod, nodes):
             for index in pod.gpu_indices:
-                holders[(pod.node, index)] = f"{pod.namespace}/{pod.name}"
+                holders[(pod.node, index)] = object_key(pod.namespace, pod.name)
     return holders
 
 
@@ -140,7 +141,7 @@ def _waits_for_gpus(slot: PodSlot, namespace: str, holders: Mapping[tuple[str, i
     now being deleted to another slot or job (a repair releases a job's GPUs for the rest of its pass);
     a kubelet gives a device to a new pod only once the pod holding it has terminated, and refuses the new
     pod at admission otherwise, so the slot's pod is created in the pass after that pod is gone."""
-    own = f"{namespace}/{slot.name}"
+    own = object_key(namespace, slot.name)
     return any(holders.get((slot.node, index), own) != own for index in slot.gpu_indices)
 
 

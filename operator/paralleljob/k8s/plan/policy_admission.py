@@ -74,7 +74,7 @@ def admit_with_core(
         else:
             jobs[job.key] = (job, request)
             pending.append(pending_job(job, request, now_s))
-    if not pending or placer is None or view.state is None:
+    if not pending or view.empty:
         return [], None
     requests = {key: request for key, (_, request) in jobs.items()}
     by_key = {job.key: (job, request) for job, request, _ in held}

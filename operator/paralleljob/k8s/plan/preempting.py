@@ -56,7 +56,7 @@ def making_room(jobs: Sequence[JobObject]) -> dict[str, tuple[float, list[str]]]
     """Waiting job -> (latest deadline, victims) for every preemption still under way."""
     out: dict[str, tuple[float, list[str]]] = {}
     for job in jobs:
-        pending = preemption_of(job.status)
+        pending = preemption_of(job.status.raw)
         if pending is None or job.phase is not Phase.RUNNING or job.deleting:
             continue
         deadline, for_job = pending

@@ -23,7 +23,7 @@ the record it returns.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from paralleljob.core.cluster import Allocation
@@ -48,9 +48,8 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     """Re-price a running, repaired job; returns the new record when it migrates in this pass."""
     actions, job, request, record = held.actions, held.job, held.request, held.record
     view, placer, now_s = ctx.view, ctx.placer, ctx.now_s
-    assert placer is not None
     draft = actions.draft
-    if draft.phase is not Phase.RUNNING or record.cost is None or job.restarts == 0 or view.state is None:
+    if draft.phase is not Phase.RUNNING or record.cost is None or job.restarts == 0:
         return None
     if job.key not in view.state.allocations:
         return None
@@ -59,7 +58,7 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     checked_at = _seconds(previous.get("checkedAt"))
     due = False
     if proposed_at is not None and request.failure.reoptimize is ReoptimizePolicy.MIGRATE_AT_CHECKPOINT:
-        started = parse_time(job.status.get("startTime")) or now_s
+        started = parse_time(job.status.start_time) or now_s
         boundary = last_checkpoint(job, request, started, now_s)
         due = boundary is not None and boundary > proposed_at
     if not due and checked_at is not None and now_s - checked_at < RECHECK_SECONDS:
@@ -72,7 +71,7 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     decision = decide_migration(current_ms, best.cost.total_ms if best else current_ms, moves, interval)
     if due and decision.migrate and best is not None:
         return _migrate(ctx, held, best, decision)
-    _report(ctx, actions, decision, best, moves, proposed_at, current_ms)
+    _report(ctx, actions, decision, _Repricing(current_ms, best, moves, proposed_at))
     return None
 
 
@@ -88,20 +87,24 @@ def _checkpoint_interval(request: JobRequest, status: dict[str, Any]) -> float:
     return float(suggested) if isinstance(suggested, int | float) and suggested > 0 else math.inf
 
 
-def _report(
-    ctx: PassContext,
-    actions: JobActions,
-    decision: MigrationDecision,
-    best: Placement | None,
-    moves: int,
-    proposed_at: float | None,
-    current_ms: float,
-) -> None:
+@dataclass(frozen=True, slots=True)
+class _Repricing:
+    """A running job priced against the best placement now: its cost, the best (None: none exists), the
+    pods a move would re-create, and when a move was first proposed (None: not yet)."""
+
+    current_ms: float
+    best: Placement | None
+    moves: int
+    proposed_at: float | None
+
+
+def _report(ctx: PassContext, actions: JobActions, decision: MigrationDecision, priced: _Repricing) -> None:
     now, now_s = ctx.now, ctx.now_s
+    best, moves, proposed_at = priced.best, priced.moves, priced.proposed_at
     draft = actions.draft
     data: dict[str, Any] = {
         "checkedAt": round(now_s, 3),
-        "currentCostMs": round(current_ms, 6),
+        "currentCostMs": round(priced.current_ms, 6),
         "bestCostMs": round(best.cost.total_ms, 6) if best is not None else None,
         "podsToMove": moves,
         "worthMoving": decision.migrate,
@@ -122,7 +125,7 @@ def _report(
 def _migrate(ctx: PassContext, held: HeldJob, best: Placement, decision: MigrationDecision) -> PlacementRecord:
     actions, job, request, record = held.actions, held.job, held.request, held.record
     view, now = ctx.view, ctx.now
-    assert view.state is not None and record.cost is not None
+    assert record.cost is not None
     draft = actions.draft
     moved = pods_to_move(view.state.allocations[job.key].groups, best.groups)
     view.state.release(job.key)

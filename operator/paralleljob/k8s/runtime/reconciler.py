@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from paralleljob.core.repair import FailureAction
@@ -35,11 +36,11 @@ from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
 from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
-from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
+from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.plan.metrics_model import gauges
-from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
+from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
@@ -71,6 +72,24 @@ def relevant_pod(body: Mapping[str, Any]) -> bool:
         return False
     return any((c.get("resources") or {}) for c in spec.get("containers") or [] if isinstance(c, Mapping))
 
+
+
+def supervised(work: Coroutine[Any, Any, None], name: str, ended: Callable[[bool], None]) -> asyncio.Task[None]:
+    """``work`` as a task that never takes the loop down: an exception is logged (the next pass decides
+    again) and ``ended(crashed)`` runs however it ends, cancelled included, to take it off its in-flight
+    table and wake the loop."""
+
+    async def run() -> None:
+        crashed = False
+        try:
+            await work
+        except Exception:
+            log.exception("%s failed", name)
+            crashed = True
+        finally:
+            ended(crashed)
+
+    return asyncio.create_task(run(), name=name)
 
 class Reconciler:
     def __init__(self, kube: Kube, config: OperatorConfig, metrics: Metrics) -> None:
@@ -230,13 +249,11 @@ class Reconciler:
         self.deferred.update(busy)  # left out of this pass: decided again once their chains end
         jobs = self.jobs.values()
         view = self.view.refresh(claims_of(jobs, busy))
-        if view.state is not None:
-            view.state.begin_trial()
+        view.state.begin_trial()
         try:
             self._decide_and_launch(started, jobs, busy, view)
         finally:
-            if view.state is not None:
-                view.state.rollback()
+            view.state.rollback()
 
     def _decide_and_launch(
         self, started: float, jobs: list[JobObject], busy: dict[str, PlacementRecord | None], view: ClusterView
@@ -288,17 +305,30 @@ class Reconciler:
                 continue
             writing = actions.draft.phase in ACTIVE and actions.writes_status
             record = record_from_status(actions.draft.data) if writing else None
-            task = asyncio.create_task(self._chain(actions, started), name=f"job {actions.job.key}")
+            outcome = Outcome()
+            task = supervised(
+                self.executor.run_job(actions, outcome),
+                f"carrying out the decisions for {actions.job.key}",
+                functools.partial(self._chain_ended, actions, outcome, started),
+            )
             self.inflight[actions.job.key] = (task, record)
             launched += 1
         for delete in plan.orphans:
             key = (delete.namespace, delete.name)
             if key not in self.inflight_orphans:
-                self.inflight_orphans[key] = asyncio.create_task(self._orphan(delete), name=f"orphan {key}")
+                self.inflight_orphans[key] = supervised(
+                    self.executor.delete_orphan(delete, Outcome()),
+                    f"deleting orphan {delete.namespace}/{delete.name}",
+                    functools.partial(self._ended, self.inflight_orphans, key),
+                )
         for manifest in plan.adopt:
             group = object_key(manifest["metadata"]["namespace"], manifest["metadata"]["name"])
             if group not in self.inflight_adoptions and self.adoption_pauses.get(group, 0.0) <= started:
-                self.inflight_adoptions[group] = asyncio.create_task(self._adopt(group, manifest), name=group)
+                self.inflight_adoptions[group] = supervised(
+                    self._adopt(group, manifest),
+                    f"creating the ParallelJob for pod group {group}",
+                    functools.partial(self._adoption_ended, group),
+                )
         self._collect_claims()
         self.passes += 1
         self.metrics.passes.inc()
@@ -354,46 +384,34 @@ class Reconciler:
             except ApiError as exc:
                 log.debug("status of queue %s not written: %s", name, exc)
 
-    async def _chain(self, actions: JobActions, started: float) -> None:
-        key = actions.job.key
-        outcome = Outcome()
-        crashed = False
-        try:
-            await self.executor.run_job(actions, outcome)
-        except Exception:  # an unexpected answer must not take the loop down; the next pass decides again
-            log.exception("carrying out the decisions for %s failed", key)
-            crashed = True
-        finally:
-            self.inflight.pop(key, None)
-            self._absorb(outcome, started)
-            deferred = key in self.deferred
-            self.deferred.discard(key)
-            if crashed or deferred or needs_another_pass(actions, outcome):
-                self.wake.set()
+    def _ended(self, registry: dict[Any, asyncio.Task[None]], key: object, crashed: bool) -> None:
+        registry.pop(key, None)
+        self.wake.set()
 
-    async def _orphan(self, delete: PodDelete) -> None:
-        try:
-            await self.executor.delete_orphan(delete, Outcome())
-        except Exception:
-            log.exception("deleting orphan %s/%s failed", delete.namespace, delete.name)
-        finally:
-            self.inflight_orphans.pop((delete.namespace, delete.name), None)
+    def _chain_ended(self, actions: JobActions, outcome: Outcome, started: float, crashed: bool) -> None:
+        key = actions.job.key
+        self.inflight.pop(key, None)
+        self._absorb(outcome, started)
+        deferred = key in self.deferred
+        self.deferred.discard(key)
+        if crashed or deferred or needs_another_pass(actions, outcome):
             self.wake.set()
 
     async def _adopt(self, key: str, manifest: dict[str, Any]) -> None:
-        created = False
-        try:
-            created = await self.executor.create_job(manifest)
-        except Exception:
-            log.exception("creating the ParallelJob for pod group %s failed", key)
-        finally:
-            if created:
-                self.adoption_pauses.pop(key, None)
-            else:  # refused (the log says why): try again later, not in a tight loop
-                self.adoption_pauses[key] = time.monotonic() + ADOPTION_RETRY_SECONDS
-                asyncio.get_running_loop().call_later(ADOPTION_RETRY_SECONDS, self.wake.set)
-            self.inflight_adoptions.pop(key, None)
-            self.wake.set()
+        if await self.executor.create_job(manifest):
+            self.adoption_pauses.pop(key, None)
+        else:
+            self._pause_adoption(key)
+
+    def _adoption_ended(self, key: str, crashed: bool) -> None:
+        if crashed:
+            self._pause_adoption(key)
+        self._ended(self.inflight_adoptions, key, crashed)
+
+    def _pause_adoption(self, key: str) -> None:
+        """Refused or failed (the log says why): try again later, not in a tight loop."""
+        self.adoption_pauses[key] = time.monotonic() + ADOPTION_RETRY_SECONDS
+        asyncio.get_running_loop().call_later(ADOPTION_RETRY_SECONDS, self.wake.set)
 
     def _collect_claims(self) -> None:
         """Delete the operator's ResourceClaims whose worker pod is gone or finished, so no device stays
@@ -410,7 +428,11 @@ class Reconciler:
             pod = self.pods.get(claim.namespace, claim.pod)
             if pod is not None and not pod.terminal:
                 continue
-            self.claim_deletes[key] = asyncio.create_task(self._delete_claim(claim), name=f"claim {key}")
+            self.claim_deletes[key] = supervised(
+                self._delete_claim(claim),
+                f"deleting ResourceClaim {claim.namespace}/{claim.name}",
+                functools.partial(self._ended, self.claim_deletes, key),
+            )
 
     async def _delete_claim(self, claim: ClaimInfo) -> None:
         try:
@@ -418,13 +440,10 @@ class Reconciler:
             log.info("deleted ResourceClaim %s/%s: its pod %s is gone", claim.namespace, claim.name, claim.pod)
             self.claims.forget(claim.namespace, claim.name, claim.uid)
         except ApiError as exc:
-            if exc.status in (404, 409):  # gone already, or replaced (UID precondition): nothing of ours to free
+            if exc.answer in (Answer.GONE, Answer.CONFLICT):  # gone already, or replaced (UID precondition)
                 self.claims.forget(claim.namespace, claim.name, claim.uid)
             else:
                 log.warning("could not delete ResourceClaim %s/%s: %s", claim.namespace, claim.name, exc)
-        finally:
-            self.claim_deletes.pop((claim.namespace, claim.name), None)
-            self.wake.set()
 
     def _absorb(self, outcome: Outcome, started: float) -> None:
         self.metrics.binds.inc(outcome.bound)

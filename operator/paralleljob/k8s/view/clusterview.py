@@ -47,8 +47,8 @@ class Claim:
 
 @dataclass
 class ClusterView:
-    topology: Topology | None
-    state: ClusterState | None
+    topology: Topology  # Topology.empty() when there are no GPU nodes (and no recorded ones)
+    state: ClusterState
     nodes: dict[str, NodeInfo]
     node_index: dict[str, int]
     products: list[str]
@@ -64,10 +64,11 @@ class ClusterView:
 
     @property
     def empty(self) -> bool:
-        return self.topology is None
+        """No GPU nodes: admission waits for some (NoGPUNodes) instead of refusing every job for good."""
+        return self.topology.num_nodes == 0
 
     def gpu_id(self, node: str, index: int) -> int | None:
-        if self.topology is None or node not in self.node_index:
+        if node not in self.node_index:
             return None
         n = self.node_index[node]
         if not 0 <= index < self.topology.node_gpu_count[n]:
@@ -82,7 +83,6 @@ class ClusterView:
 
     def locate(self, gpus: Sequence[int]) -> tuple[str, tuple[int, ...]]:
         """Global GPU ids of one TP group -> (node name, GPU indices on that node)."""
-        assert self.topology is not None
         node = self.topology.gpu_node[gpus[0]]
         first = self.topology.node_first_gpu[node]
         return self.topology.node_names[node], tuple(g - first for g in gpus)
@@ -90,7 +90,7 @@ class ClusterView:
     def broken_gpus(self, slot: PodSlot) -> bool:
         """True when any GPU of the slot is gone or may not run work."""
         ids = self.slot_gpus(slot)
-        if ids is None or self.state is None:
+        if ids is None:
             return True
         return any(self.state.health[g] in (GPUHealth.OFFLINE, GPUHealth.RESETTING) for g in ids)
 
@@ -126,7 +126,7 @@ def build_view(
             if slot.node not in live and slot.gpu_indices:
                 ghost_counts[slot.node] = max(ghost_counts.get(slot.node, 0), max(slot.gpu_indices) + 1)
     if not live and not ghost_counts:
-        return ClusterView(None, None, {}, {}, [], frozenset())
+        return empty_view()
     present = [i for i, _ in enumerate(config.levels) if any(n.domains[i] for n in live.values())]
     levels = (
         Level("node", config.node_bandwidth_gbps),
@@ -171,11 +171,16 @@ def build_view(
     return view
 
 
+def empty_view() -> ClusterView:
+    """The view of a cluster without GPU nodes: an empty topology and state, never None."""
+    topology = Topology.empty()
+    return ClusterView(topology, ClusterState(topology), {}, {}, [], frozenset())
+
+
 def apply_health(view: ClusterView, n: int) -> None:
     """Step 4 for one node, on a node whose GPUs are all healthy and which is schedulable: a ghost is
     wholly offline, a live node gets its broken GPUs offline, its degraded ones degraded, and no new work
     if it takes none."""
-    assert view.state is not None and view.topology is not None
     state, topology = view.state, view.topology
     info = view.nodes.get(topology.node_names[n])
     broken = frozenset(range(topology.node_gpu_count[n])) if info is None else info.broken_gpus()
@@ -191,7 +196,6 @@ def apply_health(view: ClusterView, n: int) -> None:
 
 def load_claim(view: ClusterView, claim: Claim) -> bool:
     """Step 2 for one claim: all of its GPUs, or none and the reason in ``conflicts``."""
-    assert view.state is not None
     groups = []
     for slot in claim.record.slots:
         ids = view.slot_gpus(slot)
@@ -222,7 +226,7 @@ def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
         return group_claim is not None and any(
             s.node == pod.node and s.gpu_indices == pod.gpu_indices for s in group_claim.record.slots
         )
-    claim = loaded.get(f"{pod.namespace}/{pod.job}") if pod.job is not None else None
+    claim = loaded.get(object_key(pod.namespace, pod.job)) if pod.job is not None else None
     if claim is None or claim.uid != pod.owner_uid:
         return False
     slot = claim.record.slot_named(pod.name)
@@ -231,32 +235,30 @@ def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
 
 def hold_claimed_devices(view: ClusterView, name: str) -> None:
     """Step 3b for one DRA node: GPUs that other ResourceClaims have allocated (``NodeInfo.held_gpus``) are
-    taken by one holder per node (allocation ``claims:<node>``); a GPU already owned (a record or a pod
-    claims it too) is left to that owner."""
-    assert view.state is not None
+    taken by one assumed holder per node (``claims:<node>``); a GPU already owned (a record or a pod claims
+    it too) is left to that owner."""
     info = view.nodes.get(name)
     if info is None or not info.held_gpus:
         return
     gpus = [gpu for i in sorted(info.held_gpus) if (gpu := view.gpu_id(name, i)) is not None]
     free = tuple(g for g in gpus if view.state.owner[g] is None)
-    if free:
-        view.state.allocate(Allocation(claims_holder_id(name), (free,), 0.0))
+    view.state.assume(claims_holder_id(name), free)
 
 
 def claims_holder_id(node: str) -> str:
-    """The allocation id of the GPUs of ``node`` that claims the operator does not explain hold."""
+    """The assumed holder of the GPUs of ``node`` that claims the operator does not explain hold."""
     return f"claims:{node}"
 
 
 def occupy(view: ClusterView, pod: PodInfo) -> str:
     """Step 3 for one pod no record explains: it holds its annotated GPUs when they are free, else any free
-    ones (allocation ``pod:<key>``). Returns a warning when its node has fewer free GPUs than it holds.
+    ones (assumed usage of holder ``pod:<key>``, not an allocation). Returns a warning when its node has
+    fewer free GPUs than it holds.
 
     A stale pod of a job whose new record took the pod's own GPUs (a repair may reuse the job's GPUs while
     its old pods are still going away) holds nothing more: those GPUs are the job's either way, and no
     other GPU is taken for it. Counting it again made a node look oversubscribed on every pass of a repair.
     """
-    assert view.state is not None and view.topology is not None
     n = view.node_index.get(pod.node)
     if n is None:
         return ""
@@ -273,13 +275,12 @@ def occupy(view: ClusterView, pod: PodInfo) -> str:
         # it is gone (podsync waits for it), which is no oversubscription.
         if preferred:
             view.occupants.setdefault(pod.node, []).append(pod.key)
-            view.state.allocate(Allocation(occupant_id(pod.key), (tuple(preferred),), 0.0))
+            view.state.assume(occupant_id(pod.key), preferred)
         return ""
     need = pod.gpus - len(own)
     chosen = (preferred + [g for g in free if g not in preferred])[: max(need, 0)]
     view.occupants.setdefault(pod.node, []).append(pod.key)
-    if chosen:
-        view.state.allocate(Allocation(occupant_id(pod.key), (tuple(chosen),), 0.0))
+    view.state.assume(occupant_id(pod.key), chosen)
     if len(chosen) < need:
         return f"node {pod.node} is oversubscribed: pod {pod.key} holds {pod.gpus} GPUs, only {len(chosen)} were free"
     return ""
@@ -288,15 +289,15 @@ def occupy(view: ClusterView, pod: PodInfo) -> str:
 def own_claim_key(pod: PodInfo, loaded: dict[str, Claim]) -> str | None:
     """The loaded record of the pod's own job (owner UID checked) or of its pod group's adopting job."""
     if pod.group is not None:
-        key = f"{pod.namespace}/{pod.group}"
+        key = object_key(pod.namespace, pod.group)
         return key if key in loaded else None
     if pod.job is None:
         return None
-    key = f"{pod.namespace}/{pod.job}"
+    key = object_key(pod.namespace, pod.job)
     claim = loaded.get(key)
     return key if claim is not None and claim.uid == pod.owner_uid else None
 
 
 def occupant_id(pod_key: str) -> str:
-    """The allocation id of a pod that holds GPUs no record explains."""
+    """The assumed holder of the GPUs a pod holds that no record explains."""
     return f"pod:{pod_key}"

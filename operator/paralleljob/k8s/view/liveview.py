@@ -24,6 +24,7 @@ from typing import Protocol
 
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.view.clusterview import (
@@ -66,7 +67,7 @@ def _shape(info: NodeInfo) -> tuple[object, ...]:
 def _job_key(pod: PodInfo) -> str | None:
     """The ParallelJob whose claim may explain this pod: its own, or its pod group's adopting job."""
     owner = pod.job if pod.job is not None else pod.group
-    return f"{pod.namespace}/{owner}" if owner is not None else None
+    return object_key(pod.namespace, owner) if owner is not None else None
 
 
 class LiveView:
@@ -96,11 +97,11 @@ class LiveView:
         self.nodes.take_changes()
         self.pods.take_changes()
         pods = self.pods.values()
-        self.adopt(build_view(self.nodes.values(), pods, claims, self.config), claims, pods)
+        view = build_view(self.nodes.values(), pods, claims, self.config)
+        self.adopt(view, claims, pods)
         self.rebuilds[why] = self.rebuilds.get(why, 0) + 1
         self.on_rebuild(why)
-        assert self.view is not None
-        return self.view
+        return view
 
     def adopt(self, view: ClusterView, claims: Sequence[Claim], pods: Sequence[PodInfo]) -> None:
         """Take ``view`` (built from ``claims`` and the stores' current contents) as the kept one."""
@@ -112,27 +113,30 @@ class LiveView:
 
     def refresh(self, claims: Sequence[Claim]) -> ClusterView:
         """The view as of now: patched when possible, else rebuilt. ``claims`` as for ``build_view``."""
-        if self.view is None:
+        view = self.view
+        if view is None:
             return self.rebuild(claims, "start")
         node_keys, relisted_nodes = self.nodes.take_changes()
         pod_keys, relisted_pods = self.pods.take_changes()
         if relisted_nodes or relisted_pods:
             return self.rebuild(claims, "relist")
         try:
-            self._patch(node_keys, pod_keys, claims)
+            self._patch(view, node_keys, pod_keys, claims)
         except NeedsRebuild as why:
             return self.rebuild(claims, str(why))
         except Exception:  # a half-patched view must never be used; the rebuild is always right
             log.exception("patching the cluster view failed; rebuilding it")
             return self.rebuild(claims, "error")
-        return self.view
+        return view
 
     # ---- patching -------------------------------------------------------------------------------------
     def _patch(
-        self, node_keys: list[tuple[str, str]], pod_keys: list[tuple[str, str]], claims: Sequence[Claim]
+        self,
+        view: ClusterView,
+        node_keys: list[tuple[str, str]],
+        pod_keys: list[tuple[str, str]],
+        claims: Sequence[Claim],
     ) -> None:
-        view = self.view
-        assert view is not None
         dirty: set[str] = set()
         for _, name in node_keys:
             info = self.nodes.get("", name)
@@ -154,17 +158,17 @@ class LiveView:
         if gone or new_claims or reordered:
             if view.conflicts:
                 raise NeedsRebuild("conflict")
-            if self._ghosts(claims) != self._ghosts_now():
+            if _ghosts(view, claims) != _ghosts_now(view):
                 raise NeedsRebuild("topology")
             for claim in [self._claims[key] for key in gone] + new_claims:
                 dirty |= {slot.node for slot in claim.record.slots}
                 dirty |= {self._gpu_pods[key].node for key in self._of_job.get(claim.key, ())}
         known = sorted(name for name in dirty if name in view.node_index)
-        if view.state is None:
+        if view.empty:
             if known or gone or new_claims:
                 raise NeedsRebuild("empty")
             return
-        self._redo(known, gone, new_claims)
+        self._redo(view, known, gone, new_claims)
         self._claims = wanted
 
     def _repod(self, key: tuple[str, str]) -> set[str]:
@@ -196,27 +200,8 @@ class LiveView:
         if job is not None:
             self._of_job[job].discard(key)
 
-    def _ghosts(self, claims: Sequence[Claim]) -> dict[str, int]:
-        """The ghost nodes ``claims`` need, with their GPU counts, as ``build_view`` derives them."""
-        assert self.view is not None
-        live, counts = self.view.nodes, dict[str, int]()
-        for claim in claims:
-            for slot in claim.record.slots:
-                if slot.node not in live and slot.gpu_indices:
-                    counts[slot.node] = max(counts.get(slot.node, 0), max(slot.gpu_indices) + 1)
-        return counts
-
-    def _ghosts_now(self) -> dict[str, int]:
-        view = self.view
-        assert view is not None
-        if view.topology is None:
-            return {}
-        return {name: view.topology.node_gpu_count[view.node_index[name]] for name in view.ghosts}
-
-    def _redo(self, dirty: list[str], gone: list[str], new_claims: list[Claim]) -> None:
+    def _redo(self, view: ClusterView, dirty: list[str], gone: list[str], new_claims: list[Claim]) -> None:
         """Redo steps 2-4 of the rebuild on the dirty nodes, for the changed claims."""
-        view = self.view
-        assert view is not None and view.state is not None and view.topology is not None
         state, topology = view.state, view.topology
         for name in dirty:
             n = view.node_index[name]
@@ -224,8 +209,8 @@ class LiveView:
                 state.set_health(gpu, GPUHealth.HEALTHY)
             state.set_node_schedulable(n, True)
             for pod_key in view.occupants.pop(name, []):
-                state.release(occupant_id(pod_key))
-            state.release(claims_holder_id(name))
+                state.forget(occupant_id(pod_key))
+            state.forget(claims_holder_id(name))
             view.node_warnings.pop(name, None)
         for key in gone:
             state.release(key)
@@ -242,3 +227,17 @@ class LiveView:
                         view.node_warnings.setdefault(name, []).append(warning)
             hold_claimed_devices(view, name)
             apply_health(view, view.node_index[name])
+
+
+def _ghosts(view: ClusterView, claims: Sequence[Claim]) -> dict[str, int]:
+    """The ghost nodes ``claims`` need, with their GPU counts, as ``build_view`` derives them."""
+    counts: dict[str, int] = {}
+    for claim in claims:
+        for slot in claim.record.slots:
+            if slot.node not in view.nodes and slot.gpu_indices:
+                counts[slot.node] = max(counts.get(slot.node, 0), max(slot.gpu_indices) + 1)
+    return counts
+
+
+def _ghosts_now(view: ClusterView) -> dict[str, int]:
+    return {name: view.topology.node_gpu_count[view.node_index[name]] for name in view.ghosts}

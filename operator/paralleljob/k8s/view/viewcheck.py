@@ -19,8 +19,8 @@ log = logging.getLogger("paralleljob.k8s.view.clusterview")
 
 def view_differences(kept: ClusterView, fresh: ClusterView) -> list[str]:
     """What a decision could see differently in ``kept`` than in ``fresh`` (empty: nothing)."""
-    if kept.state is None or fresh.state is None:
-        return [] if kept.state is None and fresh.state is None else ["one view is empty, the other is not"]
+    if kept.empty or fresh.empty:
+        return [] if kept.empty and fresh.empty else ["one view is empty, the other is not"]
     out = state_differences(kept.state, fresh.state)
     if out == ["topology differs"]:
         return out
@@ -75,19 +75,18 @@ class CheckedView:
         by_passes = self.every_passes > 0 and self._passes_since >= self.every_passes
         by_time = self.every_seconds > 0 and self.clock() - self._checked_at >= self.every_seconds
         if by_passes or by_time:
-            self.check(claims)
-        assert self.live.view is not None
-        return self.live.view
+            return self.check(view, claims)[0]
+        return view
 
-    def check(self, claims: Sequence[Claim]) -> list[str]:
-        """Compare the kept view with a rebuild now; on a difference, adopt the rebuild."""
+    def check(self, kept: ClusterView, claims: Sequence[Claim]) -> tuple[ClusterView, list[str]]:
+        """Compare the kept view with a rebuild now; on a difference, adopt the rebuild. Returns the view
+        to use and the differences found."""
         live = self.live
-        assert live.view is not None
         self.checks += 1
         self._passes_since, self._checked_at = 0, self.clock()
         pods = live.pods.values()
         fresh = build_view(live.nodes.values(), pods, claims, live.config)
-        differences = view_differences(live.view, fresh)
+        differences = view_differences(kept, fresh)
         if differences:
             self.mismatches += 1
             log.warning(
@@ -95,4 +94,5 @@ class CheckedView:
             )
             self.on_mismatch(differences)
             live.adopt(fresh, claims, pods)
-        return differences
+            return fresh, differences
+        return kept, differences

@@ -10,6 +10,7 @@ placement now and :func:`paralleljob.core.reoptimize.decide_migration` whether i
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from paralleljob.core.cluster import Allocation, GPUHealth
@@ -186,7 +187,15 @@ def reoptimize_pass(sim: Simulation) -> None:
             period = job.plan.period_s
             boundary = job.segment_start + (math.floor((now - job.segment_start) / period) + 1) * period
             sim._migrating.add(job_id)
-            sim.events.push(boundary, Kind.PREEMPT, job_id, ("migrate", job.epoch))
+            sim.events.push(boundary, Kind.PREEMPT, job_id, (MoveBack(job.epoch),))
+
+
+@dataclass(frozen=True, slots=True)
+class MoveBack:
+    """A PREEMPT event that moves a repaired job back at its checkpoint (not a preemption); ``epoch``: the
+    job's when the move was decided (an interruption since makes it stale)."""
+
+    epoch: int
 
 
 def migrate(sim: Simulation, job: SimJob) -> None:
@@ -206,8 +215,8 @@ def migrate(sim: Simulation, job: SimJob) -> None:
 
 def on_preempt(sim: Simulation, event: Event) -> None:
     job = sim.jobs[event.job_id]
-    if event.payload and event.payload[0] == "migrate":
-        if event.payload[1] == job.epoch and job.phase is Phase.RUNNING:
+    if event.payload and isinstance(event.payload[0], MoveBack):
+        if event.payload[0].epoch == job.epoch and job.phase is Phase.RUNNING:
             migrate(sim, job)
         else:
             sim._migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
