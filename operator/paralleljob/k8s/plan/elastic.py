@@ -200,7 +200,7 @@ def note_membership(actions: JobActions) -> None:
     job, data = actions.job, actions.draft.data
     if job.request is None or job.request.elastic is None or job.request.pod_group:
         return
-    if not data.get("placement") or data.get("placement") == job.status.get("placement"):
+    if not data.get("placement") or data.get("placement") == job.status.raw.get("placement"):
         return
     record = record_from_status(data)
     if record is not None:
