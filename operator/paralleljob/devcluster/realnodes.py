@@ -100,6 +100,7 @@ def start(
             node, pki.ca_cert, pki.node_tokens[node.name], gpus, labels(shape, gpus), pki.coredns_token
         )
         realnode.make_cgroups(node)
+        realnode.mount_containerd_root(node)
         holder = realnode.start_relay(node, socket, die_with_parent)
         remember(holder)
         _wait_for(lambda holder=holder: _has_own_mount_ns(holder.pid), holder, 10)  # type: ignore[misc]
