@@ -294,6 +294,27 @@ def test_agent_daemonset_runs_the_agent_command(render: Render) -> None:
     assert shipped_flags <= {a.split("=")[0] for a in container["args"]}
 
 
+def test_agent_fake_nvml_script_reaches_the_agent_from_a_configmap(render: Render) -> None:
+    """agent.fakeNvml (clusters without GPUs: the dev cluster's real nodes) becomes --fake-nvml on a file the
+    DaemonSet mounts from a ConfigMap, parsed here by the agent's own script loader; unset, none of it."""
+    from paralleljob.agent.fake import parse_script
+
+    plain = one(render("agent.enabled=true"), "DaemonSet")["spec"]["template"]
+    assert not [a for a in plain["spec"]["containers"][0]["args"] if a.startswith("--fake-nvml")]
+    assert "annotations" not in plain["metadata"]
+    objects = render("agent.enabled=true", "agent.fakeNvml=gpus: 4")
+    template = one(objects, "DaemonSet")["spec"]["template"]
+    container = template["spec"]["containers"][0]
+    args = [a.replace("$(NODE_NAME)", "real-node-0") for a in container["args"]]
+    path = str(build_parser().parse_args(args).fake_nvml)
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in template["spec"]["volumes"] if v["name"] == mount["name"])
+    configmap = one(objects, "ConfigMap", volume["configMap"]["name"])
+    script = configmap["data"][path.rsplit("/", 1)[1]]
+    assert parse_script(yaml.safe_load(script)).gpus == 4
+    assert template["metadata"]["annotations"]["checksum/fake-nvml"]  # a new script rolls the agents
+
+
 @pytest.mark.parametrize(
     ("value", "complaint"),
     [

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,6 +131,20 @@ def write_configs(
     (node.directory / "kubelet.yaml").write_text(json.dumps(_kubelet_config(node), indent=2))
     (node.directory / "labels").write_text(",".join(f"{key}={value}" for key, value in sorted(labels.items())))
     (node.directory / "gpus").write_text(str(gpus))
+
+
+# containerd's root (content store, unpacked snapshots, metadata) lives on a tmpfs: a node holding the worker
+# and operator images has some 24,000 files there, whose deletion on disk took 33 s of `down` (measured).
+CONTAINERD_ROOT_TMPFS = "size=4g,mode=0700"
+
+
+def mount_containerd_root(node: RealNode) -> None:
+    """A tmpfs for containerd's root, mounted on the host before the node's mount namespace is made (so the
+    namespace has it); ``nodecleanup`` unmounts everything under the run directory on ``down``."""
+    root = node.directory / "containerd/root"
+    root.mkdir(parents=True, exist_ok=True)
+    if not os.path.ismount(root):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", CONTAINERD_ROOT_TMPFS, "tmpfs", str(root)], check=True)
 
 
 def _containerd_toml(node: RealNode) -> str:

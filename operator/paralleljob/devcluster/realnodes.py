@@ -5,7 +5,8 @@ plugin and pause binaries, wires the namespaces (:mod:`~paralleljob.devcluster.n
 from a unix socket in the run directory to the API server (a kubelet in its own network namespace cannot
 reach the host's 127.0.0.1), then per node containerd (with the pause image loaded), the kubelet (as
 ``system:node:<name>``, its own token, with the ``system:node`` ClusterRole bound to ``system:nodes``)
-and the fake GPU device plugin, and waits until every node is Ready with its GPUs allocatable.
+and the fake GPU device plugin, and waits until every node is Ready with its GPUs allocatable and holds
+its Lease.
 
 :mod:`~paralleljob.devcluster.nodecleanup` undoes all of it on ``down``.
 """
@@ -31,6 +32,7 @@ Report = Callable[[str], None]
 Remember = Callable[[ProcessRecord], None]
 
 NODE_BINDING = "paralleljob-dev-cluster-nodes"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 # Controllers a cluster with kubelets needs beyond the kwok-only allowlist (the flag appends to it):
 # EndpointSlices give CoreDNS the headless Services' pod names; the node lifecycle controller turns a node
 # whose kubelet stopped renewing its lease NotReady (after the grace period) and taints it.
@@ -98,6 +100,7 @@ def start(
             node, pki.ca_cert, pki.node_tokens[node.name], gpus, labels(shape, gpus), pki.coredns_token
         )
         realnode.make_cgroups(node)
+        realnode.mount_containerd_root(node)
         holder = realnode.start_relay(node, socket, die_with_parent)
         remember(holder)
         _wait_for(lambda holder=holder: _has_own_mount_ns(holder.pid), holder, 10)  # type: ignore[misc]
@@ -178,7 +181,11 @@ async def _bind_node_role(kubeconfig: Path) -> None:
 
 
 async def wait_ready_with_gpus(kubeconfig: Path, names: list[str], gpus: int, timeout_s: float = 120.0) -> None:
-    from kubernetes_asyncio.client import CoreV1Api
+    """Until every node is joined: Ready, its GPUs allocatable (the device plugin registered after the
+    node's first status when it came up late, or again after a restarted kubelet, which reports 0 until
+    then) and its Lease in ``kube-node-lease`` held by itself (the kubelet creates it only once the Node
+    exists, retrying with a backoff of up to 7 s, so a node can be Ready before its Lease is there)."""
+    from kubernetes_asyncio.client import CoordinationV1Api, CoreV1Api
 
     from paralleljob.devcluster.kubeconfig import api_client
     from paralleljob.devcluster.nodes import is_ready
@@ -187,16 +194,21 @@ async def wait_ready_with_gpus(kubeconfig: Path, names: list[str], gpus: int, ti
     async with api_client(kubeconfig) as api:
         while True:
             listed = await CoreV1Api(api).list_node(label_selector=f"{REAL_NODE_LABEL}=true")
+            leases = await CoordinationV1Api(api).list_namespaced_lease(NODE_LEASE_NAMESPACE)
+            held = {lease.metadata.name for lease in leases.items if lease.spec.holder_identity == lease.metadata.name}
             done = {
                 node.metadata.name
                 for node in listed.items
-                if is_ready(node) and int((node.status.allocatable or {}).get(GPU_RESOURCE, 0)) == gpus
+                if is_ready(node)
+                and int((node.status.allocatable or {}).get(GPU_RESOURCE, 0)) == gpus
+                and node.metadata.name in held
             }
             if set(names) <= done:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"real nodes not Ready with {gpus} GPUs after {timeout_s:.0f} s: {sorted(set(names) - done)}"
+                    f"real nodes not Ready with {gpus} GPUs and their lease after {timeout_s:.0f} s:"
+                    f" {sorted(set(names) - done)}"
                 )
             await asyncio.sleep(0.5)
 
@@ -222,7 +234,8 @@ def stop_kubelet(cluster: str, node: str) -> None:
 
 
 def restart_kubelet(cluster: str, node: str, die_with_parent: bool = False) -> None:
-    """Start a stopped kubelet again in its node's namespaces; the device plugin re-registers by itself."""
+    """Start a stopped kubelet again in its node's namespaces; the device plugin re-registers by itself.
+    The node turns Ready before its GPUs are allocatable again: ``wait_ready_with_gpus`` waits for both."""
     from paralleljob.devcluster import state
 
     record = state.load(cluster)

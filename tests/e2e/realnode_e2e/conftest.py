@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
-from realhelpers import RealCluster, skip_unless_real_nodes_can_run
+from realhelpers import REAL_NODE_GPUS, RealCluster, skip_unless_real_nodes_can_run
 
 from paralleljob.devcluster.cluster import down, reap_abandoned, up
 from paralleljob.devcluster.nodes import NodeShape
@@ -30,7 +30,6 @@ from paralleljob.devcluster.realnodes import load_image
 from paralleljob.devcluster.session import KubeSession
 
 REAL_CLUSTER_PREFIX = "e2e-real-"
-REAL_NODE_GPUS = 4  # so TP2xPP2xDP2 (8 GPUs) must span both real nodes
 REAL_SHAPE = NodeShape(count=2, gpus_per_node=8, nodes_per_rack=2)
 
 

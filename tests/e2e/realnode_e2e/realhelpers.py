@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from paralleljob.devcluster import hostcheck
 from paralleljob.devcluster.cluster import DevCluster
+from paralleljob.devcluster.nodenet import NodeNet
+from paralleljob.devcluster.session import KubeSession
+
+REAL_NODE_GPUS = 4  # so TP2xPP2xDP2 (8 GPUs) must span both real nodes
 
 
 @dataclass(frozen=True)
@@ -27,3 +35,93 @@ def skip_unless_real_nodes_can_run() -> None:
     problems = hostcheck.missing({**hostcheck.PROGRAMS, **hostcheck.IMAGE_PROGRAMS})  # nodes, and the images
     if problems:
         pytest.skip("real nodes cannot run here (an environment limit): " + "; ".join(problems))
+
+
+REAL_ONLY = {"paralleljob.dev/real-node": "true"}
+
+
+def worker_template(image: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    variables = [{"name": k, "value": v} for k, v in (env or {}).items()]
+    variables.append(
+        {"name": "WORKER_INCARNATION",
+         "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['paralleljob.dev/incarnation']"}}}
+    )  # fmt: skip
+    return {
+        "spec": {
+            "nodeSelector": REAL_ONLY,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {"name": "trainer", "image": image, "imagePullPolicy": "Never", "env": variables,
+                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}},
+            ],
+        }
+    }  # fmt: skip
+
+
+class InClusterOperator:
+    """The chart's operator (pods on the real nodes) as ``pjhelpers.Jobs`` and ``assert_settled`` use an
+    operator: the leader is the Lease's holder, its ``/metrics`` are read from inside the leader's node (the
+    host has no route to pod IPs), its log is what the kubelet wrote. Starting and stopping are the
+    Deployment's business, so ``ensure_running`` does nothing."""
+
+    def __init__(self, cluster: DevCluster, kube: KubeSession, namespace: str, lease: str) -> None:
+        self.cluster, self.kube, self.namespace, self.lease = cluster, kube, namespace, lease
+
+    def leader(self) -> Any | None:
+        from kubernetes_asyncio.client import CoordinationV1Api
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            lease = self.kube.run(CoordinationV1Api(self.kube.api).read_namespaced_lease(self.lease, self.namespace))
+        except ApiException as exc:
+            if exc.status == 404:  # no replica has led yet
+                return None
+            raise
+        pods = self.kube.run(self.kube.core.list_namespaced_pod(self.namespace)).items
+        return next((p for p in pods if p.metadata.name == lease.spec.holder_identity), None)
+
+    def metrics(self) -> str:
+        pod = self.leader()
+        if pod is None or not pod.status.pod_ip:
+            raise OSError("no leader pod with an IP")
+        index = int(pod.spec.node_name.rsplit("-", 1)[1])
+        netns = NodeNet(self.cluster.name, pod.spec.node_name, index).netns_path
+        port = next(p.container_port for p in pod.spec.containers[0].ports if p.name == "metrics")
+        fetch = f"import urllib.request; print(urllib.request.urlopen('http://{pod.status.pod_ip}:{port}/metrics').read().decode())"
+        result = subprocess.run(
+            ["nsenter", f"--net={netns}", "--", sys.executable, "-c", fetch],
+            capture_output=True, text=True, timeout=20, check=False,
+        )  # fmt: skip
+        if result.returncode:
+            raise OSError(result.stderr)
+        return result.stdout
+
+    def sample(self, name: str) -> float:
+        try:
+            text = self.metrics()
+        except OSError:
+            return 0.0
+        match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
+        return float(match.group(1)) if match else 0.0
+
+    def running(self) -> bool:
+        return self.leader() is not None
+
+    def is_leader(self) -> bool:
+        return self.sample("paralleljob_leader") >= 1.0
+
+    def ensure_running(self) -> None:
+        pass
+
+    def logs(self) -> str:
+        pods = self.kube.run(self.kube.core.list_namespaced_pod(self.namespace)).items
+        return "\n".join(pod_log(self.cluster, self.namespace, p.metadata.name, "operator") for p in pods)
+
+    def log_size(self) -> int:
+        return 0  # the replicas' logs are read whole: their start-up counts against the warning bound too
+
+    def log_since(self, mark: int) -> str:
+        return self.logs()[mark:]
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.logs().splitlines()[-lines:])

@@ -7,34 +7,15 @@ placement the operator recorded in the job's status.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 from pjhelpers import Jobs, wait_for
-from realhelpers import RealCluster, pod_log
+from realhelpers import REAL_NODE_GPUS, RealCluster, pod_log, worker_template
 
 from paralleljob.devcluster.session import KubeSession
-
-REAL_ONLY = {"paralleljob.dev/real-node": "true"}
-
-
-def worker_template(image: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    variables = [{"name": k, "value": v} for k, v in (env or {}).items()]
-    variables.append(
-        {"name": "WORKER_INCARNATION",
-         "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['paralleljob.dev/incarnation']"}}}
-    )  # fmt: skip
-    return {
-        "spec": {
-            "nodeSelector": REAL_ONLY,
-            "automountServiceAccountToken": False,
-            "containers": [
-                {"name": "trainer", "image": image, "imagePullPolicy": "Never", "env": variables,
-                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}},
-            ],
-        }
-    }  # fmt: skip
 
 
 def wait_done(jobs: Jobs, name: str, timeout_s: float = 150.0) -> dict[str, Any]:
@@ -111,7 +92,7 @@ def test_a_stopped_kubelet_makes_its_node_not_ready_and_the_job_is_repaired(
     real_cluster: RealCluster, real_pjs: Jobs
 ) -> None:
     from paralleljob.devcluster.nodes import is_ready
-    from paralleljob.devcluster.realnodes import restart_kubelet, stop_kubelet
+    from paralleljob.devcluster.realnodes import restart_kubelet, stop_kubelet, wait_ready_with_gpus
 
     jobs, kube = real_pjs, real_pjs.kube
     template = worker_template(real_cluster.worker_image)
@@ -152,4 +133,6 @@ def test_a_stopped_kubelet_makes_its_node_not_ready_and_the_job_is_repaired(
         print(f"kubelet stopped: NotReady after {not_ready_s:.1f} s, replacement Running after {repaired_s:.1f} s")
     finally:
         restart_kubelet(name, first["node"], die_with_parent=True)
-        wait_for(f"{first['node']} Ready again", lambda: is_ready(kube.run(kube.core.read_node(first["node"]))), 90)
+        # Ready comes before the GPUs: the device plugin re-registers with the new kubelet a moment later,
+        # and a test after this one must find the node as the session started it.
+        asyncio.run(wait_ready_with_gpus(real_cluster.cluster.kubeconfig, [first["node"]], REAL_NODE_GPUS, 90))
