@@ -4,6 +4,13 @@ restored, and once the jobs have had ``settle_s`` to settle each must end Runnin
 Failed with a reason. The report counts operations, kills, checks and violations.
 
 The run ends after ``duration_s`` or, if ``kills`` is set, once that many SIGKILLs were dealt.
+
+An operator that exits on its own is restarted at once, as its Deployment would: stepping down after a lease it
+could not renew (an overloaded API server) is the operator's design and is counted in ``step_downs``; any other
+exit is an ``operator-crash`` violation. Either way the invariants' clock for "an operator leads" stops at the
+exit. It used not to: an operator that had stepped down stayed down until the next scheduled kill while the
+checker still counted it as leading, so the gangs it had left mid-repair were reported half-bound "with the
+operator up" (the likeliest reading of issue 22's first finding; seen again on a machine at load 17).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.constants import JOB_LABEL
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
+
+LEADER_LOST = "lost the leader lease"  # what the operator prints when it steps down (k8s/runtime/runner.py)
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,7 @@ class ChaosReport:
     violations: list[dict[str, Any]]
     violation_counts: dict[str, int]
     final_phases: dict[str, int] = field(default_factory=dict)
+    step_downs: int = 0  # times the operator gave up its lease on its own and was restarted
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +77,10 @@ class ChaosRun:
         self.checker = InvariantChecker(grace_s=config.grace_s, expected=self.monkey.jobs)
         self.up_since: float | None = None
         self.stop = asyncio.Event()
+        self.step_downs = 0
+        # Kills, restarts and the supervisor's restarts of an operator that exited take turns: a kill during
+        # a supervised restart would otherwise read as the new operator crashing.
+        self.lifecycle = asyncio.Lock()
 
     async def observe(self) -> Snapshot:
         ns = self.config.namespace
@@ -80,6 +94,7 @@ class ChaosRun:
 
     async def _checks(self) -> None:
         while True:
+            await self._supervise()
             with contextlib.suppress(ApiError):
                 for violation in self.checker.check(await self.observe(), self.up_since):
                     print(f"VIOLATION {violation}", flush=True)
@@ -90,17 +105,34 @@ class ChaosRun:
             await self.monkey.step(time.monotonic())
             await asyncio.sleep(self.rng.uniform(*self.config.act_every_s))
 
+    async def _supervise(self) -> None:
+        """Restart an operator that exited on its own; a step-down is counted, anything else is a violation."""
+        async with self.lifecycle:
+            if self.up_since is None or self.operator.running():
+                return
+            self.up_since = None
+            tail = self.operator.log_tail(20)
+            if LEADER_LOST in tail:
+                self.step_downs += 1
+                print(f"operator stepped down (lease not renewed in time), restarted ({self.step_downs})", flush=True)
+            else:
+                detail = f"exited with {self.operator.returncode}: {tail[-2000:]}"
+                self.checker.violations.append(Violation("operator-crash", "operator", detail, time.monotonic()))
+                print(f"VIOLATION operator crashed: {detail}", flush=True)
+            await self._restart()
+
     async def _kill(self) -> None:
         # a separate generator, so the kill times do not shift the monkey's choices
         rng = random.Random(self.config.seed + 1)
         while not self.stop.is_set():
             await asyncio.sleep(rng.uniform(*self.config.kill_every_s))
-            self.up_since = None
-            self.operator.kill()
-            if self.config.kills is not None and self.operator.kills >= self.config.kills:
-                self.stop.set()
-            await asyncio.sleep(rng.uniform(*self.config.dead_for_s))
-            await self._restart()
+            async with self.lifecycle:
+                self.up_since = None
+                self.operator.kill()
+                if self.config.kills is not None and self.operator.kills >= self.config.kills:
+                    self.stop.set()
+                await asyncio.sleep(rng.uniform(*self.config.dead_for_s))
+                await self._restart()
 
     async def run(self) -> ChaosReport:
         started = time.monotonic()
@@ -136,6 +168,7 @@ class ChaosRun:
             violations=[asdict(v) for v in self.checker.violations],
             violation_counts=self.checker.summary(),
             final_phases=phases,
+            step_downs=self.step_downs,
         )
 
     async def _restore(self) -> None:
