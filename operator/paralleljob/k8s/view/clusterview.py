@@ -115,6 +115,19 @@ def _pcie_roots(info: NodeInfo, config: TopologyConfig) -> tuple[str, ...]:
     return roots if len(roots) == info.gpu_count and all(roots) else ()
 
 
+def priced_levels(config: TopologyConfig, present: Sequence[int]) -> tuple[Level, ...]:
+    """The topology's levels with the bandwidth a job really gets at each: an NVLink-domain level (the
+    clique) is priced as the next present level above it, since without a ComputeDomain the trays of a
+    clique reach each other over the network, not NVLink (the clique still groups them as a locality)."""
+    above = [*(config.levels[i].bandwidth_gbps for i in present), config.cluster_bandwidth_gbps]
+    middle = []
+    for k, i in enumerate(present):
+        source = config.levels[i]
+        bandwidth = min(source.bandwidth_gbps, above[k + 1]) if source.nvlink_domain else source.bandwidth_gbps
+        middle.append(Level(source.name, bandwidth))
+    return (Level("node", config.node_bandwidth_gbps), *middle, Level(CLUSTER_DOMAIN, config.cluster_bandwidth_gbps))
+
+
 def build_view(
     nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], claims: Sequence[Claim], config: TopologyConfig
 ) -> ClusterView:
@@ -128,11 +141,7 @@ def build_view(
     if not live and not ghost_counts:
         return ClusterView(None, None, {}, {}, [], frozenset())
     present = [i for i, _ in enumerate(config.levels) if any(n.domains[i] for n in live.values())]
-    levels = (
-        Level("node", config.node_bandwidth_gbps),
-        *(Level(config.levels[i].name, config.levels[i].bandwidth_gbps) for i in present),
-        Level(CLUSTER_DOMAIN, config.cluster_bandwidth_gbps),
-    )
+    levels = priced_levels(config, present)
     specs = []
     for name in sorted(set(live) | set(ghost_counts)):
         info = live.get(name)
