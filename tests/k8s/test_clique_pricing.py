@@ -18,8 +18,7 @@ CLIQUE = "nvidia.com/gpu.clique"
 
 def _trays(config: TopologyConfig) -> list:
     return [
-        parse_node(node(f"t{i}", 4, leaf=f"leaf-{i // 4}", labels={CLIQUE: f"uuid.{i // 4}"}), config)
-        for i in range(8)
+        parse_node(node(f"t{i}", 4, leaf=f"leaf-{i // 4}", labels={CLIQUE: f"uuid.{i // 4}"}), config) for i in range(8)
     ]
 
 

@@ -11,13 +11,16 @@ from paralleljob.core.cliques import nvl72_topology
 from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.rankorder import RankOrder
 from paralleljob.core.traypods import tray_pods
+from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status, record_groups
-from paralleljob.k8s.edge.trayenv import tray_pod_name
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.trayenv import tray_env, tray_pod_name
+from paralleljob.k8s.edge.traymanifests import compute_domains, job_domains, tray_pod
 from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.view.clusterview import Claim, build_view
-from tests.k8s.factories import node
+from tests.k8s.factories import node, paralleljob
 
 ORDER = RankOrder.TP_PP_DP
 
@@ -83,3 +86,30 @@ def test_tray_records_that_cannot_be_one_torchrun_per_tray_are_refused() -> None
     status["layout"] = "columns"
     with pytest.raises(MalformedRecord, match="layout"):
         record_from_status({"placement": status})
+
+
+def test_tray_pods_carry_the_env_of_their_tray_and_the_claim_of_their_clique() -> None:
+
+    record, _ = _placed()
+    job = parse_job(paralleljob("llm", 8, 4, 2, memory=10.0))
+    assert job.request is not None
+    topo = nvl72_topology(2)
+    placement = NVLinkPlacer(ClusterState(topo)).place(JobSpec("llm", 8, 4, 2, 10.0), cost_model("megatron"))
+    core_pods = tray_pods(topo, placement.groups, 8, 4, 2, ORDER)
+    names = job_domains("llm", record)
+    assert [d["metadata"]["name"] for d in compute_domains(job, record)] == list(names.values())
+    for tray, core in zip(sorted(record.trays, key=lambda t: t.node_rank), core_pods, strict=True):
+        pod = tray_pod(job, job.request, record, tray)
+        container = pod["spec"]["containers"][0]
+        env = [
+            e
+            for e in container["env"]
+            if e["name"] in {x["name"] for x in tray_env("llm", "ns", 8, 4, 2, ORDER, core_pods, core)}
+        ]
+        # The env from the record alone equals the env from the placer's tray pod.
+        assert env == tray_env("llm", "ns", 8, 4, 2, ORDER, core_pods, core)
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        assert pod["spec"]["resourceClaims"][-1]["resourceClaimTemplateName"] == cd.claim_template_name(
+            names[tray.clique]
+        )
+        assert pod["metadata"]["annotations"]["paralleljob.dev/node"] == tray.node
