@@ -73,9 +73,7 @@ def claim(name: str, results: list[tuple[str, str, str]], labels: dict[str, str]
         "status": {
             "allocation": {
                 "devices": {
-                    "results": [
-                        {"request": "gpus", "driver": d, "pool": p, "device": dev} for d, p, dev in results
-                    ]
+                    "results": [{"request": "gpus", "driver": d, "pool": p, "device": dev} for d, p, dev in results]
                 },
                 "nodeSelector": {"nodeSelectorTerms": []},
             },

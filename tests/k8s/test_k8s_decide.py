@@ -306,8 +306,13 @@ def test_labelled_pods_outside_the_served_namespaces_are_not_orphans() -> None:
         pod = foreign_pod(f"gone-d0-p0-{namespace}", "n0", 1, namespace=namespace)
         pod["metadata"]["labels"] = {"paralleljob.dev/job": "gone"}
         pod["metadata"]["ownerReferences"] = [
-            {"apiVersion": "paralleljob.dev/v1alpha1", "kind": "ParallelJob", "name": "gone", "uid": "uid-gone",
-             "controller": True}
+            {
+                "apiVersion": "paralleljob.dev/v1alpha1",
+                "kind": "ParallelJob",
+                "name": "gone",
+                "uid": "uid-gone",
+                "controller": True,
+            }
         ]
         fc.pods[(namespace, pod["metadata"]["name"])] = pod
     plan = fc.step()
@@ -398,7 +403,6 @@ def test_jobs_mid_chain_still_count_in_the_gauges_and_queue_status() -> None:
     assert plan.queue_statuses["team"]["running"] == 3  # what the pass writes to the ParallelJobQueue
     assert gauges(fc.last_view, plan.seen(), fc.queues).jobs["Running"] == 3  # what the reconciler exports
     assert queue_statuses(plan.seen(), fc.queues, fc.last_view)["team"]["running"] == 3
-
 
 
 def test_a_re_placement_onto_gpus_of_its_own_leaving_pod_waits_until_that_pod_is_gone() -> None:

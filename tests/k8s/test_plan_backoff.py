@@ -136,4 +136,3 @@ def test_a_node_offering_fewer_gpus_than_its_gfd_count_is_warned_about_too() -> 
     assert "device plugin" in events[0].message
     assert node_warnings(reported, {"n0": short}) == (reported, []), "once, not on every heartbeat"
     assert not parse_node(node("n0"), config).warnings, "allocatable equal to the count says nothing"
-

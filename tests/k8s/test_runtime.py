@@ -49,8 +49,7 @@ class FakeKube:
             if store.lease is not None:
                 raise ApiError(409, "exists")
         elif method == "PUT" and (
-            store.lease is None
-            or body["metadata"].get("resourceVersion") != store.lease["metadata"]["resourceVersion"]
+            store.lease is None or body["metadata"].get("resourceVersion") != store.lease["metadata"]["resourceVersion"]
         ):
             raise ApiError(409, "conflict")
         store.rv += 1

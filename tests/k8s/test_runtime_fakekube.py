@@ -339,4 +339,3 @@ def test_the_loop_survives_a_failing_pass_and_tries_again_after_a_pause(monkeypa
             await stop([t for t, _ in rec.inflight.values()])
 
     asyncio.run(scenario())
-

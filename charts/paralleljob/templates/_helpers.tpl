@@ -75,6 +75,9 @@ topology:
     - name: {{ .name | quote }}
       labels: {{ .labels | toJson }}
       bandwidthGbps: {{ .bandwidthGbps }}
+      {{- if hasKey . "nvlinkDomain" }}
+      nvlinkDomain: {{ .nvlinkDomain }}
+      {{- end }}
   {{- end }}
 {{- end -}}
 

@@ -24,6 +24,10 @@ class LevelSource:
     name: str
     labels: tuple[str, ...]
     bandwidth_gbps: float
+    # A multi-node NVLink domain (the GB200/GB300 clique): its bandwidth is what a job gets across its trays
+    # only through a ComputeDomain (IMEX channel), which the operator does not create yet; until then two
+    # trays of one clique talk over the network, and the view prices the level as the one above it.
+    nvlink_domain: bool = False
 
 
 DEFAULT_LEVELS: tuple[LevelSource, ...] = (
@@ -31,6 +35,7 @@ DEFAULT_LEVELS: tuple[LevelSource, ...] = (
         "clique",
         ("nvidia.com/gpu.clique", "accelerator.topograph.run/domain", "network.topology.nvidia.com/accelerator"),
         450.0,
+        nvlink_domain=True,
     ),
     LevelSource("leaf", ("fabric.topograph.run/tier-1", "network.topology.nvidia.com/leaf"), 50.0),
     LevelSource("spine", ("fabric.topograph.run/tier-2", "network.topology.nvidia.com/spine"), 40.0),
@@ -140,7 +145,10 @@ def _levels_from(values: Sequence[Mapping[str, Any]]) -> tuple[LevelSource, ...]
         if isinstance(labels, str):
             labels = [labels]
         try:
-            out.append(LevelSource(str(item["name"]), tuple(str(x) for x in labels), float(item["bandwidthGbps"])))
+            names = tuple(str(x) for x in labels)
+            # Unsaid: the GPU Feature Discovery clique label is an NVLink domain, any other label is not.
+            nvlink = bool(item.get("nvlinkDomain", "nvidia.com/gpu.clique" in names))
+            out.append(LevelSource(str(item["name"]), names, float(item["bandwidthGbps"]), nvlink))
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidRequest(
                 f"topology.levels[{i}] needs name, labels and a numeric bandwidthGbps: {exc}"

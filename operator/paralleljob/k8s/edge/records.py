@@ -6,7 +6,8 @@ when its pod must be re-created even though its GPUs did not change (a worker cr
 GPUs are named ``node/index`` everywhere in the record: global GPU ids are an artefact of one operator's
 view of the cluster and would not survive a node joining or leaving. The rank order the pods were started
 with is part of the record, so every repair numbers a replacement pod the way its siblings were numbered,
-and a job placed before ``spec.rankOrder`` existed keeps the order its pods started with.
+and a job placed before ``spec.rankOrder`` existed keeps the order its pods started with. A job placed over
+the trays of NVLink cliques records whole-tray pods instead of TP-group pods (``trays``, k8s/edge/trayrecords).
 """
 
 from __future__ import annotations
@@ -17,6 +18,14 @@ from typing import Any
 
 from paralleljob.core.cost import CostBreakdown
 from paralleljob.core.rankorder import LEGACY_RANK_ORDER, RankOrder, global_ranks, node_rank
+from paralleljob.k8s.edge.trayrecords import (
+    TRAY_LAYOUT,
+    TraySlot,
+    check_trays,
+    tp_groups,
+    trays_from_status,
+    trays_to_status,
+)
 
 
 def pod_name(job: str, replica: int, stage: int) -> str:
@@ -49,14 +58,21 @@ class PlacementRecord:
     rank_order: RankOrder
     cost: CostBreakdown | None = None
     reasons: tuple[str, ...] = ()
+    # Whole-tray pods (one per tray of an NVLink clique); when set, ``slots`` is empty.
+    trays: tuple[TraySlot, ...] = ()
 
     @property
     def nodes(self) -> list[str]:
-        return list(dict.fromkeys(slot.node for slot in self.slots))
+        return list(dict.fromkeys([*(slot.node for slot in self.slots), *(tray.node for tray in self.trays)]))
+
+    @property
+    def pod_slots(self) -> tuple[PodSlot | TraySlot, ...]:
+        """Every pod of the record, whichever layout."""
+        return (*self.slots, *self.trays)
 
     @property
     def num_gpus(self) -> int:
-        return sum(len(slot.gpu_indices) for slot in self.slots)
+        return sum(len(s.gpu_indices) for s in self.slots) + sum(len(t.gpu_indices) for t in self.trays)
 
     def slot_named(self, name: str) -> PodSlot | None:
         for slot in self.slots:
@@ -76,6 +92,8 @@ class PlacementRecord:
 
     def to_status(self) -> dict[str, Any]:
         pp, dp = self.pp, self.dp
+        if self.trays:
+            return self._status_of(trays_to_status(self.trays), tp_groups(self.trays, self.tp, pp, dp, self.rank_order))
         groups = [slot.gpu_names() for slot in self.slots]
         pods = []
         for slot in self.slots:
@@ -91,6 +109,10 @@ class PlacementRecord:
                     "incarnation": slot.incarnation,
                 }
             )
+        return self._status_of(pods, groups)
+
+    def _status_of(self, pods: list[dict[str, Any]], groups: list[list[str]]) -> dict[str, Any]:
+        pp, dp = self.pp, self.dp
         out: dict[str, Any] = {
             "epoch": self.epoch,
             "costModel": self.cost_model,
@@ -102,7 +124,16 @@ class PlacementRecord:
             "dpReplicas": [[g for p in range(pp) for g in groups[d * pp + p]] for d in range(dp)],
             "reasons": list(self.reasons),
         }
+        if self.trays:
+            out["layout"] = TRAY_LAYOUT
         return out
+
+
+def record_groups(record: PlacementRecord) -> list[list[str]]:
+    """GPU names of each TP group, group order d x pp + p: a TP-group pod's GPUs, or the trays' slices."""
+    if record.trays:
+        return tp_groups(record.trays, record.tp, record.pp, record.dp, record.rank_order)
+    return [slot.gpu_names() for slot in record.slots]
 
 
 def cost_to_status(cost: CostBreakdown, model: str) -> dict[str, Any]:
@@ -139,6 +170,28 @@ def record_from_status(status: Mapping[str, Any]) -> PlacementRecord | None:
     try:
         shape = data["shape"]
         tp, pp, dp = int(shape["tensor"]), int(shape["pipeline"]), int(shape["data"])
+        # No rankOrder: recorded before the field existed, when every pod was numbered d·pp + p.
+        order = RankOrder.parse(str(data.get("rankOrder") or LEGACY_RANK_ORDER.value))
+        layout = data.get("layout")
+        if layout == TRAY_LAYOUT:
+            trays = trays_from_status(data["pods"])
+            why = check_trays(trays, tp, pp, dp)
+            if why:
+                raise MalformedRecord(f"status.placement: {why}")
+            return PlacementRecord(
+                epoch=int(data.get("epoch", 0)),
+                cost_model=str(data.get("costModel", "seed")),
+                tp=tp,
+                pp=pp,
+                dp=dp,
+                slots=(),
+                rank_order=order,
+                cost=cost_from_status(status.get("communicationCost")),
+                reasons=tuple(str(r) for r in data.get("reasons", [])),
+                trays=trays,
+            )
+        if layout is not None:
+            raise MalformedRecord(f"status.placement.layout {layout!r} is not known to this operator")
         slots = []
         for item in data["pods"]:
             indices = tuple(int(i) for i in item["gpuIndices"])
@@ -156,8 +209,6 @@ def record_from_status(status: Mapping[str, Any]) -> PlacementRecord | None:
             raise MalformedRecord(f"status.placement lists {len(slots)} pods; TP{tp}xPP{pp}xDP{dp} needs {pp * dp}")
         if [(s.replica, s.stage) for s in slots] != [(d, p) for d in range(dp) for p in range(pp)]:
             raise MalformedRecord(f"status.placement must list the pods of PP{pp}xDP{dp} in order d·pp + p")
-        # No rankOrder: recorded before the field existed, when every pod was numbered d·pp + p.
-        order = RankOrder.parse(str(data.get("rankOrder") or LEGACY_RANK_ORDER.value))
         return PlacementRecord(
             epoch=int(data.get("epoch", 0)),
             cost_model=str(data.get("costModel", "seed")),

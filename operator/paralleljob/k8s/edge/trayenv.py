@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from paralleljob.core.rankorder import RankOrder
+from paralleljob.core.rankorder import RankOrder, coordinates
 from paralleljob.core.traypods import TrayPod
 
 MASTER_PORT = 29500
@@ -26,29 +26,47 @@ def tray_env(
     """Every container's environment in ``pod``; one TP group per tray (TP a multiple of the tray) only."""
     if len(pod.groups) != 1:
         raise ValueError(f"tray pod {pod.node_rank} holds {len(pod.groups)} TP groups; one per tray is supported")
-    replica, stage = divmod(pod.groups[0], pp)
-    master = f"{tray_pod_name(job, pods[0])}.{job}.{namespace}.svc"
-    nproc = len(pod.ranks)
+    return tray_env_at(job, namespace, tp, pp, dp, order, len(pods), pod.node_rank, len(pod.ranks), pod.clique)
+
+
+def tray_env_at(
+    job: str,
+    namespace: str,
+    tp: int,
+    pp: int,
+    dp: int,
+    order: RankOrder,
+    nnodes: int,
+    rank: int,
+    nproc: int,
+    clique: str,
+) -> list[dict[str, str]]:
+    """The same environment from a tray's node rank alone (a recorded tray): its ranks are the block
+    ``rank x nproc ..``, so its TP group and the slice of it it holds follow from the rank order."""
+    if tp % nproc:
+        raise ValueError(f"a tray of {nproc} ranks holds slices of several TP{tp} groups; one per tray is supported")
+    replica, stage, offset = coordinates(order, rank * nproc, tp, pp, dp)
+    master = f"{job}-tray0.{job}.{namespace}.svc"
     values = {
         "PJ_JOB_NAME": job,
-        "PJ_POD_NAME": tray_pod_name(job, pod),
+        "PJ_POD_NAME": f"{job}-tray{rank}",
         "PJ_TP_SIZE": tp,
         "PJ_PP_SIZE": pp,
         "PJ_DP_SIZE": dp,
         "PJ_PP_RANK": stage,
         "PJ_DP_RANK": replica,
-        "PJ_TP_RANK_OFFSET": pod.tp_offset,
+        "PJ_TP_RANK_OFFSET": offset,
         "PJ_RANK_ORDER": order.value,
         "PJ_NPROC_PER_NODE": nproc,
-        "PJ_NNODES": len(pods),
-        "PJ_NVLINK_CLIQUE": pod.clique,
+        "PJ_NNODES": nnodes,
+        "PJ_NVLINK_CLIQUE": clique,
         "WORLD_SIZE": tp * pp * dp,
-        "NODE_RANK": pod.node_rank,
+        "NODE_RANK": rank,
         "MASTER_ADDR": master,
         "MASTER_PORT": MASTER_PORT,
-        "PET_NNODES": len(pods),
+        "PET_NNODES": nnodes,
         "PET_NPROC_PER_NODE": nproc,
-        "PET_NODE_RANK": pod.node_rank,
+        "PET_NODE_RANK": rank,
         "PET_MASTER_ADDR": master,
         "PET_MASTER_PORT": MASTER_PORT,
         "PET_RDZV_BACKEND": "static",

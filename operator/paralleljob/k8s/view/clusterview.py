@@ -30,7 +30,8 @@ from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_groups
+from paralleljob.k8s.edge.trayrecords import TraySlot
 
 CLUSTER_DOMAIN = "cluster"
 PCIE_ROOT_LEVEL = "pcieRoot"  # the optional level below the node (TopologyConfig.pcie_root_bandwidth_gbps)
@@ -75,7 +76,7 @@ class ClusterView:
             return None
         return self.topology.node_first_gpu[n] + index
 
-    def slot_gpus(self, slot: PodSlot) -> tuple[int, ...] | None:
+    def slot_gpus(self, slot: PodSlot | TraySlot) -> tuple[int, ...] | None:
         ids = [self.gpu_id(slot.node, i) for i in slot.gpu_indices]
         if any(g is None for g in ids):
             return None
@@ -115,6 +116,19 @@ def _pcie_roots(info: NodeInfo, config: TopologyConfig) -> tuple[str, ...]:
     return roots if len(roots) == info.gpu_count and all(roots) else ()
 
 
+def priced_levels(config: TopologyConfig, present: Sequence[int]) -> tuple[Level, ...]:
+    """The topology's levels with the bandwidth a job really gets at each: an NVLink-domain level (the
+    clique) is priced as the next present level above it, since without a ComputeDomain the trays of a
+    clique reach each other over the network, not NVLink (the clique still groups them as a locality)."""
+    above = [*(config.levels[i].bandwidth_gbps for i in present), config.cluster_bandwidth_gbps]
+    middle = []
+    for k, i in enumerate(present):
+        source = config.levels[i]
+        bandwidth = min(source.bandwidth_gbps, above[k + 1]) if source.nvlink_domain else source.bandwidth_gbps
+        middle.append(Level(source.name, bandwidth))
+    return (Level("node", config.node_bandwidth_gbps), *middle, Level(CLUSTER_DOMAIN, config.cluster_bandwidth_gbps))
+
+
 def build_view(
     nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], claims: Sequence[Claim], config: TopologyConfig
 ) -> ClusterView:
@@ -122,17 +136,13 @@ def build_view(
     live = {n.name: n for n in nodes if n.gpu_count > 0}
     ghost_counts: dict[str, int] = {}
     for claim in claims:
-        for slot in claim.record.slots:
+        for slot in claim.record.pod_slots:
             if slot.node not in live and slot.gpu_indices:
                 ghost_counts[slot.node] = max(ghost_counts.get(slot.node, 0), max(slot.gpu_indices) + 1)
     if not live and not ghost_counts:
         return empty_view()
     present = [i for i, _ in enumerate(config.levels) if any(n.domains[i] for n in live.values())]
-    levels = (
-        Level("node", config.node_bandwidth_gbps),
-        *(Level(config.levels[i].name, config.levels[i].bandwidth_gbps) for i in present),
-        Level(CLUSTER_DOMAIN, config.cluster_bandwidth_gbps),
-    )
+    levels = priced_levels(config, present)
     specs = []
     for name in sorted(set(live) | set(ghost_counts)):
         info = live.get(name)
@@ -197,12 +207,13 @@ def apply_health(view: ClusterView, n: int) -> None:
 def load_claim(view: ClusterView, claim: Claim) -> bool:
     """Step 2 for one claim: all of its GPUs, or none and the reason in ``conflicts``."""
     groups = []
-    for slot in claim.record.slots:
-        ids = view.slot_gpus(slot)
-        if ids is None:
+    for slot in claim.record.pod_slots:
+        if view.slot_gpus(slot) is None:
             view.conflicts[claim.key] = f"pod {slot.name} is recorded on GPUs {slot.gpu_names()} that do not exist"
             return False
-        groups.append(ids)
+    for names in record_groups(claim.record):
+        ids = [view.gpu_id(node, int(index)) for node, _, index in (name.rpartition("/") for name in names)]
+        groups.append(tuple(g for g in ids if g is not None))
     taken = [g for group in groups for g in group if view.state.owner[g] is not None]
     if taken:
         owner = view.state.owner[taken[0]]
@@ -229,7 +240,7 @@ def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
     claim = loaded.get(object_key(pod.namespace, pod.job)) if pod.job is not None else None
     if claim is None or claim.uid != pod.owner_uid:
         return False
-    slot = claim.record.slot_named(pod.name)
+    slot = claim.record.slot_named(pod.name) or next((t for t in claim.record.trays if t.name == pod.name), None)
     return slot is not None and slot.node == pod.node and slot.gpu_indices == pod.gpu_indices
 
 
