@@ -1,7 +1,8 @@
 """Why a queued job is not admitted: the typed reasons and the pure checks both admission paths apply.
 
-The operator has two admission paths (strict FIFO in ``k8s/plan/fifo_admission.py``, the core's pass through
-``k8s/plan/policy_admission.py``) and the simulator runs the core's; every "no" they give is one of
+The operator has two admission paths, both core passes: strict FIFO (``core.fifo``, through
+``k8s/plan/fifo_admission.py``) and the queueing planner (``core.admission``, through
+``k8s/plan/policy_admission.py``); the simulator calls the same two. Every "no" they give is one of
 :class:`WaitReason`, written as the ``Placed`` condition's reason, never recovered from a message's text.
 The checks that come before any placement (:func:`entry_gate`) are one list, evaluated in one order by both
 operator paths; the queue's cap is worded once (:func:`quota_refusal`), for the core's pass and FIFO alike.
