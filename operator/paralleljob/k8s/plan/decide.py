@@ -48,6 +48,7 @@ from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pending_deadlines
 from paralleljob.k8s.plan.reoptimizing import reconsider
 from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.plan.waiting import WAITING, WaitingMemo, capacity_freed, remember, still_quiet, triage
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
 
 ACTIVE = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
@@ -90,6 +91,8 @@ def claims_of(jobs: Sequence[JobObject], busy: Mapping[str, PlacementRecord | No
     busy = busy or {}
     claims: list[tuple[str, Claim]] = []
     for job in jobs:
+        if job.phase not in ACTIVE and job.key not in busy:
+            continue  # the common case with many waiting: no claim
         record = busy.get(job.key) or (job.record if job.phase in ACTIVE and not job.deleting else None)
         if record is not None:
             claims.append((str(job.status.get("startTime") or job.queued_at), Claim(job.key, job.uid, record)))
@@ -111,10 +114,13 @@ def decide(
     placer_config: PlacerConfig = OPERATOR_PLACER,
     policy: QueuePolicy | None = None,
     view: ClusterView | None = None,
+    memo: WaitingMemo | None = None,
 ) -> tuple[Plan, ClusterView]:
     """``policy`` None: strict (or best-effort) FIFO per queue; else the core's queueing pass with it.
     ``view``: the cluster as of ``observed`` (the reconciler's kept one); built from ``observed`` when None.
-    The pass changes the view's state as it decides (allocations, releases)."""
+    The pass changes the view's state as it decides (allocations, releases). ``memo``: what earlier passes
+    decided for waiting jobs (``plan/waiting.py``), kept by the caller; with strict FIFO, lines nothing
+    touched are left out. The pass updates it."""
     clock = clock or (lambda: 0.0)
     now = observed.now
     now_s = observed.seconds
@@ -201,7 +207,11 @@ def decide(
     in_use: dict[str, int] = {}
     queued: list[tuple[JobObject, JobRequest]] = []
     held: list[tuple[JobObject, JobRequest, bool]] = []  # jobs holding GPUs; whether they may be preempted
-    order = sorted(observed.jobs, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
+    if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):
+        memo.clear()  # only strict FIFO leaves lines out; a node that changed may change any verdict
+    untouchable = {*observed.busy, *ctx.holds, *observed.bind_failures, *observed.api_trouble, *observed.invalid_pods}
+    sorted_out = triage(memo, observed.jobs, frozenset(untouchable))
+    order = sorted(sorted_out.to_decide, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
     for job in order:
         if job.key in observed.busy:
             # counted at its last written phase (gauges, queue status), whatever is decided below
@@ -239,11 +249,33 @@ def decide(
             in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
             preemptible = actions.draft.phase is Phase.RUNNING and preemption_of(actions.draft.data) is None
             held.append((job, job.request, preemptible))
+    decided = list(order)
+    owner_before = list(view.state.owner) if view.state is not None else []
+    if sorted_out.quiet and memo is not None:
+        freed = capacity_freed(memo, view.state)
+        for queue, members in sorted_out.quiet.items():
+            if still_quiet(memo, queue, observed.queues.get(queue), in_use.get(queue, 0), freed, view.state):
+                plan.quiet_waiting[queue] = len(members)
+                continue
+            for job in members:  # unchanged Queued jobs: deciding them writes nothing unless admission does
+                decided.append(job)
+                entry = _decide_job(ctx, actions_for(job), job)
+                if entry is not None:
+                    queued.append(entry)
     try:
         if policy is None:
             # The per-queue FIFO honours the rollback holds too: a job whose gang was refused waits out its
             # back-off (condition BackingOff) instead of being placed again on the very next pass.
-            plan.scheduling_seconds = admit_all(ctx, queued, in_use, strict_fifo)
+            plan.scheduling_seconds, fifo_decisions = admit_all(ctx, queued, in_use, strict_fifo)
+            if memo is not None and strict_fifo:
+                remember(
+                    memo,
+                    _rememberable(decided, actions_by_key, untouchable, memo),
+                    fifo_decisions,
+                    observed.queues,
+                    in_use,
+                    owner_before,
+                )
         else:
             running: dict[str, RunningJob] = {
                 job.key: running_job(job, request, now_s, preemptible) for job, request, preemptible in held
@@ -267,16 +299,40 @@ def decide(
         deadlines.append(backoff_ends)
     if deadlines:
         plan.wake_after = max(0.0, min(deadlines) - now_s)
+    plan.queue_lengths = dict(plan.quiet_waiting)
     for actions in plan.seen():
         if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
             queue = actions.job.request.queue
             plan.queue_lengths[queue] = plan.queue_lengths.get(queue, 0) + 1
     plan.queue_statuses = {
         name: status
-        for name, status in queue_statuses(plan.seen(), observed.queues, view).items()
+        for name, status in queue_statuses(plan.seen(), observed.queues, view, plan.quiet_waiting).items()
         if name in observed.queues and dict(observed.queues[name].status) != status
     }
     return plan, view
+
+
+def _rememberable(
+    decided: Sequence[JobObject], actions_by_key: Mapping[str, JobActions], untouchable: set[str], memo: WaitingMemo
+) -> dict[str, tuple[JobObject, bool]]:
+    """Each job of a line this pass decided (waiting, or kept by the memo until now), and whether the memo may
+    keep it: it ended Queued with nothing to write, and nothing outside its object (a hold, a busy chain, its
+    pod group's pods) decides its fate."""
+    out: dict[str, tuple[JobObject, bool]] = {}
+    for job in decided:
+        actions = actions_by_key.get(job.key)
+        if job.phase not in WAITING and job.key not in memo.jobs and not job.deleting:
+            continue
+        keep = (
+            actions is not None
+            and actions.draft.phase is Phase.QUEUED
+            and not actions.has_work
+            and job.key not in untouchable
+            and job.request is not None
+            and not job.request.pod_group
+        )
+        out[job.key] = (job, keep)
+    return out
 
 
 def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:

@@ -122,9 +122,10 @@ def fifo_job(ctx: PassContext, job: JobObject, request: JobRequest) -> FifoJob:
 
 def admit_all(
     ctx: PassContext, queued: Sequence[tuple[JobObject, JobRequest]], in_use: dict[str, int], strict_fifo: bool
-) -> list[float]:
+) -> tuple[list[float], Sequence[Admit | Wait]]:
     """Place what fits through the core's FIFO pass (``core.fifo``) and write each decision; returns how
-    long each placement decision took (seconds). ``in_use`` (queue -> GPUs held) grows with every admission."""
+    long each placement decision took (seconds) and the core's decisions. ``in_use`` (queue -> GPUs held)
+    grows with every admission."""
     view = ctx.view
     lines: list[FifoJob] = []
     objects: dict[str, tuple[JobObject, JobRequest]] = {}
@@ -168,7 +169,7 @@ def admit_all(
             _carry_out(ctx, job, request, decision, in_use)
         except Exception as exc:
             _internal_error(ctx, job, exc)
-    return durations
+    return durations, decisions
 
 
 def _carry_out(

@@ -1,0 +1,182 @@
+"""The waiting jobs a pass need not look at: strict FIFO admission proportional to what changed.
+
+With thousands of jobs queued, most passes change nothing for almost all of them: a queue whose head does not
+fit holds its line, and nothing the line's verdicts rest on has moved. :class:`WaitingMemo` is kept by the
+reconciler between passes, like the view: it remembers the queued jobs a pass decided with nothing to write,
+and for each queue line its head's verdict and the facts behind it. ``decide`` leaves a line out entirely
+(no decision, no status write; its jobs still counted in the gauges and queue statuses) while all of these
+hold, and sends it through the core FIFO pass from its head otherwise:
+
+- every job of the line is the very object the memo holds (no spec, status or deletion since), and none is
+  busy, held back (BackingOff), or named in what the runtime reported (bind failures, API trouble);
+- the line lost no job and gained none (a job deleted or admitted elsewhere, a new one, a queue changed);
+- its ParallelJobQueue's cap and namespaces are as they were, and so are the GPUs its jobs hold;
+- no GPU came free since the last look (none that the kept view owned then is unowned now, and no node
+  changed), or its head still needs more GPUs than are free now: a count, so nothing that frees fewer can
+  admit it, and the jobs behind a strict head wait whatever happens.
+
+Only the default policy (strict FIFO without a core queue policy) uses it; best-effort FIFO and the core's
+queueing pass look at every job. The property tests (``tests/property/test_waiting_memo_properties.py``) run
+random event sequences with and without the memo and compare every job's phase, reason and placement, as
+the view's kept-vs-rebuild check does for nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from paralleljob.core.admission import Admit, Wait
+from paralleljob.core.cluster import ClusterState
+from paralleljob.core.gates import WaitReason
+from paralleljob.core.lifecycle import Phase
+from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.specs import JobObject
+
+WAITING = frozenset({Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED})  # phases of a job that stands in a line
+QueueFacts = tuple[int | None, tuple[str, ...]] | None  # a queue object's cap and namespaces (None: no object)
+
+
+def queue_facts(info: QueueInfo | None) -> QueueFacts:
+    return None if info is None else (info.max_gpus, tuple(info.namespaces))
+
+
+@dataclass(frozen=True, slots=True)
+class LineMemo:
+    """One queue line as last decided: its waiting jobs, the facts its verdicts rest on, and its head."""
+
+    members: frozenset[str]
+    facts: QueueFacts
+    in_use: int  # GPUs the queue's jobs held after that pass
+    head_reason: WaitReason | None  # why the head that blocks the line waits (None: no head blocks it)
+    head_gpus: int  # GPUs that head needs
+
+
+@dataclass
+class WaitingMemo:
+    """What the last passes decided for waiting jobs (the containers change as passes go)."""
+
+    jobs: dict[str, JobObject] = field(default_factory=dict)  # key -> the object decided Queued, nothing to write
+    lines: dict[str, LineMemo] = field(default_factory=dict)
+    owner: list[str | None] = field(default_factory=list)  # the kept view's GPU owners before admission
+    skipped: int = 0  # jobs left out by the last pass (for the log and the benchmark)
+
+    def clear(self) -> None:
+        self.jobs.clear()
+        self.lines.clear()
+        self.owner = []
+
+
+@dataclass(frozen=True, slots=True)
+class Triage:
+    """The jobs of one pass sorted before any decision: those to decide, and lines that may stay quiet."""
+
+    to_decide: list[JobObject]
+    quiet: dict[str, list[JobObject]]  # queue -> its jobs, all unchanged; confirmed by :func:`still_quiet`
+
+
+def triage(
+    memo: WaitingMemo | None, jobs: Sequence[JobObject], untouchable: Mapping[str, object] | frozenset[str]
+) -> Triage:
+    """Split the pass's jobs: a line stays a candidate for quiet when every job the memo holds for it is here,
+    unchanged, and not ``untouchable`` (busy, held back, reported by the runtime), and no other job joined it."""
+    if memo is None or not memo.lines:
+        return Triage(list(jobs), {})
+    to_decide: list[JobObject] = []
+    candidates: dict[str, list[JobObject]] = {}
+    dirty: set[str] = set()
+    for job in jobs:
+        kept = memo.jobs.get(job.key)
+        queue = job.request.queue if job.request is not None else None
+        if kept is job and job.key not in untouchable and queue in memo.lines:
+            candidates.setdefault(queue, []).append(job)
+            continue
+        to_decide.append(job)
+        if kept is not None and kept.request is not None:
+            dirty.add(kept.request.queue)  # it changed: its old line moves
+        if queue is not None and (job.phase in WAITING or job.deleting):
+            dirty.add(queue)  # a job joins the line (a running job's line moves by in_use and freed GPUs)
+    quiet: dict[str, list[JobObject]] = {}
+    for queue, members in candidates.items():
+        if queue in dirty or len(members) != len(memo.lines[queue].members):
+            to_decide.extend(members)  # a job of the line changed, left, or is new
+        else:
+            quiet[queue] = members
+    return Triage(to_decide, quiet)
+
+
+def capacity_freed(memo: WaitingMemo, state: ClusterState | None) -> bool:
+    """Whether any GPU the kept view owned at the last look is unowned now (or there is nothing to compare)."""
+    if state is None or len(memo.owner) != len(state.owner):
+        return True
+    return any(then is not None and now is None for then, now in zip(memo.owner, state.owner, strict=True))
+
+
+def still_quiet(
+    memo: WaitingMemo,
+    queue: str,
+    info: QueueInfo | None,
+    in_use: int,
+    freed: bool,
+    state: ClusterState | None,
+) -> bool:
+    """Whether a candidate line may be left out of this pass (called just before admission)."""
+    line = memo.lines[queue]
+    if line.facts != queue_facts(info) or line.in_use != in_use:
+        return False
+    if not freed or line.head_reason is None:
+        return True
+    if line.head_reason is not WaitReason.UNSCHEDULABLE or state is None:
+        return False
+    return line.head_gpus > state.counts()["free"]
+
+
+def remember(
+    memo: WaitingMemo,
+    decided: Mapping[str, tuple[JobObject, bool]],
+    decisions: Sequence[Admit | Wait],
+    queues: Mapping[str, QueueInfo],
+    in_use: Mapping[str, int],
+    owner: list[str | None],
+) -> None:
+    """After a pass: ``decided`` maps each job of the lines it looked at to (the object, whether it may be
+    remembered: it ended Queued with nothing to write); ``decisions`` are the core FIFO pass's, in order;
+    ``owner`` the view's GPU owners before admission. A line is remembered only when all its jobs are."""
+    touched = {job.request.queue for job, _ in decided.values() if job.request is not None}
+    touched |= {old.request.queue for key in decided if (old := memo.jobs.get(key)) is not None and old.request}
+    for queue in touched:
+        old_line = memo.lines.pop(queue, None)
+        for key in old_line.members if old_line is not None else ():
+            memo.jobs.pop(key, None)  # still here: put back below when it may be remembered
+    by_queue: dict[str, list[str]] = {}
+    forgettable: set[str] = set()
+    for key, (job, keep) in decided.items():
+        memo.jobs.pop(key, None)
+        if job.request is None or job.request.queue not in touched:
+            continue
+        if keep:
+            memo.jobs[key] = job
+            by_queue.setdefault(job.request.queue, []).append(key)
+        else:
+            forgettable.add(job.request.queue)
+    heads: dict[str, Wait] = {}
+    for decision in decisions:
+        if isinstance(decision, Wait) and decision.queue not in heads and blocks(decision):
+            heads[decision.queue] = decision
+    for queue, members in by_queue.items():
+        if queue in forgettable:
+            for key in members:
+                memo.jobs.pop(key, None)
+            continue
+        head = heads.get(queue)
+        head_job = decided[head.job_id][0] if head is not None and head.job_id in decided else None
+        need = head_job.request.spec.num_gpus if head_job is not None and head_job.request is not None else 0
+        reason = head.reason if head is not None else None
+        facts = queue_facts(queues.get(queue))
+        memo.lines[queue] = LineMemo(frozenset(members), facts, in_use.get(queue, 0), reason, need)
+    memo.owner = owner
+
+
+def blocks(decision: Wait) -> bool:
+    """Whether a wait holds its line (the head): anything but a non-blocking refusal or a job behind it."""
+    return not decision.permanent and decision.reason not in (WaitReason.WAITING, WaitReason.QUEUE_REFUSED)
