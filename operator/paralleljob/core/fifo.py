@@ -80,6 +80,13 @@ def room_refusal(state: ClusterState, spec: JobSpec) -> str | None:
     return f"needs {spec.num_gpus} GPUs; {free} are free"
 
 
+def free_groups(state: ClusterState, spec: JobSpec) -> int:
+    """How many of ``spec``'s TP groups (``tp`` GPUs with its memory, on one node) the free GPUs could hold
+    now, over the whole cluster: an upper bound for any placer that keeps a TP group on one node."""
+    topo, mem = state.topology, spec.memory_per_gpu_gb
+    return state.domain_slots(topo.top, 0, spec.tp, mem) if topo.top else state.node_slots(0, spec.tp, mem)
+
+
 def gate_wait(job: FifoJob) -> Wait:
     """The wait of a job its entry checks refuse (``job.gate`` must be set)."""
     assert job.gate is not None, "gate_wait of a job its entry checks admit"

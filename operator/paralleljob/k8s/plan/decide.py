@@ -48,10 +48,12 @@ from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pending_deadlines
 from paralleljob.k8s.plan.reoptimizing import reconsider
 from paralleljob.k8s.plan.status import StatusDraft
-from paralleljob.k8s.plan.waiting import WAITING, WaitingMemo, capacity_freed, remember, still_quiet, triage
+from paralleljob.k8s.plan.waiting import WAITING, WaitingMemo, admit_lines, remember, triage
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
 
-ACTIVE = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
+# A tuple, not a set: ``in`` then compares identities, where a set hashes the member (Enum's __hash__ is Python
+# code) -- it is asked for every job of every pass.
+ACTIVE = (Phase.PLACING, Phase.RUNNING, Phase.RECOVERING)
 
 
 @dataclass(frozen=True)
@@ -249,33 +251,27 @@ def decide(
             in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
             preemptible = actions.draft.phase is Phase.RUNNING and preemption_of(actions.draft.data) is None
             held.append((job, job.request, preemptible))
-    decided = list(order)
     owner_before = list(view.state.owner) if view.state is not None else []
-    if sorted_out.quiet and memo is not None:
-        freed = capacity_freed(memo, view.state)
-        for queue, members in sorted_out.quiet.items():
-            if still_quiet(memo, queue, observed.queues.get(queue), in_use.get(queue, 0), freed, view.state):
-                plan.quiet_waiting[queue] = len(members)
-                continue
-            for job in members:  # unchanged Queued jobs: deciding them writes nothing unless admission does
-                decided.append(job)
-                entry = _decide_job(ctx, actions_for(job), job)
-                if entry is not None:
-                    queued.append(entry)
     try:
         if policy is None:
             # The per-queue FIFO honours the rollback holds too: a job whose gang was refused waits out its
             # back-off (condition BackingOff) instead of being placed again on the very next pass.
-            plan.scheduling_seconds, fifo_decisions = admit_all(ctx, queued, in_use, strict_fifo)
+            lines = admit_lines(
+                memo,
+                queued,
+                sorted_out.quiet,
+                lambda queue: (observed.queues.get(queue), in_use.get(queue, 0)),
+                view.state,
+                lambda job: _decide_job(ctx, actions_for(job), job),
+                lambda entries: admit_all(ctx, entries, in_use, strict_fifo),
+            )
+            plan.scheduling_seconds = lines.durations
+            plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
             if memo is not None and strict_fifo:
-                remember(
-                    memo,
-                    _rememberable(decided, actions_by_key, untouchable, memo),
-                    fifo_decisions,
-                    observed.queues,
-                    in_use,
-                    owner_before,
-                )
+                decided = _rememberable([*order, *lines.decided], actions_by_key, untouchable, memo)
+                for queue in lines.partial:  # its head was looked at: the line is remembered whole
+                    decided.update({job.key: (job, True) for job in lines.left_out[queue]})
+                remember(memo, decided, lines.decisions, observed.queues, in_use, owner_before)
         else:
             running: dict[str, RunningJob] = {
                 job.key: running_job(job, request, now_s, preemptible) for job, request, preemptible in held

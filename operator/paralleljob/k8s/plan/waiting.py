@@ -12,8 +12,8 @@ hold, and sends it through the core FIFO pass from its head otherwise:
 - the line lost no job and gained none (a job deleted or admitted elsewhere, a new one, a queue changed);
 - its ParallelJobQueue's cap and namespaces are as they were, and so are the GPUs its jobs hold;
 - no GPU came free since the last look (none that the kept view owned then is unowned now, and no node
-  changed), or its head still needs more GPUs than are free now: a count, so nothing that frees fewer can
-  admit it, and the jobs behind a strict head wait whatever happens.
+  changed), or its head still needs more TP groups than the free GPUs could hold, each on one node (a count:
+  the operator's placer never splits a TP group), so the jobs behind a strict head wait whatever happens.
 
 Only the default policy (strict FIFO without a core queue policy) uses it; best-effort FIFO and the core's
 queueing pass look at every job. The property tests (``tests/property/test_waiting_memo_properties.py``) run
@@ -23,17 +23,20 @@ the view's kept-vs-rebuild check does for nodes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import enum
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.admission import Admit, Wait
 from paralleljob.core.cluster import ClusterState
+from paralleljob.core.fifo import free_groups
 from paralleljob.core.gates import WaitReason
+from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.queues import QueueInfo
-from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
 
-WAITING = frozenset({Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED})  # phases of a job that stands in a line
+WAITING = (Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED)  # phases of a job that stands in a line (as ACTIVE)
 QueueFacts = tuple[int | None, tuple[str, ...]] | None  # a queue object's cap and namespaces (None: no object)
 
 
@@ -49,7 +52,8 @@ class LineMemo:
     facts: QueueFacts
     in_use: int  # GPUs the queue's jobs held after that pass
     head_reason: WaitReason | None  # why the head that blocks the line waits (None: no head blocks it)
-    head_gpus: int  # GPUs that head needs
+    head: JobSpec | None  # that head's shape
+    head_key: str = ""
 
 
 @dataclass
@@ -112,23 +116,94 @@ def capacity_freed(memo: WaitingMemo, state: ClusterState | None) -> bool:
     return any(then is not None and now is None for then, now in zip(memo.owner, state.owner, strict=True))
 
 
-def still_quiet(
-    memo: WaitingMemo,
-    queue: str,
-    info: QueueInfo | None,
-    in_use: int,
-    freed: bool,
-    state: ClusterState | None,
-) -> bool:
-    """Whether a candidate line may be left out of this pass (called just before admission)."""
+class Look(enum.Enum):
+    """How much of a candidate line a pass must look at."""
+
+    NOTHING = "nothing"  # left out
+    HEAD = "head"  # GPUs came free that might hold its head: the head first, the rest only if it gets in
+    ALL = "all"  # its queue or the GPUs its jobs hold changed (or its head waits for something else)
+
+
+def look(
+    memo: WaitingMemo, queue: str, info: QueueInfo | None, in_use: int, freed: bool, state: ClusterState | None
+) -> Look:
+    """What a candidate line needs this pass, judged when its turn comes (after the lines before it admitted)."""
     line = memo.lines[queue]
     if line.facts != queue_facts(info) or line.in_use != in_use:
-        return False
+        return Look.ALL
     if not freed or line.head_reason is None:
-        return True
-    if line.head_reason is not WaitReason.UNSCHEDULABLE or state is None:
-        return False
-    return line.head_gpus > state.counts()["free"]
+        return Look.NOTHING
+    if line.head_reason is not WaitReason.UNSCHEDULABLE or line.head is None or state is None:
+        return Look.ALL
+    return Look.NOTHING if free_groups(state, line.head) < line.head.num_groups else Look.HEAD
+
+
+@dataclass
+class Lines:
+    """What the FIFO admission of one pass did, line by line."""
+
+    durations: list[float] = field(default_factory=list)
+    decisions: list[Admit | Wait] = field(default_factory=list)
+    decided: list[JobObject] = field(default_factory=list)  # jobs of candidate lines decided after all
+    left_out: dict[str, list[JobObject]] = field(default_factory=dict)  # queue -> jobs not looked at
+    partial: set[str] = field(default_factory=set)  # lines whose head was looked at, and only it
+
+
+Entry = tuple[JobObject, JobRequest]
+Admitter = Callable[[Sequence[Entry]], tuple[list[float], Sequence[Admit | Wait]]]
+
+
+def admit_lines(
+    memo: WaitingMemo | None,
+    queued: Sequence[Entry],
+    quiet: Mapping[str, list[JobObject]],
+    facts: Callable[[str], tuple[QueueInfo | None, int]],
+    state: ClusterState | None,
+    decide_job: Callable[[JobObject], Entry | None],
+    admit: Admitter,
+) -> Lines:
+    """The FIFO pass line by line in queue order (as the core orders them, so the result is the same as one
+    call over all): ``queued`` lines always, ``quiet`` candidates as :func:`look` says. ``facts``: a queue's
+    object and the GPUs its jobs hold now; ``decide_job``: the pass's per-job decision (None: it does not
+    try admission); ``admit``: the core FIFO pass over some entries of one line."""
+    by_queue: dict[str, list[Entry]] = {}
+    for entry in queued:
+        by_queue.setdefault(entry[1].queue, []).append(entry)
+    freed = capacity_freed(memo, state) if memo is not None and quiet else False
+    out = Lines()
+
+    def run(entries: Sequence[Entry]) -> Sequence[Admit | Wait]:
+        durations, decisions = admit(entries)
+        out.durations.extend(durations)
+        out.decisions.extend(decisions)
+        return decisions
+
+    def decided(jobs: Sequence[JobObject]) -> list[Entry]:
+        out.decided.extend(jobs)
+        return [entry for job in jobs if (entry := decide_job(job)) is not None]
+
+    for queue in sorted(set(by_queue) | set(quiet)):
+        entries = by_queue.get(queue, [])
+        members = quiet.get(queue)
+        if members is not None and memo is not None:
+            info, in_use = facts(queue)
+            verdict = look(memo, queue, info, in_use, freed, state)
+            if verdict is Look.NOTHING:
+                out.left_out[queue] = members
+                continue
+            if verdict is Look.HEAD:
+                head_key = memo.lines[queue].head_key
+                rest = [job for job in members if job.key != head_key]
+                decisions = run(decided([job for job in members if job.key == head_key]))
+                if any(isinstance(d, Wait) and blocks(d) for d in decisions):
+                    out.left_out[queue] = rest  # it still waits: so does everything behind it
+                    out.partial.add(queue)
+                    continue
+                members = rest
+            entries = entries + decided(members)
+        if entries:
+            run(entries)
+    return out
 
 
 def remember(
@@ -170,10 +245,11 @@ def remember(
             continue
         head = heads.get(queue)
         head_job = decided[head.job_id][0] if head is not None and head.job_id in decided else None
-        need = head_job.request.spec.num_gpus if head_job is not None and head_job.request is not None else 0
+        shape = head_job.request.spec if head_job is not None and head_job.request is not None else None
         reason = head.reason if head is not None else None
         facts = queue_facts(queues.get(queue))
-        memo.lines[queue] = LineMemo(frozenset(members), facts, in_use.get(queue, 0), reason, need)
+        key = head.job_id if head is not None else ""
+        memo.lines[queue] = LineMemo(frozenset(members), facts, in_use.get(queue, 0), reason, shape, key)
     memo.owner = owner
 
 
