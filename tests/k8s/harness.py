@@ -14,7 +14,7 @@ from paralleljob.core.queueing import QueuePolicy
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload
 from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.pods import PodInfo, parse_pod
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
 from paralleljob.k8s.edge.specs import JobObject, parse_job
@@ -45,6 +45,7 @@ class FakeCluster:
         body is replaced."""
         self.memo = WaitingMemo() if memo else None
         self._parsed: dict[str, tuple[dict[str, Any], JobObject]] = {}
+        self._parsed_pods: dict[tuple[str, str], tuple[dict[str, Any], PodInfo]] = {}
         self._node_bodies: dict[str, dict[str, Any]] = {}
         self.config = config or TopologyConfig()
         self.namespaces = namespaces
@@ -113,7 +114,7 @@ class FakeCluster:
             self._node_bodies = dict(self.nodes)
         observed = Observed(
             jobs=[self._job(key, body) for key, body in self.jobs.items()],
-            pods=[parse_pod(p) for p in self.pods.values()],
+            pods=[self._pod(key, body) for key, body in self.pods.items()],
             nodes=nodes,
             now=now,
             queues=self.queues,
@@ -153,6 +154,15 @@ class FakeCluster:
             self._parsed[key] = kept
         return kept[1]
 
+    def _pod(self, key: tuple[str, str], body: dict[str, Any]) -> PodInfo:
+        if self.memo is None:
+            return parse_pod(body)
+        kept = self._parsed_pods.get(key)
+        if kept is None or kept[0] is not body:
+            kept = (body, parse_pod(body))
+            self._parsed_pods[key] = kept
+        return kept[1]
+
     def _apply(self, actions: JobActions) -> None:
         key = actions.job.key
         if key not in self.jobs:
@@ -165,6 +175,7 @@ class FakeCluster:
         for a in actions.annotates:
             pod = self.pods.get((a.namespace, a.name))
             if pod is not None and pod["metadata"]["uid"] == a.uid:
+                pod = self.pods[(a.namespace, a.name)] = copy.deepcopy(pod)  # a new version, as the API makes
                 pod["metadata"].setdefault("annotations", {}).update(a.annotations)
         for d in actions.deletes:
             self.pods.pop((d.namespace, d.name), None)  # kwok deletes at once
@@ -182,6 +193,7 @@ class FakeCluster:
         if pod is None:
             return  # deleted while the chain ran: the API answers 404
         assert not pod["spec"].get("nodeName"), f"double bind of {name}"
+        pod = self.pods[(namespace, name)] = copy.deepcopy(pod)  # a new version, as the API makes
         pod["spec"]["nodeName"] = node
         pod["status"]["phase"] = "Running"
         self.binds.append((name, node))

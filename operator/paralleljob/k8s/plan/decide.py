@@ -48,7 +48,15 @@ from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pending_deadlines
 from paralleljob.k8s.plan.reoptimizing import reconsider
 from paralleljob.k8s.plan.status import StatusDraft
-from paralleljob.k8s.plan.waiting import WAITING, WaitingMemo, admit_lines, remember, triage
+from paralleljob.k8s.plan.waiting import (
+    WAITING,
+    WaitingMemo,
+    admit_lines,
+    pod_ids,
+    remember,
+    remember_running,
+    triage,
+)
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
 
 # A tuple, not a set: ``in`` then compares identities, where a set hashes the member (Enum's __hash__ is Python
@@ -212,6 +220,10 @@ def decide(
     if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):
         memo.clear()  # only strict FIFO leaves lines out; a node that changed may change any verdict
     untouchable = {*observed.busy, *ctx.holds, *observed.bind_failures, *observed.api_trouble, *observed.invalid_pods}
+
+    def untouched(job: JobObject) -> bool:
+        return job.key in untouchable
+
     sorted_out = triage(memo, observed.jobs, frozenset(untouchable))
     order = sorted(sorted_out.to_decide, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
     for job in order:
@@ -233,6 +245,14 @@ def decide(
                 continue
             if entry is not None:
                 queued.append(entry)
+            continue
+        steady = memo.running.get(job.key) if memo is not None else None
+        if steady is not None and steady.job is job and steady.pods == pod_ids(pods_of(job)) and not untouched(job):
+            # running as it was, nothing to do last time, nothing of it changed: last pass's (empty) decisions
+            actions_by_key[job.key] = steady.actions
+            if job.request is not None:
+                in_use[job.request.queue] = in_use.get(job.request.queue, 0) + job.request.spec.num_gpus
+                held.append((job, job.request, preemption_of(steady.actions.draft.data) is None))
             continue
         actions = actions_for(job)
         try:
@@ -272,6 +292,7 @@ def decide(
                 for queue in lines.partial:  # its head was looked at: the line is remembered whole
                     decided.update({job.key: (job, True) for job in lines.left_out[queue]})
                 remember(memo, decided, lines.decisions, observed.queues, in_use, owner_before)
+                remember_running(memo, actions_by_key.values(), pods_of, untouchable)
         else:
             running: dict[str, RunningJob] = {
                 job.key: running_job(job, request, now_s, preemptible) for job, request, preemptible in held

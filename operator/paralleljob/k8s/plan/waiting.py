@@ -24,7 +24,7 @@ the view's kept-vs-rebuild check does for nodes.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.admission import Admit, Wait
@@ -33,8 +33,10 @@ from paralleljob.core.fifo import free_groups
 from paralleljob.core.gates import WaitReason
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Phase
+from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.plan.actions import JobActions
 
 WAITING = (Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED)  # phases of a job that stands in a line (as ACTIVE)
 QueueFacts = tuple[int | None, tuple[str, ...]] | None  # a queue object's cap and namespaces (None: no object)
@@ -56,19 +58,62 @@ class LineMemo:
     head_key: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Steady:
+    """A running job a pass found with nothing to do: its object, its pods (by identity), those decisions."""
+
+    job: JobObject
+    pods: tuple[int, ...]
+    actions: JobActions
+
+
 @dataclass
 class WaitingMemo:
-    """What the last passes decided for waiting jobs (the containers change as passes go)."""
+    """What the last passes decided for waiting jobs, and which running jobs were steady (the containers
+    change as passes go)."""
 
     jobs: dict[str, JobObject] = field(default_factory=dict)  # key -> the object decided Queued, nothing to write
     lines: dict[str, LineMemo] = field(default_factory=dict)
     owner: list[str | None] = field(default_factory=list)  # the kept view's GPU owners before admission
-    skipped: int = 0  # jobs left out by the last pass (for the log and the benchmark)
+    running: dict[str, Steady] = field(default_factory=dict)
 
     def clear(self) -> None:
         self.jobs.clear()
         self.lines.clear()
         self.owner = []
+        self.running.clear()
+
+
+def pod_ids(pods: Sequence[PodInfo]) -> tuple[int, ...]:
+    """The pods as the store holds them: a changed pod is a new object (the stores parse each version once)."""
+    return tuple(id(pod) for pod in pods)
+
+
+def remember_running(
+    memo: WaitingMemo,
+    decided: Iterable[JobActions],
+    pods_of: Callable[[JobObject], Sequence[PodInfo]],
+    untouchable: Collection[str],
+) -> None:
+    """Keep the running jobs that need nothing while nothing of theirs changes: Running before and after,
+    nothing to write, never repaired (a repaired job is re-priced against the free GPUs now and then), no
+    preemption under way (its deadline is a time), not a pod group (its pods are decided elsewhere), and not
+    held back or busy. A node that changes clears the memo (``decide``): health is read from the nodes."""
+    memo.running = {}
+    for actions in decided:
+        job = actions.job
+        if (
+            job.phase is Phase.RUNNING
+            and actions.draft.phase is Phase.RUNNING
+            and not actions.has_work
+            and job.restarts == 0
+            and "preemption" not in actions.draft.data
+            and job.request is not None
+            and not job.request.pod_group
+            and not job.deleting
+            and job.key not in untouchable
+        ):
+            memo.running[job.key] = Steady(job, pod_ids(pods_of(job)), actions)
 
 
 @dataclass(frozen=True, slots=True)
