@@ -1,13 +1,14 @@
 """Time the operator's real reconcile pass with thousands of jobs waiting (issue 29's pass targets).
 
-    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES]      (default: 10000 200 200)
+    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full]      (default: 10000 200 200)
 
 A cluster of NODES 8-GPU nodes is filled by small ParallelJobs (TP 1-2 x DP 1-4, round-robin over QUEUES
 queues) decided by the in-memory harness until it settles: the cluster full, about WAITING jobs Queued. The
 settled objects are then handed to a real ``Reconciler`` (kept view, stores, waiting memo, gauges, queue
 statuses: everything ``pass_once`` does but the API writes, which are not started), and it prints the median
 of 15 passes with nothing changed, and the pass right after one running job's workers finished (each of 15
-finishes measured alone), as wall time and as the process's CPU time (on a shared machine the wall time also
+finishes measured alone; ``--full``: without the waiting memo, every pass looks at every job, as before
+issue 29), as wall time and as the process's CPU time (on a shared machine the wall time also
 counts the time other processes held the CPU). Not collected by pytest: a measurement, not a test.
 """
 
@@ -55,8 +56,10 @@ def queue_body(name: str) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": name}, "spec": {}}
 
 
-async def measure(fc: FakeCluster) -> dict[str, float]:
+async def measure(fc: FakeCluster, full: bool = False) -> dict[str, float]:
     reconciler = Reconciler(cast(Any, object()), OperatorConfig(view_check_passes=0), Metrics())
+    if full:
+        reconciler.waiting = cast(Any, None)  # decide() without a memo: the full pass
 
     async def nothing(actions: JobActions, started: float) -> None:
         return None
@@ -106,6 +109,8 @@ async def measure(fc: FakeCluster) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> None:
+    full = "--full" in argv
+    argv = [a for a in argv if a != "--full"]
     waiting, queues, nodes = (int(a) for a in (argv + ["10000", "200", "200"][len(argv) :])[:3])
     started = time.perf_counter()
     fc = settled(waiting, queues, nodes)
@@ -114,7 +119,7 @@ def main(argv: list[str]) -> None:
         phase = str((body.get("status") or {}).get("phase"))
         phases[phase] = phases.get(phase, 0) + 1
     print(f"settled in {time.perf_counter() - started:.1f} s: {phases}")
-    print(asyncio.run(measure(fc)))
+    print(asyncio.run(measure(fc, full)))
 
 
 if __name__ == "__main__":

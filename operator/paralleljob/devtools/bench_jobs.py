@@ -179,7 +179,24 @@ async def flood(kube: Kube, tracker: JobTracker, operator: OperatorProcess, args
     busy: dict[str, Any] = {}
 
     async def sampler() -> None:
+        last = (time.monotonic(), operator.sample(f"{PASS_METRIC}_count"), operator.sample(f"{PASS_METRIC}_sum"))
         while True:
+            now, count, total = (
+                time.monotonic(),
+                operator.sample(f"{PASS_METRIC}_count"),
+                operator.sample(f"{PASS_METRIC}_sum"),
+            )
+            if now - last[0] >= 30.0:  # a line every 30 s, so a run cut short still says how far it got
+                passes = count - last[1]
+                mean = f"{(total - last[2]) / passes * 1e3:.0f} ms" if passes else "-"
+                print(
+                    f"{now - started:.0f} s: created {created}, admitted {len(tracker.admitted_at)},"
+                    f" succeeded {len(tracker.done_at)}, waiting {tracker.waiting()}; {passes:.0f} passes,"
+                    f" mean {mean}; RSS {operator.rss_mb():.0f} MB; leader {operator.is_leader()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                last = (now, count, total)
             samples["rss_mb"] = max(samples["rss_mb"], operator.rss_mb())
             waiting = tracker.waiting()
             samples["max_waiting"] = max(samples["max_waiting"], waiting)
