@@ -86,7 +86,7 @@ class WaitingMemo:
 
 def pod_ids(pods: Sequence[PodInfo]) -> tuple[int, ...]:
     """The pods as the store holds them: a changed pod is a new object (the stores parse each version once)."""
-    return tuple(id(pod) for pod in pods)
+    return tuple(map(id, pods))
 
 
 def remember_running(
@@ -99,9 +99,13 @@ def remember_running(
     nothing to write, never repaired (a repaired job is re-priced against the free GPUs now and then), no
     preemption under way (its deadline is a time), not a pod group (its pods are decided elsewhere), and not
     held back or busy. A node that changes clears the memo (``decide``): health is read from the nodes."""
-    memo.running = {}
+    before, memo.running = memo.running, {}
     for actions in decided:
         job = actions.job
+        steady = before.get(job.key)
+        if steady is not None and steady.actions is actions:
+            memo.running[job.key] = steady  # reused this pass: steady still
+            continue
         if (
             job.phase is Phase.RUNNING
             and actions.draft.phase is Phase.RUNNING
@@ -134,12 +138,20 @@ def triage(
     to_decide: list[JobObject] = []
     candidates: dict[str, list[JobObject]] = {}
     dirty: set[str] = set()
+    kept_jobs, lines = memo.jobs, memo.lines  # locals: this loop runs for every job of every pass
     for job in jobs:
-        kept = memo.jobs.get(job.key)
+        key = job.key
+        kept = kept_jobs.get(key)
+        if kept is job and key not in untouchable:
+            queue = job.request.queue if job.request is not None else None
+            if queue in lines:
+                members = candidates.get(queue)
+                if members is None:
+                    candidates[queue] = [job]
+                else:
+                    members.append(job)
+                continue
         queue = job.request.queue if job.request is not None else None
-        if kept is job and job.key not in untouchable and queue in memo.lines:
-            candidates.setdefault(queue, []).append(job)
-            continue
         to_decide.append(job)
         if kept is not None and kept.request is not None:
             dirty.add(kept.request.queue)  # it changed: its old line moves
