@@ -229,6 +229,10 @@ def command(args: argparse.Namespace) -> int:
             args.dashboard_nodes, args.dashboard_jobs, min(args.repeat, 5), reuse=args.dashboard_cluster
         )
         return _emit(measured, args.json)
+    if args.what == "jobs":
+        from paralleljob.devtools.bench_jobs import run_jobs
+
+        return _emit(run_jobs(args), args.json)
     if args.what == "scale":
         from paralleljob.devtools.bench_scale import run_scale
 
@@ -295,6 +299,7 @@ BENCHMARKS = (
     "native",
     "dashboard",
     "nvl72",
+    "jobs",
 )
 
 
@@ -323,6 +328,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--dra-nodes", type=int, default=8, help="dra: fake 8-GPU nodes per mode (at least 8)")
     parser.add_argument("--kills", type=int, default=100, help="chaos: operator SIGKILLs in the long run")
     parser.add_argument("--chaos-nodes", type=int, default=24, help="chaos: fake GPU nodes")
+    parser.add_argument("--jobs-nodes", type=int, default=200, help="jobs: kwok nodes (8 GPUs each)")
+    parser.add_argument("--queues", type=int, default=1000, help="jobs: ParallelJobQueues")
+    parser.add_argument("--flood-jobs", type=int, default=50_000, help="jobs: ParallelJobs in the flood")
+    parser.add_argument("--creators", type=int, default=32, help="jobs: concurrent create calls")
+    parser.add_argument("--run-min", type=float, default=10.0, help="jobs: shortest run time (s)")
+    parser.add_argument("--run-max", type=float, default=60.0, help="jobs: longest run time (s)")
+    parser.add_argument("--room-jobs", type=int, default=50, help="jobs: one-by-one jobs timed with room")
+    parser.add_argument("--busy-waiting", type=int, default=10_000, help="jobs: pass times while this many wait")
+    parser.add_argument("--drain-timeout", type=float, default=7200.0, help="jobs: give up draining after (s)")
     parser.add_argument("--scale-nodes", default="500,2000", help="scale: kwok node counts, comma-separated")
     parser.add_argument("--native-nodes", default="500,2000", help="native: kwok node counts, comma-separated")
     parser.add_argument("--gangs", type=int, default=24, help="native: gangs of the mixed LLM set")

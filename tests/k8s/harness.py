@@ -14,14 +14,15 @@ from paralleljob.core.queueing import QueuePolicy
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload
 from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.pods import PodInfo, parse_pod
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, decide
 from paralleljob.k8s.plan.nodenotes import NodeEvent
+from paralleljob.k8s.plan.waiting import WaitingMemo
 from paralleljob.k8s.view.clusterview import ClusterView
 from tests.k8s.factories import pod_from_manifest
 
@@ -36,7 +37,16 @@ class FakeCluster:
         policy: QueuePolicy | None = None,
         queues: dict[str, QueueInfo] | None = None,
         namespaces: tuple[str, ...] = (),
+        memo: bool = False,
     ) -> None:
+        """``memo``: keep a WaitingMemo between passes as the reconciler does, so strict FIFO leaves quiet lines
+        out; job bodies are then parsed again only when replaced (as the reconciler's store does), so a test
+        must replace a body to change it, never edit it in place, and nodes count as changed only when their
+        body is replaced."""
+        self.memo = WaitingMemo() if memo else None
+        self._parsed: dict[str, tuple[dict[str, Any], JobObject]] = {}
+        self._parsed_pods: dict[tuple[str, str], tuple[dict[str, Any], PodInfo]] = {}
+        self._node_bodies: dict[str, dict[str, Any]] = {}
         self.config = config or TopologyConfig()
         self.namespaces = namespaces
         self.policy = policy
@@ -97,9 +107,14 @@ class FakeCluster:
             self.seconds += 1
             now = (START + dt.timedelta(seconds=self.seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
         nodes = [parse_node(n, self.config) for n in self.nodes.values()]
+        changed = {n.name: n for n in nodes}  # without a memo the harness looks at every node every pass
+        if self.memo is not None:
+            changed = {n.name: n for n in nodes if self._node_bodies.get(n.name) is not self.nodes[n.name]}
+            changed.update({name: None for name in self._node_bodies if name not in self.nodes})  # type: ignore[misc]
+            self._node_bodies = dict(self.nodes)
         observed = Observed(
-            jobs=[parse_job(j) for j in self.jobs.values()],
-            pods=[parse_pod(p) for p in self.pods.values()],
+            jobs=[self._job(key, body) for key, body in self.jobs.items()],
+            pods=[self._pod(key, body) for key, body in self.pods.items()],
             nodes=nodes,
             now=now,
             queues=self.queues,
@@ -108,7 +123,7 @@ class FakeCluster:
             api_trouble=dict(self.api_trouble),
             backoff=self.backoff,
             namespaces=self.namespaces,
-            changed_nodes={n.name: n for n in nodes},  # the harness looks at every node every pass
+            changed_nodes=changed,
             node_warnings=self.node_warnings,
             busy=self.busy(),
             pod_groups={k: parse_pod_group(b) for k, b in self.pod_groups.items()},
@@ -117,7 +132,7 @@ class FakeCluster:
         self.bind_failures.clear()
         self.invalid_pods.clear()
         self.api_trouble.clear()
-        plan, view = decide(observed, self.config, policy=self.policy)
+        plan, view = decide(observed, self.config, policy=self.policy, memo=self.memo)
         self.last_plan, self.last_view = plan, view
         self.backoff, self.node_warnings = plan.backoff, dict(plan.node_warnings)
         self.node_events.extend(plan.node_events)
@@ -129,6 +144,24 @@ class FakeCluster:
         for d in plan.orphans:
             self.pods.pop((d.namespace, d.name), None)
         return plan
+
+    def _job(self, key: str, body: dict[str, Any]) -> JobObject:
+        if self.memo is None:
+            return parse_job(body)
+        kept = self._parsed.get(key)
+        if kept is None or kept[0] is not body:
+            kept = (body, parse_job(body))
+            self._parsed[key] = kept
+        return kept[1]
+
+    def _pod(self, key: tuple[str, str], body: dict[str, Any]) -> PodInfo:
+        if self.memo is None:
+            return parse_pod(body)
+        kept = self._parsed_pods.get(key)
+        if kept is None or kept[0] is not body:
+            kept = (body, parse_pod(body))
+            self._parsed_pods[key] = kept
+        return kept[1]
 
     def _apply(self, actions: JobActions) -> None:
         key = actions.job.key
@@ -142,6 +175,7 @@ class FakeCluster:
         for a in actions.annotates:
             pod = self.pods.get((a.namespace, a.name))
             if pod is not None and pod["metadata"]["uid"] == a.uid:
+                pod = self.pods[(a.namespace, a.name)] = copy.deepcopy(pod)  # a new version, as the API makes
                 pod["metadata"].setdefault("annotations", {}).update(a.annotations)
         for d in actions.deletes:
             self.pods.pop((d.namespace, d.name), None)  # kwok deletes at once
@@ -159,6 +193,7 @@ class FakeCluster:
         if pod is None:
             return  # deleted while the chain ran: the API answers 404
         assert not pod["spec"].get("nodeName"), f"double bind of {name}"
+        pod = self.pods[(namespace, name)] = copy.deepcopy(pod)  # a new version, as the API makes
         pod["spec"]["nodeName"] = node
         pod["status"]["phase"] = "Running"
         self.binds.append((name, node))

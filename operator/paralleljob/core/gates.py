@@ -1,10 +1,13 @@
 """Why a queued job is not admitted: the typed reasons and the pure checks both admission paths apply.
 
-The operator has two admission paths (strict FIFO in ``k8s/plan/fifo_admission.py``, the core's pass through
-``k8s/plan/policy_admission.py``) and the simulator runs the core's; every "no" they give is one of
+The operator has two admission paths, both core passes: strict FIFO (``core.fifo``, through
+``k8s/plan/fifo_admission.py``) and the queueing planner (``core.admission``, through
+``k8s/plan/policy_admission.py``); the simulator calls the same two. Every "no" they give is one of
 :class:`WaitReason`, written as the ``Placed`` condition's reason, never recovered from a message's text.
-The checks that come before any placement (:func:`entry_gate`) are one list, evaluated in one order by both
-operator paths; the queue's cap is worded once (:func:`quota_refusal`), for the core's pass and FIFO alike.
+The checks that come before any placement (:data:`ENTRY_CHECKS`, applied by :func:`entry_gate`) are one
+list, evaluated in one order by every admission pass (``core.fifo`` takes the verdict with each job; the
+operator's ``policy_admission`` asks before the core's planner); the queue's cap is worded once
+(:func:`quota_refusal`), for the core's pass and FIFO alike.
 Kueue keeps the same shape: each admission check returns a typed condition reason, and its
 ``ClusterQueue`` quota check is one function shared by every queueing strategy.
 """
@@ -12,7 +15,7 @@ Kueue keeps the same shape: each admission check returns a typed condition reaso
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 
@@ -50,17 +53,45 @@ class Entry:
     has_gpu_nodes: bool
 
 
-def entry_gate(entry: Entry) -> Gate | None:
-    """The first check that says "not now", in the one order both admission paths use; None: go on."""
+def served(entry: Entry) -> Gate | None:
     if entry.served_namespaces and entry.namespace not in entry.served_namespaces:
         why = f"queue {entry.queue} does not serve namespace {entry.namespace}"
         return Gate(WaitReason.QUEUE_REFUSED, why, blocks_line=False)
-    if entry.backoff is not None:
-        return Gate(WaitReason.BACKING_OFF, entry.backoff, blocks_line=True)
-    if entry.making_room is not None:
-        return Gate(WaitReason.PREEMPTING, entry.making_room, blocks_line=True)
-    if not entry.has_gpu_nodes:
-        return Gate(WaitReason.NO_GPU_NODES, "the cluster has no GPU nodes", blocks_line=True)
+    return None
+
+
+def not_backing_off(entry: Entry) -> Gate | None:
+    return None if entry.backoff is None else Gate(WaitReason.BACKING_OFF, entry.backoff, blocks_line=True)
+
+
+def no_room_in_the_making(entry: Entry) -> Gate | None:
+    if entry.making_room is None:
+        return None
+    return Gate(WaitReason.PREEMPTING, entry.making_room, blocks_line=True)
+
+
+def gpu_nodes_exist(entry: Entry) -> Gate | None:
+    if entry.has_gpu_nodes:
+        return None
+    return Gate(WaitReason.NO_GPU_NODES, "the cluster has no GPU nodes", blocks_line=True)
+
+
+# The admission checks before any placement, in the order every admission pass applies them; each is pure and
+# says "not now" as a typed Gate (or None: it admits). A new check (an elastic job's minimum, say) goes here.
+ENTRY_CHECKS: tuple[Callable[[Entry], Gate | None], ...] = (
+    served,
+    not_backing_off,
+    no_room_in_the_making,
+    gpu_nodes_exist,
+)
+
+
+def entry_gate(entry: Entry) -> Gate | None:
+    """The first of :data:`ENTRY_CHECKS` that says "not now"; None: go on to the queue's cap and the placer."""
+    for check in ENTRY_CHECKS:
+        gate = check(entry)
+        if gate is not None:
+            return gate
     return None
 
 

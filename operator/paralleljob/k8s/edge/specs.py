@@ -69,10 +69,11 @@ class JobObject:
     annotations: Mapping[str, str] = field(default_factory=dict)
     invalid_reason: str = "InvalidSpec"  # the condition reason for ``invalid`` (InvalidTemplate for the pods)
     owners: tuple[tuple[str, str, str], ...] = ()  # its ownerReferences as (kind, name, uid)
+    # namespace/name, made once: a pass with thousands of waiting jobs reads it several times per job
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return object_key(self.namespace, self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", object_key(self.namespace, self.name))
 
     @property
     def restarts(self) -> int:

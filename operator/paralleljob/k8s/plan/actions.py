@@ -109,6 +109,9 @@ class Plan:
     orphans: list[PodDelete] = field(default_factory=list)  # workers whose ParallelJob is gone
     scheduling_seconds: list[float] = field(default_factory=list)
     queue_lengths: dict[str, int] = field(default_factory=dict)
+    # Queued jobs left out of this pass because nothing that could admit them changed (plan/waiting.py):
+    # queue -> how many; they are counted in the gauges and queue statuses all the same.
+    quiet_waiting: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
     wake_after: float | None = None  # seconds until the next deadline (a preemption's, a wait's): pass again then

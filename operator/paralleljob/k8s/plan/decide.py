@@ -56,9 +56,21 @@ from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pending_deadlines
 from paralleljob.k8s.plan.reoptimizing import reconsider
 from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.plan.waiting import (
+    WAITING,
+    Triage,
+    WaitingMemo,
+    admit_lines,
+    pod_ids,
+    remember,
+    remember_running,
+    triage,
+)
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
 
-ACTIVE = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
+# A tuple, not a set: ``in`` then compares identities, where a set hashes the member (Enum's __hash__ is Python
+# code) -- it is asked for every job of every pass.
+ACTIVE = (Phase.PLACING, Phase.RUNNING, Phase.RECOVERING)
 
 
 @dataclass(frozen=True)
@@ -118,10 +130,13 @@ def decide(
     clock: Callable[[], float] | None = None,
     policy: QueuePolicy | None = None,
     view: ClusterView | None = None,
+    memo: WaitingMemo | None = None,
 ) -> tuple[Plan, ClusterView]:
     """``policy`` None: strict (or best-effort) FIFO per queue; else the core's queueing pass with it.
     ``view``: the cluster as of ``observed`` (the reconciler's kept one); built from ``observed`` when None.
-    The pass changes the view's state as it decides (allocations, releases)."""
+    The pass changes the view's state as it decides (allocations, releases). ``memo``: what earlier passes
+    decided for waiting jobs (``plan/waiting.py``), kept by the caller; with strict FIFO, lines nothing
+    touched are left out. The pass updates it."""
     # A placed elastic job is decided at the replicas it runs with, not the size it asks for (plan/elastic.py).
     observed = dataclasses.replace(observed, jobs=[at_current_size(j) for j in observed.jobs])
     now_s = observed.seconds
@@ -151,9 +166,13 @@ def decide(
         gpu_holders=gpu_holders(observed.pods, view.nodes),
         rigid_waiting=rigid_waiting(observed.jobs),
     )
-    line = _decide_jobs(ctx, observed, plan, book)
+    if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):
+        memo.clear()  # only strict FIFO leaves lines out; a node that changed may change any verdict
+    untouchable = {*observed.busy, *ctx.holds, *observed.bind_failures, *observed.api_trouble, *observed.invalid_pods}
+    sorted_out = triage(memo, observed.jobs, frozenset(untouchable))
+    line = _decide_jobs(ctx, observed, plan, book, _Memo(memo, sorted_out, untouchable))
     try:
-        _admit(ctx, plan, line, policy, strict_fifo, observed.jobs)
+        _admit(ctx, plan, line, policy, strict_fifo, observed)
     except Exception as exc:
         plan.warnings.append(f"admission failed: {exc!r}")
     plan.jobs = list(book.actions.values())
@@ -251,10 +270,33 @@ def _fresh(job: JobObject) -> JobActions:
 
 
 @dataclass
+class _Memo:
+    """The waiting memo's part in this pass: the memo (None: off), the triage of jobs into those to decide
+    and the quiet lines left out, and the jobs whose fate something outside their object decides."""
+
+    memo: WaitingMemo | None
+    sorted_out: Triage
+    untouchable: set[str]
+
+    def steady(self, job: JobObject, pods: Sequence[PodInfo]) -> JobActions | None:
+        """Last pass's (empty) decisions for a job running as it was, nothing of it changed. Elastic jobs are
+        always decided: GPUs freed anywhere may let them grow."""
+        if self.memo is None or (job.request is not None and job.request.elastic is not None):
+            return None
+        steady = self.memo.running.get(job.key)
+        if steady is None or steady.job is not job or steady.pods != pod_ids(pods) or job.key in self.untouchable:
+            return None
+        return steady.actions
+
+
+@dataclass
 class _Line:
     """What admission starts from once every job is decided: who waits (in order), who holds GPUs (and
     whether it may be preempted), and the GPUs each queue holds."""
 
+    memo: _Memo
+    book: _Book
+    order: list[JobObject] = field(default_factory=list)
     queued: list[tuple[JobObject, JobRequest]] = field(default_factory=list)
     held: list[tuple[JobObject, JobRequest, bool]] = field(default_factory=list)
     in_use: dict[str, int] = field(default_factory=dict)
@@ -264,10 +306,12 @@ class _Line:
         self.held.append((job, request, preemptible))
 
 
-def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book) -> _Line:
-    """Every job but admission, oldest active first: repairs, completions, preemptions, deletions."""
-    line = _Line()
-    for job in sorted(observed.jobs, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key)):
+def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, memo: _Memo) -> _Line:
+    """Every job but admission, oldest active first: repairs, completions, preemptions, deletions; quiet
+    waiting lines (the memo's triage) are left to admission."""
+    order = sorted(memo.sorted_out.to_decide, key=lambda j: (j.phase not in ACTIVE, j.queued_at, j.key))
+    line = _Line(memo, book, order)
+    for job in line.order:
         if job.key in observed.busy:
             # counted at its last written phase (gauges, queue status), whatever is decided below
             plan.busy.append(_fresh(job))
@@ -285,6 +329,12 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book) 
                 continue
             if entry is not None:
                 line.queued.append(entry)
+            continue
+        steady = memo.steady(job, book.pods_of(job))
+        if steady is not None:
+            book.actions[job.key] = steady
+            if job.request is not None:
+                line.hold(job, job.request, preemption_of(steady.draft.data) is None)
             continue
         actions = book.actions_for(job)
         try:
@@ -312,20 +362,43 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book) 
 
 
 def _admit(
-    ctx: PassContext, plan: Plan, line: _Line, policy: QueuePolicy | None, strict_fifo: bool, jobs: Sequence[JobObject]
+    ctx: PassContext, plan: Plan, line: _Line, policy: QueuePolicy | None, strict_fifo: bool, observed: Observed
 ) -> None:
     if policy is None:
-        # The per-queue FIFO honours the rollback holds too: a job whose gang was refused waits out its
-        # back-off (condition BackingOff) instead of being placed again on the very next pass.
-        plan.scheduling_seconds = admit_all(ctx, line.queued, line.in_use, strict_fifo)
+        _admit_fifo(ctx, plan, line, strict_fifo, observed)
         return
     running: dict[str, RunningJob] = {
         job.key: running_job(job, request, ctx.now_s, preemptible) for job, request, preemptible in line.held
     }
-    room = making_room(jobs)
+    room = making_room(observed.jobs)
     plan.scheduling_seconds, core_plan = admit_with_core(ctx, line.queued, line.held, running, policy, room)
     if core_plan is not None:
         plan.fairness = core_plan.jain_index
+
+
+def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, observed: Observed) -> None:
+    """The per-queue FIFO over the lines the memo did not leave out. It honours the rollback holds too: a job
+    whose gang was refused waits out its back-off (condition BackingOff) instead of being placed again on the
+    very next pass."""
+    memo, book = line.memo.memo, line.book
+    owner_before = list(ctx.view.state.owner)
+    lines = admit_lines(
+        memo,
+        line.queued,
+        line.memo.sorted_out.quiet,
+        lambda queue: (observed.queues.get(queue), line.in_use.get(queue, 0)),
+        ctx.view.state,
+        lambda job: _decide_job(ctx, book.actions_for(job), job),
+        lambda entries: admit_all(ctx, entries, line.in_use, strict_fifo),
+    )
+    plan.scheduling_seconds = lines.durations
+    plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
+    if memo is not None and strict_fifo:
+        decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
+        for queue in lines.partial:  # its head was looked at: the line is remembered whole
+            decided.update({job.key: (job, True) for job in lines.left_out[queue]})
+        remember(memo, decided, lines.decisions, observed.queues, line.in_use, owner_before)
+        remember_running(memo, book.actions.values(), book.pods_of, line.memo.untouchable)
 
 
 def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
@@ -338,15 +411,39 @@ def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
         deadlines.append(backoff_ends)
     if deadlines:
         plan.wake_after = max(0.0, min(deadlines) - now_s)
+    plan.queue_lengths = dict(plan.quiet_waiting)
     for actions in plan.seen():
         if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
             queue = actions.job.request.queue
             plan.queue_lengths[queue] = plan.queue_lengths.get(queue, 0) + 1
     plan.queue_statuses = {
         name: status
-        for name, status in queue_statuses(plan.seen(), observed.queues, view).items()
+        for name, status in queue_statuses(plan.seen(), observed.queues, view, plan.quiet_waiting).items()
         if name in observed.queues and dict(observed.queues[name].status) != status
     }
+
+
+def _rememberable(
+    decided: Sequence[JobObject], actions_by_key: Mapping[str, JobActions], untouchable: set[str], memo: WaitingMemo
+) -> dict[str, tuple[JobObject, bool]]:
+    """Each job of a line this pass decided (waiting, or kept by the memo until now), and whether the memo may
+    keep it: it ended Queued with nothing to write, and nothing outside its object (a hold, a busy chain, its
+    pod group's pods) decides its fate."""
+    out: dict[str, tuple[JobObject, bool]] = {}
+    for job in decided:
+        actions = actions_by_key.get(job.key)
+        if job.phase not in WAITING and job.key not in memo.jobs and not job.deleting:
+            continue
+        keep = (
+            actions is not None
+            and actions.draft.phase is Phase.QUEUED
+            and not actions.has_work
+            and job.key not in untouchable
+            and job.request is not None
+            and not job.request.pod_group
+        )
+        out[job.key] = (job, keep)
+    return out
 
 
 def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:

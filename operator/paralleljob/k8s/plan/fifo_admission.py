@@ -1,33 +1,37 @@
-"""Admission of queued jobs: in order, each placed by the core or told why it waits.
+"""Admission of queued jobs by the core's strict FIFO pass (``core.fifo``): each placed or told why it waits.
 
-Order within a queue: higher priority first, then the time it (re)entered the queue. With strict FIFO
-(the default, like Kueue's StrictFIFO) a queue's head that does not fit blocks the jobs behind it, so a
-large job is never starved by a stream of small ones; queues never block each other. A queue's ``maxGPUs``
-caps what its running jobs hold; a job naming a queue that does not exist waits (``QueueNotFound``) and is
-never placed uncapped (the ``default`` queue needs no object: without one it has no cap, as before). Jobs that
-can never fit (a TP group larger than any eligible node, more GPUs than the eligible nodes have, a template
-constraint no node satisfies) fail with the reason before any queue rule is applied, wherever they stand in
-their queue — unless they ran before, in which case the missing capacity is assumed to be a failure that
-will be repaired. Every job is placed through its node filter (``eligibility.py``).
+This module only translates: queued ParallelJobs in (their entry checks evaluated from the objects), the
+core's decisions out (the status, the pods). The rules live in ``core.fifo``: order within a queue is
+higher priority first, then the time it (re)entered the queue; with strict FIFO (the default, like Kueue's
+StrictFIFO) a queue's head that does not fit blocks the jobs behind it; queues never block each other.
+
+A queue's ``maxGPUs`` caps what its running jobs hold; a job naming a queue that does not exist waits
+(``QueueNotFound``) and is never placed uncapped (the ``default`` queue needs no object: without one it has
+no cap, as before). Jobs that can never fit (a TP group larger than any eligible node, more GPUs than the
+eligible nodes have, a template constraint no node satisfies) fail with the reason before any queue rule is
+applied, wherever they stand in their queue — unless they ran before, in which case the missing capacity is
+assumed to be a failure that will be repaired. Every job is placed through its node filter
+(``eligibility.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
+from paralleljob.core.admission import Admit, Wait
 from paralleljob.core.cluster import Allocation
-from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.cost import CostBreakdown, CostModel, cost_model
 from paralleljob.core.elastic import resized
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.gates import Entry, WaitReason, entry_gate, quota_refusal
+from paralleljob.core.fifo import FifoHooks, FifoJob, FifoPolicy, fifo_key, gate_wait, line_key, schedule_fifo
+from paralleljob.core.gates import Entry, WaitReason, entry_gate
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event
 from paralleljob.core.placement import Placement
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
-from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.queues import QueueInfo, parse_time
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status, pod_name
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
@@ -42,9 +46,17 @@ from paralleljob.k8s.view.clusterview import ClusterView
 
 
 def queue_order(jobs: Sequence[tuple[JobObject, JobRequest]]) -> list[tuple[JobObject, JobRequest]]:
+    """The core FIFO pass's order (``core.fifo.line_key``) of ParallelJobs."""
     return sorted(
-        jobs, key=lambda item: (item[1].queue, -item[1].priority, item[0].queued_at, item[0].created, item[0].key)
+        jobs,
+        key=lambda item: line_key(
+            item[1].queue, item[1].priority, parse_time(item[0].queued_at) or 0.0, tiebreak(item[0]), item[0].key
+        ),
     )
+
+
+def tiebreak(job: JobObject) -> str:
+    return f"{job.created} {job.key}"
 
 
 def new_record(
@@ -75,44 +87,159 @@ def new_record(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Line:
-    """One FIFO pass over the queues: what it has placed and blocked so far (the containers change)."""
+class _ShellPlacer:
+    """The filtered placer as the core FIFO pass calls it: each call timed (the scheduling histogram), and an
+    unexpected error kept for its job's status instead of stopping the queue (the job is refused as "never
+    fits" to the core, so it blocks no line unless it ran before)."""
 
-    placer: FilteredPlacer
-    strict_fifo: bool
-    in_use: dict[str, int]  # queue -> GPUs its running and just-admitted jobs hold
-    blocked: dict[str, str] = field(default_factory=dict)  # queue -> the job at its head that does not fit
-    durations: list[float] = field(default_factory=list)  # seconds each placement decision took
+    def __init__(self, inner: FilteredPlacer, clock: Callable[[], float]) -> None:
+        self.inner = inner
+        self.clock = clock
+        self.durations: list[float] = []
+        self.errors: dict[str, Exception] = {}
+
+    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement:
+        started = self.clock()
+        try:
+            return self.inner.place(job, model, previous)
+        except PlacementInfeasible:
+            raise
+        except Exception as exc:  # one bad object must not stop the queue; its status says what happened
+            self.errors[job.job_id] = exc
+            raise PlacementInfeasible(job.job_id, [f"internal error: {exc!r}"], permanent=True) from exc
+        finally:
+            self.durations.append(self.clock() - started)
+
+
+def fifo_job(ctx: PassContext, job: JobObject, request: JobRequest) -> FifoJob:
+    """The core's view of a queued job: its place in line and its entry checks' verdict."""
+    return FifoJob(
+        spec=request.spec,
+        queue=request.queue,
+        queued_at=parse_time(job.queued_at) or 0.0,
+        tiebreak=tiebreak(job),
+        name=job.name,
+        gate=entry_gate(entry_of(ctx, job, request)),
+        ran_before=job.ever_ran,
+        min_gpus=None if request.elastic is None else request.spec.tp * request.spec.pp * request.elastic.min,
+    )
 
 
 def admit_all(
     ctx: PassContext, queued: Sequence[tuple[JobObject, JobRequest]], in_use: dict[str, int], strict_fifo: bool
-) -> list[float]:
-    """Place what fits, in order; returns how long each placement decision took (seconds). ``in_use``
-    (queue -> GPUs held) grows with every admission."""
+) -> tuple[list[float], Sequence[Admit | Wait]]:
+    """Place what fits through the core's FIFO pass (``core.fifo``) and write each decision; returns how
+    long each placement decision took (seconds) and the core's decisions. ``in_use`` (queue -> GPUs held)
+    grows with every admission."""
     view = ctx.view
-    filtered = FilteredPlacer(ctx.placer, view.state, node_filters(ctx.eligibility))
-    line = _Line(filtered, strict_fifo, in_use)
-    for job, request in queue_order(queued):
+    lines: list[FifoJob] = []
+    objects: dict[str, tuple[JobObject, JobRequest]] = {}
+    for job, request in queued:
         try:
             if refuse_before_queueing(ctx, job, request):
                 continue
-            _admit_one(ctx, line, job, request)
-        except Exception as exc:  # one bad object must not stop the queue; its status says what happened
-            view.state.release(job.key)
-            actions = ctx.actions_for(job)
-            # drop whatever was half decided for it; only the error is written
-            actions.draft = StatusDraft(job.status.raw, job.phase, job.generation)
-            actions.creates.clear()
-            actions.binds.clear()
-            actions.events.clear()
-            actions.service = None
-            actions.placed_cost = None
-            actions.draft.condition(
-                "ReconcileError", "True", "InternalError", f"the operator could not place this job: {exc!r}", ctx.now
-            )
-    return line.durations
+            lines.append(fifo_job(ctx, job, request))
+            objects[request.spec.job_id] = (job, request)
+        except Exception as exc:  # one bad object must not stop the queue
+            _internal_error(ctx, job, exc)
+    extra: dict[str, tuple[str, ...]] = {}  # job id -> what an elastic or shrinking admission adds to its message
+    if view.empty:  # every job's entry gate says so (NoGPUNodes)
+        decisions: Sequence[Admit | Wait] = [gate_wait(j) for j in sorted(lines, key=fifo_key)]
+        durations: list[float] = []
+        errors: Mapping[str, Exception] = {}
+    else:
+        placer = _ShellPlacer(FilteredPlacer(ctx.placer, view.state, node_filters(ctx.eligibility)), ctx.clock)
+        queues = ctx.queues
+
+        def cap(name: str) -> int | None:
+            info = queues.get(name)
+            return info.max_gpus if info is not None else None
+
+        models = {name: cost_model(name) for name in {r.cost_model for _, r in objects.values()}}
+        decisions = schedule_fifo(
+            view.state,
+            placer,
+            lambda spec: models[objects[spec.job_id][1].cost_model],
+            lines,
+            in_use,
+            cap,
+            FifoPolicy(strict=strict_fifo),
+            _elastic_hooks(ctx, placer, objects, extra),
+        )
+        durations, errors = placer.durations, placer.errors
+    for decision in decisions:
+        job, request = objects[decision.job_id]
+        if decision.job_id in errors:
+            _internal_error(ctx, job, errors[decision.job_id])
+            continue
+        try:
+            _carry_out(ctx, job, request, decision, (in_use, extra.get(decision.job_id, ())))
+        except Exception as exc:
+            _internal_error(ctx, job, exc)
+    return durations, decisions
+
+
+def _elastic_hooks(
+    ctx: PassContext,
+    placer: _ShellPlacer,
+    objects: Mapping[str, tuple[JobObject, JobRequest]],
+    extra: dict[str, tuple[str, ...]],
+) -> FifoHooks:
+    """The core pass's elastic hooks over ``plan/elastic_admission.py``; what they add to an admission's
+    message is kept in ``extra``."""
+
+    def place(job: FifoJob, room: int | None) -> Placement:
+        placement, reasons = place_elastic(ctx.view.state, placer, objects[job.spec.job_id][1], room)
+        extra[job.spec.job_id] = reasons
+        return placement
+
+    def take_growth(job: FifoJob) -> Placement | None:
+        taken = shrink_growth_replicas(ctx, *objects[job.spec.job_id])
+        if taken is None:
+            return None
+        extra[job.spec.job_id] = taken[1]
+        return taken[0]
+
+    return FifoHooks(place, take_growth)
+
+
+def _carry_out(
+    ctx: PassContext,
+    job: JobObject,
+    request: JobRequest,
+    decision: Admit | Wait,
+    held_and_reasons: tuple[dict[str, int], tuple[str, ...]],
+) -> None:
+    in_use, extra = held_and_reasons
+    if isinstance(decision, Admit):
+        if request.elastic is not None:  # admitted at the size that fit
+            request = dataclasses.replace(request, spec=resized(request.spec, decision.placement.dp))
+        in_use[request.queue] = in_use.get(request.queue, 0) + request.spec.num_gpus
+        record_admission(ctx, job, request, decision.placement, extra)
+        if request.elastic is not None:
+            write_status(ctx.actions_for(job).draft, request.elastic, request.spec.dp, None)
+        return
+    actions = ctx.actions_for(job)
+    message = "; ".join(decision.reasons)
+    if decision.permanent:
+        fail_unschedulable(actions, message, ctx.now)
+    else:
+        actions.draft.condition("Placed", "False", decision.reason, message, ctx.now)
+
+
+def _internal_error(ctx: PassContext, job: JobObject, exc: Exception) -> None:
+    ctx.view.state.release(job.key)
+    actions = ctx.actions_for(job)
+    # drop whatever was half decided for it; only the error is written
+    actions.draft = StatusDraft(job.status.raw, job.phase, job.generation)
+    actions.creates.clear()
+    actions.binds.clear()
+    actions.events.clear()
+    actions.service = None
+    actions.placed_cost = None
+    actions.draft.condition(
+        "ReconcileError", "True", "InternalError", f"the operator could not place this job: {exc!r}", ctx.now
+    )
 
 
 def node_filters(eligibility: Eligibility | None) -> Callable[[JobSpec], NodeFilter | None]:
@@ -174,60 +301,6 @@ def fail_unschedulable(actions: JobActions, message: str, now: str) -> None:
     actions.draft.apply(Event.REJECTED, "Unschedulable", f"can never fit this cluster: {message}", now)
     actions.draft.set(completionTime=now)
     actions.note("Warning", "Unschedulable", f"can never fit this cluster: {message}")
-
-
-def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobRequest) -> None:
-    actions, view, now, clock = ctx.actions_for(job), ctx.view, ctx.now, ctx.clock
-    placer, in_use, blocked, durations = line.placer, line.in_use, line.blocked, line.durations
-    draft = actions.draft
-    spec = request.spec
-    queue = ctx.queues.get(request.queue)
-    gate = entry_gate(entry_of(ctx, job, request))
-    if gate is not None:
-        draft.condition("Placed", "False", gate.reason, gate.message, now)
-        if gate.blocks_line:
-            blocked[request.queue] = job.name
-        return
-    if line.strict_fifo and request.queue in blocked:
-        why = f"waiting behind {blocked[request.queue]} in queue {request.queue} (strict FIFO)"
-        draft.condition("Placed", "False", WaitReason.WAITING, why, now)
-        return
-    cap = queue.max_gpus if queue is not None else None
-    # An elastic job is guaranteed only its minimum: the quota must hold that much, growth takes what is left.
-    needed = spec.num_gpus if request.elastic is None else spec.tp * spec.pp * request.elastic.min
-    refusal = quota_refusal(request.queue, in_use.get(request.queue, 0), needed, cap)
-    if refusal is not None:
-        draft.condition("Placed", "False", WaitReason.QUEUE_FULL, refusal, now)
-        blocked[request.queue] = job.name
-        return
-    started = clock()
-    try:
-        if request.elastic is not None:
-            room = None if cap is None else cap - in_use.get(request.queue, 0)
-            placement, extra = place_elastic(view.state, placer, request, room)
-            request = dataclasses.replace(request, spec=resized(spec, placement.dp))
-            spec = request.spec
-        else:
-            placement, extra = placer.place(spec, cost_model(request.cost_model)), ()
-    except PlacementInfeasible as exc:
-        # Before it waits: growth replicas of lower-priority elastic jobs, the cheapest preemption.
-        taken = None if exc.permanent else shrink_growth_replicas(ctx, job, request)
-        if taken is None:
-            durations.append(clock() - started)
-            message = "; ".join(exc.reasons)
-            if exc.permanent and not job.ever_ran:
-                fail_unschedulable(actions, message, now)
-            else:
-                draft.condition("Placed", "False", WaitReason.UNSCHEDULABLE, message, now)
-                blocked[request.queue] = job.name
-            return
-        placement, extra = taken
-    durations.append(clock() - started)
-    view.state.allocate(Allocation(job.key, placement.groups, spec.memory_per_gpu_gb))
-    in_use[request.queue] = in_use.get(request.queue, 0) + spec.num_gpus
-    record_admission(ctx, job, request, placement, extra)
-    if request.elastic is not None:
-        write_status(actions.draft, request.elastic, spec.dp, None)
 
 
 def record_admission(

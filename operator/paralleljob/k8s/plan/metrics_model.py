@@ -81,9 +81,13 @@ def gauges(
     jobs: Sequence[JobActions],
     queues: Mapping[str, QueueInfo],
     fairness: float | None = None,
+    quiet: Mapping[str, int] | None = None,
 ) -> Gauges:
-    """``fairness``: Jain's index from the queueing pass when it ran; else computed here the same way."""
+    """``fairness``: Jain's index from the queueing pass when it ran; else computed here the same way.
+    ``quiet``: queue -> Queued jobs the pass left out (``Plan.quiet_waiting``), counted as waiting."""
+    quiet = quiet or {}
     phases = Counter(a.draft.phase.value for a in jobs)
+    phases[Phase.QUEUED.value] += sum(quiet.values())
     by_phase = {p.value: phases.get(p.value, 0) for p in Phase}
     counts = view.state.counts()
     cost = {"tp": 0.0, "pp": 0.0, "dp": 0.0, "total": 0.0}
@@ -102,6 +106,8 @@ def gauges(
             queue_gpus[request.queue] = queue_gpus.get(request.queue, 0) + request.spec.num_gpus
         elif actions.draft.phase is Phase.QUEUED:
             queue_length[request.queue] = queue_length.get(request.queue, 0) + 1
+    for name, count in quiet.items():
+        queue_length[name] = queue_length.get(name, 0) + count
     for name in queues:
         queue_length.setdefault(name, 0)
     if fairness is None:
@@ -119,11 +125,17 @@ def gauges(
 
 
 def queue_statuses(
-    jobs: Sequence[JobActions], queues: Mapping[str, QueueInfo], view: ClusterView
+    jobs: Sequence[JobActions],
+    queues: Mapping[str, QueueInfo],
+    view: ClusterView,
+    quiet: Mapping[str, int] | None = None,
 ) -> dict[str, dict[str, float]]:
     """What each ParallelJobQueue's status shows: GPUs its placed jobs hold, how many run (admitted), how
-    many wait, and its fair share: the weighted dominant share (DRF over GPUs and GPU memory)."""
-    out: dict[str, dict[str, float]] = {name: {"gpusInUse": 0, "running": 0, "waiting": 0} for name in queues}
+    many wait, and its fair share: the weighted dominant share (DRF over GPUs and GPU memory). ``quiet``:
+    queue -> Queued jobs the pass left out, which wait too."""
+    out: dict[str, dict[str, float]] = {
+        name: {"gpusInUse": 0, "running": 0, "waiting": (quiet or {}).get(name, 0)} for name in queues
+    }
     for actions in jobs:
         request = actions.job.request
         if request is None or request.queue not in out:

@@ -380,6 +380,8 @@ def group_requests(
     and, for a Kubernetes PodGroup, its topology key (the whole gang inside one domain of that label)."""
     requests = {j.key: j.request for j in jobs if j.request is not None}
     for key, request in requests.items():
+        if not request.pod_group:
+            continue  # the common case: its request as it is
         constraints = group_constraints(groups.get(key, ())) if request.pod_group else None
         pod_group = (native or {}).get(key) if request.pod_group else None
         if pod_group is not None and pod_group.topology_key:

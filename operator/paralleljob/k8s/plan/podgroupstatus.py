@@ -93,7 +93,9 @@ def desired_condition(job: JobObject, group: NativeGroup) -> PodGroupCondition |
 
 def pod_group_conditions(jobs: Sequence[JobObject], groups: Mapping[str, NativeGroup]) -> list[PodGroupCondition]:
     """Every PodGroup whose ``PodGroupScheduled`` condition is out of date, from its adopting ParallelJob."""
-    out = []
+    out: list[PodGroupCondition] = []
+    if not groups:
+        return out  # the common case, asked on every pass: no job list to walk
     for job in jobs:
         group = groups.get(job.key)
         if group is None or job.request is None or not job.request.pod_group:

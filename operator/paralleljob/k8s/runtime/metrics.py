@@ -64,6 +64,11 @@ class Metrics:
             registry=r,
         )
         self.passes = Counter("paralleljob_reconcile_passes_total", "Reconcile passes run", registry=r)
+        self.waiting_left_out = Gauge(
+            "paralleljob_pass_waiting_left_out",
+            "Queued jobs the last pass left out: their queue line had nothing that could admit them (strict FIFO)",
+            registry=r,
+        )
         self.pass_duration = Histogram(
             "paralleljob_reconcile_pass_duration_seconds",
             "One reconcile pass: snapshot, decisions for every job, plan handed to the executor (not its writes)",

@@ -40,6 +40,7 @@ from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
 from paralleljob.k8s.plan.metrics_model import gauges
+from paralleljob.k8s.plan.waiting import WaitingMemo
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.events import EventPoster
@@ -163,6 +164,8 @@ class Reconciler:
         self.node_warnings: Mapping[str, tuple[str, ...]] = {}  # what was reported (plan.node_warnings)
         self.changed_nodes: set[str] = set()  # nodes whose parsed value changed since the last pass
         self.passes = 0
+        # Waiting jobs and queue lines as the last passes decided them: quiet lines are left out (waiting.py).
+        self.waiting = WaitingMemo()
         self.policy = queue_policy(config.queue_policy, config.preemption_grace_seconds)
         self.deadline_timer: asyncio.TimerHandle | None = None
         self.on_pass: Callable[[], None] = lambda: None  # the runtime's health report: a pass completed
@@ -237,6 +240,7 @@ class Reconciler:
     def stop_acting(self) -> None:
         """Leadership is gone: cancel every write still in flight at once (the next leader decides anew)."""
         self.leader.clear()
+        self.waiting.clear()  # a later term starts from a full pass
         tasks = [task for task, _ in self.inflight.values()] + list(self.inflight_orphans.values())
         if self.queue_writes is not None:
             tasks.append(self.queue_writes)
@@ -287,7 +291,13 @@ class Reconciler:
         self.api_trouble.clear()
         self.changed_nodes.clear()
         plan, view = decide(
-            observed, self.config.topology, self.config.strict_fifo, time.perf_counter, policy=self.policy, view=view
+            observed,
+            self.config.topology,
+            self.config.strict_fifo,
+            time.perf_counter,
+            policy=self.policy,
+            view=view,
+            memo=self.waiting,
         )
         self.backoff, self.node_warnings = plan.backoff, plan.node_warnings
         self._post_node_events(plan)
@@ -333,17 +343,19 @@ class Reconciler:
         self.passes += 1
         self.metrics.passes.inc()
         # plan.seen(), not plan.jobs: a job whose chain is in flight is left out of the decisions, not the counts
-        self.metrics.update(gauges(view, plan.seen(), observed.queues, plan.fairness))
+        self.metrics.update(gauges(view, plan.seen(), observed.queues, plan.fairness, plan.quiet_waiting))
+        self.metrics.waiting_left_out.set(sum(plan.quiet_waiting.values()))
         self._queue_status(plan)
         self.pod_group_status.update(observed.jobs, observed.pod_groups)
         # after the gauges and queue statuses: they are part of what every pass costs
         self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(
-            "pass %d: decided in %.1f ms; %d job chains started, %d in flight",
+            "pass %d: decided in %.1f ms; %d job chains started, %d in flight, %d waiting jobs left out",
             self.passes,
             (time.monotonic() - started) * 1e3,
             launched,
             len(self.inflight),
+            sum(plan.quiet_waiting.values()),
         )
 
     def _report_warnings(self, plan: Plan, view: ClusterView) -> None:

@@ -21,6 +21,8 @@ from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
 from paralleljob.core.evaluate import nodes_common_level
+from paralleljob.core.fifo import FifoHooks, FifoJob, schedule_fifo
+from paralleljob.core.gates import WaitReason
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.placer import Placer
@@ -35,7 +37,14 @@ from paralleljob.sim.run.events import Event, EventQueue, Kind, SimClock
 from paralleljob.sim.run.ideal import IdealCosts
 from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
-from paralleljob.sim.run.policies import QueuePolicy, RunningJob, WaitingJob, placement_policy, queue_policy
+from paralleljob.sim.run.policies import (
+    FifoQueue,
+    QueuePolicy,
+    RunningJob,
+    WaitingJob,
+    placement_policy,
+    queue_policy,
+)
 from paralleljob.sim.run.steptime import StepTimeModel
 from paralleljob.sim.run.tenants import TenantBook
 from paralleljob.sim.run.work import plan_for
@@ -218,14 +227,54 @@ class Simulation:
         self._schedule_pending = False
         if isinstance(self.queue, CoreQueue):
             self._core_pass(self.queue)
+        elif isinstance(self.queue, FifoQueue):
+            self._fifo_pass(self.queue)
         else:
-            self._queue_pass()
+            self._seam_pass()
         if self.policy.reoptimize and self._dearer:
             disruptions.reoptimize_pass(self)
         if self.config.elastic > 0:
             elastic.grow_pass(self)
 
-    def _queue_pass(self) -> None:
+    def _fifo_pass(self, queue: FifoQueue) -> None:
+        """One pass of the operator's FIFO (``core.fifo.schedule_fifo``, one line for the whole trace, no
+        caps); the engine carries out its decisions as the operator does."""
+        now = self.clock.now()
+        waiting = [
+            # the arrival rank orders the line as queue time does (a requeued job keeps or ends its rank)
+            FifoJob(
+                self.jobs[w.job_id].spec,
+                queue.name,
+                float(w.order),
+                name=w.job_id,
+                min_gpus=elastic.min_gpus(self.jobs[w.job_id]) if self.jobs[w.job_id].elastic else None,
+            )
+            for w in queue.candidates(now)
+        ]
+        # an elastic job is admitted at the largest size that fits, by the operator's rule (core/elastic.py)
+        hooks = FifoHooks(place_elastic=lambda fifo_job, _room: elastic.admit(self, self.jobs[fifo_job.spec.job_id]))
+        # The planner is typed for the core Placer; the baselines have its place() shape, which is all it calls.
+        placer = cast(Placer, self.placer)
+        idle = not self.running and not self.state.allocations and not self.gpus_down
+        decisions = schedule_fifo(self.state, placer, self.model, waiting, {}, lambda _: None, queue.policy, hooks)
+        for decision in decisions:
+            job = self.jobs[decision.job_id]
+            if isinstance(decision, admission.Admit):
+                idle = False  # later verdicts were taken with this job on the cluster
+                queue.remove(job.job_id)
+                self._count(self.state.allocations[job.job_id], +1)  # the pass allocated it
+                job.step(Step.ADMITTED)
+                self._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
+                self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
+            elif decision.permanent or (idle and decision.reason is WaitReason.UNSCHEDULABLE):
+                # Permanent, or the cluster is empty and healthy and it still does not fit: it never will.
+                queue.remove(job.job_id)
+                job.step(Step.REJECTED)
+                self._reject_done(job, "; ".join(decision.reasons))
+                self._request_schedule()  # it held its line this pass: the jobs behind it are tried again now
+
+    def _seam_pass(self) -> None:
+        """A queue policy plugged in through the seam (``QueuePolicy``): its order, its victims."""
         now = self.clock.now()
         for waiting in self.queue.candidates(now):
             job = self.jobs[waiting.job_id]

@@ -8,7 +8,9 @@ baselines of :mod:`paralleljob.core.baselines`, ``volcano`` the tier-scoring one
 elsewhere, as a plain gang scheduler would do it).
 
 Queue policies decide the order in which waiting jobs are tried and whom to preempt. This is the seam for
-fair sharing: anything with the :class:`QueuePolicy` shape plugs in; :class:`FifoQueue` is the first.
+fair sharing: anything with the :class:`QueuePolicy` shape plugs in. :class:`FifoQueue` keeps the waiting
+jobs for the operator's own strict FIFO pass (``core.fifo``, called by the engine exactly as the operator
+calls it), one line for the whole trace; ``sim/run/core_queue.py`` holds the core's queueing planner.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Protocol
 from paralleljob.core.baselines import BestFitDomainPlacer, FirstFitPlacer
 from paralleljob.core.cliquebaseline import CliqueBestFitPlacer
 from paralleljob.core.cluster import ClusterState
+from paralleljob.core.fifo import FifoPolicy
 from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import PlacerLike
 from paralleljob.core.placer import Placer
@@ -131,13 +134,15 @@ class QueuePolicy(Protocol):
 
 
 class FifoQueue:
-    """First in, first out by arrival; a requeued job goes back to its original place. Strict by default:
-    the head blocks everyone behind it (no backfill), and nobody is preempted."""
+    """The waiting jobs of the core's FIFO pass (``core.fifo``): by arrival, a requeued job back at its
+    original place. Strict by default: the head blocks everyone behind it (no backfill), and nobody is
+    preempted; ``blocking`` False skips a head that does not fit."""
 
     name = "fifo"
 
     def __init__(self, blocking: bool = True) -> None:
         self.blocking = blocking
+        self.policy = FifoPolicy(strict=blocking)
         self._keys: list[int] = []  # sorted arrival ranks
         self._jobs: dict[int, WaitingJob] = {}
         self._order_of: dict[str, int] = {}

@@ -1,0 +1,285 @@
+"""``paralleljob bench jobs``: the operator with tens of thousands of jobs (issue 29), shaped like Kueue's
+performance suite: many queues, many small jobs created as fast as the API server takes them, each finishing
+after a random run time so the queue drains.
+
+On a fresh dev cluster of ``--jobs-nodes`` kwok nodes (8 GPUs each), with the operator as a separate process:
+
+1. room: ``--room-jobs`` jobs created one after another into the empty cluster (each runs 2 s): the time from
+   the create call returning to the job's ``Placing`` phase, p50 and p99 (admission latency when room exists);
+2. flood: ``--queues`` ParallelJobQueues, then ``--flood-jobs`` ParallelJobs (TP 1-2 x DP 1-4, a random queue,
+   a run time uniform in ``--run-seconds``, kwok's ``complete-after`` on the pod template) created by
+   ``--creators`` concurrent clients; drain time from the first create to the last job ``Succeeded``;
+3. throughout: the most jobs seen waiting, the operator's pass-duration histogram while at least
+   ``--busy-waiting`` jobs waited (p50/p99 as bucket bounds, and the mean), its RSS (max of samples), and
+   the Lease's ``leaseTransitions`` before and after (leadership changes; there must be none).
+
+Jobs are tracked by one watch on ParallelJobs in the bench namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from paralleljob.devcluster.cluster import DevCluster
+from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
+from paralleljob.devtools.bench_operator import job_body, watch
+from paralleljob.devtools.bench_scale import PASS_METRIC, operator_under_test
+from paralleljob.devtools.operatorproc import OperatorProcess
+from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.runtime.api import ApiError, Kube, job_path
+
+NAMESPACE = "bench-jobs"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/paralleljob-operator"
+
+
+class JobTracker:
+    """Watches the bench namespace's ParallelJobs: when each was first seen Placing (admitted) and Succeeded."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.phase: dict[str, str] = {}
+        self.admitted_at: dict[str, float] = {}
+        self.done_at: dict[str, float] = {}
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> JobTracker:
+        self.task = asyncio.create_task(self._run())
+        await asyncio.sleep(0.3)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                items, rv = await self.kube.list(job_path(NAMESPACE))
+                for item in items:
+                    self._apply(item)
+                async for event in watch(self.kube, job_path(NAMESPACE), {"resourceVersion": rv or "0"}):
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        self._apply(event.get("object") or {})
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                print(f"job watch restarted after {exc!r}", file=sys.stderr, flush=True)
+                await asyncio.sleep(0.2)
+
+    def _apply(self, job: dict[str, Any]) -> None:
+        name = str((job.get("metadata") or {}).get("name", ""))
+        phase = str((job.get("status") or {}).get("phase") or "Pending")
+        self.phase[name] = phase
+        now = time.monotonic()
+        if phase in ("Placing", "Running", "Succeeded") and name not in self.admitted_at:
+            self.admitted_at[name] = now
+        if phase == "Succeeded" and name not in self.done_at:
+            self.done_at[name] = now
+        self.changed.set()
+
+    def waiting(self) -> int:
+        return sum(1 for p in self.phase.values() if p in ("Pending", "Queued"))
+
+    async def wait(self, predicate: Any, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            self.changed.clear()
+            if time.monotonic() > deadline:
+                raise TimeoutError("benchmark condition not reached")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), 1.0)
+
+
+def flood_body(name: str, rng: random.Random, queues: int, run_s: tuple[float, float]) -> dict[str, Any]:
+    body = job_body(name, rng.choice((1, 2)), 1, rng.choice((1, 2, 3, 4)))
+    body["spec"]["queue"] = f"q{rng.randrange(queues):04d}"
+    body["spec"]["template"]["metadata"] = {"annotations": {COMPLETE_AFTER_ANNOTATION: f"{rng.uniform(*run_s):.1f}s"}}
+    return body
+
+
+async def lease_transitions(kube: Kube) -> int:
+    try:
+        lease = await kube.request("GET", LEASE)
+    except ApiError:
+        return 0
+    return int((lease.get("spec") or {}).get("leaseTransitions") or 0)
+
+
+def histogram(operator: OperatorProcess) -> tuple[list[tuple[float, float]], float, float]:
+    text = operator.metrics()
+    pattern = rf'^{PASS_METRIC}_bucket{{le="([^"]+)"}} ([0-9.e+-]+)$'
+    rows = [(float(le), float(n)) for le, n in re.findall(pattern, text, re.MULTILINE)]
+    return rows, operator.sample(f"{PASS_METRIC}_count"), operator.sample(f"{PASS_METRIC}_sum")
+
+
+def quantile_bound(before: list[tuple[float, float]], after: list[tuple[float, float]], q: float) -> float:
+    prior = dict(before)
+    counts = [(le, n - prior.get(le, 0.0)) for le, n in after]
+    total = counts[-1][1] if counts else 0.0
+    return next((le for le, n in counts if total and n >= q * total), float("nan"))
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def room_latency(kube: Kube, tracker: JobTracker, count: int) -> dict[str, Any]:
+    samples = []
+    for i in range(count):
+        name = f"room-{i}"
+        body = job_body(name, 1, 1, 1)
+        body["spec"]["template"]["metadata"] = {"annotations": {COMPLETE_AFTER_ANNOTATION: "2s"}}
+        await kube.request("POST", job_path(NAMESPACE), body)
+        created = time.monotonic()
+        await tracker.wait(lambda name=name: name in tracker.admitted_at, 60)
+        samples.append(tracker.admitted_at[name] - created)
+    return {
+        "jobs": count,
+        "p50_s": round(percentile(samples, 0.5), 3),
+        "p99_s": round(percentile(samples, 0.99), 3),
+        "max_s": round(max(samples), 3),
+    }
+
+
+async def flood(kube: Kube, tracker: JobTracker, operator: OperatorProcess, args: Any) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    names = [f"f{i:05d}" for i in range(args.flood_jobs)]
+    bodies = [flood_body(n, rng, args.queues, (args.run_min, args.run_max)) for n in names]
+    started = time.monotonic()
+    pending = iter(bodies)
+    created = 0
+
+    async def creator() -> None:
+        nonlocal created
+        for body in pending:
+            while True:
+                try:
+                    await kube.request("POST", job_path(NAMESPACE), body)
+                    created += 1
+                    break
+                except ApiError as exc:
+                    if exc.status != 429 and exc.status < 500:
+                        raise
+                    await asyncio.sleep(0.2)
+
+    samples: dict[str, Any] = {"rss_mb": 0.0, "max_waiting": 0}
+    busy: dict[str, Any] = {}
+
+    async def sampler() -> None:
+        last = (time.monotonic(), operator.sample(f"{PASS_METRIC}_count"), operator.sample(f"{PASS_METRIC}_sum"))
+        while True:
+            now, count, total = (
+                time.monotonic(),
+                operator.sample(f"{PASS_METRIC}_count"),
+                operator.sample(f"{PASS_METRIC}_sum"),
+            )
+            if now - last[0] >= 30.0:  # a line every 30 s, so a run cut short still says how far it got
+                passes = count - last[1]
+                mean = f"{(total - last[2]) / passes * 1e3:.0f} ms" if passes else "-"
+                print(
+                    f"{now - started:.0f} s: created {created}, admitted {len(tracker.admitted_at)},"
+                    f" succeeded {len(tracker.done_at)}, waiting {tracker.waiting()}; {passes:.0f} passes,"
+                    f" mean {mean}; RSS {operator.rss_mb():.0f} MB; leader {operator.is_leader()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                last = (now, count, total)
+            samples["rss_mb"] = max(samples["rss_mb"], operator.rss_mb())
+            waiting = tracker.waiting()
+            samples["max_waiting"] = max(samples["max_waiting"], waiting)
+            if waiting >= args.busy_waiting and "start" not in busy:
+                busy["start"] = await asyncio.to_thread(histogram, operator)
+                busy["since"] = time.monotonic()
+            elif waiting < args.busy_waiting and "start" in busy and "end" not in busy:
+                busy["end"] = await asyncio.to_thread(histogram, operator)
+                busy["seconds"] = time.monotonic() - busy["since"]
+            await asyncio.sleep(1.0)
+
+    watcher = asyncio.create_task(sampler())
+    try:
+        await asyncio.gather(*(creator() for _ in range(args.creators)))
+        created_s = time.monotonic() - started
+        print(f"created {created} jobs in {created_s:.1f} s", file=sys.stderr, flush=True)
+        done = set(names)
+        await tracker.wait(lambda: done.issubset(tracker.done_at), args.drain_timeout)
+    finally:
+        watcher.cancel()
+    drain_s = max(tracker.done_at[n] for n in names) - started
+    out: dict[str, Any] = {
+        "jobs": len(names),
+        "queues": args.queues,
+        "create_s": round(created_s, 1),
+        "create_per_s": round(len(names) / created_s, 1),
+        "drain_s": round(drain_s, 1),
+        "max_waiting": samples["max_waiting"],
+        "rss_mb_max": round(samples["rss_mb"], 1),
+    }
+    if "start" in busy:
+        end = busy["end"] if "end" in busy else await asyncio.to_thread(histogram, operator)
+        (b0, c0, s0), (b1, c1, s1) = busy["start"], end
+        out["busy_window"] = {
+            "waiting_at_least": args.busy_waiting,
+            "seconds": round(busy.get("seconds", time.monotonic() - busy["since"]), 1),
+            "passes": int(c1 - c0),
+            "pass_mean_ms": round((s1 - s0) / (c1 - c0) * 1e3, 1) if c1 > c0 else None,
+            "pass_p50_bucket_ms": quantile_bound(b0, b1, 0.5) * 1e3,
+            "pass_p99_bucket_ms": quantile_bound(b0, b1, 0.99) * 1e3,
+        }
+    return out
+
+
+async def measure(cluster: DevCluster, args: Any) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="pj-bench-jobs-"))
+    operator = operator_under_test(cluster, workdir, "bench-leader")
+    kube = await Kube.connect(str(cluster.kubeconfig), concurrency=max(48, args.creators))
+    out: dict[str, Any] = {"nodes": args.jobs_nodes, "gpus": args.jobs_nodes * 8}
+    try:
+        with contextlib.suppress(ApiError):
+            await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
+        transitions = await lease_transitions(kube)
+        for i in range(args.queues):
+            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": f"q{i:04d}"}}
+            with contextlib.suppress(ApiError):
+                await kube.request("POST", f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}", body)
+        async with JobTracker(kube) as tracker:
+            out["room"] = await room_latency(kube, tracker, args.room_jobs)
+            print(f"room: {out['room']}", file=sys.stderr, flush=True)
+            out["flood"] = await flood(kube, tracker, operator, args)
+        out["leadership_changes"] = await lease_transitions(kube) - transitions
+        out["operator_restarts"] = operator.starts - 1
+        out["lease_renewals"] = operator.sample("paralleljob_lease_renewals_total")
+    finally:
+        await kube.close()
+        operator.stop()
+    return out
+
+
+def run_jobs(args: Any) -> dict[str, Any]:
+    from paralleljob.devcluster.cluster import down, up
+    from paralleljob.devcluster.nodes import NodeShape
+
+    name = f"jobs-{os.getpid()}"
+    cluster = up(name, NodeShape(count=args.jobs_nodes, gpus_per_node=8, nodes_per_rack=32), die_with_caller=True)
+    try:
+        result = asyncio.run(measure(cluster, args))
+    finally:
+        down(name)
+    result["command"] = (
+        f"paralleljob bench jobs --jobs-nodes {args.jobs_nodes} --queues {args.queues} --flood-jobs"
+        f" {args.flood_jobs} --creators {args.creators} --run-min {args.run_min} --run-max {args.run_max}"
+    )
+    return result

@@ -1,0 +1,315 @@
+"""The waiting jobs a pass need not look at: strict FIFO admission proportional to what changed.
+
+With thousands of jobs queued, most passes change nothing for almost all of them: a queue whose head does not
+fit holds its line, and nothing the line's verdicts rest on has moved. :class:`WaitingMemo` is kept by the
+reconciler between passes, like the view: it remembers the queued jobs a pass decided with nothing to write,
+and for each queue line its head's verdict and the facts behind it. ``decide`` leaves a line out entirely
+(no decision, no status write; its jobs still counted in the gauges and queue statuses) while all of these
+hold, and sends it through the core FIFO pass from its head otherwise:
+
+- every job of the line is the very object the memo holds (no spec, status or deletion since), and none is
+  busy, held back (BackingOff), or named in what the runtime reported (bind failures, API trouble);
+- the line lost no job and gained none (a job deleted or admitted elsewhere, a new one, a queue changed);
+- its ParallelJobQueue's cap and namespaces are as they were, and so are the GPUs its jobs hold;
+- no GPU came free since the last look (none that the kept view owned then is unowned now, and no node
+  changed), or its head still needs more TP groups than the free GPUs could hold, each on one node (a count:
+  the operator's placer never splits a TP group), so the jobs behind a strict head wait whatever happens.
+
+Only the default policy (strict FIFO without a core queue policy) uses it; best-effort FIFO and the core's
+queueing pass look at every job. The property tests (``tests/property/test_waiting_memo_properties.py``) run
+random event sequences with and without the memo and compare every job's phase, reason and placement, as
+the view's kept-vs-rebuild check does for nodes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from paralleljob.core.admission import Admit, Wait
+from paralleljob.core.cluster import ClusterState
+from paralleljob.core.fifo import free_groups
+from paralleljob.core.gates import WaitReason
+from paralleljob.core.job import JobSpec
+from paralleljob.core.lifecycle import Phase
+from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.plan.actions import JobActions
+
+WAITING = (Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED)  # phases of a job that stands in a line (as ACTIVE)
+QueueFacts = tuple[int | None, tuple[str, ...]] | None  # a queue object's cap and namespaces (None: no object)
+
+
+def queue_facts(info: QueueInfo | None) -> QueueFacts:
+    return None if info is None else (info.max_gpus, tuple(info.namespaces))
+
+
+@dataclass(frozen=True, slots=True)
+class LineMemo:
+    """One queue line as last decided: its waiting jobs, the facts its verdicts rest on, and its head."""
+
+    members: frozenset[str]
+    facts: QueueFacts
+    in_use: int  # GPUs the queue's jobs held after that pass
+    head_reason: WaitReason | None  # why the head that blocks the line waits (None: no head blocks it)
+    head: JobSpec | None  # that head's shape
+    head_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Steady:
+    """A running job a pass found with nothing to do: its object, its pods (by identity), those decisions."""
+
+    job: JobObject
+    pods: tuple[int, ...]
+    actions: JobActions
+
+
+@dataclass
+class WaitingMemo:
+    """What the last passes decided for waiting jobs, and which running jobs were steady (the containers
+    change as passes go)."""
+
+    jobs: dict[str, JobObject] = field(default_factory=dict)  # key -> the object decided Queued, nothing to write
+    lines: dict[str, LineMemo] = field(default_factory=dict)
+    owner: list[str | None] = field(default_factory=list)  # the kept view's GPU owners before admission
+    running: dict[str, Steady] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self.jobs.clear()
+        self.lines.clear()
+        self.owner = []
+        self.running.clear()
+
+
+def pod_ids(pods: Sequence[PodInfo]) -> tuple[int, ...]:
+    """The pods as the store holds them: a changed pod is a new object (the stores parse each version once)."""
+    return tuple(map(id, pods))
+
+
+def remember_running(
+    memo: WaitingMemo,
+    decided: Iterable[JobActions],
+    pods_of: Callable[[JobObject], Sequence[PodInfo]],
+    untouchable: Collection[str],
+) -> None:
+    """Keep the running jobs that need nothing while nothing of theirs changes: Running before and after,
+    nothing to write, never repaired (a repaired job is re-priced against the free GPUs now and then), no
+    preemption under way (its deadline is a time), not a pod group (its pods are decided elsewhere), and not
+    held back or busy. A node that changes clears the memo (``decide``): health is read from the nodes."""
+    before, memo.running = memo.running, {}
+    for actions in decided:
+        job = actions.job
+        steady = before.get(job.key)
+        if steady is not None and steady.actions is actions:
+            memo.running[job.key] = steady  # reused this pass: steady still
+            continue
+        if (
+            job.phase is Phase.RUNNING
+            and actions.draft.phase is Phase.RUNNING
+            and not actions.has_work
+            and job.restarts == 0
+            and "preemption" not in actions.draft.data
+            and job.request is not None
+            and not job.request.pod_group
+            and not job.deleting
+            and job.key not in untouchable
+        ):
+            memo.running[job.key] = Steady(job, pod_ids(pods_of(job)), actions)
+
+
+@dataclass(frozen=True, slots=True)
+class Triage:
+    """The jobs of one pass sorted before any decision: those to decide, and lines that may stay quiet."""
+
+    to_decide: list[JobObject]
+    quiet: dict[str, list[JobObject]]  # queue -> its jobs, all unchanged; confirmed by :func:`still_quiet`
+
+
+def triage(
+    memo: WaitingMemo | None, jobs: Sequence[JobObject], untouchable: Mapping[str, object] | frozenset[str]
+) -> Triage:
+    """Split the pass's jobs: a line stays a candidate for quiet when every job the memo holds for it is here,
+    unchanged, and not ``untouchable`` (busy, held back, reported by the runtime), and no other job joined it."""
+    if memo is None or not memo.lines:
+        return Triage(list(jobs), {})
+    to_decide: list[JobObject] = []
+    candidates: dict[str, list[JobObject]] = {}
+    dirty: set[str] = set()
+    kept_jobs, lines = memo.jobs, memo.lines  # locals: this loop runs for every job of every pass
+    for job in jobs:
+        key = job.key
+        kept = kept_jobs.get(key)
+        if kept is job and key not in untouchable:
+            queue = job.request.queue if job.request is not None else None
+            if queue in lines:
+                members = candidates.get(queue)
+                if members is None:
+                    candidates[queue] = [job]
+                else:
+                    members.append(job)
+                continue
+        queue = job.request.queue if job.request is not None else None
+        to_decide.append(job)
+        if kept is not None and kept.request is not None:
+            dirty.add(kept.request.queue)  # it changed: its old line moves
+        if queue is not None and (job.phase in WAITING or job.deleting):
+            dirty.add(queue)  # a job joins the line (a running job's line moves by in_use and freed GPUs)
+    quiet: dict[str, list[JobObject]] = {}
+    for queue, members in candidates.items():
+        if queue in dirty or len(members) != len(memo.lines[queue].members):
+            to_decide.extend(members)  # a job of the line changed, left, or is new
+        else:
+            quiet[queue] = members
+    return Triage(to_decide, quiet)
+
+
+def capacity_freed(memo: WaitingMemo, state: ClusterState | None) -> bool:
+    """Whether any GPU the kept view owned at the last look is unowned now (or there is nothing to compare)."""
+    if state is None or len(memo.owner) != len(state.owner):
+        return True
+    return any(then is not None and now is None for then, now in zip(memo.owner, state.owner, strict=True))
+
+
+class Look(enum.Enum):
+    """How much of a candidate line a pass must look at."""
+
+    NOTHING = "nothing"  # left out
+    HEAD = "head"  # GPUs came free that might hold its head: the head first, the rest only if it gets in
+    ALL = "all"  # its queue or the GPUs its jobs hold changed (or its head waits for something else)
+
+
+def look(
+    memo: WaitingMemo, queue: str, info: QueueInfo | None, in_use: int, freed: bool, state: ClusterState | None
+) -> Look:
+    """What a candidate line needs this pass, judged when its turn comes (after the lines before it admitted)."""
+    line = memo.lines[queue]
+    if line.facts != queue_facts(info) or line.in_use != in_use:
+        return Look.ALL
+    if not freed or line.head_reason is None:
+        return Look.NOTHING
+    if line.head_reason is not WaitReason.UNSCHEDULABLE or line.head is None or state is None:
+        return Look.ALL
+    return Look.NOTHING if free_groups(state, line.head) < line.head.num_groups else Look.HEAD
+
+
+@dataclass
+class Lines:
+    """What the FIFO admission of one pass did, line by line."""
+
+    durations: list[float] = field(default_factory=list)
+    decisions: list[Admit | Wait] = field(default_factory=list)
+    decided: list[JobObject] = field(default_factory=list)  # jobs of candidate lines decided after all
+    left_out: dict[str, list[JobObject]] = field(default_factory=dict)  # queue -> jobs not looked at
+    partial: set[str] = field(default_factory=set)  # lines whose head was looked at, and only it
+
+
+Entry = tuple[JobObject, JobRequest]
+Admitter = Callable[[Sequence[Entry]], tuple[list[float], Sequence[Admit | Wait]]]
+
+
+def admit_lines(
+    memo: WaitingMemo | None,
+    queued: Sequence[Entry],
+    quiet: Mapping[str, list[JobObject]],
+    facts: Callable[[str], tuple[QueueInfo | None, int]],
+    state: ClusterState | None,
+    decide_job: Callable[[JobObject], Entry | None],
+    admit: Admitter,
+) -> Lines:
+    """The FIFO pass line by line in queue order (as the core orders them, so the result is the same as one
+    call over all): ``queued`` lines always, ``quiet`` candidates as :func:`look` says. ``facts``: a queue's
+    object and the GPUs its jobs hold now; ``decide_job``: the pass's per-job decision (None: it does not
+    try admission); ``admit``: the core FIFO pass over some entries of one line."""
+    by_queue: dict[str, list[Entry]] = {}
+    for entry in queued:
+        by_queue.setdefault(entry[1].queue, []).append(entry)
+    freed = capacity_freed(memo, state) if memo is not None and quiet else False
+    out = Lines()
+
+    def run(entries: Sequence[Entry]) -> Sequence[Admit | Wait]:
+        durations, decisions = admit(entries)
+        out.durations.extend(durations)
+        out.decisions.extend(decisions)
+        return decisions
+
+    def decided(jobs: Sequence[JobObject]) -> list[Entry]:
+        out.decided.extend(jobs)
+        return [entry for job in jobs if (entry := decide_job(job)) is not None]
+
+    for queue in sorted(set(by_queue) | set(quiet)):
+        entries = by_queue.get(queue, [])
+        members = quiet.get(queue)
+        if members is not None and memo is not None:
+            info, in_use = facts(queue)
+            verdict = look(memo, queue, info, in_use, freed, state)
+            if verdict is Look.NOTHING:
+                out.left_out[queue] = members
+                continue
+            if verdict is Look.HEAD:
+                head_key = memo.lines[queue].head_key
+                rest = [job for job in members if job.key != head_key]
+                decisions = run(decided([job for job in members if job.key == head_key]))
+                if any(isinstance(d, Wait) and blocks(d) for d in decisions):
+                    out.left_out[queue] = rest  # it still waits: so does everything behind it
+                    out.partial.add(queue)
+                    continue
+                members = rest
+            entries = entries + decided(members)
+        if entries:
+            run(entries)
+    return out
+
+
+def remember(
+    memo: WaitingMemo,
+    decided: Mapping[str, tuple[JobObject, bool]],
+    decisions: Sequence[Admit | Wait],
+    queues: Mapping[str, QueueInfo],
+    in_use: Mapping[str, int],
+    owner: list[str | None],
+) -> None:
+    """After a pass: ``decided`` maps each job of the lines it looked at to (the object, whether it may be
+    remembered: it ended Queued with nothing to write); ``decisions`` are the core FIFO pass's, in order;
+    ``owner`` the view's GPU owners before admission. A line is remembered only when all its jobs are."""
+    touched = {job.request.queue for job, _ in decided.values() if job.request is not None}
+    touched |= {old.request.queue for key in decided if (old := memo.jobs.get(key)) is not None and old.request}
+    for queue in touched:
+        old_line = memo.lines.pop(queue, None)
+        for key in old_line.members if old_line is not None else ():
+            memo.jobs.pop(key, None)  # still here: put back below when it may be remembered
+    by_queue: dict[str, list[str]] = {}
+    forgettable: set[str] = set()
+    for key, (job, keep) in decided.items():
+        memo.jobs.pop(key, None)
+        if job.request is None or job.request.queue not in touched:
+            continue
+        if keep:
+            memo.jobs[key] = job
+            by_queue.setdefault(job.request.queue, []).append(key)
+        else:
+            forgettable.add(job.request.queue)
+    heads: dict[str, Wait] = {}
+    for decision in decisions:
+        if isinstance(decision, Wait) and decision.queue not in heads and blocks(decision):
+            heads[decision.queue] = decision
+    for queue, members in by_queue.items():
+        if queue in forgettable:
+            for key in members:
+                memo.jobs.pop(key, None)
+            continue
+        head = heads.get(queue)
+        head_job = decided[head.job_id][0] if head is not None and head.job_id in decided else None
+        shape = head_job.request.spec if head_job is not None and head_job.request is not None else None
+        reason = head.reason if head is not None else None
+        facts = queue_facts(queues.get(queue))
+        key = head.job_id if head is not None else ""
+        memo.lines[queue] = LineMemo(frozenset(members), facts, in_use.get(queue, 0), reason, shape, key)
+    memo.owner = owner
+
+
+def blocks(decision: Wait) -> bool:
+    """Whether a wait holds its line (the head): anything but a non-blocking refusal or a job behind it."""
+    return not decision.permanent and decision.reason not in (WaitReason.WAITING, WaitReason.QUEUE_REFUSED)

@@ -1,0 +1,126 @@
+"""Time the operator's real reconcile pass with thousands of jobs waiting (issue 29's pass targets).
+
+    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full]      (default: 10000 200 200)
+
+A cluster of NODES 8-GPU nodes is filled by small ParallelJobs (TP 1-2 x DP 1-4, round-robin over QUEUES
+queues) decided by the in-memory harness until it settles: the cluster full, about WAITING jobs Queued. The
+settled objects are then handed to a real ``Reconciler`` (kept view, stores, waiting memo, gauges, queue
+statuses: everything ``pass_once`` does but the API writes, which are not started), and it prints the median
+of 15 passes with nothing changed, and the pass right after one running job's workers finished (each of 15
+finishes measured alone; ``--full``: without the waiting memo, every pass looks at every job, as before
+issue 29), as wall time and as the process's CPU time (on a shared machine the wall time also
+counts the time other processes held the CPU). Not collected by pytest: a measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import resource
+import statistics
+import sys
+import time
+from typing import Any, cast
+
+from paralleljob.k8s.edge.config import OperatorConfig
+from paralleljob.k8s.edge.constants import GROUP, VERSION
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.reconciler import Reconciler
+from tests.k8s.factories import node, paralleljob
+from tests.k8s.harness import FakeCluster
+
+REPEATS = 15
+_rv = itertools.count(10**9)
+
+
+def settled(waiting: int, queues: int, nodes: int) -> FakeCluster:
+    names = [f"q{i:04d}" for i in range(queues)]
+    from paralleljob.k8s.edge.queues import QueueInfo
+
+    fc = FakeCluster(
+        [node(f"gpu-node-{i:04d}", leaf=f"leaf-{i // 8:03d}") for i in range(nodes)],
+        queues={name: QueueInfo(name) for name in names},
+        memo=True,
+    )
+    total = waiting + nodes * 8 // 3  # the jobs average ~3 GPUs: this many leaves about WAITING queued
+    for i in range(total):
+        stamp = f"2024-01-01T{i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"
+        fc.add_job(paralleljob(f"j{i:05d}", 1 + i % 2, 1, 1 + i % 4, queue=names[i % queues], created=stamp))
+    fc.settle(5)
+    return fc
+
+
+def queue_body(name: str) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": name}, "spec": {}}
+
+
+async def measure(fc: FakeCluster, full: bool = False) -> dict[str, float]:
+    reconciler = Reconciler(cast(Any, object()), OperatorConfig(view_check_passes=0), Metrics())
+    if full:
+        reconciler.waiting = cast(Any, None)  # decide() without a memo: the full pass
+
+    async def nothing(actions: JobActions, started: float) -> None:
+        return None
+
+    reconciler._chain = nothing  # type: ignore[method-assign]  # the pass is measured, not its writes
+    reconciler._queue_status = lambda plan: None  # type: ignore[method-assign]  # (computed in the pass)
+    reconciler.on_list("node", [copy.deepcopy(b) for b in fc.nodes.values()], "1")
+    reconciler.on_list("pod", [copy.deepcopy(b) for b in fc.pods.values()], "1")
+    reconciler.on_list("job", [copy.deepcopy(b) for b in fc.jobs.values()], "1")
+    reconciler.on_list("queue", [queue_body(name) for name in fc.queues], "1")
+
+    cpu: list[float] = []
+
+    async def timed() -> float:
+        # CPU time too: on a shared machine the wall time also counts the time others held the CPU
+        started, started_cpu = time.perf_counter(), time.process_time()
+        await reconciler.pass_once()
+        cpu.append((time.process_time() - started_cpu) * 1e3)
+        return (time.perf_counter() - started) * 1e3
+
+    first = await timed()
+    await timed()
+    idle = [await timed() for _ in range(REPEATS)]
+    idle_cpu = cpu[-REPEATS:]
+    left_out = reconciler.metrics.registry.get_sample_value("paralleljob_pass_waiting_left_out") or 0.0
+    running = sorted(k for k, b in fc.jobs.items() if (b.get("status") or {}).get("phase") == "Running")
+    after: list[float] = []
+    for key in running[:REPEATS]:
+        for pod in fc.job_pods(key):
+            done = copy.deepcopy(pod)
+            done["status"]["phase"] = "Succeeded"
+            done["metadata"]["resourceVersion"] = str(next(_rv))
+            reconciler.on_event("pod", "MODIFIED", done)
+        after.append(await timed())
+        reconciler.inflight.clear()  # its chain was not run: the next finish is measured on its own
+    after_cpu = cpu[-len(after) :]
+    return {
+        "first_pass_ms": round(first, 1),
+        "idle_pass_ms_median": round(statistics.median(idle), 2),
+        "after_one_finish_ms_median": round(statistics.median(after), 2),
+        "after_one_finish_ms_max": round(max(after), 2),
+        "idle_pass_cpu_ms_median": round(statistics.median(idle_cpu), 2),
+        "after_one_finish_cpu_ms_median": round(statistics.median(after_cpu), 2),
+        "waiting_left_out": left_out,
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main(argv: list[str]) -> None:
+    full = "--full" in argv
+    argv = [a for a in argv if a != "--full"]
+    waiting, queues, nodes = (int(a) for a in (argv + ["10000", "200", "200"][len(argv) :])[:3])
+    started = time.perf_counter()
+    fc = settled(waiting, queues, nodes)
+    phases: dict[str, int] = {}
+    for body in fc.jobs.values():
+        phase = str((body.get("status") or {}).get("phase"))
+        phases[phase] = phases.get(phase, 0) + 1
+    print(f"settled in {time.perf_counter() - started:.1f} s: {phases}")
+    print(asyncio.run(measure(fc, full)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

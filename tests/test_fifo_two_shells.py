@@ -1,0 +1,76 @@
+"""The default strict FIFO through both shells: the operator's reconcile pass and the simulator's engine call
+the same core pass (core.fifo.schedule_fifo) and get the same decisions, job by job.
+
+On two 8-GPU nodes: ``first`` (8 GPUs) fits, ``wide`` (16 GPUs) then does not and becomes the head, ``small``
+(1 GPU) waits behind it although it would fit; when ``first`` ends, ``wide`` runs and ``small`` waits for room.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from paralleljob.core import fifo
+from paralleljob.core.admission import Admit
+from paralleljob.k8s.plan import fifo_admission
+from paralleljob.sim.run import engine
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.workload.trace import TraceJob
+from tests.k8s.factories import node, paralleljob
+from tests.k8s.harness import FakeCluster
+
+SHAPES = {"first": (8, 1, 1), "wide": (8, 1, 2), "small": (1, 1, 1)}
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, module: Any, name_of: Any) -> list[list[tuple[str, str]]]:
+    passes: list[list[tuple[str, str]]] = []
+
+    def recording(*args: Any) -> Any:
+        decisions = fifo.schedule_fifo(*args)
+        verdicts = [(name_of(d.job_id), "Admit" if isinstance(d, Admit) else str(d.reason)) for d in decisions]
+        if verdicts and (not passes or verdicts != passes[-1]):
+            passes.append(verdicts)
+        return decisions
+
+    monkeypatch.setattr(module, "schedule_fifo", recording)
+    return passes
+
+
+def test_the_operator_and_the_simulator_take_the_same_fifo_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    operator_passes = _spy(monkeypatch, fifo_admission, lambda key: key.split("/")[1])
+    fc = FakeCluster([node(f"gpu-node-{i:03d}") for i in range(2)])
+    for i, (name, (tp, pp, dp)) in enumerate(SHAPES.items()):
+        fc.add_job(paralleljob(name, tp, pp, dp, memory=10.0, created=f"2024-01-01T00:00:0{i}Z"))
+    fc.settle(3)
+    del fc.jobs["ns/first"]  # it ends: its pods go, its GPUs come back
+    fc.pods = {k: p for k, p in fc.pods.items() if not k[1].startswith("first-")}
+    fc.settle(3)
+    assert fc.phase("ns/wide") != "Queued" and fc.phase("ns/small") == "Queued"
+
+    sim_passes = _spy(monkeypatch, engine, lambda job_id: job_id)
+    topology = fc.last_view.state.topology if fc.last_view and fc.last_view.state else None
+    assert topology is not None
+    trace = [
+        TraceJob(name, float(i), 1_000.0 if name == "first" else 1e6, tp * pp * dp, shape=(tp, pp, dp))
+        for i, (name, (tp, pp, dp)) in enumerate(SHAPES.items())
+    ]
+    Simulation(topology, trace, SimConfig(memory_per_gpu_gb=10.0, check_invariants=True)).run()
+
+    # the simulator sees the jobs arrive one by one, so its passes differ; each job's verdicts must not
+    expected = {"first": ["Admit"], "wide": ["Unschedulable", "Admit"], "small": ["Waiting", "Unschedulable"]}
+    assert _histories(operator_passes) == expected
+    # ... and the simulator runs on until every job has ended (``small`` runs once ``wide`` is done)
+    assert _histories(sim_passes) == {**expected, "small": [*expected["small"], "Admit"]}
+
+
+def _histories(passes: list[list[tuple[str, str]]]) -> dict[str, list[str]]:
+    """Each job's verdicts pass after pass, repeats dropped."""
+    out: dict[str, list[str]] = {}
+    for verdicts in passes:
+        for name, verdict in verdicts:
+            seen = out.setdefault(name, [])
+            if not seen or seen[-1] != verdict:
+                seen.append(verdict)
+    return out

@@ -1,0 +1,127 @@
+"""The core's strict FIFO pass (core.fifo): the checks in their order, each with its typed reason, and
+properties on random queues: a blocked head holds its line, queues never block each other, caps hold."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paralleljob.core import Allocation, ClusterState, JobSpec, Placer, Topology, cost_model
+from paralleljob.core.admission import Admit, Wait
+from paralleljob.core.fifo import FifoJob, FifoPolicy, schedule_fifo
+from paralleljob.core.gates import Gate, WaitReason
+
+SEED = cost_model("seed")
+
+
+def cluster(nodes: int = 2) -> tuple[ClusterState, Placer]:
+    state = ClusterState(Topology.uniform(nodes, 8))
+    return state, Placer(state)
+
+
+def fj(name: str, gpus: int, queue: str = "a", at: float = 0.0, priority: int = 0, tp: int = 1, **kw) -> FifoJob:
+    return FifoJob(JobSpec(name, tp, 1, gpus // tp, 10.0, priority=priority), queue, at, **kw)
+
+
+def verdicts(decisions) -> dict[str, object]:
+    return {d.job_id: "admit" if isinstance(d, Admit) else d.reason for d in decisions}
+
+
+def no_caps(_: str) -> None:
+    return None
+
+
+def test_a_head_that_does_not_fit_holds_its_line_but_not_other_queues() -> None:
+    state, placer = cluster(2)
+    state.allocate(Allocation("held", tuple((g,) for g in range(8)), 10.0))  # 8 of 16 GPUs held
+    jobs = [fj("big", 16, "a", 1.0), fj("small", 1, "a", 2.0), fj("other", 1, "b", 3.0)]
+    decisions = schedule_fifo(state, placer, SEED, jobs, {}, no_caps)
+    assert verdicts(decisions) == {"big": WaitReason.UNSCHEDULABLE, "small": WaitReason.WAITING, "other": "admit"}
+    waiting = next(d for d in decisions if d.job_id == "small")
+    assert isinstance(waiting, Wait) and waiting.reasons == ("waiting behind big in queue a (strict FIFO)",)
+    assert "other" in state.allocations, "an admission is allocated in the state"
+    best_effort = schedule_fifo(state, placer, SEED, jobs[:2], {}, no_caps, FifoPolicy(strict=False))
+    assert verdicts(best_effort) == {"big": WaitReason.UNSCHEDULABLE, "small": "admit"}
+
+
+def test_order_is_priority_then_queue_time_then_tiebreak() -> None:
+    state, placer = cluster(1)
+    jobs = [fj("late", 8, at=5.0), fj("early", 8, at=1.0, tiebreak="b"), fj("twin", 8, at=1.0, tiebreak="a")]
+    jobs.append(fj("urgent", 8, at=9.0, priority=3))
+    decisions = schedule_fifo(state, placer, SEED, jobs, {}, no_caps)
+    assert [d.job_id for d in decisions] == ["urgent", "twin", "early", "late"]
+    assert verdicts(decisions)["urgent"] == "admit"
+
+
+def test_the_queue_cap_refuses_and_blocks_with_its_reason() -> None:
+    state, placer = cluster(2)
+    jobs = [fj("a1", 4, at=1.0), fj("a2", 4, at=2.0), fj("a3", 1, at=3.0)]
+    decisions = schedule_fifo(state, placer, SEED, jobs, {"a": 2}, lambda q: 6 if q == "a" else None)
+    assert verdicts(decisions) == {"a1": "admit", "a2": WaitReason.QUEUE_FULL, "a3": WaitReason.WAITING}
+    full = decisions[1]
+    assert isinstance(full, Wait) and "above its maximum of 6 GPUs" in full.reasons[0]
+
+
+def test_entry_gates_come_first_and_only_blocking_ones_hold_the_line() -> None:
+    state, placer = cluster(1)
+    refused = Gate(WaitReason.QUEUE_REFUSED, "queue a does not serve namespace x", blocks_line=False)
+    backing = Gate(WaitReason.BACKING_OFF, "its gang was refused; tries again at 12:00", blocks_line=True)
+    first = schedule_fifo(state, placer, SEED, [fj("r", 1, at=1.0, gate=refused), fj("n", 1, at=2.0)], {}, no_caps)
+    assert verdicts(first) == {"r": WaitReason.QUEUE_REFUSED, "n": "admit"}
+    second = schedule_fifo(state, placer, SEED, [fj("b", 1, at=1.0, gate=backing), fj("m", 1, at=2.0)], {}, no_caps)
+    assert verdicts(second) == {"b": WaitReason.BACKING_OFF, "m": WaitReason.WAITING}
+
+
+def test_never_fits_fails_without_blocking_unless_the_job_ran_before() -> None:
+    state, placer = cluster(1)
+    jobs = [fj("wide", 16, tp=16, at=1.0), fj("next", 1, at=2.0)]
+    decisions = schedule_fifo(state, placer, SEED, jobs, {}, no_caps)
+    wide = decisions[0]
+    assert isinstance(wide, Wait) and wide.permanent and verdicts(decisions)["next"] == "admit"
+    state, placer = cluster(1)
+    jobs = [fj("wide", 16, tp=16, at=1.0, ran_before=True), fj("next", 1, at=2.0)]
+    decisions = schedule_fifo(state, placer, SEED, jobs, {}, no_caps)
+    wide = decisions[0]
+    assert isinstance(wide, Wait) and not wide.permanent and wide.reason is WaitReason.UNSCHEDULABLE
+    assert verdicts(decisions)["next"] == WaitReason.WAITING
+
+
+job_strategy = st.tuples(
+    st.sampled_from(["a", "b", "c"]),  # queue
+    st.sampled_from([1, 2, 4, 8, 16]),  # GPUs
+    st.integers(0, 2),  # priority
+    st.integers(0, 20),  # queue time
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(job_strategy, min_size=1, max_size=25),
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(0, 24)),
+    st.integers(0, 24),
+)
+def test_strict_fifo_properties(specs, caps, held) -> None:
+    state, placer = cluster(3)
+    if held:
+        state.allocate(Allocation("held", tuple((g,) for g in range(held)), 10.0))
+    jobs = [fj(f"j{i:02d}", gpus, queue, float(at), priority) for i, (queue, gpus, priority, at) in enumerate(specs)]
+    decisions = schedule_fifo(state, placer, SEED, jobs, {}, caps.get)
+    assert sorted(d.job_id for d in decisions) == sorted(j.spec.job_id for j in jobs), "one decision per job"
+    by_id = {j.spec.job_id: j for j in jobs}
+    admitted: dict[str, int] = {}
+    blocked: set[str] = set()
+    for decision in decisions:
+        job = by_id[decision.job_id]
+        if isinstance(decision, Admit):
+            assert job.queue not in blocked, "nothing is admitted behind a blocked head of its queue"
+            admitted[job.queue] = admitted.get(job.queue, 0) + job.spec.num_gpus
+            assert decision.job_id in state.allocations
+        else:
+            assert decision.job_id not in state.allocations
+            if decision.reason is WaitReason.WAITING:
+                assert job.queue in blocked
+            elif not decision.permanent:
+                blocked.add(job.queue)
+    for queue, gpus in admitted.items():
+        assert caps.get(queue) is None or gpus <= caps[queue], "a queue's cap holds"
+    assert state.counts()["allocated"] == held + sum(admitted.values())
