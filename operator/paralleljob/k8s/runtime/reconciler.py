@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from paralleljob.core.lifecycle import Phase
 from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.config import OperatorConfig
@@ -43,7 +44,7 @@ from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
-from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.metrics import Metrics, QueueClock
 from paralleljob.k8s.runtime.podgroupwriter import PodGroupStatusWriter
 from paralleljob.k8s.view.clusterview import ClusterView
 from paralleljob.k8s.view.dranodes import OverlaidNodes
@@ -141,6 +142,7 @@ class Reconciler:
         self.backoff = Backoff()  # decided by the pass (plan.backoff), kept here until the next one
         self.placed_at: dict[str, float] = {}
         self.failed_at: dict[str, float] = {}
+        self.queue_clock = QueueClock()
         self.node_warnings: Mapping[str, tuple[str, ...]] = {}  # what was reported (plan.node_warnings)
         self.changed_nodes: set[str] = set()  # nodes whose parsed value changed since the last pass
         self.passes = 0
@@ -304,6 +306,7 @@ class Reconciler:
         self.metrics.passes.inc()
         # plan.seen(), not plan.jobs: a job whose chain is in flight is left out of the decisions, not the counts
         self.metrics.update(gauges(view, plan.seen(), observed.queues, plan.fairness))
+        self._queue_waits(plan)
         self._queue_status(plan)
         self.pod_group_status.update(observed.jobs, observed.pod_groups)
         # after the gauges and queue statuses: they are part of what every pass costs
@@ -315,6 +318,21 @@ class Reconciler:
             launched,
             len(self.inflight),
         )
+
+    def _queue_waits(self, plan: Plan) -> None:
+        now = time.monotonic()
+        for actions in plan.jobs:
+            request = actions.job.request
+            if actions.placed_cost is not None and request is not None:
+                self.metrics.queue_wait.labels(queue=request.queue).observe(
+                    self.queue_clock.admitted(actions.job.key, now)
+                )
+        waiting = {
+            a.job.key: a.job.request.queue
+            for a in plan.seen()
+            if a.job.request is not None and a.draft.phase in (Phase.PENDING, Phase.QUEUED)
+        }
+        self.metrics.set_oldest_waits(self.queue_clock.saw(waiting, now))
 
     def _report_warnings(self, plan: Plan, view: ClusterView) -> None:
         """Log a warning when it appears, not on every pass while it lasts (a condition that held for a

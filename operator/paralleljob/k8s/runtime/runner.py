@@ -84,6 +84,7 @@ async def run_operator(
     reconciler = Reconciler(kube, config, metrics)
     reconciler.on_pass = lambda: health.passed(loop.time())
     kube.write_fence = election.leading  # no write leaves this process unless it still leads
+    kube.observe = metrics.observe_request
     stop_flag = asyncio.Event()
     failure: list[str] = []
 
