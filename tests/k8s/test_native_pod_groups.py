@@ -209,3 +209,31 @@ def test_a_topology_key_keeps_the_gang_in_one_domain_and_one_too_small_everywher
     for _ in range(3):
         free.step()
     assert len(free.binds) == 8
+
+
+def test_a_repair_keeps_the_gang_inside_the_domain_of_its_topology_key() -> None:
+    """Six nodes, three per leaf, and a label that is not a level of the topology: pool a = n0, n1, n3 and
+    pool b = n2, n4, n5. Placed in one pool, a node of the gang goes down: the cheapest healthy node (beside
+    the surviving TP groups, in their leaf) is in the other pool, so a repair that did not read the key would
+    move the slot there; it must go to the free node of the same pool instead."""
+    pool = "example.com/pool"
+    pools = {"n0": "a", "n1": "a", "n2": "b", "n3": "a", "n4": "b", "n5": "b"}
+    fc = FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 3}", labels={pool: pools[f"n{i}"]}) for i in range(6)])
+    fc.pod_groups["ns/llm-workers"] = pod_group(topology_key=pool)
+    add(fc, *(native_pod(r) for r in range(4)))
+    adopt(fc)
+    for _ in range(3):
+        fc.step()
+    placed = {name for _, name in fc.binds}
+    (domain,) = {pools[n] for n in placed}
+    assert len(placed) == 2 and len({int(n[1:]) // 3 for n in placed}) == 1, "one leaf of one pool"
+    victim = sorted(placed)[0]
+    fc.nodes[victim] = node(victim, leaf=f"leaf-{int(victim[1:]) // 3}", ready=False, labels={pool: domain})
+    for _ in range(2):
+        fc.step()
+    status = fc.job("ns/llm-workers")["status"]
+    assert status["phase"] == "Recovering", status.get("message")
+    now_on = {p["node"] for p in status["placement"]["pods"]}
+    assert victim not in now_on and {pools[n] for n in now_on} == {domain}, now_on
+    (spare,) = {n for n, p in pools.items() if p == domain} - placed
+    assert now_on == (placed - {victim}) | {spare}
