@@ -237,3 +237,77 @@ def test_a_repair_keeps_the_gang_inside_the_domain_of_its_topology_key() -> None
     assert victim not in now_on and {pools[n] for n in now_on} == {domain}, now_on
     (spare,) = {n for n, p in pools.items() if p == domain} - placed
     assert now_on == (placed - {victim}) | {spare}
+
+
+def _claim(name: str, allocated_on: str | None, consumers: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """A claim whose allocation is usable from the nodes of one leaf (as a multi-node device's is, by label)."""
+    status: dict[str, Any] = {}
+    if allocated_on is not None:
+        status["allocation"] = {
+            "devices": {"results": [{"driver": "imex.nvidia.com", "pool": "domain-0", "device": "channel-0"}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": LEAF, "operator": "In", "values": [allocated_on]}]}
+                ]
+            },
+        }
+    if consumers:
+        status["reservedFor"] = consumers
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-claim-{name}", "resourceVersion": "7"},
+        "spec": {"devices": {"requests": []}},
+        "status": status,
+    }
+
+
+def test_a_podgroups_shared_claim_is_waited_for_then_placed_where_its_allocation_reaches_and_reserved() -> None:
+    """PodGroup.spec.resourceClaims (one claim the gang shares): the group waits while the claim is missing or
+    not allocated, saying so; then it is placed only on nodes the allocation's node selector admits (here the
+    second leaf, where the first would otherwise be taken) and the claim is reserved for the PodGroup, keeping
+    the consumer it had, before any pod is bound."""
+    fc = cluster()
+    group = pod_group()
+    group["spec"]["resourceClaims"] = [{"name": "channel", "resourceClaimName": "imex-channel"}]
+    fc.pod_groups["ns/llm-workers"] = group
+    add(fc, *(native_pod(r) for r in range(4)))
+    adopt(fc)
+    fc.step()
+    ready = condition(fc.job("ns/llm-workers")["status"], "PodGroupReady")
+    assert (ready["status"], ready["reason"]) == ("False", "WaitingForClaim") and not fc.binds
+    assert "ResourceClaim ns/imex-channel is not there" in ready["message"]
+    fc.resource_claims["ns/imex-channel"] = _claim("imex-channel", None)
+    fc.step()
+    ready = condition(fc.job("ns/llm-workers")["status"], "PodGroupReady")
+    assert ready["reason"] == "WaitingForClaim" and "is not allocated" in ready["message"] and not fc.binds
+    other = {"apiGroup": "", "resource": "pods", "name": "monitor", "uid": "uid-monitor"}
+    fc.resource_claims["ns/imex-channel"] = _claim("imex-channel", "leaf-1", [other])
+    for _ in range(3):
+        fc.step()
+    job = fc.job("ns/llm-workers")
+    assert job["status"]["phase"] == "Running" and {n for _, n in fc.binds} == {"n2", "n3"}, fc.binds
+    reserved = fc.resource_claims["ns/imex-channel"]["status"]["reservedFor"]
+    assert reserved == [
+        other,
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "llm-workers", "uid": "uid-pg-llm-workers"},
+    ]
+    assert [e for e in fc.events if e[1] == "WaitingForClaim"] != []
+
+
+def test_a_claim_made_from_a_template_is_found_through_the_podgroups_status() -> None:
+    group = pod_group()
+    group["spec"]["resourceClaims"] = [{"name": "channel", "resourceClaimTemplateName": "imex"}]
+    (entry,) = parse_pod_group(group).resource_claims
+    assert (entry.name, entry.claim, entry.template) == ("channel", "", "imex")
+    group["status"] = {"resourceClaimStatuses": [{"name": "channel", "resourceClaimName": "llm-workers-channel-x7"}]}
+    (entry,) = parse_pod_group(group).resource_claims
+    assert entry.claim == "llm-workers-channel-x7"
+    fc = cluster()
+    fc.pod_groups["ns/llm-workers"] = pod_group()
+    fc.pod_groups["ns/llm-workers"]["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimTemplateName": "t"}]
+    add(fc, *(native_pod(r) for r in range(4)))
+    adopt(fc)
+    fc.step()
+    ready = condition(fc.job("ns/llm-workers")["status"], "PodGroupReady")
+    assert ready["reason"] == "WaitingForClaim" and "from template 't' has not been made yet" in ready["message"]

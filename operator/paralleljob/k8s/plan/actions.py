@@ -12,6 +12,7 @@ from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import DeviceClaim
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.backoff import Backoff
+from paralleljob.k8s.plan.groupclaims import ClaimReserve
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import StatusDraft
 
@@ -68,6 +69,7 @@ class JobActions:
     binds: list[PodBind] = field(default_factory=list)
     annotates: list[PodAnnotate] = field(default_factory=list)
     service: dict[str, Any] | None = None  # the headless Service to make sure of
+    reserves: list[ClaimReserve] = field(default_factory=list)  # a PodGroup's shared claims, before its binds
     # For metrics: set when this pass placed, repaired or failed the job.
     placed_cost: dict[str, float] | None = None
     recovery_started: bool = False
@@ -86,7 +88,13 @@ class JobActions:
         """Whether carrying these decisions out touches the API at all (the runtime starts a chain for them,
         and the job is busy until it ends)."""
         return bool(
-            self.writes_status or self.deletes or self.creates or self.binds or self.events or self.annotates
+            self.writes_status
+            or self.deletes
+            or self.creates
+            or self.binds
+            or self.events
+            or self.annotates
+            or self.reserves
         )
 
     def note(self, event_type: str, reason: str, message: str) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.placer import Placer
+from paralleljob.k8s.edge.dra import ClaimInfo
+from paralleljob.k8s.edge.nativegroups import NativeGroup
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.records import PlacementRecord
@@ -39,6 +41,8 @@ class PassContext:
     invalid_pods: Mapping[str, str] = field(default_factory=dict)  # job key -> the API refused its pods
     # (node, GPU index) -> the pod running there as the pass began (podsync.gpu_holders)
     gpu_holders: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)  # Kubernetes PodGroups by namespace/name
+    resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # ResourceClaims by namespace/name
 
 
 @dataclass(frozen=True, slots=True)

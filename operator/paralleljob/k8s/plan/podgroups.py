@@ -38,6 +38,7 @@ from paralleljob.k8s.edge.constants import (
     TARGET_NODE_ANNOTATION,
     object_key,
 )
+from paralleljob.k8s.edge.dra import ClaimInfo
 from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo, declaration_of
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
@@ -45,6 +46,7 @@ from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, recor
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.template import PodConstraints
 from paralleljob.k8s.plan.actions import JobActions, PodAnnotate, PodBind
+from paralleljob.k8s.plan.groupclaims import WAITING_FOR_CLAIM, and_terms, claim_terms, claim_wait
 from paralleljob.k8s.plan.podsync import SyncResult
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -250,6 +252,22 @@ def hold_until_complete(
     return False
 
 
+def hold_for_claims(
+    actions: JobActions, group: NativeGroup, claims: Mapping[str, ClaimInfo], now: str
+) -> bool:
+    """True when the PodGroup's shared ResourceClaims let it be placed (plan/groupclaims.py); otherwise
+    ``PodGroupReady`` says which claim it waits for (and a Normal event, once, when it starts waiting)."""
+    waiting = claim_wait(group, claims)
+    if not waiting:
+        return True
+    conditions = actions.job.status.get("conditions") or []
+    previous: Mapping[str, Any] = next((c for c in conditions if c.get("type") == READY_CONDITION), {})
+    if previous.get("reason") != WAITING_FOR_CLAIM:
+        actions.note("Normal", WAITING_FOR_CLAIM, waiting)
+    actions.draft.condition(READY_CONDITION, "False", WAITING_FOR_CLAIM, waiting, now)
+    return False
+
+
 def slot_pods(record: PlacementRecord, pods: Sequence[PodInfo]) -> list[tuple[int, PodInfo | None]]:
     """Per slot (in record order): its node rank under the record's rank order, and the live pod with it."""
     by_rank: dict[int, PodInfo] = {}
@@ -375,15 +393,21 @@ def group_requests(
     jobs: Sequence[JobObject],
     groups: Mapping[str, Sequence[PodInfo]],
     native: Mapping[str, NativeGroup] | None = None,
+    claims: Mapping[str, ClaimInfo] | None = None,
 ) -> dict[str, JobRequest]:
     """Every job's request, a group's with its pods' node constraints (an adopting job has no template)
-    and, for a Kubernetes PodGroup, its topology key (the whole gang inside one domain of that label)."""
+    and, for a Kubernetes PodGroup, its topology key (the whole gang inside one domain of that label) and
+    the nodes its shared claims' allocations can be used from (on top of the pods' own node affinity)."""
     requests = {j.key: j.request for j in jobs if j.request is not None}
     for key, request in requests.items():
         constraints = group_constraints(groups.get(key, ())) if request.pod_group else None
         pod_group = (native or {}).get(key) if request.pod_group else None
         if pod_group is not None and pod_group.topology_key:
             constraints = replace(constraints or request.constraints, topology_key=pod_group.topology_key)
+        terms = claim_terms(pod_group, claims or {}) if pod_group is not None and pod_group.resource_claims else None
+        if terms is not None:
+            base = constraints or request.constraints
+            constraints = replace(base, affinity=and_terms([base.affinity, terms]))
         if constraints is not None:
             requests[key] = replace(request, constraints=constraints)
     return requests

@@ -266,6 +266,7 @@ class Reconciler:
             node_warnings=self.node_warnings,
             pod_groups={g.key: g for g in self.pod_groups.values()},
             workloads={w.key: w for w in self.workloads.values()},
+            resource_claims=self._group_claims(),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -318,6 +319,15 @@ class Reconciler:
             launched,
             len(self.inflight),
         )
+
+    def _group_claims(self) -> dict[str, ClaimInfo]:
+        """The ResourceClaims PodGroups share, by namespace/name (none looked up when no group has any)."""
+        wanted = {
+            f"{g.namespace}/{c.claim}" for g in self.pod_groups.values() for c in g.resource_claims if c.claim
+        }
+        if not wanted:
+            return {}
+        return {key: c for c in self.claims.values() if (key := f"{c.namespace}/{c.name}") in wanted}
 
     def _queue_waits(self, plan: Plan) -> None:
         now = time.monotonic()
