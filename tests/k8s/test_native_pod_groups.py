@@ -311,3 +311,16 @@ def test_a_claim_made_from_a_template_is_found_through_the_podgroups_status() ->
     fc.step()
     ready = condition(fc.job("ns/llm-workers")["status"], "PodGroupReady")
     assert ready["reason"] == "WaitingForClaim" and "from template 't' has not been made yet" in ready["message"]
+
+
+def test_the_gang_api_version_watched_is_the_newest_the_server_serves() -> None:
+    from paralleljob.k8s.edge.nativegroups import served_version
+
+    def group(*versions: str) -> dict[str, Any]:
+        listed = [{"groupVersion": f"scheduling.k8s.io/{v}", "version": v} for v in versions]
+        return {"kind": "APIGroup", "name": "scheduling.k8s.io", "versions": listed}
+
+    assert served_version(group("v1", "v1alpha2")) == "v1alpha2"  # 1.36 with the gang API on
+    assert served_version(group("v1", "v1beta1")) == "v1beta1"  # 1.37
+    assert served_version(group("v1", "v1beta1", "v1alpha2")) == "v1beta1"
+    assert served_version(group("v1")) == "v1alpha2"  # none served: the default, whose optional watch finds none

@@ -23,9 +23,17 @@ from typing import Any
 from paralleljob.k8s.edge.pods import GROUP_DECLARATION_KEYS
 
 SCHEDULING_GROUP = "scheduling.k8s.io"
-# The served version of the gang API, by Kubernetes minor (the API moved; the shape did not).
+# The served version of the gang API, by Kubernetes minor (the API moved; the PodGroup's fields did not).
 VERSION_BY_MINOR = {36: "v1alpha2", 37: "v1beta1"}
 DEFAULT_VERSION = "v1alpha2"
+KNOWN_VERSIONS = ("v1beta1", "v1alpha2")  # newest first: the one watched when a server serves several
+
+
+def served_version(discovery: Mapping[str, Any]) -> str:
+    """The gang API version to watch, from the API group's discovery document (``GET /apis/scheduling.k8s.io``):
+    the newest of :data:`KNOWN_VERSIONS` it serves; :data:`DEFAULT_VERSION` when it serves none of them."""
+    served = {str(v.get("version")) for v in discovery.get("versions") or [] if isinstance(v, Mapping)}
+    return next((v for v in KNOWN_VERSIONS if v in served), DEFAULT_VERSION)
 SCHEDULED_CONDITION = "PodGroupScheduled"
 REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
