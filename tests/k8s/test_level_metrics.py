@@ -1,4 +1,4 @@
-"""The per-level allocation and fragmentation gauges, the queue-wait clock and the API request labels."""
+"""The per-level allocation and fragmentation gauges, the queue waits and the API request labels."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ from hypothesis import strategies as st
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.topology import Level, NodeSpec, Topology
-from paralleljob.k8s.plan.metrics_model import LevelUse, gauges, level_use
-from paralleljob.k8s.runtime.metrics import Metrics, QueueClock, request_kind
+from paralleljob.k8s.edge.queues import parse_time
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.metrics_model import LevelUse, gauges, level_use, queue_waits
+from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.runtime.metrics import Metrics, request_kind
 from paralleljob.k8s.view.clusterview import ClusterView
+from tests.k8s import factories
 
 
 def _view(topology: Topology, state: ClusterState) -> ClusterView:
@@ -80,14 +85,26 @@ def test_the_gauges_carry_every_level_and_state() -> None:
     assert 'paralleljob_level_fragmentation_ratio{level="node"} ' + str(6 / 30) in text
 
 
-def test_queue_clock_measures_from_first_sight_and_forgets_jobs_that_left() -> None:
-    clock = QueueClock()
-    assert clock.saw({"ns/a": "default", "ns/b": "big"}, 100.0) == {"default": 0.0, "big": 0.0}
-    assert clock.saw({"ns/a": "default", "ns/b": "big", "ns/c": "default"}, 130.0) == {"default": 30.0, "big": 30.0}
-    assert clock.admitted("ns/a", 145.0) == 45.0
-    assert clock.saw({"ns/c": "default"}, 150.0) == {"default": 20.0}  # b deleted while waiting: forgotten
-    assert clock.admitted("ns/b", 160.0) == 0.0
-    assert clock.admitted("ns/new", 160.0) == 0.0  # admitted in the pass that first saw it
+def _job(name: str, phase: str, queued_at: str | None, queue: str = "default") -> JobActions:
+    body = factories.paralleljob(name, 2, 1, 1, queue=queue)
+    body["status"] = {"phase": phase, **({"queuedAt": queued_at} if queued_at else {})}
+    body["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    job = parse_job(body)
+    return JobActions(job, StatusDraft(job.status, job.phase, job.generation))
+
+
+def test_queue_waits_are_measured_from_the_jobs_own_queued_at() -> None:
+    now = parse_time("2024-01-01T00:10:00Z")
+    assert now is not None
+    admitted = _job("a", "Queued", "2024-01-01T00:09:00Z")
+    admitted.placed_cost = {"total": 1.0}
+    waiting = _job("b", "Queued", "2024-01-01T00:05:00Z")
+    newest = _job("c", "Queued", "2024-01-01T00:09:30Z")
+    never_stamped = _job("d", "Pending", None, queue="big")  # from its creation
+    running = _job("e", "Running", "2024-01-01T00:00:00Z")
+    done, oldest = queue_waits([admitted, waiting, newest, never_stamped, running], now)
+    assert done == [("default", 60.0)]
+    assert oldest == {"default": 300.0, "big": 600.0}
 
 
 def test_request_kind_names_verbs_and_resources_as_the_audit_log_does() -> None:

@@ -179,7 +179,7 @@ def test_web_view_runs_with_its_own_read_only_account(
         web.stop()
     assert "forbidden" not in web.log_tail().lower(), web.log_tail()
     nodes = {n.metadata.name for n in kube.run(kube.core.list_node()).items}
-    assert {n["name"] for n in snapshot["nodes"]} == nodes
+    assert set(snapshot["nodes"]) == nodes  # name -> packed row
     sa = KubeSession(kubeconfig)
     try:
         custom: Any = CustomObjectsApi(sa.api)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.queueing import QueueBook, QueueSpec
-from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.queues import QueueInfo, parse_time
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -116,6 +116,26 @@ def _merged(rows: Sequence[Sequence[int]], width: int) -> list[int]:
         for i, nodes in enumerate(row):
             out[i % width] += nodes
     return out
+
+
+def queue_waits(jobs: Sequence[JobActions], now_s: float) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """(queue, seconds waited) of every job this pass admitted, and per queue the longest wait so far among
+    the jobs still waiting; both measured from the job's own ``status.queuedAt`` (when it entered the queue,
+    or its creation), so a new leader or a restarted operator reports the same waits."""
+    admitted: list[tuple[str, float]] = []
+    oldest: dict[str, float] = {}
+    for actions in jobs:
+        request = actions.job.request
+        if request is None:
+            continue
+        queued = parse_time(str(actions.draft.data.get("queuedAt") or actions.job.queued_at))
+        if queued is None:
+            continue
+        if actions.placed_cost is not None:
+            admitted.append((request.queue, max(0.0, now_s - queued)))
+        elif actions.draft.phase in (Phase.PENDING, Phase.QUEUED):
+            oldest[request.queue] = max(oldest.get(request.queue, 0.0), now_s - queued)
+    return admitted, oldest
 
 
 def jain_index(values: Sequence[float]) -> float:

@@ -127,7 +127,7 @@ class Metrics:
         )
         self.queue_wait = Histogram(
             "paralleljob_queue_wait_seconds",
-            "Time a job waited before admission (placement recorded), from when this instance first saw it waiting",
+            "Time a job waited before admission (placement recorded), from its status.queuedAt (to the second)",
             ["queue"],
             buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
             registry=r,
@@ -186,32 +186,6 @@ class Metrics:
         """Called from the election's thread (prometheus_client's metrics are thread-safe)."""
         self.lease_renewals.labels(outcome=outcome).inc()
         self.lease_renew.observe(seconds)
-
-
-class QueueClock:
-    """When each waiting job started waiting, as this instance saw it: the clock behind the queue wait
-    histogram and the oldest-wait gauge. A new leader starts the clocks of jobs already waiting at its
-    first pass (it cannot know when a previous leader first saw them), so a handover shortens waits."""
-
-    def __init__(self) -> None:
-        self.since: dict[str, tuple[str, float]] = {}  # job key -> (queue, monotonic time first seen waiting)
-
-    def saw(self, waiting: dict[str, str], now: float) -> dict[str, float]:
-        """``waiting``: job key -> queue of every job waiting after a pass; forgets the rest, and returns
-        per queue the longest wait so far."""
-        for key in list(self.since):
-            if key not in waiting:
-                del self.since[key]
-        oldest: dict[str, float] = {}
-        for key, queue in waiting.items():
-            _, since = self.since.setdefault(key, (queue, now))
-            oldest[queue] = max(oldest.get(queue, 0.0), now - since)
-        return oldest
-
-    def admitted(self, key: str, now: float) -> float:
-        """Seconds the job waited (0 for one admitted in the pass that first saw it)."""
-        _, since = self.since.pop(key, ("", now))
-        return max(0.0, now - since)
 
 
 def request_kind(method: str, path: str) -> tuple[str, str]:

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from paralleljob.core.lifecycle import Phase
 from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.config import OperatorConfig
@@ -39,12 +38,12 @@ from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
-from paralleljob.k8s.plan.metrics_model import gauges
+from paralleljob.k8s.plan.metrics_model import gauges, queue_waits
 from paralleljob.k8s.runtime.api import ApiError, Kube, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
-from paralleljob.k8s.runtime.metrics import Metrics, QueueClock
+from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.podgroupwriter import PodGroupStatusWriter
 from paralleljob.k8s.view.clusterview import ClusterView
 from paralleljob.k8s.view.dranodes import OverlaidNodes
@@ -142,7 +141,6 @@ class Reconciler:
         self.backoff = Backoff()  # decided by the pass (plan.backoff), kept here until the next one
         self.placed_at: dict[str, float] = {}
         self.failed_at: dict[str, float] = {}
-        self.queue_clock = QueueClock()
         self.node_warnings: Mapping[str, tuple[str, ...]] = {}  # what was reported (plan.node_warnings)
         self.changed_nodes: set[str] = set()  # nodes whose parsed value changed since the last pass
         self.passes = 0
@@ -330,19 +328,10 @@ class Reconciler:
         return {key: c for c in self.claims.values() if (key := f"{c.namespace}/{c.name}") in wanted}
 
     def _queue_waits(self, plan: Plan) -> None:
-        now = time.monotonic()
-        for actions in plan.jobs:
-            request = actions.job.request
-            if actions.placed_cost is not None and request is not None:
-                self.metrics.queue_wait.labels(queue=request.queue).observe(
-                    self.queue_clock.admitted(actions.job.key, now)
-                )
-        waiting = {
-            a.job.key: a.job.request.queue
-            for a in plan.seen()
-            if a.job.request is not None and a.draft.phase in (Phase.PENDING, Phase.QUEUED)
-        }
-        self.metrics.set_oldest_waits(self.queue_clock.saw(waiting, now))
+        admitted, oldest = queue_waits(plan.seen(), time.time())
+        for queue, seconds in admitted:
+            self.metrics.queue_wait.labels(queue=queue).observe(seconds)
+        self.metrics.set_oldest_waits(oldest)
 
     def _report_warnings(self, plan: Plan, view: ClusterView) -> None:
         """Log a warning when it appears, not on every pass while it lasts (a condition that held for a
