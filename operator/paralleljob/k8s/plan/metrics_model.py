@@ -119,9 +119,10 @@ def _merged(rows: Sequence[Sequence[int]], width: int) -> list[int]:
 
 
 def queue_waits(jobs: Sequence[JobActions], now_s: float) -> tuple[list[tuple[str, float]], dict[str, float]]:
-    """(queue, seconds waited) of every job this pass admitted, and per queue the longest wait so far among
-    the jobs still waiting; both measured from the job's own ``status.queuedAt`` (when it entered the queue,
-    or its creation), so a new leader or a restarted operator reports the same waits."""
+    """(queue, seconds waited) of every job this pass admitted, and per queue the ``queuedAt`` (epoch
+    seconds) of its longest-waiting job; both from the job's own ``status.queuedAt`` (when it entered the
+    queue, or its creation), so a new leader or a restarted operator reports the same waits. A timestamp, not
+    an age: passes run on events, so an age set at the last pass would be stale by the time it is scraped."""
     admitted: list[tuple[str, float]] = []
     oldest: dict[str, float] = {}
     for actions in jobs:
@@ -134,7 +135,7 @@ def queue_waits(jobs: Sequence[JobActions], now_s: float) -> tuple[list[tuple[st
         if actions.placed_cost is not None:
             admitted.append((request.queue, max(0.0, now_s - queued)))
         elif actions.draft.phase in (Phase.PENDING, Phase.QUEUED):
-            oldest[request.queue] = max(oldest.get(request.queue, 0.0), now_s - queued)
+            oldest[request.queue] = min(oldest.get(request.queue, queued), queued)
     return admitted, oldest
 
 

@@ -132,9 +132,10 @@ class Metrics:
             buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
             registry=r,
         )
-        self.queue_oldest_wait = Gauge(
-            "paralleljob_queue_oldest_wait_seconds",
-            "How long the longest-waiting job of a queue has waited so far (0: none waits)",
+        self.queue_oldest = Gauge(
+            "paralleljob_queue_oldest_queued_timestamp_seconds",
+            "status.queuedAt of a queue's longest-waiting job, epoch seconds (no series: none waits);"
+            " time() minus it is that job's wait",
             ["queue"],
             registry=r,
         )
@@ -168,12 +169,12 @@ class Metrics:
                 self.domains.labels(level=use.level, state=state).set(count)
             self.level_fragmentation.labels(level=use.level).set(use.fragmentation)
 
-    def set_oldest_waits(self, waits: dict[str, float]) -> None:
-        for queue in self._waiting_queues - set(waits):
-            self.queue_oldest_wait.labels(queue=queue).set(0)
-        for queue, seconds in waits.items():
-            self.queue_oldest_wait.labels(queue=queue).set(seconds)
-        self._waiting_queues |= set(waits)
+    def set_oldest_queued(self, oldest: dict[str, float]) -> None:
+        for queue in self._waiting_queues - set(oldest):
+            self.queue_oldest.remove(queue)  # nobody waits there now: no age to show
+        for queue, stamp in oldest.items():
+            self.queue_oldest.labels(queue=queue).set(stamp)
+        self._waiting_queues = set(oldest)
 
     def observe_request(self, method: str, path: str, code: int) -> None:
         verb, resource = request_kind(method, path)

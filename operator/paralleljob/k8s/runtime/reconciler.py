@@ -331,7 +331,7 @@ class Reconciler:
         admitted, oldest = queue_waits(plan.seen(), time.time())
         for queue, seconds in admitted:
             self.metrics.queue_wait.labels(queue=queue).observe(seconds)
-        self.metrics.set_oldest_waits(oldest)
+        self.metrics.set_oldest_queued(oldest)
 
     def _report_warnings(self, plan: Plan, view: ClusterView) -> None:
         """Log a warning when it appears, not on every pass while it lasts (a condition that held for a
