@@ -324,3 +324,20 @@ def test_the_gang_api_version_watched_is_the_newest_the_server_serves() -> None:
     assert served_version(group("v1", "v1beta1")) == "v1beta1"  # 1.37
     assert served_version(group("v1", "v1beta1", "v1alpha2")) == "v1beta1"
     assert served_version(group("v1")) == "v1alpha2"  # none served: the default, whose optional watch finds none
+
+
+def test_a_job_controllers_long_podgroup_name_is_the_adopting_jobs_name_without_a_label_that_cannot_hold_it() -> None:
+    long = "llama-70b-pretrain-stage-2-7c9f957f67-llama-70b-pretrain-stage-2-pgt-0-6988f765b8"  # as the e2e got it
+    fc = cluster()
+    fc.pod_groups[f"ns/{long}"] = pod_group(long)
+    add(fc, *(native_pod(r, group=long) for r in range(4)))
+    manifest = adopt(fc)
+    assert manifest["metadata"]["name"] == long and len(long) > 63
+    assert "paralleljob.dev/pod-group" not in manifest["metadata"]["labels"]  # a label value holds 63
+    short = cluster()
+    short.pod_groups["ns/llm-workers"] = pod_group()
+    add(short, *(native_pod(r) for r in range(4)))
+    assert adopt(short)["metadata"]["labels"]["paralleljob.dev/pod-group"] == "llm-workers"
+    for _ in range(3):
+        fc.step()
+    assert fc.job(f"ns/{long}")["status"]["phase"] == "Running" and len(fc.binds) == 4

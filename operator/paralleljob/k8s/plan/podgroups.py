@@ -58,6 +58,9 @@ class GroupDeclarationError(ValueError):
     """The pods' annotations do not declare a group the operator can adopt."""
 
 
+MAX_LABEL_VALUE = 63
+
+
 def parse_parallelism(text: str) -> tuple[int, int, int]:
     """``TPxPPxDP`` as ``4x2x2`` or ``TP4xPP2xDP2``."""
     match = _PARALLELISM.match(text)
@@ -128,11 +131,12 @@ def adopting_manifest(
                 raise GroupDeclarationError(
                     f"pod {pod.name}: {annotation}={declared[annotation]!r} is not valid"
                 ) from None
-    metadata: dict[str, Any] = {
-        "name": group,
-        "namespace": namespace,
-        "labels": {POD_GROUP_LABEL: group, MANAGED_LABEL: MANAGED_VALUE},
-    }
+    labels = {POD_GROUP_LABEL: group, MANAGED_LABEL: MANAGED_VALUE}
+    if len(group) > MAX_LABEL_VALUE:
+        # a Job controller's PodGroup name (<job>-<hash>-<job>-pgt-0-<hash>) outgrows a label value; the
+        # object is found by its name, the label only lets `kubectl get pj -l` list groups
+        del labels[POD_GROUP_LABEL]
+    metadata: dict[str, Any] = {"name": group, "namespace": namespace, "labels": labels}
     if POD_GROUP_TIMEOUT_ANNOTATION in declared:
         metadata["annotations"] = {POD_GROUP_TIMEOUT_ANNOTATION: declared[POD_GROUP_TIMEOUT_ANNOTATION]}
     owner = dict(pod.controller)
