@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from paralleljob.clitools.describe import describe_job, pod_devices
+from paralleljob.clitools.describe import PodDevices, describe_job, pod_devices
 from paralleljob.clitools.gpumap import USED, DraObjects, build_map
 from paralleljob.clitools.render import description_renderable, gpu_map_renderable
 from tests.cli.test_cli_models import cluster
@@ -65,9 +65,9 @@ def test_a_pods_devices_come_from_its_claim_or_its_templates_claim() -> None:
     ]
     devices = pod_devices(pods, claims, [SLICE])
     assert devices == {
-        "w0": (("gpu-5", "gpu-4"), (UUID.format(5), UUID.format(4))),
-        "w1": (("gpu-1",), (UUID.format(1),)),
-        "w2": (("gpu-0",), ("",)),
+        "w0": PodDevices(("gpu-5", "gpu-4"), (UUID.format(5), UUID.format(4)), ("named",)),
+        "w1": PodDevices(("gpu-1",), (UUID.format(1),), ("made-from-template",)),
+        "w2": PodDevices(("gpu-0",), ("",), ("unknown-pool",)),
     }
 
 
@@ -81,6 +81,7 @@ def test_describe_shows_the_devices_and_uuids_of_each_workers_claim() -> None:
     d = describe_job(fc.job("ns/small"), pods, (), claims, [SLICE])
     (line,) = d.pods
     assert line.devices == ("gpu-6", "gpu-7") and line.uuids == (UUID.format(6), UUID.format(7))
+    assert line.claims == ("small-d0-p0-gpus",)
     console = Console(record=True, width=240, color_system=None)
     console.print(description_renderable(d))
     text = console.export_text()

@@ -12,6 +12,7 @@ from typing import Any
 
 from paralleljob.core.queueing import QueuePolicy
 from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.dra import parse_claim
 from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload
 from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.pods import PodInfo, parse_pod
@@ -72,6 +73,7 @@ class FakeCluster:
         # Kubernetes' gang API objects (scheduling.k8s.io PodGroups and Workloads) by namespace/name, as bodies
         self.pod_groups: dict[str, dict[str, Any]] = {}
         self.workloads: dict[str, dict[str, Any]] = {}
+        self.resource_claims: dict[str, dict[str, Any]] = {}  # ResourceClaims by namespace/name, as bodies
 
     def add_job(self, body: dict[str, Any]) -> None:
         self.jobs[f"{body['metadata']['namespace']}/{body['metadata']['name']}"] = body
@@ -128,6 +130,7 @@ class FakeCluster:
             busy=self.busy(),
             pod_groups={k: parse_pod_group(b) for k, b in self.pod_groups.items()},
             workloads={k: parse_workload(b) for k, b in self.workloads.items()},
+            resource_claims={k: parse_claim(b) for k, b in self.resource_claims.items()},
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -172,6 +175,10 @@ class FakeCluster:
             body["status"] = copy.deepcopy(actions.draft.data)
             self.jobs[key] = body
         self.events.extend((key, e.reason, e.message) for e in actions.events)
+        for r in actions.reserves:
+            claim = self.resource_claims[f"{r.namespace}/{r.name}"]
+            assert r.body["metadata"]["resourceVersion"] == claim["metadata"].get("resourceVersion", "")
+            claim.setdefault("status", {})["reservedFor"] = copy.deepcopy(r.body["status"]["reservedFor"])
         for a in actions.annotates:
             pod = self.pods.get((a.namespace, a.name))
             if pod is not None and pod["metadata"]["uid"] == a.uid:

@@ -209,3 +209,135 @@ def test_a_topology_key_keeps_the_gang_in_one_domain_and_one_too_small_everywher
     for _ in range(3):
         free.step()
     assert len(free.binds) == 8
+
+
+def test_a_repair_keeps_the_gang_inside_the_domain_of_its_topology_key() -> None:
+    """Six nodes, three per leaf, and a label that is not a level of the topology: pool a = n0, n1, n3 and
+    pool b = n2, n4, n5. Placed in one pool, a node of the gang goes down: the cheapest healthy node (beside
+    the surviving TP groups, in their leaf) is in the other pool, so a repair that did not read the key would
+    move the slot there; it must go to the free node of the same pool instead."""
+    pool = "example.com/pool"
+    pools = {"n0": "a", "n1": "a", "n2": "b", "n3": "a", "n4": "b", "n5": "b"}
+    fc = FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 3}", labels={pool: pools[f"n{i}"]}) for i in range(6)])
+    fc.pod_groups["ns/llm-workers"] = pod_group(topology_key=pool)
+    add(fc, *(native_pod(r) for r in range(4)))
+    adopt(fc)
+    for _ in range(3):
+        fc.step()
+    placed = {name for _, name in fc.binds}
+    (domain,) = {pools[n] for n in placed}
+    assert len(placed) == 2 and len({int(n[1:]) // 3 for n in placed}) == 1, "one leaf of one pool"
+    victim = sorted(placed)[0]
+    fc.nodes[victim] = node(victim, leaf=f"leaf-{int(victim[1:]) // 3}", ready=False, labels={pool: domain})
+    for _ in range(2):
+        fc.step()
+    status = fc.job("ns/llm-workers")["status"]
+    assert status["phase"] == "Recovering", status.get("message")
+    now_on = {p["node"] for p in status["placement"]["pods"]}
+    assert victim not in now_on and {pools[n] for n in now_on} == {domain}, now_on
+    (spare,) = {n for n, p in pools.items() if p == domain} - placed
+    assert now_on == (placed - {victim}) | {spare}
+
+
+def _claim(name: str, allocated_on: str | None, consumers: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """A claim whose allocation is usable from the nodes of one leaf (as a multi-node device's is, by label)."""
+    status: dict[str, Any] = {}
+    if allocated_on is not None:
+        status["allocation"] = {
+            "devices": {"results": [{"driver": "imex.nvidia.com", "pool": "domain-0", "device": "channel-0"}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": LEAF, "operator": "In", "values": [allocated_on]}]}
+                ]
+            },
+        }
+    if consumers:
+        status["reservedFor"] = consumers
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-claim-{name}", "resourceVersion": "7"},
+        "spec": {"devices": {"requests": []}},
+        "status": status,
+    }
+
+
+def test_a_podgroups_shared_claim_is_waited_for_then_placed_where_its_allocation_reaches_and_reserved() -> None:
+    """PodGroup.spec.resourceClaims (one claim the gang shares): the group waits while the claim is missing or
+    not allocated, saying so; then it is placed only on nodes the allocation's node selector admits (here the
+    second leaf, where the first would otherwise be taken) and the claim is reserved for the PodGroup, keeping
+    the consumer it had, before any pod is bound."""
+    fc = cluster()
+    group = pod_group()
+    group["spec"]["resourceClaims"] = [{"name": "channel", "resourceClaimName": "imex-channel"}]
+    fc.pod_groups["ns/llm-workers"] = group
+    add(fc, *(native_pod(r) for r in range(4)))
+    adopt(fc)
+    fc.step()
+    ready = condition(fc.job("ns/llm-workers")["status"], "PodGroupReady")
+    assert (ready["status"], ready["reason"]) == ("False", "WaitingForClaim") and not fc.binds
+    assert "ResourceClaim ns/imex-channel is not there" in ready["message"]
+    fc.resource_claims["ns/imex-channel"] = _claim("imex-channel", None)
+    fc.step()
+    ready = condition(fc.job("ns/llm-workers")["status"], "PodGroupReady")
+    assert ready["reason"] == "WaitingForClaim" and "is not allocated" in ready["message"] and not fc.binds
+    other = {"apiGroup": "", "resource": "pods", "name": "monitor", "uid": "uid-monitor"}
+    fc.resource_claims["ns/imex-channel"] = _claim("imex-channel", "leaf-1", [other])
+    for _ in range(3):
+        fc.step()
+    job = fc.job("ns/llm-workers")
+    assert job["status"]["phase"] == "Running" and {n for _, n in fc.binds} == {"n2", "n3"}, fc.binds
+    reserved = fc.resource_claims["ns/imex-channel"]["status"]["reservedFor"]
+    assert reserved == [
+        other,
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "llm-workers", "uid": "uid-pg-llm-workers"},
+    ]
+    assert [e for e in fc.events if e[1] == "WaitingForClaim"] != []
+
+
+def test_a_claim_made_from_a_template_is_found_through_the_podgroups_status() -> None:
+    group = pod_group()
+    group["spec"]["resourceClaims"] = [{"name": "channel", "resourceClaimTemplateName": "imex"}]
+    (entry,) = parse_pod_group(group).resource_claims
+    assert (entry.name, entry.claim, entry.template) == ("channel", "", "imex")
+    group["status"] = {"resourceClaimStatuses": [{"name": "channel", "resourceClaimName": "llm-workers-channel-x7"}]}
+    (entry,) = parse_pod_group(group).resource_claims
+    assert entry.claim == "llm-workers-channel-x7"
+    fc = cluster()
+    fc.pod_groups["ns/llm-workers"] = pod_group()
+    fc.pod_groups["ns/llm-workers"]["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimTemplateName": "t"}]
+    add(fc, *(native_pod(r) for r in range(4)))
+    adopt(fc)
+    fc.step()
+    ready = condition(fc.job("ns/llm-workers")["status"], "PodGroupReady")
+    assert ready["reason"] == "WaitingForClaim" and "from template 't' has not been made yet" in ready["message"]
+
+
+def test_the_gang_api_version_watched_is_the_newest_the_server_serves() -> None:
+    from paralleljob.k8s.edge.nativegroups import served_version
+
+    def group(*versions: str) -> dict[str, Any]:
+        listed = [{"groupVersion": f"scheduling.k8s.io/{v}", "version": v} for v in versions]
+        return {"kind": "APIGroup", "name": "scheduling.k8s.io", "versions": listed}
+
+    assert served_version(group("v1", "v1alpha2")) == "v1alpha2"  # 1.36 with the gang API on
+    assert served_version(group("v1", "v1beta1")) == "v1beta1"  # 1.37
+    assert served_version(group("v1", "v1beta1", "v1alpha2")) == "v1beta1"
+    assert served_version(group("v1")) == "v1alpha2"  # none served: the default, whose optional watch finds none
+
+
+def test_a_job_controllers_long_podgroup_name_is_the_adopting_jobs_name_without_a_label_that_cannot_hold_it() -> None:
+    long = "llama-70b-pretrain-stage-2-7c9f957f67-llama-70b-pretrain-stage-2-pgt-0-6988f765b8"  # as the e2e got it
+    fc = cluster()
+    fc.pod_groups[f"ns/{long}"] = pod_group(long)
+    add(fc, *(native_pod(r, group=long) for r in range(4)))
+    manifest = adopt(fc)
+    assert manifest["metadata"]["name"] == long and len(long) > 63
+    assert "paralleljob.dev/pod-group" not in manifest["metadata"]["labels"]  # a label value holds 63
+    short = cluster()
+    short.pod_groups["ns/llm-workers"] = pod_group()
+    add(short, *(native_pod(r) for r in range(4)))
+    assert adopt(short)["metadata"]["labels"]["paralleljob.dev/pod-group"] == "llm-workers"
+    for _ in range(3):
+        fc.step()
+    assert fc.job(f"ns/{long}")["status"]["phase"] == "Running" and len(fc.binds) == 4

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Placer, Topology, cost_model
-from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, restricted
+from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, restricted, within_domain
 from tests.property.test_eligibility_properties import snapshot
 
 EPS = 1e-6
@@ -66,3 +66,27 @@ def test_a_domain_constrained_placement_is_the_cheapest_inside_one_domain(cluste
         assert abs(placement.cost.total_ms - best) <= EPS * max(1.0, best)
         assert all(state.owner[g] is None for g in placement.gpus)
     assert snapshot(state) == before
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.data())
+def test_a_repair_filter_admits_only_the_domain_holding_most_of_the_jobs_nodes(nodes: int, data: st.DataObject) -> None:
+    base = data.draw(domain_filters(nodes))
+    allowed = data.draw(st.none() | st.frozensets(st.integers(0, nodes - 1)))
+    node_filter = NodeFilter(allowed, why=("x",), domain_key=base.domain_key, domains=base.domains)
+    in_use = data.draw(st.lists(st.integers(0, nodes - 1), max_size=nodes))
+    narrowed = within_domain(node_filter, in_use)
+    assert narrowed is not None and narrowed.domain_key == "" and narrowed.allowed is not None
+    assert narrowed.why[0] == "x" and len(narrowed.why) == 2
+    if allowed is not None:
+        assert narrowed.allowed <= allowed
+    held = {value: len(set(in_use) & members) for value, members in base.domains}
+    if not any(held.values()):
+        assert narrowed.allowed == frozenset()  # the job runs on no node of the key: nowhere to repair to
+        return
+    most = max(held.values())
+    inside = [members for value, members in base.domains if held[value] == most]
+    assert any(narrowed.allowed <= members for members in inside)
+    assert within_domain(None, in_use) is None
+    plain = NodeFilter(allowed)
+    assert within_domain(plain, in_use) is plain

@@ -35,3 +35,13 @@ def test_a_placement_is_scored_as_the_placer_scores_it(model: str) -> None:
     spread = ["n0", "n4", "n1", "n5"]  # each stage's replicas in different racks: dearer
     assert placement_cost(topology, names, job, model, spread) > placement.cost.total_ms
     assert step_ms(job, 100.0) - step_ms(job, 0.0) == pytest.approx(100.0)  # no overlap by default
+
+
+def test_headroom_scores_each_gang_against_the_empty_clusters_lower_bound() -> None:
+    from paralleljob.devtools.native_headroom import headroom
+
+    rows = headroom(128, 6, seed=1)
+    assert len(rows) == 6
+    for shape, model, ours, bound in rows:
+        assert shape.startswith("TP") and model in ("seed", "megatron")
+        assert ours >= bound - 1e-6  # nothing beats the bound; equal where the placer found the optimum

@@ -97,6 +97,7 @@ def _run(command: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callab
 
 
 async def _status(kube: Any, args: argparse.Namespace) -> int:
+    from paralleljob.clitools.dralists import DRA_CLAIMS, DRA_SLICES, dra_list
     from paralleljob.clitools.gpumap import DraObjects, build_map
     from paralleljob.k8s.edge.config import TopologyConfig, load_topology_file
     from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
@@ -109,8 +110,8 @@ async def _status(kube: Any, args: argparse.Namespace) -> int:
         retrying(lambda: kube.list(f"/apis/{GROUP}/{VERSION}/{PLURAL}")),
     )
     slices, claims = await asyncio.gather(
-        _dra_list(kube, "/apis/resource.k8s.io/v1/resourceslices"),
-        _dra_list(kube, "/apis/resource.k8s.io/v1/resourceclaims"),
+        dra_list(kube, DRA_SLICES),
+        dra_list(kube, DRA_CLAIMS),
     )
     gpu_map = build_map(nodes[0], pods[0], jobs[0], config, DraObjects(slices, claims))
     if args.output == "json":
@@ -122,22 +123,9 @@ async def _status(kube: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _dra_list(kube: Any, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """ResourceSlices or ResourceClaims; none on a cluster without resource.k8s.io/v1 or without the grant
-    (the map then shows device-plugin nodes only, as the operator would)."""
-    from paralleljob.k8s.runtime.api import ApiError, retrying
-
-    try:
-        items, _ = await retrying(lambda: kube.list(path, params) if params else kube.list(path))
-    except ApiError as exc:
-        if exc.status in (403, 404):
-            return []
-        raise
-    return list(items)
-
-
 async def _describe(kube: Any, args: argparse.Namespace) -> int:
     from paralleljob.clitools.describe import describe_job
+    from paralleljob.clitools.dralists import DRA_SLICES, dra_list
     from paralleljob.k8s.edge.constants import JOB_LABEL, KIND, POD_GROUP_LABEL
     from paralleljob.k8s.runtime.api import ApiError, job_path, retrying
 
@@ -159,8 +147,8 @@ async def _describe(kube: Any, args: argparse.Namespace) -> int:
         retrying(lambda: kube.list(f"/api/v1/namespaces/{namespace}/events", {"fieldSelector": selector})),
     )
     claims, slices = await asyncio.gather(
-        _dra_list(kube, f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"),
-        _dra_list(kube, "/apis/resource.k8s.io/v1/resourceslices"),
+        dra_list(kube, f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"),
+        dra_list(kube, DRA_SLICES),
     )
     description = describe_job(body, pods, events, claims, slices)
     if args.output == "json":
@@ -192,12 +180,11 @@ async def _drain(kube: Any, args: argparse.Namespace) -> int:
 
 async def _drain_node(kube: Any, node: str, gpus: list[int] | None, undrain: bool, dry_run: bool) -> None:
     from paralleljob.clitools.drain import plan
+    from paralleljob.clitools.dralists import DRA_SLICES, dra_list
     from paralleljob.k8s.runtime.api import ApiError, retrying
 
     # a DRA node's GPUs are its ResourceSlice pool's devices (none listed: a device-plugin node, or no DRA API)
-    slices = await _dra_list(
-        kube, "/apis/resource.k8s.io/v1/resourceslices", {"fieldSelector": f"spec.nodeName={node}"}
-    )
+    slices = await dra_list(kube, DRA_SLICES, {"fieldSelector": f"spec.nodeName={node}"})
     for attempt in range(5):
         body = await retrying(lambda: kube.request("GET", f"/api/v1/nodes/{node}"))
         change = plan(body, gpus, undrain, slices=slices)

@@ -34,6 +34,7 @@ class PodLine:
     pod_phase: str  # from the Pod object; "" when it does not exist (yet)
     devices: tuple[str, ...] = ()  # DRA: the devices allocated in the pod's claims, in their order
     uuids: tuple[str, ...] = ()  # their UUIDs ("" where no slice publishes the device)
+    claims: tuple[str, ...] = ()  # DRA: the ResourceClaims whose allocation holds them
     note: str = ""  # a pod group's slot during a repair: the old pod that must go
 
 
@@ -83,7 +84,7 @@ def _event_time(event: Mapping[str, Any]) -> str:
     )
 
 
-def _claim_names(pod: Mapping[str, Any]) -> list[str]:
+def claim_names(pod: Mapping[str, Any]) -> list[str]:
     """The ResourceClaims a pod uses: named in its spec, or made from a template (named in its status)."""
     names = [
         str(c["resourceClaimName"])
@@ -94,25 +95,40 @@ def _claim_names(pod: Mapping[str, Any]) -> list[str]:
     return names + [str(c["resourceClaimName"]) for c in statuses if c.get("resourceClaimName")]
 
 
+@dataclass(frozen=True)
+class PodDevices:
+    devices: tuple[str, ...] = ()
+    uuids: tuple[str, ...] = ()
+    claims: tuple[str, ...] = ()  # the pod's claims that hold at least one of them
+
+
 def pod_devices(
     pods: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]]
-) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Per pod name: (device names, UUIDs) of the devices its claims are allocated."""
+) -> dict[str, PodDevices]:
+    """Per pod name: the devices its claims are allocated (names, UUIDs) and those claims."""
     uuids = {(s.pool, d.name): d.uuid for s in map(parse_slice, slices) for d in s.devices}
     allocated = {c.name: c.devices for c in map(parse_claim, claims)}
-    out: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    out: dict[str, PodDevices] = {}
     for pod in pods:
-        devices = [d for name in _claim_names(pod) for d in allocated.get(name, ())]
+        held = [name for name in claim_names(pod) if allocated.get(name)]
+        devices = [d for name in held for d in allocated[name]]
         if devices:
             name = str((pod.get("metadata") or {}).get("name", ""))
-            out[name] = (tuple(d.device for d in devices), tuple(uuids.get((d.pool, d.device), "") for d in devices))
+            out[name] = PodDevices(
+                tuple(d.device for d in devices),
+                tuple(uuids.get((d.pool, d.device), "") for d in devices),
+                tuple(dict.fromkeys(held)),
+            )
     return out
+
+
+NONE = PodDevices()
 
 
 def _group_lines(
     slots: Iterable[Mapping[str, Any]],
     pods: list[PodInfo],
-    devices: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]],
+    devices: Mapping[str, PodDevices],
 ) -> list[PodLine]:
     lines = []
     for item in slots:
@@ -142,8 +158,9 @@ def _group_lines(
                 stage=item["stage"],
                 node_rank=rank,
                 pod_phase=phase,
-                devices=devices.get(name, ((), ()))[0],
-                uuids=devices.get(name, ((), ()))[1],
+                devices=devices.get(name, NONE).devices,
+                uuids=devices.get(name, NONE).uuids,
+                claims=devices.get(name, NONE).claims,
                 note=note,
             )
         )
@@ -180,8 +197,9 @@ def describe_job(
                     stage=item["stage"],
                     node_rank=item["nodeRank"],
                     pod_phase=phases.get(item["name"], ""),
-                    devices=devices.get(item["name"], ((), ()))[0],
-                    uuids=devices.get(item["name"], ((), ()))[1],
+                    devices=devices.get(item["name"], NONE).devices,
+                    uuids=devices.get(item["name"], NONE).uuids,
+                    claims=devices.get(item["name"], NONE).claims,
                 )
             )
         lines.sort(key=lambda line: line.node_rank)

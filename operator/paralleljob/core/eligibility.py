@@ -21,7 +21,7 @@ same way on every path — admission, the queueing pass, preemption, repairs:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -124,6 +124,27 @@ def restricted(state: ClusterState, job: JobSpec, node_filter: NodeFilter | None
         state.forget(HOLD)
         for n in closed:
             state.set_node_schedulable(n, True)
+
+
+def within_domain(node_filter: NodeFilter | None, in_use: Iterable[int]) -> NodeFilter | None:
+    """For a repair: a filter with a topology key narrowed to the one domain of that key that holds most of
+    ``in_use`` (the nodes the job runs on), so that moved TP groups stay beside the ones that did not move;
+    the key's other domains are for placing the whole gang afresh (a requeue), not for half of it."""
+    if node_filter is None or not node_filter.domain_key:
+        return node_filter
+    used = set(in_use)
+    held, value, nodes = max(
+        ((len(used & members), name, members) for name, members in node_filter.domains),
+        key=lambda item: (item[0], item[1]),
+        default=(0, "", frozenset[int]()),
+    )
+    if held == 0:
+        nodes = frozenset()
+        why = f"no node the job runs on has the label {node_filter.domain_key}"
+    else:
+        why = f"a repair stays inside {node_filter.domain_key}={value}, the domain of the job's other TP groups"
+    allowed = nodes if node_filter.allowed is None else nodes & node_filter.allowed
+    return replace(node_filter, allowed=allowed, why=(*node_filter.why, why), domain_key="", domains=())
 
 
 class FilteredPlacer:

@@ -199,6 +199,16 @@ class Topology:
     def num_domains(self, level: int) -> int:
         return len(self.domain_names[level])
 
+    def domain_gpu_counts(self, level: int) -> tuple[int, ...]:
+        """GPUs per domain of ``level`` (level 0: per node); computed once per level."""
+        cache: dict[int, tuple[int, ...]] = self.__dict__.setdefault("_domain_gpu_counts", {})
+        if level not in cache:
+            out = [0] * self.num_domains(level)
+            for node, dom in enumerate(self.domain_of[level]):
+                out[dom] += self.node_gpu_count[node]
+            cache[level] = tuple(out)
+        return cache[level]
+
     def node_gpus(self, node: int) -> range:
         start = self.node_first_gpu[node]
         return range(start, start + self.node_gpu_count[node])

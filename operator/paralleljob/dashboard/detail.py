@@ -29,8 +29,11 @@ def job_detail(
     view: ClusterView | None,
     pods: Iterable[Mapping[str, Any]] = (),
     events: Iterable[Mapping[str, Any]] = (),
+    claims: Iterable[Mapping[str, Any]] = (),
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    description = describe_job(body, pods, events)
+    """``claims`` and ``slices``: on a DRA cluster, each pod's line names the devices its claims hold."""
+    description = describe_job(body, pods, events, claims, slices)
     out = description.to_json()
     job = parse_job(body)
     out["levels"] = []

@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from paralleljob.clitools.gpumap import node_row
-from paralleljob.dashboard.model import FEED_LENGTH, assemble, pack_job, pack_node, patch
+from paralleljob.core.topology import Topology
+from paralleljob.dashboard.model import FEED_LENGTH, RowTally, assemble, pack_job, pack_node, patch
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
@@ -62,6 +63,9 @@ class Feed:
         # and the packed rows kept between pictures: only the nodes an event touched are packed again.
         self.live = LiveView(self.config, self.nodes, self.pods)
         self.rows: dict[str, dict[str, Any]] = {}
+        self.tally = RowTally()  # the rows' GPUs by state and holder, kept as rows change
+        self.changed_rows: set[str] | None = None  # rows the last build re-packed differently (None: all anew)
+        self._rows_of: Topology | None = None  # the topology whose nodes ``rows`` holds
         self.domain_ids: dict[str, int] = {}
         self.holder_ids: dict[str, int] = {}
         self.dirty: set[str] = set()
@@ -154,16 +158,33 @@ class Feed:
         topology = view.topology
         names = topology.node_names
         dirty, self.dirty = self.dirty, set()
-        if sum(self.live.rebuilds.values()) != rebuilds or set(self.rows) != set(names):
+        # the rows are those of one topology object (a new one comes only with a rebuild of the view)
+        fresh = sum(self.live.rebuilds.values()) != rebuilds or topology is not self._rows_of
+        if fresh or len(self.rows) != len(names):
             self.rows, self.domain_ids, self.holder_ids = {}, {}, {}  # numbered afresh with every row
+            self._rows_of = topology
+            self.tally, self.changed_rows = RowTally(), None
             dirty = set(names)
-        for name in dirty & set(names):
-            row = node_row(view, view.node_index[name], self.nodes.body("", name))
+        else:
+            self.changed_rows = set()
+        for name in dirty:
+            index = view.node_index.get(name)
+            if index is None:
+                continue
+            row = node_row(view, index, self.nodes.body("", name))
             domain = self.domain_ids.setdefault(row.domain, len(self.domain_ids))
             for cell in row.gpus:
                 if cell.holder is not None:
                     self.holder_ids.setdefault(cell.holder, len(self.holder_ids))
-            self.rows[name] = pack_node(row, domain, self.holder_ids)
+            packed = pack_node(row, domain, self.holder_ids)
+            old = self.rows.get(name)
+            if old != packed:
+                if old is not None:
+                    self.tally.add(old, -1)
+                self.tally.add(packed)
+                if self.changed_rows is not None:
+                    self.changed_rows.add(name)
+            self.rows[name] = packed
         level = topology.levels[1].name  # "cluster" for a cluster without GPU nodes
         bodies = [body for key, _ in self.jobs.items() if (body := self.jobs.body(*key)) is not None]
         self.job_nodes = {job.key: set(job.record.nodes) if job.record else set() for job in jobs}
@@ -171,7 +192,7 @@ class Feed:
         warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
         new = assemble(level, self.rows, list(self.domain_ids), list(self.holder_ids), bodies,
                        [b for k, _ in self.queues.items() if (b := self.queues.body(*k)) is not None],
-                       self.failures, warnings, pack=self._pack_job)
+                       self.failures, warnings, pack=self._pack_job, tally=self.tally)
         return new, view
 
     def _pack_job(self, body: Body, colour: int) -> dict[str, Any]:
@@ -205,7 +226,7 @@ class Feed:
 
     def _publish(self, new: dict[str, Any], view: ClusterView, lag_s: float = 0.0) -> None:
         old, self.current, self.view = self.current, new, view
-        change = patch(old, new) if old is not None else None
+        change = patch(old, new, self.changed_rows) if old is not None else None
         if old is not None and change is None:
             return
         self.seq += 1

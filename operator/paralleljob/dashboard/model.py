@@ -141,13 +141,19 @@ def assemble(
     failures: Iterable[Mapping[str, Any]],
     warnings: Iterable[str],
     pack: Callable[[Mapping[str, Any], int], dict[str, Any]] = pack_job,
+    tally: RowTally | None = None,
 ) -> dict[str, Any]:
     """The picture from packed rows (``holders[i]`` is the key the rows' holder index i names); ``pack`` is
-    ``pack_job`` or a memo of it."""
-    in_use = {i for row in rows.values() for i in row["holders"] if i >= 0}
+    ``pack_job`` or a memo of it; ``tally``: the rows' GPU states and holders counted as they changed (the
+    feed's), instead of counted here over every row."""
+    if tally is None:
+        tally = RowTally()
+        for row in rows.values():
+            tally.add(row)
+    in_use = {i for i, n in tally.holders.items() if n > 0 and i >= 0}
     colours = number_jobs(holders[i] for i in in_use)
     packed_jobs = sorted((pack(body, colours.get(_key(body), -1)) for body in jobs), key=lambda j: str(j["key"]))
-    counts = Counter("".join(row["states"] for row in rows.values()))
+    counts = tally.states
     totals = {state: counts.get(letter, 0) for state, letter in STATE_LETTERS.items()}
     totals["total"] = sum(totals.values())
     return {
@@ -163,17 +169,41 @@ def assemble(
     }
 
 
+class RowTally:
+    """GPUs by state letter and by holder index over a set of packed rows, kept as rows come and go, so a
+    picture of 12,500 nodes is not counted GPU by GPU after every event."""
+
+    def __init__(self) -> None:
+        self.states: Counter[str] = Counter()
+        self.holders: Counter[int] = Counter()
+
+    def add(self, row: Mapping[str, Any], sign: int = 1) -> None:
+        for letter in row["states"]:
+            self.states[letter] += sign
+        for holder in row["holders"]:
+            self.holders[holder] += sign
+
+
 def _key(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+def patch(
+    old: Mapping[str, Any], new: Mapping[str, Any], changed_nodes: Iterable[str] | None = None
+) -> dict[str, Any] | None:
     """What turns ``old`` into ``new``: the nodes that changed or went, and every small part whole (jobs,
-    queues, failures, holders, domains are a few kB even at 12,500 nodes); None when nothing changed."""
+    queues, failures, holders, domains are a few kB even at 12,500 nodes); None when nothing changed.
+    ``changed_nodes``: the only rows that may differ (the same nodes in both), when the caller knows them;
+    else every row is compared."""
     old_nodes, new_nodes = old["nodes"], new["nodes"]
-    changed = {name: row for name, row in new_nodes.items() if old_nodes.get(name) != row}
-    gone = [name for name in old_nodes if name not in new_nodes]
+    if changed_nodes is not None:
+        candidates = [n for n in changed_nodes if n in new_nodes]
+        changed = {n: new_nodes[n] for n in candidates if old_nodes.get(n) != new_nodes[n]}
+        gone: list[str] = []
+    else:
+        changed = {name: row for name, row in new_nodes.items() if old_nodes.get(name) != row}
+        gone = [name for name in old_nodes if name not in new_nodes]
     rest = {k: v for k, v in new.items() if k != "nodes" and old.get(k) != v}
     if not changed and not gone and not rest:
         return None

@@ -7,8 +7,9 @@ dependencies and a second event-loop owner for four routes.
 
 Routes: ``/`` the page and ``/static/`` its files (the front end and the vendored d3, never a CDN);
 ``/api/stream`` the picture, then patches, as server-sent events; ``/api/snapshot`` the picture once (for
-scripts and tests); ``/api/job/{namespace}/{name}`` one job's side panel (its Events read on the click, not
-watched); ``/healthz``. The server only reads: list, watch and get.
+scripts and tests); ``/api/job/{namespace}/{name}`` one job's side panel (its Events, and on a DRA cluster its
+pods' ResourceClaims and their nodes' ResourceSlices, read on the click, not watched); ``/healthz``. The
+server only reads: list, watch and get.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 
 from aiohttp import web
 
+from paralleljob.clitools.describe import claim_names
+from paralleljob.clitools.dralists import DRA_SLICES, dra_list
 from paralleljob.dashboard.detail import job_detail
 from paralleljob.dashboard.feed import Feed
 from paralleljob.k8s.edge.constants import JOB_LABEL, KIND, POD_GROUP_LABEL
@@ -106,8 +109,24 @@ async def _job(request: web.Request) -> web.Response:
             f"/api/v1/namespaces/{namespace}/events",
             {"fieldSelector": f"involvedObject.name={name},involvedObject.kind={KIND}"},
         )
-    detail = await asyncio.to_thread(job_detail, body, feed.view, pods, events)
+    claims, slices = await _dra_objects(feed, namespace, pods)
+    detail = await asyncio.to_thread(job_detail, body, feed.view, pods, events, claims, slices)
     return web.Response(text=json.dumps(detail), content_type="application/json")
+
+
+async def _dra_objects(feed: Feed, namespace: str, pods: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The namespace's ResourceClaims and the ResourceSlices of the nodes the job's claimed pods run on,
+    read on the click as its Events are, and only for a job whose pods have claims: a device-plugin
+    cluster pays nothing, and a DRA cluster lists a few nodes' slices (a field selector), not 12,500."""
+    claimed = [p for p in pods if claim_names(p)]
+    if not claimed:
+        return [], []
+    nodes = sorted({str((p.get("spec") or {}).get("nodeName") or "") for p in claimed} - {""})
+    lists = await asyncio.gather(
+        dra_list(feed.kube, f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"),
+        *(dra_list(feed.kube, DRA_SLICES, {"fieldSelector": f"spec.nodeName={node}"}) for node in nodes),
+    )
+    return lists[0], [item for found in lists[1:] for item in found]
 
 
 def _matches(pod: Any, selector: str) -> bool:

@@ -23,8 +23,11 @@ from paralleljob.devtools.waiting import wait_until
 
 
 class DashboardProcess:
-    def __init__(self, kubeconfig: Path, log_path: Path, port: int | None = None) -> None:
+    def __init__(
+        self, kubeconfig: Path, log_path: Path, port: int | None = None, extra_args: list[str] | None = None
+    ) -> None:
         self.kubeconfig = kubeconfig
+        self.extra_args = list(extra_args or [])
         self.log_path = log_path
         self.port = port or free_loopback_ports(1)[0]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -35,7 +38,7 @@ class DashboardProcess:
 
     def start(self, timeout_s: float = 60.0) -> None:
         argv = [sys.executable, "-m", "paralleljob.cli", "dashboard", "--kubeconfig", str(self.kubeconfig),
-                "--port", str(self.port)]
+                "--port", str(self.port), *self.extra_args]
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, preexec_fn=exit_with_parent)
         deadline = time.monotonic() + timeout_s

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from paralleljob.cli import main
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.dra import device_uuid
 from paralleljob.devcluster.session import KubeSession
+from paralleljob.devtools.browser import DashboardProcess
 from paralleljob.devtools.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
 
 pytestmark = pytest.mark.e2e
@@ -206,7 +208,12 @@ def _cli(kubeconfig: Path, *args: str) -> str:
 
 
 def test_status_and_describe_show_dra_gpus_devices_and_uuids(
-    dra_pjs: Jobs, dra_kube: KubeSession, dra_cluster: DevCluster, dra_namespace: str, kube_scheduler: Path
+    dra_pjs: Jobs,
+    dra_kube: KubeSession,
+    dra_cluster: DevCluster,
+    dra_namespace: str,
+    kube_scheduler: Path,
+    tmp_path: Path,
 ) -> None:
     _plain_pod(dra_kube, dra_namespace, "plain", 1)
     (theirs,) = claim_devices(_scheduled_by_kube_scheduler(dra_kube, dra_namespace, "plain"))
@@ -236,3 +243,19 @@ def test_status_and_describe_show_dra_gpus_devices_and_uuids(
     table = _cli(kubeconfig, "describe", key)
     first = record[described["pods"][0]["name"]]
     assert f"gpu-{first['gpuIndices'][0]}={device_uuid(first['node'], first['gpuIndices'][0])}" in table
+
+    # the web view's job panel: the same devices, and the ResourceClaim each pod holds them through
+    web = DashboardProcess(kubeconfig, tmp_path / "dashboard.log")
+    web.start()
+    try:
+        with urllib.request.urlopen(f"{web.url}api/job/{dra_namespace}/shown", timeout=30) as response:
+            panel = json.loads(response.read())
+    finally:
+        web.stop()
+    assert sorted(p["name"] for p in panel["pods"]) == sorted(record)
+    for line in panel["pods"]:
+        slot = record[line["name"]]
+        pod = dra_kube.run(dra_kube.core.read_namespaced_pod(line["name"], dra_namespace))
+        assert line["devices"] == [f"gpu-{i}" for i in slot["gpuIndices"]]
+        assert line["uuids"] == [device_uuid(slot["node"], i) for i in slot["gpuIndices"]]
+        assert line["claims"] == [c.resource_claim_name for c in pod.spec.resource_claims]

@@ -26,7 +26,13 @@ RELEASE = "pj"
 SERVICE_ACCOUNT = "pj-paralleljob"  # the chart's fullname for release "pj"
 IDENTITY = "pj-paralleljob-e2e-0"  # stands in for the pod name ($(POD_NAME))
 # Faster than production so that a restarted operator retakes its Lease quickly.
-INSTALL_VALUES = ("operator.leaderElection.leaseDurationSeconds=4", "operator.resyncSeconds=10", "image.tag=e2e")
+INSTALL_VALUES = (
+    "operator.leaderElection.leaseDurationSeconds=4",
+    "operator.resyncSeconds=10",
+    "image.tag=e2e",
+    "webView.enabled=true",
+)
+WEB_ACCOUNT = f"{SERVICE_ACCOUNT}-web"  # the web view's Deployment, Service, ServiceAccount and ClusterRole
 
 
 @dataclass
@@ -65,14 +71,16 @@ def other_operator_leads(kube: KubeSession) -> str:
     return str(spec.get("holderIdentity") or "")
 
 
-def service_account_kubeconfig(kube: KubeSession, release: Release, path: Path) -> Path:
-    """A kubeconfig whose only credential is a fresh token of the chart's ServiceAccount."""
+def service_account_kubeconfig(
+    kube: KubeSession, release: Release, path: Path, account: str = SERVICE_ACCOUNT
+) -> Path:
+    """A kubeconfig whose only credential is a fresh token of one of the chart's ServiceAccounts."""
     request = {"spec": {"expirationSeconds": 3600}}
-    token = kube.run(kube.core.create_namespaced_service_account_token(SERVICE_ACCOUNT, release.namespace, request))
+    token = kube.run(kube.core.create_namespaced_service_account_token(account, release.namespace, request))
     config = yaml.safe_load(release.admin_kubeconfig.read_text())
-    config["users"] = [{"name": SERVICE_ACCOUNT, "user": {"token": token.status.token}}]
+    config["users"] = [{"name": account, "user": {"token": token.status.token}}]
     for context in config["contexts"]:
-        context["context"]["user"] = SERVICE_ACCOUNT
+        context["context"]["user"] = account
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path

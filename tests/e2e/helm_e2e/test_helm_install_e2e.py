@@ -5,13 +5,17 @@ uninstalls."""
 
 from __future__ import annotations
 
+import json
 import secrets
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 from helmhelpers import (
     IDENTITY,
     SERVICE_ACCOUNT,
+    WEB_ACCOUNT,
     ChartOperator,
     Release,
     deployment_args,
@@ -22,6 +26,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, assert_gang_on_record, assert_no_gpu_used_twice
 
 from paralleljob.devcluster.session import KubeSession
+from paralleljob.devtools.browser import DashboardProcess
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.e2e
@@ -140,6 +145,62 @@ def _lease_get(session: KubeSession, namespace: str, name: str) -> Any:
     return api.read_namespaced_lease(name, namespace)
 
 
+def test_web_view_runs_with_its_own_read_only_account(
+    kube: KubeSession, release: Release, namespace: str, tmp_path: Path
+) -> None:
+    """The chart's web view (webView.enabled): its Deployment runs `paralleljob dashboard` under its own
+    ServiceAccount, and with a token of that account alone (out of cluster, as the Deployment's pod would
+    run it) the web view syncs the whole cluster, while every write is refused."""
+    apps: Any = AppsV1Api(kube.api)
+    deployment = kube.run(apps.read_namespaced_deployment(WEB_ACCOUNT, release.namespace))
+    pod_spec = deployment.spec.template.spec
+    assert pod_spec.service_account_name == WEB_ACCOUNT
+    (container,) = pod_spec.containers
+    assert container.image == "paralleljob:e2e" and container.args[0] == "dashboard"
+    assert container.readiness_probe.http_get.path == "/healthz"
+    service = kube.run(kube.core.read_namespaced_service(WEB_ACCOUNT, release.namespace))
+    assert service.spec.selector == deployment.spec.selector.match_labels
+    assert service.spec.ports[0].target_port == "http"
+    configmap = kube.run(kube.core.read_namespaced_config_map(f"{SERVICE_ACCOUNT}-topology", release.namespace))
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(configmap.data["topology.yaml"])
+    kubeconfig = service_account_kubeconfig(kube, release, tmp_path / "web-kubeconfig", WEB_ACCOUNT)
+    args = [
+        f"--topology-config={topology}" if a.startswith("--topology-config=") else a
+        for a in container.args[1:]
+        if not a.startswith(("--host=", "--port="))
+    ]
+    web = DashboardProcess(kubeconfig, tmp_path / "dashboard.log", extra_args=args)
+    web.start()  # healthy only once every store has listed: the grants are enough to read the cluster
+    try:
+        with urllib.request.urlopen(web.url + "api/snapshot", timeout=30) as response:
+            snapshot = json.loads(response.read())
+    finally:
+        web.stop()
+    assert "forbidden" not in web.log_tail().lower(), web.log_tail()
+    nodes = {n.metadata.name for n in kube.run(kube.core.list_node()).items}
+    assert set(snapshot["nodes"]) == nodes  # name -> packed row
+    sa = KubeSession(kubeconfig)
+    try:
+        custom: Any = CustomObjectsApi(sa.api)
+        node = sorted(nodes)[0]
+        pod = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "x"}]}}
+        refused = {
+            "create a pod": sa.core.create_namespaced_pod(namespace, pod),
+            "label a node": sa.core.patch_node(node, {"metadata": {"labels": {"x": "y"}}}),
+            "read secrets": sa.core.list_secret_for_all_namespaces(),
+            "write a job's status": custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, "any", {"status": {"phase": "Failed"}}
+            ),
+            "create an event": sa.core.create_namespaced_event(namespace, {"metadata": {"name": "x"}}),
+        }
+        assert {what: _status(sa, call) for what, call in refused.items()} == dict.fromkeys(refused, 403)
+        claims = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")
+        assert _status(sa, claims) == 200
+    finally:
+        sa.close()
+
+
 def test_upgrade_applies_changed_values(kube: KubeSession, release: Release) -> None:
     release.upgrade(
         "operator.logLevel=DEBUG",
@@ -212,6 +273,9 @@ def test_uninstall_removes_everything_but_the_crds(
         "role": rbac.read_namespaced_role(f"{SERVICE_ACCOUNT}-leader-election", release.namespace),
         "rolebinding": rbac.read_namespaced_role_binding(f"{SERVICE_ACCOUNT}-leader-election", release.namespace),
         "queue": custom.get_cluster_custom_object(GROUP, VERSION, "paralleljobqueues", QUEUE),
+        "web view deployment": apps.read_namespaced_deployment(WEB_ACCOUNT, release.namespace),
+        "web view service": kube.core.read_namespaced_service(WEB_ACCOUNT, release.namespace),
+        "web view clusterrole": rbac.read_cluster_role(WEB_ACCOUNT),
     }
     assert {what: _status(kube, call) for what, call in gone.items()} == dict.fromkeys(gone, 404)
     # CRDs came from the chart's crds/ folder: Helm never deletes those (nor, with them, every ParallelJob).

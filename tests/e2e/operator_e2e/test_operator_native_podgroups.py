@@ -192,9 +192,12 @@ def test_an_indexed_job_under_workload_with_job_is_gang_placed_through_the_job_c
 ) -> None:
     batch: Any = BatchV1Api(kube.api)
     ns = pjs.namespace
+    # A name of the length people give Jobs: the Job controller's PodGroup is then 81 characters
+    # (<job>-<hash>-<job>-pgt-0-<hash>), above the 45 a ParallelJob that makes its own pods may have.
+    job = "llama-70b-pretrain-stage-2"
     kube.run(batch.create_namespaced_job(ns, {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "trainer"},
+        "metadata": {"name": job},
         "spec": {
             "completionMode": "Indexed", "completions": 4, "parallelism": 4,
             "template": {
@@ -215,15 +218,20 @@ def test_an_indexed_job_under_workload_with_job_is_gang_placed_through_the_job_c
         return str(items[0]["metadata"]["name"]) if items else None
 
     group = wait_for("the Job controller made a PodGroup", job_controllers_group, timeout_s=30)
+    assert len(group) > 45 and group.startswith(f"{job}-") and f"-{job}-pgt-0-" in group
     pg = read(kube, ns, "podgroups", group)
     assert pg["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
     assert pg["metadata"]["ownerReferences"][0]["kind"] == "Job"
     status = pjs.wait_phase(group, "Running")
     assert status["communicationCost"]["totalMs"] == pytest.approx(233.71, abs=0.01)
-    pods = pods_of(kube, ns, "trainer")
+    pods = pods_of(kube, ns, job)
     assert len(pods) == 4 and all(p.spec.scheduling_group.pod_group_name == group for p in pods)
     assert len(bound(pods)) == 4
     assert wait_for("PodGroupScheduled=True", lambda: scheduled(kube, ns, group).get("status") == "True")
+    # the long name is allowed to an adopting ParallelJob only: one that makes its own pods is still refused
+    with pytest.raises(ApiException) as refused:
+        pjs.create("x" * 46, 1, 1, 1)
+    assert refused.value.status == 422 and "at most 45 characters" in str(refused.value.body)
 
 
 def test_the_same_podgroup_with_kube_schedulers_name_is_held_then_placed_by_kube_scheduler_in_one_rack(

@@ -35,7 +35,7 @@ CHART = REPO / "charts" / "paralleljob"
 WAITING_FOR = "3s"
 # Panel queries with no data in this scenario, and why (any other empty one fails the test).
 EMPTY_HERE = {
-    'sum by (field) (increase(paralleljob_status_fields_dropped_total[1h]))': "the CRDs are current: none dropped",
+    "sum by (field) (increase(paralleljob_status_fields_dropped_total[1h]))": "the CRDs are current: none dropped",
     "sum by (instance, type) (paralleljob_agent_ecc_errors)": "the fake GPUs report no ECC counters",
 }
 
@@ -167,8 +167,18 @@ def test_dashboards_and_alerts_on_a_real_prometheus(
     assert check.returncode == 0, check.stdout + check.stderr
     assert "SUCCESS" in check.stdout
 
-    # a running gang, one that cannot be placed (the alert), and a node failure repaired (failure panels)
+    # A leftover pod holding the name of fill's first pod: the operator's create gets 409 AlreadyExists
+    # (the API errors panel) until it is deleted; then a running gang, one that cannot be placed (the
+    # alert), and a node failure repaired (failure panels).
+    squatter = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fill-d0-p0"},
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "busybox"}]},
+    }  # fmt: skip
+    chaos.run(chaos.core.create_namespaced_pod(pjs.namespace, squatter))
     pjs.create("fill", 8, 2, 2, failurePolicy={"strategy": "minimal"})
+    conflicts = 'paralleljob_api_requests_total{verb="create",resource="pods",code="409"}'
+    wait_for("the operator's pod create refused with 409", lambda: prom.query(conflicts)["data"]["result"], 30, 0.5)
+    chaos.run(chaos.core.delete_namespaced_pod("fill-d0-p0", pjs.namespace, grace_period_seconds=0))
     placed = pjs.wait_phase("fill", "Running")
     pjs.create("waits", 8, 4, 2)
     pjs.wait_phase("waits", "Queued")
@@ -187,6 +197,14 @@ def test_dashboards_and_alerts_on_a_real_prometheus(
     assert health == {"paralleljob-operator": "up", "paralleljob-agent": "up"}
     wait_for("the agent's XID scraped", lambda: prom.query("paralleljob_agent_xid_total")["data"]["result"], 15, 0.5)
     time.sleep(2)  # two more scrapes after the repair, so rates over the windows see it
+    # the new metrics with the values this scenario implies
+    (waited,) = prom.query('paralleljob_queue_wait_seconds_count{queue="default"}')["data"]["result"]
+    assert float(waited["value"][1]) >= 1  # fill was admitted (after waiting on its pod name)
+    longest = 'time() - min by (queue) (paralleljob_queue_oldest_queued_timestamp_seconds{queue="default"})'
+    (oldest,) = prom.query(longest)["data"]["result"]
+    assert float(oldest["value"][1]) >= 3, pjs.status("waits")  # "waits" waited 3 s before the alert fired
+    levels = {r["metric"]["level"] for r in prom.query("paralleljob_level_fragmentation_ratio")["data"]["result"]}
+    assert levels == {"node", "leaf", "spine", "zone"}, levels  # the dev cluster's levels below the cluster
 
     problems, empty = [], set()
     for expr, where in panel_queries().items():

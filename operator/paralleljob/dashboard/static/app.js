@@ -196,7 +196,9 @@ async function showDetail() {
     ["queue / priority", `${d.queue} / ${d.priority}`], ["recovery", `${d.strategy}, ${d.restarts} restarts`],
     ["last failure", d.last_failure && d.last_failure.kind ? `${d.last_failure.kind} -> ${d.last_failure.action}: ${d.last_failure.message || ""}` : "none"]];
   const conds = (d.conditions || []).map(x => `<tr><td>${esc(x.type)}=${esc(x.status)}</td><td>${esc(x.reason)}: ${esc(x.message)}</td></tr>`).join("");
-  const pods = (d.pods || []).map(p => `<tr><td>${esc(p.node)}</td><td>DP ${p.replica} · PP ${p.stage}</td><td>GPUs ${p.gpu_indices.join(",")}</td><td>ranks ${p.ranks[0]}–${p.ranks[p.ranks.length - 1]}</td></tr>`).join("");
+  // on a DRA cluster: the devices the pod's ResourceClaims hold (name=UUID, hover for the claims)
+  const devs = p => p.devices && p.devices.length ? `<td title="${esc("claims: " + p.claims.join(", "))}">${esc(p.devices.map((n, i) => p.uuids[i] ? `${n}=${p.uuids[i]}` : n).join(" "))}<br><small>${esc(p.claims.join(", "))}</small></td>` : "";
+  const pods = (d.pods || []).map(p => `<tr><td>${esc(p.node)}</td><td>DP ${p.replica} · PP ${p.stage}</td><td>GPUs ${p.gpu_indices.join(",")}</td><td>ranks ${p.ranks[0]}–${p.ranks[p.ranks.length - 1]}</td>${devs(p)}</tr>`).join("");
   const repairs = (d.repairs || []).map(e => `<li>${esc(e.time)} ${esc(e.reason)}: ${esc(e.message)}</li>`).join("");
   const events = (d.events || []).slice(-12).map(e => `<li>${esc(e.time)} <b>${esc(e.reason)}</b> ${esc(e.message)}</li>`).join("");
   document.getElementById("detail").innerHTML =

@@ -38,9 +38,11 @@ from typing import Any
 
 from paralleljob.k8s.edge.config import DraConfig
 from paralleljob.k8s.edge.constants import JOB_LABEL, POD_LABEL
+from paralleljob.k8s.edge.matching import Term
 from paralleljob.k8s.edge.nodes import DraGpus, NodeInfo, indices_beyond
 from paralleljob.k8s.edge.quantity import QuantityError, parse_quantity
 from paralleljob.k8s.edge.taintrules import TAINT_EFFECTS, DeviceTaint, TaintRuleInfo, taints_for
+from paralleljob.k8s.edge.template import InvalidTemplate, node_selector_terms
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICES_PATH = f"{RESOURCE_API}/resourceslices"
@@ -99,6 +101,13 @@ class ClaimInfo:
     job: str = ""  # the operator's claims: the ParallelJob (same namespace) and worker pod they serve
     pod: str = ""
     reserved_for: tuple[str, ...] = ()  # UIDs of the consumers in status.reservedFor
+    # For a claim the operator does not allocate (a PodGroup's shared claim): whether it is allocated, the
+    # nodes its allocation can be used from (allocation.nodeSelector's terms; None: any node, or unreadable),
+    # the consumers as written (status.reservedFor entries, to write them back with ours) and its version.
+    allocated: bool = False
+    node_terms: tuple[Term, ...] | None = None
+    consumers: tuple[tuple[tuple[str, str], ...], ...] = ()
+    resource_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +233,23 @@ def parse_claim(body: Mapping[str, Any]) -> ClaimInfo:
         job=str(labels.get(JOB_LABEL) or ""),
         pod=str(labels.get(POD_LABEL) or ""),
         reserved_for=tuple(str(r.get("uid") or "") for r in reserved if isinstance(r, Mapping)),
+        allocated=bool(allocation),
+        node_terms=_allocation_terms(allocation),
+        consumers=tuple(
+            tuple(sorted((str(k), str(v)) for k, v in r.items())) for r in reserved if isinstance(r, Mapping)
+        ),
+        resource_version=str(metadata.get("resourceVersion") or ""),
     )
+
+
+def _allocation_terms(allocation: Any) -> tuple[Term, ...] | None:
+    selector = allocation.get("nodeSelector") if isinstance(allocation, Mapping) else None
+    if not isinstance(selector, Mapping):
+        return None
+    try:
+        return node_selector_terms(selector, "status.allocation.nodeSelector")
+    except InvalidTemplate:
+        return ()  # a selector we cannot read admits no node: better to wait than to place where it is unusable
 
 
 def node_gpus(slices: Iterable[SliceInfo], driver: str, rules: Iterable[TaintRuleInfo] = ()) -> dict[str, NodeGpus]:

@@ -24,9 +24,17 @@ from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.pods import GROUP_DECLARATION_KEYS
 
 SCHEDULING_GROUP = "scheduling.k8s.io"
-# The served version of the gang API, by Kubernetes minor (the API moved; the shape did not).
+# The served version of the gang API, by Kubernetes minor (the API moved; the PodGroup's fields did not).
 VERSION_BY_MINOR = {36: "v1alpha2", 37: "v1beta1"}
 DEFAULT_VERSION = "v1alpha2"
+KNOWN_VERSIONS = ("v1beta1", "v1alpha2")  # newest first: the one watched when a server serves several
+
+
+def served_version(discovery: Mapping[str, Any]) -> str:
+    """The gang API version to watch, from the API group's discovery document (``GET /apis/scheduling.k8s.io``):
+    the newest of :data:`KNOWN_VERSIONS` it serves; :data:`DEFAULT_VERSION` when it serves none of them."""
+    served = {str(v.get("version")) for v in discovery.get("versions") or [] if isinstance(v, Mapping)}
+    return next((v for v in KNOWN_VERSIONS if v in served), DEFAULT_VERSION)
 SCHEDULED_CONDITION = "PodGroupScheduled"
 REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
@@ -38,6 +46,11 @@ def pod_groups_path(version: str = DEFAULT_VERSION) -> str:
 
 def workloads_path(version: str = DEFAULT_VERSION) -> str:
     return f"/apis/{SCHEDULING_GROUP}/{version}/workloads"
+
+
+def pod_group_consumer(group: NativeGroup) -> dict[str, str]:
+    """The group as a ResourceClaim's consumer (``status.reservedFor`` entry), as kube-scheduler writes it."""
+    return {"apiGroup": SCHEDULING_GROUP, "resource": "podgroups", "name": group.name, "uid": group.uid}
 
 
 def pod_group_status_path(namespace: str, name: str, version: str = DEFAULT_VERSION) -> str:
@@ -61,6 +74,16 @@ class WorkloadInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupClaim:
+    """One entry of ``spec.resourceClaims``: a ResourceClaim the whole group shares, named directly or made
+    from a template by the control plane (its generated name then in ``status.resourceClaimStatuses``)."""
+
+    name: str  # the entry's name inside the PodGroup
+    claim: str  # the ResourceClaim's name; "" while a template's claim has not been made yet
+    template: str = ""  # resourceClaimTemplateName, when the claim comes from a template
+
+
+@dataclass(frozen=True, slots=True)
 class NativeGroup:
     """One PodGroup, as placement and status need it."""
 
@@ -72,7 +95,7 @@ class NativeGroup:
     topology_key: str  # "" when the group asks for no single domain
     workload: str  # the Workload it was stamped from ("" for a standalone PodGroup)
     declaration: tuple[tuple[str, str], ...]  # its own paralleljob.dev/* annotations
-    resource_claims: tuple[str, ...]  # spec.resourceClaims names (one claim the whole group shares)
+    resource_claims: tuple[GroupClaim, ...]  # spec.resourceClaims: claims the whole group shares
     scheduled: tuple[tuple[str, str], ...] = ()  # its PodGroupScheduled condition (status, reason, message)
     generation: int = 0  # metadata.generation: the condition's observedGeneration, as kube-scheduler sets it
 
@@ -102,8 +125,19 @@ def parse_pod_group(body: Mapping[str, Any]) -> NativeGroup:
     if topology and isinstance(topology[0], Mapping):
         key = str(topology[0].get("key") or "")
     ref = ((spec.get("podGroupTemplateRef") or {}).get("workload")) or {}
+    made = {
+        str(c.get("name")): str(c.get("resourceClaimName") or "")
+        for c in (body.get("status") or {}).get("resourceClaimStatuses") or []
+        if isinstance(c, Mapping)
+    }
     claims = tuple(
-        str(c.get("name")) for c in spec.get("resourceClaims") or [] if isinstance(c, Mapping) and c.get("name")
+        GroupClaim(
+            str(c["name"]),
+            str(c.get("resourceClaimName") or made.get(str(c["name"]), "")),
+            str(c.get("resourceClaimTemplateName") or ""),
+        )
+        for c in spec.get("resourceClaims") or []
+        if isinstance(c, Mapping) and c.get("name")
     )
     scheduled: tuple[tuple[str, str], ...] = ()
     for condition in (body.get("status") or {}).get("conditions") or []:

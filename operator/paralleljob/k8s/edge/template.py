@@ -83,13 +83,9 @@ def _requirements(items: object, where: str, for_fields: bool) -> tuple[Requirem
     return tuple(out)
 
 
-def _affinity(spec: Mapping[str, Any]) -> tuple[Term, ...] | None:
-    node_affinity = _mapping(_mapping(spec.get("affinity"), f"{WHERE}.affinity").get("nodeAffinity"), "nodeAffinity")
-    where = f"{WHERE}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-    if required is None:
-        return None
-    terms = _list(_mapping(required, where).get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")
+def node_selector_terms(selector: Mapping[str, Any], where: str) -> tuple[Term, ...]:
+    """A core/v1 NodeSelector's terms (any one must hold), e.g. a ResourceClaim allocation's nodeSelector."""
+    terms = _list(selector.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")
     return tuple(
         Term(
             _requirements(term.get("matchExpressions"), f"{where}.nodeSelectorTerms[{i}].matchExpressions", False),
@@ -97,6 +93,15 @@ def _affinity(spec: Mapping[str, Any]) -> tuple[Term, ...] | None:
         )
         for i, term in enumerate(terms)
     )
+
+
+def _affinity(spec: Mapping[str, Any]) -> tuple[Term, ...] | None:
+    node_affinity = _mapping(_mapping(spec.get("affinity"), f"{WHERE}.affinity").get("nodeAffinity"), "nodeAffinity")
+    where = f"{WHERE}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return None
+    return node_selector_terms(_mapping(required, where), where)
 
 
 def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:

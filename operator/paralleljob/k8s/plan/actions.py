@@ -12,6 +12,7 @@ from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import DeviceClaim
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.backoff import Backoff
+from paralleljob.k8s.plan.groupclaims import ClaimReserve
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import StatusDraft
 
@@ -69,6 +70,7 @@ class JobActions:
     annotates: list[PodAnnotate] = field(default_factory=list)
     service: dict[str, Any] | None = None  # the headless Service to make sure of
     membership: dict[str, Any] | None = None  # an elastic job's replicas ConfigMap to write (it changed)
+    reserves: list[ClaimReserve] = field(default_factory=list)  # a PodGroup's shared claims, before its binds
     # For metrics: set when this pass placed, repaired or failed the job.
     placed_cost: dict[str, float] | None = None
     recovery_started: bool = False
@@ -94,6 +96,7 @@ class JobActions:
             or self.events
             or self.annotates
             or self.membership is not None
+            or self.reserves
         )
 
     def note(self, event_type: str, reason: str, message: str) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.placer import Placer
+from paralleljob.k8s.edge.dra import ClaimInfo
+from paralleljob.k8s.edge.nativegroups import NativeGroup
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.records import PlacementRecord
@@ -44,6 +46,8 @@ class PassContext:
     # Running elastic jobs whose growth replicas a higher-priority job may take this pass (filled as jobs are
     # decided; plan/elastic_admission.py)
     shrinkable: dict[str, HeldJob] = field(default_factory=dict)
+    pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)  # Kubernetes PodGroups by namespace/name
+    resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # ResourceClaims by namespace/name
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.queueing import QueuePolicy, RunningJob
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import object_key
+from paralleljob.k8s.edge.dra import ClaimInfo
 from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
@@ -38,6 +39,7 @@ from paralleljob.k8s.plan.elastic import (
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.failures import detect, handle
 from paralleljob.k8s.plan.fifo_admission import admit_all
+from paralleljob.k8s.plan.groupclaims import reservations
 from paralleljob.k8s.plan.metrics_model import queue_statuses
 from paralleljob.k8s.plan.nodenotes import node_warnings
 from paralleljob.k8s.plan.podgroups import (
@@ -46,6 +48,7 @@ from paralleljob.k8s.plan.podgroups import (
     by_group,
     finish_group,
     group_requests,
+    hold_for_claims,
     hold_until_complete,
     observe_group,
     slot_pods,
@@ -99,6 +102,8 @@ class Observed:
     # Kubernetes' own gang API (edge/nativegroups.py): PodGroups and Workloads by namespace/name.
     pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)
     workloads: Mapping[str, WorkloadInfo] = field(default_factory=dict)
+    # ResourceClaims by namespace/name (watched with DRA on): a PodGroup's shared claims (plan/groupclaims.py)
+    resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -152,7 +157,9 @@ def decide(
     ctx = PassContext(
         view=view,
         placer=Placer(view.state, OPERATOR_PLACER),
-        eligibility=Eligibility(view, observed.pods, group_requests(observed.jobs, groups, observed.pod_groups)),
+        eligibility=Eligibility(
+            view, observed.pods, group_requests(observed.jobs, groups, observed.pod_groups, observed.resource_claims)
+        ),
         now=observed.now,
         now_s=now_s,
         clock=clock or (lambda: 0.0),
@@ -165,6 +172,8 @@ def decide(
         invalid_pods=observed.invalid_pods,
         gpu_holders=gpu_holders(observed.pods, view.nodes),
         rigid_waiting=rigid_waiting(observed.jobs),
+        pod_groups=observed.pod_groups,
+        resource_claims=observed.resource_claims,
     )
     if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):
         memo.clear()  # only strict FIFO leaves lines out; a node that changed may change any verdict
@@ -182,6 +191,9 @@ def decide(
         if actions.job.request is not None and actions.job.request.pod_group:
             active = actions.draft.phase in ACTIVE and not actions.job.deleting
             finish_group(actions, book.pods_of(actions.job), active, view.nodes, observed.now)
+            native = observed.pod_groups.get(actions.job.key)
+            if native is not None and native.resource_claims and actions.binds:
+                actions.reserves = reservations(native, observed.resource_claims)  # before the first bind
     plan.backoff = backoff.settle(now_s, jobs, {a.job.key for a in plan.jobs if a.gang_bound})
     _wake_and_queues(plan, observed, view)
     return plan, view
@@ -528,7 +540,12 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
     if draft.phase is Phase.QUEUED:
         if request.pod_group:
             since = parse_time(str(draft.data.get("queuedAt") or job.queued_at)) or now_s
-            return (job, request) if hold_until_complete(actions, request, pods, now, now_s, since) else None
+            if not hold_until_complete(actions, request, pods, now, now_s, since):
+                return None
+            native = ctx.pod_groups.get(job.key)
+            if native is not None and not hold_for_claims(actions, native, ctx.resource_claims, now):
+                return None
+            return job, request
         delete_all(actions, pods, view.nodes, "leftover of an earlier placement")
         return job, request
     # Placing, Running, Recovering: hold the recorded placement

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from paralleljob.core.cost import CostBreakdown, cost_model
-from paralleljob.core.eligibility import NodeFilter, restricted
+from paralleljob.core.eligibility import NodeFilter, restricted, within_domain
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.core.repair import (
@@ -136,7 +136,8 @@ def handle(
     epoch = job.placement_epoch + 1
     report = FailureReport(breakage.kind, breakage.slots, job.restarts)
     held_groups = view.state.allocations[job.key].groups if job.key in view.state.allocations else ()
-    with restricted(view.state, request.spec, node_filter):
+    in_use = (view.node_index[s.node] for s in record.slots if s.node in view.node_index)
+    with restricted(view.state, request.spec, within_domain(node_filter, in_use)):
         decision = decide_repair(view.state, placer, request.spec, cost_model(request.cost_model), policy, report)
     no_room = isinstance(decision, Requeue) or (
         isinstance(decision, GiveUp) and decision.reason is not GiveUpReason.MAX_RESTARTS

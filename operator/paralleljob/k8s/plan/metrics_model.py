@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.queueing import QueueBook, QueueSpec
-from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.queues import QueueInfo, parse_time
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -25,6 +25,22 @@ class Gauges:
     fairness: float
     queue_gpus: dict[str, int] = field(default_factory=dict)
     reoptimizable: int = 0  # running jobs with Reoptimizable=True: a cheaper placement is worth moving to
+    levels: tuple[LevelUse, ...] = ()
+
+
+@dataclass(frozen=True)
+class LevelUse:
+    """One topology level's domains (nodes, racks, spines...) by how much of them is free for new work.
+
+    A domain is ``empty`` when every GPU of it is free for new work, ``full`` when none is, else ``partial``;
+    ``fragmentation`` is the share of the free GPUs that sit in partial domains: GPUs a gang that wants
+    whole domains of this level cannot use (0 when every free GPU is in an empty domain)."""
+
+    level: str
+    empty: int
+    partial: int
+    full: int
+    fragmentation: float
 
 
 def fragmentation_ratio(view: ClusterView) -> float:
@@ -49,6 +65,78 @@ def fragmentation_ratio(view: ClusterView) -> float:
         if 0 < usable < view.topology.node_gpu_count[n]:
             stranded += usable
     return stranded / free if free else 0.0
+
+
+def level_use(view: ClusterView) -> tuple[LevelUse, ...]:
+    """Every level below the top (the top is the one domain of the whole cluster), from the per-domain
+    histograms the placer keeps: O(domains x GPUs per node), never a scan of the GPUs, except
+    the node level of a cluster whose nodes differ in GPU count (O(nodes))."""
+    if view.state is None or view.topology is None:
+        return ()
+    topology, state = view.topology, view.state
+    full = topology.max_gpus_per_node
+    width = full + 1
+    uniform = min(topology.node_gpu_count) == full
+    tops = range(topology.top)  # the top level is always the one domain of the whole cluster
+    capacity = [topology.domain_gpu_counts(level) for level in tops]
+    out = []
+    for level in tops:
+        counts = [0, 0, 0]  # empty, partial, full
+        free = stranded = 0
+        if level == 0 and uniform:
+            for slot, nodes in enumerate(_merged(state.hist[topology.top], width)):
+                counts[_kind(slot, full)] += nodes
+                free += slot * nodes
+                stranded += slot * nodes if 0 < slot < full else 0
+        elif level == 0:
+            for node, size in enumerate(topology.node_gpu_count):
+                usable = state.usable_free(node)
+                counts[_kind(usable, size)] += 1
+                free += usable
+                stranded += usable if 0 < usable < size else 0
+        else:
+            for dom, row in enumerate(state.hist[level]):
+                usable = sum(k * n for k, n in enumerate(_merged([row], width)))
+                counts[_kind(usable, capacity[level][dom])] += 1
+                free += usable
+                stranded += usable if 0 < usable < capacity[level][dom] else 0
+        name = topology.levels[level].name
+        out.append(LevelUse(name, counts[0], counts[1], counts[2], stranded / free if free else 0.0))
+    return tuple(out)
+
+
+def _kind(usable: int, size: int) -> int:
+    return 2 if usable == 0 else 0 if usable >= size else 1
+
+
+def _merged(rows: Sequence[Sequence[int]], width: int) -> list[int]:
+    """Histogram rows (split by memory class) summed into one row of nodes by usable free count."""
+    out = [0] * width
+    for row in rows:
+        for i, nodes in enumerate(row):
+            out[i % width] += nodes
+    return out
+
+
+def queue_waits(jobs: Sequence[JobActions], now_s: float) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """(queue, seconds waited) of every job this pass admitted, and per queue the ``queuedAt`` (epoch
+    seconds) of its longest-waiting job; both from the job's own ``status.queuedAt`` (when it entered the
+    queue, or its creation), so a new leader or a restarted operator reports the same waits. A timestamp, not
+    an age: passes run on events, so an age set at the last pass would be stale by the time it is scraped."""
+    admitted: list[tuple[str, float]] = []
+    oldest: dict[str, float] = {}
+    for actions in jobs:
+        request = actions.job.request
+        if request is None:
+            continue
+        queued = parse_time(str(actions.draft.data.get("queuedAt") or actions.job.queued_at))
+        if queued is None:
+            continue
+        if actions.placed_cost is not None:
+            admitted.append((request.queue, max(0.0, now_s - queued)))
+        elif actions.draft.phase in (Phase.PENDING, Phase.QUEUED):
+            oldest[request.queue] = min(oldest.get(request.queue, queued), queued)
+    return admitted, oldest
 
 
 def jain_index(values: Sequence[float]) -> float:
@@ -121,7 +209,17 @@ def gauges(
             c.get("type") == "Reoptimizable" and c.get("status") == "True" for c in a.draft.data.get("conditions") or []
         )
     )
-    return Gauges(by_phase, counts, cost, queue_length, fragmentation_ratio(view), fairness, queue_gpus, reoptimizable)
+    return Gauges(
+        by_phase,
+        counts,
+        cost,
+        queue_length,
+        fragmentation_ratio(view),
+        fairness,
+        queue_gpus,
+        reoptimizable,
+        level_use(view),
+    )
 
 
 def queue_statuses(

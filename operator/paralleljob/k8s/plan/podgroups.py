@@ -38,6 +38,7 @@ from paralleljob.k8s.edge.constants import (
     TARGET_NODE_ANNOTATION,
     object_key,
 )
+from paralleljob.k8s.edge.dra import ClaimInfo
 from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo, declaration_of
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
@@ -45,6 +46,7 @@ from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, recor
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.template import PodConstraints
 from paralleljob.k8s.plan.actions import JobActions, PodAnnotate, PodBind
+from paralleljob.k8s.plan.groupclaims import WAITING_FOR_CLAIM, and_terms, claim_terms, claim_wait
 from paralleljob.k8s.plan.podsync import SyncResult
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -54,6 +56,9 @@ _PARALLELISM = re.compile(r"^\s*(?:tp)?(\d+)\s*x\s*(?:pp)?(\d+)\s*x\s*(?:dp)?(\d
 
 class GroupDeclarationError(ValueError):
     """The pods' annotations do not declare a group the operator can adopt."""
+
+
+MAX_LABEL_VALUE = 63
 
 
 def parse_parallelism(text: str) -> tuple[int, int, int]:
@@ -126,11 +131,12 @@ def adopting_manifest(
                 raise GroupDeclarationError(
                     f"pod {pod.name}: {annotation}={declared[annotation]!r} is not valid"
                 ) from None
-    metadata: dict[str, Any] = {
-        "name": group,
-        "namespace": namespace,
-        "labels": {POD_GROUP_LABEL: group, MANAGED_LABEL: MANAGED_VALUE},
-    }
+    labels = {POD_GROUP_LABEL: group, MANAGED_LABEL: MANAGED_VALUE}
+    if len(group) > MAX_LABEL_VALUE:
+        # a Job controller's PodGroup name (<job>-<hash>-<job>-pgt-0-<hash>) outgrows a label value; the
+        # object is found by its name, the label only lets `kubectl get pj -l` list groups
+        del labels[POD_GROUP_LABEL]
+    metadata: dict[str, Any] = {"name": group, "namespace": namespace, "labels": labels}
     if POD_GROUP_TIMEOUT_ANNOTATION in declared:
         metadata["annotations"] = {POD_GROUP_TIMEOUT_ANNOTATION: declared[POD_GROUP_TIMEOUT_ANNOTATION]}
     owner = dict(pod.controller)
@@ -247,6 +253,21 @@ def hold_until_complete(
     if reason != previous.get("reason"):
         actions.note("Warning" if reason != "WaitingForPods" else "Normal", reason, message)
     actions.draft.condition(READY_CONDITION, "False", reason, message, now)
+    return False
+
+
+def hold_for_claims(
+    actions: JobActions, group: NativeGroup, claims: Mapping[str, ClaimInfo], now: str
+) -> bool:
+    """True when the PodGroup's shared ResourceClaims let it be placed (plan/groupclaims.py); otherwise
+    ``PodGroupReady`` says which claim it waits for (and a Normal event, once, when it starts waiting)."""
+    waiting = claim_wait(group, claims)
+    if not waiting:
+        return True
+    previous: Mapping[str, Any] = actions.job.status.condition(READY_CONDITION)
+    if previous.get("reason") != WAITING_FOR_CLAIM:
+        actions.note("Normal", WAITING_FOR_CLAIM, waiting)
+    actions.draft.condition(READY_CONDITION, "False", WAITING_FOR_CLAIM, waiting, now)
     return False
 
 
@@ -375,9 +396,11 @@ def group_requests(
     jobs: Sequence[JobObject],
     groups: Mapping[str, Sequence[PodInfo]],
     native: Mapping[str, NativeGroup] | None = None,
+    claims: Mapping[str, ClaimInfo] | None = None,
 ) -> dict[str, JobRequest]:
     """Every job's request, a group's with its pods' node constraints (an adopting job has no template)
-    and, for a Kubernetes PodGroup, its topology key (the whole gang inside one domain of that label)."""
+    and, for a Kubernetes PodGroup, its topology key (the whole gang inside one domain of that label) and
+    the nodes its shared claims' allocations can be used from (on top of the pods' own node affinity)."""
     requests = {j.key: j.request for j in jobs if j.request is not None}
     for key, request in requests.items():
         if not request.pod_group:
@@ -386,6 +409,10 @@ def group_requests(
         pod_group = (native or {}).get(key) if request.pod_group else None
         if pod_group is not None and pod_group.topology_key:
             constraints = replace(constraints or request.constraints, topology_key=pod_group.topology_key)
+        terms = claim_terms(pod_group, claims or {}) if pod_group is not None and pod_group.resource_claims else None
+        if terms is not None:
+            base = constraints or request.constraints
+            constraints = replace(base, affinity=and_terms([base.affinity, terms]))
         if constraints is not None:
             requests[key] = replace(request, constraints=constraints)
     return requests

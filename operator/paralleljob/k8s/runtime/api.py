@@ -154,6 +154,8 @@ class Kube:
         # renew deadline, cannot act on a stale view while another replica leads. The lease's own writes
         # pass ``fenced=False``.
         self.write_fence: Callable[[], bool] | None = None
+        # Set by the runtime to count every answer (method, path, HTTP status; 0: none) for /metrics.
+        self.observe: Callable[[str, str, int], None] | None = None
         self._auth: dict[str, str] | None = None
         self._auth_at = 0.0
 
@@ -202,8 +204,14 @@ class Kube:
                 retry_after = _seconds(response.headers.get("Retry-After"))
                 response.release()
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                self._observe(method, path, 0)
                 raise ApiError(0, f"{method} {path}: {unreachable(self.host, exc)}") from exc
+        self._observe(method, path, status)
         return _decode(status, data, method, path, retry_after)
+
+    def _observe(self, method: str, path: str, status: int) -> None:
+        if self.observe is not None:
+            self.observe(method, path, status)
 
     # ---- the calls the operator makes ---------------------------------------------------------------
     async def list(
@@ -255,7 +263,9 @@ class Kube:
                 self.host + path, params=params, headers=headers, timeout=timeout
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            self._observe("WATCH", path, 0)
             raise ApiError(0, f"watch {path}: {unreachable(self.host, exc)}") from exc
+        self._observe("WATCH", path, response.status)
         try:
             if response.status != 200:
                 _decode(response.status, await response.read(), "GET", path)

@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from paralleljob.k8s.edge import claims
@@ -90,6 +91,8 @@ class Executor:
             *(self._delete(d, outcome) for d in actions.deletes),
             *(self._annotate(a) for a in actions.annotates),
         )
+        if actions.reserves and not await self._reserve(actions, outcome):
+            return  # a PodGroup's pods are bound only once its shared claims are reserved for it
         work: list[Awaitable[None]] = []
         if actions.service is not None:
             work.append(self._service(actions))
@@ -98,6 +101,25 @@ class Executor:
         work.extend(self._create_and_bind(actions, c, outcome) for c in actions.creates)
         work.extend(self._bind(actions.job.key, b, outcome) for b in actions.binds)
         await asyncio.gather(*work)
+
+    async def _reserve(self, actions: JobActions, outcome: Outcome) -> bool:
+        """Reserve a PodGroup's shared ResourceClaims for it (``status.reservedFor``, written with the claim's
+        resourceVersion); False when one could not be: the next pass, on the claim's new version, decides again."""
+        for reserve in actions.reserves:
+            path = claims.claim_path(reserve.namespace, reserve.name, "status")
+            try:
+                body = await retrying(partial(self.kube.merge_patch, path, reserve.body))
+            except ApiError as exc:
+                why = f"reserving ResourceClaim {reserve.name} for the PodGroup failed: {exc.message}"
+                if exc.answer is Answer.TRANSIENT:
+                    outcome.hold[actions.job.key] = why
+                elif exc.answer is not Answer.CONFLICT:  # 409: changed meanwhile; the watch brings the new version
+                    outcome.failures[actions.job.key] = why
+                outcome.changed = True
+                return False
+            if self.claim_store is not None:
+                self.claim_store.upsert(body)
+        return True
 
     async def create_job(self, manifest: dict[str, Any]) -> bool:
         """Create a pod group's adopting ParallelJob; one that exists already (409) is left as it is.

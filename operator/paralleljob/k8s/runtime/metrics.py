@@ -118,7 +118,40 @@ class Metrics:
             "Self-checks that found the kept cluster view different from a rebuild (then adopted); a bug if not 0",
             registry=r,
         )
+        self.domains = Gauge(
+            "paralleljob_domains",
+            "Topology domains (node, rack, spine...) by how much is free for new work: empty, partial, full",
+            ["level", "state"],
+            registry=r,
+        )
+        self.level_fragmentation = Gauge(
+            "paralleljob_level_fragmentation_ratio",
+            "Share of free GPUs that sit in partly used domains of a topology level",
+            ["level"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "paralleljob_queue_wait_seconds",
+            "Time a job waited before admission (placement recorded), from its status.queuedAt (to the second)",
+            ["queue"],
+            buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+            registry=r,
+        )
+        self.queue_oldest = Gauge(
+            "paralleljob_queue_oldest_queued_timestamp_seconds",
+            "status.queuedAt of a queue's longest-waiting job, epoch seconds (no series: none waits);"
+            " time() minus it is that job's wait",
+            ["queue"],
+            registry=r,
+        )
+        self.api_requests = Counter(
+            "paralleljob_api_requests_total",
+            "Requests to the API server by verb, resource and HTTP code ('<error>': no answer)",
+            ["verb", "resource", "code"],
+            registry=r,
+        )
         self._queues: set[str] = set()
+        self._waiting_queues: set[str] = set()
 
     def update(self, g: Gauges) -> None:
         for phase, count in g.jobs.items():
@@ -131,10 +164,26 @@ class Metrics:
             self.queue_length.labels(queue=queue).set(0)  # a queue whose last job left reads 0, not stale
         for queue, length in g.queue_length.items():
             self.queue_length.labels(queue=queue).set(length)
+            self.queue_wait.labels(queue=queue)  # the series exists from 0, so a rate sees its first admission
         self._queues |= set(g.queue_length)
         self.fragmentation.set(g.fragmentation)
         self.fairness.set(g.fairness)
         self.reoptimizable.set(g.reoptimizable)
+        for use in g.levels:
+            for state, count in (("empty", use.empty), ("partial", use.partial), ("full", use.full)):
+                self.domains.labels(level=use.level, state=state).set(count)
+            self.level_fragmentation.labels(level=use.level).set(use.fragmentation)
+
+    def set_oldest_queued(self, oldest: dict[str, float]) -> None:
+        for queue in self._waiting_queues - set(oldest):
+            self.queue_oldest.remove(queue)  # nobody waits there now: no age to show
+        for queue, stamp in oldest.items():
+            self.queue_oldest.labels(queue=queue).set(stamp)
+        self._waiting_queues = set(oldest)
+
+    def observe_request(self, method: str, path: str, code: int) -> None:
+        verb, resource = request_kind(method, path)
+        self.api_requests.labels(verb=verb, resource=resource, code=str(code) if code > 0 else "<error>").inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -143,6 +192,26 @@ class Metrics:
         """Called from the election's thread (prometheus_client's metrics are thread-safe)."""
         self.lease_renewals.labels(outcome=outcome).inc()
         self.lease_renew.observe(seconds)
+
+
+def request_kind(method: str, path: str) -> tuple[str, str]:
+    """(Kubernetes verb, resource[/subresource]) of a request path, as the API server's audit log names
+    them: ``GET /api/v1/namespaces/ns/pods`` is (list, pods), ``POST .../pods/p/binding`` (create, pods/binding)."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    resource = "/".join(rest[:1] + rest[2:3]) or "unknown"
+    named = len(rest) >= 2
+    verbs = {
+        "WATCH": "watch",
+        "GET": "get" if named else "list",
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if named else "deletecollection",
+    }
+    return verbs.get(method.upper(), method.lower()), resource
 
 
 async def serve(metrics: Metrics, host: str, port: int, health: Callable[[], tuple[bool, str]]) -> web.AppRunner:

@@ -39,7 +39,7 @@ from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
-from paralleljob.k8s.plan.metrics_model import gauges
+from paralleljob.k8s.plan.metrics_model import gauges, queue_waits
 from paralleljob.k8s.plan.waiting import WaitingMemo
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
@@ -285,6 +285,7 @@ class Reconciler:
             node_warnings=self.node_warnings,
             pod_groups={g.key: g for g in self.pod_groups.values()},
             workloads={w.key: w for w in self.workloads.values()},
+            resource_claims=self._group_claims(),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -345,6 +346,7 @@ class Reconciler:
         # plan.seen(), not plan.jobs: a job whose chain is in flight is left out of the decisions, not the counts
         self.metrics.update(gauges(view, plan.seen(), observed.queues, plan.fairness, plan.quiet_waiting))
         self.metrics.waiting_left_out.set(sum(plan.quiet_waiting.values()))
+        self._queue_waits(plan)
         self._queue_status(plan)
         self.pod_group_status.update(observed.jobs, observed.pod_groups)
         # after the gauges and queue statuses: they are part of what every pass costs
@@ -357,6 +359,21 @@ class Reconciler:
             len(self.inflight),
             sum(plan.quiet_waiting.values()),
         )
+
+    def _group_claims(self) -> dict[str, ClaimInfo]:
+        """The ResourceClaims PodGroups share, by namespace/name (none looked up when no group has any)."""
+        wanted = {
+            f"{g.namespace}/{c.claim}" for g in self.pod_groups.values() for c in g.resource_claims if c.claim
+        }
+        if not wanted:
+            return {}
+        return {key: c for c in self.claims.values() if (key := f"{c.namespace}/{c.name}") in wanted}
+
+    def _queue_waits(self, plan: Plan) -> None:
+        admitted, oldest = queue_waits(plan.seen(), time.time())
+        for queue, seconds in admitted:
+            self.metrics.queue_wait.labels(queue=queue).observe(seconds)
+        self.metrics.set_oldest_queued(oldest)
 
     def _report_warnings(self, plan: Plan, view: ClusterView) -> None:
         """Log a warning when it appears, not on every pass while it lasts (a condition that held for a

@@ -21,9 +21,15 @@ from typing import Any
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH
-from paralleljob.k8s.edge.nativegroups import pod_groups_path, workloads_path
+from paralleljob.k8s.edge.nativegroups import (
+    DEFAULT_VERSION,
+    SCHEDULING_GROUP,
+    pod_groups_path,
+    served_version,
+    workloads_path,
+)
 from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
-from paralleljob.k8s.runtime.api import Kube
+from paralleljob.k8s.runtime.api import ApiError, Kube
 from paralleljob.k8s.runtime.health import Health
 from paralleljob.k8s.runtime.leaderthread import ElectionThread
 from paralleljob.k8s.runtime.metrics import Metrics, serve
@@ -84,6 +90,7 @@ async def run_operator(
     reconciler = Reconciler(kube, config, metrics)
     reconciler.on_pass = lambda: health.passed(loop.time())
     kube.write_fence = election.leading  # no write leaves this process unless it still leads
+    kube.observe = metrics.observe_request
     stop_flag = asyncio.Event()
     failure: list[str] = []
 
@@ -97,7 +104,7 @@ async def run_operator(
         reconciler.stop_acting()
         raise OperatorFailed("lost the leader lease; stopping so a clean replica starts as a standby")
 
-    reflectors = _reflectors(kube, reconciler, config, health, loop)
+    reflectors = _reflectors(kube, reconciler, config, health, loop, await _gang_api_version(kube))
 
     async def initial_sync() -> None:
         """The first pass waits until every kind has been listed once."""
@@ -163,8 +170,25 @@ def _reflector(
     return Reflector(kube, path, on_list, on_event, name=name, transform=store.slim, **options)
 
 
+async def _gang_api_version(kube: Kube) -> str:
+    """scheduling.k8s.io's PodGroups and Workloads moved from v1alpha2 (1.36) to v1beta1 (1.37): watch what the
+    server serves (a server without the group: the default, whose optional reflectors then find nothing)."""
+    try:
+        discovery = await kube.request("GET", f"/apis/{SCHEDULING_GROUP}")
+    except ApiError:
+        return DEFAULT_VERSION
+    version = served_version(discovery)
+    log.info("gang API: watching %s/%s PodGroups and Workloads", SCHEDULING_GROUP, version)
+    return version
+
+
 def _reflectors(
-    kube: Kube, reconciler: Reconciler, config: OperatorConfig, health: Health, loop: asyncio.AbstractEventLoop
+    kube: Kube,
+    reconciler: Reconciler,
+    config: OperatorConfig,
+    health: Health,
+    loop: asyncio.AbstractEventLoop,
+    gang_version: str = DEFAULT_VERSION,
 ) -> list[Reflector]:
     """One list-and-watch per watched kind: the operator's only way in."""
     relist = config.relist_seconds
@@ -193,7 +217,7 @@ def _reflectors(
     # 1.36 with the GenericWorkload gate and that API version on; a cluster without it has no such groups.
     found += [
         _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist)
-        for kind, path in (("podgroup", pod_groups_path()), ("workload", workloads_path()))
+        for kind, path in (("podgroup", pod_groups_path(gang_version)), ("workload", workloads_path(gang_version)))
     ]
     if config.dra.enabled:
         # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold). A cluster before

@@ -1,0 +1,128 @@
+"""The per-level allocation and fragmentation gauges, the queue waits and the API request labels."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
+from paralleljob.core.topology import Level, NodeSpec, Topology
+from paralleljob.k8s.edge.queues import parse_time
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.metrics_model import LevelUse, gauges, level_use, queue_waits
+from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.runtime.metrics import Metrics, request_kind
+from paralleljob.k8s.view.clusterview import ClusterView
+from tests.k8s import factories
+
+
+def _view(topology: Topology, state: ClusterState) -> ClusterView:
+    return ClusterView(topology, state, {}, {}, [], frozenset())
+
+
+def _scan(topology: Topology, state: ClusterState, level: int) -> LevelUse:
+    """The same numbers read GPU by GPU, domain by domain."""
+    free: dict[int, int] = {}
+    size: dict[int, int] = {}
+    for node in range(topology.num_nodes):
+        dom = topology.domain_of[level][node]
+        usable = state.usable_free(node)
+        free[dom] = free.get(dom, 0) + usable
+        size[dom] = size.get(dom, 0) + topology.node_gpu_count[node]
+    kinds = ["empty" if free[d] == size[d] else "full" if free[d] == 0 else "partial" for d in free]
+    total = sum(free.values())
+    stranded = sum(f for d, f in free.items() if 0 < f < size[d])
+    return LevelUse(
+        topology.levels[level].name,
+        kinds.count("empty"),
+        kinds.count("partial"),
+        kinds.count("full"),
+        stranded / total if total else 0.0,
+    )
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[Topology, ClusterState]:
+    racks = draw(st.integers(1, 4))
+    per_rack = draw(st.integers(1, 4))
+    mixed = draw(st.booleans())
+    nodes = []
+    for n in range(racks * per_rack):
+        gpus = draw(st.sampled_from([4, 8])) if mixed else 8
+        memory = draw(st.sampled_from([40.0, 80.0])) if mixed else 80.0
+        nodes.append(NodeSpec(f"n{n}", gpus, memory, (f"rack-{n // per_rack}", "cluster")))
+    topology = Topology.from_nodes(nodes, [Level("node", 600), Level("rack", 100), Level("cluster", 50)])
+    state = ClusterState(topology)
+    for node in range(topology.num_nodes):
+        used = draw(st.integers(0, topology.node_gpu_count[node]))
+        if used:
+            first = topology.node_first_gpu[node]
+            state.allocate(Allocation(f"job-{node}", (tuple(range(first, first + used)),), 10.0))
+        if draw(st.integers(0, 5)) == 0:
+            state.set_node_schedulable(node, False)
+        if used < topology.node_gpu_count[node] and draw(st.integers(0, 5)) == 0:
+            state.set_health(topology.node_first_gpu[node] + used, GPUHealth.OFFLINE)
+    return topology, state
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters())
+def test_level_use_equals_a_scan_of_every_domain(cluster: tuple[Topology, ClusterState]) -> None:
+    topology, state = cluster
+    assert level_use(_view(topology, state)) == tuple(_scan(topology, state, level) for level in range(2))
+
+
+def test_the_gauges_carry_every_level_and_state() -> None:
+    metrics = Metrics()
+    topology = Topology.uniform(4, 8, levels=[("rack", 2, 100.0)])
+    state = ClusterState(topology)
+    state.allocate(Allocation("a", ((0, 1),), 10.0))
+    metrics.update(gauges(_view(topology, state), [], {}))
+    text = metrics.render().decode()
+    assert 'paralleljob_domains{level="rack",state="partial"} 1.0' in text
+    assert 'paralleljob_domains{level="node",state="empty"} 3.0' in text
+    assert 'paralleljob_level_fragmentation_ratio{level="node"} ' + str(6 / 30) in text
+
+
+def _job(name: str, phase: str, queued_at: str | None, queue: str = "default") -> JobActions:
+    body = factories.paralleljob(name, 2, 1, 1, queue=queue)
+    body["status"] = {"phase": phase, **({"queuedAt": queued_at} if queued_at else {})}
+    body["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    job = parse_job(body)
+    return JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
+
+
+def test_queue_waits_are_measured_from_the_jobs_own_queued_at() -> None:
+    now = parse_time("2024-01-01T00:10:00Z")
+    assert now is not None
+    admitted = _job("a", "Queued", "2024-01-01T00:09:00Z")
+    admitted.placed_cost = {"total": 1.0}
+    waiting = _job("b", "Queued", "2024-01-01T00:05:00Z")
+    newest = _job("c", "Queued", "2024-01-01T00:09:30Z")
+    never_stamped = _job("d", "Pending", None, queue="big")  # from its creation
+    running = _job("e", "Running", "2024-01-01T00:00:00Z")
+    done, oldest = queue_waits([admitted, waiting, newest, never_stamped, running], now)
+    assert done == [("default", 60.0)]
+    assert {q: now - stamp for q, stamp in oldest.items()} == {"default": 300.0, "big": 600.0}
+
+
+def test_request_kind_names_verbs_and_resources_as_the_audit_log_does() -> None:
+    ns = "/api/v1/namespaces/team"
+    pj = "/apis/paralleljob.dev/v1alpha1/namespaces/team/paralleljobs"
+    assert request_kind("GET", f"{ns}/pods") == ("list", "pods")
+    assert request_kind("GET", "/api/v1/nodes") == ("list", "nodes")
+    assert request_kind("GET", "/api/v1/nodes/n1") == ("get", "nodes")
+    assert request_kind("POST", f"{ns}/pods") == ("create", "pods")
+    assert request_kind("POST", f"{ns}/pods/p-0/binding") == ("create", "pods/binding")
+    assert request_kind("PATCH", f"{pj}/j/status") == ("patch", "paralleljobs/status")
+    assert request_kind("DELETE", f"{ns}/pods/p-0") == ("delete", "pods")
+    assert request_kind("WATCH", f"{ns}/events") == ("watch", "events")
+    assert request_kind("PUT", "/apis/coordination.k8s.io/v1/namespaces/x/leases/l") == ("update", "leases")
+    assert request_kind("GET", "/api/v1/namespaces/team") == ("get", "namespaces")
+    metrics = Metrics()
+    metrics.observe_request("POST", f"{ns}/pods", 409)
+    metrics.observe_request("GET", "/api/v1/nodes", 0)
+    text = metrics.render().decode()
+    assert 'paralleljob_api_requests_total{code="409",resource="pods",verb="create"} 1.0' in text
+    assert 'paralleljob_api_requests_total{code="<error>",resource="nodes",verb="list"} 1.0' in text
