@@ -26,9 +26,10 @@ KEY = "ns/el"
 
 def _spy(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[tuple[Any, ...]]:
     seen: list[tuple[Any, ...]] = []
+    real_admission = core_elastic.admission_size
 
     def admission(*args: Any, **kwargs: Any) -> Any:
-        placement, reasons = core_elastic.admission_size(*args, **kwargs)
+        placement, reasons = real_admission(*args, **kwargs)
         seen.append(("admit", placement.dp if placement else None, placement.groups if placement else None))
         return placement, reasons
 
@@ -38,10 +39,11 @@ def _spy(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[tuple[Any, ...]
             seen.append(("grow", grown.resize.after, grown.resize.groups))
         return grown
 
-    for module in modules:
+    # place_largest (both admission paths of the operator) asks admission_size in the core module
+    for module in (core_elastic, *modules):
         if hasattr(module, "admission_size"):
             monkeypatch.setattr(module, "admission_size", admission)
-        if hasattr(module, "plan_growth"):
+        if module is not core_elastic and hasattr(module, "plan_growth"):
             monkeypatch.setattr(module, "plan_growth", growth)
     return seen
 
@@ -64,6 +66,7 @@ def test_the_operator_and_the_simulator_size_an_elastic_job_alike(monkeypatch: p
     assert fc.job(KEY)["status"]["replicas"] == 3
     assert [s[:2] for s in operator_seen] == [("admit", 2), ("grow", 3)]
 
+    monkeypatch.undo()
     sim_seen = _spy(monkeypatch, sim_elastic)
     topology = fc.last_view.state.topology if fc.last_view and fc.last_view.state else None
     assert topology is not None

@@ -154,10 +154,27 @@ def test_workers_get_torchrun_elastic_env_and_a_stable_replica_group_id() -> Non
     assert sorted(p["metadata"]["name"] for p in fc.job_pods(KEY)) == ["el-d0-p0", "el-d1-p0", "el-d2-p0"]
 
 
-def test_under_a_core_queue_policy_it_starts_at_min_and_grows() -> None:
-    fc = FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 4}") for i in range(3)], policy=queue_policy("fair", 5))
-    fc.add_job(_elastic())  # wants 4, only 3 ever fit: not refused as never fitting
-    fc.settle(5)
+def test_under_a_core_queue_policy_admitted_at_what_fits_and_growth_replicas_go_first() -> None:
+    fc = FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 4}") for i in range(4)],
+                     policy=queue_policy("fair-backfill-preempt", 5))
+    fc.add_job(paralleljob("filler", 8, 1, 1, memory=0.0, priority=-1))  # a lower-priority whole gang
+    fc.settle(2)
+    fc.add_job(_elastic())  # wants 4, 3 fit: admitted at 3 at once, not at min and grown later
+    fc.settle(3)
     status = fc.job(KEY)["status"]
     assert status["phase"] == "Running" and status["replicas"] == 3
-    assert [r for _, r, _ in fc.events].count("Grew") == 1
+    assert status["replicaRange"] == "3/4 (2..4)"
+    assert any("admitted at 3 of 2..4 replicas" in m for _, r, m in fc.events if r == "Placed")
+    assert "Grew" not in [r for _, r, _ in fc.events]
+    before = _pods(fc)
+    # a rigid higher-priority job takes the highest growth replica, not the lower-priority whole gang
+    fc.add_job(paralleljob("urgent", 8, 1, 1, memory=0.0, priority=10))
+    fc.settle(3)
+    assert fc.phase("ns/urgent") == "Running" and fc.phase("ns/filler") == "Running"
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 2
+    assert status["elastic"]["lastResize"]["kind"] == "Shrank"
+    assert "cheapest" in status["elastic"]["lastResize"]["reason"]
+    assert _pods(fc) == {k: v for k, v in before.items() if k in _pods(fc)}  # the kept ones did not move
+    assert max(before) not in _pods(fc)  # the highest replica went
+    assert "PreemptionPending" not in str(fc.job("ns/filler")["status"].get("conditions"))
