@@ -25,7 +25,6 @@ from paralleljob.core.elastic import (
     ElasticHolding,
     ElasticRange,
     Resize,
-    drop_broken,
     plan_growth,
     resized,
     trim_to_desired,
@@ -181,17 +180,9 @@ def holding(job: JobObject, groups: tuple[tuple[int, ...], ...], preemptible: bo
     return ElasticHolding(request.spec, groups, request.elastic, preemptible)
 
 
-def drop_on_failure(
-    ctx: PassContext, held: HeldJob, groups: tuple[tuple[int, ...], ...], broken: Sequence[int], message: str
-) -> PlacementRecord | None:
-    """The repair found no room: drop the broken replicas when the job stays at or above min (the kept ones
-    keep their pods and GPUs); None below min, and the failure policy applies as for a rigid job."""
-    request, view = held.request, ctx.view
-    if request.elastic is None or view.state is None or not groups:
-        return None
-    drop = drop_broken(view.state, request.spec, groups, request.elastic, broken)
-    if drop is None:
-        return None
+def drop_on_failure(ctx: PassContext, held: HeldJob, drop: Resize, message: str) -> PlacementRecord:
+    """Carry out the core's drop (``core/elastic_failure.drop_instead``: the repair found no room and the job
+    stays at or above min): the kept replicas keep their pods and GPUs."""
     return commit_resize(ctx, held, drop, "DroppedReplica", message)
 
 
