@@ -69,6 +69,7 @@ class JobActions:
     annotates: list[PodAnnotate] = field(default_factory=list)
     service: dict[str, Any] | None = None  # the headless Service to make sure of
     membership: dict[str, Any] | None = None  # an elastic job's replicas ConfigMap to write (it changed)
+    rendezvous: dict[str, Any] | None = None  # and its rendezvous Service, pointed at the current host
     # For metrics: set when this pass placed, repaired or failed the job.
     placed_cost: dict[str, float] | None = None
     recovery_started: bool = False
@@ -94,6 +95,7 @@ class JobActions:
             or self.events
             or self.annotates
             or self.membership is not None
+            or self.rendezvous is not None
         )
 
     def note(self, event_type: str, reason: str, message: str) -> None:

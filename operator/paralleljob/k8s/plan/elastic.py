@@ -35,7 +35,7 @@ from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.steptime import StepTimeModel
 from paralleljob.k8s.edge.elasticenv import replica_group_id
-from paralleljob.k8s.edge.manifests import membership
+from paralleljob.k8s.edge.manifests import membership, rendezvous
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status, pod_name, record_from_status
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.actions import JobActions
@@ -187,7 +187,8 @@ def drop_on_failure(ctx: PassContext, held: HeldJob, drop: Resize, message: str)
 
 
 def note_membership(actions: JobActions) -> None:
-    """An elastic job whose placement changed this pass gets its replicas ConfigMap rewritten."""
+    """An elastic job whose placement changed this pass gets its replicas ConfigMap and its rendezvous Service
+    rewritten."""
     job, data = actions.job, actions.draft.data
     if job.request is None or job.request.elastic is None or job.request.pod_group:
         return
@@ -196,3 +197,4 @@ def note_membership(actions: JobActions) -> None:
     record = record_from_status(data)
     if record is not None:
         actions.membership = membership(job, record)
+        actions.rendezvous = rendezvous(job, record)  # re-pointed when the host's replica went
