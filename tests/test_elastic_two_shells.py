@@ -1,8 +1,11 @@
 """One elastic job through both shells: the operator's passes and the simulator's engine ask the core's
-``admission_size`` and ``plan_growth`` the same questions and get the same answers, GPU ids included.
+``admission_size``, ``plan_growth`` and ``drop_instead`` the same questions and get the same answers, GPU
+ids included.
 
 Three 8-GPU nodes; a rigid one-node job holds one; an elastic TP8 job (1..3 replicas) arrives, is admitted at
-2, and grows to 3 next to the others when the rigid job ends."""
+2, and grows to 3 next to the others when the rigid job ends. Then a failure: an elastic job of 2..3 fills
+the three nodes, the node of its replica 1 fails with no spare, and both shells drop that replica and keep
+the others where they are (the simulator then grows it back when the node is repaired)."""
 
 from __future__ import annotations
 
@@ -11,9 +14,12 @@ from typing import Any
 import pytest
 
 from paralleljob.core import elastic as core_elastic
+from paralleljob.core import elastic_failure
 from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.plan import elastic as operator_growth
 from paralleljob.k8s.plan import elastic_admission as operator_admission
+from paralleljob.k8s.plan import failures as operator_failures
+from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import elastic as sim_elastic
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
@@ -26,9 +32,10 @@ KEY = "ns/el"
 
 def _spy(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[tuple[Any, ...]]:
     seen: list[tuple[Any, ...]] = []
+    real_admission = core_elastic.admission_size
 
     def admission(*args: Any, **kwargs: Any) -> Any:
-        placement, reasons = core_elastic.admission_size(*args, **kwargs)
+        placement, reasons = real_admission(*args, **kwargs)
         seen.append(("admit", placement.dp if placement else None, placement.groups if placement else None))
         return placement, reasons
 
@@ -38,10 +45,11 @@ def _spy(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[tuple[Any, ...]
             seen.append(("grow", grown.resize.after, grown.resize.groups))
         return grown
 
-    for module in modules:
+    # place_largest (both admission paths of the operator) asks admission_size in the core module
+    for module in (core_elastic, *modules):
         if hasattr(module, "admission_size"):
             monkeypatch.setattr(module, "admission_size", admission)
-        if hasattr(module, "plan_growth"):
+        if module is not core_elastic and hasattr(module, "plan_growth"):
             monkeypatch.setattr(module, "plan_growth", growth)
     return seen
 
@@ -64,6 +72,7 @@ def test_the_operator_and_the_simulator_size_an_elastic_job_alike(monkeypatch: p
     assert fc.job(KEY)["status"]["replicas"] == 3
     assert [s[:2] for s in operator_seen] == [("admit", 2), ("grow", 3)]
 
+    monkeypatch.undo()
     sim_seen = _spy(monkeypatch, sim_elastic)
     topology = fc.last_view.state.topology if fc.last_view and fc.last_view.state else None
     assert topology is not None
@@ -76,3 +85,55 @@ def test_the_operator_and_the_simulator_size_an_elastic_job_alike(monkeypatch: p
     simulation.run()
     assert sim_seen == operator_seen
     assert simulation.jobs[KEY].resizes == 1 and simulation.jobs[KEY].finished is not None
+
+
+def _spy_drops(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tuple[Any, ...]]:
+    seen: list[tuple[Any, ...]] = []
+    real = elastic_failure.drop_instead
+
+    def drop(*args: Any, **kwargs: Any) -> Any:
+        resize = real(*args, **kwargs)
+        if resize is not None:
+            seen.append((resize.kind, resize.before, resize.after, resize.groups))
+        return resize
+
+    monkeypatch.setattr(module, "drop_instead", drop)
+    return seen
+
+
+def test_a_node_failure_with_no_spare_drops_the_same_replica_in_both_shells(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An elastic TP8 job of 2..3 replicas fills three 8-GPU nodes; the node of replica 1 fails and nothing
+    # is spare: both shells ask the core's drop_instead and keep replicas 0 and 2 on their GPUs.
+    operator_seen = _spy_drops(monkeypatch, operator_failures)
+    fc = FakeCluster([node(f"gpu-node-{i:03d}") for i in range(3)])
+    body = paralleljob("el", 8, 1, 3, memory=0.0)
+    body["spec"]["parallelism"].update(minData=2, maxData=3)
+    fc.add_job(body)
+    fc.settle(3)
+    assert fc.job(KEY)["status"]["replicas"] == 3
+    view = fc.last_view
+    assert view is not None and view.state is not None
+    topology = view.state.topology
+    groups = view.state.allocations[KEY].groups
+    failed = topology.gpu_node[groups[1][0]]
+    name = topology.node_names[failed]
+    fc.nodes[name] = node(name, ready=False)
+    fc.settle(3)
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 2
+    assert status["lastFailure"]["action"] == "DroppedReplica"
+    assert [s[:3] for s in operator_seen] == [(core_elastic.ResizeKind.DROP, 3, 2)]
+    assert operator_seen[0][3] == (groups[0], groups[2])
+
+    monkeypatch.undo()
+    sim_seen = _spy_drops(monkeypatch, sim_elastic)
+    spec = parse_job(body).request.spec  # type: ignore[union-attr]
+    trace = [TraceJob(KEY, 0.0, 100_000.0, 24, shape=(8, 1, 3), model=spec.model)]
+    failure = Failure(1_000.0, node=failed, cause="NIC", scope=Scope.NODE, gpu_index=0, repair_s=500.0)
+    config = SimConfig(elastic=0.5, check_invariants=True, scripted_failures=(failure,))
+    simulation = Simulation(topology, trace, config)
+    simulation.run()
+    assert sim_seen == operator_seen  # the same replica dropped, the same GPUs kept
+    job = simulation.jobs[KEY]
+    assert job.drops == 1 and job.requeues == 0 and job.finished is not None
+    assert job.resizes == 2  # dropped to 2, grew back to 3 once the node was repaired

@@ -133,8 +133,9 @@ def test_workers_get_torchrun_elastic_env_and_a_stable_replica_group_id() -> Non
     assert sorted(pods) == ["el-d0-p0", "el-d1-p0", "el-d2-p0"]
     env = pods["el-d1-p0"]
     assert env["PET_NNODES"] == "2:4" and env["PET_RDZV_BACKEND"] == "c10d"
-    assert env["PET_RDZV_ENDPOINT"] == f"el-d0-p0.el.ns.svc:{MASTER_PORT}"
-    assert env["PET_RDZV_CONF"] == "is_host=0" and pods["el-d0-p0"]["PET_RDZV_CONF"] == "is_host=1"
+    # one stable name for every pod; torchrun infers the host from what the name resolves to
+    assert {p["PET_RDZV_ENDPOINT"] for p in pods.values()} == {f"el-rdzv.ns.svc:{MASTER_PORT}"}
+    assert all("PET_RDZV_CONF" not in p for p in pods.values())
     assert int(env["PET_MAX_RESTARTS"]) > 3 and "PET_NODE_RANK" not in env
     assert env["REPLICA_GROUP_ID"] == "1" and env["NUM_REPLICA_GROUPS"] == "3"
     assert memberships and memberships[-1]["data"]["replicaGroupIds"] == "0,1,2"
@@ -154,10 +155,61 @@ def test_workers_get_torchrun_elastic_env_and_a_stable_replica_group_id() -> Non
     assert sorted(p["metadata"]["name"] for p in fc.job_pods(KEY)) == ["el-d0-p0", "el-d1-p0", "el-d2-p0"]
 
 
-def test_under_a_core_queue_policy_it_starts_at_min_and_grows() -> None:
-    fc = FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 4}") for i in range(3)], policy=queue_policy("fair", 5))
-    fc.add_job(_elastic())  # wants 4, only 3 ever fit: not refused as never fitting
-    fc.settle(5)
+def test_under_a_core_queue_policy_admitted_at_what_fits_and_growth_replicas_go_first() -> None:
+    fc = FakeCluster([node(f"n{i}", leaf=f"leaf-{i // 4}") for i in range(4)],
+                     policy=queue_policy("fair-backfill-preempt", 5))
+    fc.add_job(paralleljob("filler", 8, 1, 1, memory=0.0, priority=-1))  # a lower-priority whole gang
+    fc.settle(2)
+    fc.add_job(_elastic())  # wants 4, 3 fit: admitted at 3 at once, not at min and grown later
+    fc.settle(3)
     status = fc.job(KEY)["status"]
     assert status["phase"] == "Running" and status["replicas"] == 3
-    assert [r for _, r, _ in fc.events].count("Grew") == 1
+    assert status["replicaRange"] == "3/4 (2..4)"
+    assert any("admitted at 3 of 2..4 replicas" in m for _, r, m in fc.events if r == "Placed")
+    assert "Grew" not in [r for _, r, _ in fc.events]
+    before = _pods(fc)
+    # a rigid higher-priority job takes the highest growth replica, not the lower-priority whole gang
+    fc.add_job(paralleljob("urgent", 8, 1, 1, memory=0.0, priority=10))
+    fc.settle(3)
+    assert fc.phase("ns/urgent") == "Running" and fc.phase("ns/filler") == "Running"
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 2
+    assert status["elastic"]["lastResize"]["kind"] == "Shrank"
+    assert "cheapest" in status["elastic"]["lastResize"]["reason"]
+    assert _pods(fc) == {k: v for k, v in before.items() if k in _pods(fc)}  # the kept ones did not move
+    assert max(before) not in _pods(fc)  # the highest replica went
+    assert "PreemptionPending" not in str(fc.job("ns/filler")["status"].get("conditions"))
+
+
+def test_the_rendezvous_service_follows_the_host_when_its_replica_is_dropped() -> None:
+    fc = _cluster(3)
+    services: list[dict[str, Any]] = []
+
+    def step(n: int) -> None:
+        for _ in range(n):
+            plan = fc.step()
+            services.extend(a.rendezvous for a in plan.jobs if a.rendezvous is not None)
+
+    fc.add_job(_elastic())
+    step(3)
+    svc = services[-1]
+    assert svc["metadata"]["name"] == "el-rdzv" and svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+
+    def selected() -> list[str]:
+        want = svc["spec"]["selector"]
+        return [p["metadata"]["name"] for p in fc.job_pods(KEY)
+                if all(p["metadata"]["labels"].get(k) == v for k, v in want.items())]
+
+    assert selected() == ["el-d0-p0"]  # exactly the host: the lowest replica's stage-0 pod
+    # the host's replica is dropped (no spare): the Service is re-pointed at the lowest live replica
+    host_node = next(p["spec"]["nodeName"] for p in fc.job_pods(KEY) if p["metadata"]["name"] == "el-d0-p0")
+    fc.nodes[host_node] = node(host_node, ready=False, leaf="leaf-0")
+    services.clear()
+    step(3)
+    assert sorted(p["metadata"]["name"] for p in fc.job_pods(KEY)) == ["el-d1-p0", "el-d2-p0"]
+    svc = services[-1]
+    assert selected() == ["el-d1-p0"]
+    # the survivors' env is unchanged and still names the Service, so their restarted agents find it
+    env = _env(next(p for p in fc.job_pods(KEY) if p["metadata"]["name"] == "el-d2-p0"))
+    assert env["PET_RDZV_ENDPOINT"] == f"el-rdzv.ns.svc:{MASTER_PORT}"

@@ -26,7 +26,7 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
 WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "pods"): frozenset({"get", "create", "delete", "patch"}),
     ("", "pods/binding"): frozenset({"create"}),
-    ("", "services"): frozenset({"create"}),
+    ("", "services"): frozenset({"create", "update"}),  # update: an elastic job's <job>-rdzv follows its host
     ("", "configmaps"): frozenset({"create", "update"}),  # an elastic job's <job>-replicas ConfigMap
     ("", "events"): frozenset({"create"}),
     ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch", "create"}),

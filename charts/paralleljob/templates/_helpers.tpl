@@ -93,10 +93,11 @@ topology:
 - apiGroups: [""]
   resources: ["pods/binding"]
   verbs: ["create"]
-# One headless Service per job (MASTER_ADDR); it is owned by the job, so nothing else is needed.
+# One headless Service per job (MASTER_ADDR), and an elastic job's <job>-rdzv Service (its rendezvous host),
+# replaced whenever the host moves; both owned by the job, so nothing else is needed.
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["create"]
+  verbs: ["create", "update"]
 # An elastic job's replicas ConfigMap (<job>-replicas), owned by the job: replaced on every resize.
 - apiGroups: [""]
   resources: ["configmaps"]

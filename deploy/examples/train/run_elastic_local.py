@@ -60,7 +60,7 @@ def launch(
     procs = []
     for slot in rec.slots[replica * PP : (replica + 1) * PP]:
         env = {e["name"]: e["value"] for e in worker_env(job, rec, slot, 0)}  # type: ignore[arg-type]
-        shown = {k: env[k] for k in ("PET_NNODES", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_CONF",
+        shown = {k: env[k] for k in ("PET_NNODES", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT",
                                      "PET_MAX_RESTARTS", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS", "PJ_PP_RANK")}
         print(f"pod {slot.name}: {shown}", flush=True)
         env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{port}"

@@ -9,16 +9,25 @@ reclaims its queue's guarantee from borrowers) gets victims chosen by ``preempti
 
 The pass allocates admitted jobs in ``state`` (the caller's in-memory model) and returns every decision
 as a value, each with its reasons, for the shell to carry out.
+
+Elastic jobs (``elastic``: job id -> its range) go through the same functions as in the FIFO path
+(``core/elastic.py``): a waiting one counts against its queue's quota at its minimum only and is admitted
+at the largest size up to its desired one that fits now (``place_largest``, capped by the queue's headroom;
+the book then counts what it holds). Before whole gangs are evicted for a blocked head, growth replicas of
+lower-priority running elastic jobs are taken, highest replica first (``shrink_for``): a ``ShrinkReplicas``
+decision, and the head is admitted at once on the GPUs they held.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.cost import CostModel
+from paralleljob.core.elastic import ElasticHolding, ElasticRange, Resize, place_largest, resized, shrink_for
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.gates import WaitReason
 from paralleljob.core.job import JobSpec
@@ -72,7 +81,16 @@ class Preempt:
     reasons: tuple[str, ...]
 
 
-Decision = Admit | Wait | Reserve | Preempt
+@dataclass(frozen=True, slots=True)
+class ShrinkReplicas:
+    """Growth replicas taken from lower-priority elastic jobs for ``for_job`` (admitted next, on their GPUs)."""
+
+    for_job: str
+    resizes: tuple[Resize, ...]
+    reasons: tuple[str, ...]
+
+
+Decision = Admit | Wait | Reserve | Preempt | ShrinkReplicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +124,24 @@ def schedule(
     queues: Sequence[QueueSpec],
     policy: QueuePolicy,
     now: float,
+    elastic: Mapping[str, ElasticRange] | None = None,
 ) -> SchedulingPlan:
+    """One pass. ``elastic``: the range of every elastic job, waiting (its spec at any size: it is guaranteed
+    min) or running (its spec at the size it holds; only those listed may lose growth replicas)."""
     topo = state.topology
     total_memory = sum(c * m for c, m in zip(topo.node_gpu_count, topo.node_gpu_memory_gb, strict=True))
+    ranges = dict(elastic or {})
+    pending = [
+        dataclasses.replace(p, job=resized(p.job, ranges[p.job.job_id].min)) if p.job.job_id in ranges else p
+        for p in pending
+    ]
     book = QueueBook.of(queues, running, topo.num_gpus, total_memory)
+    holdings = {
+        r.job.job_id: ElasticHolding(r.job, state.allocations[r.job.job_id].groups, ranges[r.job.job_id], r.preemptible)
+        for r in running
+        if r.job.job_id in ranges and r.job.job_id in state.allocations
+    }
+    queue_of = {r.job.job_id: r.queue for r in running}
     lines = _queue_lines(pending, policy, now)
     decisions: list[Decision] = []
     head: _Head | None = None
@@ -128,18 +160,28 @@ def schedule(
             behind = (f"waits behind {head.pending.job.job_id} (no backfill)",)
             decisions.append(Wait(spec.job_id, job.queue, behind, reason=WaitReason.WAITING))
             continue
+        place = _placing(state, placer, job_model, spec, ranges.get(spec.job_id), book, job.queue)
         try:
-            placement, why = _try_place(state, placer, job_model, job, head, now)
+            placement, why = _try_place(state, place, job, head, now)
         except PlacementInfeasible as exc:
             if exc.permanent:
                 decisions.append(Wait(spec.job_id, job.queue, exc.reasons, permanent=True))
                 continue
-            if head is None:
+            shrunk = None
+            if head is None and policy.preemption and holdings:
+                shrunk = _shrink(state, placer, job_model, job, holdings, book, queue_of)
+            if shrunk is not None:
+                decisions.append(shrunk[0])
+                placement, why = shrunk[1], shrunk[0].reasons
+            elif head is None:
                 head, blocked = _block(_Pass(state, placer, running, book, policy, now), job_model, job, exc)
                 decisions.extend(blocked)
+                continue
             else:
                 decisions.append(Wait(spec.job_id, job.queue, exc.reasons))
-            continue
+                continue
+        if spec.job_id in ranges:
+            spec = resized(spec, placement.dp)
         state.allocate(Allocation(spec.job_id, placement.groups, spec.memory_per_gpu_gb))
         book.add(job.queue, spec)
         decisions.append(Admit(spec.job_id, job.queue, placement, (*why, *placement.reasons)))
@@ -163,26 +205,73 @@ def _queue_lines(pending: Sequence[PendingJob], policy: QueuePolicy, now: float)
     return lines
 
 
-def _try_place(
-    state: ClusterState, placer: PlacerLike, model: CostModel, job: PendingJob, head: _Head | None, now: float
-) -> tuple[Placement, tuple[str, ...]]:
+Place = Callable[[], tuple[Placement, tuple[str, ...]]]
+
+
+def _placing(
+    state: ClusterState,
+    placer: PlacerLike,
+    model: CostModel,
+    spec: JobSpec,
+    rng: ElasticRange | None,
+    book: QueueBook,
+    queue: str,
+) -> Place:
+    """How ``spec`` is placed: as it is, or (elastic) at the largest size the cluster and its queue's
+    headroom allow, never below min."""
+    if rng is None:
+        return lambda: (placer.place(spec, model), ())
+    cap = book.spec(queue).max_gpus
+    room = None if cap is None else cap - book.used(queue).gpus
+    return lambda: place_largest(state, placer, spec, rng, model, room)
+
+
+def _try_place(state: ClusterState, place: Place, job: PendingJob, head: _Head | None, now: float) -> tuple[
+    Placement, tuple[str, ...]
+]:
     """Place ``job`` now without delaying the head (when there is one)."""
     if head is None:
-        return placer.place(job.job, model), ()
+        return place()
     runtime = job.expected_runtime_s
     if runtime is not None and now + runtime <= head.shadow:
-        return placer.place(job.job, model), (
-            f"backfilled: ends by {now + runtime:.0f}s, before {head.pending.job.job_id} can start",
+        placement, why = place()
+        return placement, (
+            *why, f"backfilled: ends by {now + runtime:.0f}s, before {head.pending.job.job_id} can start",
         )
     reserved = [g for g in head.reserved if state.owner[g] is None and state.eligible(g, 0.0)]
     if reserved:
         state.assume(RESERVATION, reserved)
     try:
-        placement = placer.place(job.job, model)
+        placement, why = place()
     finally:
         if reserved:
             state.forget(RESERVATION)
-    return placement, (f"backfilled around the GPUs reserved for {head.pending.job.job_id}",)
+    return placement, (*why, f"backfilled around the GPUs reserved for {head.pending.job.job_id}")
+
+
+def _shrink(
+    state: ClusterState,
+    placer: PlacerLike,
+    model: CostModel,
+    job: PendingJob,
+    holdings: dict[str, ElasticHolding],
+    book: QueueBook,
+    queue_of: Mapping[str, str],
+) -> tuple[ShrinkReplicas, Placement] | None:
+    """Growth replicas of lower-priority elastic jobs for ``job`` (the FIFO path's ``shrink_for``), applied
+    to ``state``, the book and ``holdings`` so the rest of the pass sees the jobs at their new sizes."""
+    shrink = shrink_for(state, placer, model, job.job, list(holdings.values()))
+    if shrink is None:
+        return None
+    for resize in shrink.resizes:
+        held = holdings[resize.job_id]
+        state.release(resize.job_id)
+        state.allocate(Allocation(resize.job_id, resize.groups, held.job.memory_per_gpu_gb))
+        smaller = resized(held.job, resize.after)
+        book.remove(queue_of[resize.job_id], held.job)
+        book.add(queue_of[resize.job_id], smaller)
+        holdings[resize.job_id] = dataclasses.replace(held, job=smaller, groups=resize.groups)
+    return ShrinkReplicas(job.job.job_id, shrink.resizes, shrink.reasons), shrink.placement
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@ and the simulator) to carry out:
 
 - :func:`admission_size`: admit at the largest size from the desired one down to min that places now (never
   below min). ``gpu_room`` caps it (a queue's quota or fair-share headroom), so quotas count what it holds.
+  :func:`place_largest` is the same as a placer call (raises when min does not fit): both admission paths,
+  the FIFO one and the queue policies' pass (``core/admission.py``), call it.
 - :func:`plan_growth`: add replicas one at a time while free room lets, each placed next to the existing
   replicas (stage ``p`` of the new replica goes to the node of stage ``p`` of the last replica when it has
   room, else to the spare that raises the cost least, searched outward from there: the placer's repair
@@ -134,6 +136,22 @@ def admission_size(
         note = f"admitted at {size} of {rng.min}..{rng.max} replicas (desired {rng.desired})"
         return placement, (note, *why)
     return None, (f"not even the minimum of {rng.min} replica(s) fits now", *why)
+
+
+def place_largest(
+    state: ClusterState,
+    placer: PlacerLike,
+    job: JobSpec,
+    rng: ElasticRange,
+    model: CostModel,
+    gpu_room: int | None = None,
+) -> tuple[Placement, tuple[str, ...]]:
+    """:func:`admission_size` as a placer call: the placement and why it has that size (the first two
+    reasons); :class:`PlacementInfeasible` with every reason when not even min fits."""
+    placement, reasons = admission_size(state, placer, job, rng, model, gpu_room)
+    if placement is None:
+        raise PlacementInfeasible(job.job_id, list(reasons))
+    return placement, reasons[:2]
 
 
 # ---- growth -------------------------------------------------------------------------------------------
@@ -272,7 +290,7 @@ def growth_replicas(holdings: Sequence[ElasticHolding], priority: int) -> list[t
 
 def shrink_for(
     state: ClusterState,
-    placer: Placer,
+    placer: PlacerLike,
     model: CostModel,
     waiting: JobSpec,
     holdings: Sequence[ElasticHolding],

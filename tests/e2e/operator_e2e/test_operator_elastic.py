@@ -1,7 +1,8 @@
 """Elastic data parallelism on a real API server (issue 26): an elastic job (min 2, max 4 replicas of TP8) on
 a cluster with room for 3 starts at 3, grows to 4 next to the others when a node frees, gives a growth
-replica to a higher-priority rigid job, drops a replica on a failed node without moving the others, and
-``kubectl scale`` sets its desired size while the API refuses a size outside the range."""
+replica to a higher-priority rigid job, drops the rendezvous host's replica on a failed node without moving
+the others (the ``<job>-rdzv`` Service is re-pointed at the new host), and ``kubectl scale`` sets its desired
+size while the API refuses a size outside the range."""
 
 from __future__ import annotations
 
@@ -42,6 +43,14 @@ def replicas(pjs: Jobs, name: str, count: int, timeout_s: float = 30.0) -> dict[
         return status if ok and len(pod_nodes(pjs, name)) == count else None
 
     return dict(wait_for(f"{name} Running at {count} replicas", check, timeout_s, interval=0.05))
+
+
+def rendezvous_pods(kube: KubeSession, pjs: Jobs) -> list[str]:
+    """The live pods the job's rendezvous Service (el-rdzv) selects, read back from the API server."""
+    svc = kube.run(kube.core.read_namespaced_service("el-rdzv", pjs.namespace))
+    selector = ",".join(f"{k}={v}" for k, v in sorted(svc.spec.selector.items()))
+    pods = kube.run(kube.core.list_namespaced_pod(pjs.namespace, label_selector=selector)).items
+    return sorted(p.metadata.name for p in pods if p.metadata.deletion_timestamp is None)
 
 
 def test_elastic_job_starts_at_what_fits_grows_shrinks_and_scales(
@@ -93,14 +102,19 @@ def test_elastic_job_starts_at_what_fits_grows_shrinks_and_scales(
     pjs.wait_events("el", {"Shrank"})
     assert_gang_on_record(pjs, "urgent")
 
-    # every node is taken now: a failed node's replica is dropped, the others stay
+    # every node is taken now: a failed node's replica is dropped, the others stay. The failed one is the
+    # rendezvous host's, the pod the job's el-rdzv Service selects: the Service moves to a survivor.
     kept_nodes = pod_nodes(pjs, "el")
-    victim_pod = sorted(kept_nodes)[-1]
+    victim_pod = rendezvous_pods(kube, pjs)[0]
+    assert victim_pod == next(s["name"] for s in status["placement"]["pods"] if s["nodeRank"] == 0)
     chaos.make_node_not_ready(kept_nodes[victim_pod])
     status = replicas(pjs, "el", 2)
     assert status["lastFailure"]["action"] == "DroppedReplica"
     assert {n: u for n, u in uids(pjs, "el").items()} == {n: u for n, u in kept.items() if n != victim_pod}
     pjs.wait_events("el", {"DroppedReplica"})
+    host = next(s["name"] for s in status["placement"]["pods"] if s["nodeRank"] == 0)
+    assert host != victim_pod
+    wait_for("el-rdzv re-pointed at the new host", lambda: rendezvous_pods(kube, pjs) == [host])
     # the workers are told: torchrun's elastic range and a stable replica id; the ConfigMap lists the live ones
     env = {e.name: e.value for e in pjs.live_pods("el")[0].spec.containers[0].env}
     assert env["PET_NNODES"] == "2:4" and env["PET_RDZV_BACKEND"] == "c10d" and "REPLICA_GROUP_ID" in env

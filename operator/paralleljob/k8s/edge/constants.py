@@ -21,6 +21,8 @@ FIELD_MANAGER = "paralleljob-operator"
 JOB_LABEL = "paralleljob.dev/job"
 REPLICA_LABEL = "paralleljob.dev/replica"
 STAGE_LABEL = "paralleljob.dev/stage"
+# an elastic job's pods: the stable replica id (REPLICA_GROUP_ID), which the rendezvous Service selects by
+REPLICA_GROUP_LABEL = "paralleljob.dev/replica-group"
 NODE_RANK_LABEL = "paralleljob.dev/node-rank"  # under the job's rank order: torchrun's --node-rank
 MANAGED_LABEL = "app.kubernetes.io/managed-by"
 # On the operator's ResourceClaims (with JOB_LABEL): the worker pod the claim's devices are for.

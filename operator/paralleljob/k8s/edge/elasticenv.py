@@ -2,8 +2,8 @@
 jobs"):
 
 - torchrun's elastic rendezvous: ``PET_NNODES=MIN:MAX`` counted in torchrun nodes (one pod, one TP group, is
-  one node: ``minData*pp:maxData*pp``), the c10d backend on a stable name (the rendezvous host's pod DNS name
-  under the job's headless Service), the same ``PET_RDZV_ID`` everywhere, and ``PET_MAX_RESTARTS`` with
+  one node: ``minData*pp:maxData*pp``), the c10d backend on a stable name (the job's rendezvous Service,
+  :func:`rendezvous_service`), the same ``PET_RDZV_ID`` everywhere, and ``PET_MAX_RESTARTS`` with
   headroom: torchrun does not count a new node joining as a restart, but every survivor of a shrink sees its
   collectives fail and restarts once, so each replica above min may be taken and given back
   ``SHRINKS_PER_REPLICA`` times on top of ``failurePolicy.maxRestarts``;
@@ -12,9 +12,14 @@ jobs"):
   the live list is in the job's status and ConfigMap);
 - a ConfigMap ``<job>-replicas`` (:func:`membership_configmap`) listing the live replicas, their pods and ranks.
 
-The rendezvous host is the pod that held node rank 0 when the pod was created (``is_host`` is set explicitly:
-a Service name never matches a pod's own host name). If that replica is dropped, the survivors' rendezvous
-endpoint is gone and they restart with the next placement's pods (a limitation noted in docs/operator.md).
+The rendezvous host is the stage-0 pod of the lowest live replica (the record's node rank 0), and the
+endpoint is ``<job>-rdzv``, a headless Service (``publishNotReadyAddresses``) that selects exactly that pod
+by its stable replica id and stage labels. It is rewritten whenever the placement changes, so when the host's
+replica is dropped the Service is re-pointed at the new lowest live replica and the survivors' restarted
+agents find the rendezvous again. ``is_host`` is left to torchrun: the c10d backend resolves the endpoint
+and hosts the store on the pod whose own address it resolves to (``_matches_machine_hostname`` in torch
+2.15 compares the name's addresses with the machine's), every other agent connects as a client; an
+explicit ``is_host`` could not follow the host, since a pod's env never changes.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import json
 from typing import Any
 
 from paralleljob.core.rankorder import global_ranks
-from paralleljob.k8s.edge.constants import MASTER_PORT
+from paralleljob.k8s.edge.constants import JOB_LABEL, MASTER_PORT, REPLICA_GROUP_LABEL, STAGE_LABEL
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 
 SHRINKS_PER_REPLICA = 4
@@ -46,14 +51,12 @@ def elastic_env(
     max_restarts: int,
 ) -> dict[str, str]:
     pp = record.pp
-    host = record.master_slot()
-    endpoint = f"{host.name}.{job_name}.{namespace}.svc:{MASTER_PORT}"
+    endpoint = f"{rendezvous_name(job_name)}.{namespace}.svc:{MASTER_PORT}"
     return {
         "PET_NNODES": f"{min_data * pp}:{max_data * pp}",
         "PET_RDZV_BACKEND": "c10d",
         "PET_RDZV_ENDPOINT": endpoint,
         "PET_RDZV_ID": f"{namespace}-{job_name}",
-        "PET_RDZV_CONF": f"is_host={'1' if slot.name == host.name else '0'}",
         "PET_MAX_RESTARTS": str(max_restarts + SHRINKS_PER_REPLICA * (max_data - min_data)),
         "REPLICA_GROUP_ID": str(replica_group_id(slot, job_name)),
         "NUM_REPLICA_GROUPS": str(record.dp),
@@ -63,6 +66,36 @@ def elastic_env(
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         "PJ_MIN_DP_SIZE": str(min_data),
         "PJ_MAX_DP_SIZE": str(max_data),
+    }
+
+
+def rendezvous_name(job_name: str) -> str:
+    return f"{job_name}-rdzv"
+
+
+def rendezvous_host(record: PlacementRecord, job_name: str) -> tuple[int, int]:
+    """(stable replica id, stage) of the rendezvous host: node rank 0's pod, in the lowest live replica."""
+    host = record.master_slot()
+    return replica_group_id(host, job_name), host.stage
+
+
+def rendezvous_service(
+    job_name: str, namespace: str, owner: dict[str, Any], labels: dict[str, str], record: PlacementRecord
+) -> dict[str, Any]:
+    """``<job>-rdzv``: a headless Service selecting only the rendezvous host's pod (its DNS name resolves to
+    that pod's address, ready or not), rewritten with the placement so it follows the host."""
+    rid, stage = rendezvous_host(record, job_name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": rendezvous_name(job_name), "namespace": namespace, "labels": labels,
+                     "ownerReferences": [owner]},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {JOB_LABEL: job_name, REPLICA_GROUP_LABEL: str(rid), STAGE_LABEL: str(stage)},
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT, "protocol": "TCP"}],
+        },
     }
 
 

@@ -20,12 +20,13 @@ from paralleljob.k8s.edge.constants import (
     MANAGED_VALUE,
     MASTER_PORT,
     NODE_RANK_LABEL,
+    REPLICA_GROUP_LABEL,
     REPLICA_LABEL,
     SCHEDULER_NAME,
     STAGE_LABEL,
     TARGET_NODE_ANNOTATION,
 )
-from paralleljob.k8s.edge.elasticenv import elastic_env, membership_configmap
+from paralleljob.k8s.edge.elasticenv import elastic_env, membership_configmap, rendezvous_service, replica_group_id
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 
@@ -101,6 +102,8 @@ def worker_pod(
         NODE_RANK_LABEL: str(record.node_rank(slot)),
         MANAGED_LABEL: MANAGED_VALUE,
     }
+    if request.elastic is not None:  # the rendezvous Service selects its host by these (elasticenv)
+        labels[REPLICA_GROUP_LABEL] = str(replica_group_id(slot, job.name))
     annotations = {
         **(meta.get("annotations") or {}),
         GPU_INDICES_ANNOTATION: ",".join(str(i) for i in slot.gpu_indices),
@@ -203,3 +206,9 @@ def membership(job: JobObject, record: PlacementRecord) -> dict[str, Any]:
     """An elastic job's ``<job>-replicas`` ConfigMap (``elasticenv.membership_configmap``), owned by the job."""
     labels = {JOB_LABEL: job.name, MANAGED_LABEL: MANAGED_VALUE}
     return membership_configmap(job.name, job.namespace, owner_reference(job), labels, record)
+
+
+def rendezvous(job: JobObject, record: PlacementRecord) -> dict[str, Any]:
+    """An elastic job's ``<job>-rdzv`` Service pointed at its rendezvous host (``elasticenv.rendezvous_service``)."""
+    labels = {JOB_LABEL: job.name, MANAGED_LABEL: MANAGED_VALUE}
+    return rendezvous_service(job.name, job.namespace, owner_reference(job), labels, record)

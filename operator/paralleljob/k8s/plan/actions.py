@@ -71,6 +71,7 @@ class JobActions:
     service: dict[str, Any] | None = None  # the headless Service to make sure of
     membership: dict[str, Any] | None = None  # an elastic job's replicas ConfigMap to write (it changed)
     reserves: list[ClaimReserve] = field(default_factory=list)  # a PodGroup's shared claims, before its binds
+    rendezvous: dict[str, Any] | None = None  # and its rendezvous Service, pointed at the current host
     # For metrics: set when this pass placed, repaired or failed the job.
     placed_cost: dict[str, float] | None = None
     recovery_started: bool = False
@@ -97,6 +98,7 @@ class JobActions:
             or self.annotates
             or self.membership is not None
             or self.reserves
+            or self.rendezvous is not None
         )
 
     def note(self, event_type: str, reason: str, message: str) -> None:

@@ -25,7 +25,6 @@ from paralleljob.core.elastic import (
     ElasticHolding,
     ElasticRange,
     Resize,
-    drop_broken,
     plan_growth,
     resized,
     trim_to_desired,
@@ -36,7 +35,7 @@ from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.steptime import StepTimeModel
 from paralleljob.k8s.edge.elasticenv import replica_group_id
-from paralleljob.k8s.edge.manifests import membership
+from paralleljob.k8s.edge.manifests import membership, rendezvous
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status, pod_name, record_from_status
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.actions import JobActions
@@ -181,22 +180,15 @@ def holding(job: JobObject, groups: tuple[tuple[int, ...], ...], preemptible: bo
     return ElasticHolding(request.spec, groups, request.elastic, preemptible)
 
 
-def drop_on_failure(
-    ctx: PassContext, held: HeldJob, groups: tuple[tuple[int, ...], ...], broken: Sequence[int], message: str
-) -> PlacementRecord | None:
-    """The repair found no room: drop the broken replicas when the job stays at or above min (the kept ones
-    keep their pods and GPUs); None below min, and the failure policy applies as for a rigid job."""
-    request, view = held.request, ctx.view
-    if request.elastic is None or view.state is None or not groups:
-        return None
-    drop = drop_broken(view.state, request.spec, groups, request.elastic, broken)
-    if drop is None:
-        return None
+def drop_on_failure(ctx: PassContext, held: HeldJob, drop: Resize, message: str) -> PlacementRecord:
+    """Carry out the core's drop (``core/elastic_failure.drop_instead``: the repair found no room and the job
+    stays at or above min): the kept replicas keep their pods and GPUs."""
     return commit_resize(ctx, held, drop, "DroppedReplica", message)
 
 
 def note_membership(actions: JobActions) -> None:
-    """An elastic job whose placement changed this pass gets its replicas ConfigMap rewritten."""
+    """An elastic job whose placement changed this pass gets its replicas ConfigMap and its rendezvous Service
+    rewritten."""
     job, data = actions.job, actions.draft.data
     if job.request is None or job.request.elastic is None or job.request.pod_group:
         return
@@ -205,3 +197,4 @@ def note_membership(actions: JobActions) -> None:
     record = record_from_status(data)
     if record is not None:
         actions.membership = membership(job, record)
+        actions.rendezvous = rendezvous(job, record)  # re-pointed when the host's replica went

@@ -1,12 +1,14 @@
 """Admitting elastic jobs, and taking growth replicas for a waiting higher-priority job, in the operator's
-FIFO admission: thin shells over ``core/elastic.py`` (``admission_size``, ``shrink_for``)."""
+FIFO admission: thin shells over ``core/elastic.py`` (``place_largest``, ``shrink_for``); the queue policies'
+pass decides the same in the core (``core/admission.py``) and carries its shrinks out with :func:`commit_shrinks`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from paralleljob.core.cluster import ClusterState
 from paralleljob.core.cost import cost_model
-from paralleljob.core.elastic import ElasticHolding, admission_size, shrink_for
-from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.elastic import ElasticHolding, Resize, place_largest, shrink_for
 from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.context import PassContext
@@ -19,11 +21,7 @@ def place_elastic(
 ) -> tuple[Placement, tuple[str, ...]]:
     """The placement at the largest size that fits now; :class:`PlacementInfeasible` when min does not."""
     assert request.elastic is not None
-    spec = request.spec
-    placement, reasons = admission_size(state, placer, spec, request.elastic, cost_model(request.cost_model), gpu_room)
-    if placement is None:
-        raise PlacementInfeasible(spec.job_id, list(reasons))
-    return placement, reasons[:2]
+    return place_largest(state, placer, request.spec, request.elastic, cost_model(request.cost_model), gpu_room)
 
 
 def shrink_growth_replicas(
@@ -43,9 +41,15 @@ def shrink_growth_replicas(
     shrink = shrink_for(view.state, placer, cost_model(request.cost_model), request.spec, holdings)
     if shrink is None:
         return None
-    for resize in shrink.resizes:
+    commit_shrinks(ctx, job, shrink.resizes)
+    return shrink.placement, shrink.reasons
+
+
+def commit_shrinks(ctx: PassContext, job: JobObject, resizes: Sequence[Resize]) -> None:
+    """Carry out the core's growth-replica preemptions for ``job`` (either admission path): records,
+    statuses, Events, and the dropped pods deleted now."""
+    for resize in resizes:
         held = ctx.shrinkable.pop(resize.job_id)
         new = commit_resize(ctx, held, resize, "Shrank", f"preempted growth replicas for {job.key}")
         # its dropped pods go now; the new job's pods wait for their GPUs (podsync._waits_for_gpus)
-        sync_pods(held.actions, held.job, held.request, new, held.pods, view.nodes, ctx.gpu_holders)
-    return shrink.placement, shrink.reasons
+        sync_pods(held.actions, held.job, held.request, new, held.pods, ctx.view.nodes, ctx.gpu_holders)

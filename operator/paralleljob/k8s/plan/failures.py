@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.elastic_failure import drop_instead
 from paralleljob.core.eligibility import NodeFilter, restricted, within_domain
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.recovery import RecoveryStrategy
@@ -139,11 +140,11 @@ def handle(
     in_use = (view.node_index[s.node] for s in record.slots if s.node in view.node_index)
     with restricted(view.state, request.spec, within_domain(node_filter, in_use)):
         decision = decide_repair(view.state, placer, request.spec, cost_model(request.cost_model), policy, report)
-    no_room = isinstance(decision, Requeue) or (
-        isinstance(decision, GiveUp) and decision.reason is not GiveUpReason.MAX_RESTARTS
+    drop = drop_instead(
+        view.state, request.spec, held_groups, request.elastic, decision, breakage.hardware, breakage.slots
     )
-    if no_room and breakage.hardware and request.elastic is not None:
-        dropped = drop_on_failure(ctx, held, held_groups, breakage.slots, f"after: {breakage.message}")
+    if drop is not None:
+        dropped = drop_on_failure(ctx, held, drop, f"after: {breakage.message}")
         if dropped is not None:
             after = round(dropped.cost.total_ms, 6) if dropped.cost else None
             failure.update(action="DroppedReplica", costAfterMs=after)

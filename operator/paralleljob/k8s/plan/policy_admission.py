@@ -8,6 +8,9 @@ this module carries them out through the same status machinery as the strict-FIF
 - ``Wait`` / ``Reserve``: the ``Placed`` condition says why, and a reservation says when it expects to start;
   a ``Wait`` that can never be met fails the job (unless it ran before: then the missing room is assumed to
   be broken hardware that will come back);
+- ``ShrinkReplicas``: growth replicas of lower-priority elastic jobs are taken (``elastic_admission``), and
+  the job they made room for is admitted in the same pass (an ``Admit`` follows); an elastic job is admitted
+  at the size the core chose (its minimum is all the quota counts on until then);
 - ``Preempt``: each victim gets ``status.preemption {deadline, for}``, a ``PreemptionPending`` condition, an
   Event, and the checkpoint-now annotation on its pods (``k8s/plan/preempting.py`` finishes the preemption when
   the deadline passes, on whichever pass, by whichever operator, comes first).
@@ -22,7 +25,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-from paralleljob.core.admission import Admit, Preempt, Reserve, SchedulingPlan, Wait, schedule
+from paralleljob.core.admission import Admit, Preempt, Reserve, SchedulingPlan, ShrinkReplicas, Wait, schedule
 from paralleljob.core.cost import cost_model
 from paralleljob.core.elastic import resized
 from paralleljob.core.eligibility import FilteredPlacer
@@ -32,6 +35,8 @@ from paralleljob.k8s.edge.queues import format_time, pending_job, queue_spec
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import PassContext
+from paralleljob.k8s.plan.elastic import write_status
+from paralleljob.k8s.plan.elastic_admission import commit_shrinks
 from paralleljob.k8s.plan.fifo_admission import (
     entry_of,
     fail_unschedulable,
@@ -61,8 +66,8 @@ def admit_with_core(
         if refuse_before_queueing(ctx, job, request):
             continue
         if request.elastic is not None:
-            # The core's pass plans whole gangs: an elastic job enters it at its minimum (all its quota may
-            # count on) and grows once running (plan/elastic.py), so it is never held back for its maximum.
+            # Gated and queued at its minimum (all its quota may count on); the core admits it at the
+            # largest size that fits (``ranges`` below) and it grows once running (plan/elastic.py).
             request = dataclasses.replace(request, spec=resized(request.spec, request.elastic.min))
         room = None
         if job.key in making_room:
@@ -81,6 +86,9 @@ def admit_with_core(
     models = {name: cost_model(name) for name in {r.cost_model for r in requests.values()}}
     wrapped = FilteredPlacer(placer, view.state, node_filters(ctx.eligibility))
     specs = [queue_spec(q) for q in queues.values()]
+    # Elastic: every waiting one (the core guarantees it min), and the running ones that may lose replicas.
+    ranges = {key: r.elastic for key, (_, r) in jobs.items() if r.elastic is not None}
+    ranges.update({key: h.request.elastic for key, h in ctx.shrinkable.items() if h.request.elastic is not None})
     started = ctx.clock()
     plan = schedule(
         view.state,
@@ -91,13 +99,20 @@ def admit_with_core(
         specs,
         policy,
         now_s,
+        ranges,
     )
     durations = [ctx.clock() - started]
     preempting: set[str] = {d.for_job for d in plan.decisions if isinstance(d, Preempt)}
     for decision in plan.decisions:
         if isinstance(decision, Admit):
             job, request = jobs[decision.job_id]
+            if request.elastic is not None:
+                request = dataclasses.replace(request, spec=resized(request.spec, decision.placement.dp))
             record_admission(ctx, job, request, decision.placement, decision.reasons)
+            if request.elastic is not None:
+                write_status(actions_for(job).draft, request.elastic, request.spec.dp, None)
+        elif isinstance(decision, ShrinkReplicas):
+            commit_shrinks(ctx, jobs[decision.for_job][0], decision.resizes)
         elif isinstance(decision, Wait):
             job, _ = jobs[decision.job_id]
             _wait(actions_for(job), job, decision, now)

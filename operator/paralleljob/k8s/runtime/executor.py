@@ -97,7 +97,9 @@ class Executor:
         if actions.service is not None:
             work.append(self._service(actions))
         if actions.membership is not None:
-            work.append(self._membership(actions.membership))
+            work.append(self._replace(actions.membership, "configmaps"))
+        if actions.rendezvous is not None:
+            work.append(self._replace(actions.rendezvous, "services"))
         work.extend(self._create_and_bind(actions, c, outcome) for c in actions.creates)
         work.extend(self._bind(actions.job.key, b, outcome) for b in actions.binds)
         await asyncio.gather(*work)
@@ -223,10 +225,11 @@ class Executor:
                 return
         self.services.add(key)
 
-    async def _membership(self, manifest: dict[str, Any]) -> None:
-        """An elastic job's replicas ConfigMap: replaced, or created the first time."""
+    async def _replace(self, manifest: dict[str, Any], plural: str) -> None:
+        """An elastic job's replicas ConfigMap or rendezvous Service: replaced (an unconditional update), or
+        created the first time."""
         meta = manifest["metadata"]
-        path = f"/api/v1/namespaces/{meta['namespace']}/configmaps"
+        path = f"/api/v1/namespaces/{meta['namespace']}/{plural}"
         try:
             try:
                 await retrying(lambda: self.kube.request("PUT", f"{path}/{meta['name']}", manifest))
@@ -235,7 +238,7 @@ class Executor:
                     raise
                 await retrying(lambda: self.kube.request("POST", path, manifest))
         except ApiError as exc:  # the status is the record; the next resize writes it again
-            log.warning("replicas ConfigMap %s/%s not written: %s", meta["namespace"], meta["name"], exc)
+            log.warning("%s %s/%s not written: %s", plural, meta["namespace"], meta["name"], exc)
 
     async def _create_and_bind(self, actions: JobActions, create: PodCreate, outcome: Outcome) -> None:
         job = actions.job

@@ -29,6 +29,7 @@ from paralleljob.core.repair import (
     pods_to_move,
 )
 from paralleljob.sim.cluster.failures import Failure, Scope
+from paralleljob.sim.run import elastic
 from paralleljob.sim.run.events import Event, Kind
 from paralleljob.sim.run.jobs import SimJob
 
@@ -117,6 +118,9 @@ def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, .
         sim._room_epoch += 1  # its healthy GPUs may have been freed
         if new is not None:
             sim._count(new, +1)
+    if elastic.drop_on_failure(sim, job, old, decision, kind, groups):
+        restart(sim, job)  # the kept replicas restart where they are, at the smaller size
+        return
     if isinstance(decision, GiveUp):
         job.restarts += decision.reason is GiveUpReason.NO_ROOM  # the operator counts it as a restart
         job.step(Step.GAVE_UP)

@@ -10,9 +10,16 @@ restart or TorchFT's per-step quorum), paying ``--resize-overhead`` seconds of r
 Throughput follows the step-time model: the trace duration is the job's work at its full size on the ideal
 placement; at ``k`` of ``dp`` replicas, with communication cost ``C_k``, a step takes ``step_ms(C_k)`` and
 does ``k / dp`` of a full step's samples, so the job runs ``(dp / k) * step_ms(C_k) / step_ms(C_ideal)``
-times its trace duration (``slowdown``). Not modelled here (the operator does them): taking growth
-replicas for a higher-priority job, and dropping a broken replica (a failed elastic job is repaired or
-requeued as a rigid one at its current size).
+times its trace duration (``slowdown``).
+
+Taking growth replicas for a higher-priority job (``shrink_for``: highest replica first, lowest priority
+first, before any whole gang) happens in both queue paths: the built-in queues' pass asks it for a rigid job
+that does not fit (:func:`take_growth_replicas`, as the operator's FIFO admission does), the core queue
+policies' pass returns it as a ``ShrinkReplicas`` decision (:func:`ranges_for_pass` gives it the ranges).
+A replica that loses hardware with no room to repair it is dropped while the job keeps its minimum
+(``elastic_failure.drop_instead``, the operator's rule, :func:`drop_on_failure`); the kept replicas restart
+where they are, paying ``--restart-overhead``, with the work since the last checkpoint lost as for any
+failure. A shrink pays ``--resize-overhead`` and loses nothing (the grace period of a preemption).
 """
 
 from __future__ import annotations
@@ -21,15 +28,27 @@ import math
 from typing import TYPE_CHECKING
 
 from paralleljob.core.cluster import Allocation
-from paralleljob.core.elastic import ElasticRange, admission_size, plan_growth, resized
+from paralleljob.core.elastic import (
+    ElasticHolding,
+    ElasticRange,
+    Resize,
+    admission_size,
+    plan_growth,
+    resized,
+    shrink_for,
+)
+from paralleljob.core.elastic_failure import drop_instead
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.evaluate import node_level_cost
 from paralleljob.core.job import JobSpec
+from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer
+from paralleljob.core.repair import FailureKind, RepairDecision
 
 if TYPE_CHECKING:
+    from paralleljob.sim.run.core_queue import CoreQueue
     from paralleljob.sim.run.engine import Simulation
     from paralleljob.sim.run.jobs import SimJob
 
@@ -86,17 +105,93 @@ def grow_pass(sim: Simulation) -> None:
         )
         if growth.resize is None:
             continue
-        job.interrupt(now, save_all=True)  # checkpoint-free: the replicas carry the state over
-        sim._release(job_id)
-        sim._allocate(Allocation(job_id, growth.resize.groups, job.spec.memory_per_gpu_gb))
-        job.spec = resized(job.spec, growth.resize.after)
-        job.resizes += 1
-        cost = _cost(sim, job, growth.resize.groups)
-        sim._placed(job, growth.resize.groups, cost)
-        sim.running.pop(job_id, None)
-        sim.expected_end.pop(job_id, None)
-        job.restart_gpu_s += sim.config.resize_overhead_s * job.num_gpus
-        sim._begin(job, now + sim.config.resize_overhead_s)
+        apply_resize(sim, job, growth.resize)
+
+
+def apply_resize(sim: Simulation, job: SimJob, resize: Resize, planned: Allocation | None = None) -> None:
+    """Run ``job`` at ``resize``'s size from now on: checkpoint-free (the kept replicas carry the state over),
+    ``--resize-overhead`` seconds of restart with its GPUs held. ``planned``: the allocation it had when a
+    core pass already rewrote the state (only the engine's tallies are left to move)."""
+    now = sim.clock.now()
+    if job.phase is Phase.RUNNING:
+        job.interrupt(now, save_all=True)
+    else:
+        job.epoch += 1  # placed, not started: its pending START is for the old size
+    if planned is None:
+        sim._release(job.job_id)
+        sim._allocate(Allocation(job.job_id, resize.groups, job.spec.memory_per_gpu_gb))
+    else:
+        sim._count(planned, -1)
+        sim._count(sim.state.allocations[job.job_id], +1)
+        sim._room_epoch += 1
+    job.spec = resized(job.spec, resize.after)
+    job.resizes += 1
+    sim._placed(job, resize.groups, _cost(sim, job, resize.groups))
+    sim.running.pop(job.job_id, None)
+    sim.expected_end.pop(job.job_id, None)
+    job.restart_gpu_s += sim.config.resize_overhead_s * job.num_gpus
+    sim._begin(job, now + sim.config.resize_overhead_s)
+
+
+def _holdings(sim: Simulation) -> list[ElasticHolding]:
+    """Running elastic jobs that may give growth replicas (not already being preempted), as the operator's
+    pass offers its Running ones."""
+    out = []
+    for job_id in sorted(sim.running):
+        job = sim.jobs[job_id]
+        if job.elastic is None or job.phase is not Phase.RUNNING or job_id in sim._preempting:
+            continue
+        out.append(ElasticHolding(job.spec, sim.state.allocations[job_id].groups, job.elastic))
+    return out
+
+
+def take_growth_replicas(sim: Simulation, job: SimJob) -> Placement | None:
+    """The built-in queues' path: a rigid job that does not fit takes lower-priority growth replicas when that
+    lets it place now (``shrink_for``, the operator's FIFO rule); its placement, or None."""
+    if job.elastic is not None or not isinstance(sim.placer, Placer):
+        return None
+    holdings = _holdings(sim)
+    if not holdings:
+        return None
+    shrink = shrink_for(sim.state, sim.placer, sim.model, job.spec, holdings)
+    if shrink is None:
+        return None
+    for resize in shrink.resizes:
+        victim = sim.jobs[resize.job_id]
+        apply_resize(sim, victim, resize)
+        victim.shrinks += 1
+    return shrink.placement
+
+
+def ranges_for_pass(sim: Simulation, queue: CoreQueue) -> dict[str, ElasticRange]:
+    """The core queue pass's ``elastic``: every waiting elastic job, and the running ones that may shrink."""
+    ranges = {
+        w.job_id: rng for w in queue.candidates(sim.clock.now()) if (rng := sim.jobs[w.job_id].elastic) is not None
+    }
+    if isinstance(sim.placer, Placer):
+        ranges.update({h.job.job_id: h.rng for h in _holdings(sim)})
+    return ranges
+
+
+def drop_on_failure(
+    sim: Simulation, job: SimJob, held: Allocation, decision: RepairDecision, kind: FailureKind,
+    broken_groups: tuple[int, ...],
+) -> bool:
+    """Drop the broken replicas instead of ``decision`` (the operator's rule, ``drop_instead``); whether it
+    did. The caller restarts the kept replicas."""
+    resize = drop_instead(
+        sim.state, job.spec, held.groups, job.elastic, decision, kind is not FailureKind.WORKER, broken_groups
+    )
+    if resize is None:
+        return False
+    sim._allocate(Allocation(job.job_id, resize.groups, job.spec.memory_per_gpu_gb))
+    job.spec = resized(job.spec, resize.after)
+    job.resizes += 1
+    job.drops += 1
+    job.restarts += 1  # the operator counts the failure as a restart too
+    job.step(Step.REPAIRED)
+    sim._placed(job, resize.groups, _cost(sim, job, resize.groups))
+    return True
 
 
 def _cost(sim: Simulation, job: SimJob, groups: tuple[tuple[int, ...], ...]) -> float:

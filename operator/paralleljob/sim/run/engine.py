@@ -19,6 +19,7 @@ from paralleljob.core import admission, queueing
 from paralleljob.core.baselines import tp_groups_across_nodes
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import cost_model
+from paralleljob.core.elastic import resized
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
 from paralleljob.core.evaluate import nodes_common_level
 from paralleljob.core.fifo import FifoHooks, FifoJob, schedule_fifo
@@ -94,8 +95,6 @@ class Simulation:
         if queue is None:
             queue = make_core_queue(config.queue, config.quotas)  # None unless it names a core queue policy
         self.queue = queue if queue is not None else queue_policy(config.queue)
-        if config.elastic > 0 and isinstance(self.queue, CoreQueue):
-            raise ValueError("--elastic needs a fifo queue (fifo, fifo-skip): the core queue pass admits rigid jobs")
         if config.quotas and not isinstance(self.queue, CoreQueue):
             raise ValueError(f"quotas need a core queue policy (core-fair, ...), not {config.queue!r}")
         self.clock = SimClock()
@@ -295,6 +294,14 @@ class Simulation:
                     job.step(Step.REJECTED)
                     self._reject_done(job, "; ".join(exc.reasons))
                     continue
+                taken = None if exc.permanent else elastic.take_growth_replicas(self, job)
+                if taken is not None:  # the cheapest preemption: the job goes on the replicas' GPUs now
+                    self.queue.remove(job.job_id)
+                    self._allocate(Allocation(job.job_id, taken.groups, job.spec.memory_per_gpu_gb))
+                    job.step(Step.ADMITTED)
+                    self._placed(job, taken.groups, taken.cost.total_ms)
+                    self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
+                    continue
                 victims = self.queue.victims(waiting, self.running, now)
                 if victims:
                     for victim in victims:
@@ -330,14 +337,23 @@ class Simulation:
             running.append(queueing.RunningJob(job.spec, job.trace.tenant, now, None, None, preemptible=False))
         # The planner is typed for the core Placer; the baselines have its place() shape, which is all it calls.
         placer = cast(Placer, self.placer)
+        ranges = elastic.ranges_for_pass(self, queue)
+        held = dict(self.state.allocations)  # what the planner may shrink (it updates the state itself)
         plan = admission.schedule(
-            self.state, placer, self.model, queue.pending(self.jobs), running, queue.queues, queue.policy, now
+            self.state, placer, self.model, queue.pending(self.jobs), running, queue.queues, queue.policy, now,
+            ranges,
         )
         queue.jain.append(plan.jain_index)
         for decision in plan.decisions:
-            if isinstance(decision, admission.Admit):
+            if isinstance(decision, admission.ShrinkReplicas):
+                for resize in decision.resizes:
+                    elastic.apply_resize(self, self.jobs[resize.job_id], resize, planned=held[resize.job_id])
+                    self.jobs[resize.job_id].shrinks += 1
+            elif isinstance(decision, admission.Admit):
                 idle = False  # later verdicts in this plan were taken with this job on the cluster
                 job = self.jobs[decision.job_id]
+                if job.elastic is not None and job.full_spec is not None:
+                    job.spec = resized(job.full_spec, decision.placement.dp)
                 queue.remove(job.job_id)
                 self._count(self.state.allocations[job.job_id], +1)  # the planner allocated it
                 job.step(Step.ADMITTED)
@@ -508,7 +524,11 @@ class Simulation:
             "bytes_by_level": (by_level := self._bytes_by_level(jobs)),
             "bytes_above_node": math.fsum(list(by_level.values())[1:]),
             "failures": failure_metrics(self.tally),
-            **({"elastic_resizes": sum(j.resizes for j in jobs)} if self.config.elastic > 0 else {}),
+            **({
+                "elastic_resizes": sum(j.resizes for j in jobs),
+                "elastic_shrinks": sum(j.shrinks for j in jobs),
+                "elastic_drops": sum(j.drops for j in jobs),
+            } if self.config.elastic > 0 else {}),
             **({"migrations_back": self.migrations} if self.policy.reoptimize else {}),
         }
         metrics["tenants"] = self.tenants.metrics(jobs, self.topology.num_gpus, elapsed)

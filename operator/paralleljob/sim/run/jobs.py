@@ -56,6 +56,8 @@ class SimJob:
     elastic: ElasticRange | None = None
     full_spec: JobSpec | None = None
     resizes: int = 0
+    shrinks: int = 0  # growth replicas taken for a higher-priority job
+    drops: int = 0  # broken replicas dropped with no room to repair
 
     def __post_init__(self) -> None:
         self.work_left = self.trace.duration_s
