@@ -30,8 +30,7 @@ from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.constants import JOB_LABEL
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
-
-LEADER_LOST = "lost the leader lease"  # what the operator prints when it steps down (k8s/runtime/runner.py)
+from paralleljob.k8s.runtime.runner import LEASE_LOST
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ class ChaosRun:
                 return
             self.up_since = None
             tail = self.operator.log_tail(20)
-            if LEADER_LOST in tail:
+            if LEASE_LOST in tail:
                 self.step_downs += 1
                 print(f"operator stepped down (lease not renewed in time), restarted ({self.step_downs})", flush=True)
             else:

@@ -46,6 +46,11 @@ MAX_WATCH_DOWN_S = 120.0
 LINGER_UNHEALTHY_S = 1.0
 
 
+# How the operator says it stepped down: its exit message whichever of its tasks notices first (the chaos run
+# tells a step-down from a crash by it).
+LEASE_LOST = "lost the leader lease; stopping so a clean replica starts as a standby"
+
+
 class OperatorFailed(RuntimeError):
     """The operator stopped because something it depends on died or it lost its lease."""
 
@@ -102,7 +107,12 @@ async def run_operator(
         await election.lost.wait()
         metrics.leader.set(0)
         reconciler.stop_acting()
-        raise OperatorFailed("lost the leader lease; stopping so a clean replica starts as a standby")
+        raise OperatorFailed(LEASE_LOST)
+
+    async def run_election() -> None:
+        await election.run()
+        if election.lost.is_set():  # it returned because it stepped down: say so, not "returned"
+            raise OperatorFailed(LEASE_LOST)
 
     reflectors = _reflectors(kube, reconciler, config, health, loop, await _gang_api_version(kube))
 
@@ -125,7 +135,7 @@ async def run_operator(
     reconciler.events.start()
     for reflector in reflectors:
         start(reflector.run(), f"{reflector.name}-watch")
-    start(election.run(), "leader-election")
+    start(run_election(), "leader-election")
     start(follow_leadership(), "leadership")
     start(initial_sync(), "initial-sync", forever=False)
     start(reconciler.run(), "reconciler")

@@ -251,7 +251,11 @@ class Simulation:
             for w in queue.candidates(now)
         ]
         # an elastic job is admitted at the largest size that fits, by the operator's rule (core/elastic.py)
-        hooks = FifoHooks(place_elastic=lambda fifo_job, _room: elastic.admit(self, self.jobs[fifo_job.spec.job_id]))
+        # and a rigid job that does not fit takes lower-priority growth replicas first (the operator's rule too)
+        hooks = FifoHooks(
+            place_elastic=lambda fifo_job, _room: elastic.admit(self, self.jobs[fifo_job.spec.job_id]),
+            take_growth=lambda fifo_job: elastic.take_growth_replicas(self, self.jobs[fifo_job.spec.job_id]),
+        )
         # The planner is typed for the core Placer; the baselines have its place() shape, which is all it calls.
         placer = cast(Placer, self.placer)
         idle = not self.running and not self.state.allocations and not self.gpus_down
