@@ -466,7 +466,7 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
         return None
-    if seen.bound == seen.total and not request.pod_group:
+    if seen.bound == seen.total and not request.pod_group and not record.trays:  # trays: not re-optimised
         node_filter = eligibility.filter_for(job.key, request.spec)
         migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
         if migrated is not None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.cluster import Allocation
-from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.cost import CostBreakdown
 from paralleljob.core.elastic import resized
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.errors import PlacementInfeasible
@@ -38,6 +38,7 @@ from paralleljob.k8s.plan.elastic_admission import place_elastic, shrink_growth_
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.podsync import sync_pods
 from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.plan.trayadmission import admission_topology, place_rigid, spans_trays, tray_record
 from paralleljob.k8s.view.clusterview import ClusterView
 
 
@@ -140,7 +141,7 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
         # an elastic job can never fit only when its minimum cannot
         spec = request.spec if request.elastic is None else resized(request.spec, request.elastic.min)
         node_filter = eligibility.filter_for(job.key, spec, with_usage=False) if eligibility else None
-        reasons = never_fits(view.topology, spec, node_filter)
+        reasons = never_fits(admission_topology(view), spec, node_filter)
         if reasons:
             fail_unschedulable(actions, "; ".join(reasons), now)
             return True
@@ -208,7 +209,8 @@ def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobReques
             request = dataclasses.replace(request, spec=resized(spec, placement.dp))
             spec = request.spec
         else:
-            placement, extra = placer.place(spec, cost_model(request.cost_model)), ()
+            node_filter = ctx.eligibility.filter_for(job.key, spec)
+            placement, extra = place_rigid(view, placer, request, job.key, node_filter), ()
     except PlacementInfeasible as exc:
         # Before it waits: growth replicas of lower-priority elastic jobs, the cheapest preemption.
         taken = None if exc.permanent else shrink_growth_replicas(ctx, job, request)
@@ -239,7 +241,10 @@ def record_admission(
     draft = actions.draft
     epoch = job.placement_epoch + 1
     reasons = (*extra_reasons, *placement.reasons)
-    record = new_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
+    if spans_trays(view, placement.groups):
+        record = tray_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
+    else:
+        record = new_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
     cost = placement.cost
     message = (
         f"{request.spec.describe()} on {', '.join(record.nodes)}; cost {cost.total_ms:.3f} ms"

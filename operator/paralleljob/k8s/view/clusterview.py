@@ -58,6 +58,9 @@ class ClusterView:
     loaded: dict[str, Claim] = field(default_factory=dict)  # job key -> its claim, holding its GPUs
     occupants: dict[str, list[str]] = field(default_factory=dict)  # node -> pods not explained by a record
     node_warnings: dict[str, list[str]] = field(default_factory=dict)  # node -> what is wrong with it
+    # NVLink-domain levels present (the clique: name -> its own bandwidth, which ``priced_levels`` lowers to
+    # the network's until a ComputeDomain is used; plan/trayadmission prices it so for whole-tray jobs)
+    nvlink_levels: dict[str, float] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
@@ -166,6 +169,9 @@ def build_view(
         {name: i for i, name in enumerate(topology.node_names)},
         [spec.gpu_product for spec in specs],
         frozenset(ghost_counts),
+        nvlink_levels={
+            config.levels[i].name: config.levels[i].bandwidth_gbps for i in present if config.levels[i].nvlink_domain
+        },
     )
     for claim in claims:
         load_claim(view, claim)

@@ -1,0 +1,192 @@
+"""Admission over the trays of NVLink cliques (GB200/GB300 NVL72): the NVLink placer in the operator.
+
+The view prices a clique as the network (``clusterview.priced_levels``): without a ComputeDomain the trays of
+a rack reach each other over InfiniBand, and a job placed by the core placer keeps every TP group inside one
+node. That stays the path for every job it can place (jobs that fit an HGX node or a tray behave as before).
+A rigid job whose TP group is larger than a tray, and which the core placer cannot place, is placed by the
+NVLink placer (``core/nvlink``) on the *NVLink topology*: the view's nodes and GPU ids, the clique level priced
+at its own (NVLink) bandwidth and named as the NVLink level, and a state mirroring the view's (owners, health,
+schedulability). Such a placement takes whole trays of cliques and is recorded as one pod per tray
+(``layout: trays``); the pods join one ComputeDomain per clique (``podsync``), which is what makes the
+clique's bandwidth real. Its refusal names cliques and their free trays, not the largest node.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import replace
+
+from paralleljob.core.cliques import clique_index
+from paralleljob.core.cluster import ClusterState, GPUHealth
+from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.eligibility import FilteredPlacer, NodeFilter
+from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.placement import Placement
+from paralleljob.core.placer import Placer, PlacerConfig
+from paralleljob.core.topology import Level, Topology
+from paralleljob.core.traypods import tray_pods
+from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
+from paralleljob.k8s.edge.records import PlacementRecord
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.trayenv import tray_pod_name
+from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.view.clusterview import ClusterView
+
+# The same small exact-search budget as the operator's core placer (plan/decide.OPERATOR_PLACER).
+TRAY_PLACER = PlacerConfig(exact_budget=1_000)
+
+
+def nvlink_topology(view: ClusterView) -> Topology | None:
+    """The view's topology with its NVLink level named and priced at NVLink bandwidth; None when the cluster
+    has no multi-node clique (no label, or one tray per clique)."""
+    if not view.nvlink_levels or view.topology.num_nodes == 0:
+        return None
+    names = [level.name for level in view.topology.levels]
+    name, bandwidth = next(iter(view.nvlink_levels.items()))
+    if name not in names[1:-1]:
+        return None
+    topology = _repriced(view.topology, names.index(name), bandwidth)
+    return topology if clique_index(topology).cliques else None
+
+
+@functools.lru_cache(maxsize=8)
+def _repriced(topology: Topology, level: int, bandwidth: float) -> Topology:
+    levels = list(topology.levels)
+    levels[level] = Level(levels[level].name, bandwidth)
+    return replace(topology, levels=tuple(levels), nvlink_level=level)
+
+
+def admission_topology(view: ClusterView) -> Topology:
+    """The topology "can this job ever fit" is judged on: the NVLink one when there are cliques, so a TP
+    group larger than every node is not refused when whole trays of a clique hold it."""
+    return nvlink_topology(view) or view.topology
+
+
+def wants_trays(view: ClusterView, request: JobRequest) -> Topology | None:
+    """The NVLink topology when ``request`` may take whole trays: rigid, not a pod group, TP larger than the
+    smallest clique's trays."""
+    if request.elastic is not None or request.pod_group:
+        return None
+    topology = nvlink_topology(view)
+    if topology is None:
+        return None
+    index = clique_index(topology)
+    return topology if request.spec.tp > min(index.tray_gpus) else None
+
+
+def mirror(view: ClusterView, topology: Topology) -> ClusterState:
+    """A state on ``topology`` (same nodes and GPU ids as the view's) holding what the view's state holds."""
+    source = view.state
+    state = ClusterState(topology)
+    for allocation in source.allocations.values():
+        state.allocate(allocation)
+    for holder, gpus in source.assumed.items():
+        state.assume(holder, gpus)
+    for gpu, health in enumerate(source.health):
+        if health is not GPUHealth.HEALTHY:
+            state.set_health(gpu, health)
+    for node, open_ in enumerate(source.node_schedulable):
+        if not open_:
+            state.set_node_schedulable(node, False)
+    return state
+
+
+def place_on_trays(
+    view: ClusterView,
+    topology: Topology,
+    request: JobRequest,
+    job_key: str,
+    node_filter: NodeFilter | None = None,
+    spares: int = 0,
+) -> Placement:
+    """The NVLink placer's placement of ``request`` on the view (raises PlacementInfeasible with reasons that
+    name cliques). Nodes the job's filter excludes are closed for the decision."""
+    state = mirror(view, topology)
+    if node_filter is not None and node_filter.allowed is not None:
+        for node in range(topology.num_nodes):
+            if node not in node_filter.allowed and state.node_schedulable[node]:
+                state.set_node_schedulable(node, False)
+    spec = replace(request.spec, job_id=job_key)
+    return NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order).place(spec, cost_model(request.cost_model))
+
+
+def place_rigid(
+    view: ClusterView, placer: FilteredPlacer, request: JobRequest, job_key: str, node_filter: NodeFilter | None
+) -> Placement:
+    """The core placer's placement when it places the job or the job cannot take trays; else the NVLink
+    placer's (whose refusal, naming the cliques, is the one the job waits with)."""
+    hgx_first = _hgx_first(view, request)
+    if hgx_first is not None:
+        return hgx_first
+    try:
+        return placer.place(request.spec, cost_model(request.cost_model))
+    except PlacementInfeasible:
+        topology = wants_trays(view, request)
+        if topology is None:
+            raise
+        return place_on_trays(view, topology, request, job_key, node_filter)
+
+
+def _hgx_first(view: ClusterView, request: JobRequest) -> Placement | None:
+    """On a cluster with cliques, a job whose TP groups fit nodes outside them (HGX: the node is the NVLink
+    domain) goes there while they have room, so the cliques stay whole for the TP groups only they hold
+    (core/nvlink's first tier, on the view). None: no cliques, no such room, or the core placer refused."""
+    topology = nvlink_topology(view)
+    if topology is None or request.elastic is not None or request.pod_group:
+        return None
+    spec, state = request.spec, view.state
+    index = clique_index(topology)
+    if sum(state.node_slots(n, spec.tp, spec.memory_per_gpu_gb) for n in index.single_nodes) < spec.num_groups:
+        return None
+    closed = [n for n in index.clique_trays if state.node_schedulable[n]]
+    for n in closed:
+        state.set_node_schedulable(n, False)
+    try:
+        return Placer(state, TRAY_PLACER).place(spec, cost_model(request.cost_model))
+    except PlacementInfeasible:
+        return None
+    finally:
+        for n in closed:
+            state.set_node_schedulable(n, True)
+
+
+def spans_trays(view: ClusterView, groups: Sequence[Sequence[int]]) -> bool:
+    """Whether some TP group lies on more than one node (only the NVLink placer places so)."""
+    gpu_node = view.topology.gpu_node
+    return any(len({gpu_node[g] for g in group}) > 1 for group in groups)
+
+
+def tray_record(
+    view: ClusterView,
+    job: JobObject,
+    request: JobRequest,
+    groups: Sequence[Sequence[int]],
+    epoch: int,
+    reasons: Sequence[str],
+    cost: CostBreakdown,
+) -> PlacementRecord:
+    """The record of a placement over whole trays: one pod per tray, in node-rank order, each naming its
+    clique by the nodes' ``nvidia.com/gpu.clique`` label (what the ComputeDomain serves)."""
+    spec, topology = request.spec, view.topology
+    trays = []
+    for pod in tray_pods(topology, groups, spec.tp, spec.pp, spec.dp, request.rank_order):
+        node = topology.node_names[pod.node]
+        info = view.nodes.get(node)
+        clique = (info.labels.get(CLIQUE_LABEL) if info is not None else None) or pod.clique
+        first = topology.node_first_gpu[pod.node]
+        indices = tuple(g - first for g in pod.gpus)
+        trays.append(TraySlot(tray_pod_name(job.name, pod), node, indices, pod.node_rank, clique, epoch))
+    return PlacementRecord(
+        epoch,
+        request.cost_model,
+        spec.tp,
+        spec.pp,
+        spec.dp,
+        (),
+        rank_order=request.rank_order,
+        cost=cost,
+        reasons=tuple(reasons),
+        trays=tuple(trays),
+    )

@@ -1,0 +1,84 @@
+"""The operator places jobs over the trays of NVLink cliques (plan/trayadmission): a TP group larger than
+every node goes on whole trays of one clique, one pod per tray with its clique's ComputeDomain claim; jobs the
+core placer places stay as they were; a job no clique holds waits with a reason that names cliques."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paralleljob.k8s.edge import computedomain as cd
+from paralleljob.k8s.edge.records import record_from_status
+from tests.k8s.factories import node, paralleljob
+from tests.k8s.harness import FakeCluster
+
+
+def _cluster(racks: int = 2, trays: int = 6, hgx: int = 2) -> FakeCluster:
+    nodes = [
+        node(f"r{r}-t{t:02d}", 4, leaf=f"leaf-r{r}", product="NVIDIA-GB200", labels={cd.CLIQUE_LABEL: f"uuid.{r}"})
+        for r in range(racks)
+        for t in range(trays)
+    ]
+    nodes += [node(f"hgx-{h}", 8, leaf="leaf-hgx") for h in range(hgx)]
+    return FakeCluster(nodes)
+
+
+def _placed(fc: FakeCluster, key: str) -> Any:
+    record = record_from_status(fc.job(key)["status"])
+    assert record is not None, fc.job(key)["status"]
+    return record
+
+
+def test_a_tp8_job_larger_than_the_hgx_nodes_takes_whole_trays_of_one_clique_each() -> None:
+    fc = _cluster()
+    fc.add_job(paralleljob("llm", 8, 2, 2, memory=10.0))  # 4 TP8 groups: the 2 HGX nodes hold 2
+    plan = fc.step()
+    record = _placed(fc, "ns/llm")
+    assert record.trays and not record.slots and len(record.trays) == 8
+    clique_of = {f"r{r}-t{t:02d}": f"uuid.{r}" for r in range(2) for t in range(6)}
+    for tray in record.trays:
+        assert tray.clique == clique_of[tray.node] and tray.gpu_indices == (0, 1, 2, 3)
+    # every TP group (2 trays, consecutive node ranks) inside one clique
+    by_rank = {t.node_rank: t for t in record.trays}
+    for first in range(0, 8, 2):
+        assert by_rank[first].clique == by_rank[first + 1].clique
+    (actions,) = [a for a in plan.jobs if a.job.key == "ns/llm"]
+    domains = {
+        d["metadata"]["name"]: d["metadata"]["annotations"][cd.CLIQUE_ANNOTATION] for d in actions.compute_domains
+    }
+    assert set(domains.values()) == {t.clique for t in record.trays}
+    pods = fc.job_pods("ns/llm")
+    assert len(pods) == 8 and all(p["spec"]["nodeName"] for p in pods)
+    for pod in pods:
+        tray = next(t for t in record.trays if t.name == pod["metadata"]["name"])
+        assert pod["spec"]["nodeName"] == tray.node
+        (claim,) = pod["spec"]["resourceClaims"]
+        domain = next(name for name, clique in domains.items() if clique == tray.clique)
+        assert claim["resourceClaimTemplateName"] == cd.claim_template_name(domain)
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    fc.step()
+    assert fc.phase("ns/llm") == "Running"
+    binds = len(fc.binds)
+    fc.settle()
+    assert len(fc.binds) == binds and len(fc.job_pods("ns/llm")) == 8, "an idle pass changes nothing"
+
+
+def test_a_job_an_hgx_node_holds_goes_there_as_before() -> None:
+    fc = _cluster()
+    fc.add_job(paralleljob("small", 4, 1, 4, memory=10.0))
+    fc.step()
+    record = _placed(fc, "ns/small")
+    assert not record.trays and len(record.slots) == 4
+    assert {s.node for s in record.slots} == {"hgx-0", "hgx-1"}
+
+
+def test_a_tp8_job_no_clique_holds_waits_naming_the_cliques() -> None:
+    fc = _cluster(trays=3)
+    fc.add_job(paralleljob("big", 8, 1, 2, memory=10.0))  # fills both HGX nodes
+    fc.add_job(paralleljob("wide", 8, 1, 3, memory=10.0))  # 3 TP8 groups: 6 trays, each clique holds 1 group
+    fc.step()
+    assert fc.phase("ns/big") == "Placing"
+    status = fc.job("ns/wide")["status"]
+    assert status["phase"] == "Queued", status
+    placed = next(c for c in status["conditions"] if c["type"] == "Placed")
+    assert "clique" in placed["message"] and "largest node" not in placed["message"], placed["message"]
+    assert "whole free tray" in placed["message"], placed["message"]
