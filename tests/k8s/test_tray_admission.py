@@ -82,3 +82,43 @@ def test_a_tp8_job_no_clique_holds_waits_naming_the_cliques() -> None:
     placed = next(c for c in status["conditions"] if c["type"] == "Placed")
     assert "clique" in placed["message"] and "largest node" not in placed["message"], placed["message"]
     assert "whole free tray" in placed["message"], placed["message"]
+
+
+def _running(fc: FakeCluster, key: str) -> Any:
+    fc.step()
+    fc.step()
+    assert fc.phase(key) == "Running"
+    return _placed(fc, key)
+
+
+def test_a_gone_tray_is_replaced_by_a_free_tray_of_its_clique_and_only_its_pod_moves() -> None:
+    fc = _cluster()
+    fc.add_job(paralleljob("llm", 8, 2, 2, memory=10.0))
+    before = _running(fc, "ns/llm")
+    victim = before.trays[0]
+    del fc.nodes[victim.node]
+    fc.step()
+    after = _placed(fc, "ns/llm")
+    assert victim.node not in after.nodes
+    changed = [t for t in after.trays if t not in before.trays]
+    assert [t.name for t in changed] == [victim.name]  # only the gone tray's pod moves
+    (moved,) = changed
+    assert moved.clique == victim.clique and moved.node.startswith(victim.node[:3])  # same rack: same clique
+    status = fc.job("ns/llm")["status"]
+    assert "repaired inside its cliques" in next(c for c in status["conditions"] if c["type"] == "Placed")["message"]
+    fc.step()
+    assert fc.phase("ns/llm") == "Running"
+    assert {p["metadata"]["name"]: p["spec"]["nodeName"] for p in fc.job_pods("ns/llm")}[victim.name] == moved.node
+
+
+def test_a_tray_with_no_free_tray_left_anywhere_requeues_saying_why() -> None:
+    fc = _cluster(trays=2, hgx=0)
+    fc.add_job(paralleljob("llm", 8, 1, 2, memory=10.0))  # both cliques full
+    before = _running(fc, "ns/llm")
+    fc.nodes[before.trays[0].node]["status"]["conditions"][0]["status"] = "False"
+    fc.step()
+    status = fc.job("ns/llm")["status"]
+    assert status["phase"] == "Queued", status
+    assert "no room to repair inside the NVLink cliques" in status["lastFailure"]["message"] or any(
+        "no room to repair inside the NVLink cliques" in c["message"] for c in status["conditions"]
+    ), status
