@@ -107,6 +107,7 @@ def admit_all(
             actions.draft = StatusDraft(job.status.raw, job.phase, job.generation)
             actions.creates.clear()
             actions.binds.clear()
+            actions.compute_domains.clear()
             actions.events.clear()
             actions.service = None
             actions.placed_cost = None
