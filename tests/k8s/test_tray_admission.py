@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from paralleljob.k8s.edge import computedomain as cd
+from paralleljob.k8s.edge.config import TopologyConfig, topology_from_mapping
 from paralleljob.k8s.edge.records import record_from_status
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -122,3 +123,35 @@ def test_a_tray_with_no_free_tray_left_anywhere_requeues_saying_why() -> None:
     assert "no room to repair inside the NVLink cliques" in status["lastFailure"]["message"] or any(
         "no room to repair inside the NVLink cliques" in c["message"] for c in status["conditions"]
     ), status
+
+
+def _with_spares(spares: int, trays: int, hgx: int = 0) -> FakeCluster:
+    fc = _cluster(trays=trays, hgx=hgx)
+    fc.config = TopologyConfig(nvlink_spares_per_clique=spares)
+    return fc
+
+
+def test_warm_spares_take_no_new_gang_but_a_repair_uses_them() -> None:
+    fc = _with_spares(1, trays=3)
+    fc.add_job(paralleljob("llm", 8, 1, 2, memory=10.0))  # 2 groups: 4 trays; 2 free + 1 spare per clique
+    record = _running(fc, "ns/llm")
+    spares = {f"r{r}-t02" for r in range(2)}  # the last whole free tray of each clique
+    assert not spares & set(record.nodes), record.nodes
+    fc.add_job(paralleljob("more", 8, 1, 1, memory=10.0))  # only the spares are free: it waits
+    fc.add_job(paralleljob("one", 4, 1, 1, memory=10.0))  # a one-tray job does not take a spare either
+    fc.step()
+    for key in ("ns/more", "ns/one"):
+        assert fc.job(key)["status"]["phase"] == "Queued", fc.job(key)["status"]
+    placed = next(c for c in fc.job("ns/more")["status"]["conditions"] if c["type"] == "Placed")
+    assert "warm spares" in placed["message"], placed["message"]
+    victim = record.trays[0]
+    del fc.nodes[victim.node]
+    fc.step()
+    after = _placed(fc, "ns/llm")
+    (moved,) = [t for t in after.trays if t not in record.trays]
+    assert moved.node in spares and moved.clique == victim.clique
+
+
+def test_the_topology_file_sets_the_spares() -> None:
+    assert topology_from_mapping({"nvlinkSparesPerClique": 2}).nvlink_spares_per_clique == 2
+    assert topology_from_mapping({}).nvlink_spares_per_clique == 0

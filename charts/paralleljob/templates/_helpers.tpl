@@ -70,6 +70,7 @@ topology:
   toleratedTaints: {{ .Values.topology.toleratedTaints | toJson }}
   maxGpusPerNode: {{ .Values.topology.maxGpusPerNode | default 16 }}
   pcieRootBandwidthGbps: {{ .Values.topology.pcieRootBandwidthGbps | default 0 }}
+  nvlinkSparesPerClique: {{ .Values.topology.nvlinkSparesPerClique | default 0 }}
   levels:
   {{- range .Values.topology.levels }}
     - name: {{ .name | quote }}

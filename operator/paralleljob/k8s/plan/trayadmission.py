@@ -14,7 +14,8 @@ clique's bandwidth real. Its refusal names cliques and their free trays, not the
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 
 from paralleljob.core.cliques import clique_index
@@ -121,12 +122,13 @@ def place_rigid(
     if hgx_first is not None:
         return hgx_first
     try:
-        return placer.place(request.spec, cost_model(request.cost_model))
+        with closed(view.state, spare_trays(view)):
+            return placer.place(request.spec, cost_model(request.cost_model))
     except PlacementInfeasible:
         topology = wants_trays(view, request)
         if topology is None:
             raise
-        return place_on_trays(view, topology, request, job_key, node_filter)
+        return place_on_trays(view, topology, request, job_key, node_filter, view.nvlink_spares)
 
 
 def _hgx_first(view: ClusterView, request: JobRequest) -> Placement | None:
@@ -140,15 +142,36 @@ def _hgx_first(view: ClusterView, request: JobRequest) -> Placement | None:
     index = clique_index(topology)
     if sum(state.node_slots(n, spec.tp, spec.memory_per_gpu_gb) for n in index.single_nodes) < spec.num_groups:
         return None
-    closed = [n for n in index.clique_trays if state.node_schedulable[n]]
-    for n in closed:
-        state.set_node_schedulable(n, False)
     try:
-        return Placer(state, TRAY_PLACER).place(spec, cost_model(request.cost_model))
+        with closed(state, index.clique_trays):
+            return Placer(state, TRAY_PLACER).place(spec, cost_model(request.cost_model))
     except PlacementInfeasible:
         return None
+
+
+def spare_trays(view: ClusterView) -> list[int]:
+    """The trays held as warm spares (``nvlinkSparesPerClique``): the last S whole free trays of each clique,
+    in node order, as core/nvlink counts them; none without cliques or spares."""
+    topology = nvlink_topology(view) if view.nvlink_spares else None
+    if topology is None:
+        return []
+    state, out = view.state, []
+    for trays in clique_index(topology).trays:
+        whole = [n for n in trays if state.usable_free(n) == topology.node_gpu_count[n]]
+        out.extend(whole[-view.nvlink_spares :])
+    return out
+
+
+@contextmanager
+def closed(state: ClusterState, nodes: Sequence[int]) -> Iterator[None]:
+    """The nodes take no new work for the block (the open ones only; reopened on exit)."""
+    shut = [n for n in nodes if state.node_schedulable[n]]
+    for n in shut:
+        state.set_node_schedulable(n, False)
+    try:
+        yield
     finally:
-        for n in closed:
+        for n in shut:
             state.set_node_schedulable(n, True)
 
 

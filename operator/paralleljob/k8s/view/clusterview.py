@@ -62,6 +62,7 @@ class ClusterView:
     # NVLink-domain levels present (the clique: name -> its own bandwidth, which ``priced_levels`` lowers to
     # the network's until a ComputeDomain is used; plan/trayadmission prices it so for whole-tray jobs)
     nvlink_levels: dict[str, float] = field(default_factory=dict)
+    nvlink_spares: int = 0  # whole free trays per clique that take no new gang (TopologyConfig)
 
     @property
     def warnings(self) -> list[str]:
@@ -182,6 +183,7 @@ def build_view(
         nvlink_levels={
             config.levels[i].name: config.levels[i].bandwidth_gbps for i in present if config.levels[i].nvlink_domain
         },
+        nvlink_spares=config.nvlink_spares_per_clique,
     )
     for claim in claims:
         load_claim(view, claim)
