@@ -155,3 +155,28 @@ def test_warm_spares_take_no_new_gang_but_a_repair_uses_them() -> None:
 def test_the_topology_file_sets_the_spares() -> None:
     assert topology_from_mapping({"nvlinkSparesPerClique": 2}).nvlink_spares_per_clique == 2
     assert topology_from_mapping({}).nvlink_spares_per_clique == 0
+
+
+def test_a_failed_tray_pod_restarts_on_its_tray_until_max_restarts() -> None:
+    fc = _cluster()
+    fc.add_job(paralleljob("llm", 8, 2, 2, memory=10.0))
+    record = _running(fc, "ns/llm")
+    victim = record.trays[1]
+    for restart in range(1, 4):
+        pod = next(p for p in fc.job_pods("ns/llm") if p["metadata"]["name"] == victim.name)
+        pod["status"]["phase"] = "Failed"
+        fc.step()
+        status = fc.job("ns/llm")["status"]
+        assert status["restarts"] == restart and status["lastFailure"]["pods"] == [victim.name], status
+        again = _placed(fc, "ns/llm")
+        assert [t.node for t in again.trays] == [t.node for t in record.trays]  # same trays
+        changed = [t.name for t in again.trays if t.incarnation == again.epoch]
+        assert changed == [victim.name]  # minimal: only the failed pod restarts
+        fc.step()  # the failed pod is deleted, then its replacement created and bound
+        fc.step()
+        assert fc.phase("ns/llm") == "Running"
+        assert len(fc.job_pods("ns/llm")) == 8
+    pod = next(p for p in fc.job_pods("ns/llm") if p["metadata"]["name"] == victim.name)
+    pod["status"]["phase"] = "Failed"
+    fc.step()
+    assert fc.phase("ns/llm") == "Failed"  # maxRestarts 3 reached

@@ -56,7 +56,7 @@ from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pending_deadlines
 from paralleljob.k8s.plan.reoptimizing import reconsider
 from paralleljob.k8s.plan.status import StatusDraft
-from paralleljob.k8s.plan.trayrepair import broken_trays, repair_trays
+from paralleljob.k8s.plan.trayrepair import broken_trays, repair_trays, restart_failed_trays
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
 
 ACTIVE = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
@@ -464,8 +464,12 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
         return None
+    if record.trays and seen.failed and draft.phase is not Phase.PLACING:
+        restarted = restart_failed_trays(ctx, HeldJob(actions, job, request, record, pods), seen.failed)
+        if restarted is not None:
+            sync_pods(actions, job, request, restarted, pods, view.nodes, ctx.gpu_holders)
+        return None
     names = {s.name: p.name for s, (_, p) in zip(record.slots, slot_pods(record, pods), strict=True) if p is not None}
-    # a tray record's worker failures are not handled yet (docs/nvl72.md): only its broken trays are
     breakage = None if record.trays else detect(view, job, record, seen.failed, names if request.pod_group else None)
     if breakage is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)

@@ -6,12 +6,14 @@ clique the job used keeps its ranks where its whole free trays (spares included)
 ranks, so only the pods of the broken trays move, to free trays of the same clique, and the clique's
 ComputeDomain (named after the job and the clique) stays the same; when a clique has no whole free tray left
 the job is placed afresh over every clique, and the status says so; when nothing holds it the job goes back
-in the queue with the placer's reasons. A gone tray keeps its clique in the view (``clusterview``: the
+in the queue with the placer's reasons. A tray pod that fails on healthy hardware is restarted on its tray
+by the failure policy (:func:`restart_failed_trays`). A gone tray keeps its clique in the view (``clusterview``: the
 domains of a live tray with the same label), which is what lets the repair stay inside it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from paralleljob.core.cluster import Allocation, GPUHealth
@@ -19,7 +21,9 @@ from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.nvlink import NVLinkPlacer
-from paralleljob.core.repair import FailureAction, FailureKind
+from paralleljob.core.recovery import RecoveryStrategy
+from paralleljob.core.repair import FailureAction, FailureKind, FailureReport, GiveUp, decide_repair
+from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.records import PlacementRecord, cost_to_status
 from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
@@ -113,5 +117,51 @@ def repair_trays(ctx: PassContext, held: HeldJob, broken: list[tuple[TraySlot, s
     draft.condition("Bound", "False", "Repairing", text, now)
     draft.condition("Placed", "True", "Repaired", f"{text}; now on {', '.join(new.nodes)}", now)
     actions.note("Normal", "Rescheduled", text)
+    actions.failure_action = FailureAction.RESCHEDULED
+    return new
+
+
+def restart_failed_trays(ctx: PassContext, held: HeldJob, failed: Sequence[PodInfo]) -> PlacementRecord | None:
+    """Worker pods of a tray record that failed (the hardware is fine): core.repair.decide_repair applies the
+    failure policy (maxRestarts, restart only the failed pods or the whole gang); the restarted trays' pods
+    get a new incarnation and are re-created on the same trays. None when the job gave up."""
+    actions, job, request, record, view, now = held.actions, held.job, held.request, held.record, ctx.view, ctx.now
+    draft = actions.draft
+    policy = request.failure
+    message = "; ".join(f"pod {p.name} failed: {p.failure or 'no reason given'}" for p in failed)
+    draft.apply(Event.WORKER_FAILED, FailureKind.WORKER, message, now)
+    actions.note("Warning", FailureKind.WORKER, message)
+    actions.recovery_started = True
+    spec = replace(request.spec, job_id=job.key)
+    report = FailureReport(FailureKind.WORKER, (), job.restarts)
+    decision = decide_repair(view.state, ctx.placer, spec, cost_model(request.cost_model), policy, report)
+    failure: dict[str, object] = {
+        "time": now,
+        "kind": FailureKind.WORKER.value,
+        "reason": FailureKind.WORKER.value,
+        "message": message,
+        "nodes": sorted({p.node for p in failed}),
+        "pods": [p.name for p in failed],
+    }
+    if isinstance(decision, GiveUp):  # maxRestarts: decide_repair released the job's GPUs
+        why = f"{message}; {'; '.join(decision.reasons)}"
+        failure.update(action=FailureAction.FAILED.value)
+        draft.apply(Event.GAVE_UP, "GaveUp", why, now)
+        draft.set(completionTime=now, lastFailure=failure)
+        actions.note("Warning", "Failed", why)
+        actions.failure_action = FailureAction.FAILED
+        delete_all(actions, held.pods, view.nodes, "job failed")
+        return None
+    epoch = job.placement_epoch + 1
+    names = {p.name for p in failed}
+    whole = policy.strategy is RecoveryStrategy.FULL
+    trays = tuple(replace(t, incarnation=epoch) if whole or t.name in names else t for t in record.trays)
+    new = replace(record, epoch=epoch, trays=trays)
+    restarted = [t.name for t in new.trays if t.incarnation == epoch]
+    text = f"{'whole gang' if whole else f'{len(restarted)} tray pod(s)'} restarted on the same trays"
+    failure.update(action=FailureAction.RESCHEDULED.value)
+    draft.set(placement=new.to_status(), placementEpoch=epoch, restarts=job.restarts + 1, lastFailure=failure)
+    draft.condition("Bound", "False", "Repairing", text, now)
+    actions.note("Normal", "Rescheduled", f"{text} ({', '.join(restarted)})")
     actions.failure_action = FailureAction.RESCHEDULED
     return new
