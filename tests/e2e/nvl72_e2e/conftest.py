@@ -5,7 +5,8 @@ for its controller. A third small cluster of its own: its API server serves DRA,
 - ``nvl72_cluster`` (session): ``e2e-nvl72-<pid>``, torn down at the end (``PARALLELJOB_E2E_NVL72_CLUSTER=<name>``
   runs against a running one instead and leaves it running).
 - ``nvl72_kube`` (session): a KubeSession on it; ``nvl72_namespace``: a fresh namespace per test.
-- ``nvl72_operator`` (module): ``paralleljob operator`` against it (the operator suite's helpers,
+- ``nvl72_operator`` (module): ``paralleljob operator`` against it with 2 warm spare trays per clique
+  (``nvlinkSparesPerClique``; the operator suite's helpers,
   ``tests/e2e/operator_e2e/pjhelpers.py``); ``nvl72_pjs``: ParallelJobs in the test's namespace, cleaned up
   and checked (settled, kept view equal to a rebuild) as the operator suite's ``pjs`` are.
 """
@@ -31,6 +32,7 @@ from paralleljob.devcluster.session import KubeSession
 NVL72_CLUSTER_PREFIX = "e2e-nvl72-"
 HGX_SHAPE = NodeShape(count=4, gpus_per_node=8, nodes_per_rack=4, gpu_api="dra")
 RACKS = 2
+SPARES_PER_CLIQUE = 2  # the operator's nvlinkSparesPerClique in these tests
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +81,11 @@ def nvl72_namespace(nvl72_kube: KubeSession) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def nvl72_operator(nvl72_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     log_dir = tmp_path_factory.mktemp("nvl72-operator")
-    with running(OperatorProcess(nvl72_cluster.kubeconfig, log_dir, "e2e-nvl72")) as proc:
+    # 2 warm spare trays per clique (the issue's example): the default levels, only the spares set.
+    topology = log_dir / "topology.yaml"
+    topology.write_text(f"topology:\n  nvlinkSparesPerClique: {SPARES_PER_CLIQUE}\n")
+    args = ("--topology-config", str(topology))
+    with running(OperatorProcess(nvl72_cluster.kubeconfig, log_dir, "e2e-nvl72", extra_args=args)) as proc:
         yield proc
 
 

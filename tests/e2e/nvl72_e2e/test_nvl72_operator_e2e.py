@@ -1,9 +1,10 @@
 """The operator on 2 GB200 NVL72 racks (36 trays of 4 GPUs) beside 4 HGX nodes of 8, end to end: a
 TP8xPP4xDP2 job (64 GPUs) is placed by the operator itself over whole trays, every TP group inside one clique,
 one pod per tray referencing its clique's ComputeDomain claim template, one ComputeDomain per clique used; a
-TP8 job no clique's free trays hold waits saying so; a TP4xDP4 job goes to the HGX nodes; a tray deleted
-under the running job is replaced inside its clique (timed against the 2 s target); deleting the job leaves
-no ComputeDomain or claim behind. The deleted tray is re-created at the end (the cluster is the session's)."""
+TP8 job no clique's free trays hold waits saying so; a TP4xDP4 job goes to the HGX nodes; with 2 warm spare
+trays per clique (the fixture's operator), a tray deleted under the running job is replaced by a spare of its
+clique (timed against the 2 s target); deleting the job leaves no ComputeDomain or claim behind. The deleted
+tray is re-created at the end (the cluster is the session's)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from paralleljob.k8s.edge.records import record_from_status, record_groups
 pytestmark = pytest.mark.e2e
 REPAIR_TARGET_S = 2.0
 RACKS = 2  # as the fixture's cluster (conftest)
+SPARES_PER_CLIQUE = 2  # as the fixture's operator (conftest)
 
 
 def _list(kube: KubeSession, ns: str, plural: str, group: str = "resource.k8s.io", version: str = "v1") -> list[Any]:
@@ -75,19 +77,23 @@ def test_the_operator_places_repairs_and_cleans_up_a_tp8_job_over_nvl72_trays(
     assert hgx_record is not None and not hgx_record.trays and set(hgx_record.nodes) <= hgx, hgx_record.nodes
     assert not _domains(kube, ns)
 
-    # TP8xPP4xDP2: 8 TP8 groups, the HGX nodes have room for 2: whole trays of the cliques.
+    # TP8xPP4xDP2: 8 TP8 groups, the HGX nodes have room for 2: whole trays of the cliques. With 2 spares a
+    # clique offers 16 trays, exactly the job: it takes one clique, whose 2 free trays are then its spares.
     started = time.monotonic()
     pjs.create("llm", 8, 4, 2, gpuMemoryGiB=10)
     pjs.wait_phase("llm", "Running", timeout_s=60)
     print(f"TP8xPP4xDP2 over 16 trays: Running {time.monotonic() - started:.2f} s after create")
     record = _check_tray_gang(kube, pjs, "llm", cliques)
+    (home,) = {t.clique for t in record.trays}
+    spares = {name for name, clique in cliques.items() if clique == home} - set(record.nodes)
+    assert len(spares) == SPARES_PER_CLIQUE, spares
     wait_for(
         "the stand-in controller's claim templates",
         lambda: len(_list(kube, ns, "resourceclaimtemplates")) == len(_domains(kube, ns)),
         10,
     )
 
-    # 36 trays - 16 = 20 free (10 TP8 groups) + 2 free HGX nodes (2 groups): 13 groups cannot fit now.
+    # Free: 2 HGX nodes (2 groups) and 16 trays of the other clique past its spares (8 groups): 13 cannot fit.
     pjs.create("wide", 8, 1, 13, gpuMemoryGiB=10)
     waiting = wait_for(
         "wide waiting with a clique reason",
@@ -103,10 +109,11 @@ def test_the_operator_places_repairs_and_cleans_up_a_tp8_job_over_nvl72_trays(
     )
     assert pjs.status("wide")["phase"] == "Queued"
     assert "whole free tray" in waiting["message"] and "largest node" not in waiting["message"], waiting["message"]
+    assert f"{SPARES_PER_CLIQUE} per clique held back as warm spares" in waiting["message"], waiting["message"]
     print(f"wide waits: {waiting['message']}")
     pjs.delete("wide")
 
-    # A tray under the running job deleted: its pod moves to a free tray of the same clique.
+    # A tray under the running job deleted: its pod moves to a spare of the same clique.
     victim = record.trays[0]
     domains_before = sorted(d["metadata"]["uid"] for d in _domains(kube, ns))
     deleted = time.monotonic()
@@ -126,7 +133,7 @@ def test_the_operator_places_repairs_and_cleans_up_a_tp8_job_over_nvl72_trays(
     print(f"tray {victim.node} deleted: replaced and bound again in {took:.2f} s (target {REPAIR_TARGET_S:g} s)")
     moved = [t for t in after.trays if t not in record.trays]
     assert [t.name for t in moved] == [victim.name], moved
-    assert moved[0].clique == victim.clique
+    assert moved[0].clique == victim.clique and moved[0].node in spares, (moved, spares)
     _check_tray_gang(kube, pjs, "llm", cliques)
     assert sorted(d["metadata"]["uid"] for d in _domains(kube, ns)) == domains_before  # the ComputeDomains stay
     assert took <= REPAIR_TARGET_S, f"repair took {took:.2f} s"
