@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from paralleljob.core.queueing import QueuePolicy
 from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.config import TopologyConfig, topology_from_mapping
 from paralleljob.k8s.edge.records import record_from_status
@@ -13,14 +16,14 @@ from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 
 
-def _cluster(racks: int = 2, trays: int = 6, hgx: int = 2) -> FakeCluster:
+def _cluster(racks: int = 2, trays: int = 6, hgx: int = 2, policy: QueuePolicy | None = None) -> FakeCluster:
     nodes = [
         node(f"r{r}-t{t:02d}", 4, leaf=f"leaf-r{r}", product="NVIDIA-GB200", labels={cd.CLIQUE_LABEL: f"uuid.{r}"})
         for r in range(racks)
         for t in range(trays)
     ]
     nodes += [node(f"hgx-{h}", 8, leaf="leaf-hgx") for h in range(hgx)]
-    return FakeCluster(nodes)
+    return FakeCluster(nodes, policy=policy)
 
 
 def _placed(fc: FakeCluster, key: str) -> Any:
@@ -29,8 +32,13 @@ def _placed(fc: FakeCluster, key: str) -> Any:
     return record
 
 
-def test_a_tp8_job_larger_than_the_hgx_nodes_takes_whole_trays_of_one_clique_each() -> None:
-    fc = _cluster()
+# The operator's own strict FIFO, and the core's queueing pass (fair share, backfill) through TrayAwarePlacer.
+POLICIES = pytest.mark.parametrize("policy", [None, QueuePolicy(backfill=True)], ids=["fifo", "queueing pass"])
+
+
+@POLICIES
+def test_a_tp8_job_larger_than_the_hgx_nodes_takes_whole_trays_of_one_clique_each(policy: QueuePolicy | None) -> None:
+    fc = _cluster(policy=policy)
     fc.add_job(paralleljob("llm", 8, 2, 2, memory=10.0))  # 4 TP8 groups: the 2 HGX nodes hold 2
     plan = fc.step()
     record = _placed(fc, "ns/llm")
@@ -63,8 +71,9 @@ def test_a_tp8_job_larger_than_the_hgx_nodes_takes_whole_trays_of_one_clique_eac
     assert len(fc.binds) == binds and len(fc.job_pods("ns/llm")) == 8, "an idle pass changes nothing"
 
 
-def test_a_job_an_hgx_node_holds_goes_there_as_before() -> None:
-    fc = _cluster()
+@POLICIES
+def test_a_job_an_hgx_node_holds_goes_there_as_before(policy: QueuePolicy | None) -> None:
+    fc = _cluster(policy=policy)
     fc.add_job(paralleljob("small", 4, 1, 4, memory=10.0))
     fc.step()
     record = _placed(fc, "ns/small")
@@ -72,8 +81,9 @@ def test_a_job_an_hgx_node_holds_goes_there_as_before() -> None:
     assert {s.node for s in record.slots} == {"hgx-0", "hgx-1"}
 
 
-def test_a_tp8_job_no_clique_holds_waits_naming_the_cliques() -> None:
-    fc = _cluster(trays=3)
+@POLICIES
+def test_a_tp8_job_no_clique_holds_waits_naming_the_cliques(policy: QueuePolicy | None) -> None:
+    fc = _cluster(trays=3, policy=policy)
     fc.add_job(paralleljob("big", 8, 1, 2, memory=10.0))  # fills both HGX nodes
     fc.add_job(paralleljob("wide", 8, 1, 3, memory=10.0))  # 3 TP8 groups: 6 trays, each clique holds 1 group
     fc.step()

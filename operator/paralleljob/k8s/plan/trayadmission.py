@@ -14,15 +14,16 @@ clique's bandwidth real. Its refusal names cliques and their free trays, not the
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from paralleljob.core.cliques import clique_index
-from paralleljob.core.cluster import ClusterState, GPUHealth
-from paralleljob.core.cost import CostBreakdown, cost_model
+from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
+from paralleljob.core.cost import CostBreakdown, CostModel, cost_model
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.job import JobSpec
 from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer, PlacerConfig
@@ -213,3 +214,23 @@ def tray_record(
         reasons=tuple(reasons),
         trays=tuple(trays),
     )
+
+
+@dataclass(frozen=True)
+class TrayAwarePlacer:
+    """A placer for the core's queueing pass (``core.admission.schedule``: fair share, backfill,
+    preemption) that places as :func:`place_rigid` does, so a job larger than a tray takes whole trays there
+    too. ``requests``: the pass's jobs by key (a spec's ``job_id``); a repair (``previous``) or a job the
+    pass does not know goes to ``inner`` unchanged."""
+
+    view: ClusterView
+    inner: FilteredPlacer
+    requests: Mapping[str, JobRequest]
+    filter_for: Callable[[JobSpec], NodeFilter | None]
+
+    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement:
+        request = self.requests.get(job.job_id)
+        if request is None or previous is not None:
+            return self.inner.place(job, model, previous)
+        request = replace(request, spec=job)  # the size the pass asks about (an elastic job's, say)
+        return place_rigid(self.view, self.inner, request, job.job_id, self.filter_for(job))
