@@ -11,6 +11,7 @@ import pytest
 from paralleljob.core.queueing import QueuePolicy
 from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.config import TopologyConfig, topology_from_mapping
+from paralleljob.k8s.edge.queues import parse_queue
 from paralleljob.k8s.edge.records import record_from_status
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -190,3 +191,20 @@ def test_a_failed_tray_pod_restarts_on_its_tray_until_max_restarts() -> None:
     pod["status"]["phase"] = "Failed"
     fc.step()
     assert fc.phase("ns/llm") == "Failed"  # maxRestarts 3 reached
+
+
+@POLICIES
+def test_a_queue_may_set_its_own_spares(policy: QueuePolicy | None) -> None:
+    fc = _cluster(racks=1, trays=4, hgx=0, policy=policy)
+    fc.config = TopologyConfig(nvlink_spares_per_clique=1)
+    spec = {"nvlinkSparesPerClique": 0}
+    fc.queues = {"preemptible": parse_queue({"metadata": {"name": "preemptible"}, "spec": spec})}
+    assert fc.queues["preemptible"].nvlink_spares == 0
+    fc.add_job(paralleljob("llm", 8, 1, 1, memory=10.0))
+    _running(fc, "ns/llm")  # 2 trays free, the last one a spare
+    fc.add_job(paralleljob("more", 8, 1, 1, memory=10.0))  # the default queue leaves the spare alone
+    fc.add_job(paralleljob("filler", 8, 1, 1, memory=10.0, queue="preemptible"))
+    fc.step()
+    assert fc.job("ns/more")["status"]["phase"] == "Queued"
+    record = _placed(fc, "ns/filler")  # its queue says 0 spares: it takes the spare too
+    assert {t.node for t in record.trays} == {"r0-t02", "r0-t03"}

@@ -38,7 +38,13 @@ from paralleljob.k8s.plan.elastic_admission import place_elastic, shrink_growth_
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.podsync import sync_pods
 from paralleljob.k8s.plan.status import StatusDraft
-from paralleljob.k8s.plan.trayadmission import admission_topology, place_rigid, spans_trays, tray_record
+from paralleljob.k8s.plan.trayadmission import (
+    admission_topology,
+    place_rigid,
+    spans_trays,
+    spares_for,
+    tray_record,
+)
 from paralleljob.k8s.view.clusterview import ClusterView
 
 
@@ -211,7 +217,8 @@ def _admit_one(ctx: PassContext, line: _Line, job: JobObject, request: JobReques
             spec = request.spec
         else:
             node_filter = ctx.eligibility.filter_for(job.key, spec)
-            placement, extra = place_rigid(view, placer, request, job.key, node_filter), ()
+            spares = spares_for(view, queue)
+            placement, extra = place_rigid(view, placer, request, job.key, node_filter, spares), ()
     except PlacementInfeasible as exc:
         # Before it waits: growth replicas of lower-priority elastic jobs, the cheapest preemption.
         taken = None if exc.permanent else shrink_growth_replicas(ctx, job, request)

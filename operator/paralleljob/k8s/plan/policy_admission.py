@@ -81,7 +81,7 @@ def admit_with_core(
     by_key = {job.key: (job, request) for job, request, _ in held}
     models = {name: cost_model(name) for name in {r.cost_model for r in requests.values()}}
     filtered = FilteredPlacer(placer, view.state, node_filters(ctx.eligibility))
-    wrapped = TrayAwarePlacer(view, filtered, requests, node_filters(ctx.eligibility))  # NVL72 trays
+    wrapped = TrayAwarePlacer(view, filtered, requests, node_filters(ctx.eligibility), queues)  # NVL72 trays
     specs = [queue_spec(q) for q in queues.values()]
     started = ctx.clock()
     plan = schedule(

@@ -30,6 +30,7 @@ from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.topology import Level, Topology
 from paralleljob.core.traypods import tray_pods
 from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
+from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.trayenv import tray_pod_name
@@ -114,22 +115,34 @@ def place_on_trays(
     return NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order).place(spec, cost_model(request.cost_model))
 
 
+def spares_for(view: ClusterView, queue: QueueInfo | None) -> int:
+    """Warm spare trays per clique a job of ``queue`` leaves free: the queue's setting, else the topology's."""
+    return queue.nvlink_spares if queue is not None and queue.nvlink_spares is not None else view.nvlink_spares
+
+
 def place_rigid(
-    view: ClusterView, placer: FilteredPlacer, request: JobRequest, job_key: str, node_filter: NodeFilter | None
+    view: ClusterView,
+    placer: FilteredPlacer,
+    request: JobRequest,
+    job_key: str,
+    node_filter: NodeFilter | None,
+    spares: int | None = None,
 ) -> Placement:
     """The core placer's placement when it places the job or the job cannot take trays; else the NVLink
-    placer's (whose refusal, naming the cliques, is the one the job waits with)."""
+    placer's (whose refusal, naming the cliques, is the one the job waits with). ``spares``: whole free
+    trays per clique the job leaves alone (None: the topology setting)."""
+    spares = view.nvlink_spares if spares is None else spares
     hgx_first = _hgx_first(view, request)
     if hgx_first is not None:
         return hgx_first
     try:
-        with closed(view.state, spare_trays(view)):
+        with closed(view.state, spare_trays(view, spares)):
             return placer.place(request.spec, cost_model(request.cost_model))
     except PlacementInfeasible:
         topology = wants_trays(view, request)
         if topology is None:
             raise
-        return place_on_trays(view, topology, request, job_key, node_filter, view.nvlink_spares)
+        return place_on_trays(view, topology, request, job_key, node_filter, spares)
 
 
 def _hgx_first(view: ClusterView, request: JobRequest) -> Placement | None:
@@ -150,16 +163,16 @@ def _hgx_first(view: ClusterView, request: JobRequest) -> Placement | None:
         return None
 
 
-def spare_trays(view: ClusterView) -> list[int]:
-    """The trays held as warm spares (``nvlinkSparesPerClique``): the last S whole free trays of each clique,
-    in node order, as core/nvlink counts them; none without cliques or spares."""
-    topology = nvlink_topology(view) if view.nvlink_spares else None
+def spare_trays(view: ClusterView, spares: int) -> list[int]:
+    """The trays held as warm spares (``nvlinkSparesPerClique``): the last ``spares`` whole free trays of each
+    clique, in node order, as core/nvlink counts them; none without cliques or spares."""
+    topology = nvlink_topology(view) if spares else None
     if topology is None:
         return []
     state, out = view.state, []
     for trays in clique_index(topology).trays:
         whole = [n for n in trays if state.usable_free(n) == topology.node_gpu_count[n]]
-        out.extend(whole[-view.nvlink_spares :])
+        out.extend(whole[-spares:])
     return out
 
 
@@ -227,10 +240,12 @@ class TrayAwarePlacer:
     inner: FilteredPlacer
     requests: Mapping[str, JobRequest]
     filter_for: Callable[[JobSpec], NodeFilter | None]
+    queues: Mapping[str, QueueInfo]
 
     def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement:
         request = self.requests.get(job.job_id)
         if request is None or previous is not None:
             return self.inner.place(job, model, previous)
         request = replace(request, spec=job)  # the size the pass asks about (an elastic job's, say)
-        return place_rigid(self.view, self.inner, request, job.job_id, self.filter_for(job))
+        spares = spares_for(self.view, self.queues.get(request.queue))
+        return place_rigid(self.view, self.inner, request, job.job_id, self.filter_for(job), spares)
