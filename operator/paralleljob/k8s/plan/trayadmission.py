@@ -13,7 +13,6 @@ clique's bandwidth real. Its refusal names cliques and their free trays, not the
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -54,11 +53,17 @@ def nvlink_topology(view: ClusterView) -> Topology | None:
     return topology if clique_index(topology).cliques else None
 
 
-@functools.lru_cache(maxsize=8)
 def _repriced(topology: Topology, level: int, bandwidth: float) -> Topology:
+    """Kept with the view's topology (hashing one of 100k GPUs on every call would cost more than placing)."""
+    key = ("_nvlink_repriced", level, bandwidth)
+    cached = topology.__dict__.get("_nvlink_repriced")
+    if isinstance(cached, tuple) and cached[0] == key:
+        return cached[1]  # type: ignore[no-any-return]
     levels = list(topology.levels)
     levels[level] = Level(levels[level].name, bandwidth)
-    return replace(topology, levels=tuple(levels), nvlink_level=level)
+    derived = replace(topology, levels=tuple(levels), nvlink_level=level)
+    topology.__dict__["_nvlink_repriced"] = (key, derived)
+    return derived
 
 
 def admission_topology(view: ClusterView) -> Topology:
