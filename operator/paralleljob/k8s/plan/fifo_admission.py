@@ -148,7 +148,7 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
         # an elastic job can never fit only when its minimum cannot
         spec = request.spec if request.elastic is None else resized(request.spec, request.elastic.min)
         node_filter = eligibility.filter_for(job.key, spec, with_usage=False) if eligibility else None
-        reasons = never_fits(admission_topology(view), spec, node_filter)
+        reasons = never_fits(admission_topology(view, request), spec, node_filter)
         if reasons:
             fail_unschedulable(actions, "; ".join(reasons), now)
             return True

@@ -2,7 +2,8 @@
 
 The view prices a clique as the network (``clusterview.priced_levels``): without a ComputeDomain the trays of
 a rack reach each other over InfiniBand, and a job placed by the core placer keeps every TP group inside one
-node. That stays the path for every job it can place (jobs that fit an HGX node or a tray behave as before).
+node. That stays the path for every job it can place, except that on a cluster with cliques a rigid job whose
+TP groups fit the HGX nodes is placed on them alone first, so the cliques stay whole for larger TP groups.
 A rigid job whose TP group is larger than a tray, and which the core placer cannot place, is placed by the
 NVLink placer (``core/nvlink``) on the *NVLink topology*: the view's nodes and GPU ids, the clique level priced
 at its own (NVLink) bandwidth and named as the NVLink level, and a state mirroring the view's (owners, health,
@@ -66,9 +67,12 @@ def _repriced(topology: Topology, level: int, bandwidth: float) -> Topology:
     return derived
 
 
-def admission_topology(view: ClusterView) -> Topology:
-    """The topology "can this job ever fit" is judged on: the NVLink one when there are cliques, so a TP
-    group larger than every node is not refused when whole trays of a clique hold it."""
+def admission_topology(view: ClusterView, request: JobRequest) -> Topology:
+    """The topology "can this job ever fit" is judged on: the NVLink one when there are cliques and the job
+    may take trays, so a TP group larger than every node is not refused when whole trays of a clique hold it
+    (an elastic job or a pod group never takes trays: for them the node stays the limit)."""
+    if request.elastic is not None or request.pod_group:
+        return view.topology
     return nvlink_topology(view) or view.topology
 
 
