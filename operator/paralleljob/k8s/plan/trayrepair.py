@@ -28,7 +28,7 @@ from paralleljob.k8s.edge.records import PlacementRecord, cost_to_status
 from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.podsync import delete_all
-from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, mirror, nvlink_topology, tray_record
+from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
 from paralleljob.k8s.view.clusterview import ClusterView
 
 _BROKEN = (GPUHealth.OFFLINE, GPUHealth.RESETTING)
@@ -78,9 +78,9 @@ def repair_trays(ctx: PassContext, held: HeldJob, broken: list[tuple[TraySlot, s
     try:
         if topology is None or previous is None:
             raise PlacementInfeasible(job.key, ["the cluster has no NVLink clique of several trays left"])
-        state = mirror(view, topology)
-        placer = NVLinkPlacer(state, TRAY_PLACER, 0, request.rank_order)
-        placement = placer.place(spec, cost_model(request.cost_model), previous)
+        with seen_as(view.state, topology) as state:
+            placer = NVLinkPlacer(state, TRAY_PLACER, 0, request.rank_order)
+            placement = placer.place(spec, cost_model(request.cost_model), previous)
     except PlacementInfeasible as exc:
         why = f"no room to repair inside the NVLink cliques: {'; '.join(exc.reasons)}; back in the queue"
         failure.update(action=FailureAction.REQUEUED.value)
