@@ -32,6 +32,7 @@ WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch", "create"}),
     ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
     ("scheduling.k8s.io", "podgroups/status"): frozenset({"patch"}),  # PodGroupScheduled, as kube-scheduler
+    ("resource.nvidia.com", "computedomains"): frozenset({"create"}),  # NVL72: one per clique a job's trays use
     ("resource.k8s.io", "resourceclaims"): frozenset({"get", "create", "delete"}),  # DRA: a claim per worker
     ("resource.k8s.io", "resourceclaims/status"): frozenset({"patch"}),
 }

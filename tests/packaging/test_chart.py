@@ -258,6 +258,11 @@ def test_pcie_root_level_is_off_by_default_and_reaches_the_operator(render: Rend
     assert (topology.node_bandwidth_gbps, topology.pcie_root_bandwidth_gbps) == (32, 64)
 
 
+def test_nvlink_spares_are_off_by_default_and_reach_the_operator(render: Render) -> None:
+    assert _topology(render).nvlink_spares_per_clique == 0
+    assert _topology(render, "topology.nvlinkSparesPerClique=2").nvlink_spares_per_clique == 2
+
+
 def test_queues_become_parallel_job_queues(render: Render) -> None:
     objects = render(
         "queues[0].name=research",

@@ -70,6 +70,7 @@ topology:
   toleratedTaints: {{ .Values.topology.toleratedTaints | toJson }}
   maxGpusPerNode: {{ .Values.topology.maxGpusPerNode | default 16 }}
   pcieRootBandwidthGbps: {{ .Values.topology.pcieRootBandwidthGbps | default 0 }}
+  nvlinkSparesPerClique: {{ .Values.topology.nvlinkSparesPerClique | default 0 }}
   levels:
   {{- range .Values.topology.levels }}
     - name: {{ .name | quote }}
@@ -118,6 +119,11 @@ topology:
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["podgroups/status"]
   verbs: ["patch"]
+# NVLink across the trays of a GB200/GB300 clique (docs/nvl72.md): one ComputeDomain per clique a job's
+# trays use, owned by the job (the garbage collector deletes it, and the driver its claim template, with it).
+- apiGroups: ["resource.nvidia.com"]
+  resources: ["computedomains"]
+  verbs: ["create"]
 {{- if .Values.dra.driver }}
 # DRA (docs/dra.md): one ResourceClaim per worker on a DRA node, read back, replaced when allocated to
 # other devices, deleted when its pod is gone; its status carries the allocation and reservation.

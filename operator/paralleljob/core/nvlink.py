@@ -308,8 +308,8 @@ class NVLinkPlacer:
 
     def _clique_refusal(self, job: JobSpec, free: Sequence[int], exc: PlacementInfeasible) -> list[str]:
         idx, mem = self.index, job.memory_per_gpu_gb
-        if exc.permanent:
-            return list(exc.reasons)
+        # exc counts in the clique topology's units; a permanent one only says the cliques alone never hold
+        # the job (the whole cluster, node-domain nodes too, was judged before), so the words are the trays'.
         slots = sum(f // job.tp for f in free)
         roomiest = max(range(len(idx.cliques)), key=lambda i: (self.whole_free_count(i, mem), -i))
         g = idx.tray_gpus[roomiest]

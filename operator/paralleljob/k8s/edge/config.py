@@ -25,8 +25,9 @@ class LevelSource:
     labels: tuple[str, ...]
     bandwidth_gbps: float
     # A multi-node NVLink domain (the GB200/GB300 clique): its bandwidth is what a job gets across its trays
-    # only through a ComputeDomain (IMEX channel), which the operator does not create yet; until then two
-    # trays of one clique talk over the network, and the view prices the level as the one above it.
+    # only through a ComputeDomain (IMEX channel), which the operator creates only for jobs on whole trays
+    # (plan/trayadmission); for any other job two trays of one clique talk over the network, and the view
+    # prices the level as the one above it.
     nvlink_domain: bool = False
 
 
@@ -64,6 +65,9 @@ class TopologyConfig:
     # per-GPU bandwidth (and node_bandwidth_gbps is then that between two roots of a node). 0: no such level,
     # right for NVSwitch nodes, where every GPU pair of a node talks at NVLink speed whatever its root.
     pcie_root_bandwidth_gbps: float = 0.0
+    # Warm spares: whole free trays per NVLink clique that take no new gang; a repair may use them, so a
+    # failed tray is replaced inside its clique (docs/nvl72.md "Warm spares").
+    nvlink_spares_per_clique: int = 0
 
     def __post_init__(self) -> None:
         previous = ("node", self.node_bandwidth_gbps)
@@ -85,6 +89,8 @@ class TopologyConfig:
                 f" nodeBandwidthGbps ({self.node_bandwidth_gbps}): GPUs under one root talk at least as fast"
                 " as across the node"
             )
+        if self.nvlink_spares_per_clique < 0:
+            raise InvalidRequest(f"nvlinkSparesPerClique must be 0 or more, got {self.nvlink_spares_per_clique}")
         if self.max_gpus_per_node < 1:
             raise InvalidRequest(f"maxGpusPerNode must be at least 1, got {self.max_gpus_per_node}")
         names = [lv.name for lv in self.levels]
@@ -158,7 +164,7 @@ def _levels_from(values: Sequence[Mapping[str, Any]]) -> tuple[LevelSource, ...]
 
 def topology_from_mapping(data: Mapping[str, Any]) -> TopologyConfig:
     """``{nodeBandwidthGbps, clusterBandwidthGbps, defaultGpuMemoryGiB, toleratedTaints, maxGpusPerNode,
-    pcieRootBandwidthGbps, levels: [...]}``."""
+    pcieRootBandwidthGbps, nvlinkSparesPerClique, levels: [...]}``."""
     base = TopologyConfig()
     try:
         return TopologyConfig(
@@ -169,6 +175,7 @@ def topology_from_mapping(data: Mapping[str, Any]) -> TopologyConfig:
             tolerated_taints=tuple(str(x) for x in data.get("toleratedTaints", base.tolerated_taints)),
             max_gpus_per_node=int(data.get("maxGpusPerNode", base.max_gpus_per_node)),
             pcie_root_bandwidth_gbps=float(data.get("pcieRootBandwidthGbps", base.pcie_root_bandwidth_gbps)),
+            nvlink_spares_per_clique=int(data.get("nvlinkSparesPerClique", base.nvlink_spares_per_clique)),
         )
     except (TypeError, ValueError) as exc:
         raise InvalidRequest(f"bad topology configuration: {exc}") from None

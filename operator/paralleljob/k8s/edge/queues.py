@@ -27,6 +27,8 @@ class QueueInfo:
     guaranteed_gpus: int = 0
     max_gpus: int | None = None
     namespaces: tuple[str, ...] = ()
+    # Warm spare trays per NVLink clique this queue's jobs leave free (None: the topology setting's)
+    nvlink_spares: int | None = None
     # The status fields as last written ((field, value) pairs), so the pass can tell which queues' status
     # is out of date without the shell comparing bodies.
     status: tuple[tuple[str, float], ...] = ()
@@ -43,6 +45,7 @@ def parse_queue(body: Mapping[str, object]) -> QueueInfo:
     weight = spec.get("weight", 1.0)
     guaranteed = spec.get("guaranteedGPUs", 0)
     namespaces = spec.get("namespaces") or []
+    spares = spec.get("nvlinkSparesPerClique")
     status = body.get("status") or {}
     shown = tuple(
         (key, float(value))
@@ -55,6 +58,7 @@ def parse_queue(body: Mapping[str, object]) -> QueueInfo:
         guaranteed_gpus=guaranteed if isinstance(guaranteed, int) else 0,
         max_gpus=max_gpus if isinstance(max_gpus, int) else None,
         namespaces=tuple(str(n) for n in namespaces) if isinstance(namespaces, list) else (),
+        nvlink_spares=spares if isinstance(spares, int) and spares >= 0 else None,
         status=shown,
     )
 

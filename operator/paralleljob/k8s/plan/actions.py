@@ -69,6 +69,8 @@ class JobActions:
     binds: list[PodBind] = field(default_factory=list)
     annotates: list[PodAnnotate] = field(default_factory=list)
     service: dict[str, Any] | None = None  # the headless Service to make sure of
+    # ComputeDomains a whole-tray job's new pods need (one per clique; created before the pods, once)
+    compute_domains: list[dict[str, Any]] = field(default_factory=list)
     membership: dict[str, Any] | None = None  # an elastic job's replicas ConfigMap to write (it changed)
     reserves: list[ClaimReserve] = field(default_factory=list)  # a PodGroup's shared claims, before its binds
     rendezvous: dict[str, Any] | None = None  # and its rendezvous Service, pointed at the current host

@@ -59,6 +59,7 @@ from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pending_deadlines
 from paralleljob.k8s.plan.reoptimizing import reconsider
 from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.plan.trayrepair import broken_trays, repair_trays, restart_failed_trays
 from paralleljob.k8s.plan.waiting import (
     WAITING,
     Triage,
@@ -572,15 +573,25 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         draft.set(completionTime=now)
         view.state.release(job.key)
         return None
+    if record.trays and (broken := broken_trays(view, record)):
+        repaired = repair_trays(ctx, HeldJob(actions, job, request, record, pods), broken)
+        if repaired is not None:
+            sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
+        return None
+    if record.trays and seen.failed and draft.phase is not Phase.PLACING:
+        restarted = restart_failed_trays(ctx, HeldJob(actions, job, request, record, pods), seen.failed)
+        if restarted is not None:
+            sync_pods(actions, job, request, restarted, pods, view.nodes, ctx.gpu_holders)
+        return None
     names = {s.name: p.name for s, (_, p) in zip(record.slots, slot_pods(record, pods), strict=True) if p is not None}
-    breakage = detect(view, job, record, seen.failed, names if request.pod_group else None)
+    breakage = None if record.trays else detect(view, job, record, seen.failed, names if request.pod_group else None)
     if breakage is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
         repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
         return None
-    if seen.bound == seen.total and not request.pod_group:
+    if seen.bound == seen.total and not request.pod_group and not record.trays:  # trays: not re-optimised
         node_filter = eligibility.filter_for(job.key, request.spec)
         migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
         if migrated is not None:

@@ -29,7 +29,7 @@ from paralleljob.core.fifo import FifoHooks, FifoJob, FifoPolicy, fifo_key, gate
 from paralleljob.core.gates import Entry, WaitReason, entry_gate
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event
-from paralleljob.core.placement import Placement
+from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
 from paralleljob.k8s.edge.queues import QueueInfo, parse_time
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status, pod_name
@@ -42,6 +42,7 @@ from paralleljob.k8s.plan.elastic_admission import place_elastic, shrink_growth_
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.podsync import sync_pods
 from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.plan.trayadmission import TrayAwarePlacer, admission_topology, spans_trays, tray_record
 from paralleljob.k8s.view.clusterview import ClusterView
 
 
@@ -92,7 +93,7 @@ class _ShellPlacer:
     unexpected error kept for its job's status instead of stopping the queue (the job is refused as "never
     fits" to the core, so it blocks no line unless it ran before)."""
 
-    def __init__(self, inner: FilteredPlacer, clock: Callable[[], float]) -> None:
+    def __init__(self, inner: PlacerLike, clock: Callable[[], float]) -> None:
         self.inner = inner
         self.clock = clock
         self.durations: list[float] = []
@@ -148,7 +149,11 @@ def admit_all(
         durations: list[float] = []
         errors: Mapping[str, Exception] = {}
     else:
-        placer = _ShellPlacer(FilteredPlacer(ctx.placer, view.state, node_filters(ctx.eligibility)), ctx.clock)
+        filtered = FilteredPlacer(ctx.placer, view.state, node_filters(ctx.eligibility))
+        requests = {job_id: request for job_id, (_, request) in objects.items()}
+        # a job larger than a tray takes whole trays of one NVLink clique (plan/trayadmission.py)
+        trays = TrayAwarePlacer(view, filtered, requests, node_filters(ctx.eligibility), ctx.queues)
+        placer = _ShellPlacer(trays, ctx.clock)
         queues = ctx.queues
 
         def cap(name: str) -> int | None:
@@ -234,6 +239,7 @@ def _internal_error(ctx: PassContext, job: JobObject, exc: Exception) -> None:
     actions.draft = StatusDraft(job.status.raw, job.phase, job.generation)
     actions.creates.clear()
     actions.binds.clear()
+    actions.compute_domains.clear()
     actions.events.clear()
     actions.service = None
     actions.placed_cost = None
@@ -267,7 +273,7 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
         # an elastic job can never fit only when its minimum cannot
         spec = request.spec if request.elastic is None else resized(request.spec, request.elastic.min)
         node_filter = eligibility.filter_for(job.key, spec, with_usage=False) if eligibility else None
-        reasons = never_fits(view.topology, spec, node_filter)
+        reasons = never_fits(admission_topology(view, request), spec, node_filter)
         if reasons:
             fail_unschedulable(actions, "; ".join(reasons), now)
             return True
@@ -312,7 +318,10 @@ def record_admission(
     draft = actions.draft
     epoch = job.placement_epoch + 1
     reasons = (*extra_reasons, *placement.reasons)
-    record = new_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
+    if spans_trays(view, placement.groups):
+        record = tray_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
+    else:
+        record = new_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
     cost = placement.cost
     message = (
         f"{request.spec.describe()} on {', '.join(record.nodes)}; cost {cost.total_ms:.3f} ms"

@@ -4,7 +4,8 @@ delete what no longer belongs. Idempotent: on a second call with the same inputs
 A pod *matches* its slot when it is the job's own (owner UID), carries the slot's GPU indices and
 incarnation, and sits on (or, unbound, is meant for) the slot's node. Anything else with the slot's name
 is stale and is deleted before the slot's pod is created again — pod names are fixed, so the old one must
-be gone first. Pods are never re-bound: a bound pod on the wrong node is deleted, never moved.
+be gone first. Pods are never re-bound: a bound pod on the wrong node is deleted, never moved. A record of whole trays
+(``layout: trays``) is synced the same way, one pod per tray, after its ComputeDomains (one per clique).
 """
 
 from __future__ import annotations
@@ -14,16 +15,19 @@ from dataclasses import dataclass
 
 from paralleljob.core.checkpoint import checkpointable_boundary
 from paralleljob.k8s.edge.claims import DeviceClaim, claim_name, with_claim
+from paralleljob.k8s.edge.computedomain import with_channel_claim
 from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.manifests import headless_service, worker_pod
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.traymanifests import compute_domains, job_domains, tray_pod
+from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.plan.actions import JobActions, PodBind, PodCreate, PodDelete
 
 
-def matches(pod: PodInfo, slot: PodSlot, job_uid: str) -> bool:
+def matches(pod: PodInfo, slot: PodSlot | TraySlot, job_uid: str) -> bool:
     node_ok = pod.node == slot.node if pod.bound else pod.target_node == slot.node
     return (
         pod.owner_uid == job_uid
@@ -33,7 +37,7 @@ def matches(pod: PodInfo, slot: PodSlot, job_uid: str) -> bool:
     )
 
 
-def mismatch(pod: PodInfo, slot: PodSlot, job_uid: str) -> str:
+def mismatch(pod: PodInfo, slot: PodSlot | TraySlot, job_uid: str) -> str:
     """Why a pod of the slot's name is stale, in the words a person reading the log needs."""
     if pod.owner_uid != job_uid:
         return "left by an earlier ParallelJob of the same name"
@@ -71,7 +75,7 @@ def observe(record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> S
     by_name = {p.name: p for p in pods}
     bound = succeeded = 0
     failed = []
-    for slot in record.slots:
+    for slot in record.pod_slots:
         pod = by_name.get(slot.name)
         if pod is None or pod.deleting or not matches(pod, slot, job_uid) or not pod.bound:
             continue
@@ -80,7 +84,7 @@ def observe(record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> S
             succeeded += 1
         elif pod.phase == "Failed":
             failed.append(pod)
-    return SyncResult(bound, succeeded, tuple(failed), len(record.slots))
+    return SyncResult(bound, succeeded, tuple(failed), len(record.pod_slots))
 
 
 def sync_pods(
@@ -97,14 +101,14 @@ def sync_pods(
     if request.pod_group:
         return  # another controller's pods: only annotated and bound, by podgroups.finish_group
     by_name = {p.name: p for p in pods}
-    wanted = {slot.name for slot in record.slots}
+    wanted = {slot.name for slot in record.pod_slots}
     boundary = checkpointable_boundary(record.pp)
     if holders is None:
         holders = gpu_holders(pods, nodes)
     for extra in pods:
         if extra.name not in wanted:
             delete(actions, extra, nodes, "not part of the job's placement")
-    for slot in record.slots:
+    for slot in record.pod_slots:
         pod = by_name.get(slot.name)
         if pod is not None and pod.deleting:
             if must_force(pod, nodes):
@@ -123,6 +127,8 @@ def sync_pods(
             actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node, device_claim(slot, nodes)))
     if actions.creates:
         actions.service = headless_service(job)
+        # a tray pod's channel claim comes from its clique's ComputeDomain: created before the pods
+        actions.compute_domains = compute_domains(job, record)
 
 
 def gpu_holders(pods: Iterable[PodInfo], nodes: Mapping[str, NodeInfo]) -> dict[tuple[str, int], str]:
@@ -136,7 +142,7 @@ def gpu_holders(pods: Iterable[PodInfo], nodes: Mapping[str, NodeInfo]) -> dict[
     return holders
 
 
-def _waits_for_gpus(slot: PodSlot, namespace: str, holders: Mapping[tuple[str, int], str]) -> bool:
+def _waits_for_gpus(slot: PodSlot | TraySlot, namespace: str, holders: Mapping[tuple[str, int], str]) -> bool:
     """Whether another pod still runs on the slot's GPUs. A re-placement may hand GPUs whose pods are only
     now being deleted to another slot or job (a repair releases a job's GPUs for the rest of its pass);
     a kubelet gives a device to a new pod only once the pod holding it has terminated, and refuses the new
@@ -145,7 +151,7 @@ def _waits_for_gpus(slot: PodSlot, namespace: str, holders: Mapping[tuple[str, i
     return any(holders.get((slot.node, index), own) != own for index in slot.gpu_indices)
 
 
-def device_claim(slot: PodSlot, nodes: Mapping[str, NodeInfo]) -> DeviceClaim | None:
+def device_claim(slot: PodSlot | TraySlot, nodes: Mapping[str, NodeInfo]) -> DeviceClaim | None:
     """The claim the slot's pod needs when its node's GPUs are DRA devices (None: a device-plugin node)."""
     info = nodes.get(slot.node)
     if info is None or info.dra is None:
@@ -160,12 +166,17 @@ def _create(
     job: JobObject,
     request: JobRequest,
     record: PlacementRecord,
-    slot: PodSlot,
+    slot: PodSlot | TraySlot,
     boundary: int,
     nodes: Mapping[str, NodeInfo],
 ) -> PodCreate:
-    manifest = worker_pod(job, request, record, slot, boundary)
     claim = device_claim(slot, nodes)
+    if isinstance(slot, TraySlot):
+        manifest = tray_pod(job, request, record, slot)
+        if claim is not None:  # the GPUs' claim replaces the pod's claims: the channel claim goes back on
+            manifest = with_channel_claim(with_claim(manifest, claim.name), job_domains(job.name, record)[slot.clique])
+        return PodCreate(manifest, slot.node, claim)
+    manifest = worker_pod(job, request, record, slot, boundary)
     if claim is not None:
         manifest = with_claim(manifest, claim.name)
     return PodCreate(manifest, slot.node, claim)

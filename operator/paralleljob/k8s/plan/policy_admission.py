@@ -45,6 +45,7 @@ from paralleljob.k8s.plan.fifo_admission import (
     refuse_before_queueing,
 )
 from paralleljob.k8s.plan.preempting import request_checkpoint, start_preemption
+from paralleljob.k8s.plan.trayadmission import TrayAwarePlacer
 
 
 def admit_with_core(
@@ -84,7 +85,8 @@ def admit_with_core(
     requests = {key: request for key, (_, request) in jobs.items()}
     by_key = {job.key: (job, request) for job, request, _ in held}
     models = {name: cost_model(name) for name in {r.cost_model for r in requests.values()}}
-    wrapped = FilteredPlacer(placer, view.state, node_filters(ctx.eligibility))
+    filtered = FilteredPlacer(placer, view.state, node_filters(ctx.eligibility))
+    wrapped = TrayAwarePlacer(view, filtered, requests, node_filters(ctx.eligibility), queues)  # NVL72 trays
     specs = [queue_spec(q) for q in queues.values()]
     # Elastic: every waiting one (the core guarantees it min), and the running ones that may lose replicas.
     ranges = {key: r.elastic for key, (_, r) in jobs.items() if r.elastic is not None}

@@ -17,6 +17,7 @@ before the watch delivers it. The executor decides nothing: failures are reporte
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from paralleljob.k8s.edge import claims
+from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.edge.statuscheck import dropped_fields
@@ -65,6 +67,7 @@ class Executor:
         self.post_event = post_event
         self.crash_hook = crash_hook  # a test hook (runtime/crashhook.py); None in production
         self.services: set[tuple[str, str, str]] = set()
+        self.domains: set[tuple[str, str, str]] = set()  # ComputeDomains made: (namespace, name, owner uid)
         self.dropped_reported: set[str] = set()
 
     async def execute(self, plan: Plan) -> Outcome:
@@ -93,6 +96,8 @@ class Executor:
         )
         if actions.reserves and not await self._reserve(actions, outcome):
             return  # a PodGroup's pods are bound only once its shared claims are reserved for it
+        if actions.compute_domains:
+            await self._compute_domains(actions)
         work: list[Awaitable[None]] = []
         if actions.service is not None:
             work.append(self._service(actions))
@@ -224,6 +229,26 @@ class Executor:
                 log.warning("service for %s not created: %s", job.key, exc)
                 return
         self.services.add(key)
+
+    async def _compute_domains(self, actions: JobActions) -> None:
+        """The job's ComputeDomains (one per clique its trays use), before its pods: the driver's controller
+        makes the claim template the pods reference from each. One that exists already (409) is kept: it is
+        the job's (same name, owned by it), and a ComputeDomain's spec is immutable anyway."""
+        job = actions.job
+        path = f"/apis/{cd.GROUP}/{cd.VERSION}/namespaces/{job.namespace}/{cd.PLURAL}"
+        for manifest in actions.compute_domains:
+            name = manifest["metadata"]["name"]
+            key = (job.namespace, name, job.uid)
+            if key in self.domains:
+                continue
+            try:
+                await retrying(functools.partial(self.kube.request, "POST", path, manifest))
+            except ApiError as exc:
+                if exc.answer is not Answer.CONFLICT:
+                    log.warning("ComputeDomain %s/%s for %s not created: %s", job.namespace, name, job.key, exc)
+                    continue
+            log.info("created ComputeDomain %s/%s for %s", job.namespace, name, job.key)
+            self.domains.add(key)
 
     async def _replace(self, manifest: dict[str, Any], plural: str) -> None:
         """An elastic job's replicas ConfigMap or rendezvous Service: replaced (an unconditional update), or

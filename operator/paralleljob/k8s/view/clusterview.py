@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.topology import Level, NodeSpec, Topology
+from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.nodes import NodeInfo
@@ -58,6 +59,10 @@ class ClusterView:
     loaded: dict[str, Claim] = field(default_factory=dict)  # job key -> its claim, holding its GPUs
     occupants: dict[str, list[str]] = field(default_factory=dict)  # node -> pods not explained by a record
     node_warnings: dict[str, list[str]] = field(default_factory=dict)  # node -> what is wrong with it
+    # NVLink-domain levels present (the clique: name -> its own bandwidth, which ``priced_levels`` lowers to
+    # the network's until a ComputeDomain is used; plan/trayadmission prices it so for whole-tray jobs)
+    nvlink_levels: dict[str, float] = field(default_factory=dict)
+    nvlink_spares: int = 0  # whole free trays per clique that take no new gang (TopologyConfig)
 
     @property
     def warnings(self) -> list[str]:
@@ -135,10 +140,16 @@ def build_view(
     """The cluster view; ``claims`` in the order they were made (older claims win a contested GPU)."""
     live = {n.name: n for n in nodes if n.gpu_count > 0}
     ghost_counts: dict[str, int] = {}
+    ghost_cliques: dict[str, str] = {}  # a gone tray -> the NVLink clique its record says it was in
     for claim in claims:
         for slot in claim.record.pod_slots:
             if slot.node not in live and slot.gpu_indices:
                 ghost_counts[slot.node] = max(ghost_counts.get(slot.node, 0), max(slot.gpu_indices) + 1)
+                if isinstance(slot, TraySlot):
+                    ghost_cliques[slot.node] = slot.clique
+    # A gone tray stays in its clique (the domains of a live tray with the same clique label), so a repair
+    # replaces it inside that clique, where the job's ComputeDomain is; without a live peer it is alone.
+    peers = {info.labels.get(CLIQUE_LABEL): info for info in live.values() if info.labels.get(CLIQUE_LABEL)}
     if not live and not ghost_counts:
         return empty_view()
     present = [i for i, _ in enumerate(config.levels) if any(n.domains[i] for n in live.values())]
@@ -151,6 +162,9 @@ def build_view(
             domains = _domains(values, name)
             roots = _pcie_roots(info, config)
             specs.append(NodeSpec(name, info.gpu_count, info.gpu_memory_gib, domains, info.gpu_product, roots))
+        elif (peer := peers.get(ghost_cliques.get(name))) is not None:
+            domains = _domains([peer.domains[i] for i in present], name)
+            specs.append(NodeSpec(name, ghost_counts[name], peer.gpu_memory_gib, domains, peer.gpu_product))
         else:
             specs.append(
                 NodeSpec(name, ghost_counts[name], config.default_gpu_memory_gib, _domains([None] * len(present), name))
@@ -166,6 +180,10 @@ def build_view(
         {name: i for i, name in enumerate(topology.node_names)},
         [spec.gpu_product for spec in specs],
         frozenset(ghost_counts),
+        nvlink_levels={
+            config.levels[i].name: config.levels[i].bandwidth_gbps for i in present if config.levels[i].nvlink_domain
+        },
+        nvlink_spares=config.nvlink_spares_per_clique,
     )
     for claim in claims:
         load_claim(view, claim)

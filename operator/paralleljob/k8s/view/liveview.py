@@ -161,7 +161,7 @@ class LiveView:
             if _ghosts(view, claims) != _ghosts_now(view):
                 raise NeedsRebuild("topology")
             for claim in [self._claims[key] for key in gone] + new_claims:
-                dirty |= {slot.node for slot in claim.record.slots}
+                dirty |= {slot.node for slot in claim.record.pod_slots}
                 dirty |= {self._gpu_pods[key].node for key in self._of_job.get(claim.key, ())}
         known = sorted(name for name in dirty if name in view.node_index)
         if view.empty:
@@ -233,7 +233,7 @@ def _ghosts(view: ClusterView, claims: Sequence[Claim]) -> dict[str, int]:
     """The ghost nodes ``claims`` need, with their GPU counts, as ``build_view`` derives them."""
     counts: dict[str, int] = {}
     for claim in claims:
-        for slot in claim.record.slots:
+        for slot in claim.record.pod_slots:
             if slot.node not in view.nodes and slot.gpu_indices:
                 counts[slot.node] = max(counts.get(slot.node, 0), max(slot.gpu_indices) + 1)
     return counts
