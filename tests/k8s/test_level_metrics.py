@@ -105,6 +105,10 @@ def test_queue_waits_are_measured_from_the_jobs_own_queued_at() -> None:
     done, oldest = queue_waits([admitted, waiting, newest, never_stamped, running], now)
     assert done == [("default", 60.0)]
     assert {q: now - stamp for q, stamp in oldest.items()} == {"default": 300.0, "big": 600.0}
+    # jobs the waiting memo left out of the pass wait as much: an older one there is the queue's oldest
+    quiet = {"default": "2024-01-01T00:01:00Z", "idle": "2024-01-01T00:08:00Z"}
+    _, oldest = queue_waits([waiting, never_stamped], now, quiet)
+    assert {q: now - stamp for q, stamp in oldest.items()} == {"default": 540.0, "big": 600.0, "idle": 120.0}
 
 
 def test_request_kind_names_verbs_and_resources_as_the_audit_log_does() -> None:

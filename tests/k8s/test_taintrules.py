@@ -189,3 +189,21 @@ def test_the_reconciler_reads_rules_from_its_watch_into_decisions_and_the_kept_v
 
     reconciler = asyncio.run(scenario())
     assert reconciler.view.checks == 2 and reconciler.view.mismatches == 0
+
+
+@pytest.mark.parametrize("kind", ["devicetaintrule", "resourceslice"])
+def test_a_device_change_makes_the_next_pass_look_at_every_waiting_line_again(kind: str) -> None:
+    """The waiting memo leaves quiet lines out while no node and no job changed; a DeviceTaintRule deleted (or
+    a slice changed) changes what fits without either, and a job waiting for the device stayed Queued (the
+    DRA health e2e caught it)."""
+    reconciler = Reconciler(cast(Any, object()), OperatorConfig(), Metrics())
+    reconciler.on_event("node", "ADDED", dra_node("n1"))
+    reconciler.on_event("resourceslice", "ADDED", resource_slice("n1", [gpu(i) for i in range(8)]))
+    reconciler.on_event("devicetaintrule", "ADDED", rule("r", pool="n1", device="gpu-4"))
+    reconciler.waiting.owner = [None] * 8  # as a pass leaves it: a line was remembered
+    reconciler.waiting.jobs["ns/waits"] = cast(Any, object())
+    if kind == "devicetaintrule":
+        reconciler.on_event(kind, "DELETED", rule("r", pool="n1", device="gpu-4"))
+    else:
+        reconciler.on_event(kind, "MODIFIED", resource_slice("n1", [gpu(i) for i in range(4)]))
+    assert not reconciler.waiting.jobs and not reconciler.waiting.owner

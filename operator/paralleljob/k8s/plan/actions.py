@@ -119,6 +119,8 @@ class Plan:
     # Queued jobs left out of this pass because nothing that could admit them changed (plan/waiting.py):
     # queue -> how many; they are counted in the gauges and queue statuses all the same.
     quiet_waiting: dict[str, int] = field(default_factory=dict)
+    # queue -> when its longest-waiting left-out job entered it (status.queuedAt): the queue-wait gauge's too
+    quiet_oldest: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
     wake_after: float | None = None  # seconds until the next deadline (a preemption's, a wait's): pass again then

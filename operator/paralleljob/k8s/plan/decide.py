@@ -406,6 +406,11 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
     )
     plan.scheduling_seconds = lines.durations
     plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
+    plan.quiet_oldest = {
+        queue: min(jobs, key=lambda j: parse_time(j.queued_at) or 0.0).queued_at
+        for queue, jobs in lines.left_out.items()
+        if jobs
+    }
     if memo is not None and strict_fifo:
         decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
         for queue in lines.partial:  # its head was looked at: the line is remembered whole

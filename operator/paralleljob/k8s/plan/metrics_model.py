@@ -118,13 +118,20 @@ def _merged(rows: Sequence[Sequence[int]], width: int) -> list[int]:
     return out
 
 
-def queue_waits(jobs: Sequence[JobActions], now_s: float) -> tuple[list[tuple[str, float]], dict[str, float]]:
+def queue_waits(
+    jobs: Sequence[JobActions], now_s: float, quiet_oldest: Mapping[str, str] | None = None
+) -> tuple[list[tuple[str, float]], dict[str, float]]:
     """(queue, seconds waited) of every job this pass admitted, and per queue the ``queuedAt`` (epoch
     seconds) of its longest-waiting job; both from the job's own ``status.queuedAt`` (when it entered the
     queue, or its creation), so a new leader or a restarted operator reports the same waits. A timestamp, not
-    an age: passes run on events, so an age set at the last pass would be stale by the time it is scraped."""
+    an age: passes run on events, so an age set at the last pass would be stale by the time it is scraped.
+    ``quiet_oldest``: per queue, the oldest ``queuedAt`` among the waiting jobs the pass left out (the waiting
+    memo): they wait as much as those it looked at."""
     admitted: list[tuple[str, float]] = []
     oldest: dict[str, float] = {}
+    for queue, stamp in (quiet_oldest or {}).items():
+        if (queued := parse_time(stamp)) is not None:
+            oldest[queue] = min(oldest.get(queue, queued), queued)
     for actions in jobs:
         request = actions.job.request
         if request is None:

@@ -92,6 +92,13 @@ def supervised(work: Coroutine[Any, Any, None], name: str, ended: Callable[[bool
 
     return asyncio.create_task(run(), name=name)
 
+# What may change whether a waiting job fits without a node object or a job's own GPUs changing: DRA devices
+# (slices, their taint rules, claims held by others) and Kubernetes' gang objects. A change to any clears the
+# waiting memo (plan/waiting.py), so every waiting line is looked at again; a DeviceTaintRule deleted while a
+# job waited for the device used to leave it Queued until something else moved its line.
+FORGETS_WAITING = frozenset({"resourceslice", "devicetaintrule", "resourceclaim", "podgroup", "workload"})
+
+
 class Reconciler:
     def __init__(self, kube: Kube, config: OperatorConfig, metrics: Metrics) -> None:
         self.kube = kube
@@ -181,6 +188,8 @@ class Reconciler:
             changed = store.upsert(body)
         if kind == "node" and changed:
             self.changed_nodes.add(str((body.get("metadata") or {}).get("name", "")))
+        if kind in FORGETS_WAITING and changed:
+            self.waiting.clear()
         if kind == "devicetaintrule" and changed and event_type != "DELETED":
             self._warn_rule(body)
         if changed:
@@ -205,6 +214,8 @@ class Reconciler:
         if kind == "pod":
             items = [p for p in items if relevant_pod(p)]
         store.replace_all(items, version, namespace=namespace, slimmed=slimmed)
+        if kind in FORGETS_WAITING:
+            self.waiting.clear()
         if kind == "node":  # anything may have changed: the pass looks again at what it warned about
             self.changed_nodes |= set(self.node_warnings)
             self.changed_nodes.update(info.name for info in store.values() if info.warnings)
@@ -370,7 +381,7 @@ class Reconciler:
         return {key: c for c in self.claims.values() if (key := f"{c.namespace}/{c.name}") in wanted}
 
     def _queue_waits(self, plan: Plan) -> None:
-        admitted, oldest = queue_waits(plan.seen(), time.time())
+        admitted, oldest = queue_waits(plan.seen(), time.time(), plan.quiet_oldest)
         for queue, seconds in admitted:
             self.metrics.queue_wait.labels(queue=queue).observe(seconds)
         self.metrics.set_oldest_queued(oldest)
