@@ -18,12 +18,22 @@ from realhelpers import REAL_NODE_GPUS, RealCluster, pod_log, worker_template
 from paralleljob.devcluster.session import KubeSession
 
 
-def wait_done(jobs: Jobs, name: str, timeout_s: float = 150.0) -> dict[str, Any]:
+def wait_done(jobs: Jobs, name: str, timeout_s: float = 150.0, cluster: RealCluster | None = None) -> dict[str, Any]:
     def finished() -> dict[str, Any] | None:
         status = jobs.status(name)
         return status if status.get("phase") in ("Succeeded", "Failed") else None
 
-    return dict(wait_for(f"{name} finished", finished, timeout_s=timeout_s, interval=0.5))
+    try:
+        return dict(wait_for(f"{name} finished", finished, timeout_s=timeout_s, interval=0.5))
+    except AssertionError as exc:  # a run that hangs says where: the job, each pod, its last log lines
+        pods = [f"{p.metadata.name} on {p.spec.node_name}: {p.status.phase}" for p in jobs.pods(name)]
+        logs = {
+            p.metadata.name: pod_log(cluster.cluster, jobs.namespace, p.metadata.name, "trainer")[-800:]
+            for p in jobs.pods(name)
+        } if cluster is not None else {}
+        raise AssertionError(
+            f"{exc}\nstatus: {jobs.status(name)}\npods: {pods}\nlogs: {logs}\noperator:\n{jobs.operator.log_tail()}"
+        ) from None
 
 
 def summaries(kube: KubeSession, namespace: str, job: str) -> dict[str, dict[str, Any]]:
@@ -64,7 +74,7 @@ def test_tp2_pp2_dp2_over_two_real_nodes_succeeds(real_cluster: RealCluster, rea
     jobs, kube = real_pjs, real_pjs.kube
     started = time.monotonic()
     jobs.create("train", 2, 2, 2, template=worker_template(real_cluster.worker_image))
-    status = wait_done(jobs, "train")
+    status = wait_done(jobs, "train", cluster=real_cluster)
     elapsed = time.monotonic() - started
     found = summaries(kube, jobs.namespace, "train")
     logs = {n: pod_log(real_cluster.cluster, jobs.namespace, n, "trainer") for n in found}
