@@ -93,8 +93,10 @@ def test_the_operator_places_repairs_and_cleans_up_a_tp8_job_over_nvl72_trays(
         10,
     )
 
-    # Free: 2 HGX nodes (2 groups) and 16 trays of the other clique past its spares (8 groups): 13 cannot fit.
-    pjs.create("wide", 8, 1, 13, gpuMemoryGiB=10)
+    # Free: 2 HGX nodes (2 groups) and 16 trays of the other clique past its spares (8 groups): 11 cannot fit.
+    # 88 GPUs pass the count (96 are free, spares included), so the refusal is the tray placer's own; 13
+    # groups (104 GPUs) would be refused by the FIFO pass's count first ("needs 104 GPUs; 96 are free").
+    pjs.create("wide", 8, 1, 11, gpuMemoryGiB=10)
     waiting = wait_for(
         "wide waiting with a clique reason",
         lambda: next(
