@@ -17,15 +17,15 @@
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import time
 from collections.abc import Iterator
 
 import pytest
+from tests.e2e.sessioncluster import session_cluster
 
-from paralleljob.devcluster.cluster import DevCluster, down, get, reap_abandoned, up
+from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.devcluster.versions import ADDONS
@@ -37,33 +37,11 @@ E2E_SHAPE = NodeShape(count=8, gpus_per_node=8, nodes_per_rack=4)
 
 @pytest.fixture(scope="session")
 def dev_cluster(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-
-    def progress(message: str) -> None:
-        # Shown live even under output capture: a cold build is silent for many minutes otherwise.
-        if capture is None:
-            print(message, flush=True)
-            return
-        with capture.global_and_fixture_disabled():
-            print(f"[dev-cluster] {message}", flush=True)
-
-    reuse = os.environ.get("PARALLELJOB_E2E_CLUSTER")
-    if reuse:
-        cluster = get(reuse)
-        if cluster is None:
-            pytest.fail(f"PARALLELJOB_E2E_CLUSTER={reuse} but no such dev cluster is running")
-        yield cluster
-        return
-
-    reap_abandoned(E2E_CLUSTER_PREFIX, report=progress)
-    name = f"{E2E_CLUSTER_PREFIX}{os.getpid()}"
-    # die_with_caller: even a SIGKILLed pytest takes the control plane with it.
     controllers = tuple(c for c in ADDONS if any(c in item.fixturenames for item in request.session.items))
-    cluster = up(name, E2E_SHAPE, report=progress, die_with_caller=True, controllers=controllers)
-    try:
+    with session_cluster(
+        pytestconfig, E2E_CLUSTER_PREFIX, E2E_SHAPE, "PARALLELJOB_E2E_CLUSTER", controllers=controllers
+    ) as cluster:
         yield cluster
-    finally:
-        down(name, report=progress)
 
 
 @pytest.fixture(scope="session")

@@ -14,14 +14,19 @@ class Exited(Exception):
     pass
 
 
-def test_n_binds_go_out_the_next_waits_and_the_nth_landing_ends_the_process() -> None:
+def _hook(binds: int) -> tuple[CrashAfterBinds, list[int]]:
+    """A hook whose "exit" records the code and raises :class:`Exited` instead of ending pytest."""
     codes: list[int] = []
 
     def exit_process(code: int) -> NoReturn:
         codes.append(code)
         raise Exited
 
-    hook = CrashAfterBinds(2, exit_process)
+    return CrashAfterBinds(binds, exit_process), codes
+
+
+def test_n_binds_go_out_the_next_waits_and_the_nth_landing_ends_the_process() -> None:
+    hook, codes = _hook(2)
 
     async def scenario() -> None:
         await hook.before_bind()
@@ -42,13 +47,7 @@ def test_n_binds_go_out_the_next_waits_and_the_nth_landing_ends_the_process() ->
 def test_a_refused_bind_gives_its_turn_to_a_held_one() -> None:
     """CI hung here: a bind refused by the API (pod replaced meanwhile) kept its turn, so with N=2 only one
     bind ever landed and the process never ended."""
-    codes: list[int] = []
-
-    def exit_process(code: int) -> NoReturn:
-        codes.append(code)
-        raise Exited
-
-    hook = CrashAfterBinds(2, exit_process)
+    hook, codes = _hook(2)
 
     async def scenario() -> None:
         await hook.before_bind()

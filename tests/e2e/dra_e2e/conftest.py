@@ -15,7 +15,6 @@ the API server flags differ, so one cluster cannot serve both modes. The operato
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
 from collections.abc import Iterator
@@ -27,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
 
 from drahelpers import claims
 from pjhelpers import Jobs, OperatorProcess, jobs_in, running, wait_for
+from tests.e2e.sessioncluster import session_cluster
 
-from paralleljob.devcluster.cluster import DevCluster, down, get, reap_abandoned, up
+from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devcluster.session import KubeSession
 
@@ -38,29 +38,14 @@ DRA_SHAPE = NodeShape(count=4, gpus_per_node=8, nodes_per_rack=4, gpu_api="dra")
 
 @pytest.fixture(scope="session")
 def dra_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-
-    def progress(message: str) -> None:
-        if capture is None:
-            print(message, flush=True)
-            return
-        with capture.global_and_fixture_disabled():
-            print(f"[dev-cluster dra] {message}", flush=True)
-
-    reuse = os.environ.get("PARALLELJOB_E2E_DRA_CLUSTER")
-    if reuse:
-        cluster = get(reuse)
-        if cluster is None or cluster.shape.gpu_api != "dra":
-            pytest.fail(f"PARALLELJOB_E2E_DRA_CLUSTER={reuse} but no dev cluster with --gpu-api dra has that name")
+    with session_cluster(
+        pytestconfig,
+        DRA_CLUSTER_PREFIX,
+        DRA_SHAPE,
+        "PARALLELJOB_E2E_DRA_CLUSTER",
+        usable=lambda cluster: cluster.shape.gpu_api == "dra",
+    ) as cluster:
         yield cluster
-        return
-    reap_abandoned(DRA_CLUSTER_PREFIX, report=progress)
-    name = f"{DRA_CLUSTER_PREFIX}{os.getpid()}"
-    cluster = up(name, DRA_SHAPE, report=progress, die_with_caller=True)
-    try:
-        yield cluster
-    finally:
-        down(name, report=progress)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ for its controller. A third small cluster of its own: its API server serves DRA,
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
 from collections.abc import Iterator
@@ -24,8 +23,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
 
 from pjhelpers import Jobs, OperatorProcess, jobs_in, running
+from tests.e2e.sessioncluster import session_cluster
 
-from paralleljob.devcluster.cluster import DevCluster, down, get, reap_abandoned, up
+from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devcluster.session import KubeSession
 
@@ -37,29 +37,10 @@ SPARES_PER_CLIQUE = 2  # the operator's nvlinkSparesPerClique in these tests
 
 @pytest.fixture(scope="session")
 def nvl72_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-
-    def progress(message: str) -> None:
-        if capture is None:
-            print(message, flush=True)
-            return
-        with capture.global_and_fixture_disabled():
-            print(f"[dev-cluster nvl72] {message}", flush=True)
-
-    reuse = os.environ.get("PARALLELJOB_E2E_NVL72_CLUSTER")
-    if reuse:
-        cluster = get(reuse)
-        if cluster is None:
-            pytest.fail(f"PARALLELJOB_E2E_NVL72_CLUSTER={reuse} but no such dev cluster is running")
+    with session_cluster(
+        pytestconfig, NVL72_CLUSTER_PREFIX, HGX_SHAPE, "PARALLELJOB_E2E_NVL72_CLUSTER", nvl72_racks=RACKS
+    ) as cluster:
         yield cluster
-        return
-    reap_abandoned(NVL72_CLUSTER_PREFIX, report=progress)
-    name = f"{NVL72_CLUSTER_PREFIX}{os.getpid()}"
-    cluster = up(name, HGX_SHAPE, report=progress, die_with_caller=True, nvl72_racks=RACKS)
-    try:
-        yield cluster
-    finally:
-        down(name, report=progress)
 
 
 @pytest.fixture(scope="session")
