@@ -30,6 +30,7 @@ from paralleljob.core import (
     cost_model,
     recover,
 )
+from paralleljob.core.placement import PlacerLike
 
 TOPOLOGIES: dict[str, list[tuple[str, int, float]]] = {
     "flat": [],  # the seed's two levels: node, cluster
@@ -69,13 +70,22 @@ def build_cluster(gpus: int, topology: str, seed: int) -> tuple[ClusterState, fl
     return state, build_s, memory_mb
 
 
-def fill(state: ClusterState, seed: int, target: float = 0.5) -> None:
+def fill(
+    state: ClusterState,
+    seed: int,
+    target: float = 0.5,
+    placer: PlacerLike | None = None,
+    shapes: tuple[tuple[int, ...], ...] = FILL_SHAPES,
+) -> int:
+    """Fill ``state`` to about ``target`` with random seeded jobs of ``shapes`` (TP, PP, DP choices), placed by
+    ``placer`` (the core's by default), and take 0.5% of the GPUs offline; returns how many jobs were tried."""
     rng = random.Random(seed)
-    placer, model = Placer(state), cost_model("seed")
+    model = cost_model("seed")
+    placer = placer or Placer(state)
     total = state.topology.num_gpus
     allocated, n = 0, 0
     while allocated < target * total * 0.97:
-        tp, pp, dp = (rng.choice(choices) for choices in FILL_SHAPES)
+        tp, pp, dp = (rng.choice(choices) for choices in shapes)
         job = JobSpec(f"fill-{n}", tp, pp, dp, 40.0)
         n += 1
         try:
@@ -87,6 +97,7 @@ def fill(state: ClusterState, seed: int, target: float = 0.5) -> None:
     for gpu in rng.sample(range(total), total // 200):
         if state.owner[gpu] is None:
             state.set_health(gpu, GPUHealth.OFFLINE)
+    return n
 
 
 def big_job_for(state: ClusterState) -> JobSpec:

@@ -8,38 +8,17 @@ times. Times are CPU time of this process (``bench.clock``), medians and 90th pe
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from typing import Any
 
-from paralleljob.bench import clock
-from paralleljob.core import Allocation, ClusterState, GPUHealth, JobSpec, PlacementInfeasible, cost_model
+from paralleljob.bench import clock, fill
+from paralleljob.core import ClusterState, JobSpec, cost_model
 from paralleljob.core.cliques import nvl72_topology
 from paralleljob.core.nvlink import NVLinkPlacer
 
-FILL_SHAPES = ((1, 2, 4, 4, 8, 16), (1, 1, 2, 4), (1, 2, 4, 8))  # TP, PP, DP of the background jobs
-
-
-def fill(state: ClusterState, placer: NVLinkPlacer, seed: int, target: float = 0.5) -> int:
-    rng = random.Random(seed)
-    model = cost_model("seed")
-    total = state.topology.num_gpus
-    allocated = jobs = 0
-    while allocated < target * total * 0.97:
-        tp, pp, dp = (rng.choice(choices) for choices in FILL_SHAPES)
-        job = JobSpec(f"fill-{jobs}", tp, pp, dp, 40.0)
-        jobs += 1
-        try:
-            placement = placer.place(job, model)
-        except PlacementInfeasible:
-            continue
-        state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))
-        allocated += job.num_gpus
-    for gpu in rng.sample(range(total), total // 200):
-        if state.owner[gpu] is None:
-            state.set_health(gpu, GPUHealth.OFFLINE)
-    return jobs
+# TP, PP, DP of the background jobs: single-tray ones among them, so that many trays are partly used
+NVL72_FILL_SHAPES = ((1, 2, 4, 4, 8, 16), (1, 1, 2, 4), (1, 2, 4, 8))
 
 
 def run_nvl72(racks: int = 1389, repeat: int = 15, seed: int = 1, spares: int = 0) -> dict[str, Any]:
@@ -47,7 +26,7 @@ def run_nvl72(racks: int = 1389, repeat: int = 15, seed: int = 1, spares: int = 
     state = ClusterState(nvl72_topology(racks))
     placer = NVLinkPlacer(state, spares=spares)
     build_s = time.perf_counter() - start
-    jobs = fill(state, placer, seed)
+    jobs = fill(state, seed, placer=placer, shapes=NVL72_FILL_SHAPES)
     fill_s = time.perf_counter() - start - build_s
     job = JobSpec("big", 8, 8, 32, 40.0)
     model = cost_model("seed")
