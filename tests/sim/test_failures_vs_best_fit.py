@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 from paralleljob.sim.cluster.clusters import node_list_cluster
 from paralleljob.sim.cluster.failures import load_failure_stats
 from paralleljob.sim.report.compare import mean_ci
-from paralleljob.sim.report.evidence import HETERO_NODES, TRACES, base_config
+from paralleljob.sim.report.evidence import HETERO_NODES, base_config
 from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.overlay import mixed_workload
 
 SEEDS = range(1, 11)
 
 
-def test_failures_leave_the_default_policy_no_worse_than_best_fit_on_mean_jct() -> None:
-    rate = 10 * load_failure_stats(TRACES / "failure_stats.csv").rates["llama3"]
-    topology = node_list_cluster(TRACES / "alibaba2023_openb_gpu_nodes.csv", HETERO_NODES, 0)
+def test_failures_leave_the_default_policy_no_worse_than_best_fit_on_mean_jct(traces: Path) -> None:
+    rate = 10 * load_failure_stats(traces / "failure_stats.csv").rates["llama3"]
+    topology = node_list_cluster(traces / "alibaba2023_openb_gpu_nodes.csv", HETERO_NODES, 0)
     ratios, requeued = [], 0
     for seed in SEEDS:
         trace = mixed_workload(600, topology.num_gpus, seed=seed, load=0.9)
