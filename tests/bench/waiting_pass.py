@@ -61,10 +61,10 @@ async def measure(fc: FakeCluster, full: bool = False) -> dict[str, float]:
     if full:
         reconciler.waiting = cast(Any, None)  # decide() without a memo: the full pass
 
-    async def nothing(actions: JobActions, started: float) -> None:
+    async def nothing(actions: JobActions, outcome: object) -> None:
         return None
 
-    reconciler._chain = nothing  # type: ignore[method-assign]  # the pass is measured, not its writes
+    reconciler.executor.run_job = nothing  # type: ignore[method-assign,assignment]  # the pass, not its writes
     reconciler._queue_status = lambda plan: None  # type: ignore[method-assign]  # (computed in the pass)
     reconciler.on_list("node", [copy.deepcopy(b) for b in fc.nodes.values()], "1")
     reconciler.on_list("pod", [copy.deepcopy(b) for b in fc.pods.values()], "1")

@@ -13,6 +13,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.plan.metrics_model import queue_waits
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import START, FakeCluster
 
@@ -65,6 +66,14 @@ def apply(fc: FakeCluster, step: tuple[Any, ...], serial: int) -> None:
         fc.nodes[name] = node(name, leaf=f"leaf-{index // 2}", cordoned=off)
 
 
+def waits(fc: FakeCluster) -> tuple[dict[str, float], dict[str, int]]:
+    """Per queue: the oldest waiting job's queuedAt and the line's length, as the pass's gauges report them."""
+    plan = fc.last_plan
+    if plan is None:
+        return {}, {}
+    return queue_waits(plan.seen(), 0.0, plan.quiet_oldest)[1], {q: n for q, n in plan.queue_lengths.items() if n}
+
+
 def clusters() -> tuple[FakeCluster, FakeCluster]:
     def one(memo: bool) -> FakeCluster:
         bodies = [node(f"gpu-node-{i:03d}", leaf=f"leaf-{i // 2}") for i in range(4)]
@@ -88,6 +97,7 @@ def test_leaving_quiet_lines_out_decides_as_the_full_pass(steps: list[tuple[Any,
             skipped += sum(kept.last_plan.quiet_waiting.values()) if kept.last_plan else 0
             assert outcome(kept) == outcome(full), f"after {step} (pass at {kept.seconds}s from {START})"
             assert kept.binds == full.binds
+            assert waits(kept) == waits(full), "the queue gauges count the jobs left out as the full pass does"
     event(f"jobs left out: {'some' if skipped else 'none'}")
 
 

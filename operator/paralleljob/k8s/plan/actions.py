@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from paralleljob.core.queueing import QueueBook
 from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import DeviceClaim
 from paralleljob.k8s.edge.specs import JobObject
@@ -123,6 +124,7 @@ class Plan:
     quiet_oldest: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
+    queue_book: QueueBook | None = None  # the queues' usage after the pass (queue statuses and gauges read it)
     wake_after: float | None = None  # seconds until the next deadline (a preemption's, a wait's): pass again then
     adopt: list[dict[str, Any]] = field(default_factory=list)  # ParallelJobs to create for pod groups
     queue_statuses: dict[str, dict[str, float]] = field(default_factory=dict)  # queues whose status is stale

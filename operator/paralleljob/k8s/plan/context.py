@@ -42,7 +42,8 @@ class PassContext:
     # (node, GPU index) -> the pod running there as the pass began (podsync.gpu_holders)
     gpu_holders: Mapping[tuple[str, int], str] = field(default_factory=dict)
     # (priority, key) of the rigid jobs waiting for GPUs, highest first: elastic growth holds back for them
-    rigid_waiting: Sequence[tuple[int, str]] = ()
+    # (a call: worked out only in a pass where an elastic job might grow)
+    rigid_waiting: Callable[[], Sequence[tuple[int, str]]] = tuple
     # Running elastic jobs whose growth replicas a higher-priority job may take this pass (filled as jobs are
     # decided; plan/elastic_admission.py)
     shrinkable: dict[str, HeldJob] = field(default_factory=dict)

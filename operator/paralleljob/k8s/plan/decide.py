@@ -11,6 +11,7 @@ raises is reported and skipped, so one bad object never stops the rest.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -40,14 +41,15 @@ from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.failures import detect, handle
 from paralleljob.k8s.plan.fifo_admission import admit_all
 from paralleljob.k8s.plan.groupclaims import reservations
-from paralleljob.k8s.plan.metrics_model import queue_statuses
+from paralleljob.k8s.plan.lazy import Lazy
+from paralleljob.k8s.plan.metrics_model import queue_book, queue_statuses
 from paralleljob.k8s.plan.nodenotes import node_warnings
 from paralleljob.k8s.plan.podgroups import (
     GroupDeclarationError,
+    GroupRequests,
     adopting_manifest,
     by_group,
     finish_group,
-    group_requests,
     hold_for_claims,
     hold_until_complete,
     observe_group,
@@ -159,7 +161,7 @@ def decide(
         view=view,
         placer=Placer(view.state, OPERATOR_PLACER),
         eligibility=Eligibility(
-            view, observed.pods, group_requests(observed.jobs, groups, observed.pod_groups, observed.resource_claims)
+            view, observed.pods, GroupRequests(jobs, groups, observed.pod_groups, observed.resource_claims)
         ),
         now=observed.now,
         now_s=now_s,
@@ -171,8 +173,8 @@ def decide(
         holds=backoff.active(now_s),
         bind_failures=observed.bind_failures,
         invalid_pods=observed.invalid_pods,
-        gpu_holders=gpu_holders(observed.pods, view.nodes),
-        rigid_waiting=rigid_waiting(observed.jobs),
+        gpu_holders=Lazy(functools.partial(gpu_holders, observed.pods, view.nodes)),
+        rigid_waiting=functools.cache(functools.partial(rigid_waiting, observed.jobs)),
         pod_groups=observed.pod_groups,
         resource_claims=observed.resource_claims,
     )
@@ -406,11 +408,10 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
     )
     plan.scheduling_seconds = lines.durations
     plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
-    plan.quiet_oldest = {
-        queue: min(jobs, key=lambda j: parse_time(j.queued_at) or 0.0).queued_at
-        for queue, jobs in lines.left_out.items()
-        if jobs
-    }
+    if memo is not None:  # a line left out is the one the memo holds: its earliest stamp was read then
+        plan.quiet_oldest = {
+            queue: oldest for queue, jobs in lines.left_out.items() if jobs and (oldest := memo.lines[queue].oldest)
+        }
     if memo is not None and strict_fifo:
         decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
         for queue in lines.partial:  # its head was looked at: the line is remembered whole
@@ -434,9 +435,12 @@ def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
         if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
             queue = actions.job.request.queue
             plan.queue_lengths[queue] = plan.queue_lengths.get(queue, 0) + 1
+    plan.queue_book = queue_book(view, plan.seen(), observed.queues)  # read again by the gauges
     plan.queue_statuses = {
         name: status
-        for name, status in queue_statuses(plan.seen(), observed.queues, view, plan.quiet_waiting).items()
+        for name, status in queue_statuses(
+            plan.seen(), observed.queues, view, plan.quiet_waiting, plan.queue_book
+        ).items()
         if name in observed.queues and dict(observed.queues[name].status) != status
     }
 
@@ -621,7 +625,7 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
             actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
             view.state.release(job.key)
         elif draft.phase is Phase.RUNNING and request.elastic is not None and not request.pod_group:
-            resized = resize_running(ctx, HeldJob(actions, job, request, record, pods), ctx.rigid_waiting)
+            resized = resize_running(ctx, HeldJob(actions, job, request, record, pods), ctx.rigid_waiting())
             if resized is not None:
                 sync_pods(actions, job, request, resized, pods, view.nodes, ctx.gpu_holders)
     return None

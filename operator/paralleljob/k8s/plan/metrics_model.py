@@ -177,8 +177,10 @@ def gauges(
     queues: Mapping[str, QueueInfo],
     fairness: float | None = None,
     quiet: Mapping[str, int] | None = None,
+    book: QueueBook | None = None,
 ) -> Gauges:
-    """``fairness``: Jain's index from the queueing pass when it ran; else computed here the same way.
+    """``fairness``: Jain's index from the queueing pass when it ran; else computed here the same way, from
+    ``book`` when the pass already booked the queues' usage (``Plan.queue_book``).
     ``quiet``: queue -> Queued jobs the pass left out (``Plan.quiet_waiting``), counted as waiting."""
     quiet = quiet or {}
     phases = Counter(a.draft.phase.value for a in jobs)
@@ -207,7 +209,7 @@ def gauges(
         queue_length.setdefault(name, 0)
     if fairness is None:
         demanding = sorted(set(queue_gpus) | {q for q, n in queue_length.items() if n})
-        fairness = queue_book(view, jobs, queues).jain_index(demanding)
+        fairness = (book or queue_book(view, jobs, queues)).jain_index(demanding)
     reoptimizable = sum(
         1
         for a in jobs
@@ -234,6 +236,7 @@ def queue_statuses(
     queues: Mapping[str, QueueInfo],
     view: ClusterView,
     quiet: Mapping[str, int] | None = None,
+    book: QueueBook | None = None,
 ) -> dict[str, dict[str, float]]:
     """What each ParallelJobQueue's status shows: GPUs its placed jobs hold, how many run (admitted), how
     many wait, and its fair share: the weighted dominant share (DRF over GPUs and GPU memory). ``quiet``:
@@ -251,7 +254,7 @@ def queue_statuses(
             entry["running"] += 1
         elif actions.draft.phase is Phase.QUEUED:
             entry["waiting"] += 1
-    book = queue_book(view, jobs, queues)
+    book = book or queue_book(view, jobs, queues)
     for name, entry in out.items():
         entry["dominantShare"] = round(book.dominant_share(name), 4)
     return out

@@ -15,7 +15,7 @@ Pure decisions on parsed pods:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -392,27 +392,49 @@ def finish_group(
         actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node))
 
 
-def group_requests(
-    jobs: Sequence[JobObject],
-    groups: Mapping[str, Sequence[PodInfo]],
-    native: Mapping[str, NativeGroup] | None = None,
-    claims: Mapping[str, ClaimInfo] | None = None,
-) -> dict[str, JobRequest]:
+class GroupRequests(Mapping[str, JobRequest]):
     """Every job's request, a group's with its pods' node constraints (an adopting job has no template)
     and, for a Kubernetes PodGroup, its topology key (the whole gang inside one domain of that label) and
-    the nodes its shared claims' allocations can be used from (on top of the pods' own node affinity)."""
-    requests = {j.key: j.request for j in jobs if j.request is not None}
-    for key, request in requests.items():
-        if not request.pod_group:
-            continue  # the common case: its request as it is
-        constraints = group_constraints(groups.get(key, ())) if request.pod_group else None
-        pod_group = (native or {}).get(key) if request.pod_group else None
+    the nodes its shared claims' allocations can be used from (on top of the pods' own node affinity).
+    Worked out per job when asked: a pass asks for the jobs it places and those holding GPUs, not for the
+    thousands that wait untouched."""
+
+    def __init__(
+        self,
+        jobs: Mapping[str, JobObject],
+        groups: Mapping[str, Sequence[PodInfo]],
+        native: Mapping[str, NativeGroup] | None = None,
+        claims: Mapping[str, ClaimInfo] | None = None,
+    ) -> None:
+        self._jobs, self._groups, self._native, self._claims = jobs, groups, native or {}, claims or {}
+        self._done: dict[str, JobRequest] = {}
+
+    def __getitem__(self, key: str) -> JobRequest:
+        done = self._done.get(key)
+        if done is None:
+            job = self._jobs.get(key)
+            if job is None or job.request is None:
+                raise KeyError(key)
+            done = self._done[key] = self._group_request(key, job.request) if job.request.pod_group else job.request
+        return done
+
+    def __contains__(self, key: object) -> bool:
+        job = self._jobs.get(key) if isinstance(key, str) else None
+        return job is not None and job.request is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, job in self._jobs.items() if job.request is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def _group_request(self, key: str, request: JobRequest) -> JobRequest:
+        constraints = group_constraints(self._groups.get(key, ()))
+        pod_group = self._native.get(key)
         if pod_group is not None and pod_group.topology_key:
             constraints = replace(constraints or request.constraints, topology_key=pod_group.topology_key)
-        terms = claim_terms(pod_group, claims or {}) if pod_group is not None and pod_group.resource_claims else None
+        terms = claim_terms(pod_group, self._claims) if pod_group is not None and pod_group.resource_claims else None
         if terms is not None:
             base = constraints or request.constraints
             constraints = replace(base, affinity=and_terms([base.affinity, terms]))
-        if constraints is not None:
-            requests[key] = replace(request, constraints=constraints)
-    return requests
+        return request if constraints is None else replace(request, constraints=constraints)

@@ -34,7 +34,7 @@ from paralleljob.core.gates import WaitReason
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.queues import QueueInfo, parse_time
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 
@@ -56,6 +56,7 @@ class LineMemo:
     head_reason: WaitReason | None  # why the head that blocks the line waits (None: no head blocks it)
     head: JobSpec | None  # that head's shape
     head_key: str = ""
+    oldest: str = ""  # the earliest ``queuedAt`` of its jobs: the queue-wait gauge reads it while it is left out
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,8 +307,19 @@ def remember(
         reason = head.reason if head is not None else None
         facts = queue_facts(queues.get(queue))
         key = head.job_id if head is not None else ""
-        memo.lines[queue] = LineMemo(frozenset(members), facts, in_use.get(queue, 0), reason, shape, key)
+        oldest = earliest(decided[member][0].queued_at for member in members)
+        memo.lines[queue] = LineMemo(frozenset(members), facts, in_use.get(queue, 0), reason, shape, key, oldest)
     memo.owner = owner
+
+
+def earliest(stamps: Iterable[str]) -> str:
+    """The earliest of some RFC 3339 stamps (compared as times, not as text); "" when none can be read."""
+    best, best_s = "", float("inf")
+    for stamp in stamps:
+        seconds = parse_time(stamp)
+        if seconds is not None and seconds < best_s:
+            best, best_s = stamp, seconds
+    return best
 
 
 def blocks(decision: Wait) -> bool:

@@ -152,33 +152,44 @@ class Metrics:
         )
         self._queues: set[str] = set()
         self._waiting_queues: set[str] = set()
+        self._last: dict[tuple[int, tuple[str, ...]], float] = {}  # (gauge, labels) -> the value last set
+
+    def _set(self, gauge: Gauge, value: float, *labels: str) -> None:
+        """Set one labelled series, skipping the label look-up when it already reads ``value`` (a pass sets
+        a series per queue; with a thousand queues the look-ups were most of what the gauges cost)."""
+        key = (id(gauge), labels)
+        if self._last.get(key) != value:
+            gauge.labels(*labels).set(value)
+            self._last[key] = value
 
     def update(self, g: Gauges) -> None:
         for phase, count in g.jobs.items():
-            self.jobs.labels(phase=phase).set(count)
+            self._set(self.jobs, count, phase)
         for state, count in g.gpus.items():
-            self.gpus.labels(state=state).set(count)
+            self._set(self.gpus, count, state)
         for term, value in g.cost_ms.items():
-            self.cost.labels(term=term).set(value)
-        for queue in self._queues - set(g.queue_length):
-            self.queue_length.labels(queue=queue).set(0)  # a queue whose last job left reads 0, not stale
+            self._set(self.cost, value, term)
+        for queue in self._queues - g.queue_length.keys():
+            self._set(self.queue_length, 0, queue)  # a queue whose last job left reads 0, not stale
         for queue, length in g.queue_length.items():
-            self.queue_length.labels(queue=queue).set(length)
-            self.queue_wait.labels(queue=queue)  # the series exists from 0, so a rate sees its first admission
-        self._queues |= set(g.queue_length)
+            self._set(self.queue_length, length, queue)
+            if queue not in self._queues:
+                self.queue_wait.labels(queue=queue)  # the series exists from 0, so a rate sees its first admission
+        self._queues |= g.queue_length.keys()
         self.fragmentation.set(g.fragmentation)
         self.fairness.set(g.fairness)
         self.reoptimizable.set(g.reoptimizable)
         for use in g.levels:
             for state, count in (("empty", use.empty), ("partial", use.partial), ("full", use.full)):
-                self.domains.labels(level=use.level, state=state).set(count)
-            self.level_fragmentation.labels(level=use.level).set(use.fragmentation)
+                self._set(self.domains, count, use.level, state)
+            self._set(self.level_fragmentation, use.fragmentation, use.level)
 
     def set_oldest_queued(self, oldest: dict[str, float]) -> None:
-        for queue in self._waiting_queues - set(oldest):
+        for queue in self._waiting_queues - oldest.keys():
             self.queue_oldest.remove(queue)  # nobody waits there now: no age to show
+            self._last.pop((id(self.queue_oldest), (queue,)), None)
         for queue, stamp in oldest.items():
-            self.queue_oldest.labels(queue=queue).set(stamp)
+            self._set(self.queue_oldest, stamp, queue)
         self._waiting_queues = set(oldest)
 
     def observe_request(self, method: str, path: str, code: int) -> None:

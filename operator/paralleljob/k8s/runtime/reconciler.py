@@ -47,7 +47,7 @@ from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
 from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.podgroupwriter import PodGroupStatusWriter
-from paralleljob.k8s.view.clusterview import ClusterView
+from paralleljob.k8s.view.clusterview import Claim, ClusterView
 from paralleljob.k8s.view.dranodes import OverlaidNodes
 from paralleljob.k8s.view.liveview import LiveView, NodeSource
 from paralleljob.k8s.view.store import ObjectStore
@@ -171,6 +171,7 @@ class Reconciler:
         self.node_warnings: Mapping[str, tuple[str, ...]] = {}  # what was reported (plan.node_warnings)
         self.changed_nodes: set[str] = set()  # nodes whose parsed value changed since the last pass
         self.passes = 0
+        self._claims_for: tuple[object, list[Claim]] | None = None  # (what they were worked out from, claims)
         # Waiting jobs and queue lines as the last passes decided them: quiet lines are left out (waiting.py).
         self.waiting = WaitingMemo()
         self.policy = queue_policy(config.queue_policy, config.preemption_grace_seconds)
@@ -263,12 +264,20 @@ class Reconciler:
         busy = {key: record for key, (_, record) in self.inflight.items()}
         self.deferred.update(busy)  # left out of this pass: decided again once their chains end
         jobs = self.jobs.values()
-        view = self.view.refresh(claims_of(jobs, busy))
+        view = self.view.refresh(self._claims(jobs, busy))
         view.state.begin_trial()
         try:
             self._decide_and_launch(started, jobs, busy, view)
         finally:
             view.state.rollback()
+
+    def _claims(self, jobs: list[JobObject], busy: dict[str, PlacementRecord | None]) -> list[Claim]:
+        """The placements holding GPUs, worked out again only when a job or the set of busy chains changed
+        (with thousands of jobs waiting, most passes follow a pod or node event and change neither)."""
+        key = (self.jobs.version, tuple((k, id(record)) for k, record in busy.items()))
+        if self._claims_for is None or self._claims_for[0] != key:
+            self._claims_for = (key, claims_of(jobs, busy))
+        return self._claims_for[1]
 
     def _decide_and_launch(
         self, started: float, jobs: list[JobObject], busy: dict[str, PlacementRecord | None], view: ClusterView
@@ -355,7 +364,9 @@ class Reconciler:
         self.passes += 1
         self.metrics.passes.inc()
         # plan.seen(), not plan.jobs: a job whose chain is in flight is left out of the decisions, not the counts
-        self.metrics.update(gauges(view, plan.seen(), observed.queues, plan.fairness, plan.quiet_waiting))
+        self.metrics.update(
+            gauges(view, plan.seen(), observed.queues, plan.fairness, plan.quiet_waiting, plan.queue_book)
+        )
         self.metrics.waiting_left_out.set(sum(plan.quiet_waiting.values()))
         self._queue_waits(plan)
         self._queue_status(plan)
