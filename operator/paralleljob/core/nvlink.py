@@ -44,6 +44,21 @@ from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder, node_rank
 from paralleljob.core.topology import Topology
 
 
+@contextmanager
+def closed_nodes(state: ClusterState, nodes: Sequence[int]) -> Iterator[None]:
+    """The nodes take no new work for the block (schedulable ones only; reopened on exit): how this placer
+    keeps tiers apart and spares free, and how the operator's tray admission (``k8s/plan/trayadmission``)
+    does the same on its view."""
+    closed = [n for n in nodes if state.node_schedulable[n]]
+    for n in closed:
+        state.set_node_schedulable(n, False)
+    try:
+        yield
+    finally:
+        for n in closed:
+            state.set_node_schedulable(n, True)
+
+
 class CliqueState(ClusterState):
     """A state of counts only (no GPU owners) for the core placer: node i has ``free[i]`` free units. The
     clique topology's (whole free trays' GPUs / unit per clique) and the node-domain nodes' (their free GPUs)."""
@@ -167,7 +182,7 @@ class NVLinkPlacer:
                 refusals.extend(f"nodes outside NVLink cliques: {r}" for r in exc.reasons[:1])
         if job.num_gpus <= max(idx.tray_gpus):
             try:
-                with self._closed((*idx.single_nodes, *self._spare_trays(job.memory_per_gpu_gb))):
+                with closed_nodes(self.state, (*idx.single_nodes, *self._spare_trays(job.memory_per_gpu_gb))):
                     placement = self.plain.place(job, model, previous)
                 if len(set(placement.group_nodes)) == 1:
                     return placement
@@ -185,7 +200,7 @@ class NVLinkPlacer:
         old GPUs (rare, and linear in the trays)."""
         idx = self.index
         if previous is not None:
-            with self._closed(idx.clique_trays):
+            with closed_nodes(self.state, idx.clique_trays):
                 return self.plain.place(job, model, previous)
         nodes = idx.single_nodes
         free = [self.state.usable_free(n) for n in nodes]
@@ -203,19 +218,6 @@ class NVLinkPlacer:
         """Whether an allocation lies on more than one tray of multi-node cliques (needs a ComputeDomain)."""
         nodes = {self.topology.gpu_node[g] for g in allocation.gpus}
         return len(nodes) > 1 and all(self.index.clique_of(n) is not None for n in nodes)
-
-    @contextmanager
-    def _closed(self, nodes: Sequence[int]) -> Iterator[None]:
-        """The nodes take no new work for the block (schedulable ones only; reopened on exit)."""
-        state = self.state
-        closed = [n for n in nodes if state.node_schedulable[n]]
-        for n in closed:
-            state.set_node_schedulable(n, False)
-        try:
-            yield
-        finally:
-            for n in closed:
-                state.set_node_schedulable(n, True)
 
     def _spare_trays(self, memory_gb: float) -> list[int]:
         """The trays held as warm spares: the last ``spares`` whole free trays of each clique."""

@@ -40,7 +40,28 @@ class OperatorExited(RuntimeError):
     """The operator exited while it was waited for; the message ends with its log's last lines."""
 
 
-class OperatorProcess:
+class OperatorMetrics:
+    """An operator read through its ``/metrics``, however they are reached: ``metrics()`` is the point to
+    override (``OperatorProcess`` asks its loopback port; the real-node e2e asks the in-cluster leader)."""
+
+    def metrics(self) -> str:
+        """The ``/metrics`` text (raises OSError while the operator does not answer)."""
+        raise NotImplementedError
+
+    def sample(self, name: str) -> float:
+        """One unlabelled sample of ``/metrics``; 0.0 while it is absent or the operator does not answer."""
+        try:
+            text = self.metrics()
+        except OSError:
+            return 0.0
+        match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
+        return float(match.group(1)) if match else 0.0
+
+    def is_leader(self) -> bool:
+        return self.sample(LEADER_METRIC) >= 1.0
+
+
+class OperatorProcess(OperatorMetrics):
     """One ``paralleljob operator`` process (restartable) with its own metrics port on 127.0.0.1.
 
     ``argv()`` and ``environment()`` are the points to override for an operator started differently (the
@@ -155,18 +176,6 @@ class OperatorProcess:
 
     def healthz(self) -> tuple[int, str]:
         return self._get("/healthz")
-
-    def sample(self, name: str) -> float:
-        """One unlabelled sample of ``/metrics``; 0.0 while it is absent or the operator does not answer."""
-        try:
-            text = self.metrics()
-        except OSError:
-            return 0.0
-        match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
-        return float(match.group(1)) if match else 0.0
-
-    def is_leader(self) -> bool:
-        return self.sample(LEADER_METRIC) >= 1.0
 
     def cpu_seconds(self) -> float:
         assert self.proc is not None

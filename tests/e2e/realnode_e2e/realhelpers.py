@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from paralleljob.devcluster import hostcheck
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.nodenet import NodeNet
 from paralleljob.devcluster.session import KubeSession
+from paralleljob.devtools.operatorproc import OperatorMetrics
 
 REAL_NODE_GPUS = 4  # so TP2xPP2xDP2 (8 GPUs) must span both real nodes
 
@@ -58,11 +58,12 @@ def worker_template(image: str, env: dict[str, str] | None = None) -> dict[str, 
     }  # fmt: skip
 
 
-class InClusterOperator:
+class InClusterOperator(OperatorMetrics):
     """The chart's operator (pods on the real nodes) as ``pjhelpers.Jobs`` and ``assert_settled`` use an
     operator: the leader is the Lease's holder, its ``/metrics`` are read from inside the leader's node (the
     host has no route to pod IPs), its log is what the kubelet wrote. Starting and stopping are the
-    Deployment's business, so ``ensure_running`` does nothing."""
+    Deployment's business, so ``ensure_running`` does nothing. Its samples and leadership are read from those
+    ``/metrics`` as for an operator process (``operatorproc.OperatorMetrics``)."""
 
     def __init__(self, cluster: DevCluster, kube: KubeSession, namespace: str, lease: str) -> None:
         self.cluster, self.kube, self.namespace, self.lease = cluster, kube, namespace, lease
@@ -96,19 +97,8 @@ class InClusterOperator:
             raise OSError(result.stderr)
         return result.stdout
 
-    def sample(self, name: str) -> float:
-        try:
-            text = self.metrics()
-        except OSError:
-            return 0.0
-        match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
-        return float(match.group(1)) if match else 0.0
-
     def running(self) -> bool:
         return self.leader() is not None
-
-    def is_leader(self) -> bool:
-        return self.sample("paralleljob_leader") >= 1.0
 
     def ensure_running(self) -> None:
         pass

@@ -91,11 +91,7 @@ def worker_pod(
     job: JobObject, request: JobRequest, record: PlacementRecord, slot: PodSlot, boundary: int
 ) -> dict[str, Any]:
     """One worker: a TP group's ``tp`` GPUs on ``slot.node``, to be bound there by the operator."""
-    template: Mapping[str, Any] = request.template
-    meta = template.get("metadata") or {}
-    spec: dict[str, Any] = copy.deepcopy(dict(template["spec"]))
     labels = {
-        **(meta.get("labels") or {}),
         JOB_LABEL: job.name,
         REPLICA_LABEL: str(slot.replica),
         STAGE_LABEL: str(slot.stage),
@@ -105,18 +101,36 @@ def worker_pod(
     if request.elastic is not None:  # the rendezvous Service selects its host by these (elasticenv)
         labels[REPLICA_GROUP_LABEL] = str(replica_group_id(slot, job.name))
     annotations = {
-        **(meta.get("annotations") or {}),
         GPU_INDICES_ANNOTATION: ",".join(str(i) for i in slot.gpu_indices),
         TARGET_NODE_ANNOTATION: slot.node,
         CHECKPOINT_BOUNDARY_ANNOTATION: str(boundary),
         INCARNATION_ANNOTATION: str(slot.incarnation),
     }
+    env = worker_env(job, record, slot, boundary)
+    return pod_from_template(job, request, slot.name, labels, annotations, env, record.tp)
+
+
+def pod_from_template(
+    job: JobObject,
+    request: JobRequest,
+    name: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    env: list[dict[str, str]],
+    gpus: int,
+) -> dict[str, Any]:
+    """Pod ``name`` of ``job`` made from its pod template, the one way for a TP-group pod and a tray pod
+    (``traymanifests``): the template's labels and annotations under ours, bound by the operator, ``env``
+    overriding the template's own values in every container, and the pod's ``gpus`` GPUs all on the first
+    container."""
+    template: Mapping[str, Any] = request.template
+    meta = template.get("metadata") or {}
+    spec: dict[str, Any] = copy.deepcopy(dict(template["spec"]))
     spec.pop("nodeName", None)  # the operator binds; a template must not pick the node itself
     spec["schedulerName"] = SCHEDULER_NAME
-    spec["hostname"] = slot.name
+    spec["hostname"] = name
     spec["subdomain"] = job.name
     spec.setdefault("restartPolicy", "Never")
-    env = worker_env(job, record, slot, boundary)
     names = {item["name"] for item in env}
     for i, container in enumerate(spec.get("containers") or []):
         resources = container.setdefault("resources", {})
@@ -124,9 +138,9 @@ def worker_pod(
             values = resources.setdefault(section, {}) or {}
             resources[section] = values
             if i == 0:
-                values[GPU_RESOURCE] = str(record.tp)
+                values[GPU_RESOURCE] = str(gpus)
             else:
-                values.pop(GPU_RESOURCE, None)  # the pod's GPUs are exactly the TP group, on the first container
+                values.pop(GPU_RESOURCE, None)  # the pod's GPUs are exactly its group's or tray's, on the first
         env_items = container.get("env") if isinstance(container.get("env"), list) else []
         kept = [item for item in env_items if isinstance(item, dict) and item.get("name") not in names]
         container["env"] = kept + env
@@ -134,10 +148,10 @@ def worker_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": slot.name,
+            "name": name,
             "namespace": job.namespace,
-            "labels": labels,
-            "annotations": annotations,
+            "labels": {**(meta.get("labels") or {}), **labels},
+            "annotations": {**(meta.get("annotations") or {}), **annotations},
             "ownerReferences": [owner_reference(job)],
         },
         "spec": spec,

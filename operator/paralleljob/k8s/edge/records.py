@@ -173,54 +173,51 @@ def record_from_status(status: Mapping[str, Any]) -> PlacementRecord | None:
         # No rankOrder: recorded before the field existed, when every pod was numbered d·pp + p.
         order = RankOrder.parse(str(data.get("rankOrder") or LEGACY_RANK_ORDER.value))
         layout = data.get("layout")
+        slots: tuple[PodSlot, ...] = ()
+        trays: tuple[TraySlot, ...] = ()
         if layout == TRAY_LAYOUT:
             trays = trays_from_status(data["pods"])
             why = check_trays(trays, tp, pp, dp)
             if why:
                 raise MalformedRecord(f"status.placement: {why}")
-            return PlacementRecord(
-                epoch=int(data.get("epoch", 0)),
-                cost_model=str(data.get("costModel", "seed")),
-                tp=tp,
-                pp=pp,
-                dp=dp,
-                slots=(),
-                rank_order=order,
-                cost=cost_from_status(status.get("communicationCost")),
-                reasons=tuple(str(r) for r in data.get("reasons", [])),
-                trays=trays,
-            )
-        if layout is not None:
+        elif layout is not None:
             raise MalformedRecord(f"status.placement.layout {layout!r} is not known to this operator")
-        slots = []
-        for item in data["pods"]:
-            indices = tuple(int(i) for i in item["gpuIndices"])
-            slots.append(
-                PodSlot(
-                    name=str(item["name"]),
-                    replica=int(item["replica"]),
-                    stage=int(item["stage"]),
-                    node=str(item["node"]),
-                    gpu_indices=indices,
-                    incarnation=int(item.get("incarnation", 0)),
-                )
-            )
-        if len(slots) != pp * dp or any(len(s.gpu_indices) != tp for s in slots):
-            raise MalformedRecord(f"status.placement lists {len(slots)} pods; TP{tp}xPP{pp}xDP{dp} needs {pp * dp}")
-        if [(s.replica, s.stage) for s in slots] != [(d, p) for d in range(dp) for p in range(pp)]:
-            raise MalformedRecord(f"status.placement must list the pods of PP{pp}xDP{dp} in order d·pp + p")
+        else:
+            slots = slots_from_status(data["pods"], tp, pp, dp)
         return PlacementRecord(
             epoch=int(data.get("epoch", 0)),
             cost_model=str(data.get("costModel", "seed")),
             tp=tp,
             pp=pp,
             dp=dp,
-            slots=tuple(slots),
+            slots=slots,
             rank_order=order,
             cost=cost_from_status(status.get("communicationCost")),
             reasons=tuple(str(r) for r in data.get("reasons", [])),
+            trays=trays,
         )
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, MalformedRecord):
             raise
         raise MalformedRecord(f"status.placement is unreadable: {exc!r}") from None
+
+
+def slots_from_status(items: Sequence[Mapping[str, Any]], tp: int, pp: int, dp: int) -> tuple[PodSlot, ...]:
+    """The TP-group pods of a one-pod-per-group record, checked against TP x PP x DP (:class:`MalformedRecord`
+    when they cannot be its pods; KeyError/TypeError/ValueError on an unreadable entry, as ``trays_from_status``)."""
+    slots = tuple(
+        PodSlot(
+            name=str(item["name"]),
+            replica=int(item["replica"]),
+            stage=int(item["stage"]),
+            node=str(item["node"]),
+            gpu_indices=tuple(int(i) for i in item["gpuIndices"]),
+            incarnation=int(item.get("incarnation", 0)),
+        )
+        for item in items
+    )
+    if len(slots) != pp * dp or any(len(s.gpu_indices) != tp for s in slots):
+        raise MalformedRecord(f"status.placement lists {len(slots)} pods; TP{tp}xPP{pp}xDP{dp} needs {pp * dp}")
+    if [(s.replica, s.stage) for s in slots] != [(d, p) for d in range(dp) for p in range(pp)]:
+        raise MalformedRecord(f"status.placement must list the pods of PP{pp}xDP{dp} in order d·pp + p")
+    return slots

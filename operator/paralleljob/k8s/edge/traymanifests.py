@@ -3,29 +3,26 @@
 A tray record (k8s/edge/trayrecords) names, per pod, a tray, its GPUs and the clique it is in. The job gets
 one ComputeDomain per clique, numbered in node-rank order (``computedomain.domains_for``), owned by the job so
 the garbage collector removes it (and the claim template and claims the driver made for it) with the job.
-Each tray pod is the job's pod template as for a TP-group pod (the operator binds it; ``tray_env_at`` says
-what torchrun needs), taking the whole tray's GPUs and referencing its clique's channel claim template.
+Each tray pod is the job's pod template made the way a TP-group pod is (``manifests.pod_from_template``: the
+operator binds it; ``tray_env_at`` says what torchrun needs), taking the whole tray's GPUs and referencing
+its clique's channel claim template.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
 from typing import Any
 
 from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import (
     GPU_INDICES_ANNOTATION,
-    GPU_RESOURCE,
     INCARNATION_ANNOTATION,
     JOB_LABEL,
     MANAGED_LABEL,
     MANAGED_VALUE,
     NODE_RANK_LABEL,
-    SCHEDULER_NAME,
     TARGET_NODE_ANNOTATION,
 )
-from paralleljob.k8s.edge.manifests import owner_reference
+from paralleljob.k8s.edge.manifests import owner_reference, pod_from_template
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.trayenv import tray_env_at
@@ -48,27 +45,13 @@ def compute_domains(job: JobObject, record: PlacementRecord) -> list[dict[str, A
 
 def tray_pod(job: JobObject, request: JobRequest, record: PlacementRecord, tray: TraySlot) -> dict[str, Any]:
     """One whole-tray worker: all of ``tray.node``'s recorded GPUs, its clique's channel claim."""
-    template: Mapping[str, Any] = request.template
-    meta = template.get("metadata") or {}
-    spec: dict[str, Any] = copy.deepcopy(dict(template["spec"]))
-    labels = {
-        **(meta.get("labels") or {}),
-        JOB_LABEL: job.name,
-        NODE_RANK_LABEL: str(tray.node_rank),
-        MANAGED_LABEL: MANAGED_VALUE,
-    }
+    labels = {JOB_LABEL: job.name, NODE_RANK_LABEL: str(tray.node_rank), MANAGED_LABEL: MANAGED_VALUE}
     annotations = {
-        **(meta.get("annotations") or {}),
         GPU_INDICES_ANNOTATION: ",".join(str(i) for i in tray.gpu_indices),
         TARGET_NODE_ANNOTATION: tray.node,
         INCARNATION_ANNOTATION: str(tray.incarnation),
         cd.CLIQUE_ANNOTATION: tray.clique,
     }
-    spec.pop("nodeName", None)  # the operator binds
-    spec["schedulerName"] = SCHEDULER_NAME
-    spec["hostname"] = tray.name
-    spec["subdomain"] = job.name
-    spec.setdefault("restartPolicy", "Never")
     nproc = len(tray.gpu_indices)
     env = tray_env_at(
         job.name,
@@ -82,28 +65,5 @@ def tray_pod(job: JobObject, request: JobRequest, record: PlacementRecord, tray:
         nproc,
         tray.clique,
     )
-    names = {item["name"] for item in env}
-    for i, container in enumerate(spec.get("containers") or []):
-        resources = container.setdefault("resources", {})
-        for section in ("limits", "requests"):
-            values = resources.setdefault(section, {}) or {}
-            resources[section] = values
-            if i == 0:
-                values[GPU_RESOURCE] = str(nproc)
-            else:
-                values.pop(GPU_RESOURCE, None)
-        items = container.get("env") if isinstance(container.get("env"), list) else []
-        container["env"] = [x for x in items if isinstance(x, dict) and x.get("name") not in names] + env
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": tray.name,
-            "namespace": job.namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(job)],
-        },
-        "spec": spec,
-    }
+    pod = pod_from_template(job, request, tray.name, labels, annotations, env, nproc)
     return cd.with_channel_claim(pod, job_domains(job.name, record)[tray.clique])

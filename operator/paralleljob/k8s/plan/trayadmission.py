@@ -24,7 +24,7 @@ from paralleljob.core.cost import CostBreakdown, CostModel, cost_model
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvlink import NVLinkPlacer, closed_nodes
 from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.topology import Level, Topology
@@ -117,7 +117,7 @@ def place_on_trays(
     if node_filter is not None and node_filter.allowed is not None:
         excluded = [n for n in range(topology.num_nodes) if n not in node_filter.allowed]
     spec = replace(request.spec, job_id=job_key)
-    with seen_as(view.state, topology) as state, closed(state, excluded):
+    with seen_as(view.state, topology) as state, closed_nodes(state, excluded):
         placer = NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order)
         return placer.place(spec, cost_model(request.cost_model))
 
@@ -143,7 +143,7 @@ def place_rigid(
     if hgx_first is not None:
         return hgx_first
     try:
-        with closed(view.state, spare_trays(view, spares)):
+        with closed_nodes(view.state, spare_trays(view, spares)):
             return placer.place(request.spec, cost_model(request.cost_model))
     except PlacementInfeasible:
         topology = wants_trays(view, request)
@@ -164,7 +164,7 @@ def _hgx_first(view: ClusterView, request: JobRequest) -> Placement | None:
     if sum(state.node_slots(n, spec.tp, spec.memory_per_gpu_gb) for n in index.single_nodes) < spec.num_groups:
         return None
     try:
-        with closed(state, index.clique_trays):
+        with closed_nodes(state, index.clique_trays):
             return Placer(state, TRAY_PLACER).place(spec, cost_model(request.cost_model))
     except PlacementInfeasible:
         return None
@@ -181,19 +181,6 @@ def spare_trays(view: ClusterView, spares: int) -> list[int]:
         whole = [n for n in trays if state.usable_free(n) == topology.node_gpu_count[n]]
         out.extend(whole[-spares:])
     return out
-
-
-@contextmanager
-def closed(state: ClusterState, nodes: Sequence[int]) -> Iterator[None]:
-    """The nodes take no new work for the block (the open ones only; reopened on exit)."""
-    shut = [n for n in nodes if state.node_schedulable[n]]
-    for n in shut:
-        state.set_node_schedulable(n, False)
-    try:
-        yield
-    finally:
-        for n in shut:
-            state.set_node_schedulable(n, True)
 
 
 def spans_trays(view: ClusterView, groups: Sequence[Sequence[int]]) -> bool:
