@@ -7,6 +7,7 @@ really left lines out (else the test would prove nothing)."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from typing import Any
 
 from hypothesis import event, given, settings
@@ -66,12 +67,17 @@ def apply(fc: FakeCluster, step: tuple[Any, ...], serial: int) -> None:
         fc.nodes[name] = node(name, leaf=f"leaf-{index // 2}", cordoned=off)
 
 
-def waits(fc: FakeCluster) -> tuple[dict[str, float], dict[str, int]]:
-    """Per queue: the oldest waiting job's queuedAt and the line's length, as the pass's gauges report them."""
+def waits(fc: FakeCluster) -> tuple[dict[str, float], dict[str, int], dict[str, int]]:
+    """Per queue: the oldest waiting job's queuedAt and the line's length, and the jobs by phase, as the
+    pass's gauges report them (the jobs a pass left out count too)."""
     plan = fc.last_plan
     if plan is None:
-        return {}, {}
-    return queue_waits(plan.seen(), 0.0, plan.quiet_oldest)[1], {q: n for q, n in plan.queue_lengths.items() if n}
+        return {}, {}, {}
+    phases = Counter(a.draft.phase.value for a in plan.seen())
+    phases.update(plan.quiet_finished)
+    phases.update({"Queued": sum(plan.quiet_waiting.values())})
+    lengths = {q: n for q, n in plan.queue_lengths.items() if n}
+    return queue_waits(plan.seen(), 0.0, plan.quiet_oldest)[1], lengths, {p: n for p, n in phases.items() if n}
 
 
 def clusters() -> tuple[FakeCluster, FakeCluster]:

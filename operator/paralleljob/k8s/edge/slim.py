@@ -2,8 +2,10 @@
 
 A kwok node's body with its ``managedFields`` is about 4.5 KB of JSON and 24 KB as Python dicts; kept whole
 for 12,500 nodes that was 300 MB of the operator's memory, for fields nothing reads (managed fields, images,
-node info, addresses, heartbeat times). Stores slim a body before keeping it, and list pages are slimmed
-before the next page is fetched. Slimming is idempotent (a slimmed body slims to an equal one) and pure.
+node info, addresses, heartbeat times). Pods likewise: a worker carries its whole container (command, env,
+mounts) and a status full of probe times, and a drained queue of 50,000 jobs leaves well over 100,000 of them.
+Stores slim a body before keeping it, and list pages are slimmed before the next page is fetched. Slimming
+is idempotent (a slimmed body slims to an equal one) and pure.
 
 What a slimmed body must still carry: everything ``parse_*`` reads, plus ``kind``/``apiVersion``/``metadata``
 identity (name, namespace, uid, resourceVersion), which Events about the object and the store's
@@ -16,9 +18,18 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from paralleljob.k8s.edge.constants import POD_GROUP_LABEL
+
 # The node conditions' fields a parser reads; lastHeartbeatTime and friends change on every heartbeat.
 CONDITION_FIELDS = ("type", "status", "reason", "message")
 NODE_STATUS_FIELDS = ("allocatable", "conditions")
+
+
+# What a pod's spec keeps (parse_pod: the node, the scheduler, a PodGroup's name, what it requests); a pod of a
+# pod group keeps its whole spec: its node constraints are read from it as a ParallelJob's template is.
+POD_SPEC_FIELDS = ("nodeName", "schedulerName", "schedulingGroup", "overhead")
+POD_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
+POD_STATUS_FIELDS = ("phase", "reason", "message")
 
 
 def without_managed_fields(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,3 +69,46 @@ def slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
             ]
         slim["status"] = kept
     return slim
+
+
+def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A Pod as ``parse_pod`` reads it: metadata, the spec's node, scheduler and requests (the whole spec for
+    a pod-group member), the phase, and a terminated container's exit code and reason."""
+    slim = without_managed_fields(body)
+    metadata = slim.get("metadata")
+    if isinstance(metadata, Mapping):
+        slim["metadata"] = {
+            **metadata,
+            **{k: _interned(metadata[k]) for k in ("labels", "annotations") if k in metadata},
+        }
+    spec = body.get("spec")
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    member = isinstance(labels, Mapping) and POD_GROUP_LABEL in labels
+    if isinstance(spec, Mapping) and not member and not spec.get("schedulingGroup"):
+        kept: dict[str, Any] = {k: spec[k] for k in POD_SPEC_FIELDS if k in spec}
+        for section in ("containers", "initContainers"):
+            containers = spec.get(section)
+            if isinstance(containers, list):
+                kept[section] = [_kept(c, POD_CONTAINER_FIELDS) for c in containers]
+        slim["spec"] = kept
+    status = body.get("status")
+    if isinstance(status, Mapping):
+        reduced: dict[str, Any] = {k: status[k] for k in POD_STATUS_FIELDS if k in status}
+        ended = [_terminated(cs) for cs in status.get("containerStatuses") or [] if isinstance(cs, Mapping)]
+        if any(ended):
+            reduced["containerStatuses"] = [cs for cs in ended if cs]
+        slim["status"] = reduced
+    return slim
+
+
+def _kept(item: Any, fields: tuple[str, ...]) -> Any:
+    return {k: item[k] for k in fields if k in item} if isinstance(item, Mapping) else item
+
+
+def _terminated(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A container status reduced to its name and how it ended (None while it has not)."""
+    state = status.get("state")
+    terminated = state.get("terminated") if isinstance(state, Mapping) else None
+    if not isinstance(terminated, Mapping):
+        return None
+    return {"name": status.get("name"), "state": {"terminated": _kept(terminated, ("exitCode", "reason"))}}

@@ -122,6 +122,8 @@ class Plan:
     quiet_waiting: dict[str, int] = field(default_factory=dict)
     # queue -> when its longest-waiting left-out job entered it (status.queuedAt): the queue-wait gauge's too
     quiet_oldest: dict[str, str] = field(default_factory=dict)
+    # Finished jobs left out because neither they nor their pods changed (plan/waiting.py), by phase
+    quiet_finished: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
     queue_book: QueueBook | None = None  # the queues' usage after the pass (queue statuses and gauges read it)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.lifecycle import Event, Phase
@@ -113,11 +113,20 @@ class Observed:
         return self.now_s if self.now_s is not None else (parse_time(self.now) or 0.0)
 
 
-def claims_of(jobs: Sequence[JobObject], busy: Mapping[str, PlacementRecord | None] | None = None) -> list[Claim]:
-    """Recorded placements that hold GPUs, oldest claim first; a placement being written counts already."""
+def claims_of(
+    jobs: Sequence[JobObject],
+    busy: Mapping[str, PlacementRecord | None] | None = None,
+    releasing: Collection[str] = (),
+) -> list[Claim]:
+    """Recorded placements that hold GPUs, oldest claim first; a placement being written counts already,
+    and one a job is giving up (``releasing``: its finished, failed or requeued status is being written)
+    no longer does: the pass that decided so gave its GPUs to others already, and holding them for the
+    write's round trip made the view see two claims on them and rebuild itself on every pass."""
     busy = busy or {}
     claims: list[tuple[str, Claim]] = []
     for job in jobs:
+        if job.key in releasing:
+            continue
         record = busy.get(job.key) or (job.record if job.phase in ACTIVE and not job.deleting else None)
         if record is not None:
             claims.append((job.status.start_time or job.queued_at, Claim(job.key, job.uid, record)))
@@ -181,7 +190,8 @@ def decide(
     if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):
         memo.clear()  # only strict FIFO leaves lines out; a node that changed may change any verdict
     untouchable = {*observed.busy, *ctx.holds, *observed.bind_failures, *observed.api_trouble, *observed.invalid_pods}
-    sorted_out = triage(memo, observed.jobs, frozenset(untouchable))
+    sorted_out = triage(memo, observed.jobs, frozenset(untouchable), book.pods_of)
+    plan.quiet_finished = sorted_out.finished_by_phase
     line = _decide_jobs(ctx, observed, plan, book, _Memo(memo, sorted_out, untouchable))
     try:
         _admit(ctx, plan, line, policy, strict_fifo, observed)
@@ -417,7 +427,9 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
         for queue in lines.partial:  # its head was looked at: the line is remembered whole
             decided.update({job.key: (job, True) for job in lines.left_out[queue]})
         remember(memo, decided, lines.decisions, observed.queues, line.in_use, owner_before)
-        remember_running(memo, book.actions.values(), book.pods_of, line.memo.untouchable)
+        remember_running(
+            memo, book.actions.values(), book.pods_of, line.memo.untouchable, line.memo.sorted_out.finished
+        )
 
 
 def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:

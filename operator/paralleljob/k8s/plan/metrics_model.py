@@ -178,6 +178,7 @@ def gauges(
     fairness: float | None = None,
     quiet: Mapping[str, int] | None = None,
     book: QueueBook | None = None,
+    finished: Mapping[str, int] | None = None,
 ) -> Gauges:
     """``fairness``: Jain's index from the queueing pass when it ran; else computed here the same way, from
     ``book`` when the pass already booked the queues' usage (``Plan.queue_book``).
@@ -185,6 +186,8 @@ def gauges(
     quiet = quiet or {}
     phases = Counter(a.draft.phase.value for a in jobs)
     phases[Phase.QUEUED.value] += sum(quiet.values())
+    for phase, count in (finished or {}).items():
+        phases[phase] += count  # finished jobs the pass left out (Plan.quiet_finished)
     by_phase = {p.value: phases.get(p.value, 0) for p in Phase}
     counts = view.state.counts()
     cost = {"tp": 0.0, "pp": 0.0, "dp": 0.0, "total": 0.0}

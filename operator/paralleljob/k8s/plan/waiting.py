@@ -77,12 +77,14 @@ class WaitingMemo:
     lines: dict[str, LineMemo] = field(default_factory=dict)
     owner: list[str | None] = field(default_factory=list)  # the kept view's GPU owners before admission
     running: dict[str, Steady] = field(default_factory=dict)
+    finished: dict[str, Steady] = field(default_factory=dict)  # Succeeded or Failed, nothing left to do
 
     def clear(self) -> None:
         self.jobs.clear()
         self.lines.clear()
         self.owner = []
         self.running.clear()
+        self.finished.clear()
 
 
 def pod_ids(pods: Sequence[PodInfo]) -> tuple[int, ...]:
@@ -95,11 +97,15 @@ def remember_running(
     decided: Iterable[JobActions],
     pods_of: Callable[[JobObject], Sequence[PodInfo]],
     untouchable: Collection[str],
+    finished: Iterable[Steady] = (),
 ) -> None:
     """Keep the running jobs that need nothing while nothing of theirs changes: Running before and after,
     nothing to write, never repaired (a repaired job is re-priced against the free GPUs now and then), no
     preemption under way (its deadline is a time), not a pod group (its pods are decided elsewhere), and not
-    held back or busy. A node that changes clears the memo (``decide``): health is read from the nodes."""
+    held back or busy. A node that changes clears the memo (``decide``): health is read from the nodes.
+    Finished jobs likewise (Succeeded or Failed before and after, nothing to do, not being deleted): those the
+    triage left out (``finished``) stay kept; they are what a queue that drains piles up."""
+    memo.finished = {steady.job.key: steady for steady in finished}
     before, memo.running = memo.running, {}
     for actions in decided:
         job = actions.job
@@ -119,6 +125,14 @@ def remember_running(
             and job.key not in untouchable
         ):
             memo.running[job.key] = Steady(job, pod_ids(pods_of(job)), actions)
+        elif (
+            job.phase.terminal
+            and actions.draft.phase is job.phase
+            and not actions.has_work
+            and not job.deleting
+            and job.key not in untouchable
+        ):
+            memo.finished[job.key] = Steady(job, pod_ids(pods_of(job)), actions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,21 +141,41 @@ class Triage:
 
     to_decide: list[JobObject]
     quiet: dict[str, list[JobObject]]  # queue -> its jobs, all unchanged; confirmed by :func:`still_quiet`
+    finished: list[Steady] = field(default_factory=list)  # finished jobs as they were, pods too: left out
+    finished_by_phase: dict[str, int] = field(default_factory=dict)  # their count per phase, for the gauges
 
 
 def triage(
-    memo: WaitingMemo | None, jobs: Sequence[JobObject], untouchable: Mapping[str, object] | frozenset[str]
+    memo: WaitingMemo | None,
+    jobs: Sequence[JobObject],
+    untouchable: Mapping[str, object] | frozenset[str],
+    pods_of: Callable[[JobObject], Sequence[PodInfo]] | None = None,
 ) -> Triage:
     """Split the pass's jobs: a line stays a candidate for quiet when every job the memo holds for it is here,
-    unchanged, and not ``untouchable`` (busy, held back, reported by the runtime), and no other job joined it."""
-    if memo is None or not memo.lines:
+    unchanged, and not ``untouchable`` (busy, held back, reported by the runtime), and no other job joined it.
+    A finished job the memo holds is left out while it and its pods (``pods_of``) are as they were."""
+    if memo is None or not (memo.lines or memo.finished):
         return Triage(list(jobs), {})
     to_decide: list[JobObject] = []
     candidates: dict[str, list[JobObject]] = {}
     dirty: set[str] = set()
-    kept_jobs, lines = memo.jobs, memo.lines  # locals: this loop runs for every job of every pass
+    finished: list[Steady] = []
+    finished_by_phase: dict[str, int] = {}
+    kept_jobs, lines, done = memo.jobs, memo.lines, memo.finished  # locals: this loop runs for every job of every pass
     for job in jobs:
         key = job.key
+        steady = done.get(key)
+        if (
+            steady is not None
+            and steady.job is job
+            and pods_of is not None
+            and key not in untouchable
+            and steady.pods == pod_ids(pods_of(job))
+        ):
+            finished.append(steady)
+            phase = job.phase.value
+            finished_by_phase[phase] = finished_by_phase.get(phase, 0) + 1
+            continue
         kept = kept_jobs.get(key)
         if kept is job and key not in untouchable:
             queue = job.request.queue if job.request is not None else None
@@ -164,7 +198,7 @@ def triage(
             to_decide.extend(members)  # a job of the line changed, left, or is new
         else:
             quiet[queue] = members
-    return Triage(to_decide, quiet)
+    return Triage(to_decide, quiet, finished, finished_by_phase)
 
 
 def capacity_freed(memo: WaitingMemo, state: ClusterState | None) -> bool:

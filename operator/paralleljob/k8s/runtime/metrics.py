@@ -90,6 +90,12 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.gc_full = Histogram(
+            "paralleljob_gc_full_collection_seconds",
+            "Pauses of the operator's scheduled full garbage collections (runtime/gctuning.py)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
         self.lease_renew = Histogram(
             "paralleljob_lease_renew_seconds",
             "How long the leader's Lease renewals take (the API server's answer, on the election's own thread)",

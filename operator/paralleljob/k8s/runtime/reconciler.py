@@ -33,7 +33,7 @@ from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
 from paralleljob.k8s.edge.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
 from paralleljob.k8s.edge.queues import QueueInfo, parse_queue, queue_policy
 from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
+from paralleljob.k8s.edge.slim import slim_node, slim_pod, without_managed_fields
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.actions import JobActions, Plan
@@ -108,7 +108,7 @@ class Reconciler:
         # Stores keep slimmed bodies (slim.py): what the parsers read, not managedFields and the like.
         lean = without_managed_fields
         self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job, slim=lean)
-        self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod, slim=lean)
+        self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod, slim=slim_pod)
         self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology), slim=slim_node)
         self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue, slim=lean)
         # DRA (dra.py): ResourceSlices publish GPUs, ResourceClaims hold them; empty unless DRA is on.
@@ -150,6 +150,7 @@ class Reconciler:
         )
         # Job chains still being carried out (job key -> task, the placement it writes) and orphan deletes.
         self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
+        self.releasing: set[str] = set()  # in-flight chains writing a status that gives the job's GPUs up
         self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
         self.adoption_pauses: dict[str, float] = {}  # pod group -> not before (its ParallelJob was refused)
@@ -274,9 +275,9 @@ class Reconciler:
     def _claims(self, jobs: list[JobObject], busy: dict[str, PlacementRecord | None]) -> list[Claim]:
         """The placements holding GPUs, worked out again only when a job or the set of busy chains changed
         (with thousands of jobs waiting, most passes follow a pod or node event and change neither)."""
-        key = (self.jobs.version, tuple((k, id(record)) for k, record in busy.items()))
+        key = (self.jobs.version, tuple((k, id(record)) for k, record in busy.items()), frozenset(self.releasing))
         if self._claims_for is None or self._claims_for[0] != key:
-            self._claims_for = (key, claims_of(jobs, busy))
+            self._claims_for = (key, claims_of(jobs, busy, self.releasing))
         return self._claims_for[1]
 
     def _decide_and_launch(
@@ -343,6 +344,8 @@ class Reconciler:
                 functools.partial(self._chain_ended, actions, outcome, started),
             )
             self.inflight[actions.job.key] = (task, record)
+            if actions.writes_status and actions.draft.phase not in ACTIVE and actions.job.phase in ACTIVE:
+                self.releasing.add(actions.job.key)  # its GPUs went to others in this pass (claims_of)
             launched += 1
         for delete in plan.orphans:
             key = (delete.namespace, delete.name)
@@ -365,7 +368,15 @@ class Reconciler:
         self.metrics.passes.inc()
         # plan.seen(), not plan.jobs: a job whose chain is in flight is left out of the decisions, not the counts
         self.metrics.update(
-            gauges(view, plan.seen(), observed.queues, plan.fairness, plan.quiet_waiting, plan.queue_book)
+            gauges(
+                view,
+                plan.seen(),
+                observed.queues,
+                plan.fairness,
+                plan.quiet_waiting,
+                plan.queue_book,
+                plan.quiet_finished,
+            )
         )
         self.metrics.waiting_left_out.set(sum(plan.quiet_waiting.values()))
         self._queue_waits(plan)
@@ -442,6 +453,7 @@ class Reconciler:
     def _chain_ended(self, actions: JobActions, outcome: Outcome, started: float, crashed: bool) -> None:
         key = actions.job.key
         self.inflight.pop(key, None)
+        self.releasing.discard(key)
         self._absorb(outcome, started)
         deferred = key in self.deferred
         self.deferred.discard(key)

@@ -29,6 +29,7 @@ from paralleljob.k8s.edge.nativegroups import (
     workloads_path,
 )
 from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
+from paralleljob.k8s.runtime import gctuning
 from paralleljob.k8s.runtime.api import ApiError, Kube
 from paralleljob.k8s.runtime.health import Health
 from paralleljob.k8s.runtime.leaderthread import ElectionThread
@@ -140,6 +141,9 @@ async def run_operator(
     start(initial_sync(), "initial-sync", forever=False)
     start(reconciler.run(), "reconciler")
     start(external_stop(), "stop", forever=False)
+    if config.tune_gc:
+        thresholds = gctuning.tune()
+        start(gctuning.full_collections(metrics.gc_full.observe), "full-gc")
     if config.kill_task:
         start(_kill_later(config.kill_task, supervised), "test-hook", forever=False)
     signals = _on_signals(loop, stop_flag)
@@ -156,6 +160,8 @@ async def run_operator(
         await election.release()
         if failure:
             await asyncio.sleep(LINGER_UNHEALTHY_S)  # let a probe (or a person) see /healthz say why
+        if config.tune_gc:
+            gctuning.restore(thresholds)
         await web.cleanup()
         await kube.close()
         log.info("operator stopped")
