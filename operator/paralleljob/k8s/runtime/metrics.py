@@ -92,7 +92,9 @@ class Metrics:
         )
         self.gc_full = Histogram(
             "paralleljob_gc_full_collection_seconds",
-            "Pauses of the operator's scheduled full garbage collections (runtime/gctuning.py)",
+            "Pauses of the operator's scheduled garbage collections: of what was allocated since the last one"
+            " (recent) or of the whole heap (whole), runtime/gctuning.py",
+            ["scope"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
@@ -197,6 +199,9 @@ class Metrics:
         for queue, stamp in oldest.items():
             self._set(self.queue_oldest, stamp, queue)
         self._waiting_queues = set(oldest)
+
+    def observe_gc(self, scope: str, seconds: float) -> None:
+        self.gc_full.labels(scope=scope).observe(seconds)
 
     def observe_request(self, method: str, path: str, code: int) -> None:
         verb, resource = request_kind(method, path)

@@ -143,7 +143,7 @@ async def run_operator(
     start(external_stop(), "stop", forever=False)
     if config.tune_gc:
         thresholds = gctuning.tune()
-        start(gctuning.full_collections(metrics.gc_full.observe), "full-gc")
+        start(gctuning.full_collections(metrics.observe_gc), "scheduled-gc")
     if config.kill_task:
         start(_kill_later(config.kill_task, supervised), "test-hook", forever=False)
     signals = _on_signals(loop, stop_flag)
