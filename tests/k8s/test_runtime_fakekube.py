@@ -131,8 +131,10 @@ def test_a_finished_job_past_its_ttl_is_deleted_on_its_uid_after_a_normal_event(
         api = cluster()
         path = finished_with_ttl(api)
         op = Operator(api)
+        op.executor.services.add(("ns", "done", "uid-ns-done"))  # as if it had made the job's Service
         plan = await op.decide()
         outcome = await op.executor.execute(plan)
+        assert ("ns", "done", "uid-ns-done") not in op.executor.services, "not remembered for good"
         assert api.get(path) is None and ("DELETE", path) in [(m, p) for _, m, p in api.calls]
         assert ("Normal", "TTLExpired") in op.events and outcome.changed and not outcome.hold
         assert op.jobs.get("ns", "done") is None, "forgotten at once, before the watch says so"

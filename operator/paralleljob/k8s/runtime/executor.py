@@ -195,14 +195,22 @@ class Executor:
             await retrying(lambda: self.kube.delete(path, delete.uid))
         except ApiError as exc:
             if exc.answer is Answer.GONE:
-                self.jobs.forget(delete.namespace, delete.name, delete.uid)
+                self._forget_job(delete)
             elif exc.answer is not Answer.CONFLICT:  # a conflict: another job by now; the watch brings it
                 log.warning("could not delete ParallelJob %s/%s: %s", delete.namespace, delete.name, exc)
                 outcome.hold[object_key(delete.namespace, delete.name)] = f"deleting the job failed: {exc.message}"
             return
         log.info("deleted ParallelJob %s/%s (%s)", delete.namespace, delete.name, delete.why)
-        self.jobs.forget(delete.namespace, delete.name, delete.uid)
+        self._forget_job(delete)
         outcome.changed = True
+
+    def _forget_job(self, delete: JobDelete) -> None:
+        """Drop the job from the store, and what this executor remembers making for it (its Service and
+        ComputeDomains, by the job's UID): with thousands of short jobs those sets would only grow."""
+        self.jobs.forget(delete.namespace, delete.name, delete.uid)
+        self.services.discard((delete.namespace, delete.name, delete.uid))
+        if self.domains:
+            self.domains = {key for key in self.domains if key[2] != delete.uid}
 
     async def _refresh(self, job: JobObject) -> None:
         try:
