@@ -347,6 +347,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--run-max", type=float, default=60.0, help="jobs: longest run time (s)")
     parser.add_argument("--room-jobs", type=int, default=50, help="jobs: one-by-one jobs timed with room")
     parser.add_argument("--busy-waiting", type=int, default=10_000, help="jobs: pass times while this many wait")
+    parser.add_argument(
+        "--ttl-after-finished",
+        type=int,
+        metavar="SECONDS",
+        help="jobs: set spec.ttlSecondsAfterFinished on the flood's jobs (default: not set, finished jobs stay)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=7200.0, help="jobs: give up draining after (s)")
     parser.add_argument("--scale-nodes", default="500,2000", help="scale: kwok node counts, comma-separated")
     parser.add_argument("--native-nodes", default="500,2000", help="native: kwok node counts, comma-separated")

@@ -194,6 +194,11 @@ class FakeCluster:
             self._bind(meta["namespace"], meta["name"], c.node)
         for b in actions.binds:
             self._bind(b.namespace, b.name, b.node)
+        gone = actions.delete_job
+        if gone is not None and self.jobs[key]["metadata"].get("uid") == gone.uid:  # the UID precondition
+            del self.jobs[key]
+            for pod in self.job_pods(key):  # the garbage collector, through the pods' ownerReferences
+                self.pods.pop((pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
 
     def _bind(self, namespace: str, name: str, node: str) -> None:
         pod = self.pods.get((namespace, name))
@@ -204,6 +209,10 @@ class FakeCluster:
         pod["spec"]["nodeName"] = node
         pod["status"]["phase"] = "Running"
         self.binds.append((name, node))
+
+    def seconds_now(self) -> float:
+        """The clock of the last ``step()`` without ``now``, in epoch seconds."""
+        return (START + dt.timedelta(seconds=self.seconds)).timestamp()
 
     def settle(self, passes: int = 6) -> None:
         for _ in range(passes):

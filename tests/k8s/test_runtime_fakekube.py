@@ -50,7 +50,9 @@ class Operator:
         self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job)
         self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod)
         self.events: list[tuple[str, str]] = []
-        self.executor = Executor(self.kube, self.jobs, self.pods, lambda job, kind, reason, msg: None)
+        self.executor = Executor(
+            self.kube, self.jobs, self.pods, lambda job, kind, reason, msg: self.events.append((kind, reason))
+        )
         self.seconds = 10
 
     async def relist(self) -> None:
@@ -113,6 +115,75 @@ def test_a_status_write_on_a_stale_copy_is_refused_and_no_pod_is_made() -> None:
         outcome = await op.executor.execute(plan)
         assert outcome.wrote == 0 and api.count("POST", PODS) == 0, "no pods without a recorded placement"
         assert op.jobs.body("ns", "train")["metadata"]["resourceVersion"] == "999", "re-read to decide again"  # type: ignore[index]
+
+    asyncio.run(scenario())
+
+
+def finished_with_ttl(api: FakeApi) -> str:
+    """A job that Succeeded ten seconds before the Operator's clock starts, with ttlSecondsAfterFinished 0."""
+    status = {"phase": "Succeeded", "completionTime": "2024-01-01T00:00:00Z"}
+    api.seed(JOBS, factories.paralleljob("done", 8, 1, 1, status=status, extra_spec={"ttlSecondsAfterFinished": 0}))
+    return job_path("ns", "done")
+
+
+def test_a_finished_job_past_its_ttl_is_deleted_on_its_uid_after_a_normal_event() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        path = finished_with_ttl(api)
+        op = Operator(api)
+        op.executor.services.add(("ns", "done", "uid-ns-done"))  # as if it had made the job's Service
+        plan = await op.decide()
+        outcome = await op.executor.execute(plan)
+        assert ("ns", "done", "uid-ns-done") not in op.executor.services, "not remembered for good"
+        assert api.get(path) is None and ("DELETE", path) in [(m, p) for _, m, p in api.calls]
+        assert ("Normal", "TTLExpired") in op.events and outcome.changed and not outcome.hold
+        assert op.jobs.get("ns", "done") is None, "forgotten at once, before the watch says so"
+        assert api.get(JOB) is not None, "the other job is untouched"
+
+    asyncio.run(scenario())
+
+
+def test_a_job_re_created_under_the_same_name_is_not_deleted_by_the_old_ones_ttl() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        path = finished_with_ttl(api)
+        op = Operator(api)
+        plan = await op.decide()
+        api.objects[path]["metadata"]["uid"] = "uid-the-new-one"  # deleted and created again meanwhile
+        outcome = await op.executor.execute(plan)
+        assert api.get(path) is not None, "the UID precondition kept the new job"
+        assert not outcome.hold and not outcome.failures
+
+    asyncio.run(scenario())
+
+
+def test_a_finished_job_gone_already_counts_as_deleted() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        path = finished_with_ttl(api)
+        op = Operator(api)
+        plan = await op.decide()
+
+        def delete_it_first(method: str, the_path: str) -> None:  # someone deleted it just before us: 404
+            if method == "DELETE" and the_path == path:
+                del api.objects[path]
+
+        api.on_request = delete_it_first
+        outcome = await op.executor.execute(plan)
+        assert not outcome.hold and not outcome.failures and op.jobs.get("ns", "done") is None
+
+    asyncio.run(scenario())
+
+
+def test_a_job_delete_in_transient_trouble_holds_the_job_for_another_try() -> None:
+    async def scenario() -> None:
+        api = cluster()
+        path = finished_with_ttl(api)
+        op = Operator(api)
+        plan = await op.decide()
+        api.fail("DELETE", path, 503, times=100)
+        outcome = await op.executor.execute(plan)
+        assert api.get(path) is not None and "ns/done" in outcome.hold
 
     asyncio.run(scenario())
 

@@ -13,7 +13,10 @@ On a fresh dev cluster of ``--jobs-nodes`` kwok nodes (8 GPUs each), with the op
    ``--busy-waiting`` jobs waited (p50/p99 as bucket bounds, and the mean), its RSS (max of samples), and
    the Lease's ``leaseTransitions`` before and after (leadership changes; there must be none).
 
-Jobs are tracked by one watch on ParallelJobs in the bench namespace.
+Jobs are tracked by one watch on ParallelJobs in the bench namespace. With ``--ttl-after-finished SECONDS``
+the flood's jobs carry ``spec.ttlSecondsAfterFinished`` and the operator deletes them that long after they
+finish: a job counts as done when the watch saw it Succeeded, or when the object its DELETED event carries
+says Succeeded (deleted right after finishing, before a MODIFIED event with that phase was seen).
 """
 
 from __future__ import annotations
@@ -70,13 +73,22 @@ class JobTracker:
                 for item in items:
                     self._apply(item)
                 async for event in watch(self.kube, job_path(NAMESPACE), {"resourceVersion": rv or "0"}):
-                    if event.get("type") in ("ADDED", "MODIFIED"):
-                        self._apply(event.get("object") or {})
+                    self.on_event(event)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 print(f"job watch restarted after {exc!r}", file=sys.stderr, flush=True)
                 await asyncio.sleep(0.2)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        """One watch event. A DELETED job (its TTL after finishing ran out, say) is judged by the object the
+        event carries, its last state: done only if that says Succeeded, whatever phase was seen before."""
+        kind, job = event.get("type"), event.get("object") or {}
+        if kind in ("ADDED", "MODIFIED"):
+            self._apply(job)
+        elif kind == "DELETED":
+            self._apply(job)
+            self.phase.pop(str((job.get("metadata") or {}).get("name", "")), None)  # no longer waits
 
     def _apply(self, job: dict[str, Any]) -> None:
         name = str((job.get("metadata") or {}).get("name", ""))
@@ -102,10 +114,15 @@ class JobTracker:
                 await asyncio.wait_for(self.changed.wait(), 1.0)
 
 
-def flood_body(name: str, rng: random.Random, queues: int, run_s: tuple[float, float]) -> dict[str, Any]:
+def flood_body(
+    name: str, rng: random.Random, queues: int, run_s: tuple[float, float], ttl_s: int | None = None
+) -> dict[str, Any]:
+    """One flood job; ``ttl_s``: its ``spec.ttlSecondsAfterFinished`` (None: the field is left out)."""
     body = job_body(name, rng.choice((1, 2)), 1, rng.choice((1, 2, 3, 4)))
     body["spec"]["queue"] = f"q{rng.randrange(queues):04d}"
     body["spec"]["template"]["metadata"] = {"annotations": {COMPLETE_AFTER_ANNOTATION: f"{rng.uniform(*run_s):.1f}s"}}
+    if ttl_s is not None:
+        body["spec"]["ttlSecondsAfterFinished"] = ttl_s
     return body
 
 
@@ -157,7 +174,8 @@ async def room_latency(kube: Kube, tracker: JobTracker, count: int) -> dict[str,
 async def flood(kube: Kube, tracker: JobTracker, operator: OperatorProcess, args: Any) -> dict[str, Any]:
     rng = random.Random(args.seed)
     names = [f"f{i:05d}" for i in range(args.flood_jobs)]
-    bodies = [flood_body(n, rng, args.queues, (args.run_min, args.run_max)) for n in names]
+    ttl = args.ttl_after_finished
+    bodies = [flood_body(n, rng, args.queues, (args.run_min, args.run_max), ttl) for n in names]
     started = time.monotonic()
     pending = iter(bodies)
     created = 0
@@ -221,6 +239,7 @@ async def flood(kube: Kube, tracker: JobTracker, operator: OperatorProcess, args
     out: dict[str, Any] = {
         "jobs": len(names),
         "queues": args.queues,
+        "ttl_after_finished": ttl,
         "create_s": round(created_s, 1),
         "create_per_s": round(len(names) / created_s, 1),
         "drain_s": round(drain_s, 1),
@@ -282,4 +301,6 @@ def run_jobs(args: Any) -> dict[str, Any]:
         f"paralleljob bench jobs --jobs-nodes {args.jobs_nodes} --queues {args.queues} --flood-jobs"
         f" {args.flood_jobs} --creators {args.creators} --run-min {args.run_min} --run-max {args.run_max}"
     )
+    if args.ttl_after_finished is not None:
+        result["command"] += f" --ttl-after-finished {args.ttl_after_finished}"
     return result

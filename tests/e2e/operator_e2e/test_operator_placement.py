@@ -150,6 +150,31 @@ def test_completed_job_succeeds_and_frees_its_gpus(pjs: Jobs) -> None:
     pjs.wait_phase("after", "Running")
 
 
+def test_a_finished_job_with_a_ttl_is_deleted_with_its_pods(pjs: Jobs) -> None:
+    with pytest.raises(ApiException) as refused:  # the API's schema refuses a negative TTL
+        pjs.create("negative", 1, 1, 1, ttlSecondsAfterFinished=-1)
+    assert refused.value.status == 422 and "ttlSecondsAfterFinished" in str(refused.value.body)
+    template = {
+        "metadata": {"annotations": {"kwok.paralleljob.dev/complete-after": "1s"}},
+        "spec": {"containers": [{"name": "trainer", "image": "trainer:e2e"}]},
+    }
+    pjs.create("ephemeral", 1, 1, 1, template=template, ttlSecondsAfterFinished=1)
+    pjs.wait_phase("ephemeral", "Succeeded")
+    succeeded = time.monotonic()
+    pjs.wait_events("ephemeral", {"Completed", "TTLExpired"})
+
+    def gone() -> bool:
+        try:
+            pjs.get("ephemeral")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for("ephemeral deleted after its TTL", gone, timeout_s=10)
+    wait_for("its pods gone with it", lambda: not pjs.pods("ephemeral"), timeout_s=10)
+    assert time.monotonic() - succeeded < 5, "deleted a second or two after Succeeded"
+
+
 def test_metrics_and_health(pjs: Jobs, pj_operator: OperatorProcess) -> None:
     pjs.create("measured", 2, 2, 1)
     pjs.wait_phase("measured", "Running")

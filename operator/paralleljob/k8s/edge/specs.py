@@ -69,6 +69,9 @@ class JobObject:
     annotations: Mapping[str, str] = field(default_factory=dict)
     invalid_reason: str = "InvalidSpec"  # the condition reason for ``invalid`` (InvalidTemplate for the pods)
     owners: tuple[tuple[str, str, str], ...] = ()  # its ownerReferences as (kind, name, uid)
+    # spec.ttlSecondsAfterFinished: delete the job this long after it finished (None: keep it). Read apart
+    # from ``request``, so a job that failed as invalid is cleaned up all the same (plan/ttl.py).
+    ttl_after_finished: int | None = None
     # namespace/name, made once: a pass with thousands of waiting jobs reads it several times per job
     key: str = field(init=False, repr=False, compare=False)
 
@@ -203,6 +206,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         rank_order = RankOrder.parse(str(spec.get("rankOrder") or DEFAULT_RANK_ORDER.value))
     except ValueError as exc:
         raise InvalidRequest(f"spec.rankOrder: {exc}") from None
+    parse_ttl(spec, strict=True)  # refused here only with a CRD older than the field's bounds
     preemptible = spec.get("preemptible", True)
     if not isinstance(preemptible, bool):
         raise InvalidRequest(f"spec.preemptible must be true or false, got {preemptible!r}")
@@ -224,6 +228,19 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         pod_group=pod_group,
         elastic=elastic,
     )
+
+
+def parse_ttl(spec: object, strict: bool = False) -> int | None:
+    """``spec.ttlSecondsAfterFinished``: an integer >= 0, or None when absent. A wrong value raises
+    :class:`InvalidRequest` when ``strict``, and reads as None (never deleted) otherwise."""
+    value = spec.get("ttlSecondsAfterFinished") if isinstance(spec, Mapping) else None
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if strict:
+        raise InvalidRequest(f"spec.ttlSecondsAfterFinished must be an integer >= 0, got {value!r}")
+    return None
 
 
 def _elastic_range(par: Mapping[str, Any], data: int) -> ElasticRange | None:
@@ -292,6 +309,7 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
         annotations=metadata.get("annotations") or {},
         invalid_reason=invalid_reason,
         owners=_owners(metadata.get("ownerReferences")),
+        ttl_after_finished=parse_ttl(body.get("spec")),
     )
 
 

@@ -54,6 +54,17 @@ class PodAnnotate:
 
 
 @dataclass(frozen=True, slots=True)
+class JobDelete:
+    """Delete the ParallelJob itself (its TTL after finishing ran out, plan/ttl.py). ``uid`` is the
+    precondition: a job re-created under the same name meanwhile is another job and is never deleted."""
+
+    namespace: str
+    name: str
+    uid: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class EventNote:
     event_type: str  # Normal | Warning
     reason: str
@@ -83,6 +94,7 @@ class JobActions:
     failure_action: FailureAction | None = None
     migrated: bool = False
     wake_at: float | None = None  # epoch seconds: decide again then even if nothing changes (a group's timeout)
+    delete_job: JobDelete | None = None  # the ParallelJob itself goes (after its pods' writes, if any)
 
     @property
     def writes_status(self) -> bool:
@@ -102,6 +114,7 @@ class JobActions:
             or self.membership is not None
             or self.reserves
             or self.rendezvous is not None
+            or self.delete_job is not None
         )
 
     def note(self, event_type: str, reason: str, message: str) -> None:

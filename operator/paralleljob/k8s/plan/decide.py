@@ -62,6 +62,7 @@ from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pe
 from paralleljob.k8s.plan.reoptimizing import reconsider
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.trayrepair import broken_trays, repair_trays, restart_failed_trays
+from paralleljob.k8s.plan.ttl import expire
 from paralleljob.k8s.plan.waiting import (
     WAITING,
     Triage,
@@ -200,6 +201,7 @@ def decide(
     plan.jobs = list(book.actions.values())
     for actions in plan.jobs:
         note_membership(actions)
+        expire(actions, now_s)  # a finished job whose TTL ran out is deleted; one still to run wakes the loop then
     for actions in plan.jobs:
         if actions.job.request is not None and actions.job.request.pod_group:
             active = actions.draft.phase in ACTIVE and not actions.job.deleting

@@ -3,7 +3,8 @@
 
 1. status write (the placement is recorded before any pod exists; optimistic concurrency on the job's
    resourceVersion, so a decision made on a stale copy is refused and re-made);
-2. deletes (stale or orphaned workers) and annotations (a preemption's checkpoint-now signal);
+2. deletes (stale or orphaned workers) and annotations (a preemption's checkpoint-now signal); then, for a
+   finished job whose ``ttlSecondsAfterFinished`` ran out, the ParallelJob itself (UID precondition);
 3. the job's headless Service, then creates, each pod bound the moment it exists;
 4. binds of pods that exist but are unbound (an operator restarted mid-gang).
 On a DRA node a pod's ResourceClaim is made sure of between its creation and its bind (``_ensure_claim``):
@@ -26,10 +27,11 @@ from typing import Any
 
 from paralleljob.k8s.edge import claims
 from paralleljob.k8s.edge import computedomain as cd
+from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.edge.statuscheck import dropped_fields
-from paralleljob.k8s.plan.actions import JobActions, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
+from paralleljob.k8s.plan.actions import JobActions, JobDelete, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, job_path, pod_path, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.view.store import ObjectStore
@@ -94,6 +96,9 @@ class Executor:
             *(self._delete(d, outcome) for d in actions.deletes),
             *(self._annotate(a) for a in actions.annotates),
         )
+        if actions.delete_job is not None:
+            await self._delete_job(actions.delete_job, outcome)
+            return  # a finished job: nothing of it is created or bound any more
         if actions.reserves and not await self._reserve(actions, outcome):
             return  # a PodGroup's pods are bound only once its shared claims are reserved for it
         if actions.compute_domains:
@@ -180,6 +185,32 @@ class Executor:
                     job.key,
                 )
         return True
+
+    async def _delete_job(self, delete: JobDelete, outcome: Outcome) -> None:
+        """Delete the ParallelJob, on the UID the decision saw: a job re-created under its name meanwhile is
+        refused by the API (409) and kept. Gone already (404) is done. Its pods go through the garbage
+        collector (their ownerReferences), and the stores forget the job at once, as the watch will."""
+        path = job_path(delete.namespace, delete.name)
+        try:
+            await retrying(lambda: self.kube.delete(path, delete.uid))
+        except ApiError as exc:
+            if exc.answer is Answer.GONE:
+                self._forget_job(delete)
+            elif exc.answer is not Answer.CONFLICT:  # a conflict: another job by now; the watch brings it
+                log.warning("could not delete ParallelJob %s/%s: %s", delete.namespace, delete.name, exc)
+                outcome.hold[object_key(delete.namespace, delete.name)] = f"deleting the job failed: {exc.message}"
+            return
+        log.info("deleted ParallelJob %s/%s (%s)", delete.namespace, delete.name, delete.why)
+        self._forget_job(delete)
+        outcome.changed = True
+
+    def _forget_job(self, delete: JobDelete) -> None:
+        """Drop the job from the store, and what this executor remembers making for it (its Service and
+        ComputeDomains, by the job's UID): with thousands of short jobs those sets would only grow."""
+        self.jobs.forget(delete.namespace, delete.name, delete.uid)
+        self.services.discard((delete.namespace, delete.name, delete.uid))
+        if self.domains:
+            self.domains = {key for key in self.domains if key[2] != delete.uid}
 
     async def _refresh(self, job: JobObject) -> None:
         try:
