@@ -1,5 +1,6 @@
 """The operator's garbage collection schedule (runtime/gctuning.py): cycles are still found, recent ones at
-every scheduled collection and those among frozen survivors at the whole-heap one; thresholds come back."""
+every scheduled collection and those among frozen survivors at the whole-heap one; thresholds come back.
+And how long the reconcile loop leaves to I/O after a pass (reconciler.yield_after)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,10 @@ def test_the_schedule_walks_the_whole_heap_first_and_then_every_tenth_time(monke
 
     asyncio.run(run())
     assert seen[:12] == ["whole"] + ["recent"] * 9 + ["whole", "recent"]
+
+
+def test_passes_leave_the_loop_to_their_writes_as_long_as_they_held_it() -> None:
+    from paralleljob.k8s.runtime.reconciler import MAX_YIELD_S, yield_after
+
+    assert yield_after(0.6, 0.5) == 0.6 and yield_after(0.6, 0.75) == pytest.approx(0.2)
+    assert yield_after(30.0, 0.5) == MAX_YIELD_S and yield_after(0.6, 1.0) == 0.0 and yield_after(0.0, 0.5) == 0.0

@@ -17,7 +17,7 @@ from paralleljob.k8s.edge.specs import parse_job, parse_request
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.ttl import REASON, deadline, expire
-from paralleljob.k8s.plan.waiting import WaitingMemo, remember_running
+from paralleljob.k8s.plan.waiting import WaitingMemo, remember_running, triage
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 
@@ -101,26 +101,35 @@ def test_a_job_that_failed_as_invalid_is_cleaned_up_too() -> None:
     assert "ns/bad" not in fc.jobs
 
 
-def test_a_finished_job_with_a_ttl_to_run_is_never_left_out_by_the_waiting_memo() -> None:
-    """Left out as unchanged, the job would never be decided again, and so never deleted."""
+def test_a_finished_job_with_a_ttl_to_run_is_left_out_until_its_deadline_wakes_the_loop() -> None:
+    """Left out as unchanged (a drained queue's finished jobs cost nothing a pass), the job must still be
+    decided again when its TTL ends: the pass asks to be woken then, and the triage lets it in."""
     fc = finished_cluster(ttl=4, memo=True)
     done = completed_at(fc)
+    left_out = 0
     while fc.seconds_now() < done + 3:  # each step is a second later: the last one here is at done + 3
         fc.step()
-        assert fc.last_plan is not None and not fc.last_plan.quiet_finished
+        plan = fc.last_plan
+        assert plan is not None and plan.wake_after is not None and plan.wake_after <= 4
+        left_out += sum(plan.quiet_finished.values())
         assert "ns/j" in fc.jobs
+    assert left_out > 0
     fc.step()
     assert "ns/j" not in fc.jobs
 
 
-def test_remember_running_keeps_finished_jobs_only_without_a_ttl() -> None:
-    for ttl, kept in ((None, True), (30, False)):
-        fc = finished_cluster(ttl=ttl)
-        job = parse_job(fc.job("ns/j"))
-        actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
-        memo = WaitingMemo()
-        remember_running(memo, [actions], lambda _: [], set())
-        assert ("ns/j" in memo.finished) is kept, ttl
+def test_the_memo_keeps_a_finished_job_with_a_ttl_only_until_its_deadline() -> None:
+    fc = finished_cluster(ttl=30)
+    job = parse_job(fc.job("ns/j"))
+    actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
+    actions.wake_at = 1000.0
+    memo = WaitingMemo()
+    remember_running(memo, [actions], lambda _: [], set())
+    assert "ns/j" in memo.finished
+    before = triage(memo, [job], frozenset(), lambda _: [], now_s=999.0)
+    assert [s.job for s in before.finished] == [job] and not before.to_decide and before.wake_at == 1000.0
+    after = triage(memo, [job], frozenset(), lambda _: [], now_s=1000.0)
+    assert not after.finished and after.to_decide == [job]
 
 
 def test_deadline_counts_from_completion_time_and_falls_back_to_the_condition() -> None:

@@ -119,6 +119,7 @@ class OperatorConfig:
     resync_seconds: float = 30.0  # a pass over everything at least this often, level-triggered
     relist_seconds: float = 300.0  # each reflector lists its kind again this often (a safety net under watches)
     tune_gc: bool = True  # young collections rarely, full ones once a minute (runtime/gctuning.py)
+    pass_share: float = 0.5  # most of the event loop's time passes may take back to back (reconciler.yield_after)
     # The kept cluster view is compared with a rebuild every so many passes or seconds (0: not by that).
     view_check_passes: int = 1000
     view_check_seconds: float = 300.0

@@ -137,6 +137,7 @@ class Plan:
     quiet_oldest: dict[str, str] = field(default_factory=dict)
     # Finished jobs left out because neither they nor their pods changed (plan/waiting.py), by phase
     quiet_finished: dict[str, int] = field(default_factory=dict)
+    quiet_wake_at: float | None = None  # the earliest TTL deadline among those finished jobs
     warnings: list[str] = field(default_factory=list)
     fairness: float | None = None  # Jain's index from the queueing pass (None: strict FIFO computes its own)
     queue_book: QueueBook | None = None  # the queues' usage after the pass (queue statuses and gauges read it)

@@ -191,8 +191,8 @@ def decide(
     if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):
         memo.clear()  # only strict FIFO leaves lines out; a node that changed may change any verdict
     untouchable = {*observed.busy, *ctx.holds, *observed.bind_failures, *observed.api_trouble, *observed.invalid_pods}
-    sorted_out = triage(memo, observed.jobs, frozenset(untouchable), book.pods_of)
-    plan.quiet_finished = sorted_out.finished_by_phase
+    sorted_out = triage(memo, observed.jobs, frozenset(untouchable), book.pods_of, now_s)
+    plan.quiet_finished, plan.quiet_wake_at = sorted_out.finished_by_phase, sorted_out.wake_at
     line = _decide_jobs(ctx, observed, plan, book, _Memo(memo, sorted_out, untouchable))
     try:
         _admit(ctx, plan, line, policy, strict_fifo, observed)
@@ -439,6 +439,8 @@ def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
     and the queues' lengths and the statuses that changed."""
     now_s = observed.seconds
     deadlines = pending_deadlines(plan.jobs) + [a.wake_at for a in plan.jobs if a.wake_at is not None]
+    if plan.quiet_wake_at is not None:  # a finished job left out whose TTL ends then
+        deadlines.append(plan.quiet_wake_at)
     backoff_ends = plan.backoff.next_end()
     if backoff_ends is not None:  # a held job is tried again when its wait ends, not at the next resync
         deadlines.append(backoff_ends)

@@ -132,8 +132,7 @@ def remember_running(
             and not actions.has_work
             and not job.deleting
             and job.key not in untouchable
-            # a TTL still to run: left out, the job would never be looked at again when it ends (plan/ttl.py)
-            and job.ttl_after_finished is None
+            # a TTL still to run is kept too: its deadline (wake_at) brings it back (triage, plan/ttl.py)
         ):
             memo.finished[job.key] = Steady(job, pod_ids(pods_of(job)), actions)
 
@@ -146,6 +145,7 @@ class Triage:
     quiet: dict[str, list[JobObject]]  # queue -> its jobs, all unchanged; confirmed by :func:`still_quiet`
     finished: list[Steady] = field(default_factory=list)  # finished jobs as they were, pods too: left out
     finished_by_phase: dict[str, int] = field(default_factory=dict)  # their count per phase, for the gauges
+    wake_at: float | None = None  # the earliest deadline among them (a TTL after finishing), epoch seconds
 
 
 def triage(
@@ -153,10 +153,12 @@ def triage(
     jobs: Sequence[JobObject],
     untouchable: Mapping[str, object] | frozenset[str],
     pods_of: Callable[[JobObject], Sequence[PodInfo]] | None = None,
+    now_s: float = 0.0,
 ) -> Triage:
     """Split the pass's jobs: a line stays a candidate for quiet when every job the memo holds for it is here,
     unchanged, and not ``untouchable`` (busy, held back, reported by the runtime), and no other job joined it.
-    A finished job the memo holds is left out while it and its pods (``pods_of``) are as they were."""
+    A finished job the memo holds is left out while it and its pods (``pods_of``) are as they were and its
+    deadline, if any (``ttlSecondsAfterFinished``), is after ``now_s``."""
     if memo is None or not (memo.lines or memo.finished):
         return Triage(list(jobs), {})
     to_decide: list[JobObject] = []
@@ -164,6 +166,7 @@ def triage(
     dirty: set[str] = set()
     finished: list[Steady] = []
     finished_by_phase: dict[str, int] = {}
+    wake_at: float | None = None
     kept_jobs, lines, done = memo.jobs, memo.lines, memo.finished  # locals: this loop runs for every job of every pass
     for job in jobs:
         key = job.key
@@ -174,10 +177,13 @@ def triage(
             and pods_of is not None
             and key not in untouchable
             and steady.pods == pod_ids(pods_of(job))
+            and ((due := steady.actions.wake_at) is None or due > now_s)
         ):
             finished.append(steady)
             phase = job.phase.value
             finished_by_phase[phase] = finished_by_phase.get(phase, 0) + 1
+            if due is not None and (wake_at is None or due < wake_at):
+                wake_at = due  # its ttlSecondsAfterFinished ends then: the loop must pass again
             continue
         kept = kept_jobs.get(key)
         if kept is job and key not in untouchable:
@@ -201,7 +207,7 @@ def triage(
             to_decide.extend(members)  # a job of the line changed, left, or is new
         else:
             quiet[queue] = members
-    return Triage(to_decide, quiet, finished, finished_by_phase)
+    return Triage(to_decide, quiet, finished, finished_by_phase, wake_at)
 
 
 def capacity_freed(memo: WaitingMemo, state: ClusterState | None) -> bool:
