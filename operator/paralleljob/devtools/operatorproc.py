@@ -50,12 +50,20 @@ class OperatorMetrics:
 
     def sample(self, name: str) -> float:
         """One unlabelled sample of ``/metrics``; 0.0 while it is absent or the operator does not answer."""
+        return self.samples(name)[name]
+
+    def samples(self, *names: str) -> dict[str, float]:
+        """Several unlabelled samples from one read of ``/metrics`` (with a thousand queues the page is large
+        enough that rendering it often is a real cost to the operator being measured)."""
         try:
             text = self.metrics()
         except OSError:
-            return 0.0
-        match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
-        return float(match.group(1)) if match else 0.0
+            return dict.fromkeys(names, 0.0)
+        found = {}
+        for name in names:
+            match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
+            found[name] = float(match.group(1)) if match else 0.0
+        return found
 
     def is_leader(self) -> bool:
         return self.sample(LEADER_METRIC) >= 1.0
