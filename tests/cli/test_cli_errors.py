@@ -118,3 +118,16 @@ def test_the_agents_client_says_the_same(tmp_path: Path) -> None:
     message = asyncio.run(call())
     assert message.startswith(f"cannot reach the API server at {server} (connection refused)")
     assert "ClientConnectorError" not in message
+
+
+def test_the_dashboard_with_the_api_server_unreachable_says_so_and_exits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It used to print "dashboard on http://..." and serve an empty page while its watches retried in silence.
+    server = f"https://127.0.0.1:{free_port()}"
+    kubeconfig = kubeconfig_for(tmp_path, server)
+    code = main(["dashboard", "--kubeconfig", str(kubeconfig), "--port", str(free_port())])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"cannot reach the API server at {server} (connection refused)" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
