@@ -43,6 +43,20 @@ def test_status_without_a_kubeconfig_says_how_to_name_one(
     assert len(err.strip().splitlines()) == 1
 
 
+def test_a_stopped_dev_clusters_kubeconfig_says_the_cluster_is_not_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Walking the README: after the after-demo lines (export KUBECONFIG=...) and `make demo-down`, status only
+    # said to pass the dev cluster's kubeconfig, the very file that was gone.
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "run" / "demo" / "kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["status"]) != 0
+    err = capsys.readouterr().err
+    assert f"no kubeconfig at {tmp_path / 'run' / 'demo' / 'kubeconfig'}" in err
+    assert "exists only while that cluster runs" in err and "dev-cluster status" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_an_unreachable_api_server_is_one_line_naming_the_server(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -104,3 +118,16 @@ def test_the_agents_client_says_the_same(tmp_path: Path) -> None:
     message = asyncio.run(call())
     assert message.startswith(f"cannot reach the API server at {server} (connection refused)")
     assert "ClientConnectorError" not in message
+
+
+def test_the_dashboard_with_the_api_server_unreachable_says_so_and_exits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It used to print "dashboard on http://..." and serve an empty page while its watches retried in silence.
+    server = f"https://127.0.0.1:{free_port()}"
+    kubeconfig = kubeconfig_for(tmp_path, server)
+    code = main(["dashboard", "--kubeconfig", str(kubeconfig), "--port", str(free_port())])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"cannot reach the API server at {server} (connection refused)" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err

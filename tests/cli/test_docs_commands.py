@@ -52,3 +52,22 @@ def test_the_operator_usage_in_the_docs_lists_every_flag() -> None:
     doc = (ROOT / "docs" / "operator.md").read_text()
     usage = next(b for b in re.findall(r"```sh\n(.*?)```", doc, re.S) if b.startswith("paralleljob operator"))
     assert sorted(f for f in flags - {"--help"} if f not in usage) == []
+
+
+def test_the_local_launchers_say_what_to_install_when_torchrun_is_missing(tmp_path: Path) -> None:
+    # Walking docs/operator.md's rank-check steps without PyTorch ended in Popen's FileNotFoundError traceback.
+    import json
+    import subprocess
+    import sys
+
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps({"items": []}))
+    train = ROOT / "deploy" / "examples" / "train"
+    for argv in (
+        [str(train / "run_local.py"), str(pods), "--torchrun", "venv/bin/torchrun"],
+        [str(train / "run_elastic_local.py"), "--torchrun", "venv/bin/torchrun"],
+    ):
+        done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and "no torchrun at 'venv/bin/torchrun'" in done.stderr, done.stderr
+        assert "pip install torch" in done.stderr and done.stderr.count("\n") == 1, done.stderr

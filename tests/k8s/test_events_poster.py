@@ -60,6 +60,26 @@ def test_a_busy_operator_still_posts_after_the_bounded_wait() -> None:
     assert took < MAX_WAIT_FOR_BINDS_S + 1.0
 
 
+def test_a_busy_operator_waits_once_for_all_that_is_queued_not_once_per_event() -> None:
+    """Other jobs' placements keep coming while a chain is always in flight: a repair's Event queued behind
+    30 of them still lands within one bounded wait (waiting per Event posted one a second: 30 s here)."""
+
+    async def scenario() -> tuple[int, float]:
+        api = FakeApi()
+        poster = EventPoster(api.client(), "op", busy=lambda: True)
+        poster.start()
+        started = time.monotonic()
+        for i in range(30):
+            poster.about_job(job(f"churn-{i}"), "Normal", "Placed", "TP1xPP1xDP1 (1 GPU) on n0")
+        poster.about_job(job("victim"), "Warning", "GPUFailure", "GPU 1 on n0 reported unhealthy")
+        await drain(api, 31, timeout_s=10.0)
+        return len(api.items(EVENTS)), time.monotonic() - started
+
+    posted, took = asyncio.run(scenario())
+    assert posted == 31
+    assert took < 2 * MAX_WAIT_FOR_BINDS_S + 1.0, f"31 Events took {took:.1f} s"
+
+
 def test_after_the_window_a_repeat_is_a_new_event() -> None:
     async def scenario() -> int:
         api = FakeApi()

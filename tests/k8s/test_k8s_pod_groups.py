@@ -446,6 +446,28 @@ def test_a_repair_says_what_really_happens_and_names_the_old_pod_that_must_go() 
         assert line.name == pod["metadata"]["name"] and line.note == "" and line.pod_phase == "Running"
 
 
+def test_no_second_pod_must_go_warning_once_the_old_pod_is_already_going() -> None:
+    """A broken GPU on a Ready node: one PodMustGo names the pod to delete. Once the user has deleted it (it is
+    Terminating while its kubelet stops it) the Bound condition says so, but a second Warning that the pod
+    "must go" would only contradict what the user just did (walking docs/pod-groups.md: two PodMustGo)."""
+    fc = cluster_with([group_pod(i) for i in range(4)])
+    no_writes_but_binds(fc)
+    victim = by_index(fc)[0]
+    where = victim["spec"]["nodeName"]
+    gpu = victim["metadata"]["annotations"]["paralleljob.dev/gpu-indices"].split(",")[0]
+    fc.nodes[where] = node(where, leaf=fc.nodes[where]["metadata"]["labels"]["network.topology.nvidia.com/leaf"],
+                           unhealthy=gpu)  # fmt: skip
+    no_writes_but_binds(fc)
+    bound = {c["type"]: c for c in fc.job("ns/llm")["status"]["conditions"]}["Bound"]
+    assert "are out of service: delete it" in bound["message"], bound
+    assert [e[1] for e in fc.events].count("PodMustGo") == 1
+    victim["metadata"]["deletionTimestamp"] = "2024-01-01T00:01:00Z"  # the user deleted it; it is going
+    no_writes_but_binds(fc)
+    bound = {c["type"]: c for c in fc.job("ns/llm")["status"]["conditions"]}["Bound"]
+    assert "it is terminating" in bound["message"], bound
+    assert [e[1] for e in fc.events].count("PodMustGo") == 1, [e for e in fc.events if e[1] == "PodMustGo"]
+
+
 def test_a_group_whose_pods_are_all_going_is_not_adopted_again() -> None:
     """`kubectl delete job`: the garbage collector may remove the adopting ParallelJob while the pods are
     still terminating; the operator must not create a new ParallelJob for pods that are on their way out."""

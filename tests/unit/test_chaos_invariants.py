@@ -3,9 +3,12 @@ its grace period with the operator up, and not on the ordinary states of a healt
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from paralleljob.chaosrun.invariants import InvariantChecker, snapshot
+from paralleljob.chaosrun.run import ChaosConfig, ChaosRun
+from paralleljob.devcluster.nodes import NodeShape
 
 
 def node(name: str, ready: bool = True, gpus: int = 8) -> dict[str, Any]:
@@ -114,3 +117,27 @@ def test_a_running_job_with_no_pod_at_all_is_charged_but_a_placing_one_is_not() 
     checker.check(snapshot(0.0, [node("n1")], [], jobs), 0.0)
     found = checker.check(snapshot(2.0, [node("n1")], [], jobs), 0.0)
     assert [(v.kind, v.subject) for v in found] == [("half-bound", "run")]
+
+
+def test_an_operator_still_looping_after_the_jobs_settled_is_a_violation() -> None:
+    """The end of a chaos run checks the operator's pass rate as every e2e scenario does (issue 21: a
+    settled-looking cluster with the operator at 60-90 passes a second)."""
+
+    class Looping:
+        def running(self) -> bool:
+            return True
+
+        def settled_pass_rate(self, timeout_s: float) -> float:
+            return 74.0
+
+    class Idle(Looping):
+        def settled_pass_rate(self, timeout_s: float) -> float:
+            return 0.1
+
+    shape = NodeShape(count=4, gpus_per_node=8, nodes_per_rack=4)
+    looping = ChaosRun(None, shape, Looping(), ChaosConfig())  # type: ignore[arg-type]
+    assert asyncio.run(looping._idle_rate(0.0)) == 74.0
+    assert [v.kind for v in looping.checker.violations] == ["unsettled-operator"]
+    idle = ChaosRun(None, shape, Idle(), ChaosConfig())  # type: ignore[arg-type]
+    assert asyncio.run(idle._idle_rate(0.0)) == 0.1
+    assert idle.checker.violations == []

@@ -98,3 +98,27 @@ def test_an_operator_that_exits_while_waited_for_fails_the_wait_with_its_log(tmp
     operator.start()
     with pytest.raises(RuntimeError, match="no kubeconfig"):  # the chaos run counts it as a crash
         asyncio.run(operator.wait_metric("paralleljob_leader", 1.0, timeout_s=20))
+
+
+def test_settled_pass_rate_waits_for_the_idle_rate_and_gives_up_with_the_last_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared settle rule of the e2e scenarios and the chaos run: the first one-second rate at or below
+    the idle rate, else (past the timeout) the busy rate the caller fails on."""
+    proc = StandIn(tmp_path)
+    rates = iter([86.0, 61.0, 2.0, 90.0])
+    monkeypatch.setattr(proc, "pass_rate", lambda over_s=1.0: next(rates))
+    assert proc.settled_pass_rate(timeout_s=60.0) == 2.0  # the loop of issue 21 calming down
+    busy = iter([86.0, 61.0])
+    monkeypatch.setattr(proc, "pass_rate", lambda over_s=1.0: next(busy))
+    assert proc.settled_pass_rate(timeout_s=0.0) == 86.0  # never settled: the busy rate comes back
+
+
+def test_pass_rate_reads_the_passes_counter(tmp_path: Path) -> None:
+    proc = StandIn(tmp_path)  # its counter stands still at 3: no pass a second
+    proc.start()
+    try:
+        proc.wait_leader(timeout_s=10)
+        assert proc.pass_rate(over_s=0.2) == 0.0
+    finally:
+        proc.stop()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -110,11 +111,23 @@ def wait_world(out: list[str], world: int, after: int, timeout_s: float = 180) -
     raise SystemExit(f"no round with world={world} within {timeout_s:.0f} s")
 
 
+def no_torchrun(prog: str, torchrun: str) -> int:
+    print(
+        f"{prog}: no torchrun at {torchrun!r}: this needs PyTorch, which is not among the project's dependencies;"
+        " install it into a virtualenv of its own (python -m venv torch-venv && torch-venv/bin/pip install torch)"
+        " and pass --torchrun torch-venv/bin/torchrun",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torchrun", default="torchrun")
     parser.add_argument("--port", type=int, default=29611)
     args = parser.parse_args()
+    if shutil.which(args.torchrun) is None:  # a traceback from Popen would not say what to do
+        return no_torchrun(parser.prog, args.torchrun)
     stop = Path(tempfile.mkdtemp()) / "stop"
     print(f"launcher logs in {stop.parent}", flush=True)
     out: list[str] = []

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,12 +33,24 @@ def pod_envs(pods: dict) -> list[tuple[str, dict[str, str]]]:
     return sorted(out, key=lambda item: int(item[1]["NODE_RANK"]))
 
 
+def no_torchrun(prog: str, torchrun: str) -> int:
+    print(
+        f"{prog}: no torchrun at {torchrun!r}: this needs PyTorch, which is not among the project's dependencies;"
+        " install it into a virtualenv of its own (python -m venv torch-venv && torch-venv/bin/pip install torch)"
+        " and pass --torchrun torch-venv/bin/torchrun",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pods", help="`kubectl get pods -o json` of one job's workers")
     parser.add_argument("--torchrun", default="torchrun")
     parser.add_argument("--port", type=int, default=29500)
     args = parser.parse_args()
+    if shutil.which(args.torchrun) is None:  # a traceback from Popen would not say what to do
+        return no_torchrun(parser.prog, args.torchrun)
     envs = pod_envs(json.loads(Path(args.pods).read_text()))
     launchers = []
     for name, pod_env in envs:

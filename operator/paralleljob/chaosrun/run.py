@@ -1,7 +1,9 @@
 """One bounded chaos run: the monkey disturbs, the operator is SIGKILLed and restarted, and the invariants
 are checked from the API every ``check_every_s`` throughout; then the disturbances stop, every node is
 restored, and once the jobs have had ``settle_s`` to settle each must end Running, Queued, Succeeded or
-Failed with a reason. The report counts operations, kills, checks and violations.
+Failed with a reason, and the operator must be back to its idle pass rate (``unsettled-operator`` otherwise:
+the reconcile loop of issue 21 kept a settled-looking cluster at 60-90 passes a second). The report counts
+operations, kills, checks and violations, and gives that last pass rate.
 
 The run ends after ``duration_s`` or, if ``kills`` is set, once that many SIGKILLs were dealt.
 
@@ -27,7 +29,7 @@ from paralleljob.chaosrun.invariants import SETTLED_PHASES, InvariantChecker, Sn
 from paralleljob.chaosrun.monkey import Monkey
 from paralleljob.devcluster import chaos
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.devtools.operatorproc import OperatorProcess
+from paralleljob.devtools.operatorproc import IDLE_PASSES_PER_S, OperatorProcess
 from paralleljob.k8s.edge.constants import JOB_LABEL
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 from paralleljob.k8s.runtime.runner import LEASE_LOST
@@ -60,6 +62,7 @@ class ChaosReport:
     violation_counts: dict[str, int]
     final_phases: dict[str, int] = field(default_factory=dict)
     step_downs: int = 0  # times the operator gave up its lease on its own and was restarted
+    end_passes_per_s: float = 0.0  # the operator's reconcile passes a second once the jobs had settled
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,6 +153,7 @@ class ChaosRun:
             await asyncio.gather(*workers)
             await self._restore()
             final = await self._settle()
+            end_rate = await self._idle_rate()
         finally:
             for task in (checks, *workers):
                 task.cancel()
@@ -168,6 +172,7 @@ class ChaosRun:
             violation_counts=self.checker.summary(),
             final_phases=phases,
             step_downs=self.step_downs,
+            end_passes_per_s=round(end_rate, 1),
         )
 
     async def _restore(self) -> None:
@@ -189,6 +194,17 @@ class ChaosRun:
             if (settled and waited >= 5.0) or waited >= self.config.settle_s:
                 return snap
             await asyncio.sleep(1.0)
+
+    async def _idle_rate(self, timeout_s: float = 20.0) -> float:
+        """The operator's pass rate once it settles (within ``timeout_s``); above the idle rate is a violation."""
+        await self._supervise()
+        rate = await asyncio.to_thread(self.operator.settled_pass_rate, timeout_s)
+        if rate > IDLE_PASSES_PER_S:
+            idle = f"idle <= {IDLE_PASSES_PER_S:g}"
+            detail = f"{rate:.1f} reconcile passes/s {timeout_s:.0f} s after the jobs settled ({idle})"
+            self.checker.violations.append(Violation("unsettled-operator", "operator", detail, time.monotonic()))
+            print(f"VIOLATION {detail}", flush=True)
+        return rate
 
     async def _restart(self) -> None:
         """Start the operator and wait until it leads; an operator that dies on its own is a violation."""

@@ -37,9 +37,14 @@ def _run(args: argparse.Namespace) -> int:
         pass
     from kubernetes_asyncio.config import ConfigException
 
+    from paralleljob.k8s.runtime.api import ApiError
+
     try:
         asyncio.run(serve(args))
     except (ConfigException, OSError) as exc:  # no kubeconfig, the port taken, nothing listening: one line
+        print(f"paralleljob dashboard: {exc}", file=sys.stderr)
+        return 1
+    except ApiError as exc:  # the API server unreachable or refusing us at the start
         print(f"paralleljob dashboard: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -55,6 +60,13 @@ async def serve(args: argparse.Namespace) -> None:
 
     config = load_topology_file(args.topology_config) if args.topology_config else TopologyConfig()
     kube = await Kube.connect(args.kubeconfig, concurrency=8)
+    # One request before serving: with the API server unreachable the page would stay empty while the watches
+    # retried in silence (walking the docs: "dashboard on http://..." and nothing else, for ever).
+    try:
+        await kube.request("GET", "/version")
+    except BaseException:
+        await kube.close()
+        raise
     feed = Feed(kube, config)
     reflectors = feed.reflectors()
     runner = web.AppRunner(make_app(feed), access_log=None)

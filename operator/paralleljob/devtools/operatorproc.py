@@ -23,6 +23,10 @@ from pathlib import Path
 from paralleljob.devcluster.process import exit_with_parent, free_loopback_ports
 
 LEADER_METRIC = "paralleljob_leader"
+PASSES_METRIC = "paralleljob_reconcile_passes_total"
+# Idle, an operator passes on its resync (10-30 s in tests) plus what node and pod changes cause; the loop of
+# issue 21 ran 60-90 passes a second. One second with at most this many passes counts as settled.
+IDLE_PASSES_PER_S = 3.0
 VIEW_MISMATCH = "kept cluster view differed from a rebuild"  # logged by the operator's view self-check
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -184,6 +188,21 @@ class OperatorProcess(OperatorMetrics):
 
     def healthz(self) -> tuple[int, str]:
         return self._get("/healthz")
+
+    def pass_rate(self, over_s: float = 1.0) -> float:
+        """Reconcile passes a second over the next ``over_s`` seconds (blocks that long)."""
+        before, started = self.sample(PASSES_METRIC), time.monotonic()
+        time.sleep(over_s)
+        return (self.sample(PASSES_METRIC) - before) / (time.monotonic() - started)
+
+    def settled_pass_rate(self, timeout_s: float, idle_per_s: float = IDLE_PASSES_PER_S) -> float:
+        """The first one-second pass rate at most ``idle_per_s`` (the operator settled), or the last one
+        measured once ``timeout_s`` has passed (it did not: the caller compares it with ``idle_per_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rate = self.pass_rate()
+            if rate <= idle_per_s or time.monotonic() > deadline:
+                return rate
 
     def cpu_seconds(self) -> float:
         assert self.proc is not None

@@ -22,6 +22,11 @@ HOW_TO_NAME_ONE = (
     ' --kubeconfig "$(paralleljob dev-cluster kubeconfig)" (add --name demo for the demo\'s cluster)'
 )
 
+DEV_CLUSTER_GONE = (
+    "a dev cluster's kubeconfig exists only while that cluster runs (`paralleljob dev-cluster status --name NAME`"
+    " says whether it does; `make demo` or `paralleljob dev-cluster up` starts one)"
+)
+
 
 async def load_configuration(kubeconfig: str | None) -> client.Configuration:
     """From ``kubeconfig`` (or $KUBECONFIG / ~/.kube/config), or the in-cluster service account when no
@@ -38,7 +43,10 @@ async def load_configuration(kubeconfig: str | None) -> client.Configuration:
     if not any(p.is_file() for p in paths):
         where = "no kubeconfig at " + ", ".join(str(p) for p in paths) if paths else "no kubeconfig named"
         inside = "" if kubeconfig else " and not running in a pod"
-        raise config.ConfigException(f"{where}{inside}: {HOW_TO_NAME_ONE}")
+        # A named file that is gone is most often a stopped dev cluster's (README's after-demo lines export it;
+        # `make demo-down` removes it): naming that file again would not help.
+        gone = "" if named == DEFAULT_KUBECONFIG else f"; {DEV_CLUSTER_GONE}"
+        raise config.ConfigException(f"{where}{inside}: {HOW_TO_NAME_ONE}{gone}")
     try:
         await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     except config.ConfigException as exc:

@@ -2,7 +2,8 @@
 (the session's 8-node cluster is too small for it, and the run deletes nodes): jobs applied and deleted,
 the operator SIGKILLed and restarted, nodes flapping NotReady/Ready, deleted and re-created, unhealthy-GPU
 annotations set and cleared, workers crashing; the invariants of ``paralleljob.chaosrun.invariants``
-checked from the API every 2 s throughout, and every job settled with a reason at the end.
+checked from the API every 2 s throughout, and every job settled with a reason at the end, the operator back to
+its idle pass rate (the settle rule every e2e scenario ends with).
 
 ``PARALLELJOB_E2E_CHAOS_CLUSTER=<name>`` runs it against an already running dev cluster of at least 24
 nodes instead (left running). The long run (>= 100 kills) is ``paralleljob bench chaos``.
@@ -21,6 +22,7 @@ import pytest
 from paralleljob.chaosrun.run import ChaosConfig, run_chaos
 from paralleljob.devcluster.cluster import DevCluster, down, get, up
 from paralleljob.devcluster.nodes import NodeShape
+from paralleljob.devtools.operatorproc import IDLE_PASSES_PER_S
 
 pytestmark = pytest.mark.e2e
 
@@ -56,3 +58,5 @@ def test_seeded_chaos_run_keeps_every_invariant(chaos_cluster: DevCluster, tmp_p
         assert report.operations.get(op, 0) >= 1, f"no {op} in the run:\n{text}"
     assert report.checks >= 30, text
     assert not report.violations, f"operator logs in {tmp_path}\n{text}"
+    # as after every e2e scenario (the shared settle rule): the operator back to its idle pass rate
+    assert report.end_passes_per_s <= IDLE_PASSES_PER_S, text

@@ -23,7 +23,7 @@ from helmhelpers import (
 )
 from kubernetes_asyncio.client import ApiClient, AppsV1Api, CustomObjectsApi, RbacAuthorizationV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
-from pjhelpers import Jobs, assert_gang_on_record, assert_no_gpu_used_twice
+from pjhelpers import Jobs, assert_gang_on_record, assert_no_gpu_used_twice, jobs_in
 
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.devtools.browser import DashboardProcess
@@ -235,14 +235,12 @@ def test_watching_some_namespaces_narrows_the_grants_to_them(
     chart_operator.deployment_args = deployment_args(kube, release, release.work / "topology.yaml")
     assert f"--namespace={namespace}" in chart_operator.deployment_args
     chart_operator.start()
-    jobs = Jobs(kube, namespace, chart_operator)
-    try:
+    # through the shared fixture's block, so this scenario too must end settled (pass rate, Events, log)
+    with jobs_in(kube, namespace, chart_operator, check_view=False) as jobs:
         jobs.create("scoped", 2, 2, 1)
         jobs.wait_phase("scoped", "Running")
         assert_gang_on_record(jobs, "scoped")
         jobs.wait_events("scoped", {"Placed"})
-    finally:
-        jobs.cleanup()
     sa = KubeSession(chart_operator.kubeconfig)
     try:
         pod = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "x", "image": "x"}]}}

@@ -3,7 +3,6 @@ namespace, polling, and the invariant checks every scenario ends with."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -192,10 +191,8 @@ def jobs_in(kube: KubeSession, namespace: str, operator: OperatorProcess, *, che
         assert operator.view_mismatches() == [], "the kept cluster view differed from a rebuild"
 
 
-PASSES = "paralleljob_reconcile_passes_total"
-# Idle, the e2e operator passes every 10 s (resync) plus what node and pod changes cause; a loop ran at
-# 60-90 passes a second. One second with at most this many passes counts as settled.
-SETTLED_PASSES_PER_S = 3.0
+# What counts as idle is the operator process's own (``operatorproc.IDLE_PASSES_PER_S``), shared with the chaos run.
+SETTLED_PASSES_PER_S = operatorproc.IDLE_PASSES_PER_S
 SETTLE_TIMEOUT_S = 20.0
 # Occurrences per scenario (an aggregated Event counts its ``count``): of one reason about one object (a
 # decision repeated on every pass floods one reason: 1,128 Reoptimizable Events in 3 minutes), and of all
@@ -211,18 +208,12 @@ def assert_settled(jobs: Jobs, log_start: int) -> None:
     field dropped by the CRD."""
     operator = jobs.operator
     if operator.running() and operator.is_leader():
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while True:
-            before, started = operator.sample(PASSES), time.monotonic()
-            time.sleep(1.0)
-            rate = (operator.sample(PASSES) - before) / (time.monotonic() - started)
-            if rate <= SETTLED_PASSES_PER_S:
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"the operator did not settle: {rate:.0f} reconcile passes/s {SETTLE_TIMEOUT_S:.0f} s after the"
-                    f" scenario (idle is <= {SETTLED_PASSES_PER_S:g})\noperator log:\n{operator.log_tail()}"
-                )
+        rate = operator.settled_pass_rate(SETTLE_TIMEOUT_S)
+        if rate > SETTLED_PASSES_PER_S:
+            raise AssertionError(
+                f"the operator did not settle: {rate:.0f} reconcile passes/s {SETTLE_TIMEOUT_S:.0f} s after the"
+                f" scenario (idle is <= {SETTLED_PASSES_PER_S:g})\noperator log:\n{operator.log_tail()}"
+            )
     counts: Counter[str] = Counter()
     for item in jobs.kube.run(jobs.kube.core.list_namespaced_event(jobs.namespace)).items:
         if item.reporting_component == "paralleljob.dev/operator":

@@ -200,7 +200,7 @@ def test_a_broken_gpu_moves_the_slot_and_the_owners_replacement_lands_there(
 
     # Its owner's side (here: whoever evicts the pod) deletes it; the Job controller's replacement is bound
     # to the new slot and the group runs again.
-    chaos.run(chaos.core.delete_namespaced_pod(victim.metadata.name, ns, grace_period_seconds=0))
+    chaos.run(chaos.core.delete_namespaced_pod(victim.metadata.name, ns))  # as the Warning says: a graceful delete
 
     def replacement_bound() -> Any:
         for pod in group_pods(chaos, ns, GROUP):
@@ -214,5 +214,7 @@ def test_a_broken_gpu_moves_the_slot_and_the_owners_replacement_lands_there(
         "gpuIndices"
     ]
     pjs.wait_phase(GROUP, "Running", timeout_s=30)
+    # the delete the Warning asked for brings no second "must go" Warning while the pod terminates
+    assert [e.reason for e in pjs.events(GROUP) for _ in range(e.count or 1)].count("PodMustGo") == 1
     chaos.run(batch.delete_namespaced_job(GROUP, ns, propagation_policy="Background"))
     wait_for("the Job's pods gone", lambda: not group_pods(chaos, ns, GROUP), timeout_s=60)

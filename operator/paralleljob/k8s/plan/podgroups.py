@@ -311,6 +311,9 @@ def stuck_pods(
     return out
 
 
+GOING = "it is terminating; its replacement is bound to the new slot once it is gone"
+
+
 def _why_stuck(pod: PodInfo, node: NodeInfo | None) -> str:
     delete = f"kubectl delete pod -n {pod.namespace} {pod.name}"
     if node is None:
@@ -325,7 +328,7 @@ def _why_stuck(pod: PodInfo, node: NodeInfo | None) -> str:
             f" good, force-delete it ({delete} --grace-period=0 --force) so that the owner creates the replacement"
         )
     if pod.deleting:
-        return "it is terminating; its replacement is bound to the new slot once it is gone"
+        return GOING
     return f"its GPUs on {pod.node} are out of service: delete it ({delete}) so that the owner creates the replacement"
 
 
@@ -333,7 +336,7 @@ def note_stuck(
     actions: JobActions, record: PlacementRecord, pods: Sequence[PodInfo], nodes: Mapping[str, NodeInfo], now: str
 ) -> None:
     """During a repair: the ``Bound`` condition names the old pods that must go and why, and a Warning event
-    (``PodMustGo``) says so whenever that changes."""
+    (``PodMustGo``) says so whenever that changes, unless every such pod is already terminating on its own."""
     stuck = stuck_pods(record, pods, nodes)
     if not stuck:
         return
@@ -346,7 +349,9 @@ def note_stuck(
         (c.get("message") for c in actions.job.status.conditions if c.get("type") == "Bound"), None
     )
     actions.draft.condition("Bound", "False", "WaitingForOwner", message, now)
-    if message != previous:
+    # A pod that is already going by itself needs nothing from anyone: a Warning that it "must go" would
+    # contradict the delete the user just made. The condition still says where things stand.
+    if message != previous and any(why != GOING for _, why in stuck):
         actions.note("Warning", "PodMustGo", message)
 
 
