@@ -1,6 +1,6 @@
 """Time the operator's real reconcile pass with thousands of jobs waiting (issue 29's pass targets).
 
-    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full]      (default: 10000 200 200)
+    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full] [--finished=N]   (default: 10000 200 200)
 
 A cluster of NODES 8-GPU nodes is filled by small ParallelJobs (TP 1-2 x DP 1-4, round-robin over QUEUES
 queues) decided by the in-memory harness until it settles: the cluster full, about WAITING jobs Queued. The
@@ -9,7 +9,8 @@ statuses: everything ``pass_once`` does but the API writes, which are not starte
 of 15 passes with nothing changed, and the pass right after one running job's workers finished (each of 15
 finishes measured alone; ``--full``: without the waiting memo, every pass looks at every job, as before
 issue 29), as wall time and as the process's CPU time (on a shared machine the wall time also
-counts the time other processes held the CPU). Not collected by pytest: a measurement, not a test.
+counts the time other processes held the CPU). ``--finished=N``: N more jobs that ran and Succeeded, with
+their pods, as a drained queue leaves them. Not collected by pytest: a measurement, not a test.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import time
 from typing import Any, cast
 
 from paralleljob.k8s.edge.config import OperatorConfig
-from paralleljob.k8s.edge.constants import GROUP, VERSION
+from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, VERSION
 from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.runtime import gctuning
 from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from tests.k8s.factories import node, paralleljob
@@ -52,6 +54,39 @@ def settled(waiting: int, queues: int, nodes: int) -> FakeCluster:
     return fc
 
 
+def add_finished(fc: FakeCluster, count: int) -> None:
+    """``count`` more jobs that ran and Succeeded, their pods still there (what a drained queue leaves):
+    one job finished for real on the cluster, then copied under new names and UIDs."""
+    if count <= 0:
+        return
+    key = next(k for k, b in sorted(fc.jobs.items()) if (b.get("status") or {}).get("phase") == "Running")
+    for pod in fc.job_pods(key):
+        done = copy.deepcopy(pod)
+        done["status"]["phase"] = "Succeeded"
+        fc.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = done
+    fc.settle(3)
+    job, pods = (
+        fc.jobs.pop(key),
+        [fc.pods.pop((p["metadata"]["namespace"], p["metadata"]["name"])) for p in fc.job_pods(key)],
+    )
+    assert (job.get("status") or {}).get("phase") == "Succeeded", job.get("status")
+    old_name = job["metadata"]["name"]
+    for i in range(count):
+        name = f"done{i:05d}"
+        clone = copy.deepcopy(job)
+        clone["metadata"].update(name=name, uid=f"uid-{name}")
+        fc.jobs[f"{clone['metadata']['namespace']}/{name}"] = clone
+        for pod in pods:
+            twin = copy.deepcopy(pod)
+            pod_name = twin["metadata"]["name"].replace(old_name, name, 1)
+            twin["metadata"].update(name=pod_name, uid=f"uid-pod-{pod_name}")
+            twin["metadata"]["labels"] = {**twin["metadata"]["labels"], JOB_LABEL: name}
+            twin["metadata"]["ownerReferences"] = [
+                {**twin["metadata"]["ownerReferences"][0], "name": name, "uid": f"uid-{name}"}
+            ]
+            fc.pods[(twin["metadata"]["namespace"], pod_name)] = twin
+
+
 def queue_body(name: str) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": name}, "spec": {}}
 
@@ -71,6 +106,10 @@ async def measure(fc: FakeCluster, full: bool = False) -> dict[str, float]:
     reconciler.on_list("job", [copy.deepcopy(b) for b in fc.jobs.values()], "1")
     reconciler.on_list("queue", [queue_body(name) for name in fc.queues], "1")
 
+    # the operator's garbage collection (runtime/gctuning.py): thresholds tuned, the heap frozen as its
+    # scheduled collection leaves it
+    gctuning.tune()
+    gctuning.collect(whole=True)
     cpu: list[float] = []
 
     async def timed() -> float:
@@ -110,10 +149,12 @@ async def measure(fc: FakeCluster, full: bool = False) -> dict[str, float]:
 
 def main(argv: list[str]) -> None:
     full = "--full" in argv
-    argv = [a for a in argv if a != "--full"]
+    finished = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--finished=")), 0)
+    argv = [a for a in argv if a != "--full" and not a.startswith("--finished=")]
     waiting, queues, nodes = (int(a) for a in (argv + ["10000", "200", "200"][len(argv) :])[:3])
     started = time.perf_counter()
     fc = settled(waiting, queues, nodes)
+    add_finished(fc, finished)
     phases: dict[str, int] = {}
     for body in fc.jobs.values():
         phase = str((body.get("status") or {}).get("phase"))

@@ -76,6 +76,7 @@ class PodInfo:
     controller: tuple[tuple[str, str], ...] = ()  # its controller's ownerReference (apiVersion, kind, name, uid)
     constraints: PodConstraints | None = None  # what it asks of a node; None: unreadable (constraints_error)
     constraints_error: str = ""
+    job_key: str | None = None  # namespace/job: worked out once here, read for every pod on every pass
 
     @property
     def key(self) -> str:
@@ -177,6 +178,7 @@ def parse_pod(body: Mapping[str, Any]) -> PodInfo:
         requests=pod_requests(spec) if spec.get("nodeName") and phase not in TERMINAL_PHASES else (),
         **(_group_fields(group, metadata, spec) if group else {}),
         native=native,
+        job_key=object_key(str(metadata.get("namespace", "")), str(job)) if job else None,
     )
 
 

@@ -19,7 +19,6 @@ from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.queueing import QueuePolicy, RunningJob
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.dra import ClaimInfo
 from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo
 from paralleljob.k8s.edge.nodes import NodeInfo
@@ -220,12 +219,16 @@ def _pods_by_job(
     """Each job's worker pods; a worker whose ParallelJob is gone becomes an orphan to delete (in a
     namespace this operator serves: elsewhere its job is one we cannot see, not a deleted one)."""
     pods_by_job: dict[str, list[PodInfo]] = {}
-    for pod in observed.pods:
-        if pod.job is None:
+    for pod in observed.pods:  # every pod of every pass: kept lean (a drained queue leaves 100,000 of them)
+        key = pod.job_key
+        if key is None:
             continue
-        key = object_key(pod.namespace, pod.job)
         if key in jobs:
-            pods_by_job.setdefault(key, []).append(pod)
+            found = pods_by_job.get(key)
+            if found is None:
+                pods_by_job[key] = [pod]
+            else:
+                found.append(pod)
         elif observed.namespaces and pod.namespace not in observed.namespaces:
             continue
         elif not pod.deleting or must_force(pod, view.nodes):
