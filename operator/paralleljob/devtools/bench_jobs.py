@@ -135,10 +135,24 @@ async def lease_transitions(kube: Kube) -> int:
 
 
 def histogram(operator: OperatorProcess) -> tuple[list[tuple[float, float]], float, float]:
-    text = operator.metrics()
+    """The pass-duration histogram's buckets, count and sum from one read of ``/metrics`` (three reads could
+    disagree, and a read that timed out under load read as 0 passes: a 10,000-job run reported -417)."""
+    for attempt in range(5):
+        try:
+            text = operator.metrics()
+            break
+        except OSError:
+            if attempt == 4:
+                raise
+            time.sleep(1.0)
     pattern = rf'^{PASS_METRIC}_bucket{{le="([^"]+)"}} ([0-9.e+-]+)$'
     rows = [(float(le), float(n)) for le, n in re.findall(pattern, text, re.MULTILINE)]
-    return rows, operator.sample(f"{PASS_METRIC}_count"), operator.sample(f"{PASS_METRIC}_sum")
+
+    def one(name: str) -> float:
+        match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
+        return float(match.group(1)) if match else 0.0
+
+    return rows, one(f"{PASS_METRIC}_count"), one(f"{PASS_METRIC}_sum")
 
 
 def quantile_bound(before: list[tuple[float, float]], after: list[tuple[float, float]], q: float) -> float:
