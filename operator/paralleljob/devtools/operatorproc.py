@@ -72,6 +72,21 @@ class OperatorMetrics:
     def is_leader(self) -> bool:
         return self.sample(LEADER_METRIC) >= 1.0
 
+    def pass_rate(self, over_s: float = 1.0) -> float:
+        """Reconcile passes a second over the next ``over_s`` seconds (blocks that long)."""
+        before, started = self.sample(PASSES_METRIC), time.monotonic()
+        time.sleep(over_s)
+        return (self.sample(PASSES_METRIC) - before) / (time.monotonic() - started)
+
+    def settled_pass_rate(self, timeout_s: float, idle_per_s: float = IDLE_PASSES_PER_S) -> float:
+        """The first one-second pass rate at most ``idle_per_s`` (the operator settled), or the last one
+        measured once ``timeout_s`` has passed (it did not: the caller compares it with ``idle_per_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rate = self.pass_rate()
+            if rate <= idle_per_s or time.monotonic() > deadline:
+                return rate
+
 
 class OperatorProcess(OperatorMetrics):
     """One ``paralleljob operator`` process (restartable) with its own metrics port on 127.0.0.1.
@@ -188,21 +203,6 @@ class OperatorProcess(OperatorMetrics):
 
     def healthz(self) -> tuple[int, str]:
         return self._get("/healthz")
-
-    def pass_rate(self, over_s: float = 1.0) -> float:
-        """Reconcile passes a second over the next ``over_s`` seconds (blocks that long)."""
-        before, started = self.sample(PASSES_METRIC), time.monotonic()
-        time.sleep(over_s)
-        return (self.sample(PASSES_METRIC) - before) / (time.monotonic() - started)
-
-    def settled_pass_rate(self, timeout_s: float, idle_per_s: float = IDLE_PASSES_PER_S) -> float:
-        """The first one-second pass rate at most ``idle_per_s`` (the operator settled), or the last one
-        measured once ``timeout_s`` has passed (it did not: the caller compares it with ``idle_per_s``)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            rate = self.pass_rate()
-            if rate <= idle_per_s or time.monotonic() > deadline:
-                return rate
 
     def cpu_seconds(self) -> float:
         assert self.proc is not None
