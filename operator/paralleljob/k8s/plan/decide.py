@@ -197,7 +197,10 @@ def decide(
         _admit(ctx, plan, line, policy, strict_fifo, observed)
     except Exception as exc:
         plan.warnings.append(f"admission failed: {exc!r}")
-    plan.jobs = list(book.actions.values())
+    # In the order jobs are decided in (active first, then by queue time), whatever the memo left out: which
+    # lines a pass looked at, and when, must not change the order the decisions are carried out in (a
+    # property test found a queue's binds ahead of another's with the memo and behind them without it).
+    plan.jobs = sorted(book.actions.values(), key=lambda a: (a.job.phase not in ACTIVE, a.job.queued_at, a.job.key))
     for actions in plan.jobs:
         note_membership(actions)
         expire(actions, now_s)  # a finished job whose TTL ran out is deleted; one still to run wakes the loop then
