@@ -103,9 +103,9 @@ def remember_running(
     nothing to write, never repaired (a repaired job is re-priced against the free GPUs now and then), no
     preemption under way (its deadline is a time), not a pod group (its pods are decided elsewhere), and not
     held back or busy. A node that changes clears the memo (``decide``): health is read from the nodes.
-    Finished jobs likewise (Succeeded or Failed before and after, nothing to do, not being deleted, no
-    ``ttlSecondsAfterFinished`` to wait out): those the triage left out (``finished``) stay kept; they are what
-    a queue that drains piles up."""
+    Finished jobs likewise (Succeeded or Failed before and after, nothing to do, not being deleted): those the
+    triage left out (``finished``) stay kept; they are what a queue that drains piles up. One with a
+    ``ttlSecondsAfterFinished`` still to run is kept until its deadline (``actions.wake_at``; see triage)."""
     memo.finished = {steady.job.key: steady for steady in finished}
     before, memo.running = memo.running, {}
     for actions in decided:

@@ -291,7 +291,8 @@ class Reconciler:
     def _claims(self, jobs: list[JobObject], busy: dict[str, PlacementRecord | None]) -> list[Claim]:
         """The placements holding GPUs, worked out again only when a job or the set of busy chains changed
         (with thousands of jobs waiting, most passes follow a pod or node event and change neither)."""
-        key = (self.jobs.version, tuple((k, id(record)) for k, record in busy.items()), frozenset(self.releasing))
+        # the records themselves, not their ids: the key keeps them alive, so a freed id can never match anew
+        key = (self.jobs.version, tuple(busy.items()), frozenset(self.releasing))
         if self._claims_for is None or self._claims_for[0] != key:
             self._claims_for = (key, claims_of(jobs, busy, self.releasing))
         return self._claims_for[1]
