@@ -52,3 +52,15 @@ def test_flood_bodies_carry_the_ttl_only_when_asked() -> None:
     with_ttl = flood_body("f0", random.Random(1), 4, (1.0, 2.0), ttl_s=0)
     assert with_ttl["spec"]["ttlSecondsAfterFinished"] == 0
     assert {k: v for k, v in with_ttl["spec"].items() if k != "ttlSecondsAfterFinished"} == plain["spec"]
+
+
+def test_a_job_deleted_while_the_watch_was_down_counts_as_done_when_the_relist_misses_it() -> None:
+    t = tracker()
+    t.relisted([job("kept", "Queued"), job("gone", "Running"), job("seen-done", "Running")])
+    t.on_event({"type": "MODIFIED", "object": job("seen-done", "Succeeded")})
+    first = t.done_at["seen-done"]
+    # the watch broke; "gone" finished and its TTL deleted it before the relist, "seen-done" too
+    t.relisted([job("kept", "Queued"), job("new", None)])
+    assert set(t.done_at) == {"gone", "seen-done"} and t.done_at["seen-done"] == first
+    assert t.gone_unseen == {"gone"}
+    assert t.phase == {"kept": "Queued", "new": "Pending"} and t.waiting() == 2

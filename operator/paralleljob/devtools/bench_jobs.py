@@ -52,6 +52,7 @@ class JobTracker:
         self.phase: dict[str, str] = {}
         self.admitted_at: dict[str, float] = {}
         self.done_at: dict[str, float] = {}
+        self.gone_unseen: set[str] = set()  # deleted while the watch was down: see relisted()
         self.changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -70,8 +71,7 @@ class JobTracker:
         while True:
             try:
                 items, rv = await self.kube.list(job_path(NAMESPACE))
-                for item in items:
-                    self._apply(item)
+                self.relisted(items)
                 async for event in watch(self.kube, job_path(NAMESPACE), {"resourceVersion": rv or "0"}):
                     self.on_event(event)
             except asyncio.CancelledError:
@@ -79,6 +79,20 @@ class JobTracker:
             except Exception as exc:
                 print(f"job watch restarted after {exc!r}", file=sys.stderr, flush=True)
                 await asyncio.sleep(0.2)
+
+    def relisted(self, items: list[dict[str, Any]]) -> None:
+        """A (re)list after the watch broke off. A job seen before and missing now was deleted in the gap, and
+        its DELETED event is lost: the bench deletes none and the operator deletes only finished jobs (their
+        TTL), so it counts as done, at the list's time, and is reported apart (``gone_unseen``)."""
+        listed = {str((item.get("metadata") or {}).get("name", "")) for item in items}
+        now = time.monotonic()
+        for name in [n for n in self.phase if n not in listed]:
+            del self.phase[name]
+            if name not in self.done_at:
+                self.done_at[name] = now
+                self.gone_unseen.add(name)
+        for item in items:
+            self._apply(item)
 
     def on_event(self, event: dict[str, Any]) -> None:
         """One watch event. A DELETED job (its TTL after finishing ran out, say) is judged by the object the
@@ -264,6 +278,7 @@ async def flood(kube: Kube, tracker: JobTracker, operator: OperatorProcess, args
         "create_per_s": round(len(names) / created_s, 1),
         "drain_s": round(drain_s, 1),
         "max_waiting": samples["max_waiting"],
+        "done_while_unwatched": len(tracker.gone_unseen),
         "rss_mb_max": round(samples["rss_mb"], 1),
     }
     if "start" in busy:
