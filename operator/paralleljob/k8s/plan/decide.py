@@ -127,11 +127,17 @@ def claims_of(
     for job in jobs:
         if job.key in releasing:
             continue
-        record = busy.get(job.key) or (job.record if job.phase in ACTIVE and not job.deleting else None)
+        record = busy.get(job.key) or (job.record if holds_gpus(job) else None)
         if record is not None:
             claims.append((job.status.start_time or job.queued_at, Claim(job.key, job.uid, record)))
     claims.sort(key=lambda item: (item[0], item[1].key))
     return [claim for _, claim in claims]
+
+
+def holds_gpus(job: JobObject) -> bool:
+    """Whether a job's recorded placement holds its GPUs (when no chain of its is in flight): active and not
+    being deleted. Only such jobs and busy ones can make a claim (the reconciler keeps the set)."""
+    return job.record is not None and job.phase in ACTIVE and not job.deleting
 
 
 # The core's exact search (up to 24 TP groups, 20k expansions by default) can take most of a second on a
