@@ -9,11 +9,22 @@ hold, and sends it through the core FIFO pass from its head otherwise:
 
 - every job of the line is the very object the memo holds (no spec, status or deletion since), and none is
   busy, held back (BackingOff), or named in what the runtime reported (bind failures, API trouble);
-- the line lost no job and gained none (a job deleted or admitted elsewhere, a new one, a queue changed);
+- the line lost no job (deleted, admitted elsewhere, moved to another queue), and any it gained are
+  *arrivals*: waiting jobs the memo never held (a new job, or one whose first status write is still on its
+  way), each standing behind the head the memo remembers blocking the line (``LineMemo.head_at``: the core's
+  order, priority then queue time then tie-break; a job with no status yet goes by its creation time);
 - its ParallelJobQueue's cap and namespaces are as they were, and so are the GPUs its jobs hold;
 - no GPU came free since the last look (none that the kept view owned then is unowned now, and no node
   changed), or its head still needs more TP groups than the free GPUs could hold, each on one node (a count:
   the operator's placer never splits a TP group), so the jobs behind a strict head wait whatever happens.
+
+A line left out with arrivals has only its arrivals decided: in one core FIFO call after the other lines,
+told that the line is held by that head (``schedule_fifo``'s ``blocked``), so each gets what the full pass
+gives a job behind a blocked head (its own entry checks first, then "waiting behind <head>"), with the same
+first status write. Those with nothing left to write join the remembered line (:func:`remember`, ``_grow``);
+the others are arrivals again next pass. An arrival ahead of the head, or a line with no blocking head,
+sends the whole line through the pass. A flood (new jobs on every line on every pass) thus costs a pass in
+proportion to the arrivals, not to all the jobs waiting.
 
 Only the default policy (strict FIFO without a core queue policy) uses it; best-effort FIFO and the core's
 queueing pass look at every job. The property tests (``tests/property/test_waiting_memo_properties.py``) run
