@@ -12,7 +12,7 @@ finishes measured alone; ``--full``: without the waiting memo, every pass looks 
 issue 29), as wall time and as the process's CPU time (on a shared machine the wall time also
 counts the time other processes held the CPU). ``--finished=N``: N more jobs that ran and Succeeded, with
 their pods, as a drained queue leaves them. ``--arrivals=K``: a flood instead; before each of 15 measured
-passes K new jobs (the same shapes, created after all others) join random queues (seeded), and the status
+passes K new jobs (the same shapes, created now) join random queues (seeded), and the status
 writes the pass before decided land as the API server would answer them (a MODIFIED event with the written
 status; not timed): each pass decides the K new jobs and last pass's K whose first write landed, with the
 waiting total growing by K a pass. Not collected by pytest: a measurement, not a test.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as dt
 import itertools
 import random
 import resource
@@ -189,7 +190,9 @@ async def flood(
         reconciler.inflight.clear()
         for _ in range(count):
             i = next(serial)
-            stamp = f"2025-01-01T{i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"  # after every settled job
+            # created now, as the API server stamps it (the pass writes queuedAt now too): a new job goes by
+            # its creation until then, so a stamp from the past would put it ahead of jobs accepted since
+            stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             body = paralleljob(f"new{i:06d}", 1 + i % 2, 1, 1 + i % 4, queue=rng.choice(names), created=stamp)
             bodies[f"{body['metadata']['namespace']}/{body['metadata']['name']}"] = body
             reconciler.on_event("job", "ADDED", copy.deepcopy(body))
