@@ -1,6 +1,6 @@
 """Time the operator's real reconcile pass with thousands of jobs waiting (issue 29's pass targets).
 
-    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full] [--finished=N] [--arrivals=K]
+    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full] [--finished=N] [--arrivals=K [--finish]]
     (default: 10000 200 200)
 
 A cluster of NODES 8-GPU nodes is filled by small ParallelJobs (TP 1-2 x DP 1-4, round-robin over QUEUES
@@ -15,7 +15,8 @@ their pods, as a drained queue leaves them. ``--arrivals=K``: a flood instead; b
 passes K new jobs (the same shapes, created now) join random queues (seeded), and the status
 writes the pass before decided land as the API server would answer them (a MODIFIED event with the written
 status; not timed): each pass decides the K new jobs and last pass's K whose first write landed, with the
-waiting total growing by K a pass. Not collected by pytest: a measurement, not a test.
+waiting total growing by K a pass; ``--finish``: one running job's workers finish before each of those passes
+too (GPUs come free every pass, as in a live flood). Not collected by pytest: a measurement, not a test.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def queue_body(name: str) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": name}, "spec": {}}
 
 
-async def measure(fc: FakeCluster, full: bool = False, arrivals: int = 0) -> dict[str, float]:
+async def measure(fc: FakeCluster, full: bool = False, arrivals: int = 0, finish: bool = False) -> dict[str, float]:
     reconciler = Reconciler(cast(Any, object()), OperatorConfig(view_check_passes=0), Metrics())
     if full:
         reconciler.waiting = cast(Any, None)  # decide() without a memo: the full pass
@@ -132,7 +133,7 @@ async def measure(fc: FakeCluster, full: bool = False, arrivals: int = 0) -> dic
     first = await timed()
     await timed()
     if arrivals:
-        return await flood(reconciler, fc, arrivals, timed, cpu, started_chains, first)
+        return await flood(reconciler, fc, arrivals, timed, cpu, started_chains, first, finish)
     idle = [await timed() for _ in range(REPEATS)]
     idle_cpu = cpu[-REPEATS:]
     left_out = reconciler.metrics.registry.get_sample_value("paralleljob_pass_waiting_left_out") or 0.0
@@ -167,9 +168,11 @@ async def flood(
     cpu: list[float],
     chains: list[JobActions],
     first: float,
+    finish: bool = False,
 ) -> dict[str, float]:
     """``REPEATS`` passes, each after ``count`` new jobs joined random queues and the last pass's status
-    writes landed."""
+    writes landed (``finish``: and one running job's workers finished)."""
+    running = iter(sorted(k for k, b in fc.jobs.items() if (b.get("status") or {}).get("phase") == "Running"))
     names = sorted(fc.queues)
     rng = random.Random(29)
     serial = itertools.count()
@@ -196,6 +199,12 @@ async def flood(
             body = paralleljob(f"new{i:06d}", 1 + i % 2, 1, 1 + i % 4, queue=rng.choice(names), created=stamp)
             bodies[f"{body['metadata']['namespace']}/{body['metadata']['name']}"] = body
             reconciler.on_event("job", "ADDED", copy.deepcopy(body))
+        for key in [next(running)] if finish else []:
+            for pod in fc.job_pods(key):
+                done = copy.deepcopy(pod)
+                done["status"]["phase"] = "Succeeded"
+                done["metadata"]["resourceVersion"] = str(next(_rv))
+                reconciler.on_event("pod", "MODIFIED", done)
         wall.append(await timed())
         for _ in range(3):
             await asyncio.sleep(0)  # its chains (stubbed) start and end
@@ -217,7 +226,8 @@ def main(argv: list[str]) -> None:
     full = "--full" in argv
     finished = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--finished=")), 0)
     arrivals = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--arrivals=")), 0)
-    argv = [a for a in argv if a != "--full" and not a.startswith(("--finished=", "--arrivals="))]
+    finish = "--finish" in argv
+    argv = [a for a in argv if a not in ("--full", "--finish") and not a.startswith(("--finished=", "--arrivals="))]
     waiting, queues, nodes = (int(a) for a in (argv + ["10000", "200", "200"][len(argv) :])[:3])
     started = time.perf_counter()
     fc = settled(waiting, queues, nodes)
@@ -227,7 +237,7 @@ def main(argv: list[str]) -> None:
         phase = str((body.get("status") or {}).get("phase"))
         phases[phase] = phases.get(phase, 0) + 1
     print(f"settled in {time.perf_counter() - started:.1f} s: {phases}")
-    print(asyncio.run(measure(fc, full, arrivals)))
+    print(asyncio.run(measure(fc, full, arrivals, finish)))
 
 
 if __name__ == "__main__":
