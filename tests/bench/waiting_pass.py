@@ -1,6 +1,7 @@
 """Time the operator's real reconcile pass with thousands of jobs waiting (issue 29's pass targets).
 
-    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full] [--finished=N]   (default: 10000 200 200)
+    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full] [--finished=N] [--arrivals=K [--finish]]
+    (default: 10000 200 200)
 
 A cluster of NODES 8-GPU nodes is filled by small ParallelJobs (TP 1-2 x DP 1-4, round-robin over QUEUES
 queues) decided by the in-memory harness until it settles: the cluster full, about WAITING jobs Queued. The
@@ -10,18 +11,26 @@ of 15 passes with nothing changed, and the pass right after one running job's wo
 finishes measured alone; ``--full``: without the waiting memo, every pass looks at every job, as before
 issue 29), as wall time and as the process's CPU time (on a shared machine the wall time also
 counts the time other processes held the CPU). ``--finished=N``: N more jobs that ran and Succeeded, with
-their pods, as a drained queue leaves them. Not collected by pytest: a measurement, not a test.
+their pods, as a drained queue leaves them. ``--arrivals=K``: a flood instead; before each of 15 measured
+passes K new jobs (the same shapes, created now) join random queues (seeded), and the status
+writes the pass before decided land as the API server would answer them (a MODIFIED event with the written
+status; not timed): each pass decides the K new jobs and last pass's K whose first write landed, with the
+waiting total growing by K a pass; ``--finish``: one running job's workers finish before each of those passes
+too (GPUs come free every pass, as in a live flood). Not collected by pytest: a measurement, not a test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as dt
 import itertools
+import random
 import resource
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from paralleljob.k8s.edge.config import OperatorConfig
@@ -91,12 +100,14 @@ def queue_body(name: str) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": name}, "spec": {}}
 
 
-async def measure(fc: FakeCluster, full: bool = False) -> dict[str, float]:
+async def measure(fc: FakeCluster, full: bool = False, arrivals: int = 0, finish: bool = False) -> dict[str, float]:
     reconciler = Reconciler(cast(Any, object()), OperatorConfig(view_check_passes=0), Metrics())
     if full:
         reconciler.waiting = cast(Any, None)  # decide() without a memo: the full pass
+    started_chains: list[JobActions] = []
 
     async def nothing(actions: JobActions, outcome: object) -> None:
+        started_chains.append(actions)
         return None
 
     reconciler.executor.run_job = nothing  # type: ignore[method-assign,assignment]  # the pass, not its writes
@@ -121,6 +132,8 @@ async def measure(fc: FakeCluster, full: bool = False) -> dict[str, float]:
 
     first = await timed()
     await timed()
+    if arrivals:
+        return await flood(reconciler, fc, arrivals, timed, cpu, started_chains, first, finish)
     idle = [await timed() for _ in range(REPEATS)]
     idle_cpu = cpu[-REPEATS:]
     left_out = reconciler.metrics.registry.get_sample_value("paralleljob_pass_waiting_left_out") or 0.0
@@ -147,10 +160,74 @@ async def measure(fc: FakeCluster, full: bool = False) -> dict[str, float]:
     }
 
 
+async def flood(
+    reconciler: Reconciler,
+    fc: FakeCluster,
+    count: int,
+    timed: Callable[[], Awaitable[float]],
+    cpu: list[float],
+    chains: list[JobActions],
+    first: float,
+    finish: bool = False,
+) -> dict[str, float]:
+    """``REPEATS`` passes, each after ``count`` new jobs joined random queues and the last pass's status
+    writes landed (``finish``: and one running job's workers finished)."""
+    running = iter(sorted(k for k, b in fc.jobs.items() if (b.get("status") or {}).get("phase") == "Running"))
+    names = sorted(fc.queues)
+    rng = random.Random(29)
+    serial = itertools.count()
+    wall: list[float] = []
+    decided: list[int] = []
+    bodies = {key: copy.deepcopy(body) for key, body in fc.jobs.items()}
+    for _ in range(3):
+        await asyncio.sleep(0)  # the settling passes' chains (stubbed) start and end
+    chains.clear()
+    for _ in range(REPEATS):
+        for actions in chains:  # what the API server would answer each status write with
+            if actions.writes_status:
+                body = bodies[actions.job.key] = copy.deepcopy(bodies[actions.job.key])
+                body["status"] = {k: v for k, v in actions.draft.data.items() if v is not None}
+                body["metadata"]["resourceVersion"] = str(next(_rv))
+                reconciler.on_event("job", "MODIFIED", body)
+        chains.clear()
+        reconciler.inflight.clear()
+        for _ in range(count):
+            i = next(serial)
+            # created now, as the API server stamps it (the pass writes queuedAt now too): a new job goes by
+            # its creation until then, so a stamp from the past would put it ahead of jobs accepted since
+            stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            body = paralleljob(f"new{i:06d}", 1 + i % 2, 1, 1 + i % 4, queue=rng.choice(names), created=stamp)
+            bodies[f"{body['metadata']['namespace']}/{body['metadata']['name']}"] = body
+            reconciler.on_event("job", "ADDED", copy.deepcopy(body))
+        for key in [next(running)] if finish else []:
+            for pod in fc.job_pods(key):
+                done = copy.deepcopy(pod)
+                done["status"]["phase"] = "Succeeded"
+                done["metadata"]["resourceVersion"] = str(next(_rv))
+                reconciler.on_event("pod", "MODIFIED", done)
+        wall.append(await timed())
+        for _ in range(3):
+            await asyncio.sleep(0)  # its chains (stubbed) start and end
+        decided.append(len(chains))
+    waiting = reconciler.metrics.registry.get_sample_value("paralleljob_pass_waiting_left_out") or 0.0
+    return {
+        "first_pass_ms": round(first, 1),
+        "arrivals_per_pass": count,
+        "pass_ms_median": round(statistics.median(wall), 2),
+        "pass_ms_max": round(max(wall), 2),
+        "pass_cpu_ms_median": round(statistics.median(cpu[-REPEATS:]), 2),
+        "chains_per_pass_median": statistics.median(decided),
+        "waiting_left_out_last": waiting,
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
 def main(argv: list[str]) -> None:
     full = "--full" in argv
     finished = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--finished=")), 0)
-    argv = [a for a in argv if a != "--full" and not a.startswith("--finished=")]
+    arrivals = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--arrivals=")), 0)
+    finish = "--finish" in argv
+    argv = [a for a in argv if a not in ("--full", "--finish") and not a.startswith(("--finished=", "--arrivals="))]
     waiting, queues, nodes = (int(a) for a in (argv + ["10000", "200", "200"][len(argv) :])[:3])
     started = time.perf_counter()
     fc = settled(waiting, queues, nodes)
@@ -160,7 +237,7 @@ def main(argv: list[str]) -> None:
         phase = str((body.get("status") or {}).get("phase"))
         phases[phase] = phases.get(phase, 0) + 1
     print(f"settled in {time.perf_counter() - started:.1f} s: {phases}")
-    print(asyncio.run(measure(fc, full)))
+    print(asyncio.run(measure(fc, full, arrivals, finish)))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 event sequences, as the view's kept-vs-rebuild check does for nodes: two in-memory clusters get the same
 jobs, finishes, deletions, queue caps and node cordons, one decided with the waiting memo and one without;
 after every pass every job has the same phase, the same Placed reason and the same placement, and the memo
-really left lines out (else the test would prove nothing)."""
+really left lines out (else the test would prove nothing). Floods put several jobs with one creation time
+into a line at once: behind its blocked head (decided alone, behind it), tied with older jobs, or ahead of
+the head (a higher priority, an earlier time: the whole line is decided)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.plan.actions import Plan
 from paralleljob.k8s.plan.metrics_model import queue_waits
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import START, FakeCluster
@@ -26,9 +29,25 @@ finish = st.tuples(st.just("finish"), st.integers(0, 10**6))
 delete = st.tuples(st.just("delete"), st.integers(0, 10**6))
 cap = st.tuples(st.just("cap"), st.sampled_from(QUEUES[1:]), st.one_of(st.none(), st.integers(0, 24)))
 cordon = st.tuples(st.just("cordon"), st.integers(0, 3), st.booleans())
-events = st.lists(
-    st.one_of(add, add, add, add, finish, finish, delete, cap, cordon, st.just(("pass",))), min_size=12, max_size=30
+# several jobs created in the same second (ties), ``back`` seconds before the last pass (when the jobs it
+# accepted entered the queue): they tie with those or sort ahead of them; a higher priority sorts ahead of a
+# waiting head whatever its time
+flood = st.tuples(
+    st.just("flood"),
+    st.lists(st.sampled_from(SHAPES), min_size=1, max_size=4),
+    st.sampled_from(QUEUES),
+    st.integers(0, 2),
+    st.sampled_from([0, 0, 0, 1, 4, 30]),
 )
+events = st.lists(
+    st.one_of(add, add, add, flood, flood, flood, flood, finish, finish, delete, cap, cordon, st.just(("pass",))),
+    min_size=12,
+    max_size=30,
+)
+
+
+def stamp(second: int) -> str:
+    return f"2024-01-01T00:{second // 60:02d}:{second % 60:02d}Z"
 
 
 def outcome(fc: FakeCluster) -> dict[str, tuple[Any, ...]]:
@@ -38,7 +57,9 @@ def outcome(fc: FakeCluster) -> dict[str, tuple[Any, ...]]:
         placed = next((c for c in status.get("conditions") or [] if c.get("type") == "Placed"), {})
         pods = (status.get("placement") or {}).get("pods", [])
         slots = [(s.get("node"), tuple(s.get("gpuIndices") or ())) for s in pods]
-        out[key] = (status.get("phase"), placed.get("status"), placed.get("reason"), tuple(slots))
+        # whom a job waits behind is named in its message (strict FIFO): the same head either way
+        behind = placed.get("message") if placed.get("reason") == "Waiting" else None
+        out[key] = (status.get("phase"), placed.get("status"), placed.get("reason"), behind, tuple(slots))
     return out
 
 
@@ -47,8 +68,14 @@ def apply(fc: FakeCluster, step: tuple[Any, ...], serial: int) -> None:
     running = sorted(k for k, b in fc.jobs.items() if (b.get("status") or {}).get("phase") == "Running")
     if kind == "add":
         _, (tp, pp, dp), queue, priority = step
-        created = f"2024-01-01T00:{serial // 60:02d}:{serial % 60:02d}Z"
-        fc.add_job(paralleljob(f"j{serial:03d}", tp, pp, dp, queue=queue, priority=priority, created=created))
+        fc.add_job(paralleljob(f"j{serial:03d}", tp, pp, dp, queue=queue, priority=priority, created=stamp(serial)))
+    elif kind == "flood":
+        _, shapes, queue, priority, back = step
+        for i, (tp, pp, dp) in enumerate(shapes):
+            created = stamp(max(0, fc.seconds - back))
+            fc.add_job(
+                paralleljob(f"j{serial:03d}{'abcd'[i]}", tp, pp, dp, queue=queue, priority=priority, created=created)
+            )
     elif kind == "finish" and running:
         key = running[step[1] % len(running)]
         for pod in fc.job_pods(key):
@@ -105,7 +132,7 @@ QUEUES_BOUND_IN_ANOTHER_ORDER = [
 @example(QUEUES_BOUND_IN_ANOTHER_ORDER)
 def test_leaving_quiet_lines_out_decides_as_the_full_pass(steps: list[tuple[Any, ...]]) -> None:
     kept, full = clusters()
-    skipped = 0
+    skipped = behind = 0
     for serial, step in enumerate(steps):
         for fc in (kept, full):
             apply(fc, step, serial)
@@ -114,10 +141,12 @@ def test_leaving_quiet_lines_out_decides_as_the_full_pass(steps: list[tuple[Any,
             full.step()
             assert kept.memo is not None
             skipped += sum(kept.last_plan.quiet_waiting.values()) if kept.last_plan else 0
+            behind += sum(kept.last_plan.behind_heads.values()) if kept.last_plan else 0
             assert outcome(kept) == outcome(full), f"after {step} (pass at {kept.seconds}s from {START})"
             assert kept.binds == full.binds
             assert waits(kept) == waits(full), "the queue gauges count the jobs left out as the full pass does"
     event(f"jobs left out: {'some' if skipped else 'none'}")
+    event(f"arrivals decided behind a remembered head: {'some' if behind else 'none'}")
 
 
 def test_a_quiet_line_is_left_out_and_woken_by_what_can_admit_it() -> None:
@@ -137,3 +166,76 @@ def test_a_quiet_line_is_left_out_and_woken_by_what_can_admit_it() -> None:
         fc.settle(3)
     assert outcome(kept) == outcome(full)
     assert sum(1 for k in kept.jobs if kept.phase(k) in ("Placing", "Running")) == 4
+
+
+def blocked_line() -> tuple[FakeCluster, FakeCluster]:
+    """Both clusters full (``big`` holds all 32 GPUs) and queue a waiting behind its head ``w0`` (8 GPUs).
+    All are created at the second of the first pass, which is when they enter the queue (``queuedAt``)."""
+    kept, full = clusters()
+    for fc in (kept, full):
+        fc.add_job(paralleljob("big", 8, 2, 2, queue="a", created=stamp(fc.seconds + 1)))
+        for i in range(3):
+            fc.add_job(paralleljob(f"w{i}", 8, 1, 1, queue="a", created=stamp(fc.seconds + 1)))
+        fc.settle(3)
+    assert kept.last_plan is not None and kept.last_plan.quiet_waiting == {"a": 3}
+    assert kept.jobs["ns/w0"]["status"]["queuedAt"] == stamp(1)
+    return kept, full
+
+
+def arrive(kept: FakeCluster, full: FakeCluster, *jobs: dict[str, Any], passes: int = 4) -> list[Plan]:
+    """The same new jobs into both clusters, and passes until they settle, the outcomes compared each pass;
+    the memo's plans."""
+    plans = []
+    for fc in (kept, full):
+        for job in jobs:
+            fc.add_job(copy.deepcopy(job))
+    for _ in range(passes):
+        kept.step()
+        full.step()
+        assert kept.last_plan is not None
+        plans.append(kept.last_plan)
+        assert outcome(kept) == outcome(full)
+        assert waits(kept) == waits(full)
+    return plans
+
+
+def placed(fc: FakeCluster, name: str) -> dict[str, Any]:
+    return next(c for c in fc.jobs[f"ns/{name}"]["status"]["conditions"] if c["type"] == "Placed")
+
+
+def test_arrivals_behind_a_blocked_head_are_decided_alone() -> None:
+    kept, full = blocked_line()
+    # new jobs the full pass decides behind w0, one tied with it (same time, a later key): their first status
+    # writes (Queued, Placed False Waiting) alike
+    arrivals = [
+        paralleljob("n1", 1, 1, 1, queue="a", created=stamp(20)),
+        paralleljob("x0", 8, 1, 1, queue="a", created=stamp(1)),
+    ]
+    first, *_, last = arrive(kept, full, *arrivals)
+    assert first.behind_heads == {"a": 2} and first.quiet_waiting == {"a": 3}
+    assert sorted(a.job.name for a in first.jobs if a.job.request and a.job.request.queue == "a") == ["big", "n1", "x0"]
+    for name in ("n1", "x0"):
+        assert kept.phase(f"ns/{name}") == "Queued"
+        assert (
+            placed(kept, name)["reason"] == "Waiting"
+            and "waiting behind w0 in queue a" in placed(kept, name)["message"]
+        )
+    # their status written, they join the line the memo keeps: nothing of queue a is decided any more
+    assert last.quiet_waiting == {"a": 5} and not last.behind_heads
+    assert kept.memo is not None and {"ns/n1", "ns/x0"} <= kept.memo.lines["a"].members
+
+
+def test_an_arrival_ahead_of_the_head_moves_the_whole_line() -> None:
+    for ahead in (
+        paralleljob("hi", 8, 1, 1, queue="a", priority=1, created=stamp(30)),  # a higher priority
+        paralleljob("early", 8, 1, 1, queue="a", created="2023-12-31T23:59:59Z"),  # an earlier time
+        paralleljob("a0", 8, 1, 1, queue="a", created=stamp(1)),  # w0's time, an earlier key
+    ):
+        kept, full = blocked_line()
+        first = arrive(kept, full, ahead, passes=1)[0]
+        name = ahead["metadata"]["name"]
+        assert not first.behind_heads and first.quiet_waiting == {}, name
+        assert placed(kept, name)["reason"] == "Unschedulable", name  # the new head
+        assert placed(kept, "w0")["reason"] == "Waiting" and f"behind {name}" in placed(kept, "w0")["message"]
+        # (a new job is ordered by its creation until its first write sets queuedAt: then it may fall behind)
+        arrive(kept, full, passes=3)

@@ -44,6 +44,24 @@ def test_a_head_that_does_not_fit_holds_its_line_but_not_other_queues() -> None:
     assert verdicts(best_effort) == {"big": WaitReason.UNSCHEDULABLE, "small": "admit"}
 
 
+def test_jobs_behind_a_head_decided_before_wait_as_if_it_were_decided_first() -> None:
+    # The shell's waiting memo decides only the jobs that joined a line behind a head known not to fit:
+    # they get exactly what one pass over the whole line gives them, and other queues are untouched.
+    state, placer = cluster(2)
+    state.allocate(Allocation("held", tuple((g,) for g in range(8)), 10.0))
+    backing = Gate(WaitReason.BACKING_OFF, "its gang was refused; tries again at 12:00", blocks_line=True)
+    whole = [fj("big", 16, "a", 1.0), fj("small", 1, "a", 2.0), fj("held", 1, "a", 3.0, gate=backing)]
+    newcomers = [*whole[1:], fj("other", 1, "b", 4.0)]
+    alone = schedule_fifo(state, placer, SEED, newcomers, {}, no_caps, blocked={"a": "big"})
+    state.release("other")
+    together = schedule_fifo(state, placer, SEED, whole + newcomers[2:], {}, no_caps)
+    assert [d for d in together if d.job_id != "big"] == list(alone)
+    assert verdicts(alone) == {"small": WaitReason.WAITING, "held": WaitReason.BACKING_OFF, "other": "admit"}
+    assert alone[0].reasons == ("waiting behind big in queue a (strict FIFO)",)
+    unblocked = schedule_fifo(state, placer, SEED, newcomers[:1], {}, no_caps)
+    assert verdicts(unblocked) == {"small": "admit"}, "without the head named, the line is open"
+
+
 def test_order_is_priority_then_queue_time_then_tiebreak() -> None:
     state, placer = cluster(1)
     jobs = [fj("late", 8, at=5.0), fj("early", 8, at=1.0, tiebreak="b"), fj("twin", 8, at=1.0, tiebreak="a")]

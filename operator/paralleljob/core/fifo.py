@@ -124,10 +124,14 @@ def schedule_fifo(
     caps: Callable[[str], int | None],
     policy: FifoPolicy = FifoPolicy(),
     hooks: FifoHooks = FifoHooks(),
+    blocked: Mapping[str, str] | None = None,
 ) -> tuple[Admit | Wait, ...]:
     """One FIFO pass over ``jobs`` (any order: sorted here by :func:`fifo_key`). ``in_use``: GPUs each queue's
-    jobs hold already; ``caps``: a queue's ``maxGPUs`` (None: no cap). Admissions are allocated in ``state``."""
-    line = _Pass(state, placer, model, dict(in_use), caps, policy, hooks)
+    jobs hold already; ``caps``: a queue's ``maxGPUs`` (None: no cap). Admissions are allocated in ``state``.
+    ``blocked``: lines a head decided before (and not among ``jobs``) holds, queue -> that head's name: the
+    shell may decide only the jobs that joined a line behind a head known not to fit, and they are decided
+    as if the head had been decided first in this pass."""
+    line = _Pass(state, placer, model, dict(in_use), caps, policy, hooks, dict(blocked or {}))
     decisions: list[Admit | Wait] = []
     for job in sorted(jobs, key=fifo_key):
         decision = line.decide(job)

@@ -135,6 +135,8 @@ class Plan:
     quiet_waiting: dict[str, int] = field(default_factory=dict)
     # queue -> when its longest-waiting left-out job entered it (status.queuedAt): the queue-wait gauge's too
     quiet_oldest: dict[str, str] = field(default_factory=dict)
+    # queue -> new waiting jobs decided alone, behind the head the memo remembers holding their line
+    behind_heads: dict[str, int] = field(default_factory=dict)
     # Finished jobs left out because neither they nor their pods changed (plan/waiting.py), by phase
     quiet_finished: dict[str, int] = field(default_factory=dict)
     quiet_wake_at: float | None = None  # the earliest TTL deadline among those finished jobs

@@ -127,11 +127,17 @@ def claims_of(
     for job in jobs:
         if job.key in releasing:
             continue
-        record = busy.get(job.key) or (job.record if job.phase in ACTIVE and not job.deleting else None)
+        record = busy.get(job.key) or (job.record if holds_gpus(job) else None)
         if record is not None:
             claims.append((job.status.start_time or job.queued_at, Claim(job.key, job.uid, record)))
     claims.sort(key=lambda item: (item[0], item[1].key))
     return [claim for _, claim in claims]
+
+
+def holds_gpus(job: JobObject) -> bool:
+    """Whether a job's recorded placement holds its GPUs (when no chain of its is in flight): active and not
+    being deleted. Only such jobs and busy ones can make a claim (the reconciler keeps the set)."""
+    return job.record is not None and job.phase in ACTIVE and not job.deleting
 
 
 # The core's exact search (up to 24 TP groups, 20k expansions by default) can take most of a second on a
@@ -422,19 +428,18 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
         lambda queue: (observed.queues.get(queue), line.in_use.get(queue, 0)),
         ctx.view.state,
         lambda job: _decide_job(ctx, book.actions_for(job), job),
-        lambda entries: admit_all(ctx, entries, line.in_use, strict_fifo),
+        lambda entries, blocked: admit_all(ctx, entries, line.in_use, strict_fifo, blocked),
     )
     plan.scheduling_seconds = lines.durations
     plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
+    plan.behind_heads = lines.behind
     if memo is not None:  # a line left out is the one the memo holds: its earliest stamp was read then
         plan.quiet_oldest = {
             queue: oldest for queue, jobs in lines.left_out.items() if jobs and (oldest := memo.lines[queue].oldest)
         }
     if memo is not None and strict_fifo:
         decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
-        for queue in lines.partial:  # its head was looked at: the line is remembered whole
-            decided.update({job.key: (job, True) for job in lines.left_out[queue]})
-        remember(memo, decided, lines.decisions, observed.queues, line.in_use, owner_before)
+        remember(memo, decided, lines.decisions, observed.queues, line.in_use, owner_before, lines.standing)
         remember_running(
             memo, book.actions.values(), book.pods_of, line.memo.untouchable, line.memo.sorted_out.finished
         )

@@ -25,7 +25,16 @@ from paralleljob.core.cost import CostBreakdown, CostModel, cost_model
 from paralleljob.core.elastic import resized
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.fifo import FifoHooks, FifoJob, FifoPolicy, fifo_key, gate_wait, line_key, schedule_fifo
+from paralleljob.core.fifo import (
+    FifoHooks,
+    FifoJob,
+    FifoPolicy,
+    LineKey,
+    fifo_key,
+    gate_wait,
+    line_key,
+    schedule_fifo,
+)
 from paralleljob.core.gates import Entry, WaitReason, entry_gate
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event
@@ -58,6 +67,13 @@ def queue_order(jobs: Sequence[tuple[JobObject, JobRequest]]) -> list[tuple[JobO
 
 def tiebreak(job: JobObject) -> str:
     return f"{job.created} {job.key}"
+
+
+def line_position(job: JobObject, request: JobRequest) -> LineKey:
+    """Where the core FIFO pass puts a queued ParallelJob: ``fifo_key`` of its :func:`fifo_job`."""
+    return line_key(
+        request.queue, request.spec.priority, parse_time(job.queued_at) or 0.0, tiebreak(job), request.spec.job_id
+    )
 
 
 def new_record(
@@ -127,11 +143,16 @@ def fifo_job(ctx: PassContext, job: JobObject, request: JobRequest) -> FifoJob:
 
 
 def admit_all(
-    ctx: PassContext, queued: Sequence[tuple[JobObject, JobRequest]], in_use: dict[str, int], strict_fifo: bool
+    ctx: PassContext,
+    queued: Sequence[tuple[JobObject, JobRequest]],
+    in_use: dict[str, int],
+    strict_fifo: bool,
+    blocked: Mapping[str, str] | None = None,
 ) -> tuple[list[float], Sequence[Admit | Wait]]:
     """Place what fits through the core's FIFO pass (``core.fifo``) and write each decision; returns how
     long each placement decision took (seconds) and the core's decisions. ``in_use`` (queue -> GPUs held)
-    grows with every admission."""
+    grows with every admission. ``blocked``: lines held by a head not among ``queued`` (queue -> its name;
+    the waiting memo's, ``plan/waiting.py``)."""
     view = ctx.view
     lines: list[FifoJob] = []
     objects: dict[str, tuple[JobObject, JobRequest]] = {}
@@ -170,6 +191,7 @@ def admit_all(
             cap,
             FifoPolicy(strict=strict_fifo),
             _elastic_hooks(ctx, placer, objects, extra),
+            blocked,
         )
         durations, errors = placer.durations, placer.errors
     for decision in decisions:

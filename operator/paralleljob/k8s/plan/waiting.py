@@ -9,11 +9,22 @@ hold, and sends it through the core FIFO pass from its head otherwise:
 
 - every job of the line is the very object the memo holds (no spec, status or deletion since), and none is
   busy, held back (BackingOff), or named in what the runtime reported (bind failures, API trouble);
-- the line lost no job and gained none (a job deleted or admitted elsewhere, a new one, a queue changed);
+- the line lost no job (deleted, admitted elsewhere, moved to another queue), and any it gained are
+  *arrivals*: waiting jobs the memo never held (a new job, or one whose first status write is still on its
+  way), each standing behind the head the memo remembers blocking the line (``LineMemo.head_at``: the core's
+  order, priority then queue time then tie-break; a job with no status yet goes by its creation time);
 - its ParallelJobQueue's cap and namespaces are as they were, and so are the GPUs its jobs hold;
 - no GPU came free since the last look (none that the kept view owned then is unowned now, and no node
   changed), or its head still needs more TP groups than the free GPUs could hold, each on one node (a count:
   the operator's placer never splits a TP group), so the jobs behind a strict head wait whatever happens.
+
+A line left out with arrivals has only its arrivals decided: in one core FIFO call after the other lines,
+told that the line is held by that head (``schedule_fifo``'s ``blocked``), so each gets what the full pass
+gives a job behind a blocked head (its own entry checks first, then "waiting behind <head>"), with the same
+first status write. Those with nothing left to write join the remembered line (:func:`remember`, ``_grow``);
+the others are arrivals again next pass. An arrival ahead of the head, or a line with no blocking head,
+sends the whole line through the pass. A flood (new jobs on every line on every pass) thus costs a pass in
+proportion to the arrivals, not to all the jobs waiting.
 
 Only the default policy (strict FIFO without a core queue policy) uses it; best-effort FIFO and the core's
 queueing pass look at every job. The property tests (``tests/property/test_waiting_memo_properties.py``) run
@@ -25,11 +36,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paralleljob.core.admission import Admit, Wait
 from paralleljob.core.cluster import ClusterState
-from paralleljob.core.fifo import free_groups
+from paralleljob.core.fifo import LineKey, free_groups
 from paralleljob.core.gates import WaitReason
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Phase
@@ -37,6 +48,7 @@ from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import QueueInfo, parse_time
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.fifo_admission import line_position
 
 WAITING = (Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED)  # phases of a job that stands in a line (as ACTIVE)
 QueueFacts = tuple[int | None, tuple[str, ...]] | None  # a queue object's cap and namespaces (None: no object)
@@ -57,6 +69,8 @@ class LineMemo:
     head: JobSpec | None  # that head's shape
     head_key: str = ""
     oldest: str = ""  # the earliest ``queuedAt`` of its jobs: the queue-wait gauge reads it while it is left out
+    head_name: str = ""  # how the jobs behind the head name it ("waiting behind ..."): the core's FifoJob.label
+    head_at: LineKey | None = None  # the head's place in line (core.fifo.line_key): a newcomer behind it waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +160,7 @@ class Triage:
     finished: list[Steady] = field(default_factory=list)  # finished jobs as they were, pods too: left out
     finished_by_phase: dict[str, int] = field(default_factory=dict)  # their count per phase, for the gauges
     wake_at: float | None = None  # the earliest deadline among them (a TTL after finishing), epoch seconds
+    arrivals: dict[str, list[JobObject]] = field(default_factory=dict)  # quiet queue -> its new waiting jobs
 
 
 def triage(
@@ -156,7 +171,9 @@ def triage(
     now_s: float = 0.0,
 ) -> Triage:
     """Split the pass's jobs: a line stays a candidate for quiet when every job the memo holds for it is here,
-    unchanged, and not ``untouchable`` (busy, held back, reported by the runtime), and no other job joined it.
+    unchanged, and not ``untouchable`` (busy, held back, reported by the runtime), and the only other jobs in it
+    are waiting jobs the memo does not hold (``arrivals``: decided, and judged against the line's head in
+    :func:`admit_lines`).
     A finished job the memo holds is left out while it and its pods (``pods_of``) are as they were and its
     deadline, if any (``ttlSecondsAfterFinished``), is after ``now_s``."""
     if memo is None or not (memo.lines or memo.finished):
@@ -164,6 +181,7 @@ def triage(
     to_decide: list[JobObject] = []
     candidates: dict[str, list[JobObject]] = {}
     dirty: set[str] = set()
+    arrivals: dict[str, list[JobObject]] = {}
     finished: list[Steady] = []
     finished_by_phase: dict[str, int] = {}
     wake_at: float | None = None
@@ -200,14 +218,24 @@ def triage(
         if kept is not None and kept.request is not None:
             dirty.add(kept.request.queue)  # it changed: its old line moves
         if queue is not None and (job.phase in WAITING or job.deleting):
-            dirty.add(queue)  # a job joins the line (a running job's line moves by in_use and freed GPUs)
+            # a job joins the line (a running job's line moves by in_use and freed GPUs): one the memo never
+            # held may leave it quiet if it stands behind the head (admit_lines); any other change moves it
+            if kept is None and not job.deleting and queue in lines:
+                arrived = arrivals.get(queue)
+                if arrived is None:
+                    arrivals[queue] = [job]
+                else:
+                    arrived.append(job)
+            else:
+                dirty.add(queue)
     quiet: dict[str, list[JobObject]] = {}
     for queue, members in candidates.items():
         if queue in dirty or len(members) != len(memo.lines[queue].members):
-            to_decide.extend(members)  # a job of the line changed, left, or is new
+            to_decide.extend(members)  # a job of the line changed or left
         else:
             quiet[queue] = members
-    return Triage(to_decide, quiet, finished, finished_by_phase, wake_at)
+    arrived_quiet = {queue: jobs for queue, jobs in arrivals.items() if queue in quiet}
+    return Triage(to_decide, quiet, finished, finished_by_phase, wake_at, arrived_quiet)
 
 
 def capacity_freed(memo: WaitingMemo, state: ClusterState | None) -> bool:
@@ -247,11 +275,23 @@ class Lines:
     decisions: list[Admit | Wait] = field(default_factory=list)
     decided: list[JobObject] = field(default_factory=list)  # jobs of candidate lines decided after all
     left_out: dict[str, list[JobObject]] = field(default_factory=dict)  # queue -> jobs not looked at
-    partial: set[str] = field(default_factory=set)  # lines whose head was looked at, and only it
+    standing: set[str] = field(default_factory=set)  # lines whose remembered head still holds them
+    behind: dict[str, int] = field(default_factory=dict)  # standing line -> arrivals decided behind its head
 
 
 Entry = tuple[JobObject, JobRequest]
-Admitter = Callable[[Sequence[Entry]], tuple[list[float], Sequence[Admit | Wait]]]
+# the core FIFO pass over some entries, with the lines a head decided earlier holds (queue -> the head's name)
+Admitter = Callable[[Sequence[Entry], Mapping[str, str]], tuple[list[float], Sequence[Admit | Wait]]]
+
+
+def behind_head(line: LineMemo, entries: Sequence[Entry]) -> bool:
+    """Whether every entry stands behind the line's remembered blocking head (trivially, when there are none):
+    strict FIFO then decides them as waiting behind it whatever they are, but for their own entry checks."""
+    if not entries:
+        return True
+    if line.head_reason is None or line.head_at is None or not line.head_name:
+        return False
+    return all(line_position(job, request) > line.head_at for job, request in entries)
 
 
 def admit_lines(
@@ -264,17 +304,22 @@ def admit_lines(
     admit: Admitter,
 ) -> Lines:
     """The FIFO pass line by line in queue order (as the core orders them, so the result is the same as one
-    call over all): ``queued`` lines always, ``quiet`` candidates as :func:`look` says. ``facts``: a queue's
-    object and the GPUs its jobs hold now; ``decide_job``: the pass's per-job decision (None: it does not
-    try admission); ``admit``: the core FIFO pass over some entries of one line."""
+    call over all): ``queued`` lines always, ``quiet`` candidates as :func:`look` says. A quiet line's entries
+    in ``queued`` are its arrivals (triage): when they all stand behind a head that still blocks, only they are
+    decided, behind it, in one call with the other such lines' after the rest (they allocate nothing, so
+    where they are decided changes nothing); else the whole line is. ``facts``: a queue's object and the
+    GPUs its jobs hold now; ``decide_job``: the pass's per-job decision (None: it does not try admission);
+    ``admit``: the core FIFO pass over some entries of one line."""
     by_queue: dict[str, list[Entry]] = {}
     for entry in queued:
         by_queue.setdefault(entry[1].queue, []).append(entry)
     freed = capacity_freed(memo, state) if memo is not None and quiet else False
     out = Lines()
+    behind: list[Entry] = []
+    heads: dict[str, str] = {}
 
-    def run(entries: Sequence[Entry]) -> Sequence[Admit | Wait]:
-        durations, decisions = admit(entries)
+    def run(entries: Sequence[Entry], blocked: Mapping[str, str]) -> Sequence[Admit | Wait]:
+        durations, decisions = admit(entries, blocked)
         out.durations.extend(durations)
         out.decisions.extend(decisions)
         return decisions
@@ -288,22 +333,30 @@ def admit_lines(
         members = quiet.get(queue)
         if members is not None and memo is not None:
             info, in_use = facts(queue)
+            line = memo.lines[queue]
             verdict = look(memo, queue, info, in_use, freed, state)
+            if not behind_head(line, entries):
+                verdict = Look.ALL  # an arrival sorts ahead of the head, or no head blocks the line
+            if verdict is Look.HEAD:
+                rest = [job for job in members if job.key != line.head_key]
+                decisions = run(decided([job for job in members if job.key == line.head_key]), {})
+                if any(isinstance(d, Wait) and blocks(d) for d in decisions):
+                    verdict, members = Look.NOTHING, rest  # it still waits: so does everything behind it
+                else:
+                    members = rest
             if verdict is Look.NOTHING:
                 out.left_out[queue] = members
+                out.standing.add(queue)
+                if entries:
+                    behind.extend(entries)
+                    heads[queue] = line.head_name
+                    out.behind[queue] = len(entries)
                 continue
-            if verdict is Look.HEAD:
-                head_key = memo.lines[queue].head_key
-                rest = [job for job in members if job.key != head_key]
-                decisions = run(decided([job for job in members if job.key == head_key]))
-                if any(isinstance(d, Wait) and blocks(d) for d in decisions):
-                    out.left_out[queue] = rest  # it still waits: so does everything behind it
-                    out.partial.add(queue)
-                    continue
-                members = rest
             entries = entries + decided(members)
         if entries:
-            run(entries)
+            run(entries, {})
+    if behind:
+        run(behind, heads)
     return out
 
 
@@ -314,10 +367,53 @@ def remember(
     queues: Mapping[str, QueueInfo],
     in_use: Mapping[str, int],
     owner: list[str | None],
+    standing: Collection[str] = (),
 ) -> None:
     """After a pass: ``decided`` maps each job of the lines it looked at to (the object, whether it may be
     remembered: it ended Queued with nothing to write); ``decisions`` are the core FIFO pass's, in order;
-    ``owner`` the view's GPU owners before admission. A line is remembered only when all its jobs are."""
+    ``owner`` the view's GPU owners before admission. A line is remembered only when all its jobs are, but
+    a ``standing`` line (its remembered head still holds it: :attr:`Lines.standing`) keeps what it was and
+    takes in the arrivals that may be remembered; the others are decided again next pass, as arrivals."""
+    grown: dict[str, list[tuple[str, JobObject, bool]]] = {}
+    others: dict[str, tuple[JobObject, bool]] = {}
+    for key, (job, keep) in decided.items():
+        queue = job.request.queue if job.request is not None else None
+        if queue is not None and queue in standing and queue in memo.lines:
+            grown.setdefault(queue, []).append((key, job, keep))
+        else:
+            others[key] = (job, keep)
+    for queue, jobs in grown.items():
+        _grow(memo, queue, jobs)
+    _rebuild(memo, others, decisions, queues, in_use)
+    memo.owner = owner
+
+
+def _grow(memo: WaitingMemo, queue: str, jobs: Sequence[tuple[str, JobObject, bool]]) -> None:
+    """A standing line after its arrivals (and maybe its head) were decided: the arrivals with nothing to
+    write join it; one still being written waits outside it (decided again next pass, behind the head). A head
+    with something to write (its message changed) forgets the line: the next pass decides it whole."""
+    line = memo.lines[queue]
+    if any(not keep for key, _, keep in jobs if key in line.members):
+        del memo.lines[queue]
+        for key in line.members:
+            memo.jobs.pop(key, None)
+        return
+    joined = [(key, job) for key, job, keep in jobs if keep and key not in line.members]
+    for key, job in joined:
+        memo.jobs[key] = job
+    if joined:
+        oldest = earliest([line.oldest, *(job.queued_at for _, job in joined)])
+        memo.lines[queue] = replace(line, members=line.members | {key for key, _ in joined}, oldest=oldest)
+
+
+def _rebuild(
+    memo: WaitingMemo,
+    decided: Mapping[str, tuple[JobObject, bool]],
+    decisions: Sequence[Admit | Wait],
+    queues: Mapping[str, QueueInfo],
+    in_use: Mapping[str, int],
+) -> None:
+    """The lines a pass looked at whole: each remembered anew from its jobs' decisions, or forgotten."""
     touched = {job.request.queue for job, _ in decided.values() if job.request is not None}
     touched |= {old.request.queue for key in decided if (old := memo.jobs.get(key)) is not None and old.request}
     for queue in touched:
@@ -346,13 +442,17 @@ def remember(
             continue
         head = heads.get(queue)
         head_job = decided[head.job_id][0] if head is not None and head.job_id in decided else None
-        shape = head_job.request.spec if head_job is not None and head_job.request is not None else None
+        request = head_job.request if head_job is not None else None
+        shape = request.spec if request is not None else None
         reason = head.reason if head is not None else None
         facts = queue_facts(queues.get(queue))
         key = head.job_id if head is not None else ""
         oldest = earliest(decided[member][0].queued_at for member in members)
-        memo.lines[queue] = LineMemo(frozenset(members), facts, in_use.get(queue, 0), reason, shape, key, oldest)
-    memo.owner = owner
+        name = head_job.name if head_job is not None else ""
+        at = line_position(head_job, request) if head_job is not None and request is not None else None
+        memo.lines[queue] = LineMemo(
+            frozenset(members), facts, in_use.get(queue, 0), reason, shape, key, oldest, name, at
+        )
 
 
 def earliest(stamps: Iterable[str]) -> str:

@@ -38,7 +38,7 @@ from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
-from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide
+from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide, holds_gpus
 from paralleljob.k8s.plan.metrics_model import gauges, queue_waits
 from paralleljob.k8s.plan.waiting import WaitingMemo
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, retrying
@@ -187,6 +187,9 @@ class Reconciler:
         self.changed_nodes: set[str] = set()  # nodes whose parsed value changed since the last pass
         self.passes = 0
         self._claims_for: tuple[object, list[Claim]] | None = None  # (what they were worked out from, claims)
+        # the jobs whose recorded placement holds GPUs (active, not deleting), kept from the job store's
+        # changes; None: to be read from the whole store
+        self._holders: dict[tuple[str, str], JobObject] | None = None
         # Waiting jobs and queue lines as the last passes decided them: quiet lines are left out (waiting.py).
         self.waiting = WaitingMemo()
         self.policy = queue_policy(config.queue_policy, config.preemption_grace_seconds)
@@ -294,8 +297,29 @@ class Reconciler:
         # the records themselves, not their ids: the key keeps them alive, so a freed id can never match anew
         key = (self.jobs.version, tuple(busy.items()), frozenset(self.releasing))
         if self._claims_for is None or self._claims_for[0] != key:
-            self._claims_for = (key, claims_of(jobs, busy, self.releasing))
+            # only the jobs that may hold GPUs, not every job: a flood changes some waiting job every pass
+            candidates = {job.key: job for job in self._holding()}
+            for busy_key in busy:
+                namespace, _, name = busy_key.partition("/")
+                if busy_key not in candidates and (job := self.jobs.get(namespace, name)) is not None:
+                    candidates[busy_key] = job
+            self._claims_for = (key, claims_of(list(candidates.values()), busy, self.releasing))
         return self._claims_for[1]
+
+    def _holding(self) -> list[JobObject]:
+        """The jobs whose recorded placement holds GPUs (those ``claims_of`` reads when not busy), kept up to
+        date from the job store's changes since the last call; read from the whole store after a re-list."""
+        changed, restart = self.jobs.take_changes()
+        if restart or self._holders is None:
+            self._holders = {key: job for key, job in self.jobs.items() if holds_gpus(job)}
+        else:
+            for store_key in changed:
+                job = self.jobs.get(*store_key)
+                if job is not None and holds_gpus(job):
+                    self._holders[store_key] = job
+                else:
+                    self._holders.pop(store_key, None)
+        return list(self._holders.values())
 
     def _decide_and_launch(
         self, started: float, jobs: list[JobObject], busy: dict[str, PlacementRecord | None], view: ClusterView
