@@ -89,9 +89,12 @@ def test_a_tainted_node_is_only_for_jobs_that_tolerate_it() -> None:
     fc.settle()
     assert fc.phase("ns/second") == "Queued"
     assert "taint dedicated=ml:NoSchedule is not tolerated" in condition(fc, "ns/second", "Placed")["message"]
-    fc.add_job(with_template("tolerant", 8, 1, 1, tolerations=[{"key": "dedicated", "operator": "Exists"}]))
+    tolerant = with_template("tolerant", 8, 1, 1, tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    tolerant["spec"]["priority"] = 1  # ahead of "second", which holds the line under strict FIFO
+    fc.add_job(tolerant)
     fc.settle()
     assert nodes_of(fc, "ns/tolerant") == {"gpu-node-000"}
+    assert fc.phase("ns/second") == "Queued"
 
 
 def test_a_cpu_request_no_node_can_hold_is_refused_with_the_reason() -> None:

@@ -568,7 +568,9 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         # accepted, not "waits for room", which a Running job would otherwise show for good.
         accepted = f"{request.spec.describe()} accepted into queue {request.queue}"
         draft.condition("Accepted", "True", "Valid", accepted, now)
-        draft.set(queuedAt=now)
+        # Its place in line is its creation, the order it already had before this first write: stamping the
+        # pass time here moved a new job from ahead of a just-accepted head to behind it between two passes.
+        draft.set(queuedAt=job.created or now)
         actions.note("Normal", "Accepted", f"{request.spec.describe()} accepted")
     if draft.phase is Phase.PREEMPTED:
         # back in line at its old place (queuedAt unchanged), with its restart count
