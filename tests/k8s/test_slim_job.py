@@ -11,6 +11,7 @@ from typing import Any
 from paralleljob.k8s.edge.manifests import pod_from_template
 from paralleljob.k8s.edge.slim import LAST_APPLIED, Sharing, slim_job
 from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.view.store import ObjectStore
 from tests.bench.job_memory import fields_v1, managed_fields
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -181,3 +182,31 @@ def test_managed_fields_are_written_as_the_api_server_does() -> None:
         "f:conditions": {".": {}, 'k:{"type":"Placed"}': {".": {}, "f:type": {}, "f:status": {}}},
         "f:phase": {},
     }
+
+
+def test_jobs_from_one_manifest_share_their_parsed_parts() -> None:
+    one, two = (parse_job(as_served(paralleljob(name, 2, 1, 2, queue=name))) for name in ("one", "two"))
+    assert one.request is not None and two.request is not None
+    assert one.request.spec.model is two.request.spec.model
+    assert one.request.failure is two.request.failure
+    assert one.request.checkpoint is two.request.checkpoint
+    assert one.request.constraints is two.request.constraints
+    other = parse_job(as_served(paralleljob("three", 2, 1, 2, max_restarts=7)))
+    assert other.request is not None and other.request.failure.max_restarts == 7
+    assert one.labels == {} and one.labels is two.labels
+
+
+def test_a_relisted_unchanged_job_is_the_stored_body() -> None:
+    store = ObjectStore(parse_job, slim=slim_job)
+    body = as_served(paralleljob("one", 2, 1, 2))
+    store.upsert(copy.deepcopy(body))
+    stored = store.body("ns", "one")
+    assert store.slim_listed(copy.deepcopy(body)) is stored  # a re-list holds no second copy of it
+    newer = copy.deepcopy(body)
+    newer["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+    newer["spec"]["priority"] = 5
+    listed = store.slim_listed(newer)
+    assert listed is not stored and listed == slim_job(newer)
+    store.replace_all([listed], "999999", slimmed=True)
+    job = store.get("ns", "one")
+    assert job is not None and job.request is not None and job.request.priority == 5
