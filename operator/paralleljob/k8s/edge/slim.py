@@ -15,6 +15,7 @@ newest-wins rule use.
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,9 @@ NODE_STATUS_FIELDS = ("allocatable", "conditions")
 POD_SPEC_FIELDS = ("nodeName", "schedulerName", "schedulingGroup", "overhead")
 POD_CONTAINER_FIELDS = ("name", "resources", "restartPolicy")
 POD_STATUS_FIELDS = ("phase", "reason", "message")
+
+# What ``kubectl apply`` keeps on the object: the whole manifest again as JSON (the spec a second time).
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def without_managed_fields(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,3 +116,89 @@ def _terminated(status: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(terminated, Mapping):
         return None
     return {"name": status.get("name"), "state": {"terminated": _kept(terminated, ("exitCode", "reason"))}}
+
+
+class Sharing:
+    """One copy of each JSON value seen lately: a value equal to one kept here is replaced by the kept one.
+
+    Thousands of ParallelJobs are made from one manifest: the same pod template, failure policy and shape,
+    and statuses the operator wrote with the same words. Decoded, each job has its own copies (a flood job's
+    spec and status were ~6 KB of dicts and strings each). Values are shared bottom-up (a dict whose values
+    are all shared is looked up by their identities), so a template shared by many jobs is one object even
+    when the jobs differ elsewhere. The values handed out are shared and must never be mutated: every
+    reader of a stored body treats it as read-only (``pod_from_template`` deep-copies the template's spec
+    and builds new label and annotation maps). Kept values are bounded (least recently used go first), so
+    values seen once (a job's own times) cost nothing once the job is gone; equality is by type as well as
+    value, so ``1``, ``1.0`` and ``True`` are never swapped for one another.
+    """
+
+    def __init__(self, capacity: int = 8192) -> None:
+        self.capacity = capacity
+        self._kept: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def share(self, value: Any) -> Any:
+        if type(value) is str:  # not a str enum: those are their own shared objects
+            return sys.intern(value)
+        if isinstance(value, Mapping):
+            items = {sys.intern(k) if type(k) is str else k: self.share(v) for k, v in value.items()}
+            key: list[Any] = ["{"]
+            for k, v in items.items():
+                key += (k, type(v), id(v) if isinstance(v, dict | list) else v)
+            return self._one(tuple(key), items)
+        if isinstance(value, list):
+            elements = [self.share(v) for v in value]
+            key = ["["]
+            for v in elements:
+                key += (type(v), id(v) if isinstance(v, dict | list) else v)
+            return self._one(tuple(key), elements)
+        return value
+
+    def _one(self, key: tuple[Any, ...], value: Any) -> Any:
+        """The kept value equal to ``value`` (by ``key``: its type-tagged scalars and its shared parts'
+        identities, which the kept value holds, so no identity is reused while its key is kept)."""
+        kept = self._kept.get(key)
+        if kept is not None:
+            self._kept.move_to_end(key)
+            return kept
+        self._kept[key] = value
+        if len(self._kept) > self.capacity:
+            self._kept.popitem(last=False)
+        return value
+
+
+JOB_PARTS = Sharing()  # the reconciler's job store's: one per process, as the manifests are
+
+
+def slim_job(body: Mapping[str, Any], sharing: Sharing | None = None) -> dict[str, Any]:
+    """A ParallelJob as ``parse_job`` reads it, without managed fields and ``kubectl apply``'s copy of the
+    manifest, its spec and status shared with equal ones of other jobs (:class:`Sharing`): parsed, it equals
+    the whole body's parse but for that annotation. Its own keys are interned too (each decoded body has
+    its own ``"metadata"``, ``"resourceVersion"``...: ~600 bytes a job), and its own dicts are made at
+    their final size."""
+    sharing = sharing or JOB_PARTS
+    slim: dict[str, Any] = {}
+    for key, value in body.items():
+        if key == "metadata" and isinstance(value, Mapping):
+            value = _job_metadata(value, sharing)
+        elif key in ("spec", "status"):
+            value = sharing.share(value)
+        elif key in ("apiVersion", "kind") and type(value) is str:
+            value = sys.intern(value)
+        slim[sys.intern(key) if type(key) is str else key] = value
+    return slim
+
+
+def _job_metadata(metadata: Mapping[str, Any], sharing: Sharing) -> dict[str, Any]:
+    kept: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if key == "managedFields":
+            continue
+        if key == "annotations" and isinstance(value, Mapping) and LAST_APPLIED in value:
+            value = {k: v for k, v in value.items() if k != LAST_APPLIED}
+        if key in ("labels", "annotations", "ownerReferences", "namespace", "creationTimestamp"):
+            value = sharing.share(value)  # the same for many jobs
+        kept[sys.intern(key) if type(key) is str else key] = value
+    return kept

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from paralleljob.core.elastic import ElasticRange
 from paralleljob.core.errors import InvalidRequest
@@ -22,6 +23,28 @@ from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, recor
 from paralleljob.k8s.edge.template import InvalidTemplate, PodConstraints, parse_constraints
 
 COST_MODELS = ("seed", "megatron")
+NO_STRINGS: Mapping[str, str] = MappingProxyType({})  # a job's labels or annotations when it has none
+
+T = TypeVar("T")
+MAX_SHARED_PARTS = 4096
+_parts: dict[Any, Any] = {}
+
+
+def shared(value: T) -> T:
+    """An equal value parsed before for another job, when one is kept, else ``value`` (then kept). Thousands
+    of jobs made from one manifest have the same model, checkpoint and failure policies and template
+    constraints: one frozen copy each saves ~300 bytes a job. Only frozen values are passed (never
+    mutated); equal means equal field by field, and of the same type. Forgotten all at once when full."""
+    try:
+        kept = _parts.get(value)
+    except TypeError:  # a value holding something unhashable: not shared
+        return value
+    if kept is not None and type(kept) is type(value):
+        return kept
+    if len(_parts) >= MAX_SHARED_PARTS:
+        _parts.clear()
+    _parts[value] = value
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,14 +175,16 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     if not isinstance(model_data, Mapping):
         raise InvalidRequest("spec.model must be an object")
     _check_model_bounds(model_data)
-    model = ModelShape(
-        hidden_dim=_int(model_data, "hiddenDim", 4096) or 0,
-        seq_len=_int(model_data, "seqLen", 2048) or 0,
-        micro_batch_size=_int(model_data, "microBatchSize", 1) or 0,
-        num_params_billions=_num(model_data, "paramsBillions", 70.0) or 0.0,
-        dtype_bytes=_int(model_data, "dtypeBytes", 2) or 0,
-        num_layers=_int(model_data, "layers", None),
-        global_batch_size=_int(model_data, "globalBatchSize", None),
+    model = shared(
+        ModelShape(
+            hidden_dim=_int(model_data, "hiddenDim", 4096) or 0,
+            seq_len=_int(model_data, "seqLen", 2048) or 0,
+            micro_batch_size=_int(model_data, "microBatchSize", 1) or 0,
+            num_params_billions=_num(model_data, "paramsBillions", 70.0) or 0.0,
+            dtype_bytes=_int(model_data, "dtypeBytes", 2) or 0,
+            num_layers=_int(model_data, "layers", None),
+            global_batch_size=_int(model_data, "globalBatchSize", None),
+        )
     )
     job = JobSpec(
         job_id=key,
@@ -174,10 +199,12 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
     cost = str(spec.get("costModel", "seed"))
     if cost not in COST_MODELS:
         raise InvalidRequest(f"spec.costModel must be one of {', '.join(COST_MODELS)}, got {cost!r}")
-    policy = _failure_policy(spec.get("failurePolicy") or {})
+    policy = shared(_failure_policy(spec.get("failurePolicy") or {}))
     ck = spec.get("checkpoint") or {}
-    checkpoint = CheckpointSpec(
-        _int(ck, "intervalSeconds", None), _num(ck, "costSeconds", None), _num(ck, "failuresPer1000NodeDays", None)
+    checkpoint = shared(
+        CheckpointSpec(
+            _int(ck, "intervalSeconds", None), _num(ck, "costSeconds", None), _num(ck, "failuresPer1000NodeDays", None)
+        )
     )
     pod_group = spec.get("podGroup") or ""
     template = spec.get("template")
@@ -198,7 +225,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         if not isinstance(containers, list) or not containers or not all(isinstance(c, Mapping) for c in containers):
             raise InvalidRequest("spec.template.spec.containers needs at least one container")
         _check_containers(containers)
-        constraints = parse_constraints(template["spec"], job.tp)
+        constraints = shared(parse_constraints(template["spec"], job.tp))
     runtime = _num(spec, "expectedRuntimeSeconds", None)
     if runtime is not None and runtime <= 0:
         raise InvalidRequest("spec.expectedRuntimeSeconds must be above 0")
@@ -305,8 +332,8 @@ def parse_job(body: Mapping[str, Any]) -> JobObject:
         phase=status.phase,
         record=record,
         record_error=record_error,
-        labels=metadata.get("labels") or {},
-        annotations=metadata.get("annotations") or {},
+        labels=metadata.get("labels") or NO_STRINGS,
+        annotations=metadata.get("annotations") or NO_STRINGS,
         invalid_reason=invalid_reason,
         owners=_owners(metadata.get("ownerReferences")),
         ttl_after_finished=parse_ttl(body.get("spec")),

@@ -33,7 +33,7 @@ from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
 from paralleljob.k8s.edge.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
 from paralleljob.k8s.edge.queues import QueueInfo, parse_queue, queue_policy
 from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.edge.slim import slim_node, slim_pod, without_managed_fields
+from paralleljob.k8s.edge.slim import slim_job, slim_node, slim_pod, without_managed_fields
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.actions import JobActions, Plan
@@ -121,7 +121,7 @@ class Reconciler:
         topology = config.topology
         # Stores keep slimmed bodies (slim.py): what the parsers read, not managedFields and the like.
         lean = without_managed_fields
-        self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job, slim=lean)
+        self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job, slim=slim_job)
         self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod, slim=slim_pod)
         self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology), slim=slim_node)
         self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue, slim=lean)

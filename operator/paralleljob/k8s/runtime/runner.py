@@ -175,7 +175,8 @@ def _reflector(
     """A reflector feeding one kind's store (of one namespace, when ParallelJobs are watched per namespace)."""
 
     def on_list(items: list[dict[str, Any]], version: str | None) -> None:
-        # the reflector slimmed each page with the store's own slimming as it arrived
+        # the reflector slimmed each page with the store's own slimming as it arrived (unchanged objects: the
+        # stored bodies themselves, ObjectStore.slim_listed)
         reconciler.on_list(kind, items, version, namespace=namespace, slimmed=True)
 
     def on_event(event: str, body: Mapping[str, Any]) -> None:
@@ -183,7 +184,7 @@ def _reflector(
 
     store = reconciler.by_kind[kind]
     name = kind if namespace is None else f"{kind}[{namespace}]"
-    return Reflector(kube, path, on_list, on_event, name=name, transform=store.slim, **options)
+    return Reflector(kube, path, on_list, on_event, name=name, transform=store.slim_listed, **options)
 
 
 async def _gang_api_version(kube: Kube) -> str:
