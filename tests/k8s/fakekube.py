@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paralleljob.k8s.runtime.api import ApiError, Kube, NotLeading
+from paralleljob.k8s.runtime.lanes import BACKGROUND, Lanes
 
 SUBRESOURCES = frozenset({"status", "binding"})
 
@@ -44,6 +45,7 @@ class FakeApi:
         self.uids = itertools.count(1)
         self.faults: list[Fault] = []
         self.calls: list[tuple[str, str, str]] = []  # (client, method, path)
+        self.lanes: list[tuple[str, str, bool]] = []  # (method, path, sent as background: runtime/lanes.py)
         self.hanging: set[str] = set()
         self.on_request: Callable[[str, str], None] | None = None  # (method, path), before it is served
 
@@ -192,7 +194,7 @@ class FakeKube(Kube):
         self.fake = api
         self.who = who
         self.write_fence = None
-        self.limit = asyncio.Semaphore(48)
+        self.limit = Lanes(48)
 
     async def close(self) -> None:
         return None
@@ -211,6 +213,7 @@ class FakeKube(Kube):
         if fenced and method != "GET" and self.write_fence is not None and not self.write_fence():
             raise NotLeading(method, path)
         self.fake.calls.append((self.who, method, path))
+        self.fake.lanes.append((method, path, BACKGROUND.get()))  # which lane the real client would use
         await asyncio.sleep(0)  # a request is never synchronous: let other tasks interleave
         return self.fake.serve(method, path, copy.deepcopy(body), dict(query or {}))
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from paralleljob.core.lifecycle import Phase
 from paralleljob.core.queueing import QueueBook
 from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import DeviceClaim
@@ -99,6 +100,24 @@ class JobActions:
     @property
     def writes_status(self) -> bool:
         return self.draft.changed()
+
+    @property
+    def only_records_waiting(self) -> bool:
+        """Its chain writes nothing but the status (and Events) of a job that holds no GPUs and is given none:
+        a waiting job's reason, a new job's first "Queued". The runtime sends such writes after any other
+        (``runtime/lanes.py``): they put no GPU to work and free none."""
+        return self.draft.phase in (Phase.PENDING, Phase.QUEUED) and not (
+            self.deletes
+            or self.creates
+            or self.binds
+            or self.annotates
+            or self.service is not None
+            or self.compute_domains
+            or self.membership is not None
+            or self.reserves
+            or self.rendezvous is not None
+            or self.delete_job is not None
+        )
 
     @property
     def has_work(self) -> bool:

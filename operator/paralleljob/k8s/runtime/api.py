@@ -26,6 +26,7 @@ from kubernetes_asyncio import client
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from paralleljob.k8s.edge.manifests import binding
+from paralleljob.k8s.runtime.lanes import Lanes
 from paralleljob.shellkit.kubeconfig import load_configuration, unreachable
 
 log = logging.getLogger("paralleljob.k8s")
@@ -148,7 +149,7 @@ class Kube:
             # kubernetes_asyncio opens its session with trust_env=True, which makes aiohttp look for a
             # ~/.netrc on every request; without proxies there is nothing to trust the environment for.
             self.api.rest_client.pool_manager._trust_env = False
-        self.limit = asyncio.Semaphore(concurrency)
+        self.limit = Lanes(concurrency)  # urgent requests (binds, placements) ahead of background ones
         # Set by the runtime to the leader election's "still leading" test: every write (anything but GET)
         # checks it just before it goes out, so an instance that lost its lease, or was paused past its
         # renew deadline, cannot act on a stale view while another replica leads. The lease's own writes
@@ -186,7 +187,7 @@ class Kube:
         fenced: bool = True,
     ) -> dict[str, Any]:
         headers = await self._headers(content_type)
-        async with self.limit:
+        async with self.limit.slot():
             if fenced and method != "GET" and self.write_fence is not None and not self.write_fence():
                 raise NotLeading(method, path)
             try:

@@ -34,6 +34,7 @@ from paralleljob.k8s.edge.statuscheck import dropped_fields
 from paralleljob.k8s.plan.actions import JobActions, JobDelete, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, job_path, pod_path, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
+from paralleljob.k8s.runtime.lanes import BACKGROUND
 from paralleljob.k8s.view.store import ObjectStore
 
 log = logging.getLogger("paralleljob.k8s")
@@ -88,6 +89,13 @@ class Executor:
         await self._delete(delete, outcome)
 
     async def _job(self, actions: JobActions, outcome: Outcome) -> None:
+        lane = BACKGROUND.set(actions.only_records_waiting)
+        try:
+            await self._chain(actions, outcome)
+        finally:
+            BACKGROUND.reset(lane)
+
+    async def _chain(self, actions: JobActions, outcome: Outcome) -> None:
         if actions.writes_status and not await self._write_status(actions, outcome):
             return  # nothing about its pods happens unless the status (the placement) is recorded
         for note in actions.events:

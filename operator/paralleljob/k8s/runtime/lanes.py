@@ -1,0 +1,70 @@
+"""Which API request goes out first when the client's slots are all taken: urgent work before background.
+
+The operator keeps a bounded number of requests in flight (``--write-concurrency``). In a flood of new
+ParallelJobs every new job needs its first status write ("Queued, waits for room"), thousands at once, and
+with one first-come queue the writes that make GPUs work (an admitted job's placement, pods and binds, a
+repair, a finished job freeing its GPUs) waited behind all of them: in a 50,000-job flood a bind waited 68 s
+on average and 1,600 GPUs held by admitted jobs ran 152 of them. :class:`Lanes` hands a free slot to the
+longest-waiting urgent request, and to a background one only when no urgent request waits, the way
+kube-apiserver's priority and fairness puts a controller's own traffic in levels. What counts as background
+is said by the caller through :data:`BACKGROUND` (a context variable, so every request of one job's chain,
+and of the tasks it starts, is in the chain's lane); the default is urgent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+# True while the running chain only records what a waiting job is waiting for (or posts an Event): its
+# requests yield their turn to any urgent request.
+BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("paralleljob_background_request", default=False)
+
+
+class Lanes:
+    """A semaphore of ``limit`` slots with two queues of waiters: urgent first, each in arrival order."""
+
+    def __init__(self, limit: int) -> None:
+        self.free = limit
+        self.urgent: deque[asyncio.Future[None]] = deque()
+        self.background: deque[asyncio.Future[None]] = deque()
+
+    def waiting(self) -> tuple[int, int]:
+        """(urgent, background) requests waiting for a slot now."""
+        return (
+            sum(1 for f in self.urgent if not f.done()),
+            sum(1 for f in self.background if not f.done()),
+        )
+
+    @asynccontextmanager
+    async def slot(self, background: bool | None = None) -> AsyncIterator[None]:
+        await self._acquire(BACKGROUND.get() if background is None else background)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, background: bool) -> None:
+        if self.free > 0:  # free slots exist only while nobody waits (a release hands its slot on)
+            self.free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        (self.background if background else self.urgent).append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._release()  # the slot was handed over just as the request was cancelled: pass it on
+            raise  # a cancelled waiter left in its queue is skipped by _release
+
+    def _release(self) -> None:
+        for queue in (self.urgent, self.background):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self.free += 1

@@ -1,0 +1,115 @@
+"""Urgent API requests go before background ones (``runtime/lanes.py``), and the executor sends a waiting
+job's status-only chain as background and everything that puts GPUs to work or frees them as urgent."""
+
+from __future__ import annotations
+
+import asyncio
+
+from paralleljob.k8s.runtime.lanes import BACKGROUND, Lanes
+from tests.k8s import factories
+from tests.k8s.fakekube import FakeApi
+from tests.k8s.test_runtime_fakekube import JOBS, NODES, Operator
+
+
+async def _order_of_grants() -> list[str]:
+    lanes = Lanes(1)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with lanes.slot():
+            await release.wait()
+
+    async def request(name: str, background: bool) -> None:
+        async with lanes.slot(background):
+            order.append(name)
+            await asyncio.sleep(0)
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    waiters = [asyncio.create_task(request(n, n.startswith("b"))) for n in ("b1", "u1", "b2", "u2")]
+    await asyncio.sleep(0)
+    assert lanes.waiting() == (2, 2)
+    release.set()
+    await asyncio.gather(first, *waiters)
+    assert lanes.free == 1 and lanes.waiting() == (0, 0)
+    return order
+
+
+def test_a_free_slot_goes_to_urgent_requests_first_each_lane_in_arrival_order() -> None:
+    assert asyncio.run(_order_of_grants()) == ["u1", "u2", "b1", "b2"]
+
+
+def test_a_cancelled_waiter_gives_up_its_place_and_no_slot_is_lost() -> None:
+    async def run() -> tuple[list[str], int]:
+        lanes = Lanes(1)
+        got: list[str] = []
+        gate = asyncio.Event()
+
+        async def holder() -> None:
+            async with lanes.slot():
+                await gate.wait()
+
+        async def request(name: str) -> None:
+            async with lanes.slot(False):
+                got.append(name)
+
+        first = asyncio.create_task(holder())
+        await asyncio.sleep(0)
+        doomed, kept = asyncio.create_task(request("doomed")), asyncio.create_task(request("kept"))
+        await asyncio.sleep(0)
+        doomed.cancel()
+        gate.set()
+        await asyncio.gather(first, kept, return_exceptions=True)
+        await asyncio.gather(doomed, return_exceptions=True)
+        return got, lanes.free
+
+    assert asyncio.run(run()) == (["kept"], 1)
+
+
+def test_the_lane_follows_the_context_variable_by_default() -> None:
+    async def run() -> list[tuple[str, str]]:
+        lanes = Lanes(1)
+        order: list[tuple[str, str]] = []
+        gate = asyncio.Event()
+
+        async def holder() -> None:
+            async with lanes.slot():
+                await gate.wait()
+
+        async def request(name: str, background: bool) -> None:
+            BACKGROUND.set(background)
+            async with lanes.slot():
+                order.append((name, "background" if BACKGROUND.get() else "urgent"))
+
+        first = asyncio.create_task(holder())
+        await asyncio.sleep(0)
+        tasks = [asyncio.create_task(request("b", True)), asyncio.create_task(request("u", False))]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(first, *tasks)
+        return order
+
+    assert asyncio.run(run()) == [("u", "urgent"), ("b", "background")]
+
+
+def test_the_executor_sends_a_waiting_jobs_status_as_background_and_an_admitted_jobs_work_as_urgent() -> None:
+    api = FakeApi()
+    for i in range(2):
+        api.seed(NODES, factories.node(f"n{i}", 8))
+    api.seed(JOBS, factories.paralleljob("train", 4, 2, 2))  # 16 GPUs: fills both nodes
+    api.seed(JOBS, factories.paralleljob("later", 4, 1, 1, created="2024-01-01T00:00:05Z"))  # waits for room
+
+    async def run() -> None:
+        op = Operator(api)
+        plan = await op.decide()
+        kinds = {a.job.name: a.only_records_waiting for a in plan.jobs}
+        assert kinds == {"train": False, "later": True}
+        await op.executor.execute(plan)
+
+    asyncio.run(run())
+    status_writes = {path.rsplit("/", 2)[-2]: bg for method, path, bg in api.lanes if path.endswith("/status")}
+    assert status_writes == {"train": False, "later": True}
+    pod_work = [bg for method, path, bg in api.lanes if "/pods" in path and method in ("POST", "PATCH", "PUT")]
+    assert pod_work and not any(pod_work)  # every create and bind of the admitted gang: urgent
+    assert BACKGROUND.get() is False  # the chain's lane did not leak into the caller
