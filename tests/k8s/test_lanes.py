@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.runtime.lanes import BACKGROUND, Lanes
+from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.reconciler import Reconciler
 from tests.k8s import factories
 from tests.k8s.fakekube import FakeApi
-from tests.k8s.test_runtime_fakekube import JOBS, NODES, Operator
+from tests.k8s.test_runtime_fakekube import JOBS, NODES, Operator, stop
 
 
 async def _order_of_grants() -> list[str]:
@@ -113,3 +116,38 @@ def test_the_executor_sends_a_waiting_jobs_status_as_background_and_an_admitted_
     pod_work = [bg for method, path, bg in api.lanes if "/pods" in path and method in ("POST", "PATCH", "PUT")]
     assert pod_work and not any(pod_work)  # every create and bind of the admitted gang: urgent
     assert BACKGROUND.get() is False  # the chain's lane did not leak into the caller
+
+
+def test_a_pass_starts_at_most_background_chains_status_writes_and_the_rest_follow_in_later_passes() -> None:
+    async def scenario() -> tuple[list[tuple[int, int]], dict[str, str]]:
+        api = FakeApi()
+        api.seed(NODES, factories.node("n0", 8))
+        for i in range(6):  # w0 takes the node; w1-w5 wait: five first "Queued" writes
+            api.seed(JOBS, factories.paralleljob(f"w{i}", 4, 2, 1, created=f"2024-01-01T00:00:0{i}Z"))
+        kube = api.client()
+        config = OperatorConfig(resync_seconds=3600, identity="test", background_chains=2)
+        rec = Reconciler(kube, config, Metrics())
+        seen: list[tuple[int, int]] = []  # (background chains in flight, held back) after each pass
+        rec.on_pass = lambda: seen.append((len(rec.background), rec.held_back))
+        for kind, path in (("node", NODES), ("pod", "/api/v1/pods"), ("job", JOBS)):
+            items, version = await kube.list(path)
+            rec.on_list(kind, items, version)
+        rec.synced.set()
+        rec.leader.set()
+        task = asyncio.create_task(rec.run())
+        try:
+            for _ in range(400):
+                phases = {j["metadata"]["name"]: (j.get("status") or {}).get("phase", "") for j in api.items(JOBS)}
+                if all(phases[f"w{i}"] == "Queued" for i in range(1, 6)):
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            await stop([task] + ([rec.events.task] if rec.events.task else []))
+            await stop([t for t, _ in rec.inflight.values()])
+        return seen, phases
+
+    seen, phases = asyncio.run(scenario())
+    assert phases == {"w0": phases["w0"], **{f"w{i}": "Queued" for i in range(1, 6)}}, "held-back writes made later"
+    assert phases["w0"] in ("Placing", "Running"), "the admitted job's chain is not held back"
+    assert seen[0] == (2, 3), "the first pass started two status writes and held three back"
+    assert all(in_flight <= 2 for in_flight, _ in seen)

@@ -120,6 +120,9 @@ class OperatorConfig:
     relist_seconds: float = 300.0  # each reflector lists its kind again this often (a safety net under watches)
     tune_gc: bool = True  # young collections rarely, full ones once a minute (runtime/gctuning.py)
     pass_share: float = 0.5  # most of the event loop's time passes may take back to back (reconciler.yield_after)
+    # Chains that only record a waiting job's status, in flight at once; more wait for a later pass undecided
+    # (a flood's thousands of first "Queued" writes would otherwise each hold a task and its decisions).
+    background_chains: int = 512
     # The kept cluster view is compared with a rebuild every so many passes or seconds (0: not by that).
     view_check_passes: int = 1000
     view_check_seconds: float = 300.0

@@ -165,6 +165,8 @@ class Reconciler:
         # Job chains still being carried out (job key -> task, the placement it writes) and orphan deletes.
         self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
         self.releasing: set[str] = set()  # in-flight chains writing a status that gives the job's GPUs up
+        self.background: set[str] = set()  # in-flight chains that only record a waiting job's status
+        self.held_back = 0  # such chains the last pass did not start (OperatorConfig.background_chains)
         self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
         self.adoption_pauses: dict[str, float] = {}  # pod group -> not before (its ParallelJob was refused)
@@ -372,10 +374,15 @@ class Reconciler:
         self._report_warnings(plan, view)
         for seconds in plan.scheduling_seconds:
             self.metrics.scheduling.observe(seconds)
-        launched = 0
+        launched = held_back = 0
         for actions in plan.jobs:
             if not actions.has_work:
                 continue
+            if actions.only_records_waiting:
+                if len(self.background) >= self.config.background_chains:
+                    held_back += 1  # decided again by a later pass, once the writes before it have landed
+                    continue
+                self.background.add(actions.job.key)
             writing = actions.draft.phase in ACTIVE and actions.writes_status
             record = record_from_status(actions.draft.data) if writing else None
             outcome = Outcome()
@@ -404,6 +411,7 @@ class Reconciler:
                     f"creating the ParallelJob for pod group {group}",
                     functools.partial(self._adoption_ended, group),
                 )
+        self.held_back = held_back
         self._collect_claims()
         self.passes += 1
         self.metrics.passes.inc()
@@ -426,10 +434,12 @@ class Reconciler:
         # after the gauges and queue statuses: they are part of what every pass costs
         self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(
-            "pass %d: decided in %.1f ms; %d job chains started, %d in flight, %d waiting jobs left out",
+            "pass %d: decided in %.1f ms; %d job chains started (%d status writes held back), %d in flight,"
+            " %d waiting jobs left out",
             self.passes,
             (time.monotonic() - started) * 1e3,
             launched,
+            held_back,
             len(self.inflight),
             sum(plan.quiet_waiting.values()),
         )
@@ -495,6 +505,10 @@ class Reconciler:
         key = actions.job.key
         self.inflight.pop(key, None)
         self.releasing.discard(key)
+        if key in self.background:
+            self.background.discard(key)
+            if self.held_back:
+                self.wake.set()  # room for the status writes a pass held back
         self._absorb(outcome, started)
         deferred = key in self.deferred
         self.deferred.discard(key)
