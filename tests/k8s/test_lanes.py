@@ -128,7 +128,8 @@ def test_a_pass_starts_at_most_background_chains_status_writes_and_the_rest_foll
         config = OperatorConfig(resync_seconds=3600, identity="test", background_chains=2)
         rec = Reconciler(kube, config, Metrics())
         seen: list[tuple[int, int]] = []  # (background chains in flight, held back) after each pass
-        rec.on_pass = lambda: seen.append((len(rec.background), rec.held_back))
+        gauge = rec.metrics.registry.get_sample_value
+        rec.on_pass = lambda: seen.append((len(rec.background), int(gauge("paralleljob_status_writes_held_back") or 0)))
         for kind, path in (("node", NODES), ("pod", "/api/v1/pods"), ("job", JOBS)):
             items, version = await kube.list(path)
             rec.on_list(kind, items, version)

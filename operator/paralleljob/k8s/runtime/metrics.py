@@ -69,6 +69,18 @@ class Metrics:
             "Queued jobs the last pass left out: their queue line had nothing that could admit them (strict FIFO)",
             registry=r,
         )
+        self.status_writes_held_back = Gauge(
+            "paralleljob_status_writes_held_back",
+            "Waiting jobs' status writes the last pass did not start: background_chains were already in flight",
+            registry=r,
+        )
+        self.api_requests_waiting = Gauge(
+            "paralleljob_api_requests_waiting",
+            "API requests waiting for one of the client's slots at the last pass, by lane: urgent (placements,"
+            " pods, binds, finishing writes) go before background (waiting jobs' status)",
+            ["lane"],
+            registry=r,
+        )
         self.pass_duration = Histogram(
             "paralleljob_reconcile_pass_duration_seconds",
             "One reconcile pass: snapshot, decisions for every job, plan handed to the executor (not its writes)",

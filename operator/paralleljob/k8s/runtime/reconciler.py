@@ -45,6 +45,7 @@ from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
+from paralleljob.k8s.runtime.lanes import Lanes
 from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.podgroupwriter import PodGroupStatusWriter
 from paralleljob.k8s.view.clusterview import Claim, ClusterView
@@ -428,6 +429,12 @@ class Reconciler:
             )
         )
         self.metrics.waiting_left_out.set(sum(plan.quiet_waiting.values()))
+        self.metrics.status_writes_held_back.set(held_back)
+        lanes = getattr(self.kube, "limit", None)
+        if isinstance(lanes, Lanes):
+            urgent, background = lanes.waiting()
+            self.metrics.api_requests_waiting.labels("urgent").set(urgent)
+            self.metrics.api_requests_waiting.labels("background").set(background)
         self._queue_waits(plan)
         self._queue_status(plan)
         self.pod_group_status.update(observed.jobs, observed.pod_groups)
