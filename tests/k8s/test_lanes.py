@@ -43,6 +43,32 @@ def test_a_free_slot_goes_to_urgent_requests_first_each_lane_in_arrival_order() 
     assert asyncio.run(_order_of_grants()) == ["u1", "u2", "b1", "b2"]
 
 
+def test_every_fourth_slot_goes_to_a_waiting_background_request_so_urgent_work_cannot_starve_it() -> None:
+    async def run() -> list[str]:
+        lanes = Lanes(1)
+        order: list[str] = []
+        gate = asyncio.Event()
+
+        async def holder() -> None:
+            async with lanes.slot():
+                await gate.wait()
+
+        async def request(name: str) -> None:
+            async with lanes.slot(name.startswith("b")):
+                order.append(name)
+
+        first = asyncio.create_task(holder())
+        await asyncio.sleep(0)
+        names = ["b1", "b2", *(f"u{i}" for i in range(1, 8))]
+        tasks = [asyncio.create_task(request(n)) for n in names]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(first, *tasks)
+        return order
+
+    assert asyncio.run(run()) == ["u1", "u2", "u3", "b1", "u4", "u5", "u6", "b2", "u7"]
+
+
 def test_a_cancelled_waiter_gives_up_its_place_and_no_slot_is_lost() -> None:
     async def run() -> tuple[list[str], int]:
         lanes = Lanes(1)
