@@ -350,6 +350,8 @@ class Reconciler:
             pod_groups={g.key: g for g in self.pod_groups.values()},
             workloads={w.key: w for w in self.workloads.values()},
             resource_claims=self._group_claims(),
+            # new jobs behind a blocked head beyond this are not decided: their first write could not start
+            background_room=max(0, self.config.background_chains - len(self.background)),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -425,6 +427,7 @@ class Reconciler:
                 plan.quiet_waiting,
                 plan.queue_book,
                 plan.quiet_finished,
+                plan.skipped_pending,
             )
         )
         self.metrics.waiting_left_out.set(sum(plan.quiet_waiting.values()))
