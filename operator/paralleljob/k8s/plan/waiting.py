@@ -26,6 +26,21 @@ the others are arrivals again next pass. An arrival ahead of the head, or a line
 sends the whole line through the pass. A flood (new jobs on every line on every pass) thus costs a pass in
 proportion to the arrivals, not to all the jobs waiting.
 
+When the API server is saturated, the arrivals are mostly jobs whose first status write has not even started:
+the runtime starts at most ``OperatorConfig.background_chains`` status-only chains at once and holds the rest
+back, so deciding them all again each pass (40,000 such jobs: 4-6 s a pass) bought nothing. Given the room
+the runtime has now (``Observed.background_room``; None: no limit, as in the tests and the simulator),
+:func:`triage` (``defer``) does not decide a Pending arrival, not busy, that stands behind its line's
+remembered blocking head (:func:`stands_behind`: its place in line read from its object, by the very
+``line_position`` the core FIFO pass sorts the decided entry by); :func:`admit_lines` then decides, among the
+lines it leaves out, only as many of those as there is room for (:func:`within_room`: each line's in line
+order, the lines merged oldest first). The others are not decided at all (no status draft, no core FIFO
+call): counted as Pending and as waiting in their queue (``Plan.skipped_pending``) and arrivals again next
+pass. A line the pass looks at after all (its head may fit, its queue changed) decides its deferred arrivals
+with the rest, so the line goes through the core FIFO pass whole and strict FIFO admits no job out of turn:
+a job left undecided only stands behind a head that still blocks, where the full pass gives it "waiting
+behind <head>" and nothing else, which it gets on the pass that has room for its write.
+
 Only the default policy (strict FIFO without a core queue policy) uses it; best-effort FIFO and the core's
 queueing pass look at every job. The property tests (``tests/property/test_waiting_memo_properties.py``) run
 random event sequences with and without the memo and compare every job's phase, reason and placement, as
