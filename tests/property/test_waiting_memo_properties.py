@@ -327,3 +327,16 @@ def test_new_jobs_skipped_for_want_of_room_are_decided_with_their_line_once_it_m
         assert kept.binds == full.binds
     assert outcome(kept) == outcome(full)
     assert kept.phase("ns/n0") in ("Placing", "Running") and kept.phase("ns/n1") == "Queued"
+
+
+def test_a_new_job_skipped_for_want_of_room_still_counts_in_its_queues_oldest_wait() -> None:
+    kept, full = blocked_line()
+    kept.room = 0
+    # a lower priority stands behind w0 whatever its time: created before w0 entered the queue, it is the
+    # queue's longest-waiting job as the full pass counts it (Queued, queuedAt its creation)
+    low = paralleljob("low", 1, 1, 1, queue="a", priority=-1, created="2023-12-31T23:59:00Z")
+    for fc in (kept, full):
+        fc.add_job(copy.deepcopy(low))
+        fc.step()
+    assert kept.last_plan is not None and kept.last_plan.skipped_pending == {"a": 1}
+    assert waits(kept)[0] == waits(full)[0] and waits(kept)[1] == waits(full)[1]

@@ -67,6 +67,7 @@ from paralleljob.k8s.plan.waiting import (
     Triage,
     WaitingMemo,
     admit_lines,
+    earliest,
     pod_ids,
     remember,
     remember_running,
@@ -444,6 +445,9 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
         plan.quiet_oldest = {
             queue: oldest for queue, jobs in lines.left_out.items() if jobs and (oldest := memo.lines[queue].oldest)
         }
+        for queue, jobs in lines.skipped.items():  # in line too (by priority a new one may have waited longer)
+            if oldest := earliest([plan.quiet_oldest.get(queue, ""), *(job.queued_at for job in jobs)]):
+                plan.quiet_oldest[queue] = oldest
     if memo is not None and strict_fifo:
         decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
         remember(memo, decided, lines.decisions, observed.queues, line.in_use, owner_before, lines.standing)
