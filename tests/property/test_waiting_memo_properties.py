@@ -340,3 +340,23 @@ def test_a_new_job_skipped_for_want_of_room_still_counts_in_its_queues_oldest_wa
         fc.step()
     assert kept.last_plan is not None and kept.last_plan.skipped_pending == {"a": 1}
     assert waits(kept)[0] == waits(full)[0] and waits(kept)[1] == waits(full)[1]
+
+
+def test_a_line_is_remembered_while_new_jobs_behind_its_head_still_wait_for_their_first_write() -> None:
+    kept, full = blocked_line()
+    n1 = paralleljob("n1", 1, 1, 1, queue="a", created=stamp(30))  # behind w0, its first write in flight
+    for fc in (kept, full):
+        fc.queues["a"] = QueueInfo("a", max_gpus=64)  # the line is decided whole (its queue changed), w0 as before
+        fc.add_job(copy.deepcopy(n1))
+        fc.step(hold={"ns/n1"})
+    assert kept.memo is not None and "a" in kept.memo.lines, "in a flood a line always has such a job"
+    line = kept.memo.lines["a"]
+    assert line.head_key == "ns/w0" and "ns/n1" not in line.members
+    for fc in (kept, full):
+        fc.step(hold={"ns/n1"})
+    assert kept.last_plan is not None and kept.last_plan.quiet_waiting == {"a": 3}
+    assert outcome(kept) == outcome(full)
+    for fc in (kept, full):
+        fc.land()
+    arrive(kept, full, passes=3)
+    assert kept.last_plan is not None and kept.last_plan.quiet_waiting == {"a": 4}

@@ -22,7 +22,10 @@ A line left out with arrivals has only its arrivals decided: in one core FIFO ca
 told that the line is held by that head (``schedule_fifo``'s ``blocked``), so each gets what the full pass
 gives a job behind a blocked head (its own entry checks first, then "waiting behind <head>"), with the same
 first status write. Those with nothing left to write join the remembered line (:func:`remember`, ``_grow``);
-the others are arrivals again next pass. An arrival ahead of the head, or a line with no blocking head,
+the others are arrivals again next pass. A line decided whole is remembered likewise when its blocking head
+and the jobs ahead of it may be, even if some behind the head may not (a first write still in flight, a
+hold): those wait outside it as arrivals (``_rebuild``), or in a flood, where every line always has a new job
+being written, no line would ever be remembered. An arrival ahead of the head, or a line with no blocking head,
 sends the whole line through the pass. A flood (new jobs on every line on every pass) thus costs a pass in
 proportion to the arrivals, not to all the jobs waiting.
 
@@ -335,6 +338,11 @@ def stands_behind(line: LineMemo, job: JobObject, request: JobRequest) -> bool:
     return line_position(job, request) > line.head_at
 
 
+def stands_behind_at(head_at: LineKey, job: JobObject) -> bool:
+    """Whether a job sorts behind a head standing at ``head_at`` (the same order as :func:`stands_behind`)."""
+    return job.request is not None and line_position(job, job.request) > head_at
+
+
 def behind_head(line: LineMemo, entries: Sequence[Entry]) -> bool:
     """Whether every entry stands behind the line's remembered blocking head (trivially, when there are none):
     strict FIFO then decides them as waiting behind it whatever they are, but for their own entry checks."""
@@ -493,7 +501,9 @@ def _rebuild(
     queues: Mapping[str, QueueInfo],
     in_use: Mapping[str, int],
 ) -> None:
-    """The lines a pass looked at whole: each remembered anew from its jobs' decisions, or forgotten."""
+    """The lines a pass looked at whole: each remembered anew from its jobs' decisions, or forgotten (a job
+    that may not be remembered ahead of the blocking head, or no such head). Those behind it that may not be
+    remembered stay outside, arrivals next pass."""
     touched = {job.request.queue for job, _ in decided.values() if job.request is not None}
     touched |= {old.request.queue for key in decided if (old := memo.jobs.get(key)) is not None and old.request}
     for queue in touched:
@@ -501,7 +511,7 @@ def _rebuild(
         for key in old_line.members if old_line is not None else ():
             memo.jobs.pop(key, None)  # still here: put back below when it may be remembered
     by_queue: dict[str, list[str]] = {}
-    forgettable: set[str] = set()
+    outside: dict[str, list[JobObject]] = {}  # queue -> its jobs that may not be remembered
     for key, (job, keep) in decided.items():
         memo.jobs.pop(key, None)
         if job.request is None or job.request.queue not in touched:
@@ -510,26 +520,31 @@ def _rebuild(
             memo.jobs[key] = job
             by_queue.setdefault(job.request.queue, []).append(key)
         else:
-            forgettable.add(job.request.queue)
+            outside.setdefault(job.request.queue, []).append(job)
     heads: dict[str, Wait] = {}
     for decision in decisions:
         if isinstance(decision, Wait) and decision.queue not in heads and blocks(decision):
             heads[decision.queue] = decision
     for queue, members in by_queue.items():
-        if queue in forgettable:
-            for key in members:
-                memo.jobs.pop(key, None)
-            continue
         head = heads.get(queue)
         head_job = decided[head.job_id][0] if head is not None and head.job_id in decided else None
         request = head_job.request if head_job is not None else None
+        at = line_position(head_job, request) if head_job is not None and request is not None else None
+        if queue in outside and not (
+            head is not None
+            and at is not None
+            and decided[head.job_id][1]
+            and all(not job.deleting and stands_behind_at(at, job) for job in outside[queue])
+        ):
+            for key in members:
+                memo.jobs.pop(key, None)
+            continue
         shape = request.spec if request is not None else None
         reason = head.reason if head is not None else None
         facts = queue_facts(queues.get(queue))
         key = head.job_id if head is not None else ""
         oldest = earliest(decided[member][0].queued_at for member in members)
         name = head_job.name if head_job is not None else ""
-        at = line_position(head_job, request) if head_job is not None and request is not None else None
         memo.lines[queue] = LineMemo(
             frozenset(members), facts, in_use.get(queue, 0), reason, shape, key, oldest, name, at
         )
