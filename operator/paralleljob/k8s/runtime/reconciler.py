@@ -438,13 +438,14 @@ class Reconciler:
         self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(
             "pass %d: decided in %.1f ms; %d job chains started (%d status writes held back), %d in flight,"
-            " %d waiting jobs left out",
+            " %d waiting jobs left out, %d new ones not decided (no room for their first status write)",
             self.passes,
             (time.monotonic() - started) * 1e3,
             launched,
             held_back,
             len(self.inflight),
             sum(plan.quiet_waiting.values()),
+            sum(plan.skipped_pending.values()),
         )
 
     def _group_claims(self) -> dict[str, ClaimInfo]:
