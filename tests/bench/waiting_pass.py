@@ -1,6 +1,7 @@
 """Time the operator's real reconcile pass with thousands of jobs waiting (issue 29's pass targets).
 
-    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full] [--finished=N] [--arrivals=K [--finish]]
+    python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full] [--finished=N]
+        [--arrivals=K [--finish] [--land=B] [--backlog=N]]
     (default: 10000 200 200)
 
 A cluster of NODES 8-GPU nodes is filled by small ParallelJobs (TP 1-2 x DP 1-4, round-robin over QUEUES
@@ -16,7 +17,11 @@ passes K new jobs (the same shapes, created now) join random queues (seeded), an
 writes the pass before decided land as the API server would answer them (a MODIFIED event with the written
 status; not timed): each pass decides the K new jobs and last pass's K whose first write landed, with the
 waiting total growing by K a pass; ``--finish``: one running job's workers finish before each of those passes
-too (GPUs come free every pass, as in a live flood). Not collected by pytest: a measurement, not a test.
+too (GPUs come free every pass, as in a live flood). ``--land=B``: the API server is saturated, and only
+the B oldest status writes in flight land before each pass; the others' chains stay in flight (the job busy,
+a background chain held: ``OperatorConfig.background_chains``, 512), so new jobs pile up without their first
+status write, as in issue 29's flood; ``--backlog=N``: N such new jobs are there before the first measured
+pass (two passes, not timed, started their chains). Not collected by pytest: a measurement, not a test.
 """
 
 from __future__ import annotations
@@ -100,15 +105,28 @@ def queue_body(name: str) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": name}, "spec": {}}
 
 
-async def measure(fc: FakeCluster, full: bool = False, arrivals: int = 0, finish: bool = False) -> dict[str, float]:
+async def measure(
+    fc: FakeCluster,
+    full: bool = False,
+    arrivals: int = 0,
+    finish: bool = False,
+    land: int | None = None,
+    backlog: int = 0,
+) -> dict[str, float]:
     reconciler = Reconciler(cast(Any, object()), OperatorConfig(view_check_passes=0), Metrics())
     if full:
         reconciler.waiting = cast(Any, None)  # decide() without a memo: the full pass
     started_chains: list[JobActions] = []
+    landing: dict[str, asyncio.Future[None]] = {}  # --land: job key -> its chain's write, landed when resolved
 
     async def nothing(actions: JobActions, outcome: object) -> None:
         started_chains.append(actions)
+        if land is not None and actions.writes_status and flooding:
+            landing[actions.job.key] = asyncio.get_running_loop().create_future()
+            await landing[actions.job.key]
         return None
+
+    flooding = False  # the settling passes' chains end at once (their writes are already in the bodies)
 
     reconciler.executor.run_job = nothing  # type: ignore[method-assign,assignment]  # the pass, not its writes
     reconciler._queue_status = lambda plan: None  # type: ignore[method-assign]  # (computed in the pass)
@@ -133,7 +151,10 @@ async def measure(fc: FakeCluster, full: bool = False, arrivals: int = 0, finish
     first = await timed()
     await timed()
     if arrivals:
-        return await flood(reconciler, fc, arrivals, timed, cpu, started_chains, first, finish)
+        flooding = True
+        return await flood(
+            reconciler, fc, arrivals, timed, cpu, started_chains, first, finish, Landing(land, landing), backlog
+        )
     idle = [await timed() for _ in range(REPEATS)]
     idle_cpu = cpu[-REPEATS:]
     left_out = reconciler.metrics.registry.get_sample_value("paralleljob_pass_waiting_left_out") or 0.0
@@ -160,6 +181,25 @@ async def measure(fc: FakeCluster, full: bool = False, arrivals: int = 0, finish
     }
 
 
+class Landing:
+    """--land: the status writes in flight, oldest first, and how many land before each pass (None: all)."""
+
+    def __init__(self, per_pass: int | None, futures: dict[str, asyncio.Future[None]]) -> None:
+        self.per_pass, self.futures = per_pass, futures
+
+    def due(self, chains: list[JobActions]) -> list[JobActions]:
+        """The chains whose writes land now (and end): all, or the ``per_pass`` oldest still waiting."""
+        if self.per_pass is None:
+            return list(chains)
+        waiting = [a for a in chains if a.job.key in self.futures and not self.futures[a.job.key].done()]
+        return [a for a in chains if not a.writes_status] + waiting[: self.per_pass]
+
+    def end(self, actions: JobActions) -> None:
+        future = self.futures.pop(actions.job.key, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+
 async def flood(
     reconciler: Reconciler,
     fc: FakeCluster,
@@ -169,9 +209,12 @@ async def flood(
     chains: list[JobActions],
     first: float,
     finish: bool = False,
+    landing: Landing | None = None,
+    backlog: int = 0,
 ) -> dict[str, float]:
     """``REPEATS`` passes, each after ``count`` new jobs joined random queues and the last pass's status
-    writes landed (``finish``: and one running job's workers finished)."""
+    writes landed (``finish``: and one running job's workers finished; ``landing``: only so many of them)."""
+    landing = landing or Landing(None, {})
     running = iter(sorted(k for k, b in fc.jobs.items() if (b.get("status") or {}).get("phase") == "Running"))
     names = sorted(fc.queues)
     rng = random.Random(29)
@@ -182,16 +225,10 @@ async def flood(
     for _ in range(3):
         await asyncio.sleep(0)  # the settling passes' chains (stubbed) start and end
     chains.clear()
-    for _ in range(REPEATS):
-        for actions in chains:  # what the API server would answer each status write with
-            if actions.writes_status:
-                body = bodies[actions.job.key] = copy.deepcopy(bodies[actions.job.key])
-                body["status"] = {k: v for k, v in actions.draft.data.items() if v is not None}
-                body["metadata"]["resourceVersion"] = str(next(_rv))
-                reconciler.on_event("job", "MODIFIED", body)
-        chains.clear()
-        reconciler.inflight.clear()
-        for _ in range(count):
+    held_back: list[int] = []
+
+    def arrive(how_many: int) -> None:
+        for _ in range(how_many):
             i = next(serial)
             # created now, as the API server stamps it (the pass writes queuedAt now too): a new job goes by
             # its creation until then, so a stamp from the past would put it ahead of jobs accepted since
@@ -199,17 +236,48 @@ async def flood(
             body = paralleljob(f"new{i:06d}", 1 + i % 2, 1, 1 + i % 4, queue=rng.choice(names), created=stamp)
             bodies[f"{body['metadata']['namespace']}/{body['metadata']['name']}"] = body
             reconciler.on_event("job", "ADDED", copy.deepcopy(body))
+
+    async def land() -> None:
+        due = landing.due(chains)
+        for actions in due:  # what the API server would answer each status write with
+            if actions.writes_status:
+                body = bodies[actions.job.key] = copy.deepcopy(bodies[actions.job.key])
+                body["status"] = {k: v for k, v in actions.draft.data.items() if v is not None}
+                body["metadata"]["resourceVersion"] = str(next(_rv))
+                reconciler.on_event("job", "MODIFIED", body)
+            landing.end(actions)
+        ended = {id(a) for a in due}
+        chains[:] = [a for a in chains if id(a) not in ended]
+        if landing.per_pass is None:
+            reconciler.inflight.clear()
+        for _ in range(3):
+            await asyncio.sleep(0)  # the chains that landed end
+
+    if backlog:
+        arrive(backlog)
+        for _ in range(2):  # not timed: they start the chains the API server is slow to answer
+            await reconciler.pass_once()
+            for _ in range(3):
+                await asyncio.sleep(0)
+    for _ in range(REPEATS):
+        await land()
+        arrive(count)
         for key in [next(running)] if finish else []:
             for pod in fc.job_pods(key):
                 done = copy.deepcopy(pod)
                 done["status"]["phase"] = "Succeeded"
                 done["metadata"]["resourceVersion"] = str(next(_rv))
                 reconciler.on_event("pod", "MODIFIED", done)
+        before = len(chains)
         wall.append(await timed())
+        held_back.append(reconciler.held_back)
         for _ in range(3):
             await asyncio.sleep(0)  # its chains (stubbed) start and end
-        decided.append(len(chains))
+        decided.append(len(chains) - before)
     waiting = reconciler.metrics.registry.get_sample_value("paralleljob_pass_waiting_left_out") or 0.0
+    unwritten = sum(1 for body in bodies.values() if not (body.get("status") or {}).get("phase"))
+    for future in list(landing.futures.values()):
+        future.cancel()
     return {
         "first_pass_ms": round(first, 1),
         "arrivals_per_pass": count,
@@ -218,6 +286,8 @@ async def flood(
         "pass_cpu_ms_median": round(statistics.median(cpu[-REPEATS:]), 2),
         "chains_per_pass_median": statistics.median(decided),
         "waiting_left_out_last": waiting,
+        "held_back_median": statistics.median(held_back),
+        "without_first_write_last": unwritten,
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
@@ -227,7 +297,10 @@ def main(argv: list[str]) -> None:
     finished = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--finished=")), 0)
     arrivals = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--arrivals=")), 0)
     finish = "--finish" in argv
-    argv = [a for a in argv if a not in ("--full", "--finish") and not a.startswith(("--finished=", "--arrivals="))]
+    land = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--land=")), None)
+    backlog = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--backlog=")), 0)
+    options = ("--finished=", "--arrivals=", "--land=", "--backlog=")
+    argv = [a for a in argv if a not in ("--full", "--finish") and not a.startswith(options)]
     waiting, queues, nodes = (int(a) for a in (argv + ["10000", "200", "200"][len(argv) :])[:3])
     started = time.perf_counter()
     fc = settled(waiting, queues, nodes)
@@ -237,7 +310,7 @@ def main(argv: list[str]) -> None:
         phase = str((body.get("status") or {}).get("phase"))
         phases[phase] = phases.get(phase, 0) + 1
     print(f"settled in {time.perf_counter() - started:.1f} s: {phases}")
-    print(asyncio.run(measure(fc, full, arrivals, finish)))
+    print(asyncio.run(measure(fc, full, arrivals, finish, land, backlog)))
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ class FakeCluster:
         self.pod_groups: dict[str, dict[str, Any]] = {}
         self.workloads: dict[str, dict[str, Any]] = {}
         self.resource_claims: dict[str, dict[str, Any]] = {}  # ResourceClaims by namespace/name, as bodies
+        # Observed.background_room of every pass: how many status-only chains the runtime could start (None: any)
+        self.room: int | None = None
 
     def add_job(self, body: dict[str, Any]) -> None:
         self.jobs[f"{body['metadata']['namespace']}/{body['metadata']['name']}"] = body
@@ -131,6 +133,7 @@ class FakeCluster:
             pod_groups={k: parse_pod_group(b) for k, b in self.pod_groups.items()},
             workloads={k: parse_workload(b) for k, b in self.workloads.items()},
             resource_claims={k: parse_claim(b) for k, b in self.resource_claims.items()},
+            background_room=self.room,
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()

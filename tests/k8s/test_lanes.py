@@ -4,8 +4,13 @@ job's status-only chain as background and everything that puts GPUs to work or f
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
+
+import paralleljob.k8s.runtime.reconciler as reconciler_module
 from paralleljob.k8s.edge.config import OperatorConfig
+from paralleljob.k8s.plan.decide import Observed
 from paralleljob.k8s.runtime.lanes import BACKGROUND, Lanes
 from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
@@ -178,3 +183,33 @@ def test_a_pass_starts_at_most_background_chains_status_writes_and_the_rest_foll
     assert phases["w0"] in ("Placing", "Running"), "the admitted job's chain is not held back"
     assert seen[0] == (2, 3), "the first pass started two status writes and held three back"
     assert all(in_flight <= 2 for in_flight, _ in seen)
+
+
+def test_a_pass_is_told_the_background_room_left_so_new_jobs_beyond_it_are_not_decided(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rooms: list[int | None] = []
+    real = reconciler_module.decide
+
+    def spy(observed: Observed, *args: Any, **kwargs: Any) -> Any:
+        rooms.append(observed.background_room)
+        return real(observed, *args, **kwargs)
+
+    monkeypatch.setattr(reconciler_module, "decide", spy)
+
+    async def scenario() -> None:
+        api = FakeApi()
+        api.seed(NODES, factories.node("n0", 8))
+        kube = api.client()
+        rec = Reconciler(kube, OperatorConfig(resync_seconds=3600, identity="test", background_chains=5), Metrics())
+        for kind, path in (("node", NODES), ("pod", "/api/v1/pods"), ("job", JOBS)):
+            items, version = await kube.list(path)
+            rec.on_list(kind, items, version)
+        await rec.pass_once()
+        rec.background.update({"ns/a", "ns/b"})  # two status-only chains in flight
+        await rec.pass_once()
+        rec.background.update({f"ns/x{i}" for i in range(9)})  # more than the limit (never negative)
+        await rec.pass_once()
+
+    asyncio.run(scenario())
+    assert rooms == [5, 3, 0]

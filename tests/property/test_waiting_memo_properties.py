@@ -4,7 +4,10 @@ jobs, finishes, deletions, queue caps and node cordons, one decided with the wai
 after every pass every job has the same phase, the same Placed reason and the same placement, and the memo
 really left lines out (else the test would prove nothing). Floods put several jobs with one creation time
 into a line at once: behind its blocked head (decided alone, behind it), tied with older jobs, or ahead of
-the head (a higher priority, an earlier time: the whole line is decided)."""
+the head (a higher priority, an earlier time: the whole line is decided). With a background room
+(``Observed.background_room``) only that many new jobs behind a blocked head are decided a pass: the others
+wait undecided (Pending), no bind may come earlier or later than in the full pass, and once the room has let
+them all through every job is where the full pass put it."""
 
 from __future__ import annotations
 
@@ -102,7 +105,7 @@ def waits(fc: FakeCluster) -> tuple[dict[str, float], dict[str, int], dict[str, 
         return {}, {}, {}
     phases = Counter(a.draft.phase.value for a in plan.seen())
     phases.update(plan.quiet_finished)
-    phases.update({"Queued": sum(plan.quiet_waiting.values())})
+    phases.update({"Queued": sum(plan.quiet_waiting.values()), "Pending": sum(plan.skipped_pending.values())})
     lengths = {q: n for q, n in plan.queue_lengths.items() if n}
     return queue_waits(plan.seen(), 0.0, plan.quiet_oldest)[1], lengths, {p: n for p, n in phases.items() if n}
 
@@ -147,6 +150,34 @@ def test_leaving_quiet_lines_out_decides_as_the_full_pass(steps: list[tuple[Any,
             assert waits(kept) == waits(full), "the queue gauges count the jobs left out as the full pass does"
     event(f"jobs left out: {'some' if skipped else 'none'}")
     event(f"arrivals decided behind a remembered head: {'some' if behind else 'none'}")
+
+
+@settings(max_examples=40, deadline=None)
+@given(events, st.integers(1, 2))
+def test_a_background_room_delays_new_jobs_behind_a_blocked_head_and_changes_nothing_else(
+    steps: list[tuple[Any, ...]], room: int
+) -> None:
+    kept, full = clusters()
+    kept.room = room
+    skipped = 0
+    for serial, step in enumerate(steps):
+        for fc in (kept, full):
+            apply(fc, step, serial)
+        for passes in range(60):  # as in the test above, then on until the room let every new job through
+            kept.step()
+            full.step()
+            assert kept.last_plan is not None
+            assert kept.binds == full.binds, f"after {step}: an admission came in another order or pass"
+            late = sum(kept.last_plan.skipped_pending.values())
+            skipped += late
+            differ = {k for k, v in outcome(kept).items() if outcome(full).get(k) != v}
+            assert all(not kept.jobs[k].get("status") for k in differ), "only jobs not decided yet may differ"
+            if passes >= 3 and not late:
+                break
+        assert not late, "the room lets every new job through in the end"
+        assert outcome(kept) == outcome(full), f"after {step} (pass at {kept.seconds}s from {START})"
+        assert waits(kept) == waits(full)
+    event(f"new jobs not decided for want of room: {'some' if skipped else 'none'}")
 
 
 def test_a_quiet_line_is_left_out_and_woken_by_what_can_admit_it() -> None:
@@ -239,3 +270,93 @@ def test_an_arrival_ahead_of_the_head_moves_the_whole_line() -> None:
         assert placed(kept, "w0")["reason"] == "Waiting" and f"behind {name}" in placed(kept, "w0")["message"]
         # (a new job is ordered by its creation until its first write sets queuedAt: then it may fall behind)
         arrive(kept, full, passes=3)
+
+
+def test_only_as_many_new_jobs_behind_a_blocked_head_as_there_is_room_are_decided() -> None:
+    kept, full = blocked_line()
+    kept.room = 2
+    # five new jobs behind w0 (its priority, later times): room for the first writes of the oldest two only
+    arrivals = [paralleljob(f"n{i}", 1, 1, 1, queue="a", created=stamp(20 + i)) for i in range(5)]
+    for fc in (kept, full):
+        for job in arrivals:
+            fc.add_job(copy.deepcopy(job))
+    kept.step()
+    full.step()
+    plan = kept.last_plan
+    assert plan is not None
+    assert plan.behind_heads == {"a": 2} and plan.skipped_pending == {"a": 3}
+    decided = sorted(a.job.name for a in plan.jobs if a.job.name.startswith("n"))
+    assert decided == ["n0", "n1"], "the oldest two, not decided at all otherwise"
+    assert not any(kept.jobs[f"ns/n{i}"].get("status") for i in range(2, 5))
+    assert plan.queue_lengths["a"] == 3 + 5 and plan.queue_statuses["a"]["waiting"] == 3 + 5
+    assert waits(kept)[2] == {"Running": 1, "Queued": 3 + 2, "Pending": 3}
+    for _ in range(3):
+        kept.step()
+        full.step()
+    assert kept.last_plan is not None and not kept.last_plan.skipped_pending
+    assert outcome(kept) == outcome(full) and kept.binds == full.binds
+
+
+def test_room_never_holds_back_a_new_job_that_may_sort_ahead_of_the_head() -> None:
+    kept, full = blocked_line()
+    kept.room = 0
+    ahead = paralleljob("hi", 8, 1, 1, queue="a", priority=1, created=stamp(30))
+    behind = paralleljob("lo", 1, 1, 1, queue="a", created=stamp(30))
+    arrive(kept, full, ahead, behind, passes=1)  # the whole line is decided: both, as the full pass does
+    assert kept.last_plan is not None and not kept.last_plan.skipped_pending
+    assert placed(kept, "hi")["reason"] == "Unschedulable" and "behind hi" in placed(kept, "lo")["message"]
+
+
+def test_new_jobs_skipped_for_want_of_room_are_decided_with_their_line_once_it_moves() -> None:
+    kept, full = blocked_line()
+    kept.room = 0
+    arrivals = [paralleljob(f"n{i}", 8, 1, 1, queue="a", created=stamp(20 + i)) for i in range(2)]
+    for fc in (kept, full):
+        for job in arrivals:
+            fc.add_job(copy.deepcopy(job))
+        fc.step()
+    assert kept.last_plan is not None and kept.last_plan.skipped_pending == {"a": 2}
+    for fc in (kept, full):  # big finishes: 32 GPUs for w0..w2 and n0 (8 each), n1 waits
+        for pod in fc.job_pods("ns/big"):
+            done = copy.deepcopy(pod)
+            done["status"]["phase"] = "Succeeded"
+            fc.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = done
+    for _ in range(4):
+        kept.step()
+        full.step()
+        assert kept.binds == full.binds
+    assert outcome(kept) == outcome(full)
+    assert kept.phase("ns/n0") in ("Placing", "Running") and kept.phase("ns/n1") == "Queued"
+
+
+def test_a_new_job_skipped_for_want_of_room_still_counts_in_its_queues_oldest_wait() -> None:
+    kept, full = blocked_line()
+    kept.room = 0
+    # a lower priority stands behind w0 whatever its time: created before w0 entered the queue, it is the
+    # queue's longest-waiting job as the full pass counts it (Queued, queuedAt its creation)
+    low = paralleljob("low", 1, 1, 1, queue="a", priority=-1, created="2023-12-31T23:59:00Z")
+    for fc in (kept, full):
+        fc.add_job(copy.deepcopy(low))
+        fc.step()
+    assert kept.last_plan is not None and kept.last_plan.skipped_pending == {"a": 1}
+    assert waits(kept)[0] == waits(full)[0] and waits(kept)[1] == waits(full)[1]
+
+
+def test_a_line_is_remembered_while_new_jobs_behind_its_head_still_wait_for_their_first_write() -> None:
+    kept, full = blocked_line()
+    n1 = paralleljob("n1", 1, 1, 1, queue="a", created=stamp(30))  # behind w0, its first write in flight
+    for fc in (kept, full):
+        fc.queues["a"] = QueueInfo("a", max_gpus=64)  # the line is decided whole (its queue changed), w0 as before
+        fc.add_job(copy.deepcopy(n1))
+        fc.step(hold={"ns/n1"})
+    assert kept.memo is not None and "a" in kept.memo.lines, "in a flood a line always has such a job"
+    line = kept.memo.lines["a"]
+    assert line.head_key == "ns/w0" and "ns/n1" not in line.members
+    for fc in (kept, full):
+        fc.step(hold={"ns/n1"})
+    assert kept.last_plan is not None and kept.last_plan.quiet_waiting == {"a": 3}
+    assert outcome(kept) == outcome(full)
+    for fc in (kept, full):
+        fc.land()
+    arrive(kept, full, passes=3)
+    assert kept.last_plan is not None and kept.last_plan.quiet_waiting == {"a": 4}

@@ -156,6 +156,9 @@ class Plan:
     quiet_oldest: dict[str, str] = field(default_factory=dict)
     # queue -> new waiting jobs decided alone, behind the head the memo remembers holding their line
     behind_heads: dict[str, int] = field(default_factory=dict)
+    # New jobs not decided because their first status write could not start this pass (behind a blocked head,
+    # beyond Observed.background_room): queue -> how many; counted as Pending, and as waiting in their queue
+    skipped_pending: dict[str, int] = field(default_factory=dict)
     # Finished jobs left out because neither they nor their pods changed (plan/waiting.py), by phase
     quiet_finished: dict[str, int] = field(default_factory=dict)
     quiet_wake_at: float | None = None  # the earliest TTL deadline among those finished jobs
@@ -168,6 +171,13 @@ class Plan:
     backoff: Backoff = field(default_factory=Backoff)  # the waits the next pass starts from
     node_events: list[NodeEvent] = field(default_factory=list)  # Warning events to post on nodes
     node_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # what has been reported, by node
+
+    def waiting_left_out(self) -> dict[str, int]:
+        """Queue -> the waiting jobs this pass did not decide (quiet lines' Queued jobs, skipped new ones)."""
+        out = dict(self.quiet_waiting)
+        for queue, count in self.skipped_pending.items():
+            out[queue] = out.get(queue, 0) + count
+        return out
 
     def seen(self) -> list[JobActions]:
         """Every job of this pass, decided or busy: what a count of jobs by phase or queue must cover."""

@@ -67,6 +67,7 @@ from paralleljob.k8s.plan.waiting import (
     Triage,
     WaitingMemo,
     admit_lines,
+    earliest,
     pod_ids,
     remember,
     remember_running,
@@ -107,6 +108,9 @@ class Observed:
     workloads: Mapping[str, WorkloadInfo] = field(default_factory=dict)
     # ResourceClaims by namespace/name (watched with DRA on): a PodGroup's shared claims (plan/groupclaims.py)
     resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
+    # How many more status-only chains the runtime would start now (OperatorConfig.background_chains less those
+    # in flight); None: no limit. New jobs behind a blocked head beyond it are not decided (plan/waiting.py).
+    background_room: int | None = None
 
     @property
     def seconds(self) -> float:
@@ -196,7 +200,8 @@ def decide(
     if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):
         memo.clear()  # only strict FIFO leaves lines out; a node that changed may change any verdict
     untouchable = {*observed.busy, *ctx.holds, *observed.bind_failures, *observed.api_trouble, *observed.invalid_pods}
-    sorted_out = triage(memo, observed.jobs, frozenset(untouchable), book.pods_of, now_s)
+    defer = observed.background_room is not None
+    sorted_out = triage(memo, observed.jobs, frozenset(untouchable), book.pods_of, now_s, defer)
     plan.quiet_finished, plan.quiet_wake_at = sorted_out.finished_by_phase, sorted_out.wake_at
     line = _decide_jobs(ctx, observed, plan, book, _Memo(memo, sorted_out, untouchable))
     try:
@@ -429,14 +434,20 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
         ctx.view.state,
         lambda job: _decide_job(ctx, book.actions_for(job), job),
         lambda entries, blocked: admit_all(ctx, entries, line.in_use, strict_fifo, blocked),
+        line.memo.sorted_out.deferred,
+        observed.background_room,
     )
     plan.scheduling_seconds = lines.durations
     plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
+    plan.skipped_pending = {queue: len(jobs) for queue, jobs in lines.skipped.items()}
     plan.behind_heads = lines.behind
     if memo is not None:  # a line left out is the one the memo holds: its earliest stamp was read then
         plan.quiet_oldest = {
             queue: oldest for queue, jobs in lines.left_out.items() if jobs and (oldest := memo.lines[queue].oldest)
         }
+        for queue, jobs in lines.skipped.items():  # in line too (by priority a new one may have waited longer)
+            if oldest := earliest([plan.quiet_oldest.get(queue, ""), *(job.queued_at for job in jobs)]):
+                plan.quiet_oldest[queue] = oldest
     if memo is not None and strict_fifo:
         decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
         remember(memo, decided, lines.decisions, observed.queues, line.in_use, owner_before, lines.standing)
@@ -458,6 +469,8 @@ def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
     if deadlines:
         plan.wake_after = max(0.0, min(deadlines) - now_s)
     plan.queue_lengths = dict(plan.quiet_waiting)
+    for queue, count in plan.skipped_pending.items():  # Pending, but in line all the same
+        plan.queue_lengths[queue] = plan.queue_lengths.get(queue, 0) + count
     for actions in plan.seen():
         if actions.draft.phase is Phase.QUEUED and actions.job.request is not None:
             queue = actions.job.request.queue
@@ -466,7 +479,7 @@ def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
     plan.queue_statuses = {
         name: status
         for name, status in queue_statuses(
-            plan.seen(), observed.queues, view, plan.quiet_waiting, plan.queue_book
+            plan.seen(), observed.queues, view, plan.waiting_left_out(), plan.queue_book
         ).items()
         if name in observed.queues and dict(observed.queues[name].status) != status
     }

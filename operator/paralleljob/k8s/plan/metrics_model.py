@@ -179,13 +179,17 @@ def gauges(
     quiet: Mapping[str, int] | None = None,
     book: QueueBook | None = None,
     finished: Mapping[str, int] | None = None,
+    pending: Mapping[str, int] | None = None,
 ) -> Gauges:
     """``fairness``: Jain's index from the queueing pass when it ran; else computed here the same way, from
     ``book`` when the pass already booked the queues' usage (``Plan.queue_book``).
-    ``quiet``: queue -> Queued jobs the pass left out (``Plan.quiet_waiting``), counted as waiting."""
+    ``quiet``: queue -> Queued jobs the pass left out (``Plan.quiet_waiting``), counted as waiting;
+    ``pending``: queue -> new jobs it did not decide (``Plan.skipped_pending``), Pending and waiting too."""
     quiet = quiet or {}
+    pending = pending or {}
     phases = Counter(a.draft.phase.value for a in jobs)
     phases[Phase.QUEUED.value] += sum(quiet.values())
+    phases[Phase.PENDING.value] += sum(pending.values())
     for phase, count in (finished or {}).items():
         phases[phase] += count  # finished jobs the pass left out (Plan.quiet_finished)
     by_phase = {p.value: phases.get(p.value, 0) for p in Phase}
@@ -206,8 +210,9 @@ def gauges(
             queue_gpus[request.queue] = queue_gpus.get(request.queue, 0) + request.spec.num_gpus
         elif actions.draft.phase is Phase.QUEUED:
             queue_length[request.queue] = queue_length.get(request.queue, 0) + 1
-    for name, count in quiet.items():
-        queue_length[name] = queue_length.get(name, 0) + count
+    for left_out in (quiet, pending):
+        for name, count in left_out.items():
+            queue_length[name] = queue_length.get(name, 0) + count
     for name in queues:
         queue_length.setdefault(name, 0)
     if fairness is None:

@@ -22,9 +22,27 @@ A line left out with arrivals has only its arrivals decided: in one core FIFO ca
 told that the line is held by that head (``schedule_fifo``'s ``blocked``), so each gets what the full pass
 gives a job behind a blocked head (its own entry checks first, then "waiting behind <head>"), with the same
 first status write. Those with nothing left to write join the remembered line (:func:`remember`, ``_grow``);
-the others are arrivals again next pass. An arrival ahead of the head, or a line with no blocking head,
+the others are arrivals again next pass. A line decided whole is remembered likewise when its blocking head
+and the jobs ahead of it may be, even if some behind the head may not (a first write still in flight, a
+hold): those wait outside it as arrivals (``_rebuild``), or in a flood, where every line always has a new job
+being written, no line would ever be remembered. An arrival ahead of the head, or a line with no blocking head,
 sends the whole line through the pass. A flood (new jobs on every line on every pass) thus costs a pass in
 proportion to the arrivals, not to all the jobs waiting.
+
+When the API server is saturated, the arrivals are mostly jobs whose first status write has not even started:
+the runtime starts at most ``OperatorConfig.background_chains`` status-only chains at once and holds the rest
+back, so deciding them all again each pass (40,000 such jobs: 4-6 s a pass) bought nothing. Given the room
+the runtime has now (``Observed.background_room``; None: no limit, as in the tests and the simulator),
+:func:`triage` (``defer``) does not decide a Pending arrival, not busy, that stands behind its line's
+remembered blocking head (:func:`stands_behind`: its place in line read from its object, by the very
+``line_position`` the core FIFO pass sorts the decided entry by); :func:`admit_lines` then decides, among the
+lines it leaves out, only as many of those as there is room for (:func:`within_room`: each line's in line
+order, the lines merged oldest first). The others are not decided at all (no status draft, no core FIFO
+call): counted as Pending and as waiting in their queue (``Plan.skipped_pending``) and arrivals again next
+pass. A line the pass looks at after all (its head may fit, its queue changed) decides its deferred arrivals
+with the rest, so the line goes through the core FIFO pass whole and strict FIFO admits no job out of turn:
+a job left undecided only stands behind a head that still blocks, where the full pass gives it "waiting
+behind <head>" and nothing else, which it gets on the pass that has room for its write.
 
 Only the default policy (strict FIFO without a core queue policy) uses it; best-effort FIFO and the core's
 queueing pass look at every job. The property tests (``tests/property/test_waiting_memo_properties.py``) run
@@ -35,6 +53,8 @@ the view's kept-vs-rebuild check does for nodes.
 from __future__ import annotations
 
 import enum
+import heapq
+import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -161,6 +181,9 @@ class Triage:
     finished_by_phase: dict[str, int] = field(default_factory=dict)  # their count per phase, for the gauges
     wake_at: float | None = None  # the earliest deadline among them (a TTL after finishing), epoch seconds
     arrivals: dict[str, list[JobObject]] = field(default_factory=dict)  # quiet queue -> its new waiting jobs
+    # quiet queue -> its arrivals with no status yet that stand behind its remembered head, not decided yet
+    # (``defer``): :func:`admit_lines` decides as many as a first status write can start for
+    deferred: dict[str, list[JobObject]] = field(default_factory=dict)
 
 
 def triage(
@@ -169,19 +192,24 @@ def triage(
     untouchable: Mapping[str, object] | frozenset[str],
     pods_of: Callable[[JobObject], Sequence[PodInfo]] | None = None,
     now_s: float = 0.0,
+    defer: bool = False,
 ) -> Triage:
     """Split the pass's jobs: a line stays a candidate for quiet when every job the memo holds for it is here,
     unchanged, and not ``untouchable`` (busy, held back, reported by the runtime), and the only other jobs in it
     are waiting jobs the memo does not hold (``arrivals``: decided, and judged against the line's head in
     :func:`admit_lines`).
     A finished job the memo holds is left out while it and its pods (``pods_of``) are as they were and its
-    deadline, if any (``ttlSecondsAfterFinished``), is after ``now_s``."""
+    deadline, if any (``ttlSecondsAfterFinished``), is after ``now_s``.
+    ``defer``: an arrival whose first status write has yet to start (Pending, not busy) and that stands behind
+    its line's remembered blocking head (:func:`stands_behind`, read from its object) is not decided here but
+    put in ``deferred``, for :func:`admit_lines` to decide within the pass's background room."""
     if memo is None or not (memo.lines or memo.finished):
         return Triage(list(jobs), {})
     to_decide: list[JobObject] = []
     candidates: dict[str, list[JobObject]] = {}
     dirty: set[str] = set()
     arrivals: dict[str, list[JobObject]] = {}
+    deferred: dict[str, list[JobObject]] = {}
     finished: list[Steady] = []
     finished_by_phase: dict[str, int] = {}
     wake_at: float | None = None
@@ -213,7 +241,21 @@ def triage(
                 else:
                     members.append(job)
                 continue
-        queue = job.request.queue if job.request is not None else None
+        request = job.request
+        queue = request.queue if request is not None else None
+        if (
+            defer
+            and kept is None
+            and request is not None
+            and job.phase is Phase.PENDING
+            and not job.deleting
+            and not request.pod_group
+            and key not in untouchable
+            and (line := lines.get(request.queue)) is not None
+            and stands_behind(line, job, request)
+        ):
+            deferred.setdefault(request.queue, []).append(job)  # decided by admit_lines if its line stays quiet
+            continue
         to_decide.append(job)
         if kept is not None and kept.request is not None:
             dirty.add(kept.request.queue)  # it changed: its old line moves
@@ -235,7 +277,10 @@ def triage(
         else:
             quiet[queue] = members
     arrived_quiet = {queue: jobs for queue, jobs in arrivals.items() if queue in quiet}
-    return Triage(to_decide, quiet, finished, finished_by_phase, wake_at, arrived_quiet)
+    for queue in list(deferred):
+        if queue not in quiet:
+            to_decide.extend(deferred.pop(queue))  # its line is decided whole: so are they, as before
+    return Triage(to_decide, quiet, finished, finished_by_phase, wake_at, arrived_quiet, deferred)
 
 
 def capacity_freed(memo: WaitingMemo, state: ClusterState | None) -> bool:
@@ -277,6 +322,7 @@ class Lines:
     left_out: dict[str, list[JobObject]] = field(default_factory=dict)  # queue -> jobs not looked at
     standing: set[str] = field(default_factory=set)  # lines whose remembered head still holds them
     behind: dict[str, int] = field(default_factory=dict)  # standing line -> arrivals decided behind its head
+    skipped: dict[str, list[JobObject]] = field(default_factory=dict)  # standing line -> arrivals not decided
 
 
 Entry = tuple[JobObject, JobRequest]
@@ -284,14 +330,40 @@ Entry = tuple[JobObject, JobRequest]
 Admitter = Callable[[Sequence[Entry], Mapping[str, str]], tuple[list[float], Sequence[Admit | Wait]]]
 
 
+def stands_behind(line: LineMemo, job: JobObject, request: JobRequest) -> bool:
+    """Whether a job, read from its object alone (undecided), sorts behind the line's remembered blocking
+    head in the core's order (``line_position``: what the FIFO pass sorts the decided entry by)."""
+    if line.head_reason is None or line.head_at is None or not line.head_name:
+        return False
+    return line_position(job, request) > line.head_at
+
+
+def stands_behind_at(head_at: LineKey, job: JobObject) -> bool:
+    """Whether a job sorts behind a head standing at ``head_at`` (the same order as :func:`stands_behind`)."""
+    return job.request is not None and line_position(job, job.request) > head_at
+
+
 def behind_head(line: LineMemo, entries: Sequence[Entry]) -> bool:
     """Whether every entry stands behind the line's remembered blocking head (trivially, when there are none):
     strict FIFO then decides them as waiting behind it whatever they are, but for their own entry checks."""
-    if not entries:
-        return True
-    if line.head_reason is None or line.head_at is None or not line.head_name:
-        return False
-    return all(line_position(job, request) > line.head_at for job, request in entries)
+    return all(stands_behind(line, job, request) for job, request in entries)
+
+
+def within_room(
+    deferred: Sequence[tuple[str, list[JobObject]]], room: int | None
+) -> tuple[list[JobObject], list[JobObject]]:
+    """Which deferred arrivals of the lines left out are decided (``room`` of them; all when None): each
+    line's in its line order, the lines' merged oldest first. Returns (decided, skipped)."""
+    lines = [
+        sorted(jobs, key=lambda job: line_position(job, job.request))  # type: ignore[arg-type]  # never None here
+        for _, jobs in deferred
+    ]
+    merged = heapq.merge(*lines, key=lambda job: parse_time(job.queued_at) or 0.0)
+    if room is None:
+        return list(merged), []
+    chosen = list(itertools.islice(merged, max(0, room)))
+    picked = {id(job) for job in chosen}
+    return chosen, [job for jobs in lines for job in jobs if id(job) not in picked]
 
 
 def admit_lines(
@@ -302,6 +374,8 @@ def admit_lines(
     state: ClusterState | None,
     decide_job: Callable[[JobObject], Entry | None],
     admit: Admitter,
+    deferred: Mapping[str, list[JobObject]] | None = None,
+    room: int | None = None,
 ) -> Lines:
     """The FIFO pass line by line in queue order (as the core orders them, so the result is the same as one
     call over all): ``queued`` lines always, ``quiet`` candidates as :func:`look` says. A quiet line's entries
@@ -309,7 +383,10 @@ def admit_lines(
     decided, behind it, in one call with the other such lines' after the rest (they allocate nothing, so
     where they are decided changes nothing); else the whole line is. ``facts``: a queue's object and the
     GPUs its jobs hold now; ``decide_job``: the pass's per-job decision (None: it does not try admission);
-    ``admit``: the core FIFO pass over some entries of one line."""
+    ``admit``: the core FIFO pass over some entries of one line. ``deferred``: the quiet lines' arrivals that
+    triage left undecided (they stand behind the remembered head): decided with their line when it is looked
+    at, else only ``room`` of them (None: all), those whose first status write can start this pass
+    (:func:`within_room`); the others are :attr:`Lines.skipped`, decided by a later pass."""
     by_queue: dict[str, list[Entry]] = {}
     for entry in queued:
         by_queue.setdefault(entry[1].queue, []).append(entry)
@@ -317,6 +394,8 @@ def admit_lines(
     out = Lines()
     behind: list[Entry] = []
     heads: dict[str, str] = {}
+    deferred = deferred or {}
+    pool: list[tuple[str, list[JobObject]]] = []  # lines left out: their deferred arrivals, decided within room
 
     def run(entries: Sequence[Entry], blocked: Mapping[str, str]) -> Sequence[Admit | Wait]:
         durations, decisions = admit(entries, blocked)
@@ -351,10 +430,19 @@ def admit_lines(
                     behind.extend(entries)
                     heads[queue] = line.head_name
                     out.behind[queue] = len(entries)
+                if deferred.get(queue):
+                    pool.append((queue, deferred[queue]))
+                    heads[queue] = line.head_name
                 continue
-            entries = entries + decided(members)
+            entries = entries + decided(members) + decided(deferred.get(queue, []))
         if entries:
             run(entries, {})
+    chosen, skipped = within_room(pool, room)
+    for entry in decided(chosen):
+        behind.append(entry)
+        out.behind[entry[1].queue] = out.behind.get(entry[1].queue, 0) + 1
+    for job in skipped:
+        out.skipped.setdefault(job.request.queue if job.request is not None else "", []).append(job)
     if behind:
         run(behind, heads)
     return out
@@ -413,7 +501,9 @@ def _rebuild(
     queues: Mapping[str, QueueInfo],
     in_use: Mapping[str, int],
 ) -> None:
-    """The lines a pass looked at whole: each remembered anew from its jobs' decisions, or forgotten."""
+    """The lines a pass looked at whole: each remembered anew from its jobs' decisions, or forgotten (a job
+    that may not be remembered ahead of the blocking head, or no such head). Those behind it that may not be
+    remembered stay outside, arrivals next pass."""
     touched = {job.request.queue for job, _ in decided.values() if job.request is not None}
     touched |= {old.request.queue for key in decided if (old := memo.jobs.get(key)) is not None and old.request}
     for queue in touched:
@@ -421,7 +511,7 @@ def _rebuild(
         for key in old_line.members if old_line is not None else ():
             memo.jobs.pop(key, None)  # still here: put back below when it may be remembered
     by_queue: dict[str, list[str]] = {}
-    forgettable: set[str] = set()
+    outside: dict[str, list[JobObject]] = {}  # queue -> its jobs that may not be remembered
     for key, (job, keep) in decided.items():
         memo.jobs.pop(key, None)
         if job.request is None or job.request.queue not in touched:
@@ -430,26 +520,31 @@ def _rebuild(
             memo.jobs[key] = job
             by_queue.setdefault(job.request.queue, []).append(key)
         else:
-            forgettable.add(job.request.queue)
+            outside.setdefault(job.request.queue, []).append(job)
     heads: dict[str, Wait] = {}
     for decision in decisions:
         if isinstance(decision, Wait) and decision.queue not in heads and blocks(decision):
             heads[decision.queue] = decision
     for queue, members in by_queue.items():
-        if queue in forgettable:
-            for key in members:
-                memo.jobs.pop(key, None)
-            continue
         head = heads.get(queue)
         head_job = decided[head.job_id][0] if head is not None and head.job_id in decided else None
         request = head_job.request if head_job is not None else None
+        at = line_position(head_job, request) if head_job is not None and request is not None else None
+        if queue in outside and not (
+            head is not None
+            and at is not None
+            and decided[head.job_id][1]
+            and all(not job.deleting and stands_behind_at(at, job) for job in outside[queue])
+        ):
+            for key in members:
+                memo.jobs.pop(key, None)
+            continue
         shape = request.spec if request is not None else None
         reason = head.reason if head is not None else None
         facts = queue_facts(queues.get(queue))
         key = head.job_id if head is not None else ""
         oldest = earliest(decided[member][0].queued_at for member in members)
         name = head_job.name if head_job is not None else ""
-        at = line_position(head_job, request) if head_job is not None and request is not None else None
         memo.lines[queue] = LineMemo(
             frozenset(members), facts, in_use.get(queue, 0), reason, shape, key, oldest, name, at
         )

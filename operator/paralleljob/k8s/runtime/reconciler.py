@@ -351,6 +351,8 @@ class Reconciler:
             pod_groups={g.key: g for g in self.pod_groups.values()},
             workloads={w.key: w for w in self.workloads.values()},
             resource_claims=self._group_claims(),
+            # new jobs behind a blocked head beyond this are not decided: their first write could not start
+            background_room=max(0, self.config.background_chains - len(self.background)),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -426,6 +428,7 @@ class Reconciler:
                 plan.quiet_waiting,
                 plan.queue_book,
                 plan.quiet_finished,
+                plan.skipped_pending,
             )
         )
         self.metrics.waiting_left_out.set(sum(plan.quiet_waiting.values()))
@@ -442,13 +445,14 @@ class Reconciler:
         self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(
             "pass %d: decided in %.1f ms; %d job chains started (%d status writes held back), %d in flight,"
-            " %d waiting jobs left out",
+            " %d waiting jobs left out, %d new ones not decided (no room for their first status write)",
             self.passes,
             (time.monotonic() - started) * 1e3,
             launched,
             held_back,
             len(self.inflight),
             sum(plan.quiet_waiting.values()),
+            sum(plan.skipped_pending.values()),
         )
 
     def _group_claims(self) -> dict[str, ClaimInfo]:
