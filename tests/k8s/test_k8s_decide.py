@@ -463,3 +463,18 @@ def test_a_pod_is_not_created_on_gpus_another_jobs_leaving_pod_still_runs_on() -
     actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
     sync_pods(actions, job, job.request, job.record, [], nodes, holders)
     assert [c.node for c in actions.creates] == [a_pod.node]
+
+
+def test_a_finished_orphan_that_names_its_owner_is_left_to_the_garbage_collector() -> None:
+    """A job deleted (its TTL, say) leaves pods the collector removes with it: the operator deletes only those
+    that still hold GPUs."""
+    fc = FakeCluster([node("n0")])
+    owner = {"apiVersion": "paralleljob.dev/v1alpha1", "kind": "ParallelJob", "name": "gone", "uid": "uid-gone"}
+    for name, phase in {"done": "Succeeded", "failed": "Failed", "running": "Running"}.items():
+        pod = foreign_pod(name, "n0", 1, namespace="ns")
+        pod["metadata"]["labels"] = {"paralleljob.dev/job": "gone"}
+        pod["metadata"]["ownerReferences"] = [{**owner, "controller": True}]
+        pod["status"] = {"phase": phase}
+        fc.pods[("ns", name)] = pod
+    plan = fc.step()
+    assert [o.name for o in plan.orphans] == ["running"]

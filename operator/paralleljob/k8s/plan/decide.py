@@ -231,7 +231,8 @@ def _pods_by_job(
     observed: Observed, jobs: Mapping[str, JobObject], view: ClusterView, plan: Plan
 ) -> dict[str, list[PodInfo]]:
     """Each job's worker pods; a worker whose ParallelJob is gone becomes an orphan to delete (in a
-    namespace this operator serves: elsewhere its job is one we cannot see, not a deleted one)."""
+    namespace this operator serves: elsewhere its job is one we cannot see, not a deleted one), unless it has
+    finished and still names its owner, which the garbage collector deletes it with."""
     pods_by_job: dict[str, list[PodInfo]] = {}
     for pod in observed.pods:  # every pod of every pass: kept lean (a drained queue leaves 100,000 of them)
         key = pod.job_key
@@ -244,6 +245,10 @@ def _pods_by_job(
             else:
                 found.append(pod)
         elif observed.namespaces and pod.namespace not in observed.namespaces:
+            continue
+        elif pod.terminal and pod.owner_uid and not pod.deleting:
+            # finished, it holds no GPU, and the garbage collector removes it with its owner: deleting it too
+            # doubled the writes of every job a TTL deleted (and lost the race to the collector, a 404, mostly)
             continue
         elif not pod.deleting or must_force(pod, view.nodes):
             plan.orphans.append(
