@@ -4,6 +4,7 @@ status patches, lease decisions, manifests and gauges."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from paralleljob.k8s.edge.constants import GPU_RESOURCE
 from paralleljob.k8s.edge.lease import verdict
 from paralleljob.k8s.edge.manifests import binding, headless_service, worker_pod
 from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import parse_pod
+from paralleljob.k8s.edge.pods import FAILURE_MESSAGE_CHARS, parse_pod
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_from_status
 from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.plan.metrics_model import jain_index
@@ -186,3 +187,27 @@ def test_the_crd_bounds_the_model_with_the_operators_numbers_and_words() -> None
     for shape in (ModelShape(hidden_dim=2**40), ModelShape(seq_len=2**40), ModelShape(num_params_billions=1e5)):
         with pytest.raises(InvalidRequest, match="beyond any real model"):
             JobSpec("j", 1, 1, 1, 0.0, shape)
+
+
+def test_a_failed_workers_termination_message_is_part_of_its_failure() -> None:
+    """What the program wrote to /dev/termination-log (or its log's tail) says why it stopped: lastFailure and
+    the WorkerFailure Event carry its end, on one line."""
+
+    def failed(message: str | None) -> dict[str, Any]:
+        terminated: dict[str, Any] = {"exitCode": 1, "reason": "Error"}
+        if message is not None:
+            terminated["message"] = message
+        return {
+            "metadata": {"name": "w", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "trainer", "image": "x"}]},
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}],
+            },
+        }
+
+    assert parse_pod(failed(None)).failure == "container trainer exited with code 1 (Error)"
+    said = parse_pod(failed('{"problems":\n ["rank 6 saw 7 ranks"]}')).failure
+    assert said == 'container trainer exited with code 1 (Error): {"problems": ["rank 6 saw 7 ranks"]}'
+    long = parse_pod(failed("x" * 1000 + " the end")).failure
+    assert long.endswith(" the end") and len(long.split(": ", 1)[1]) == FAILURE_MESSAGE_CHARS + 3

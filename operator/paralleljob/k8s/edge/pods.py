@@ -122,12 +122,23 @@ def pod_requests(spec: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(requests.items()))
 
 
+FAILURE_MESSAGE_CHARS = 300  # of a container's termination message carried into lastFailure and the Event
+
+
+def _last_words(message: Any) -> str:
+    """The end of a container's termination message (``/dev/termination-log``, or its log's tail with
+    ``FallbackToLogsOnError``) on one line: what the program said about why it stopped."""
+    text = " ".join(str(message or "").split())
+    return text if len(text) <= FAILURE_MESSAGE_CHARS else "..." + text[-FAILURE_MESSAGE_CHARS:]
+
+
 def _failure(status: Mapping[str, Any]) -> str:
     for cs in status.get("containerStatuses") or []:
         terminated = ((cs or {}).get("state") or {}).get("terminated") or {}
         if terminated and terminated.get("exitCode", 0) != 0:
             code, reason = terminated.get("exitCode"), terminated.get("reason", "")
-            return f"container {cs.get('name')} exited with code {code} ({reason})"
+            said = _last_words(terminated.get("message"))
+            return f"container {cs.get('name')} exited with code {code} ({reason})" + (f": {said}" if said else "")
     return str(status.get("message") or status.get("reason") or "")
 
 
