@@ -19,22 +19,29 @@ from tests.k8s.fakekube import FakeApi
 from tests.k8s.test_runtime_fakekube import JOBS, NODES, Operator, stop
 
 
-async def _order_of_grants() -> list[str]:
-    lanes = Lanes(1)
-    order: list[str] = []
-    release = asyncio.Event()
+async def _occupy(lanes: Lanes) -> tuple[asyncio.Task[None], asyncio.Event]:
+    """Take the lanes' only slot until the returned event is set, so the next requests must wait."""
+    gate = asyncio.Event()
 
     async def holder() -> None:
         async with lanes.slot():
-            await release.wait()
+            await gate.wait()
+
+    task = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    return task, gate
+
+
+async def _order_of_grants() -> list[str]:
+    lanes = Lanes(1)
+    order: list[str] = []
 
     async def request(name: str, background: bool) -> None:
         async with lanes.slot(background):
             order.append(name)
             await asyncio.sleep(0)
 
-    first = asyncio.create_task(holder())
-    await asyncio.sleep(0)
+    first, release = await _occupy(lanes)
     waiters = [asyncio.create_task(request(n, n.startswith("b"))) for n in ("b1", "u1", "b2", "u2")]
     await asyncio.sleep(0)
     assert lanes.waiting() == (2, 2)
@@ -52,18 +59,12 @@ def test_every_fourth_slot_goes_to_a_waiting_background_request_so_urgent_work_c
     async def run() -> list[str]:
         lanes = Lanes(1)
         order: list[str] = []
-        gate = asyncio.Event()
-
-        async def holder() -> None:
-            async with lanes.slot():
-                await gate.wait()
 
         async def request(name: str) -> None:
             async with lanes.slot(name.startswith("b")):
                 order.append(name)
 
-        first = asyncio.create_task(holder())
-        await asyncio.sleep(0)
+        first, gate = await _occupy(lanes)
         names = ["b1", "b2", *(f"u{i}" for i in range(1, 8))]
         tasks = [asyncio.create_task(request(n)) for n in names]
         await asyncio.sleep(0)
@@ -78,18 +79,12 @@ def test_a_cancelled_waiter_gives_up_its_place_and_no_slot_is_lost() -> None:
     async def run() -> tuple[list[str], int]:
         lanes = Lanes(1)
         got: list[str] = []
-        gate = asyncio.Event()
-
-        async def holder() -> None:
-            async with lanes.slot():
-                await gate.wait()
 
         async def request(name: str) -> None:
             async with lanes.slot(False):
                 got.append(name)
 
-        first = asyncio.create_task(holder())
-        await asyncio.sleep(0)
+        first, gate = await _occupy(lanes)
         doomed, kept = asyncio.create_task(request("doomed")), asyncio.create_task(request("kept"))
         await asyncio.sleep(0)
         doomed.cancel()
@@ -105,19 +100,13 @@ def test_the_lane_follows_the_context_variable_by_default() -> None:
     async def run() -> list[tuple[str, str]]:
         lanes = Lanes(1)
         order: list[tuple[str, str]] = []
-        gate = asyncio.Event()
-
-        async def holder() -> None:
-            async with lanes.slot():
-                await gate.wait()
 
         async def request(name: str, background: bool) -> None:
             BACKGROUND.set(background)
             async with lanes.slot():
                 order.append((name, "background" if BACKGROUND.get() else "urgent"))
 
-        first = asyncio.create_task(holder())
-        await asyncio.sleep(0)
+        first, gate = await _occupy(lanes)
         tasks = [asyncio.create_task(request("b", True)), asyncio.create_task(request("u", False))]
         await asyncio.sleep(0)
         gate.set()
