@@ -34,6 +34,7 @@ from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
+from paralleljob.devtools import requestmix
 from paralleljob.devtools.bench_operator import job_body, watch
 from paralleljob.devtools.bench_scale import PASS_METRIC, operator_under_test
 from paralleljob.devtools.operatorproc import LEADER_METRIC, OperatorProcess
@@ -295,6 +296,16 @@ async def flood(kube: Kube, tracker: JobTracker, operator: OperatorProcess, args
     return out
 
 
+async def request_counts(cluster: DevCluster, operator: OperatorProcess) -> dict[str, requestmix.Counts]:
+    """The API server's requests by verb, resource and subresource (every client), and the operator's."""
+    served = await asyncio.to_thread(requestmix.apiserver_metrics, cluster.kubeconfig)
+    made = await asyncio.to_thread(operator.metrics)
+    return {
+        "apiserver": requestmix.counter_by(served, requestmix.APISERVER_FAMILY, requestmix.APISERVER_KEYS),
+        "operator": requestmix.counter_by(made, requestmix.OPERATOR_FAMILY, requestmix.OPERATOR_KEYS),
+    }
+
+
 async def measure(cluster: DevCluster, args: Any) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-jobs-"))
     operator = operator_under_test(cluster, workdir, "bench-leader")
@@ -312,10 +323,16 @@ async def measure(cluster: DevCluster, args: Any) -> dict[str, Any]:
         async with JobTracker(kube) as tracker:
             out["room"] = await room_latency(kube, tracker, args.room_jobs)
             print(f"room: {out['room']}", file=sys.stderr, flush=True)
+            before = await request_counts(cluster, operator)
             out["flood"] = await flood(kube, tracker, operator, args)
+            after = await request_counts(cluster, operator)
+        out["requests_per_job"] = {
+            side: requestmix.per_job(before[side], after[side], args.flood_jobs) for side in before
+        }
         out["leadership_changes"] = await lease_transitions(kube) - transitions
         out["operator_restarts"] = operator.starts - 1
-        out["lease_renewals"] = operator.sample("paralleljob_lease_renewals_total")
+        renewals = requestmix.counter_by(operator.metrics(), "paralleljob_lease_renewals", ("outcome",))
+        out["lease_renewals"] = {outcome: value for (outcome,), value in sorted(renewals.items())}
     finally:
         await kube.close()
         operator.stop()
