@@ -1,7 +1,7 @@
 """What the operator keeps per ParallelJob, in bytes, broken down by where it is kept (issue 29: 50,000 jobs
 over 1,000 queues with the operator's RSS at most 500 MB).
 
-    python -m tests.bench.job_memory [JOBS] [QUEUES] [--applied]   (default: 20000 1000)
+    python -m tests.bench.job_memory [JOBS] [QUEUES] [--applied | --finished]   (default: 20000 1000)
 
 JOBS flood jobs (``paralleljob bench jobs``' own bodies: ``devtools/bench_jobs.flood_body``) wait in QUEUES
 queues on a full cluster, each with the status the operator wrote for it, as the API server hands them over:
@@ -18,16 +18,23 @@ received (nothing shared), what the job store keeps of the body, the parsed JobO
 waiting memo and other reconciler state beyond those (object sizes walked with ``sys.getsizeof``, each
 object counted once however many jobs share it), and the process's RSS growth from before the first job
 to after the pass, divided by the jobs. Not collected by pytest: a measurement, not a test.
+
+With ``--finished`` the jobs are the other half of a drained queue without ``ttlSecondsAfterFinished``:
+Succeeded, each with its placement record in status and its worker pods as kwok leaves them (Succeeded, the
+container terminated with exit code 0, conditions, IPs and times; ``managedFields`` for the operator's
+create and binding and kwok's status updates), fed as watch events; the pods' share is printed apart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as dt
 import gc
 import json
 import os
 import random
+import re
 import sys
 import time
 import uuid
@@ -157,6 +164,106 @@ def flood(jobs: int, queues: int, applied: bool, rng: random.Random, fc: FakeClu
         yield json.dumps(body).encode()
 
 
+def finished_cluster(queues: int, rng: random.Random) -> FakeCluster:
+    """A small cluster whose flood-shaped jobs all ran and Succeeded: their pods completed as kwok completes
+    them, the operator's passes recording each job's end."""
+    fc = FakeCluster(
+        [node(f"gpu-node-{i:03d}", leaf=f"leaf-{i // 8:03d}") for i in range(4)],
+        queues={f"q{i:04d}": QueueInfo(f"q{i:04d}") for i in range(queues)},
+        memo=True,
+    )
+    for i in range(48):
+        body = flood_body(f"pattern-{i:05d}", rng, queues, (600.0, 600.0))
+        fc.add_job(created(body, f"pattern-{i:05d}", f"2026-11-27T10:00:{i:02d}Z", rng))
+    for _ in range(60):
+        fc.settle(3)
+        for key, pod in list(fc.pods.items()):
+            if pod["status"].get("phase") == "Running":
+                fc.pods[key] = kwok_completed(pod)
+        if all(fc.phase(k) == "Succeeded" for k in fc.jobs):
+            return fc
+    raise RuntimeError("the pattern jobs did not all finish")
+
+
+def kwok_completed(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as the API server hands it over once kwok has run and completed it."""
+    out = copy.deepcopy(pod)
+    stamp = "2026-11-27T10:05:00Z"
+    containers = out["spec"].get("containers") or []
+    out["status"] = {
+        "phase": "Succeeded",
+        "conditions": [
+            {
+                "type": t,
+                "status": "False" if t == "Ready" else "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": stamp,
+            }
+            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        ],
+        "hostIP": "10.0.0.1",
+        "hostIPs": [{"ip": "10.0.0.1"}],
+        "podIP": "10.0.7.3",
+        "podIPs": [{"ip": "10.0.7.3"}],
+        "startTime": stamp,
+        "containerStatuses": [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": {
+                    "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp, "finishedAt": stamp}
+                },
+            }
+            for c in containers
+        ],
+    }
+    entry = {"apiVersion": "v1", "fieldsType": "FieldsV1", "time": stamp}
+    out["metadata"]["creationTimestamp"] = stamp
+    out["metadata"]["managedFields"] = [
+        {"manager": "paralleljob-operator", "operation": "Update", **entry, "fieldsV1": fields_v1(pod["spec"])},
+        {
+            "manager": "kwok",
+            "operation": "Update",
+            "subresource": "status",
+            **entry,
+            "fieldsV1": fields_v1(out["status"]),
+        },
+    ]
+    return out
+
+
+def finished_flood(jobs: int, rng: random.Random, fc: FakeCluster) -> Iterator[tuple[bytes, list[bytes]]]:
+    """Each Succeeded job's JSON and its pods', as the API server sends them: a job of ``fc`` renamed."""
+    patterns = [(body, fc.job_pods(key)) for key, body in sorted(fc.jobs.items())]
+    for i in range(jobs):
+        body, pods = patterns[i % len(patterns)]
+        old_name, old_uid = body["metadata"]["name"], body["metadata"]["uid"]
+        name, uid = f"flood-{i:06d}", str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        body = {**body, "metadata": {**body["metadata"], "managedFields": managed_fields(body, body["status"], "")}}
+        job = _retimed(json.dumps(body).replace(old_name, name).replace(old_uid, uid), i)
+        renamed = []
+        for pod in pods:
+            pod_uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            text = json.dumps(pod).replace(old_name, name).replace(old_uid, uid)
+            renamed.append(_retimed(text.replace(pod["metadata"]["uid"], pod_uid), i).encode())
+        yield job.encode(), renamed
+
+
+def _retimed(text: str, i: int) -> str:
+    """``text`` with the harness's times moved to job ``i``'s own (jobs of a drain start and end apart)."""
+    start = dt.datetime(2026, 11, 27, tzinfo=dt.UTC) + dt.timedelta(seconds=2 * i)
+
+    def moved(match: re.Match[str]) -> str:
+        at = start + dt.timedelta(minutes=int(match[1]), seconds=int(match[2]))
+        return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    return re.sub(r"20(?:24-01-01T00|26-11-27T10):(\d\d):(\d\d)Z", moved, text)
+
+
 def _behind_head(body: dict[str, Any]) -> bool:
     """A Queued job behind its queue's head: a copy of it with a later queue time waits with the same words."""
     conditions = (body.get("status") or {}).get("conditions") or []
@@ -195,7 +302,7 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def measure(jobs: int, queues: int, applied: bool) -> dict[str, Any]:
+async def measure(jobs: int, queues: int, applied: bool, finished: bool = False) -> dict[str, Any]:
     reconciler = Reconciler(cast(Any, object()), OperatorConfig(view_check_passes=0), Metrics())
 
     launched: list[str] = []
@@ -216,12 +323,17 @@ async def measure(jobs: int, queues: int, applied: bool) -> dict[str, Any]:
     reconciler.inflight.clear()
     launched.clear()
     state = rng.getstate()  # the same flood again for the re-list
-    stream = flood(jobs, queues, applied, rng, fc)
+    if finished:
+        stream: Iterator[tuple[bytes, list[bytes]]] = finished_flood(jobs, rng, finished_cluster(queues, rng))
+    else:
+        stream = ((raw, []) for raw in flood(jobs, queues, applied, rng, fc))
     received = 0
     gc.collect()
     rss_before = rss_bytes()
     started = time.perf_counter()
-    for i, raw in enumerate(stream):
+    for i, (raw, pods) in enumerate(stream):
+        for pod in pods:
+            reconciler.on_event("pod", "ADDED", json.loads(pod))
         body = json.loads(raw)
         if i < 200:  # what one decoded body costs with nothing shared (a sample: the bodies are alike)
             received += deep_size(body, set())
@@ -240,6 +352,9 @@ async def measure(jobs: int, queues: int, applied: bool) -> dict[str, Any]:
     seen: set[int] = set()
     body_bytes = deep_size(bodies, seen) - sys.getsizeof(bodies)
     value_bytes = deep_size(values, seen) - sys.getsizeof(values)
+    pod_bodies = [b for (ns, name), b in reconciler.pods._bodies.items() if name.startswith("flood-")]
+    pod_values = [v for (ns, name), v in reconciler.pods._values.items() if name.startswith("flood-")]
+    pod_bytes = deep_size((pod_bodies, pod_values), seen) - sys.getsizeof(pod_bodies) - sys.getsizeof(pod_values)
     deep_size((list(reconciler.jobs._bodies.values()), reconciler.jobs.values()), seen)  # the settled jobs'
     memo_bytes = deep_size(reconciler.waiting, seen)
     phases: dict[str, int] = {}
@@ -256,10 +371,12 @@ async def measure(jobs: int, queues: int, applied: bool) -> dict[str, Any]:
         "store_body_bytes_per_job": round(body_bytes / jobs),
         "parsed_beyond_body_bytes_per_job": round(value_bytes / jobs),
         "memo_beyond_those_bytes_per_job": round(memo_bytes / jobs),
+        "pods": len(pod_bodies),
+        "pod_store_bytes_per_job": round(pod_bytes / jobs),
         "rss_growth_bytes_per_job": round((rss_after - rss_before) / jobs),
         "rss_after_mb": round(rss_after / 2**20, 1),
         "load_s": round(load_s, 1),
-        "relist_rss_growth_mb": await relist(reconciler, jobs, queues, applied, state, fc),
+        "relist_rss_growth_mb": None if finished else await relist(reconciler, jobs, queues, applied, state, fc),
     }
 
 
@@ -281,10 +398,10 @@ async def relist(reconciler: Reconciler, jobs: int, queues: int, applied: bool, 
 
 
 def main(argv: list[str]) -> None:
-    applied = "--applied" in argv
-    argv = [a for a in argv if a != "--applied"]
+    applied, finished = "--applied" in argv, "--finished" in argv
+    argv = [a for a in argv if a not in ("--applied", "--finished")]
     jobs, queues = (int(a) for a in (argv + ["20000", "1000"][len(argv) :])[:2])
-    print(json.dumps(asyncio.run(measure(jobs, queues, applied))))
+    print(json.dumps(asyncio.run(measure(jobs, queues, applied, finished))))
 
 
 if __name__ == "__main__":

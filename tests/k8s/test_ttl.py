@@ -122,13 +122,14 @@ def test_the_memo_keeps_a_finished_job_with_a_ttl_only_until_its_deadline() -> N
     fc = finished_cluster(ttl=30)
     job = parse_job(fc.job("ns/j"))
     actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
-    actions.wake_at = 1000.0
+    due = deadline(actions)  # its completionTime + 30 s, remembered with it
+    assert due is not None
     memo = WaitingMemo()
     remember_running(memo, [actions], lambda _: [], set())
     assert "ns/j" in memo.finished
-    before = triage(memo, [job], frozenset(), lambda _: [], now_s=999.0)
-    assert [s.job for s in before.finished] == [job] and not before.to_decide and before.wake_at == 1000.0
-    after = triage(memo, [job], frozenset(), lambda _: [], now_s=1000.0)
+    before = triage(memo, [job], frozenset(), lambda _: [], now_s=due - 1)
+    assert [s.job for s in before.finished] == [job] and not before.to_decide and before.wake_at == due
+    after = triage(memo, [job], frozenset(), lambda _: [], now_s=due)
     assert not after.finished and after.to_decide == [job]
 
 

@@ -69,6 +69,7 @@ from paralleljob.k8s.edge.queues import QueueInfo, parse_time
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.fifo_admission import line_position
+from paralleljob.k8s.plan.ttl import deadline
 
 WAITING = (Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED)  # phases of a job that stands in a line (as ACTIVE)
 QueueFacts = tuple[int | None, tuple[str, ...]] | None  # a queue object's cap and namespaces (None: no object)
@@ -102,6 +103,18 @@ class Steady:
     actions: JobActions
 
 
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A finished job a pass found with nothing to do: its object, its pods (by identity), and when its
+    ``ttlSecondsAfterFinished`` runs out (None: never). Kept without its decisions: a drained queue without
+    TTLs piles up tens of thousands of these, and a finished job's draft (a copy of its status) and empty
+    action lists were most of what each cost (~3 KB)."""
+
+    job: JobObject
+    pods: tuple[int, ...]
+    wake_at: float | None
+
+
 @dataclass
 class WaitingMemo:
     """What the last passes decided for waiting jobs, and which running jobs were steady (the containers
@@ -111,7 +124,7 @@ class WaitingMemo:
     lines: dict[str, LineMemo] = field(default_factory=dict)
     owner: list[str | None] = field(default_factory=list)  # the kept view's GPU owners before admission
     running: dict[str, Steady] = field(default_factory=dict)
-    finished: dict[str, Steady] = field(default_factory=dict)  # Succeeded or Failed, nothing left to do
+    finished: dict[str, Done] = field(default_factory=dict)  # Succeeded or Failed, nothing left to do
 
     def clear(self) -> None:
         self.jobs.clear()
@@ -131,7 +144,7 @@ def remember_running(
     decided: Iterable[JobActions],
     pods_of: Callable[[JobObject], Sequence[PodInfo]],
     untouchable: Collection[str],
-    finished: Iterable[Steady] = (),
+    finished: Iterable[Done] = (),
 ) -> None:
     """Keep the running jobs that need nothing while nothing of theirs changes: Running before and after,
     nothing to write, never repaired (a repaired job is re-priced against the free GPUs now and then), no
@@ -139,7 +152,7 @@ def remember_running(
     held back or busy. A node that changes clears the memo (``decide``): health is read from the nodes.
     Finished jobs likewise (Succeeded or Failed before and after, nothing to do, not being deleted): those the
     triage left out (``finished``) stay kept; they are what a queue that drains piles up. One with a
-    ``ttlSecondsAfterFinished`` still to run is kept until its deadline (``actions.wake_at``; see triage)."""
+    ``ttlSecondsAfterFinished`` still to run is kept until its deadline (``ttl.deadline``; see triage)."""
     memo.finished = {steady.job.key: steady for steady in finished}
     before, memo.running = memo.running, {}
     for actions in decided:
@@ -168,7 +181,7 @@ def remember_running(
             and job.key not in untouchable
             # a TTL still to run is kept too: its deadline (wake_at) brings it back (triage, plan/ttl.py)
         ):
-            memo.finished[job.key] = Steady(job, pod_ids(pods_of(job)), actions)
+            memo.finished[job.key] = Done(job, pod_ids(pods_of(job)), deadline(actions))
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +190,7 @@ class Triage:
 
     to_decide: list[JobObject]
     quiet: dict[str, list[JobObject]]  # queue -> its jobs, all unchanged; confirmed by :func:`still_quiet`
-    finished: list[Steady] = field(default_factory=list)  # finished jobs as they were, pods too: left out
+    finished: list[Done] = field(default_factory=list)  # finished jobs as they were, pods too: left out
     finished_by_phase: dict[str, int] = field(default_factory=dict)  # their count per phase, for the gauges
     wake_at: float | None = None  # the earliest deadline among them (a TTL after finishing), epoch seconds
     arrivals: dict[str, list[JobObject]] = field(default_factory=dict)  # quiet queue -> its new waiting jobs
@@ -210,7 +223,7 @@ def triage(
     dirty: set[str] = set()
     arrivals: dict[str, list[JobObject]] = {}
     deferred: dict[str, list[JobObject]] = {}
-    finished: list[Steady] = []
+    finished: list[Done] = []
     finished_by_phase: dict[str, int] = {}
     wake_at: float | None = None
     kept_jobs, lines, done = memo.jobs, memo.lines, memo.finished  # locals: this loop runs for every job of every pass
@@ -223,7 +236,7 @@ def triage(
             and pods_of is not None
             and key not in untouchable
             and steady.pods == pod_ids(pods_of(job))
-            and ((due := steady.actions.wake_at) is None or due > now_s)
+            and ((due := steady.wake_at) is None or due > now_s)
         ):
             finished.append(steady)
             phase = job.phase.value
