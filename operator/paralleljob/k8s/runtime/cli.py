@@ -90,6 +90,12 @@ def register(subparsers: Any) -> None:
         help="DeviceClass of full GPUs that the operator's ResourceClaims request (default: %(default)s)",
     )
     op.add_argument("--write-concurrency", type=int, default=48, help="API requests in flight (default: %(default)s)")
+    op.add_argument(
+        "--background-chains",
+        type=int,
+        default=512,
+        help="waiting jobs' status-only writes started at once; the rest wait for a later pass (default: %(default)s)",
+    )
     op.add_argument("--log-level", default=os.environ.get("PARALLELJOB_LOG_LEVEL", "INFO"))
     op.set_defaults(handler=_operator)
 
@@ -124,6 +130,7 @@ def _operator(args: argparse.Namespace) -> int:
         queue_policy=args.queue_policy,
         preemption_grace_seconds=args.preemption_grace_seconds,
         write_concurrency=max(1, args.write_concurrency),
+        background_chains=max(1, args.background_chains),
         crash_after_binds=int(os.environ.get("PARALLELJOB_CRASH_AFTER_BINDS", "0") or 0),
         kill_task=os.environ.get("PARALLELJOB_KILL_TASK", ""),
     )
