@@ -37,7 +37,7 @@ from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
 from paralleljob.devtools import requestmix
 from paralleljob.devtools.bench_operator import job_body, watch
 from paralleljob.devtools.bench_scale import PASS_METRIC, operator_under_test
-from paralleljob.devtools.operatorproc import LEADER_METRIC, OperatorProcess
+from paralleljob.devtools.operatorproc import LEADER_METRIC, OperatorProcess, read_samples
 from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path
 
@@ -237,7 +237,13 @@ async def flood(kube: Kube, tracker: JobTracker, operator: OperatorProcess, args
                 samples["max_waiting"] = max(samples["max_waiting"], tracker.waiting())
                 await asyncio.sleep(1.0)
                 continue
-            read = operator.samples(*wanted)
+            try:  # off the loop: a busy operator answers late, and the job watch must go on meanwhile
+                read = read_samples(await asyncio.to_thread(operator.metrics), wanted)
+            except OSError as exc:  # not zeros: a missed read once showed "-993 passes, leader False"
+                print(f"{time.monotonic() - started:.0f} s: /metrics not read ({exc})", file=sys.stderr, flush=True)
+                samples["metrics_unread"] = samples.get("metrics_unread", 0) + 1
+                await asyncio.sleep(1.0)
+                continue
             now, count, total = time.monotonic(), read[wanted[0]], read[wanted[1]]
             if now - last[0] >= 30.0:  # a line every 30 s, so a run cut short still says how far it got
                 passes = count - last[1]
@@ -281,6 +287,7 @@ async def flood(kube: Kube, tracker: JobTracker, operator: OperatorProcess, args
         "max_waiting": samples["max_waiting"],
         "done_while_unwatched": len(tracker.gone_unseen),
         "rss_mb_max": round(samples["rss_mb"], 1),
+        "metrics_unread": samples.get("metrics_unread", 0),
     }
     if "start" in busy:
         end = busy["end"] if "end" in busy else await asyncio.to_thread(histogram, operator)

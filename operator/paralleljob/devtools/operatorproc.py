@@ -40,6 +40,15 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def read_samples(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Unlabelled samples of a ``/metrics`` text (0.0: absent)."""
+    found = {}
+    for name in names:
+        match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
+        found[name] = float(match.group(1)) if match else 0.0
+    return found
+
+
 class OperatorExited(RuntimeError):
     """The operator exited while it was waited for; the message ends with its log's last lines."""
 
@@ -63,11 +72,7 @@ class OperatorMetrics:
             text = self.metrics()
         except OSError:
             return dict.fromkeys(names, 0.0)
-        found = {}
-        for name in names:
-            match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
-            found[name] = float(match.group(1)) if match else 0.0
-        return found
+        return read_samples(text, names)
 
     def is_leader(self) -> bool:
         return self.sample(LEADER_METRIC) >= 1.0
