@@ -3,6 +3,7 @@ fair share between queues, Wait/Reserve reasons, and a checkpoint-aware preempti
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from paralleljob.k8s.edge.queues import (
     running_job,
 )
 from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.fifo_admission import line_position
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 
@@ -208,3 +210,18 @@ def test_the_plan_names_the_queues_whose_status_is_out_of_date() -> None:
     idle = QueueInfo("idle", status=tuple(plan.queue_statuses["idle"].items()))
     fc.queues = {"team": parse_queue(written), "idle": idle}
     assert fc.step(at(3)).queue_statuses == {}
+
+
+def test_a_jobs_place_in_line_is_worked_out_once_per_object_and_request() -> None:
+    body = paralleljob("j", extra_spec={"queue": "q", "priority": 3})
+    body["status"] = {"phase": "Queued", "queuedAt": "2024-01-01T00:00:10Z"}
+    job = parse_job(body)
+    assert job.request is not None
+    position = line_position(job, job.request)
+    assert position == ("q", -3, 1704067210.0, f"{job.created} ns/j", job.request.spec.job_id)
+    assert line_position(job, job.request) is position  # kept on the object
+    other = dataclasses.replace(job.request, queue="r")
+    assert line_position(job, other)[0] == "r"  # another request is placed anew
+    later = {**body, "status": {**body["status"], "queuedAt": "2024-01-01T00:00:20Z"}}
+    newer = parse_job(later)  # a new version of the job is a new object: nothing carried over
+    assert newer.request is not None and line_position(newer, newer.request)[2] == 1704067220.0

@@ -70,10 +70,17 @@ def tiebreak(job: JobObject) -> str:
 
 
 def line_position(job: JobObject, request: JobRequest) -> LineKey:
-    """Where the core FIFO pass puts a queued ParallelJob: ``fifo_key`` of its :func:`fifo_job`."""
-    return line_key(
+    """Where the core FIFO pass puts a queued ParallelJob: ``fifo_key`` of its :func:`fifo_job`. Worked out
+    once per job object and request (kept on the object: both are immutable)."""
+    cached = job.line_cache
+    if cached is not None and cached[0] is request:
+        position: LineKey = cached[1]
+        return position
+    position = line_key(
         request.queue, request.spec.priority, parse_time(job.queued_at) or 0.0, tiebreak(job), request.spec.job_id
     )
+    object.__setattr__(job, "line_cache", (request, position))
+    return position
 
 
 def new_record(

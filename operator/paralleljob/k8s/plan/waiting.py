@@ -371,7 +371,7 @@ def within_room(
         sorted(jobs, key=lambda job: line_position(job, job.request))  # type: ignore[arg-type]  # never None here
         for _, jobs in deferred
     ]
-    merged = heapq.merge(*lines, key=lambda job: parse_time(job.queued_at) or 0.0)
+    merged = heapq.merge(*lines, key=lambda job: line_position(job, job.request)[2])  # type: ignore[arg-type]
     if room is None:
         return list(merged), []
     chosen = list(itertools.islice(merged, max(0, room)))
