@@ -38,7 +38,7 @@ def test_a_head_that_does_not_fit_holds_its_line_but_not_other_queues() -> None:
     decisions = schedule_fifo(state, placer, SEED, jobs, {}, no_caps)
     assert verdicts(decisions) == {"big": WaitReason.UNSCHEDULABLE, "small": WaitReason.WAITING, "other": "admit"}
     waiting = next(d for d in decisions if d.job_id == "small")
-    assert isinstance(waiting, Wait) and waiting.reasons == ("waiting behind big in queue a (strict FIFO)",)
+    assert isinstance(waiting, Wait) and waiting.reasons == ("waiting behind the blocked head of queue a (strict FIFO)",)
     assert "other" in state.allocations, "an admission is allocated in the state"
     best_effort = schedule_fifo(state, placer, SEED, jobs[:2], {}, no_caps, FifoPolicy(strict=False))
     assert verdicts(best_effort) == {"big": WaitReason.UNSCHEDULABLE, "small": "admit"}
@@ -57,7 +57,7 @@ def test_jobs_behind_a_head_decided_before_wait_as_if_it_were_decided_first() ->
     together = schedule_fifo(state, placer, SEED, whole + newcomers[2:], {}, no_caps)
     assert [d for d in together if d.job_id != "big"] == list(alone)
     assert verdicts(alone) == {"small": WaitReason.WAITING, "held": WaitReason.BACKING_OFF, "other": "admit"}
-    assert alone[0].reasons == ("waiting behind big in queue a (strict FIFO)",)
+    assert alone[0].reasons == ("waiting behind the blocked head of queue a (strict FIFO)",)
     unblocked = schedule_fifo(state, placer, SEED, newcomers[:1], {}, no_caps)
     assert verdicts(unblocked) == {"small": "admit"}, "without the head named, the line is open"
 

@@ -20,7 +20,7 @@ hold, and sends it through the core FIFO pass from its head otherwise:
 
 A line left out with arrivals has only its arrivals decided: in one core FIFO call after the other lines,
 told that the line is held by that head (``schedule_fifo``'s ``blocked``), so each gets what the full pass
-gives a job behind a blocked head (its own entry checks first, then "waiting behind <head>"), with the same
+gives a job behind a blocked head (its own entry checks first, then "waiting behind the blocked head"), with the same
 first status write. Those with nothing left to write join the remembered line (:func:`remember`, ``_grow``);
 the others are arrivals again next pass. A line decided whole is remembered likewise when its blocking head
 and the jobs ahead of it may be, even if some behind the head may not (a first write still in flight, a
@@ -90,7 +90,7 @@ class LineMemo:
     head: JobSpec | None  # that head's shape
     head_key: str = ""
     oldest: str = ""  # the earliest ``queuedAt`` of its jobs: the queue-wait gauge reads it while it is left out
-    head_name: str = ""  # how the jobs behind the head name it ("waiting behind ..."): the core's FifoJob.label
+    head_name: str = ""  # the head as the core FIFO pass's ``blocked`` names it: the core's FifoJob.label
     head_at: LineKey | None = None  # the head's place in line (core.fifo.line_key): a newcomer behind it waits
 
 
