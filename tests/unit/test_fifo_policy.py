@@ -38,7 +38,8 @@ def test_a_head_that_does_not_fit_holds_its_line_but_not_other_queues() -> None:
     decisions = schedule_fifo(state, placer, SEED, jobs, {}, no_caps)
     assert verdicts(decisions) == {"big": WaitReason.UNSCHEDULABLE, "small": WaitReason.WAITING, "other": "admit"}
     waiting = next(d for d in decisions if d.job_id == "small")
-    assert isinstance(waiting, Wait) and waiting.reasons == ("waiting behind the blocked head of queue a (strict FIFO)",)
+    assert isinstance(waiting, Wait)
+    assert waiting.reasons == ("waiting behind the blocked head of queue a (strict FIFO)",)
     assert "other" in state.allocations, "an admission is allocated in the state"
     best_effort = schedule_fifo(state, placer, SEED, jobs[:2], {}, no_caps, FifoPolicy(strict=False))
     assert verdicts(best_effort) == {"big": WaitReason.UNSCHEDULABLE, "small": "admit"}
