@@ -57,3 +57,31 @@ def test_stepping_down_is_seen_by_the_main_loop() -> None:
         return leading
 
     assert asyncio.run(scenario()) is False
+
+
+def test_a_release_handed_to_an_election_loop_that_no_longer_runs_is_bounded() -> None:
+    # An election that has just stepped down ends its loop on its own; a release handed to it then never ran,
+    # and the operator hung after logging "stepping down" instead of exiting.
+    async def scenario() -> float:
+        api = FakeApi()
+
+        async def connect() -> Kube:
+            return api.client("a")
+
+        election = ElectionThread(connect, "ns", "lease", "a", DURATION)
+        await election.start()
+        await asyncio.wait_for(election.leader.wait(), 5)
+        running = election._loop
+        stalled = asyncio.new_event_loop()  # open, but nothing runs it: the moment after the thread's loop stopped
+        election._loop = stalled
+        election.release_timeout_s = 0.3
+        election.stop = lambda: None  # type: ignore[method-assign]  # the real thread is stopped below
+        started = time.monotonic()
+        await asyncio.wait_for(election.release(), 10)
+        took = time.monotonic() - started
+        election._loop = running
+        ElectionThread.stop(election)
+        stalled.close()
+        return took
+
+    assert asyncio.run(scenario()) < 2.0

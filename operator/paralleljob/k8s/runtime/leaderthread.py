@@ -28,6 +28,11 @@ from paralleljob.k8s.runtime.election import LeaderElection
 
 log = logging.getLogger("paralleljob.k8s")
 
+# How long a clean stop waits for the lease to be given up. The election's loop may be ending on its own at
+# that moment (it stepped down): a release handed to a loop that no longer runs never completes, and an
+# operator that had logged "stepping down" hung on it instead of exiting (seen once in a full make test).
+RELEASE_TIMEOUT_S = 5.0
+
 
 class ElectionThread:
     """``LeaderElection`` on a daemon thread; construct, then ``await start()`` on the main loop."""
@@ -51,6 +56,7 @@ class ElectionThread:
         self._thread: threading.Thread | None = None
         self._ready: Future[None] = Future()
         self._stopped = False
+        self.release_timeout_s = RELEASE_TIMEOUT_S
 
     def leading(self) -> bool:
         """Safe from any thread: the election's own rule (held, and renewed within the deadline)."""
@@ -119,11 +125,25 @@ class ElectionThread:
     async def release(self) -> None:
         """Give the lease up (a clean shutdown) and stop the thread."""
         loop, election = self._loop, self.election
-        if loop is None or election is None or loop.is_closed():
+        thread = self._thread
+        if loop is None or election is None or loop.is_closed() or thread is None or not thread.is_alive():
+            self.stop()
             return
         self._stopped = True
-        with contextlib.suppress(Exception):
-            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(election.release(), loop))
+        if not self.lost.is_set():  # it stepped down: nothing to give up
+            released: Future[None] = Future()
+
+            def finished(_: object) -> None:
+                if not released.done():
+                    released.set_result(None)
+
+            def begin() -> None:  # on the election's loop: the release is only made there, if it still runs
+                loop.create_task(election.release()).add_done_callback(finished)
+
+            with contextlib.suppress(RuntimeError):  # closed meanwhile
+                loop.call_soon_threadsafe(begin)
+            with contextlib.suppress(Exception):  # the timeout included: see RELEASE_TIMEOUT_S
+                await asyncio.wait_for(asyncio.wrap_future(released), self.release_timeout_s)
         self.stop()
 
     def stop(self) -> None:
