@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from paralleljob.k8s.runtime.api import Kube
 from paralleljob.k8s.runtime.leaderthread import ElectionThread
@@ -13,18 +14,24 @@ from tests.k8s.fakekube import FakeApi
 DURATION = 1.5  # renew deadline 1.0 s, a renewal every 0.2 s
 
 
+async def led_by_a(api: FakeApi, observe: Callable[[str, float], None] | None = None) -> ElectionThread:
+    """Replica "a"'s election on its thread, once it leads."""
+
+    async def connect() -> Kube:
+        return api.client("a")
+
+    election = ElectionThread(connect, "ns", "lease", "a", DURATION, observe=observe)
+    await election.start()
+    await asyncio.wait_for(election.leader.wait(), 5)
+    return election
+
+
 def test_a_blocked_main_loop_does_not_starve_the_lease() -> None:
     renewals: list[tuple[str, float]] = []
 
     async def scenario() -> tuple[bool, bool, str | None]:
         api = FakeApi()
-
-        async def connect() -> Kube:
-            return api.client("a")
-
-        election = ElectionThread(connect, "ns", "lease", "a", DURATION, observe=lambda o, s: renewals.append((o, s)))
-        await election.start()
-        await asyncio.wait_for(election.leader.wait(), 5)
+        election = await led_by_a(api, observe=lambda o, s: renewals.append((o, s)))
         time.sleep(3 * DURATION)  # the main loop does not run at all for three lease durations
         leading = election.leading()
         lost = election.lost.is_set()
@@ -42,13 +49,7 @@ def test_a_blocked_main_loop_does_not_starve_the_lease() -> None:
 def test_stepping_down_is_seen_by_the_main_loop() -> None:
     async def scenario() -> bool:
         api = FakeApi()
-
-        async def connect() -> Kube:
-            return api.client("a")
-
-        election = ElectionThread(connect, "ns", "lease", "a", DURATION)
-        await election.start()
-        await asyncio.wait_for(election.leader.wait(), 5)
+        election = await led_by_a(api)
         api.hanging.add("a")  # the API server stops answering this replica (a partition)
         await asyncio.wait_for(election.lost.wait(), 5)
         leading = election.leading()
@@ -64,13 +65,7 @@ def test_a_release_handed_to_an_election_loop_that_no_longer_runs_is_bounded() -
     # and the operator hung after logging "stepping down" instead of exiting.
     async def scenario() -> float:
         api = FakeApi()
-
-        async def connect() -> Kube:
-            return api.client("a")
-
-        election = ElectionThread(connect, "ns", "lease", "a", DURATION)
-        await election.start()
-        await asyncio.wait_for(election.leader.wait(), 5)
+        election = await led_by_a(api)
         running = election._loop
         stalled = asyncio.new_event_loop()  # open, but nothing runs it: the moment after the thread's loop stopped
         election._loop = stalled
