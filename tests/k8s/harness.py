@@ -23,6 +23,7 @@ from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, decide
 from paralleljob.k8s.plan.nodenotes import NodeEvent
+from paralleljob.k8s.plan.status import wait_message_changed
 from paralleljob.k8s.plan.waiting import WaitingMemo
 from paralleljob.k8s.view.clusterview import ClusterView
 from tests.k8s.factories import pod_from_manifest
@@ -45,6 +46,10 @@ class FakeCluster:
         must replace a body to change it, never edit it in place, and nodes count as changed only when their
         body is replaced."""
         self.memo = WaitingMemo() if memo else None
+        # as OperatorConfig.waiting_message_refresh_s (0 here: every changed wait is written, as before it)
+        self.message_refresh_s = 0.0
+        self.message_written: dict[str, float] = {}
+        self.now_s = 0.0  # the last step's time, epoch seconds
         self._parsed: dict[str, tuple[dict[str, Any], JobObject]] = {}
         self._parsed_pods: dict[tuple[str, str], tuple[dict[str, Any], PodInfo]] = {}
         self._node_bodies: dict[str, dict[str, Any]] = {}
@@ -134,10 +139,13 @@ class FakeCluster:
             workloads={k: parse_workload(b) for k, b in self.workloads.items()},
             resource_claims={k: parse_claim(b) for k, b in self.resource_claims.items()},
             background_room=self.room,
+            message_written=dict(self.message_written),
+            message_refresh_s=self.message_refresh_s,
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
         self.api_trouble.clear()
+        self.now_s = observed.seconds
         plan, view = decide(observed, self.config, policy=self.policy, memo=self.memo)
         self.last_plan, self.last_view = plan, view
         self.backoff, self.node_warnings = plan.backoff, dict(plan.node_warnings)
@@ -174,6 +182,8 @@ class FakeCluster:
         if key not in self.jobs:
             return  # deleted while its chain ran: the API refuses the writes
         if actions.writes_status:
+            if wait_message_changed(actions.draft):
+                self.message_written[key] = self.now_s  # as the runtime stamps a write it starts
             body = copy.deepcopy(self.jobs[key])
             body["status"] = copy.deepcopy(actions.draft.data)
             self.jobs[key] = body

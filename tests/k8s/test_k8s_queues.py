@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, LAST_CHECKPOINT_ANNOTATION
+from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, JOB_LABEL, LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.queues import (
     QueueInfo,
     format_time,
@@ -244,3 +244,46 @@ def test_jobs_behind_a_blocked_head_are_not_rewritten_when_the_head_changes() ->
     assert fc.job("ns/d")["status"] is before, "d still waits behind the line's blocked head: nothing to write"
     assert not any(a.writes_status for plan in plans for a in plan.jobs if a.job.name == "d")
     assert any(a.writes_status for plan in plans for a in plan.jobs if a.job.name == "c"), "c is the head now"
+
+
+def _head_message(fc: FakeCluster, key: str) -> str:
+    return str(conditions(fc, key)["Placed"]["message"])
+
+
+@pytest.mark.parametrize("refresh", [30.0, 0.0])
+def test_a_heads_free_count_is_rewritten_at_most_once_a_refresh_period(refresh: float) -> None:
+    # A head is looked at whenever GPUs come free; its message's free count changed every time, and each
+    # change was a status write (~1.5 a job in a 10,000-job flood) for a figure stale by the next finish.
+    fc = FakeCluster([node("n0", 8)])
+    fc.message_refresh_s = refresh
+    for i, (name, gpus) in enumerate((("a", 2), ("b", 2), ("c", 2), ("big", 8))):
+        fc.add_job(paralleljob(name, gpus, 1, 1, created=f"2024-01-01T00:00:0{i}Z"))
+    fc.settle(3)
+    assert [fc.phase(f"ns/{n}") for n in ("a", "b", "c", "big")] == ["Running"] * 3 + ["Queued"]
+    assert _head_message(fc, "ns/big") == "needs 8 GPUs; 2 are free"
+    written = fc.job("ns/big")["status"]
+
+    def finish(name: str) -> None:
+        for key, pod in list(fc.pods.items()):
+            if pod["metadata"]["labels"].get(JOB_LABEL) == name:
+                fc.pods[key] = {**pod, "status": {**pod["status"], "phase": "Succeeded"}}
+
+    finish("a")  # 2 more GPUs free: the head still does not fit, same reason, another count
+    plans = [fc.step() for _ in range(2)]
+    big_writes = [a for plan in plans for a in plan.jobs if a.job.name == "big" and a.writes_status]
+    if refresh:
+        assert fc.job("ns/big")["status"] is written and not big_writes, "nothing new to say but a count"
+        fc.step(now=at_harness(fc, refresh + 1))  # the period is over: the next look writes the count now
+        assert _head_message(fc, "ns/big") == "needs 8 GPUs; 4 are free"
+    else:
+        assert _head_message(fc, "ns/big") == "needs 8 GPUs; 4 are free" and big_writes
+    finish("b")
+    finish("c")
+    fc.settle(3)
+    assert fc.phase("ns/big") == "Running", "a new state is written at once, whatever the period"
+
+
+def at_harness(fc: FakeCluster, later: float) -> str:
+    """The harness's clock moved ``later`` seconds on (its own steps move it one second each)."""
+    fc.seconds += int(later)
+    return format_time(fc.seconds_now())

@@ -202,6 +202,7 @@ def test_operator_values_become_real_operator_flags(render: Render) -> None:
         "operator.resyncSeconds=12",
         "operator.writeConcurrency=7",
         "operator.backgroundChains=64",
+        "operator.waitingMessageRefreshSeconds=5",
         "operator.leaderElection.leaseDurationSeconds=9",
         "operator.leaderElection.leaseName=pj-lease",
         "operator.metricsPort=9090",
@@ -212,6 +213,7 @@ def test_operator_values_become_real_operator_flags(render: Render) -> None:
     assert parsed.namespace == ["team-a", "team-b"]
     assert parsed.best_effort_fifo is True
     assert parsed.resync_seconds == 12 and parsed.write_concurrency == 7 and parsed.background_chains == 64
+    assert parsed.waiting_message_refresh == 5
     assert parsed.lease_duration == 9 and parsed.lease_name == "pj-lease" and parsed.lease_namespace == "pj-system"
     assert parsed.identity == "pj-0" and parsed.metrics_port == 9090
     assert str(parsed.topology_config) == "/etc/paralleljob/topology.yaml"
@@ -328,6 +330,7 @@ def test_agent_fake_nvml_script_reaches_the_agent_from_a_configmap(render: Rende
         ("topology.levels[0].bandwidthGbps=-1", "bandwidthGbps"),
         ("operator.writeConcurrency=0", "writeConcurrency"),
         ("operator.backgroundChains=0", "backgroundChains"),
+        ("operator.waitingMessageRefreshSeconds=-1", "waitingMessageRefreshSeconds"),
         ("operator.logLevel=LOUD", "logLevel"),
         ("queues[0].weight=2", "name"),
         ("queues[0].weight=heavy", "weight"),

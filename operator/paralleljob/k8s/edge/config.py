@@ -123,6 +123,9 @@ class OperatorConfig:
     # Chains that only record a waiting job's status, in flight at once; more wait for a later pass undecided
     # (a flood's thousands of first "Queued" writes would otherwise each hold a task and its decisions).
     background_chains: int = 512
+    # A waiting job's message that only restates its wait with other figures ("needs 4 GPUs; 3 are free") is
+    # rewritten at most this often (0: whenever it changes); a new reason is written at once.
+    waiting_message_refresh_s: float = 30.0
     # The kept cluster view is compared with a rebuild every so many passes or seconds (0: not by that).
     view_check_passes: int = 1000
     view_check_seconds: float = 300.0

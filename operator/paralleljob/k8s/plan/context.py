@@ -21,6 +21,7 @@ from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.eligibility import Eligibility
+from paralleljob.k8s.plan.status import wait_message
 from paralleljob.k8s.view.clusterview import ClusterView
 
 
@@ -49,6 +50,17 @@ class PassContext:
     shrinkable: dict[str, HeldJob] = field(default_factory=dict)
     pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)  # Kubernetes PodGroups by namespace/name
     resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # ResourceClaims by namespace/name
+    # job key -> when (epoch seconds) this operator last wrote its waiting message; within
+    # ``message_refresh_s`` of that, a wait that only restates it keeps it (``status.wait_message``)
+    message_written: Mapping[str, float] = field(default_factory=dict)
+    message_refresh_s: float = 0.0
+
+    def wait(self, actions: JobActions, reason: str, message: str) -> None:
+        """Set a waiting job's ``Placed=False`` condition (its message kept while fresh: ``wait_message``)."""
+        written = self.message_written.get(actions.job.key)
+        fresh = written is not None and self.now_s - written < self.message_refresh_s
+        kept = wait_message(actions.job.status.condition("Placed"), reason, message, fresh)
+        actions.draft.condition("Placed", "False", reason, kept, self.now)
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,6 +111,10 @@ class Observed:
     # How many more status-only chains the runtime would start now (OperatorConfig.background_chains less those
     # in flight); None: no limit. New jobs behind a blocked head beyond it are not decided (plan/waiting.py).
     background_room: int | None = None
+    # job key -> when this operator last wrote its waiting message (epoch seconds), and how long such a
+    # message stands for a wait that only restates it with other figures (0: rewritten every time)
+    message_written: Mapping[str, float] = field(default_factory=dict)
+    message_refresh_s: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -196,6 +200,8 @@ def decide(
         rigid_waiting=functools.cache(functools.partial(rigid_waiting, observed.jobs)),
         pod_groups=observed.pod_groups,
         resource_claims=observed.resource_claims,
+        message_written=observed.message_written,
+        message_refresh_s=observed.message_refresh_s,
     )
     if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):
         memo.clear()  # only strict FIFO leaves lines out; a node that changed may change any verdict

@@ -258,7 +258,7 @@ def _carry_out(
     if decision.permanent:
         fail_unschedulable(actions, message, ctx.now)
     else:
-        actions.draft.condition("Placed", "False", decision.reason, message, ctx.now)
+        ctx.wait(actions, decision.reason, message)
 
 
 def _internal_error(ctx: PassContext, job: JobObject, exc: Exception) -> None:

@@ -117,7 +117,7 @@ def admit_with_core(
             commit_shrinks(ctx, jobs[decision.for_job][0], decision.resizes)
         elif isinstance(decision, Wait):
             job, _ = jobs[decision.job_id]
-            _wait(actions_for(job), job, decision, now)
+            _wait(ctx, actions_for(job), job, decision)
         elif isinstance(decision, Reserve):
             job, _ = jobs[decision.job_id]
             if decision.job_id in preempting:
@@ -125,18 +125,18 @@ def admit_with_core(
             when = format_time(decision.start_by) if math.isfinite(decision.start_by) else "unknown"
             why = "; ".join(decision.reasons)
             message = f"{why}; expected start: {when}"
-            actions_for(job).draft.condition("Placed", "False", WaitReason.RESERVED, message, now)
+            ctx.wait(actions_for(job), WaitReason.RESERVED, message)  # its expected start moves every pass
         else:
             _preempt(ctx, jobs, by_key, decision)
     return durations, plan
 
 
-def _wait(actions: JobActions, job: JobObject, decision: Wait, now: str) -> None:
+def _wait(ctx: PassContext, actions: JobActions, job: JobObject, decision: Wait) -> None:
     message = "; ".join(decision.reasons)
     if decision.permanent and not job.ever_ran:
-        fail_unschedulable(actions, message, now)
+        fail_unschedulable(actions, message, ctx.now)
         return
-    actions.draft.condition("Placed", "False", decision.reason, message, now)
+    ctx.wait(actions, decision.reason, message)
 
 
 def _preempt(

@@ -88,6 +88,38 @@ class StatusDraft:
         return merge_patch(self.original, self.data)
 
 
+def wait_message(current: Mapping[str, Any] | None, reason: str, message: str, fresh: bool) -> str:
+    """The message to write on a waiting job's ``Placed=False`` condition. A wait that only restates the one
+    already written (same reason) with other figures ("needs 4 GPUs; 3 are free") keeps the written message
+    while that is ``fresh`` (the operator wrote it less than ``OperatorConfig.waiting_message_refresh_s``
+    ago): a line's head is looked at whenever GPUs come free, and rewriting its free count every time was a
+    status write and a watch event per look (~1.5 per job in a 10,000-job flood), for a number stale again
+    by the next finish. A new reason is always written."""
+    if (
+        fresh
+        and current is not None
+        and current.get("status") == "False"
+        and current.get("reason") == reason
+        and isinstance(current.get("message"), str)
+    ):
+        return str(current["message"])
+    return message
+
+
+def wait_message_changed(draft: StatusDraft) -> bool:
+    """Whether the draft writes a waiting message (``Placed=False``) the object does not carry: the time it
+    is written starts the period ``wait_message`` keeps it for (the runtime and the test harness record it)."""
+    written = _placed_message(draft.data)
+    return written is not None and written != _placed_message(draft.original)
+
+
+def _placed_message(status: Mapping[str, Any]) -> str | None:
+    for c in status.get("conditions") or ():
+        if c.get("type") == "Placed":
+            return str(c.get("message")) if c.get("status") == "False" else None
+    return None
+
+
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     patch: dict[str, Any] = {key: None for key in old if key not in new}
     for key, value in new.items():

@@ -96,6 +96,14 @@ def register(subparsers: Any) -> None:
         default=512,
         help="waiting jobs' status-only writes started at once; the rest wait for a later pass (default: %(default)s)",
     )
+    op.add_argument(
+        "--waiting-message-refresh",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="rewrite a waiting job's message that only restates its wait with new figures at most this often;"
+        " 0: whenever it changes (default: %(default)s)",
+    )
     op.add_argument("--log-level", default=os.environ.get("PARALLELJOB_LOG_LEVEL", "INFO"))
     op.set_defaults(handler=_operator)
 
@@ -131,6 +139,7 @@ def _operator(args: argparse.Namespace) -> int:
         preemption_grace_seconds=args.preemption_grace_seconds,
         write_concurrency=max(1, args.write_concurrency),
         background_chains=max(1, args.background_chains),
+        waiting_message_refresh_s=max(0.0, args.waiting_message_refresh),
         crash_after_binds=int(os.environ.get("PARALLELJOB_CRASH_AFTER_BINDS", "0") or 0),
         kill_task=os.environ.get("PARALLELJOB_KILL_TASK", ""),
     )

@@ -40,6 +40,7 @@ from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide, holds_gpus
 from paralleljob.k8s.plan.metrics_model import gauges, queue_waits
+from paralleljob.k8s.plan.status import wait_message_changed
 from paralleljob.k8s.plan.waiting import WaitingMemo
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
@@ -167,6 +168,8 @@ class Reconciler:
         self.inflight: dict[str, tuple[asyncio.Task[None], PlacementRecord | None]] = {}
         self.releasing: set[str] = set()  # in-flight chains writing a status that gives the job's GPUs up
         self.background: set[str] = set()  # in-flight chains that only record a waiting job's status
+        # job key -> when a pass last started writing its waiting message (epoch seconds; PassContext.wait)
+        self.message_written: dict[str, float] = {}
         self.held_back = 0  # such chains the last pass did not start (OperatorConfig.background_chains)
         self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
@@ -353,6 +356,8 @@ class Reconciler:
             resource_claims=self._group_claims(),
             # new jobs behind a blocked head beyond this are not decided: their first write could not start
             background_room=max(0, self.config.background_chains - len(self.background)),
+            message_written=self._fresh_messages(),
+            message_refresh_s=self.config.waiting_message_refresh_s,
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -386,6 +391,8 @@ class Reconciler:
                     held_back += 1  # decided again by a later pass, once the writes before it have landed
                     continue
                 self.background.add(actions.job.key)
+            if actions.writes_status and wait_message_changed(actions.draft):
+                self.message_written[actions.job.key] = observed.seconds
             writing = actions.draft.phase in ACTIVE and actions.writes_status
             record = record_from_status(actions.draft.data) if writing else None
             outcome = Outcome()
@@ -454,6 +461,14 @@ class Reconciler:
             sum(plan.quiet_waiting.values()),
             sum(plan.skipped_pending.values()),
         )
+
+    def _fresh_messages(self) -> dict[str, float]:
+        """``message_written`` without the stamps too old to keep any message (bounded by the writes made
+        within one refresh period)."""
+        oldest = time.time() - self.config.waiting_message_refresh_s
+        if any(stamp < oldest for stamp in self.message_written.values()):
+            self.message_written = {key: s for key, s in self.message_written.items() if s >= oldest}
+        return self.message_written
 
     def _group_claims(self) -> dict[str, ClaimInfo]:
         """The ResourceClaims PodGroups share, by namespace/name (none looked up when no group has any)."""
