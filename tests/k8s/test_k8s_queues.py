@@ -273,7 +273,7 @@ def test_a_heads_free_count_is_rewritten_at_most_once_a_refresh_period(refresh: 
     big_writes = [a for plan in plans for a in plan.jobs if a.job.name == "big" and a.writes_status]
     if refresh:
         assert fc.job("ns/big")["status"] is written and not big_writes, "nothing new to say but a count"
-        fc.step(now=at_harness(fc, refresh + 1))  # the period is over: the next look writes the count now
+        fc.step(now=moved_on(fc, refresh + 1))  # the period is over: the next look writes the count now
         assert _head_message(fc, "ns/big") == "needs 8 GPUs; 4 are free"
     else:
         assert _head_message(fc, "ns/big") == "needs 8 GPUs; 4 are free" and big_writes
@@ -283,7 +283,7 @@ def test_a_heads_free_count_is_rewritten_at_most_once_a_refresh_period(refresh: 
     assert fc.phase("ns/big") == "Running", "a new state is written at once, whatever the period"
 
 
-def at_harness(fc: FakeCluster, later: float) -> str:
+def moved_on(fc: FakeCluster, later: float) -> str:
     """The harness's clock moved ``later`` seconds on (its own steps move it one second each)."""
     fc.seconds += int(later)
     return format_time(fc.seconds_now())
