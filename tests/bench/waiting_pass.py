@@ -1,7 +1,7 @@
 """Time the operator's real reconcile pass with thousands of jobs waiting (issue 29's pass targets).
 
     python -m tests.bench.waiting_pass [WAITING] [QUEUES] [NODES] [--full] [--finished=N]
-        [--arrivals=K [--finish] [--land=B] [--backlog=N]]
+        [--arrivals=K [--finish] [--land=B] [--backlog=N]] [--refresh=S]
     (default: 10000 200 200)
 
 A cluster of NODES 8-GPU nodes is filled by small ParallelJobs (TP 1-2 x DP 1-4, round-robin over QUEUES
@@ -21,13 +21,17 @@ too (GPUs come free every pass, as in a live flood). ``--land=B``: the API serve
 the B oldest status writes in flight land before each pass; the others' chains stay in flight (the job busy,
 a background chain held: ``OperatorConfig.background_chains``, 512), so new jobs pile up without their first
 status write, as in issue 29's flood; ``--backlog=N``: N such new jobs are there before the first measured
-pass (two passes, not timed, started their chains). Not collected by pytest: a measurement, not a test.
+pass (two passes, not timed, started their chains). The flood also counts the status writes a pass starts
+for jobs Queued before and after it (a waiting job's new reason or message: a line's new head, a head's
+message); ``--refresh=S``: ``OperatorConfig.waiting_message_refresh_s`` (default: the operator's, 30 s; 0:
+every changed message is written). Not collected by pytest: a measurement, not a test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import datetime as dt
 import itertools
 import random
@@ -38,6 +42,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
+from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, VERSION
 from paralleljob.k8s.plan.actions import JobActions
@@ -48,6 +53,7 @@ from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 
 REPEATS = 15
+QUEUED = Phase.QUEUED
 _rv = itertools.count(10**9)
 
 
@@ -112,8 +118,12 @@ async def measure(
     finish: bool = False,
     land: int | None = None,
     backlog: int = 0,
+    refresh: float | None = None,
 ) -> dict[str, float]:
-    reconciler = Reconciler(cast(Any, object()), OperatorConfig(view_check_passes=0), Metrics())
+    config = OperatorConfig(view_check_passes=0)
+    if refresh is not None:
+        config = dataclasses.replace(config, waiting_message_refresh_s=refresh)
+    reconciler = Reconciler(cast(Any, object()), config, Metrics())
     if full:
         reconciler.waiting = cast(Any, None)  # decide() without a memo: the full pass
     started_chains: list[JobActions] = []
@@ -226,6 +236,7 @@ async def flood(
         await asyncio.sleep(0)  # the settling passes' chains (stubbed) start and end
     chains.clear()
     held_back: list[int] = []
+    rewrites: list[int] = []  # status writes started a pass for jobs Queued before and after it
 
     def arrive(how_many: int) -> None:
         for _ in range(how_many):
@@ -274,6 +285,7 @@ async def flood(
         for _ in range(3):
             await asyncio.sleep(0)  # its chains (stubbed) start and end
         decided.append(len(chains) - before)
+        rewrites.append(sum(1 for a in chains[before:] if a.writes_status and a.job.phase is a.draft.phase is QUEUED))
     waiting = reconciler.metrics.registry.get_sample_value("paralleljob_pass_waiting_left_out") or 0.0
     unwritten = sum(1 for body in bodies.values() if not (body.get("status") or {}).get("phase"))
     for future in list(landing.futures.values()):
@@ -287,6 +299,7 @@ async def flood(
         "chains_per_pass_median": statistics.median(decided),
         "waiting_left_out_last": waiting,
         "held_back_median": statistics.median(held_back),
+        "queued_rewrites_per_pass": sum(rewrites) / len(rewrites),
         "without_first_write_last": unwritten,
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
@@ -299,7 +312,8 @@ def main(argv: list[str]) -> None:
     finish = "--finish" in argv
     land = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--land=")), None)
     backlog = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--backlog=")), 0)
-    options = ("--finished=", "--arrivals=", "--land=", "--backlog=")
+    refresh = next((float(a.split("=", 1)[1]) for a in argv if a.startswith("--refresh=")), None)
+    options = ("--finished=", "--arrivals=", "--land=", "--backlog=", "--refresh=")
     argv = [a for a in argv if a not in ("--full", "--finish") and not a.startswith(options)]
     waiting, queues, nodes = (int(a) for a in (argv + ["10000", "200", "200"][len(argv) :])[:3])
     started = time.perf_counter()
@@ -310,7 +324,7 @@ def main(argv: list[str]) -> None:
         phase = str((body.get("status") or {}).get("phase"))
         phases[phase] = phases.get(phase, 0) + 1
     print(f"settled in {time.perf_counter() - started:.1f} s: {phases}")
-    print(asyncio.run(measure(fc, full, arrivals, finish, land, backlog)))
+    print(asyncio.run(measure(fc, full, arrivals, finish, land, backlog, refresh)))
 
 
 if __name__ == "__main__":
