@@ -14,7 +14,8 @@ the pattern for many (new name, UID, times and run time; same queue, shape and s
 Each body is encoded to JSON and decoded again on its own before the reconciler sees it (fresh strings and
 dicts, as the API client's decoder gives them), and fed to a real ``Reconciler`` as a watch event; then one
 pass runs (everything ``pass_once`` does but the API writes). It prints, per job: the decoded body as
-received (nothing shared), what the job store keeps of the body, the parsed JobObject beyond that, the
+received (nothing shared), what the job store keeps of the body (the reconciler's keeps none, only each
+job's ``Version``: ``store_body_bytes_per_job``), the parsed JobObject beyond that, the
 waiting memo and other reconciler state beyond those (object sizes walked with ``sys.getsizeof``, each
 object counted once however many jobs share it), and the process's RSS growth from before the first job
 to after the pass, divided by the jobs. Not collected by pytest: a measurement, not a test.
@@ -347,7 +348,9 @@ async def measure(jobs: int, queues: int, applied: bool, finished: bool = False)
     gc.collect()
     rss_after = rss_bytes()
     ours = {f"flood-{i:06d}" for i in range(jobs)}
-    bodies = [b for (ns, name), b in reconciler.jobs._bodies.items() if name in ours]
+    # what the store keeps beside the parsed value: the body, or without bodies its Version
+    kept = reconciler.jobs._bodies if reconciler.jobs.keep_bodies else reconciler.jobs._versions
+    bodies = [b for (ns, name), b in kept.items() if name in ours]
     values = [v for (ns, name), v in reconciler.jobs._values.items() if name in ours]
     seen: set[int] = set()
     body_bytes = deep_size(bodies, seen) - sys.getsizeof(bodies)
@@ -355,7 +358,7 @@ async def measure(jobs: int, queues: int, applied: bool, finished: bool = False)
     pod_bodies = [b for (ns, name), b in reconciler.pods._bodies.items() if name.startswith("flood-")]
     pod_values = [v for (ns, name), v in reconciler.pods._values.items() if name.startswith("flood-")]
     pod_bytes = deep_size((pod_bodies, pod_values), seen) - sys.getsizeof(pod_bodies) - sys.getsizeof(pod_values)
-    deep_size((list(reconciler.jobs._bodies.values()), reconciler.jobs.values()), seen)  # the settled jobs'
+    deep_size((list(kept.values()), reconciler.jobs.values()), seen)  # the settled jobs'
     memo_bytes = deep_size(reconciler.waiting, seen)
     phases: dict[str, int] = {}
     for v in values:

@@ -8,10 +8,12 @@ import copy
 import json
 from typing import Any
 
+import pytest
+
 from paralleljob.k8s.edge.manifests import pod_from_template
 from paralleljob.k8s.edge.slim import LAST_APPLIED, Sharing, slim_job
 from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.view.store import ObjectStore
+from paralleljob.k8s.view.store import ObjectStore, Version
 from tests.bench.job_memory import fields_v1, managed_fields
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -210,3 +212,39 @@ def test_a_relisted_unchanged_job_is_the_stored_body() -> None:
     store.replace_all([listed], "999999", slimmed=True)
     job = store.get("ns", "one")
     assert job is not None and job.request is not None and job.request.priority == 5
+
+
+def test_a_store_without_bodies_relists_an_unchanged_job_as_its_own_version() -> None:
+    store = ObjectStore(parse_job, slim=slim_job, keep_bodies=False)
+    body = as_served(paralleljob("one", 2, 1, 2))
+    store.upsert(copy.deepcopy(body))
+    job = store.get("ns", "one")
+    listed = store.slim_listed(copy.deepcopy(body))
+    assert isinstance(listed, Version) and store.slim_listed(copy.deepcopy(body)) is listed  # nothing new kept
+    store.replace_all([listed], "999999", slimmed=True)
+    assert store.get("ns", "one") is job, "an unchanged job is not parsed again"
+    newer = copy.deepcopy(body)
+    newer["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+    newer["spec"]["priority"] = 5
+    assert store.slim_listed(newer) == slim_job(newer)
+    store.replace_all([store.slim_listed(newer)], "999999", slimmed=True)
+    changed = store.get("ns", "one")
+    assert changed is not None and changed.request is not None and changed.request.priority == 5
+    assert changed.resource_version == newer["metadata"]["resourceVersion"]
+    with pytest.raises(TypeError):
+        store.body("ns", "one")
+
+
+def test_a_store_without_bodies_takes_one_version_of_a_job_once() -> None:
+    store = ObjectStore(parse_job, slim=slim_job, keep_bodies=False)
+    body = as_served(paralleljob("one", 2, 1, 2))
+    assert store.upsert(copy.deepcopy(body))
+    job = store.get("ns", "one")
+    assert not store.upsert(copy.deepcopy(body)), "the same version again (a write's response, then its watch event)"
+    assert store.get("ns", "one") is job
+    older = copy.deepcopy(body)
+    older["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) - 1)
+    older["spec"]["priority"] = 9
+    assert not store.upsert(older) and store.get("ns", "one") is job, "an older version never replaces it"
+    assert store.remove(body) and store.get("ns", "one") is None and len(store) == 0
+    assert not store.upsert(copy.deepcopy(body)), "gone stays gone"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paralleljob.k8s.view.store import ObjectStore
@@ -175,3 +175,49 @@ def test_removal_of_interest_only_blocks_older_versions() -> None:
     assert store.upsert({"metadata": {**meta, "resourceVersion": "5"}}), "of interest again, newer: back"
     assert not store.remove({"metadata": {"namespace": "x", "name": "y", "uid": "z"}}, deleted=False)
     assert store.tombstones == 0, "objects never stored leave no tombstone when merely uninteresting"
+
+
+@settings(max_examples=200)  # a list that finds the store behind the watch needs more than the dev profile's 60
+@given(script=scripts, data=st.data())
+def test_a_store_without_bodies_keeps_the_same_promises(
+    script: list[tuple[str, str, bool]], data: st.DataObject
+) -> None:
+    """The same scripts and interleavings with ``keep_bodies=False`` (the reconciler's ParallelJobs): what it
+    holds is read from the parsed values alone, and re-lists go through ``slim_listed`` as the reflector
+    sends them (an unchanged object comes back as the store's own ``Version``)."""
+    api = FakeApi()
+    for op, name, answered in script:
+        api.apply(op, name, answered)
+    size = len(api.watch) + len(api.messages)
+    order = data.draw(st.permutations(range(size)))
+    store: ObjectStore[tuple[str, int, str]] = ObjectStore(
+        lambda b: (b["metadata"]["uid"], int(b["metadata"]["resourceVersion"]), str(b["metadata"].get("labels"))),
+        clock=lambda: 0.0,
+        keep_bodies=False,
+    )
+    proven_deleted: set[str] = set()
+    newest: dict[str, int] = {}
+    for kind, payload in interleave(api, order):
+        if kind == "list":
+            bodies, rv = payload
+            store.replace_all([store.slim_listed(b) for b in bodies], rv, slimmed=True)
+            for b in bodies:  # the list's version or a newer one is held, unless the object is gone since
+                held_after = store.get("n", b["metadata"]["name"])
+                if b["metadata"]["uid"] not in api.deleted_at:
+                    assert held_after is not None and held_after[1] >= int(b["metadata"]["resourceVersion"])
+        else:
+            proven_deleted.update(deliver(store, (kind, payload)))  # type: ignore[arg-type]
+        for name in NAMES:
+            held = store.get("n", name)
+            if held is None:
+                continue
+            uid, rv, _ = held
+            assert uid not in proven_deleted, f"{name} ({uid}) came back after its deletion was seen"
+            assert rv >= newest.get(uid, 0), f"{name} ({uid}) went back from version {newest[uid]} to {rv}"
+            newest[uid] = rv
+    expected = {
+        name: (b["metadata"]["uid"], int(b["metadata"]["resourceVersion"]), str(b["metadata"].get("labels")))
+        for name, b in api.live.items()
+    }
+    assert {name: store.get("n", name) for name in NAMES if store.get("n", name) is not None} == expected
+    assert len(store) == len(expected)

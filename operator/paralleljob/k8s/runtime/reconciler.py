@@ -123,7 +123,7 @@ class Reconciler:
         topology = config.topology
         # Stores keep slimmed bodies (slim.py): what the parsers read, not managedFields and the like.
         lean = without_managed_fields
-        self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job, slim=slim_job)
+        self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job, slim=slim_job, keep_bodies=False)
         self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod, slim=slim_pod)
         self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, topology), slim=slim_node)
         self.queues: ObjectStore[QueueInfo] = ObjectStore(parse_queue, slim=lean)
