@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -221,3 +222,21 @@ def test_a_store_without_bodies_keeps_the_same_promises(
     }
     assert {name: store.get("n", name) for name in NAMES if store.get("n", name) is not None} == expected
     assert len(store) == len(expected)
+
+
+@pytest.mark.parametrize("keep_bodies", [True, False])
+def test_a_replaced_object_stays_gone_after_its_replacement_goes_too(keep_bodies: bool) -> None:
+    """Found by the property above: p0 was replaced (another UID, newer) and the replacement then dropped by
+    a list; a late response for the first p0 must not bring it back."""
+    store: ObjectStore[str] = ObjectStore(
+        lambda b: str(b["metadata"]["uid"]), clock=lambda: 0.0, keep_bodies=keep_bodies
+    )
+
+    def pod(uid: str, rv: int) -> dict[str, Any]:
+        return {"metadata": {"namespace": "n", "name": "p0", "uid": uid, "resourceVersion": str(rv)}}
+
+    store.upsert(pod("u1", 1))
+    store.upsert(pod("u1", 3))
+    store.upsert(pod("u3", 5))  # the first p0 was deleted (its DELETED event not seen yet), another made
+    store.replace_all([], "6")  # and that one is gone by this list
+    assert not store.upsert(pod("u1", 1)) and store.get("n", "p0") is None

@@ -225,6 +225,10 @@ class ObjectStore(Generic[T]):
                 # heartbeat times): the parsed value stands, so it is not parsed again.
                 self._bodies[key] = body
                 return False
+        if known is not None and known[0] != _uid(body):
+            # Another object under the same name, newer: the one stored was deleted before it was made, so
+            # none of its versions may come back (a late response for it, after the replacement is gone too).
+            self._bury(key, known[0], new_rv)
         value = self._parse(body)
         before = self._values.get(key)
         if key not in self._values:
