@@ -28,6 +28,7 @@ the order taken.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -82,6 +83,13 @@ class FifoHooks:
 
 
 LineKey = tuple[str, int, float, str, str]
+
+
+@functools.lru_cache(maxsize=4096)
+def behind_blocked_head(queue: str) -> tuple[str]:
+    """Why a job behind its queue's blocked head waits: one tuple per queue, not one string per job (a pass
+    that decides a line of thousands says it to each of them)."""
+    return (f"waiting behind the blocked head of queue {queue} (strict FIFO)",)
 
 
 def line_key(queue: str, priority: int, queued_at: float, tiebreak: str, job_id: str) -> LineKey:
@@ -176,8 +184,7 @@ def _decide(line: _Pass, job: FifoJob) -> Admit | Wait:
     if policy.strict and queue in blocked:
         # Not naming the head: every job behind it would be rewritten each time the head changes (a queue of
         # 50 rewrote 49 statuses per admission, most of a 50,000-job flood's API writes).
-        why = f"waiting behind the blocked head of queue {queue} (strict FIFO)"
-        return Wait(spec.job_id, queue, (why,), reason=WaitReason.WAITING)
+        return Wait(spec.job_id, queue, behind_blocked_head(queue), reason=WaitReason.WAITING)
     refusal = quota_refusal(queue, held.get(queue, 0), job.needed, line.caps(queue))
     if refusal is not None:
         blocked.setdefault(queue, job.label)

@@ -72,7 +72,7 @@ class EventNote:
     message: str
 
 
-@dataclass
+@dataclass(slots=True)
 class JobActions:
     job: JobObject
     draft: StatusDraft

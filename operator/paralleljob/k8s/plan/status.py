@@ -31,6 +31,8 @@ EVENT_CONDITIONS: dict[Event, tuple[tuple[str, str, str], ...]] = {
 
 
 class StatusDraft:
+    __slots__ = ("data", "events", "generation", "original", "phase")
+
     def __init__(self, status: Mapping[str, Any], phase: Phase, generation: int) -> None:
         # Shallow copies: every change below replaces a top-level value (conditions are rebuilt as a new
         # list of new dicts), so the original is never mutated; a deep copy per job per pass was measurable.
@@ -52,21 +54,38 @@ class StatusDraft:
         return self.phase
 
     def condition(self, ctype: str, cstatus: str, reason: str, message: str, now: str) -> None:
-        """Set one condition; its transition time moves only when its status does."""
-        conditions: list[dict[str, Any]] = [dict(c) for c in self.data.get("conditions") or []]
-        for c in conditions:
-            if c.get("type") == ctype:
-                if c.get("status") != cstatus:
-                    c["lastTransitionTime"] = now
-                c.update(status=cstatus, reason=reason, message=message[:2048], observedGeneration=self.generation)
-                break
-        else:
+        """Set one condition; its transition time moves only when its status does. A condition that already
+        says so is left as it is, its list too: a pass that decides a line of thousands of waiting jobs
+        finds most of them waiting as they waited, and copying their conditions was most of what such a
+        pass allocated (~1 KB a job, all at once)."""
+        message = message[:2048]
+        current = self.data.get("conditions") or []
+        at = next((i for i, c in enumerate(current) if c.get("type") == ctype), None)
+        match = current[at] if at is not None else None
+        if (
+            match is not None
+            and match.get("status") == cstatus
+            and match.get("reason") == reason
+            and match.get("message") == message
+            and match.get("observedGeneration") == self.generation
+        ):
+            return
+        fields = {"status": cstatus, "reason": reason, "message": message, "observedGeneration": self.generation}
+        conditions: list[dict[str, Any]] = []
+        for i, c in enumerate(current):
+            if i != at:
+                conditions.append(dict(c))  # new dicts throughout: what is written is plain JSON
+                continue
+            conditions.append({**c, **fields})
+            if c.get("status") != cstatus:
+                conditions[-1]["lastTransitionTime"] = now
+        if match is None:
             conditions.append(
                 {
                     "type": ctype,
                     "status": cstatus,
                     "reason": reason,
-                    "message": message[:2048],
+                    "message": message,
                     "lastTransitionTime": now,
                     "observedGeneration": self.generation,
                 }
