@@ -118,7 +118,9 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     resync_seconds: float = 30.0  # a pass over everything at least this often, level-triggered
     relist_seconds: float = 300.0  # each reflector lists its kind again this often (a safety net under watches)
-    tune_gc: bool = True  # young collections rarely, full ones once a minute (runtime/gctuning.py)
+    # young collections rarely, full ones once a minute (runtime/gctuning.py), and the C heap's free pages
+    # given back every 10 s (runtime/memtrim.py)
+    tune_gc: bool = True
     pass_share: float = 0.5  # most of the event loop's time passes may take back to back (reconciler.yield_after)
     # Chains that only record a waiting job's status, in flight at once; more wait for a later pass undecided
     # (a flood's thousands of first "Queued" writes would otherwise each hold a task and its decisions).

@@ -110,6 +110,12 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
+        self.heap_released = Counter(
+            "paralleljob_heap_released_bytes_total",
+            "Resident memory the operator's C heap gave back to the system (malloc_trim every 10 s,"
+            " runtime/memtrim.py)",
+            registry=r,
+        )
         self.lease_renew = Histogram(
             "paralleljob_lease_renew_seconds",
             "How long the leader's Lease renewals take (the API server's answer, on the election's own thread)",

@@ -29,7 +29,7 @@ from paralleljob.k8s.edge.nativegroups import (
     workloads_path,
 )
 from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
-from paralleljob.k8s.runtime import gctuning
+from paralleljob.k8s.runtime import gctuning, memtrim
 from paralleljob.k8s.runtime.api import ApiError, Kube
 from paralleljob.k8s.runtime.health import Health
 from paralleljob.k8s.runtime.leaderthread import ElectionThread
@@ -144,6 +144,9 @@ async def run_operator(
     if config.tune_gc:
         thresholds = gctuning.tune()
         start(gctuning.full_collections(metrics.observe_gc), "scheduled-gc")
+        trim = memtrim.malloc_trim()
+        if trim is not None:
+            start(memtrim.release_free_memory(trim, metrics.heap_released.inc), "heap-trim")
     if config.kill_task:
         start(_kill_later(config.kill_task, supervised), "test-hook", forever=False)
     signals = _on_signals(loop, stop_flag)
