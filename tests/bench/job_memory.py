@@ -24,6 +24,9 @@ With ``--finished`` the jobs are the other half of a drained queue without ``ttl
 Succeeded, each with its placement record in status and its worker pods as kwok leaves them (Succeeded, the
 container terminated with exit code 0, conditions, IPs and times; ``managedFields`` for the operator's
 create and binding and kwok's status updates), fed as watch events; the pods' share is printed apart.
+
+Last, for waiting jobs: what a pass deciding every line allocates per job decided and frees again
+(``decide_all_transient_bytes_per_job``, traced with tracemalloc, which slows that pass several times).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import random
 import re
 import sys
 import time
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 from typing import Any, cast
@@ -349,7 +353,7 @@ async def measure(jobs: int, queues: int, applied: bool, finished: bool = False)
     rss_after = rss_bytes()
     ours = {f"flood-{i:06d}" for i in range(jobs)}
     # what the store keeps beside the parsed value: the body, or without bodies its Version
-    kept = reconciler.jobs._bodies if reconciler.jobs.keep_bodies else reconciler.jobs._versions
+    kept = reconciler.jobs._bodies if getattr(reconciler.jobs, "keep_bodies", True) else reconciler.jobs._versions
     bodies = [b for (ns, name), b in kept.items() if name in ours]
     values = [v for (ns, name), v in reconciler.jobs._values.items() if name in ours]
     seen: set[int] = set()
@@ -380,7 +384,26 @@ async def measure(jobs: int, queues: int, applied: bool, finished: bool = False)
         "rss_after_mb": round(rss_after / 2**20, 1),
         "load_s": round(load_s, 1),
         "relist_rss_growth_mb": None if finished else await relist(reconciler, jobs, queues, applied, state, fc),
+        "decide_all_transient_bytes_per_job": None if finished else await decide_all(reconciler),
     }
+
+
+async def decide_all(reconciler: Reconciler) -> int:
+    """What a pass that decides every line allocates per job decided and frees again (tracemalloc's peak
+    over what it holds after): live, a pass after GPUs come free decides every line whose head might use
+    them, and the small-object pools keep such a peak for good. The waiting memo is cleared to make it so."""
+    gc.collect()
+    reconciler.waiting.clear()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        await reconciler.pass_once()
+        await asyncio.sleep(0)
+        reconciler.inflight.clear()
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return round((peak - current) / len(reconciler.jobs))
 
 
 async def relist(reconciler: Reconciler, jobs: int, queues: int, applied: bool, state: Any, fc: FakeCluster) -> float:
