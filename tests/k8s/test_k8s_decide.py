@@ -458,7 +458,7 @@ def test_a_pod_is_not_created_on_gpus_another_jobs_leaving_pod_still_runs_on() -
     everyone = [parse_pod(p) for p in fc.pods.values()]
     actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
     sync_pods(actions, job, job.request, job.record, [], nodes, gpu_holders(everyone, nodes))
-    assert actions.creates == [], "a's pod still runs on those GPUs"
+    assert not actions.creates, "a's pod still runs on those GPUs"
     holders = gpu_holders([p for p in everyone if p.job != "a"], nodes)  # a's pod is gone
     actions = JobActions(job, StatusDraft(job.status.raw, job.phase, job.generation))
     sync_pods(actions, job, job.request, job.record, [], nodes, holders)

@@ -4,9 +4,9 @@ deletes, creates and binds pods; it never decides anything itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.queueing import QueueBook
@@ -17,6 +17,8 @@ from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.groupclaims import ClaimReserve
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import StatusDraft
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,18 +76,22 @@ class EventNote:
 
 @dataclass(slots=True)
 class JobActions:
+    """One job's decisions. The lists start as the shared empty tuple and become lists when something is
+    added (:func:`added`): a pass deciding a line of thousands of waiting jobs gives almost all of them none,
+    and seven empty lists each were a quarter of what such a pass allocated per job."""
+
     job: JobObject
     draft: StatusDraft
-    events: list[EventNote] = field(default_factory=list)
-    deletes: list[PodDelete] = field(default_factory=list)
-    creates: list[PodCreate] = field(default_factory=list)
-    binds: list[PodBind] = field(default_factory=list)
-    annotates: list[PodAnnotate] = field(default_factory=list)
+    events: Sequence[EventNote] = ()
+    deletes: Sequence[PodDelete] = ()
+    creates: Sequence[PodCreate] = ()
+    binds: Sequence[PodBind] = ()
+    annotates: Sequence[PodAnnotate] = ()
     service: dict[str, Any] | None = None  # the headless Service to make sure of
     # ComputeDomains a whole-tray job's new pods need (one per clique; created before the pods, once)
-    compute_domains: list[dict[str, Any]] = field(default_factory=list)
+    compute_domains: Sequence[dict[str, Any]] = ()
     membership: dict[str, Any] | None = None  # an elastic job's replicas ConfigMap to write (it changed)
-    reserves: list[ClaimReserve] = field(default_factory=list)  # a PodGroup's shared claims, before its binds
+    reserves: Sequence[ClaimReserve] = ()  # a PodGroup's shared claims, before its binds
     rendezvous: dict[str, Any] | None = None  # and its rendezvous Service, pointed at the current host
     # For metrics: set when this pass placed, repaired or failed the job.
     placed_cost: dict[str, float] | None = None
@@ -137,7 +143,14 @@ class JobActions:
         )
 
     def note(self, event_type: str, reason: str, message: str) -> None:
-        self.events.append(EventNote(event_type, reason, message))
+        self.events = added(self.events, EventNote(event_type, reason, message))
+
+
+def added(items: Sequence[T], item: T) -> list[T]:
+    """``items`` with ``item`` at the end: appended in place once it is a list, a new list the first time."""
+    out = items if isinstance(items, list) else list(items)
+    out.append(item)
+    return out
 
 
 @dataclass

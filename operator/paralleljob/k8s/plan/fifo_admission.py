@@ -266,10 +266,10 @@ def _internal_error(ctx: PassContext, job: JobObject, exc: Exception) -> None:
     actions = ctx.actions_for(job)
     # drop whatever was half decided for it; only the error is written
     actions.draft = StatusDraft(job.status.raw, job.phase, job.generation)
-    actions.creates.clear()
-    actions.binds.clear()
-    actions.compute_domains.clear()
-    actions.events.clear()
+    actions.creates = ()
+    actions.binds = ()
+    actions.compute_domains = ()
+    actions.events = ()
     actions.service = None
     actions.placed_cost = None
     actions.draft.condition(

@@ -45,7 +45,7 @@ from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.template import PodConstraints
-from paralleljob.k8s.plan.actions import JobActions, PodAnnotate, PodBind
+from paralleljob.k8s.plan.actions import JobActions, PodAnnotate, PodBind, added
 from paralleljob.k8s.plan.groupclaims import WAITING_FOR_CLAIM, and_terms, claim_terms, claim_wait
 from paralleljob.k8s.plan.podsync import SyncResult
 
@@ -236,9 +236,7 @@ def hold_until_complete(
     event, once) says why it waits, and ``actions.wake_at`` asks for a pass when the timeout ends."""
     state = group_state(request, pods)
     job = actions.job
-    previous: Mapping[str, Any] = next(
-        (c for c in job.status.conditions if c.get("type") == READY_CONDITION), {}
-    )
+    previous: Mapping[str, Any] = next((c for c in job.status.conditions if c.get("type") == READY_CONDITION), {})
     if state.ready:
         actions.draft.condition(READY_CONDITION, "True", state.reason, state.message, now)
         return True
@@ -256,9 +254,7 @@ def hold_until_complete(
     return False
 
 
-def hold_for_claims(
-    actions: JobActions, group: NativeGroup, claims: Mapping[str, ClaimInfo], now: str
-) -> bool:
+def hold_for_claims(actions: JobActions, group: NativeGroup, claims: Mapping[str, ClaimInfo], now: str) -> bool:
     """True when the PodGroup's shared ResourceClaims let it be placed (plan/groupclaims.py); otherwise
     ``PodGroupReady`` says which claim it waits for (and a Normal event, once, when it starts waiting)."""
     waiting = claim_wait(group, claims)
@@ -345,9 +341,7 @@ def note_stuck(
         + ". The operator re-creates and deletes no pod of a group: it binds the owner's replacement to the"
         " new slot"
     )
-    previous = next(
-        (c.get("message") for c in actions.job.status.conditions if c.get("type") == "Bound"), None
-    )
+    previous = next((c.get("message") for c in actions.job.status.conditions if c.get("type") == "Bound"), None)
     actions.draft.condition("Bound", "False", "WaitingForOwner", message, now)
     # A pod that is already going by itself needs nothing from anyone: a Warning that it "must go" would
     # contradict the delete the user just made. The condition still says where things stand.
@@ -365,10 +359,10 @@ def finish_group(
     """Replace whatever the shared code asked for by the group's own writes: annotate each unbound pod with
     its slot's GPUs, then bind it. Never a delete, a create or a Service for pods the operator does not own.
     With ``nodes``, a repair waiting for old pods to go says which (:func:`note_stuck`)."""
-    actions.deletes.clear()
-    actions.creates.clear()
-    actions.binds.clear()
-    actions.annotates.clear()
+    actions.deletes = ()
+    actions.creates = ()
+    actions.binds = ()
+    actions.annotates = ()
     actions.service = None
     if not active:
         return
@@ -389,12 +383,14 @@ def finish_group(
         )
         if pod.bound:
             if pod.node == slot.node and pod.gpu_indices != slot.gpu_indices:
-                actions.annotates.append(annotate)  # bound, but the annotation did not land: write it again
+                actions.annotates = added(
+                    actions.annotates, annotate
+                )  # bound, but the annotation did not land: write it again
             continue  # bound elsewhere (a slot moved off broken hardware): its owner must replace it
         if any(p.deleting and p.group_rank == rank and p.node == slot.node and not p.terminal for p in pods):
             continue  # its predecessor still runs there: bind once it is gone
-        actions.annotates.append(annotate)
-        actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node))
+        actions.annotates = added(actions.annotates, annotate)
+        actions.binds = added(actions.binds, PodBind(pod.namespace, pod.name, pod.uid, slot.node))
 
 
 class GroupRequests(Mapping[str, JobRequest]):

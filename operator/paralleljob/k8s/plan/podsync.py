@@ -24,7 +24,7 @@ from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.traymanifests import compute_domains, job_domains, tray_pod
 from paralleljob.k8s.edge.trayrecords import TraySlot
-from paralleljob.k8s.plan.actions import JobActions, PodBind, PodCreate, PodDelete
+from paralleljob.k8s.plan.actions import JobActions, PodBind, PodCreate, PodDelete, added
 
 
 def matches(pod: PodInfo, slot: PodSlot | TraySlot, job_uid: str) -> bool:
@@ -68,7 +68,9 @@ class SyncResult:
 
 def delete(actions: JobActions, pod: PodInfo, nodes: Mapping[str, NodeInfo], why: str) -> None:
     if not pod.deleting or must_force(pod, nodes):
-        actions.deletes.append(PodDelete(pod.namespace, pod.name, pod.uid, must_force(pod, nodes), why))
+        actions.deletes = added(
+            actions.deletes, PodDelete(pod.namespace, pod.name, pod.uid, must_force(pod, nodes), why)
+        )
 
 
 def observe(record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> SyncResult:
@@ -118,13 +120,15 @@ def sync_pods(
             delete(actions, pod, nodes, mismatch(pod, slot, job.uid))
             if must_force(pod, nodes) and not _waits_for_gpus(slot, job.namespace, holders):
                 # a forced delete removes it at once: the replacement can follow in the same pass
-                actions.creates.append(_create(job, request, record, slot, boundary, nodes))
+                actions.creates = added(actions.creates, _create(job, request, record, slot, boundary, nodes))
             continue
         if pod is None:
             if not _waits_for_gpus(slot, job.namespace, holders):  # else once the pod on its GPUs is gone
-                actions.creates.append(_create(job, request, record, slot, boundary, nodes))
+                actions.creates = added(actions.creates, _create(job, request, record, slot, boundary, nodes))
         elif not pod.bound:
-            actions.binds.append(PodBind(pod.namespace, pod.name, pod.uid, slot.node, device_claim(slot, nodes)))
+            actions.binds = added(
+                actions.binds, PodBind(pod.namespace, pod.name, pod.uid, slot.node, device_claim(slot, nodes))
+            )
     if actions.creates:
         actions.service = headless_service(job)
         # a tray pod's channel claim comes from its clique's ComputeDomain: created before the pods

@@ -22,7 +22,7 @@ from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import format_time, preemption_of
 from paralleljob.k8s.edge.specs import JobObject
-from paralleljob.k8s.plan.actions import JobActions, PodAnnotate
+from paralleljob.k8s.plan.actions import JobActions, PodAnnotate, added
 from paralleljob.k8s.plan.podsync import delete_all
 
 PENDING_CONDITION = "PreemptionPending"
@@ -47,8 +47,9 @@ def request_checkpoint(actions: JobActions, pods: Sequence[PodInfo], deadline: s
     for pod in pods:
         if pod.deleting or pod.terminal or pod.checkpoint_requested == deadline or (pod.namespace, pod.name) in asked:
             continue
-        actions.annotates.append(
-            PodAnnotate(pod.namespace, pod.name, pod.uid, {CHECKPOINT_REQUESTED_ANNOTATION: deadline})
+        actions.annotates = added(
+            actions.annotates,
+            PodAnnotate(pod.namespace, pod.name, pod.uid, {CHECKPOINT_REQUESTED_ANNOTATION: deadline}),
         )
 
 
