@@ -36,6 +36,24 @@ def wait_done(jobs: Jobs, name: str, timeout_s: float = 150.0, cluster: RealClus
         ) from None
 
 
+def why_not_succeeded(jobs: Jobs, name: str, status: dict[str, Any], cluster: RealCluster) -> str:
+    """What a job that did not succeed left behind, shortest first: its last failure and conditions, then
+    each pod's containers as they ended (exit code, reason, termination message) and its log's tail. The
+    whole status came first before, and pytest cut the message before any of this."""
+    lines = [f"phase {status.get('phase')}; lastFailure: {status.get('lastFailure')}"]
+    for c in status.get("conditions") or []:
+        lines.append(f"  {c.get('type')}={c.get('status')} {c.get('reason')}: {c.get('message')}")
+    for pod in jobs.pods(name):
+        lines.append(f"pod {pod.metadata.name} on {pod.spec.node_name}: {pod.status.phase}")
+        for container in pod.status.container_statuses or []:
+            ended = container.state.terminated or container.last_state.terminated
+            if ended is not None:
+                message = (ended.message or "")[:400]
+                lines.append(f"  {container.name}: exit {ended.exit_code} {ended.reason}: {message}")
+        lines.append("  log: " + pod_log(cluster.cluster, jobs.namespace, pod.metadata.name, "trainer")[-600:])
+    return "\n".join(lines)
+
+
 def summaries(kube: KubeSession, namespace: str, job: str) -> dict[str, dict[str, Any]]:
     pods = kube.run(kube.core.list_namespaced_pod(namespace, label_selector=f"paralleljob.dev/job={job}")).items
     found = {}
@@ -76,9 +94,8 @@ def test_tp2_pp2_dp2_over_two_real_nodes_succeeds(real_cluster: RealCluster, rea
     jobs.create("train", 2, 2, 2, template=worker_template(real_cluster.worker_image))
     status = wait_done(jobs, "train", cluster=real_cluster)
     elapsed = time.monotonic() - started
+    assert status["phase"] == "Succeeded", why_not_succeeded(jobs, "train", status, real_cluster)
     found = summaries(kube, jobs.namespace, "train")
-    logs = {n: pod_log(real_cluster.cluster, jobs.namespace, n, "trainer") for n in found}
-    assert status["phase"] == "Succeeded", (status, logs)
     assert check_against_status(status, found) == {"real-node-0", "real-node-1"}
     print(f"TP2xPP2xDP2 on two real nodes: Succeeded in {elapsed:.1f} s")
 
