@@ -207,6 +207,7 @@ class FakeKube(Kube):
         query: Any = None,
         content_type: str = "application/json",
         fenced: bool = True,
+        first: bool = False,  # the lane of a list's pages; the fake serves every request at once
     ) -> dict[str, Any]:
         while self.who in self.fake.hanging:
             await asyncio.sleep(0.005)

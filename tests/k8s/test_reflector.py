@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -254,3 +255,65 @@ def test_a_status_report_that_changes_nothing_kept_is_not_parsed_again_but_its_v
     assert parsed == ["10", "51"]
     node = store.get("", "gpu-node-000")
     assert node is not None and node.cordoned
+
+
+class FloodKube:
+    """One ParallelJob list as a flood's was: while its pages come (slowly), the job on them finishes (its
+    status write's response lands in the store) and its TTL deletes it, longer ago than a tombstone lives."""
+
+    def __init__(self, reconciler: Any, running: dict[str, Any], wait_s: float) -> None:
+        self.reconciler, self.running, self.wait_s = reconciler, running, wait_s
+
+    async def list(self, path: str, transform: Any = None) -> tuple[list[dict[str, Any]], str]:
+        jobs, meta = self.reconciler.jobs, self.running["metadata"]
+        finished = copy.deepcopy(self.running)
+        finished["metadata"]["resourceVersion"] = "12"
+        finished["status"]["phase"] = "Succeeded"
+        jobs.upsert(finished)  # written after the list's snapshot (rv 11)
+        page = [transform(copy.deepcopy(self.running))]  # the snapshot's version: Running, with its placement
+        jobs.forget(meta["namespace"], meta["name"], meta["uid"])  # its TTL delete, confirmed
+        await asyncio.sleep(self.wait_s)  # the remaining pages
+        other = copy.deepcopy(self.running)
+        other["metadata"].update(name="other", uid="u-other", resourceVersion="11")
+        jobs.upsert(other)  # any write compacts the tombstones
+        return [*page, transform(copy.deepcopy(other))], "11"
+
+    async def watch(self, path: str, version: str | None, timeout_s: int = 300) -> AsyncIterator[dict[str, Any]]:
+        await asyncio.sleep(3600)
+        for event in ():
+            yield event
+
+
+def test_a_job_deleted_while_the_operator_lists_jobs_is_not_brought_back_by_the_list() -> None:
+    """The operator's own wiring (runner's reflector over the reconciler's job store): a tombstone laid during
+    a list outlives it, so a 50,000-job list that took minutes no longer revived finished, deleted jobs with
+    the placements they held when it began (newer jobs held those GPUs by then and lost them)."""
+    from paralleljob.k8s.plan.decide import holds_gpus
+    from paralleljob.k8s.runtime.metrics import Metrics
+    from paralleljob.k8s.runtime.reconciler import Reconciler
+    from paralleljob.k8s.runtime.runner import _reflector
+    from tests.k8s.factories import node, paralleljob
+    from tests.k8s.harness import FakeCluster
+
+    fc = FakeCluster([node("gpu-node-0")])
+    fc.add_job(paralleljob("llm", 2, 1, 2))
+    fc.settle(4)
+    running = json.loads(json.dumps(next(iter(fc.jobs.values()))))  # as decoded from the wire
+    running["metadata"].update(uid="u-llm", resourceVersion="10")
+    assert running["status"]["phase"] == "Running" and running["status"]["placement"]
+    reconciler = Reconciler(cast(Any, object()), OperatorConfig(), Metrics())
+    reconciler.on_event("job", "ADDED", running)
+    job = reconciler.jobs.get("ns", "llm")
+    assert job is not None and not job.invalid and holds_gpus(job)
+    reconciler.jobs._ttl = 0.05  # a tombstone's 300 s, shrunk with the list's minutes to a test's time
+    kube = FloodKube(reconciler, running, wait_s=0.2)
+    reflector = _reflector(cast(Any, kube), reconciler, "job", "/apis/paralleljob.dev/v1alpha1/paralleljobs")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(reflector.run())
+        await asyncio.wait_for(reflector.synced.wait(), 5)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert reconciler.jobs.get("ns", "llm") is None, "the deleted job came back from the list's page"
+    assert reconciler.jobs.get("ns", "other") is not None

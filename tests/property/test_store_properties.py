@@ -240,3 +240,31 @@ def test_a_replaced_object_stays_gone_after_its_replacement_goes_too(keep_bodies
     store.upsert(pod("u3", 5))  # the first p0 was deleted (its DELETED event not seen yet), another made
     store.replace_all([], "6")  # and that one is gone by this list
     assert not store.upsert(pod("u1", 1)) and store.get("n", "p0") is None
+
+
+@pytest.mark.parametrize("keep_bodies", [True, False])
+def test_an_object_deleted_during_a_long_list_stays_gone(keep_bodies: bool) -> None:
+    """A 50,000-job flood's re-list took longer than a tombstone lives: a job that finished and was deleted
+    meanwhile came back from a page as it was when the list began (Running, with its placement)."""
+    now = [0.0]
+    store: ObjectStore[str] = ObjectStore(
+        lambda b: str(b["metadata"]["labels"]), clock=lambda: now[0], tombstone_ttl=300.0, keep_bodies=keep_bodies
+    )
+
+    def job(rv: int, phase: str, name: str = "f1", uid: str = "u1") -> dict[str, Any]:
+        return {"metadata": {"namespace": "n", "name": name, "uid": uid, "resourceVersion": str(rv), "labels": phase}}
+
+    store.upsert(job(5, "Running"))
+    with store.listing():
+        now[0] = 1.0
+        store.upsert(job(7, "Succeeded"))  # its finish written after the list's snapshot (rv 6) was taken
+        page = [store.slim_listed(job(5, "Running"))]  # its page: the snapshot's version, older than the stored
+        store.forget("n", "f1", "u1")  # finished: its TTL deleted it
+        now[0] = 400.0  # the rest of the pages take longer than a tombstone lives
+        store.upsert(job(8, "Queued", "f2", "u2"))  # every write compacts the tombstones
+        assert store.tombstones == 1, "a tombstone laid during a list waits for it"
+        store.replace_all([*page, store.slim_listed(job(8, "Queued", "f2", "u2"))], "6", slimmed=True)
+        assert store.get("n", "f1") is None, "the page's old version of a deleted job brought it back"
+    now[0] = 800.0
+    store.upsert(job(9, "Queued", "f3", "u3"))
+    assert store.tombstones == 0, "once the list is merged its tombstones expire as before"

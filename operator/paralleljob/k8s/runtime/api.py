@@ -185,9 +185,11 @@ class Kube:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         fenced: bool = True,
+        first: bool = False,
     ) -> dict[str, Any]:
+        """One API call, in the client's lanes (runtime/lanes.py): ``first`` for a list's pages."""
         headers = await self._headers(content_type)
-        async with self.limit.slot():
+        async with self.limit.slot(first=first):
             if fenced and method != "GET" and self.write_fence is not None and not self.write_fence():
                 raise NotLeading(method, path)
             try:
@@ -225,13 +227,14 @@ class Kube:
         """Every item of a list URL, fetched in pages of ``page_size`` (``limit``/``continue``) so that a
         12,500-node list is never one 60 MB response decoded at once; ``transform`` (a store's slimming)
         runs on each page before the next is fetched, so only the slimmed items stay in memory. A
-        continue token that expired (410 mid-list) restarts the list from its first page."""
+        continue token that expired (410 mid-list) restarts the list from its first page. Pages go ahead of
+        every write waiting for a slot (runtime/lanes.py)."""
         items: list[dict[str, Any]] = []
         params = {**(query or {}), "limit": str(page_size)}
         version: str | None = None
         while True:
             try:
-                data = await self.request("GET", path, query=params)
+                data = await self.request("GET", path, query=params, first=True)
             except ApiError as exc:
                 if exc.status == 410 and "continue" in params:
                     items, params = [], {**(query or {}), "limit": str(page_size)}

@@ -81,6 +81,13 @@ class Metrics:
             ["lane"],
             registry=r,
         )
+        self.list_duration = Histogram(
+            "paralleljob_list_duration_seconds",
+            "One full list of a watched kind (every page, merged into its store); its watch waits meanwhile",
+            ["kind"],
+            buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0),
+            registry=r,
+        )
         self.pass_duration = Histogram(
             "paralleljob_reconcile_pass_duration_seconds",
             "One reconcile pass: snapshot, decisions for every job, plan handed to the executor (not its writes)",

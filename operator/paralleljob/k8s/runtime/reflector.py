@@ -15,9 +15,11 @@ cluster, a role without the verbs) counts as listed and empty, and is tried agai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from paralleljob.k8s.runtime.api import ApiError, Kube
@@ -47,6 +49,8 @@ class Reflector:
         optional: bool = False,
         relist_seconds: float = RELIST_SECONDS,
         query: Mapping[str, str] | None = None,
+        listing: Callable[[], AbstractContextManager[None]] | None = None,
+        on_listed: Callable[[str, float], None] | None = None,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -58,6 +62,9 @@ class Reflector:
         self.optional = optional
         self.relist_seconds = relist_seconds
         self.query = dict(query or {})  # a field or label selector, for list and watch alike
+        # Held while a list is fetched and merged (the store's ObjectStore.listing: its tombstones outlive it).
+        self.listing = listing or contextlib.nullcontext
+        self.on_listed = on_listed or (lambda name, seconds: None)  # each list's time, first page to merged
         self.synced = asyncio.Event()
         self.absent = False  # an optional kind the API does not serve (said once in the log)
 
@@ -102,6 +109,15 @@ class Reflector:
 
     async def _list(self) -> str | None:
         """List and hand the items over; the list's version, or None for an optional kind not served."""
+        started = time.monotonic()
+        with self.listing():
+            version = await self._list_now()
+        seconds = time.monotonic() - started
+        self.on_listed(self.name, seconds)
+        log.debug("listed %s in %.1f s", self.path, seconds)
+        return version
+
+    async def _list_now(self) -> str | None:
         try:
             if self.query:
                 items, version = await self.kube.list(self.path, self.query, transform=self.transform)

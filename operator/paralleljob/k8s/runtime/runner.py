@@ -185,9 +185,23 @@ def _reflector(
     def on_event(event: str, body: Mapping[str, Any]) -> None:
         reconciler.on_event(kind, event, body)
 
+    def on_listed(name: str, seconds: float) -> None:
+        reconciler.metrics.list_duration.labels(kind=kind).observe(seconds)
+
     store = reconciler.by_kind[kind]
     name = kind if namespace is None else f"{kind}[{namespace}]"
-    return Reflector(kube, path, on_list, on_event, name=name, transform=store.slim_listed, **options)
+    # the store's listing: tombstones laid while a list is fetched outlive it (view/store.py)
+    return Reflector(
+        kube,
+        path,
+        on_list,
+        on_event,
+        name=name,
+        transform=store.slim_listed,
+        listing=store.listing,
+        on_listed=on_listed,
+        **options,
+    )
 
 
 async def _gang_api_version(kube: Kube) -> str:

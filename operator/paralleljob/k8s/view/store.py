@@ -21,6 +21,15 @@ may take, including retries, so no stale body can still be on its way), expired 
 every write, and at most ``max_tombstones`` are kept (the oldest go first). A body of a tombstoned UID
 with a newer resourceVersion (it was only filtered out, not deleted) is accepted and lifts the tombstone.
 
+A list is the one read that can take longer than that: 50,000 ParallelJobs are 100 pages, each queued
+behind the operator's writes, and under a flood one list took over five minutes. Its pages hold every
+object as it was when the list began, so a job deleted meanwhile (the TTL of a finished job) came back,
+with the placement it held when the list began, once its tombstone had expired before the last page was
+in; its record then claimed GPUs already given to newer jobs, which lost their placements (a 50,000-job
+flood requeued or rescheduled 626 jobs so). The reflector therefore wraps each list in
+:meth:`ObjectStore.listing`: a tombstone laid after a list still being fetched began does not expire
+before that list is merged.
+
 Readers that keep something derived alive (the incremental cluster view) drain :meth:`ObjectStore.take_changes`:
 the keys whose parsed value changed since the last drain, in no particular order, and whether the store was
 re-listed meanwhile (then they start over). The store also numbers each object by arrival, so a reader can
@@ -39,6 +48,7 @@ against a tombstone, which then holds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -136,6 +146,7 @@ class ObjectStore(Generic[T]):
         self._lost_track = False  # too many undrained changes (or a re-list): the reader must start over
         self._arrivals = 0
         self._arrival: dict[tuple[str, str], int] = {}  # key -> its place in the store's (dict) order
+        self._lists: list[float] = []  # when each list being fetched began (a store may have one per namespace)
 
     def __len__(self) -> int:
         return len(self._values)
@@ -173,6 +184,18 @@ class ObjectStore(Generic[T]):
         slim = self.slim(body)
         kept = self._bodies.get(object_key(slim))
         return kept if kept is not None and kept == slim else slim
+
+    @contextlib.contextmanager
+    def listing(self) -> Iterator[None]:
+        """A list of this kind is being fetched (and merged with :meth:`replace_all` inside): tombstones laid
+        from now on outlive it, however long its pages take, so none of its pages can bring back an object
+        deleted after it began."""
+        began = self._clock()
+        self._lists.append(began)
+        try:
+            yield
+        finally:
+            self._lists.remove(began)
 
     def arrival(self, key: tuple[str, str]) -> int:
         """The object's place in :meth:`values` order (larger: later); -1 when it is not stored."""
@@ -351,8 +374,11 @@ class ObjectStore(Generic[T]):
 
     def _compact(self) -> None:
         now = self._clock()
+        # Tombstones are in the order they were laid: the first laid since the oldest list began, and all
+        # after it, wait for that list (laid at or after it began <=> expiring at or after it began + TTL).
+        kept_from = min(self._lists) + self._ttl if self._lists else None
         while self._tombstones:
             grave, tombstone = next(iter(self._tombstones.items()))
-            if tombstone.expires > now:
+            if tombstone.expires > now or (kept_from is not None and tombstone.expires >= kept_from):
                 return
             del self._tombstones[grave]
