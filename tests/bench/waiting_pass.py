@@ -138,7 +138,7 @@ async def measure(
 
     flooding = False  # the settling passes' chains end at once (their writes are already in the bodies)
 
-    reconciler.executor.run_job = nothing  # type: ignore[method-assign,assignment]  # the pass, not its writes
+    reconciler.executor.run_job = nothing  # type: ignore[method-assign]  # the pass, not its writes
     reconciler._queue_status = lambda plan: None  # type: ignore[method-assign]  # (computed in the pass)
     reconciler.on_list("node", [copy.deepcopy(b) for b in fc.nodes.values()], "1")
     reconciler.on_list("pod", [copy.deepcopy(b) for b in fc.pods.values()], "1")
