@@ -188,8 +188,9 @@ class ScriptedKube:
 def test_an_optional_kind_the_api_does_not_serve_counts_as_listed_and_empty() -> None:
     kube = ScriptedKube([ApiError(404, "the server could not find the requested resource")])
     lists: list[tuple[list[dict[str, Any]], str | None]] = []
+    timed: list[float] = []
     reflector = Reflector(cast(Any, kube), "/apis/x/v1/queues", lambda i, v: lists.append((i, v)), lambda k, b: None,
-                          optional=True)  # fmt: skip
+                          optional=True, on_listed=lambda name, s: timed.append(s))  # fmt: skip
 
     async def scenario() -> None:
         task = asyncio.create_task(reflector.run())
@@ -198,6 +199,7 @@ def test_an_optional_kind_the_api_does_not_serve_counts_as_listed_and_empty() ->
 
     asyncio.run(scenario())
     assert lists == [([], None)] and reflector.absent
+    assert timed == [], "a 404 is not a list: paralleljob_list_duration_seconds counts only real ones"
 
 
 def test_a_required_kind_that_cannot_be_listed_is_retried_and_never_synced() -> None:
@@ -216,8 +218,9 @@ def test_a_required_kind_that_cannot_be_listed_is_retried_and_never_synced() -> 
 def test_each_kind_is_listed_again_every_relist_period() -> None:
     kube = ScriptedKube([[{"metadata": {"name": "a"}}]])
     lists: list[str | None] = []
+    timed: list[str] = []
     reflector = Reflector(cast(Any, kube), "/api/v1/nodes", lambda i, v: lists.append(v), lambda k, b: None,
-                          relist_seconds=0.1)  # fmt: skip
+                          relist_seconds=0.1, on_listed=lambda name, s: timed.append(name))  # fmt: skip
 
     async def scenario() -> None:
         task = asyncio.create_task(reflector.run())
@@ -226,6 +229,7 @@ def test_each_kind_is_listed_again_every_relist_period() -> None:
 
     asyncio.run(scenario())
     assert 3 <= len(lists) <= 6, lists
+    assert timed == ["/api/v1/nodes"] * len(lists), "each list's time is reported"
     assert all(timeout <= 2 for timeout in kube.watches)  # each watch ends by the next re-list
 
 

@@ -113,8 +113,9 @@ class Reflector:
         with self.listing():
             version = await self._list_now()
         seconds = time.monotonic() - started
-        self.on_listed(self.name, seconds)
-        log.debug("listed %s in %.1f s", self.path, seconds)
+        if version is not None:  # an optional kind the API does not serve was not listed
+            self.on_listed(self.name, seconds)
+            log.debug("listed %s in %.1f s", self.path, seconds)
         return version
 
     async def _list_now(self) -> str | None:
