@@ -46,7 +46,8 @@ def why_not_succeeded(jobs: Jobs, name: str, status: dict[str, Any], cluster: Re
     for pod in jobs.pods(name):
         lines.append(f"pod {pod.metadata.name} on {pod.spec.node_name}: {pod.status.phase}")
         for container in pod.status.container_statuses or []:
-            ended = container.state.terminated or container.last_state.terminated
+            states = (container.state, container.last_state)  # the client leaves an absent state None
+            ended = next((s.terminated for s in states if s is not None and s.terminated is not None), None)
             if ended is not None:
                 message = (ended.message or "")[:400]
                 lines.append(f"  {container.name}: exit {ended.exit_code} {ended.reason}: {message}")
