@@ -370,6 +370,37 @@ def test_a_leader_paused_past_its_renew_deadline_cannot_write_even_before_its_lo
     asyncio.run(scenario())
 
 
+def test_a_leader_paused_while_its_renewal_is_in_flight_counts_the_pause_against_itself() -> None:
+    # The renewal's answer arrives after the pause: had the leader counted its lease from the answer, it
+    # would think itself fresh for another renew deadline while a standby may already have taken over.
+    async def scenario() -> None:
+        api = FakeApi()
+        skew: dict[str, float] = {}
+        a = candidate(api, "a", skew)
+        task = asyncio.create_task(a.run())
+        await asyncio.wait_for(a.leader.wait(), 1.0)
+        paused = asyncio.Event()
+
+        def pause_during_renewal(method: str, path: str) -> None:
+            if method == "PUT" and path.endswith("/leases/lease") and not paused.is_set():
+                skew["a"] = DEADLINE
+                paused.set()
+
+        api.on_request = pause_during_renewal
+        await asyncio.wait_for(paused.wait(), 1.0)
+        for _ in range(5):  # let the renewal's answer come back
+            await asyncio.sleep(0)
+        assert not a.leading()
+        kube = api.client("a-writer")
+        kube.write_fence = a.leading
+        with pytest.raises(NotLeading):
+            await kube.request("POST", PODS, {"metadata": {"name": "p2"}})
+        await asyncio.wait_for(a.lost.wait(), 1.0)
+        await stop([task])
+
+    asyncio.run(scenario())
+
+
 # ---- the reconcile loop ----------------------------------------------------------------------------------
 
 

@@ -114,7 +114,10 @@ class LeaderElection:
                     )
             if held:
                 self._last_trouble = ""
-                self._renewed_at = self.clock()
+                # When the attempt began, not when its answer came: the lease was written no earlier than
+                # that, so no standby's timer started before it; a pause while the answer was in flight
+                # (SIGSTOP, a long GC) then counts against this leader, never in its favour.
+                self._renewed_at = started
                 if not self.leader.is_set():
                     log.info("became leader as %s", self.identity)
                     self.leader.set()
