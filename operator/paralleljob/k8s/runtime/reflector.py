@@ -3,7 +3,9 @@
 What client-go's reflector does: list (in pages, each slimmed before the next is fetched), then watch from
 the list's resourceVersion with bookmarks, resume from the last seen version after a disconnect, and list
 again when the server says that version is too old (410 Gone). Unlike client-go it also lists again every
-``relist_seconds`` as a slow safety net: a store rule that ever dropped an event wrongly heals itself.
+``relist_seconds`` as a slow safety net: a store rule that ever dropped an event wrongly heals itself. The
+net costs at most 1/``RELIST_COST_FACTOR`` of the time: a kind whose list takes long (50,000 ParallelJobs
+took 67 s under a flood) is listed again that many list-lengths later, not every ``relist_seconds``.
 
 Nodes, ParallelJobs and queues came through Kopf before; Kopf's per-event machinery (a worker per object,
 settings, diff storage) cost about a millisecond per event, which at 12,500 nodes is whole seconds of
@@ -33,6 +35,9 @@ Transform = Callable[[dict[str, Any]], Any]
 RELIST_SECONDS = 300.0
 ABSENT_RETRY_SECONDS = 30.0  # how often an optional kind that the API does not serve is tried again
 WATCH_TIMEOUT_SECONDS = 300
+# A safety-net re-list waits at least this many times the last list's length: a list holds the kind's
+# watch, costs the API server a full read and, for a large kind, took minutes under load.
+RELIST_COST_FACTOR = 20.0
 
 
 class Reflector:
@@ -61,6 +66,7 @@ class Reflector:
         self.transform = transform  # a store's slimming, applied to list pages as they arrive
         self.optional = optional
         self.relist_seconds = relist_seconds
+        self.relist_after = relist_seconds  # this period, or RELIST_COST_FACTOR times the last list's length
         self.query = dict(query or {})  # a field or label selector, for list and watch alike
         # Held while a list is fetched and merged (the store's ObjectStore.listing: its tombstones outlive it).
         self.listing = listing or contextlib.nullcontext
@@ -74,14 +80,14 @@ class Reflector:
         delay = 0.1
         while True:
             try:
-                if version is None or time.monotonic() - listed_at >= self.relist_seconds:
+                if version is None or time.monotonic() - listed_at >= self.relist_after:
                     version = await self._list()
                     listed_at = time.monotonic()
                     if version is None:  # optional and absent
                         await asyncio.sleep(ABSENT_RETRY_SECONDS)
                         continue
                 self.on_state(True)
-                left = self.relist_seconds - (time.monotonic() - listed_at)
+                left = self.relist_after - (time.monotonic() - listed_at)
                 timeout_s = max(1, min(WATCH_TIMEOUT_SECONDS, int(left) + 1))
                 async for event in self._watch(version, timeout_s):
                     kind = event.get("type")
@@ -114,6 +120,7 @@ class Reflector:
             version = await self._list_now()
         seconds = time.monotonic() - started
         if version is not None:  # an optional kind the API does not serve was not listed
+            self.relist_after = max(self.relist_seconds, RELIST_COST_FACTOR * seconds)
             self.on_listed(self.name, seconds)
             log.debug("listed %s in %.1f s", self.path, seconds)
         return version
