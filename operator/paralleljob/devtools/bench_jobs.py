@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import re
@@ -35,9 +36,10 @@ from typing import Any
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
 from paralleljob.devtools import requestmix
-from paralleljob.devtools.bench_operator import job_body, watch
+from paralleljob.devtools.bench_operator import job_body
 from paralleljob.devtools.bench_scale import PASS_METRIC, operator_under_test
 from paralleljob.devtools.operatorproc import LEADER_METRIC, OperatorProcess, read_samples
+from paralleljob.devtools.tracker import WatchTracker
 from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path
 
@@ -45,41 +47,17 @@ NAMESPACE = "bench-jobs"
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/paralleljob-operator"
 
 
-class JobTracker:
+class JobTracker(WatchTracker):
     """Watches the bench namespace's ParallelJobs: when each was first seen Placing (admitted) and Succeeded."""
 
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
+    what = "job"
+
+    def __init__(self, kube: Kube, namespace: str = NAMESPACE) -> None:
+        super().__init__(kube, job_path(namespace))
         self.phase: dict[str, str] = {}
         self.admitted_at: dict[str, float] = {}
         self.done_at: dict[str, float] = {}
         self.gone_unseen: set[str] = set()  # deleted while the watch was down: see relisted()
-        self.changed = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> JobTracker:
-        self.task = asyncio.create_task(self._run())
-        await asyncio.sleep(0.3)
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self.task is not None
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                items, rv = await self.kube.list(job_path(NAMESPACE))
-                self.relisted(items)
-                async for event in watch(self.kube, job_path(NAMESPACE), {"resourceVersion": rv or "0"}):
-                    self.on_event(event)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                print(f"job watch restarted after {exc!r}", file=sys.stderr, flush=True)
-                await asyncio.sleep(0.2)
 
     def relisted(self, items: list[dict[str, Any]]) -> None:
         """A (re)list after the watch broke off. A job seen before and missing now was deleted in the gap, and
@@ -118,15 +96,6 @@ class JobTracker:
 
     def waiting(self) -> int:
         return sum(1 for p in self.phase.values() if p in ("Pending", "Queued"))
-
-    async def wait(self, predicate: Any, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            self.changed.clear()
-            if time.monotonic() > deadline:
-                raise TimeoutError("benchmark condition not reached")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), 1.0)
 
 
 def flood_body(
@@ -190,7 +159,7 @@ async def room_latency(kube: Kube, tracker: JobTracker, count: int) -> dict[str,
         body["spec"]["template"]["metadata"] = {"annotations": {COMPLETE_AFTER_ANNOTATION: "2s"}}
         await kube.request("POST", job_path(NAMESPACE), body)
         created = time.monotonic()
-        await tracker.wait(lambda name=name: name in tracker.admitted_at, 60)
+        await tracker.wait(functools.partial(tracker.admitted_at.__contains__, name), 60)
         samples.append(tracker.admitted_at[name] - created)
     return {
         "jobs": count,

@@ -23,68 +23,35 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devtools.operatorproc import OperatorProcess
+from paralleljob.devtools.tracker import WatchTracker, watch
 from paralleljob.k8s.edge.constants import API_VERSION, GROUP, JOB_LABEL, KIND
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
 
-async def watch(kube: Kube, path: str, query: dict[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
-    """Raw watch events ({type, object}) of ``path`` (a list URL), from now on."""
-    headers = await kube._headers("application/json")
-    params = {"watch": "1", "allowWatchBookmarks": "false", **(query or {})}
-    response = await kube.api.rest_client.pool_manager.get(
-        kube.host + path, params=params, headers=headers, timeout=None
-    )
-    try:
-        async for line in response.content:
-            if line.strip():
-                yield json.loads(line)
-    finally:
-        response.release()
-
-
-class PodTracker:
+class PodTracker(WatchTracker):
     """Watches one namespace's pods and notes when each pod (by UID) was first seen bound."""
 
+    what = "pod"
+
     def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube = kube
+        super().__init__(kube, pod_path(namespace))
         self.namespace = namespace
         self.pods: dict[str, dict[str, Any]] = {}  # uid -> {name, node, labels}
         self.bound_at: dict[str, float] = {}
         self.failed_at: dict[str, float] = {}
-        self.changed = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> PodTracker:
-        self.task = asyncio.create_task(self._run())
-        await asyncio.sleep(0.3)  # let the watch open before anything is created
-        return self
+    def relisted(self, items: list[dict[str, Any]]) -> None:
+        self.pods.clear()
+        for pod in items:
+            self._apply({"type": "ADDED", "object": pod})
 
-    async def __aexit__(self, *_: object) -> None:
-        assert self.task is not None
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-    async def _run(self) -> None:
-        while True:  # a watch can end (timeout, connection reset): resume with a fresh list + watch
-            try:
-                items, rv = await self.kube.list(pod_path(self.namespace))
-                self.pods.clear()
-                for pod in items:
-                    self._apply({"type": "ADDED", "object": pod})
-                async for event in watch(self.kube, pod_path(self.namespace), {"resourceVersion": rv or "0"}):
-                    self._apply(event)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                print(f"pod watch restarted after {exc!r}", file=sys.stderr, flush=True)
-                await asyncio.sleep(0.1)
+    def on_event(self, event: dict[str, Any]) -> None:
+        self._apply(event)
 
     def _apply(self, event: dict[str, Any]) -> None:
         if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
@@ -106,16 +73,6 @@ class PodTracker:
             if phase == "Failed" and uid not in self.failed_at:
                 self.failed_at[uid] = time.monotonic()
         self.changed.set()
-
-    async def wait(self, predicate: Callable[[], bool], timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            self.changed.clear()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("benchmark condition not reached")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), remaining)
 
     def bound(self, job: str | None = None) -> list[str]:
         return [u for u, p in self.pods.items() if p["node"] and (job is None or p["labels"].get(JOB_LABEL) == job)]
