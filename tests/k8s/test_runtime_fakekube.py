@@ -351,13 +351,19 @@ def test_a_leader_whose_renewals_fail_steps_down_within_its_renew_deadline() -> 
     asyncio.run(scenario())
 
 
+async def paused_later_leader() -> tuple[FakeApi, LeaderElection, asyncio.Task[None], dict[str, float]]:
+    """A leading candidate "a" whose clock the test can jump (``skew["a"]``), as a SIGSTOP then SIGCONT would."""
+    api = FakeApi()
+    skew: dict[str, float] = {}
+    a = candidate(api, "a", skew)
+    task = asyncio.create_task(a.run())
+    await asyncio.wait_for(a.leader.wait(), 1.0)
+    return api, a, task, skew
+
+
 def test_a_leader_paused_past_its_renew_deadline_cannot_write_even_before_its_loop_notices() -> None:
     async def scenario() -> None:
-        api = FakeApi()
-        skew: dict[str, float] = {}
-        a = candidate(api, "a", skew)
-        task = asyncio.create_task(a.run())
-        await asyncio.wait_for(a.leader.wait(), 1.0)
+        api, a, task, skew = await paused_later_leader()
         kube = api.client("a-writer")
         kube.write_fence = a.leading
         await kube.request("POST", PODS, {"metadata": {"name": "p1"}})
@@ -374,11 +380,7 @@ def test_a_leader_paused_while_its_renewal_is_in_flight_counts_the_pause_against
     # The renewal's answer arrives after the pause: had the leader counted its lease from the answer, it
     # would think itself fresh for another renew deadline while a standby may already have taken over.
     async def scenario() -> None:
-        api = FakeApi()
-        skew: dict[str, float] = {}
-        a = candidate(api, "a", skew)
-        task = asyncio.create_task(a.run())
-        await asyncio.wait_for(a.leader.wait(), 1.0)
+        api, a, task, skew = await paused_later_leader()
         paused = asyncio.Event()
 
         def pause_during_renewal(method: str, path: str) -> None:
