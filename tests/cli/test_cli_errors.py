@@ -126,8 +126,11 @@ def test_the_dashboard_with_the_api_server_unreachable_says_so_and_exits(
     # It used to print "dashboard on http://..." and serve an empty page while its watches retried in silence.
     server = f"https://127.0.0.1:{free_port()}"
     kubeconfig = kubeconfig_for(tmp_path, server)
+    policy = asyncio.get_event_loop_policy()
     code = main(["dashboard", "--kubeconfig", str(kubeconfig), "--port", str(free_port())])
     err = capsys.readouterr().err
     assert code == 1
+    # uvloop.install() here once made every later asyncio.run of the test process run on uvloop.
+    assert asyncio.get_event_loop_policy() is policy, "the dashboard changed the process-wide event loop policy"
     assert f"cannot reach the API server at {server} (connection refused)" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err

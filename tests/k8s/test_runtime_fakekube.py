@@ -281,6 +281,9 @@ def test_a_pod_deleted_before_its_bind_is_forgotten() -> None:
 # ---- leader election --------------------------------------------------------------------------------------
 
 DURATION, DEADLINE, RETRY = 0.6, 0.4, 0.05
+# Past the deadline, not at it: uvloop's clock is read once per loop iteration, so a jump of exactly the
+# deadline left "now - renewed" at 0.4 give or take a rounding, and the leader led on or not by chance.
+PAUSE = DEADLINE + 2 * RETRY
 
 
 def candidate(api: FakeApi, who: str, skew: dict[str, float] | None = None) -> LeaderElection:
@@ -367,7 +370,7 @@ def test_a_leader_paused_past_its_renew_deadline_cannot_write_even_before_its_lo
         kube = api.client("a-writer")
         kube.write_fence = a.leading
         await kube.request("POST", PODS, {"metadata": {"name": "p1"}})
-        skew["a"] = DEADLINE  # SIGSTOP then SIGCONT: its monotonic clock jumped while it did nothing
+        skew["a"] = PAUSE  # SIGSTOP then SIGCONT: its monotonic clock jumped while it did nothing
         with pytest.raises(NotLeading):
             await kube.request("POST", PODS, {"metadata": {"name": "p2"}})
         assert api.get(f"{PODS}/p2") is None
@@ -385,7 +388,7 @@ def test_a_leader_paused_while_its_renewal_is_in_flight_counts_the_pause_against
 
         def pause_during_renewal(method: str, path: str) -> None:
             if method == "PUT" and path.endswith("/leases/lease") and not paused.is_set():
-                skew["a"] = DEADLINE
+                skew["a"] = PAUSE
                 paused.set()
 
         api.on_request = pause_during_renewal

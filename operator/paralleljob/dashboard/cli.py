@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +30,20 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # uvloop.run, not uvloop.install: install sets the process-wide loop policy, and every later
+    # asyncio.run of the same process (tests calling this in process) silently ran on uvloop.
     try:
         import uvloop
 
-        uvloop.install()
+        runner: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is optional
-        pass
+        runner = asyncio.run
     from kubernetes_asyncio.config import ConfigException
 
     from paralleljob.k8s.runtime.api import ApiError
 
     try:
-        asyncio.run(serve(args))
+        runner(serve(args))
     except (ConfigException, OSError) as exc:  # no kubeconfig, the port taken, nothing listening: one line
         print(f"paralleljob dashboard: {exc}", file=sys.stderr)
         return 1
