@@ -81,7 +81,11 @@ def connect():
     while time.monotonic() < DEADLINE:
         try:
             address = socket.gethostbyname(MASTER)
-            return socket.create_connection((address, PORT), timeout=5), address
+            conn = socket.create_connection((address, PORT), timeout=5)
+            # The 5 s were for connecting: the master answers only once every rank has registered, and a
+            # pod started later than 5 s after this one made this rank give up while the rest went on.
+            conn.settimeout(max(1.0, DEADLINE - time.monotonic()))
+            return conn, address
         except OSError as exc:
             last = exc
             time.sleep(0.5)
