@@ -14,11 +14,17 @@ from paralleljob.core.traypods import tray_pods
 from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.records import MalformedRecord, PlacementRecord, record_from_status, record_groups
+from paralleljob.k8s.edge.records import (
+    MalformedRecord,
+    PlacementRecord,
+    PodSlot,
+    record_from_status,
+    record_groups,
+)
 from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.edge.trayenv import tray_env, tray_pod_name
 from paralleljob.k8s.edge.traymanifests import compute_domains, job_domains, tray_pod
-from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.edge.trayrecords import TraySlot, tray_groups
 from paralleljob.k8s.view.clusterview import Claim, build_view
 from tests.k8s.factories import node, paralleljob
 
@@ -113,3 +119,18 @@ def test_tray_pods_carry_the_env_of_their_tray_and_the_claim_of_their_clique() -
             names[tray.clique]
         )
         assert pod["metadata"]["annotations"]["paralleljob.dev/node"] == tray.node
+
+
+def test_each_tray_names_the_replicas_and_stages_its_ranks_belong_to() -> None:
+    record, _ = _placed()
+    # TP8 on trays of 4: every tray holds half of one TP group, so one (replica, stage) by its ranks.
+    for tray in record.trays:
+        assert record.groups_of(tray) == ((tray.node_rank // 2 // 4, tray.node_rank // 2 % 4),)
+    # Every TP group is covered by exactly two trays, under the job's rank order (tp-pp-dp: d x pp + p).
+    covered = [g for tray in record.trays for g in record.groups_of(tray)]
+    assert sorted(covered) == sorted([(d, p) for d in range(2) for p in range(4)] * 2)
+    # TP2 on a tray of 4 holds two whole groups; tp-dp-pp numbers them p x dp + d.
+    tray = TraySlot("t", "n", (0, 1, 2, 3), 1, "c")
+    assert tray_groups(tray, 2, 2, 2, RankOrder.TP_DP_PP) == ((0, 1), (1, 1))
+    slot = PodSlot("p", 1, 3, "n", (0,))
+    assert record.groups_of(slot) == ((1, 3),)

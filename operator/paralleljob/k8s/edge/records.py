@@ -23,6 +23,7 @@ from paralleljob.k8s.edge.trayrecords import (
     TraySlot,
     check_trays,
     tp_groups,
+    tray_groups,
     trays_from_status,
     trays_to_status,
 )
@@ -82,6 +83,13 @@ class PlacementRecord:
 
     def node_rank(self, slot: PodSlot) -> int:
         return node_rank(self.rank_order, slot.replica, slot.stage, self.pp, self.dp)
+
+    def groups_of(self, slot: PodSlot | TraySlot) -> tuple[tuple[int, int], ...]:
+        """(replica, stage) of every TP group whose ranks the pod holds, whichever layout: one for a TP-group
+        pod, one or more for a whole-tray pod (``tray_groups``). What a surface shows as a pod's replica/stage."""
+        if isinstance(slot, TraySlot):
+            return tray_groups(slot, self.tp, self.pp, self.dp, self.rank_order)
+        return ((slot.replica, slot.stage),)
 
     def master_slot(self) -> PodSlot:
         """The pod holding global rank 0 (node rank 0): torchrun's rendezvous host, ``MASTER_ADDR``."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from paralleljob.core.rankorder import RankOrder, node_rank
+from paralleljob.core.rankorder import RankOrder, coordinates, node_rank
 
 TRAY_LAYOUT = "trays"
 
@@ -51,6 +51,13 @@ def tp_groups(trays: Sequence[TraySlot], tp: int, pp: int, dp: int, order: RankO
             first = node_rank(order, d, p, pp, dp) * tp
             groups.append([by_rank[r] for r in range(first, first + tp)])
     return groups
+
+
+def tray_groups(tray: TraySlot, tp: int, pp: int, dp: int, order: RankOrder) -> tuple[tuple[int, int], ...]:
+    """(replica, stage) of each TP group the tray's ranks belong to, by the job's rank order, in rank order,
+    each once: one for a tray inside a TP group (or a TP group wider than the tray), several when the tray
+    holds whole TP groups. A tray pod records no replica or stage of its own; its ranks say them."""
+    return tuple(dict.fromkeys(coordinates(order, r, tp, pp, dp)[:2] for r in tray.ranks))
 
 
 def check_trays(trays: Sequence[TraySlot], tp: int, pp: int, dp: int) -> str | None:
