@@ -35,7 +35,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fake-nvml", type=Path, metavar="SCRIPT", help="replay this YAML/JSON script instead of NVML")
     p.add_argument("--once", action="store_true", help="read NVML once, print it as JSON, write nothing")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between polls (default: %(default)s)")
-    p.add_argument("--metrics-port", type=int, default=int(os.environ.get("PARALLELJOB_AGENT_METRICS_PORT", "9410")))
+    # A flag only: no variable shaped like a service link's (<SERVICE>_PORT), which any Service can set.
+    p.add_argument("--metrics-port", type=int, default=9410, help="(default: %(default)s)")
     p.add_argument("--metrics-host", default="0.0.0.0")
     p.add_argument("--thermal-threshold", type=float, default=85.0, help="Degraded at or above, C (default: 85)")
     p.add_argument("--recover-polls", type=int, default=3, help="healthy polls before recovery (default: 3)")

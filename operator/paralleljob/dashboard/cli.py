@@ -22,7 +22,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG or in-cluster")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    p.add_argument("--port", type=int, default=int(os.environ.get("PARALLELJOB_DASHBOARD_PORT", "8090")))
+    # A flag only: no variable shaped like a service link's (<SERVICE>_PORT), which any Service can set.
+    p.add_argument("--port", type=int, default=8090, help="(default: %(default)s)")
     p.add_argument("--topology-config", type=Path, help="YAML: topology label keys (as for the operator)")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run)

@@ -24,7 +24,9 @@ def register(subparsers: Any) -> None:
     )
     op.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG or in-cluster")
     op.add_argument("--namespace", action="append", default=[], help="watch only these namespaces (repeatable)")
-    op.add_argument("--metrics-port", type=int, default=int(os.environ.get("PARALLELJOB_METRICS_PORT", "8080")))
+    # A flag only: a variable named like PARALLELJOB_METRICS_PORT is what Kubernetes' service links set for a
+    # Service paralleljob-metrics (the chart's own, under the README's release name), to "tcp://<ip>:8080".
+    op.add_argument("--metrics-port", type=int, default=8080, help="(default: %(default)s)")
     op.add_argument("--metrics-host", default="0.0.0.0")
     op.add_argument(
         "--resync-seconds",

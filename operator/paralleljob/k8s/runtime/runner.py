@@ -90,7 +90,7 @@ async def run_operator(
         await kube.close()
         raise OperatorFailed(
             f"cannot serve /metrics and /healthz on {config.metrics_host}:{config.metrics_port}"
-            f" ({exc.strerror or exc}): choose another port with --metrics-port or PARALLELJOB_METRICS_PORT"
+            f" ({exc.strerror or exc}): choose another port with --metrics-port"
         ) from exc
     log.info("metrics on http://%s:%d/metrics; identity %s", config.metrics_host, config.metrics_port, config.identity)
     reconciler = Reconciler(kube, config, metrics)
