@@ -11,7 +11,9 @@ Nodes, ParallelJobs and queues came through Kopf before; Kopf's per-event machin
 settings, diff storage) cost about a millisecond per event, which at 12,500 nodes is whole seconds of
 every start and re-list, and it offered nothing the operator used (no change handlers, no finalizers, no
 patching of the watched objects). An optional kind (the queue CRD not installed, DRA APIs on an older
-cluster, a role without the verbs) counts as listed and empty, and is tried again now and then.
+cluster, a role without the verbs) counts as listed and empty, and is tried again now and then. Its absence
+is said once: at INFO when the API server does not serve it (404: a cluster without that feature, nothing
+wrong; the line says what is then unavailable), at WARNING when it refuses us (403: the role lacks verbs).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Reflector:
         name: str | None = None,
         transform: Transform | None = None,
         optional: bool = False,
+        unavailable: str = "",
         relist_seconds: float = RELIST_SECONDS,
         query: Mapping[str, str] | None = None,
         listing: Callable[[], AbstractContextManager[None]] | None = None,
@@ -65,6 +68,7 @@ class Reflector:
         self.on_state = on_state or (lambda connected: None)  # for /healthz: is the watch getting through?
         self.transform = transform  # a store's slimming, applied to list pages as they arrive
         self.optional = optional
+        self.unavailable = unavailable  # what an optional kind's absence leaves out, for the one log line
         self.relist_seconds = relist_seconds
         self.relist_after = relist_seconds  # this period, or RELIST_COST_FACTOR times the last list's length
         self.query = dict(query or {})  # a field or label selector, for list and watch alike
@@ -135,7 +139,7 @@ class Reflector:
             if not (self.optional and exc.status in (403, 404)):
                 raise
             if not self.absent:
-                log.warning("cannot list %s (%s); treating it as empty and trying again later", self.path, exc)
+                self._say_absent(exc)
             self.absent = True
             self.on_list([], None)
             self.synced.set()
@@ -146,3 +150,15 @@ class Reflector:
         self.on_list(items, version)
         self.synced.set()
         return version or ""
+
+    def _say_absent(self, exc: ApiError) -> None:
+        without = f": {self.unavailable}" if self.unavailable else ""
+        if exc.status == 404:  # the cluster has no such API (a feature gate off, a CRD not installed)
+            log.info(
+                "%s is not served by this API server%s (checked again every %.0f s)",
+                self.path,
+                without,
+                ABSENT_RETRY_SECONDS,
+            )
+        else:
+            log.warning("cannot list %s (%s)%s; treating it as empty and trying again later", self.path, exc, without)

@@ -227,6 +227,7 @@ def _reflectors(
     """One list-and-watch per watched kind: the operator's only way in."""
     relist = config.relist_seconds
     jobs = f"/apis/{GROUP}/{VERSION}"
+    no_queues = "no ParallelJobQueues (their CRD is not installed): a job that names a queue waits (QueueNotFound)"
     found = [
         _reflector(
             kube,
@@ -237,7 +238,15 @@ def _reflectors(
             on_state=lambda up: health.watch_up() if up else health.watch_down(loop.time()),
         ),
         _reflector(kube, reconciler, "node", "/api/v1/nodes", relist_seconds=relist),
-        _reflector(kube, reconciler, "queue", f"{jobs}/{QUEUE_PLURAL}", optional=True, relist_seconds=relist),
+        _reflector(
+            kube,
+            reconciler,
+            "queue",
+            f"{jobs}/{QUEUE_PLURAL}",
+            optional=True,
+            relist_seconds=relist,
+            unavailable=no_queues,
+        ),
     ]
     if config.namespaces:
         found += [
@@ -249,21 +258,24 @@ def _reflectors(
     # Kubernetes' own gang API: PodGroups (our placement for pods that name one and ask for us; their status)
     # and Workloads (the shape a Job controller's Workload declares). Served as scheduling.k8s.io/v1alpha2 by
     # 1.36 with the GenericWorkload gate and that API version on; a cluster without it has no such groups.
+    gang_off = "pods of a Kubernetes PodGroup (scheduling.k8s.io) are not placed (docs/pod-groups.md)"
     found += [
-        _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist)
+        _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist, unavailable=gang_off)
         for kind, path in (("podgroup", pod_groups_path(gang_version)), ("workload", workloads_path(gang_version)))
     ]
     if config.dra.enabled:
         # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold). A cluster before
         # 1.34 (no resource.k8s.io/v1) or a role without the verbs: every node is a device-plugin node.
+        no_dra = "no DRA: every node is a device-plugin node (docs/dra.md)"
         found += [
-            _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist)
+            _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist, unavailable=no_dra)
             for kind, path in (("resourceslice", SLICES_PATH), ("resourceclaim", CLAIMS_PATH))
         ]
         # DeviceTaintRules (resource.k8s.io/v1beta2 in 1.36, behind the DRADeviceTaintRules gate): a cluster
         # without them, or a role without the verbs, leaves device taints to the ResourceSlices.
         found.append(_reflector(kube, reconciler, "devicetaintrule", TAINT_RULES_PATH, optional=True,
-                                relist_seconds=relist))  # fmt: skip
+                                relist_seconds=relist,
+                                unavailable="device taints are read from the ResourceSlices alone"))  # fmt: skip
     return found
 
 
