@@ -35,6 +35,9 @@ from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_groups
 from paralleljob.k8s.edge.trayrecords import TraySlot
 
 CLUSTER_DOMAIN = "cluster"
+# A node without a label for a level gets a domain of its own there, named "~<node>/...": a placeholder, not
+# a real switch or clique (surfaces that group nodes skip such levels, see clitools.gpumap.node_row).
+PLACEHOLDER_PREFIX = "~"
 PCIE_ROOT_LEVEL = "pcieRoot"  # the optional level below the node (TopologyConfig.pcie_root_bandwidth_gbps)
 
 
@@ -103,7 +106,7 @@ class ClusterView:
 
 def _domains(values: Sequence[str | None], node: str) -> tuple[str, ...]:
     """Path names bottom-up: the domain at each level is named by its own value and every value above it."""
-    parts = [v if v else f"~{node}" for v in values]
+    parts = [v if v else f"{PLACEHOLDER_PREFIX}{node}" for v in values]
     named = tuple("/".join(parts[i:]) for i in range(len(parts)))
     return (*named, CLUSTER_DOMAIN)
 
@@ -187,11 +190,12 @@ def build_view(
     )
     for claim in claims:
         load_claim(view, claim)
+    on_node: dict[str, list[PodInfo]] = {}
     for pod in pods:
-        if pod.holds_gpus and not explained(pod, view.loaded):
-            warning = occupy(view, pod)
-            if warning:
-                view.node_warnings.setdefault(pod.node, []).append(warning)
+        if pod.holds_gpus:
+            on_node.setdefault(pod.node, []).append(pod)
+    for name, held in on_node.items():
+        occupy_node(view, name, held)
     for name in live:
         hold_claimed_devices(view, name)
     for n in range(topology.num_nodes):
@@ -279,10 +283,43 @@ def claims_holder_id(node: str) -> str:
     return f"claims:{node}"
 
 
+def occupy_node(view: ClusterView, name: str, pods: Iterable[PodInfo]) -> None:
+    """Step 3 for one node: its GPU pods (in the stores' order) that no record explains take GPUs
+    (``occupy``). The node is warned about only when a pod found too few free GPUs *and* the pods on the node
+    themselves show it (``shown_oversubscribed``): after a restart the view holds a record's GPUs for pods
+    that are not on the node yet (or any more), which keeps them from new work but gives no GPU twice."""
+    pods = list(pods)
+    notes = [note for pod in pods if not explained(pod, view.loaded) and (note := occupy(view, pod))]
+    shown = shown_oversubscribed(view, name, pods) if notes else ""
+    if shown:
+        view.node_warnings[name] = [f"{note}: {shown}" for note in notes]
+
+
+def shown_oversubscribed(view: ClusterView, name: str, pods: Sequence[PodInfo]) -> str:
+    """What the API shows wrong with the GPU pods bound to node ``name`` (being deleted or not: they run
+    until gone): a GPU index in two pods' annotations, or more GPUs requested than the node has; else ''."""
+    n = view.node_index.get(name)
+    if n is None:
+        return ""
+    holders: dict[int, list[str]] = {}
+    for pod in pods:
+        for index in pod.gpu_indices or ():
+            holders.setdefault(index, []).append(pod.key)
+    twice = sorted(index for index, keys in holders.items() if len(keys) > 1)
+    if twice:
+        return f"GPU {twice[0]} is in pods {' and '.join(holders[twice[0]])}" + (
+            f" ({len(twice)} GPUs held twice)" if len(twice) > 1 else ""
+        )
+    requested, has = sum(pod.gpus for pod in pods), view.topology.node_gpu_count[n]
+    if requested > has:
+        return f"its pods ({', '.join(pod.key for pod in pods)}) request {requested} GPUs, it has {has}"
+    return ""
+
+
 def occupy(view: ClusterView, pod: PodInfo) -> str:
     """Step 3 for one pod no record explains: it holds its annotated GPUs when they are free, else any free
-    ones (assumed usage of holder ``pod:<key>``, not an allocation). Returns a warning when its node has
-    fewer free GPUs than it holds.
+    ones (assumed usage of holder ``pod:<key>``, not an allocation). Returns a note when its node has
+    fewer free GPUs than it holds (``occupy_node`` reports it only when the pods show it too).
 
     A stale pod of a job whose new record took the pod's own GPUs (a repair may reuse the job's GPUs while
     its old pods are still going away) holds nothing more: those GPUs are the job's either way, and no

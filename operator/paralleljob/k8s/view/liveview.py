@@ -33,11 +33,10 @@ from paralleljob.k8s.view.clusterview import (
     apply_health,
     build_view,
     claims_holder_id,
-    explained,
     hold_claimed_devices,
     load_claim,
     occupant_id,
-    occupy,
+    occupy_node,
 )
 from paralleljob.k8s.view.store import ObjectStore
 
@@ -219,12 +218,8 @@ class LiveView:
             if not load_claim(view, claim):
                 raise NeedsRebuild("conflict")
         for name in dirty:
-            for store_key in sorted(self._on_node.get(name, ()), key=self.pods.arrival):
-                pod = self._gpu_pods[store_key]
-                if not explained(pod, view.loaded):
-                    warning = occupy(view, pod)
-                    if warning:
-                        view.node_warnings.setdefault(name, []).append(warning)
+            ordered = sorted(self._on_node.get(name, ()), key=self.pods.arrival)
+            occupy_node(view, name, (self._gpu_pods[store_key] for store_key in ordered))
             hold_claimed_devices(view, name)
             apply_health(view, view.node_index[name])
 
