@@ -9,9 +9,14 @@ PYTEST_ARGS ?=
 
 all: test
 
+# pip says what it fetches, one line a package; its progress bars only on a terminal (in a CI log each bar's
+# redraws would be lines of their own).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,sim,k8s,agent,dashboard]'
+	@echo "==> installing paralleljob with its test, simulator, Kubernetes, agent and web-view dependencies into $(VENV)"
+	@echo "    (pip: a minute or two the first time; again whenever pyproject.toml changes)"
+	bar=$$(test -t 1 && echo on || echo off); \
+	  $(BIN)/pip install --disable-pip-version-check --progress-bar $$bar -e '.[test,sim,k8s,agent,dashboard]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
