@@ -51,6 +51,11 @@ app.kubernetes.io/component: agent
 {{- printf "%s-agent" (include "paralleljob.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The web view's Deployment, Service, ServiceAccount and ClusterRole (webview.yaml, NOTES.txt). */}}
+{{- define "paralleljob.webName" -}}
+{{- printf "%s-web" (include "paralleljob.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "paralleljob.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
