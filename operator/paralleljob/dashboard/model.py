@@ -6,8 +6,11 @@ The map itself is the CLI's (``clitools.gpumap.build_map``: the operator's own p
 so the browser, the terminal and the scheduler agree on every GPU. Packing: a node is its name, its domain
 (an index into ``domains``, the whole topology path of its rack), a string with one letter per GPU state and
 a list with the holder of each GPU (an index into ``holders``, -1 for none). Jobs hold their colour index
-(``job_order``, shared with the terminal map's letters) and, once placed, the recorded slots: one TP group
-per pod, with its replica (DP), stage (PP), node, GPU indices and global ranks.
+(``job_order``, shared with the terminal map's letters) and, once placed, their slots: the GPUs of one TP
+group on one pod, with its replica (DP), stage (PP), group (d x pp + p), pod, node, GPU indices and global
+ranks. A TP-group pod is one slot; a whole-tray pod (NVL72 trays) holds consecutive global ranks, part of a
+TP group or several whole ones, so it is cut into one slot per TP group its ranks belong to, each rank
+mapped back to its (replica, stage) by the job's rank order (``core.rankorder.coordinates``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from paralleljob.clitools.gpumap import (
     NodeRow,
     number_jobs,
 )
+from paralleljob.core.rankorder import coordinates
 from paralleljob.k8s.edge.queues import parse_queue
+from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import parse_job
 
 STATE_LETTERS = {FREE: "f", USED: "u", CLOSED: "c", DEGRADED: "g", DRAINED: "d", UNHEALTHY: "x"}
@@ -58,13 +63,29 @@ def _waiting_reason(status: Mapping[str, Any]) -> str:
     return str(status.get("message") or "")
 
 
+def pack_slots(record: PlacementRecord) -> list[dict[str, Any]]:
+    """The record's pods cut where the TP group changes, in pod order (node rank for trays)."""
+    tp, pp, dp, order = record.tp, record.pp, record.dp, record.rank_order
+    out: list[dict[str, Any]] = []
+    for pod in record.to_status()["pods"]:
+        slot: dict[str, Any] | None = None
+        for index, rank in zip(pod["gpuIndices"], pod["ranks"], strict=True):
+            replica, stage, _ = coordinates(order, rank, tp, pp, dp)
+            if slot is None or (slot["replica"], slot["stage"]) != (replica, stage):
+                slot = {"pod": pod["name"], "node": pod["node"], "nodeRank": pod["nodeRank"], "replica": replica,
+                        "stage": stage, "group": replica * pp + stage, "gpuIndices": [], "ranks": []}
+                out.append(slot)
+            slot["gpuIndices"].append(index)
+            slot["ranks"].append(rank)
+    return out
+
+
 def pack_job(body: Mapping[str, Any], colour: int) -> dict[str, Any]:
     job = parse_job(body)
     request, record, status = job.request, job.record, job.status.raw
     shape = (record.tp, record.pp, record.dp) if record else (
         (request.spec.tp, request.spec.pp, request.spec.dp) if request else (0, 0, 0)
     )
-    slots = record.to_status()["pods"] if record else []
     return {
         "key": job.key,
         "colour": colour,
@@ -76,9 +97,7 @@ def pack_job(body: Mapping[str, Any], colour: int) -> dict[str, Any]:
         "cost": dict(status.get("communicationCost") or {}),
         "restarts": job.restarts,
         "why": "" if job.phase.value in PLACED_PHASES else (job.invalid or _waiting_reason(status)),
-        "slots": [
-            {k: s[k] for k in ("node", "gpuIndices", "ranks", "replica", "stage", "nodeRank")} for s in slots
-        ],
+        "slots": pack_slots(record) if record else [],
     }
 
 
