@@ -25,6 +25,12 @@ def register(subparsers: Any) -> None:
     # A flag only: no variable shaped like a service link's (<SERVICE>_PORT), which any Service can set.
     p.add_argument("--port", type=int, default=8090, help="(default: %(default)s)")
     p.add_argument("--topology-config", type=Path, help="YAML: topology label keys (as for the operator)")
+    p.add_argument(
+        "--dra-driver",
+        default="gpu.nvidia.com",
+        help="DRA driver whose ResourceSlices publish nodes' GPUs, as for the operator; empty: DRA off "
+        "(default: %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(handler=_run)
 
@@ -59,7 +65,7 @@ async def serve(args: argparse.Namespace) -> None:
 
     from paralleljob.dashboard.feed import Feed
     from paralleljob.dashboard.server import make_app
-    from paralleljob.k8s.edge.config import TopologyConfig, load_topology_file
+    from paralleljob.k8s.edge.config import DraConfig, TopologyConfig, load_topology_file
     from paralleljob.k8s.runtime.api import Kube
 
     config = load_topology_file(args.topology_config) if args.topology_config else TopologyConfig()
@@ -71,7 +77,7 @@ async def serve(args: argparse.Namespace) -> None:
     except BaseException:
         await kube.close()
         raise
-    feed = Feed(kube, config)
+    feed = Feed(kube, config, DraConfig(driver=args.dra_driver.strip()))
     reflectors = feed.reflectors()
     runner = web.AppRunner(make_app(feed), access_log=None)
     await runner.setup()

@@ -3,6 +3,11 @@ Events into stores (the operator's own ``Reflector`` and ``ObjectStore``: paging
 disconnect, re-list on 410, newest-wins), and a picture rebuilt after changes and handed to every browser
 as a patch.
 
+On a DRA cluster a node's GPUs are in its ResourceSlice, not its allocatable: the feed also watches
+ResourceSlices, ResourceClaims and DeviceTaintRules and reads nodes through the operator's own overlay of
+them (``k8s/view/dranodes.OverlaidNodes``, wired as the reconciler wires it), so the map shows what the
+scheduler sees; without them every DRA node would have no GPUs and only ghosts of recorded nodes would show.
+
 Nothing is polled: a rebuild runs only when a watch delivered a change, at most one at a time, and changes
 that arrive while one runs are folded into the next (so a burst costs one rebuild, and a browser is never
 more than one rebuild behind the last event). The picture is built in a worker thread so the event loop
@@ -22,17 +27,20 @@ from typing import Any
 from paralleljob.clitools.gpumap import node_row
 from paralleljob.core.topology import Topology
 from paralleljob.dashboard.model import FEED_LENGTH, RowTally, assemble, pack_job, pack_node, patch
-from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH, ClaimInfo, SliceInfo, parse_claim, parse_slice
 from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
 from paralleljob.k8s.edge.pods import PodInfo, parse_pod
 from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
 from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH, TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.decide import claims_of
 from paralleljob.k8s.runtime.api import Kube
 from paralleljob.k8s.runtime.reflector import Reflector
 from paralleljob.k8s.view.clusterview import ClusterView
-from paralleljob.k8s.view.liveview import LiveView
+from paralleljob.k8s.view.dranodes import OverlaidNodes
+from paralleljob.k8s.view.liveview import LiveView, NodeSource
 from paralleljob.k8s.view.store import ObjectStore
 
 log = logging.getLogger("paralleljob.dashboard")
@@ -48,20 +56,31 @@ def _identity(body: Body) -> Body:
 class Feed:
     """Stores, their reflectors, the latest picture and the browsers' message queues."""
 
-    def __init__(self, kube: Kube, config: TopologyConfig | None = None) -> None:
+    def __init__(self, kube: Kube, config: TopologyConfig | None = None, dra: DraConfig | None = None) -> None:
         self.kube = kube
         self.config = config or TopologyConfig()
+        self.dra = dra if dra is not None else DraConfig()
         lean = without_managed_fields
         self.nodes: ObjectStore[NodeInfo] = ObjectStore(lambda body: parse_node(body, self.config), slim=slim_node)
         self.pods: ObjectStore[PodInfo] = ObjectStore(parse_pod, slim=lean)
         self.jobs: ObjectStore[JobObject] = ObjectStore(parse_job, slim=lean)
         self.queues: ObjectStore[Body] = ObjectStore(_identity, slim=lean)
+        self.slices: ObjectStore[SliceInfo] = ObjectStore(parse_slice, slim=lean)
+        self.claims: ObjectStore[ClaimInfo] = ObjectStore(parse_claim, slim=lean)
+        self.rules: ObjectStore[TaintRuleInfo] = ObjectStore(parse_taint_rule, slim=lean)
         self.stores: dict[str, ObjectStore[Any]] = {
-            "nodes": self.nodes, "pods": self.pods, "jobs": self.jobs, "queues": self.queues
+            "nodes": self.nodes, "pods": self.pods, "jobs": self.jobs, "queues": self.queues,
+            "slices": self.slices, "claims": self.claims, "rules": self.rules,
         }
         # The operator's incremental cluster view (it alone drains the node and pod stores' change lists),
         # and the packed rows kept between pictures: only the nodes an event touched are packed again.
-        self.live = LiveView(self.config, self.nodes, self.pods)
+        # With DRA on, nodes are read through the operator's overlay of them, as its reconciler reads them.
+        source: NodeSource = self.nodes
+        if self.dra.enabled:
+            source = OverlaidNodes(
+                self.nodes, self.slices, self.claims, self.dra, self.config.default_gpu_memory_gib, self.rules
+            )
+        self.live = LiveView(self.config, _Noting(source, self._view_changed), self.pods)
         self.rows: dict[str, dict[str, Any]] = {}
         self.tally = RowTally()  # the rows' GPUs by state and holder, kept as rows change
         self.changed_rows: set[str] | None = None  # rows the last build re-packed differently (None: all anew)
@@ -89,6 +108,8 @@ class Feed:
             "jobs": (f"/apis/{GROUP}/{VERSION}/{PLURAL}", False),
             "queues": (f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}", True),
         }
+        if self.dra.enabled:  # optional: a cluster before resource.k8s.io/v1, or a role without the verbs
+            paths |= {"slices": (SLICES_PATH, True), "claims": (CLAIMS_PATH, True), "rules": (TAINT_RULES_PATH, True)}
         out = [
             Reflector(
                 self.kube,
@@ -142,6 +163,10 @@ class Feed:
             uids[str((event.get("metadata") or {}).get("uid"))] = event
         self.failures = deque(sorted(uids.values(), key=stamp)[-FEED_LENGTH:], maxlen=FEED_LENGTH)
         self._touch()
+
+    def _view_changed(self, names: list[tuple[str, str]]) -> None:
+        """Nodes whose value the view took in changed: on a DRA node a slice, claim or rule changes it too."""
+        self.dirty |= {name for _, name in names}
 
     def _touch(self) -> None:
         if self.changed_at is None:
@@ -261,6 +286,24 @@ class Feed:
     def close(self) -> None:
         for stream in self._streams:
             stream.put_nowait(None)
+
+
+class _Noting:
+    """The view's node source, telling the feed which nodes the view saw change (``NodeSource``)."""
+
+    def __init__(self, source: NodeSource, note: Callable[[list[tuple[str, str]]], None]) -> None:
+        self.source, self.note = source, note
+
+    def values(self) -> list[NodeInfo]:
+        return self.source.values()
+
+    def get(self, namespace: str, name: str) -> NodeInfo | None:
+        return self.source.get(namespace, name)
+
+    def take_changes(self) -> tuple[list[tuple[str, str]], bool]:
+        keys, relisted = self.source.take_changes()
+        self.note(keys)
+        return keys, relisted
 
 
 def _sse(event: str, data: Mapping[str, Any]) -> str:
