@@ -62,8 +62,8 @@ def _verdicts(pjs: Jobs) -> dict[str, tuple[str, str]]:
 
 
 def _replica(pj_operator: OperatorProcess, identity: str) -> operatorproc.OperatorProcess:
-    """A replica as the chart runs it: the default 15 s lease (the e2e suites' 4 s lease is for quick
-    failovers), every pass checking the kept view against a rebuild as in every e2e test."""
+    """A replica as the chart runs it: the default 15 s lease, every pass checking the kept view against a
+    rebuild as in every e2e test."""
     return operatorproc.OperatorProcess(
         pj_operator.kubeconfig,
         pj_operator.log_dir,

@@ -16,7 +16,7 @@ def test_standby_takes_over_when_the_leader_stops(pjs: Jobs, pj_operator: Operat
         wait_for("the standby's metrics", lambda: _leader_value(standby) is not None)
         assert _leader_value(standby) == 0.0, "only one replica may lead"
         pj_operator.stop()  # a clean stop releases the lease
-        standby.wait_leader(timeout_s=20)
+        standby.wait_leader(timeout_s=60)
         pjs.create("after-failover", 2, 2, 1)
         pjs.wait_phase("after-failover", "Running")
         assert_gang_on_record(pjs, "after-failover")

@@ -68,7 +68,7 @@ def test_a_paused_leader_never_acts_beside_the_new_one(
         wait_for("the standby's /healthz", lambda: health(standby) == 200, timeout_s=30)
         pjs.create("before", 4, 1, 2)  # the leader places it, then freezes mid-flight
         pj_operator.proc.send_signal(signal.SIGSTOP)
-        standby.wait_leader(timeout_s=20)  # took over only after the lease (4 s) stood still
+        standby.wait_leader(timeout_s=90)  # took over only after the lease (15 s) stood still
         pjs.create("during", 4, 2, 1)
         pjs.wait_phase("during", "Running")
         pj_operator.proc.send_signal(signal.SIGCONT)  # wakes up believing it leads
