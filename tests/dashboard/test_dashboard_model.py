@@ -62,7 +62,9 @@ def test_picture_is_the_cli_map_packed() -> None:
     jobs = {j["key"]: j for j in shown["jobs"]}
     assert jobs["ns/llm"]["phase"] == "Running" and len(jobs["ns/llm"]["slots"]) == 4
     assert {(s["replica"], s["stage"]) for s in jobs["ns/llm"]["slots"]} == {(0, 0), (0, 1), (1, 0), (1, 1)}
-    assert jobs["ns/big"]["slots"] == [] and "needs 32 GPUs; 14 are free" in jobs["ns/big"]["why"]
+    # the real blocker, whole nodes, and the figures with the time they were counted (issue 38)
+    why = "needs 4 TP groups of 8 GPUs, each inside one node; only 1 such group is free (14 GPUs free), as of"
+    assert jobs["ns/big"]["slots"] == [] and why in jobs["ns/big"]["why"]
     (queue,) = shown["queues"]
     assert queue["holding"] == 18 and queue["running"] == 2
     assert [w["key"] for w in queue["waiting"]] == ["ns/big"]

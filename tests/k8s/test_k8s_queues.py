@@ -246,6 +246,9 @@ def test_jobs_behind_a_blocked_head_are_not_rewritten_when_the_head_changes() ->
     assert any(a.writes_status for plan in plans for a in plan.jobs if a.job.name == "c"), "c is the head now"
 
 
+NO_WHOLE_NODE = "needs 1 TP group of 8 GPUs, each inside one node; no such group is free"
+
+
 def _head_message(fc: FakeCluster, key: str) -> str:
     return str(conditions(fc, key)["Placed"]["message"])
 
@@ -260,7 +263,7 @@ def test_a_heads_free_count_is_rewritten_at_most_once_a_refresh_period(refresh: 
         fc.add_job(paralleljob(name, gpus, 1, 1, created=f"2024-01-01T00:00:0{i}Z"))
     fc.settle(3)
     assert [fc.phase(f"ns/{n}") for n in ("a", "b", "c", "big")] == ["Running"] * 3 + ["Queued"]
-    assert _head_message(fc, "ns/big") == "needs 8 GPUs; 2 are free"
+    assert _head_message(fc, "ns/big").startswith(f"{NO_WHOLE_NODE} (2 GPUs free), as of 2024-")
     written = fc.job("ns/big")["status"]
 
     def finish(name: str) -> None:
@@ -273,10 +276,11 @@ def test_a_heads_free_count_is_rewritten_at_most_once_a_refresh_period(refresh: 
     big_writes = [a for plan in plans for a in plan.jobs if a.job.name == "big" and a.writes_status]
     if refresh:
         assert fc.job("ns/big")["status"] is written and not big_writes, "nothing new to say but a count"
-        fc.step(now=moved_on(fc, refresh + 1))  # the period is over: the next look writes the count now
-        assert _head_message(fc, "ns/big") == "needs 8 GPUs; 4 are free"
+        later = moved_on(fc, refresh + 1)
+        fc.step(now=later)  # the period is over: the next look writes the count now, and when it was counted
+        assert _head_message(fc, "ns/big") == f"{NO_WHOLE_NODE} (4 GPUs free), as of {later}"
     else:
-        assert _head_message(fc, "ns/big") == "needs 8 GPUs; 4 are free" and big_writes
+        assert _head_message(fc, "ns/big").startswith(f"{NO_WHOLE_NODE} (4 GPUs free), as of ") and big_writes
     finish("b")
     finish("c")
     fc.settle(3)

@@ -46,6 +46,9 @@ class FifoPolicy:
     and the jobs behind it are tried (they may starve it)."""
 
     strict: bool = True
+    # Word a count refusal by the TP groups the free GPUs hold, each inside one node (``room_refusal``); False
+    # where a TP group may also span the trays of an NVLink clique, which a per-node count would understate.
+    groups_in_nodes: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +104,32 @@ def fifo_key(job: FifoJob) -> LineKey:
     return line_key(job.queue, job.spec.priority, job.queued_at, job.tiebreak, job.spec.job_id)
 
 
-def room_refusal(state: ClusterState, gpus: int) -> str | None:
+def room_refusal(state: ClusterState, gpus: int, spec: JobSpec | None = None) -> str | None:
     """Why a job needing ``gpus`` cannot fit now by count alone (more GPUs than are free for new work), or
-    None when it might. A necessary condition for any placer (a baseline may split a TP group); never "never"."""
+    None when it might. A necessary condition for any placer (a baseline may split a TP group); never "never".
+
+    With the job's ``spec`` the refusal names what a TP-keeping placer lacks, the TP groups the free GPUs can
+    hold each inside one node ("3 such groups" while 31 GPUs are free on 4 nodes is what a user must know:
+    the free count alone said one GPU was missing). A TP group larger than any node (an NVLink clique's
+    trays) is refused by the count alone: its placer words the clique refusal itself."""
     free = state.counts()["free"]
     if gpus <= free:
         return None
+    if spec is not None and spec.tp > 1 and spec.tp <= state.topology.max_gpus_per_node:
+        groups, have = -(-gpus // spec.tp), free_groups(state, spec)
+        if have < groups:
+            return (
+                f"needs {groups} TP group{'s' if groups != 1 else ''} of {spec.tp} GPUs, each inside one node;"
+                f" {_groups_free(have)}"
+                f" ({free} GPUs free)"
+            )
     return f"needs {gpus} GPUs; {free} are free"
+
+
+def _groups_free(count: int) -> str:
+    if count == 0:
+        return "no such group is free"
+    return "only 1 such group is free" if count == 1 else f"only {count} such groups are free"
 
 
 def free_groups(state: ClusterState, spec: JobSpec) -> int:
@@ -190,7 +212,7 @@ def _decide(line: _Pass, job: FifoJob) -> Admit | Wait:
         blocked.setdefault(queue, job.label)
         return Wait(spec.job_id, queue, (refusal,), reason=WaitReason.QUEUE_FULL)
     placement: Placement | None = None
-    short = room_refusal(state, job.needed) if state.allocations else None
+    short = room_refusal(state, job.needed, spec if policy.groups_in_nodes else None) if state.allocations else None
     reasons: Sequence[str] = (short,) if short is not None else ()
     if short is None:
         try:

@@ -31,6 +31,11 @@ class WaitReason(enum.StrEnum):
     UNSCHEDULABLE = "Unschedulable"  # does not fit now
 
 
+# Waits that end only when someone changes an object (the job's spec.queue, the queue's namespaces, a new
+# ParallelJobQueue): the job would wait forever, so each is said with a Warning Event, not only a condition.
+NEEDS_A_FIX = frozenset({WaitReason.QUEUE_NOT_FOUND, WaitReason.QUEUE_REFUSED})
+
+
 @dataclass(frozen=True, slots=True)
 class Gate:
     """A "not now" before any placement: the reason, its message, and whether it holds back the jobs behind

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from paralleljob.core.gates import NEEDS_A_FIX
 from paralleljob.core.placer import Placer
 from paralleljob.k8s.edge.dra import ClaimInfo
 from paralleljob.k8s.edge.nativegroups import NativeGroup
@@ -21,7 +22,7 @@ from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.eligibility import Eligibility
-from paralleljob.k8s.plan.status import wait_message
+from paralleljob.k8s.plan.status import counted, wait_message
 from paralleljob.k8s.view.clusterview import ClusterView
 
 
@@ -54,13 +55,20 @@ class PassContext:
     # ``message_refresh_s`` of that, a wait that only restates it keeps it (``status.wait_message``)
     message_written: Mapping[str, float] = field(default_factory=dict)
     message_refresh_s: float = 0.0
+    # a job's time to checkpoint before a drain moves it (the operator's --preemption-grace-seconds)
+    checkpoint_grace_s: float = 30.0
 
     def wait(self, actions: JobActions, reason: str, message: str) -> None:
-        """Set a waiting job's ``Placed=False`` condition (its message kept while fresh: ``wait_message``)."""
+        """Set why a job waits: its ``Placed=False`` condition and ``status.reason``/``message`` (the message
+        kept while fresh: ``wait_message``; moving figures dated: ``counted``). A wait that only a change by
+        someone (:data:`~paralleljob.core.gates.NEEDS_A_FIX`) ends gets a Warning Event when it starts."""
         written = self.message_written.get(actions.job.key)
         fresh = written is not None and self.now_s - written < self.message_refresh_s
-        kept = wait_message(actions.job.status.condition("Placed"), reason, message, fresh)
-        actions.draft.condition("Placed", "False", reason, kept, self.now)
+        current = actions.job.status.condition("Placed")
+        kept = wait_message(current, reason, counted(reason, message, self.now), fresh)
+        actions.draft.waiting(reason, kept, self.now)
+        if reason in NEEDS_A_FIX and (current is None or current.get("reason") != reason):
+            actions.note("Warning", str(reason), message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,7 +196,7 @@ def admit_all(
             lines,
             in_use,
             cap,
-            FifoPolicy(strict=strict_fifo),
+            FifoPolicy(strict=strict_fifo, groups_in_nodes=not view.nvlink_levels),
             _elastic_hooks(ctx, placer, objects, extra),
             blocked,
         )
@@ -308,13 +308,8 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
             return True
     missing = unknown_queue(request, ctx.queues)
     if missing:
-        placed = [c for c in job.status.conditions if c.get("type") == "Placed"]
-        if not placed or placed[0].get("reason") != WaitReason.QUEUE_NOT_FOUND:
-            # once when the job starts waiting for the queue, not on every pass while it waits
-            actions.note("Warning", WaitReason.QUEUE_NOT_FOUND, missing)
-        actions.draft.condition("Placed", "False", WaitReason.QUEUE_NOT_FOUND, missing, now)
-        # status.message said "waits for room in queue X" since acceptance: there is no such queue to wait in
-        actions.draft.set(reason=WaitReason.QUEUE_NOT_FOUND.value, message=missing)
+        # a Warning once, when the job starts waiting for the queue; status.reason and message say it too
+        ctx.wait(actions, WaitReason.QUEUE_NOT_FOUND, missing)
         return True
     return False
 

@@ -60,7 +60,7 @@ def admit_with_core(
     ``held``: the jobs holding GPUs and whether they may be preempted; ``making_room``: waiting job key ->
     (deadline, victims) of preemptions already under way for it."""
     actions_for, view, placer, queues = ctx.actions_for, ctx.view, ctx.placer, ctx.queues
-    now, now_s = ctx.now, ctx.now_s
+    now_s = ctx.now_s
     jobs: dict[str, tuple[JobObject, JobRequest]] = {}
     pending: list[PendingJob] = []
     for job, request in queued:
@@ -76,7 +76,7 @@ def admit_with_core(
             room = f"preempting {', '.join(sorted(victims))}; their pods stop by {format_time(deadline)}"
         gate = entry_gate(entry_of(ctx, job, request, room))
         if gate is not None:
-            actions_for(job).draft.condition("Placed", "False", gate.reason, gate.message, now)
+            ctx.wait(actions_for(job), gate.reason, gate.message)
         else:
             jobs[job.key] = (job, request)
             pending.append(pending_job(job, request, now_s))
@@ -159,5 +159,5 @@ def _preempt(
         f" checkpoint); their pods stop by {format_time(deadline)}: {why}"
     )
     actions = actions_for(waiting)
-    actions.draft.condition("Placed", "False", "Preempting", message, now)
+    actions.draft.waiting("Preempting", message, now)
     actions.note("Normal", "Preempting", message)

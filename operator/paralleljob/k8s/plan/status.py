@@ -23,6 +23,7 @@ EVENT_CONDITIONS: dict[Event, tuple[tuple[str, str, str], ...]] = {
     Event.WORKER_FAILED: (("Healthy", "False", "WorkerFailed"),),
     Event.REPAIRED: (("Healthy", "True", "Repaired"), ("Bound", "True", "AllPodsBound")),
     Event.MIGRATED: (("Bound", "False", "Migrating"),),
+    Event.DRAINED: (("Bound", "False", "Drained"),),  # maintenance, not a failure: Healthy stays as it is
     Event.REQUEUED: (("Placed", "False", "Requeued"), ("Bound", "False", "Requeued")),
     Event.GAVE_UP: (("Failed", "True", "GaveUp"),),
     Event.PREEMPTED: (("Placed", "False", "Preempted"),),
@@ -92,6 +93,13 @@ class StatusDraft:
             )
         self.data["conditions"] = conditions
 
+    def waiting(self, reason: str, message: str, now: str) -> None:
+        """A waiting job's why: the ``Placed=False`` condition, and ``status.reason``/``status.message`` (the
+        REASON printer column and the message every surface shows) set from it, not left at "Queued"."""
+        self.condition("Placed", "False", reason, message, now)
+        self.data["reason"] = str(reason)
+        self.data["message"] = message[:2048]
+
     def set(self, **fields: Any) -> None:
         for key, value in fields.items():
             if value is None:
@@ -107,19 +115,38 @@ class StatusDraft:
         return merge_patch(self.original, self.data)
 
 
+# Waits whose messages carry figures that move while the job waits (free GPUs, a queue's holding): each
+# such message says when it was counted, so the one kept (below) is never a claim about now.
+COUNTED = frozenset({"Unschedulable", "QueueFull"})
+_AS_OF = ", as of "
+
+
+def counted(reason: str, message: str, now: str) -> str:
+    """``message`` with the time its figures were counted, for a :data:`COUNTED` reason."""
+    return f"{message}{_AS_OF}{now}" if reason in COUNTED else message
+
+
+def _figures(message: str) -> str:
+    """A message without its "as of" time: two countings that found the same figures say the same."""
+    head, found, _ = message.rpartition(_AS_OF)
+    return head if found else message
+
+
 def wait_message(current: Mapping[str, Any] | None, reason: str, message: str, fresh: bool) -> str:
     """The message to write on a waiting job's ``Placed=False`` condition. A wait that only restates the one
     already written (same reason) with other figures ("needs 4 GPUs; 3 are free") keeps the written message
     while that is ``fresh`` (the operator wrote it less than ``OperatorConfig.waiting_message_refresh_s``
     ago): a line's head is looked at whenever GPUs come free, and rewriting its free count every time was a
     status write and a watch event per look (~1.5 per job in a 10,000-job flood), for a number stale again
-    by the next finish. A new reason is always written."""
+    by the next finish. The figures of a kept message are dated (:func:`counted`), so what it says stays
+    true; one that finds the same figures again keeps the written message, its date too, whatever its age.
+    A new reason is always written."""
     if (
-        fresh
-        and current is not None
+        current is not None
         and current.get("status") == "False"
         and current.get("reason") == reason
         and isinstance(current.get("message"), str)
+        and (fresh or _figures(str(current["message"])) == _figures(message))
     ):
         return str(current["message"])
     return message

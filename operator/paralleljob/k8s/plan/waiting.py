@@ -75,6 +75,16 @@ WAITING = (Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED)  # phases of a job that
 QueueFacts = tuple[int | None, tuple[str, ...]] | None  # a queue object's cap and namespaces (None: no object)
 
 
+Figures = tuple[int, int]  # free GPUs, and the TP groups of a head's shape they hold (each inside one node)
+
+
+def figures(state: ClusterState, head: JobSpec) -> Figures:
+    """What a head's "does not fit" message counts (``core.fifo.room_refusal``, the placer's refusal): when
+    these move, the message is worked out again, so a line left out never shows figures that no longer hold
+    (an old "8 are free" while 31 are)."""
+    return state.counts()["free"], free_groups(state, head)
+
+
 def queue_facts(info: QueueInfo | None) -> QueueFacts:
     return None if info is None else (info.max_gpus, tuple(info.namespaces))
 
@@ -125,10 +135,13 @@ class WaitingMemo:
     owner: list[str | None] = field(default_factory=list)  # the kept view's GPU owners before admission
     running: dict[str, Steady] = field(default_factory=dict)
     finished: dict[str, Done] = field(default_factory=dict)  # Succeeded or Failed, nothing left to do
+    # queue -> the figures its head's "does not fit" message was worked out from (:func:`figures`)
+    figures: dict[str, Figures] = field(default_factory=dict)
 
     def clear(self) -> None:
         self.jobs.clear()
         self.lines.clear()
+        self.figures.clear()
         self.owner = []
         self.running.clear()
         self.finished.clear()
@@ -167,6 +180,8 @@ def remember_running(
             and not actions.has_work
             and job.restarts == 0
             and "preemption" not in actions.draft.data
+            and "drain" not in actions.draft.data  # a drain's deadline is a time too
+            and "lastDrain" not in actions.draft.data  # moved by a drain: re-priced like a repaired job
             and job.request is not None
             and not job.request.pod_group
             and not job.deleting
@@ -318,6 +333,13 @@ def look(
     line = memo.lines[queue]
     if line.facts != queue_facts(info) or line.in_use != in_use:
         return Look.ALL
+    if (
+        line.head_reason is WaitReason.UNSCHEDULABLE
+        and line.head is not None
+        and state is not None
+        and memo.figures.get(queue, (-1, -1)) != figures(state, line.head)
+    ):
+        return Look.HEAD  # its message's figures moved: the head is looked at again (one decision)
     if not freed or line.head_reason is None:
         return Look.NOTHING
     if line.head_reason is not WaitReason.UNSCHEDULABLE or line.head is None or state is None:
@@ -414,6 +436,8 @@ def admit_lines(
         durations, decisions = admit(entries, blocked)
         out.durations.extend(durations)
         out.decisions.extend(decisions)
+        if memo is not None and state is not None and not blocked:
+            _count_figures(memo, state, entries, decisions)
         return decisions
 
     def decided(jobs: Sequence[JobObject]) -> list[Entry]:
@@ -459,6 +483,21 @@ def admit_lines(
     if behind:
         run(behind, heads)
     return out
+
+
+def _count_figures(
+    memo: WaitingMemo, state: ClusterState, entries: Sequence[Entry], decisions: Sequence[Admit | Wait]
+) -> None:
+    """After one line's decisions: the figures its blocking head's message was worked out from (the state
+    then: the lines decided later this pass may take GPUs, and the next pass sees that they moved)."""
+    specs = {request.spec.job_id: request.spec for _, request in entries}
+    for decision in decisions:
+        if isinstance(decision, Wait) and blocks(decision) and decision.job_id in specs:
+            if decision.reason is WaitReason.UNSCHEDULABLE:
+                memo.figures[decision.queue] = figures(state, specs[decision.job_id])
+            else:
+                memo.figures.pop(decision.queue, None)
+            return
 
 
 def remember(
