@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
+from tests.timings import record_time
 
 from paralleljob.core import ClusterState, JobSpec, Level, NodeSpec, Topology, cost_model
 from paralleljob.core.nvlink import NVLinkPlacer
@@ -99,10 +100,9 @@ def test_a_compute_domain_gets_its_claim_template_and_goes_with_its_job(
     wait_for(
         "the stand-in controller's ResourceClaimTemplate",
         lambda: _get(kube, custom, ns, "resourceclaimtemplates", template),
-        timeout_s=5,
+        timeout_s=60,
     )
-    created_s = time.monotonic() - started
-    assert created_s < 2.0
+    record_time("ComputeDomain created -> the stand-in controller's ResourceClaimTemplate", time.monotonic() - started)
     current = kube.run(custom.get_namespaced_custom_object(cd.GROUP, cd.VERSION, ns, cd.PLURAL, domain))
     current["spec"]["numNodes"] = 4
     with pytest.raises(ApiException) as immutable:

@@ -1,8 +1,9 @@
 """Crashed workers are replaced within seconds, every time (issue 11): the DELETE response of a failed pod,
 handled after the watch's DELETED event, used to bring the pod back into the operator's store, and the
-repair then waited for the next full re-list (here every 10 s). Eight crashes in a row; each replacement
-must be bound well inside the re-list period. The precise figures come from ``paralleljob bench
-worker-crash`` (docs/benchmarks.md)."""
+repair then waited for the next full re-list (``--relist-seconds``, 300 s by default; nothing else brings a
+pod that is gone back out of the store). Eight crashes in a row; each replacement must be bound well inside
+the re-list period, with a deadline a loaded machine meets. The times are recorded, not asserted: the 2 s
+target is ``paralleljob bench worker-crash``'s (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import time
 
 import pytest
 from pjhelpers import Jobs, OperatorProcess, assert_no_gpu_used_twice, wait_for
+from tests.timings import record_time
 
 from paralleljob.devcluster.session import KubeSession
 
 pytestmark = pytest.mark.e2e
 
 CRASHES = 8
-LIMIT_S = 5.0  # half the e2e operator's re-list period: a resurrected pod would wait for the re-list
+LIMIT_S = 30.0  # a tenth of the e2e operator's re-list period (the default 300 s): a resurrected pod waits for it
 
 
 def test_each_crashed_worker_is_replaced_within_seconds(pjs: Jobs) -> None:
@@ -39,8 +41,9 @@ def test_each_crashed_worker_is_replaced_within_seconds(pjs: Jobs) -> None:
         def replaced(name: str = victim, uid: str = old.metadata.uid) -> bool:
             return any(p.metadata.name == name and p.metadata.uid != uid and p.spec.node_name for p in pjs.pods())
 
-        wait_for(f"a replacement for {victim}", replaced, timeout_s=30, interval=0.05)
-        took.append(time.monotonic() - failed)
+        wait_for(f"a replacement for {victim}", replaced, timeout_s=2 * LIMIT_S, interval=0.05)
+        took.append(record_time("worker Failed -> replacement bound", time.monotonic() - failed, 2.0,
+                                "paralleljob bench worker-crash"))  # fmt: skip
         pjs.wait_phase("crashy", "Running", restarts=i + 1)
     assert max(took) < LIMIT_S, f"repair times {[round(t, 2) for t in took]} s\n{pjs.operator.log_tail()}"
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from pjhelpers import Jobs, assert_gang_on_record, assert_no_gpu_used_twice, wait_for
+from tests.timings import record_time
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
@@ -77,16 +78,15 @@ def test_elastic_job_starts_at_what_fits_grows_shrinks_and_scales(
 
     started = time.monotonic()
     pjs.delete(near)
-    status = replicas(pjs, "el", 4)
-    grew_in = time.monotonic() - started
-    print(f"elastic job at 4 replicas {grew_in:.2f} s after the filler's deletion freed its node")
+    status = replicas(pjs, "el", 4, timeout_s=60)
+    record_time("room freed -> elastic job grown to 4 replicas, the new pod bound", time.monotonic() - started,
+                2.0, "paralleljob bench worker-crash (elastic growth)")  # fmt: skip
     new = {n: node for n, node in pod_nodes(pjs, "el").items() if n not in before}
     assert list(new.values()) == [filler_node[near]], new
     assert leaf[filler_node[near]] == leaf[anchor]  # next to the last replica: its DP ring stays in the leaf
     assert {n: u for n, u in uids(pjs, "el").items() if n in before} == before, "a running replica moved"
     assert status["elastic"]["lastResize"]["kind"] == "Grew"
     pjs.wait_events("el", {"Grew"})
-    assert grew_in < 2.0, f"grew {grew_in:.2f} s after the room appeared (target 2 s)"
 
     far = next(n for n in fillers if n != near)
     pjs.delete(far)

@@ -20,6 +20,7 @@ import pytest
 from kubernetes_asyncio.client import CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, assert_gang_on_record
+from tests.timings import record_time
 
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
@@ -27,7 +28,10 @@ from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
 pytestmark = pytest.mark.e2e
 
 ALIVE = 24  # churn jobs alive at once (1 GPU each): room stays free for the victim's repair
-EVENTS_WITHIN_S = 10.0  # after the repair's status: the poster's bounded wait plus a loaded machine's API
+# After the repair's status: the poster's bounded wait (1 s) plus a loaded machine's API, with room for a busy
+# machine (issue 38, item 10). An unbounded wait never lands them; a wait per Event is pinned down exactly by
+# tests/k8s/test_events_poster.py (31 queued Events within two bounded waits).
+EVENTS_WITHIN_S = 30.0
 
 
 class Churn(threading.Thread):
@@ -81,7 +85,7 @@ def test_a_repairs_events_land_while_other_jobs_keep_the_operator_busy(pjs: Jobs
         assert_gang_on_record(pjs, "victim")
         started = time.monotonic()
         pjs.wait_events("victim", {"GPUFailure", "Rescheduled", "Repaired"}, timeout_s=EVENTS_WITHIN_S)
-        landed_s = time.monotonic() - started
+        landed_s = record_time("repair's status -> its Events landed, operator busy", time.monotonic() - started)
         assert churn.is_alive() and churn.error is None, churn.error  # still busy when the Events landed
         binds = pjs.operator.sample("paralleljob_binds_total") - binds_before
     finally:

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from pjhelpers import Jobs, OperatorProcess, assert_gang_on_record, assert_no_gpu_used_twice, wait_for
+from tests.timings import record_time
 
 from paralleljob.devcluster.session import KubeSession
 
@@ -25,8 +26,9 @@ def test_node_failure_minimal_moves_only_the_pods_on_that_node(pjs: Jobs, chaos:
     victim = before["placement"]["pods"][0]["node"]
     started = time.monotonic()
     chaos.make_node_not_ready(victim)
-    status = pjs.wait_phase("llm", "Running", restarts=1)
-    repaired_in = time.monotonic() - started
+    status = pjs.wait_phase("llm", "Running", timeout_s=60, restarts=1)
+    record_time("node NotReady -> minimal repair Running", time.monotonic() - started, 2.0,
+                "paralleljob bench-operator (NotReady -> replacement pods bound)")  # fmt: skip
     assert_gang_on_record(pjs, "llm")
     assert victim not in status["nodes"].split(",")
     failure = status["lastFailure"]
@@ -38,7 +40,6 @@ def test_node_failure_minimal_moves_only_the_pods_on_that_node(pjs: Jobs, chaos:
         else:
             assert new_uids[name] == old_uids[name], f"{name} was not on the failed node but was re-created"
     pjs.wait_events("llm", {"NodeFailure", "Rescheduled", "Repaired"})
-    assert repaired_in < 15, repaired_in
 
 
 def test_gpu_failure_full_restarts_the_gang_away_from_the_gpu(pjs: Jobs, chaos: KubeSession) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, OperatorProcess, assert_gang_on_record, assert_no_gpu_used_twice, wait_for
+from tests.timings import record_time
 
 from paralleljob.devcluster.session import KubeSession
 
@@ -170,9 +171,11 @@ def test_a_finished_job_with_a_ttl_is_deleted_with_its_pods(pjs: Jobs) -> None:
             return exc.status == 404
         return False
 
-    wait_for("ephemeral deleted after its TTL", gone, timeout_s=10)
-    wait_for("its pods gone with it", lambda: not pjs.pods("ephemeral"), timeout_s=10)
-    assert time.monotonic() - succeeded < 5, "deleted a second or two after Succeeded"
+    # The operator wakes for the TTL instead of waiting for its next pass (tests/k8s/test_ttl.py checks the
+    # wake-up time); here only that it is deleted, with a deadline a loaded machine meets.
+    wait_for("ephemeral deleted after its TTL", gone, timeout_s=60)
+    wait_for("its pods gone with it", lambda: not pjs.pods("ephemeral"), timeout_s=60)
+    record_time("Succeeded -> deleted after a 1 s TTL, pods gone", time.monotonic() - succeeded)
 
 
 def test_metrics_and_health(pjs: Jobs, pj_operator: OperatorProcess) -> None:
@@ -206,11 +209,10 @@ def test_metrics_and_health(pjs: Jobs, pj_operator: OperatorProcess) -> None:
 def test_a_64_pod_gang_binds_completely(pjs: Jobs) -> None:
     started = time.monotonic()
     pjs.create("wide", 1, 8, 8)
-    wait_for("64 pods bound", lambda: len([p for p in pjs.pods("wide") if p.spec.node_name]) == 64, 40, 0.02)
-    elapsed = time.monotonic() - started
+    wait_for("64 pods bound", lambda: len([p for p in pjs.pods("wide") if p.spec.node_name]) == 64, 90, 0.02)
+    record_time("apply of a 64-pod ParallelJob -> all 64 pods bound", time.monotonic() - started, 2.0,
+                "paralleljob bench-operator")  # fmt: skip
     pjs.wait_phase("wide", "Running")
-    # A loose bound for a shared CI machine; the 2 s target is measured by `paralleljob bench-operator`.
-    assert elapsed < 30, f"64 pods took {elapsed:.2f} s to bind"
 
 
 def test_a_pod_template_the_api_refuses_fails_the_job_with_the_reason(pjs: Jobs) -> None:
