@@ -127,7 +127,12 @@ def test_drain_node_cordons_and_marks_every_gpu() -> None:
     assert change.patch["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]
     drained = _apply(body, change.patch)
     info = parse_node(drained, TopologyConfig())
-    assert info.cordoned and info.broken_gpus() == frozenset(range(8))
+    # maintenance, not a failure: the GPUs are not broken (their jobs checkpoint before they move), but they
+    # take no new work and the operator sees them drained
+    assert info.cordoned and info.broken_gpus() == frozenset() and not info.takes_new_work
+    assert info.drained_gpus == info.degraded_gpus == frozenset(range(8)) and info.drain_now_gpus == frozenset()
+    urgent = parse_node(_apply(body, plan(body, None, now=True).patch), TopologyConfig())
+    assert urgent.drain_now_gpus == frozenset(range(8))
     back = _apply(drained, plan(drained, None, undrain=True).patch)
     info = parse_node(back, TopologyConfig())
     assert not info.cordoned and info.broken_gpus() == frozenset() and info.takes_new_work
@@ -139,6 +144,9 @@ def test_gpu_drain_and_undrain_respect_the_agent() -> None:
     one = _apply(body, plan(body, [5]).patch)
     assert one["metadata"]["annotations"][UNHEALTHY_GPUS_ANNOTATION] == "3,5"
     assert "spec" not in plan(body, [5]).patch, "a single GPU does not cordon the node"
+    # GPU 3 is the agent's (broken), GPU 5 the admin's (drained: not broken, no new work)
+    info = parse_node(one, TopologyConfig())
+    assert info.broken_gpus() == frozenset({3}) and info.drained_gpus == frozenset({5}) and 5 in info.degraded_gpus
     undo = plan(one, [3, 5], undrain=True)
     assert undo.unhealthy == frozenset({3}) and "GPU 3 stays unhealthy" in undo.notes[0]
     assert _apply(one, undo.patch)["metadata"]["annotations"].get(DRAINED_GPUS_ANNOTATION) is None

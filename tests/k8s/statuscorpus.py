@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import paralleljob.k8s.plan as plan_package
+from paralleljob.clitools.drain import plan as drain_plan
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.queues import queue_policy
 from paralleljob.k8s.edge.records import record_from_status
@@ -160,12 +161,30 @@ def _elastic_grew_and_shrank() -> Iterator[dict[str, Any]]:
     yield from rec.written
 
 
+def _drained_then_moved() -> Iterator[dict[str, Any]]:
+    """A drain: the checkpoint request (``status.drain``), then the move (``status.lastDrain``)."""
+    rec = Recorder(FakeCluster([node("n0"), node("n1")]))
+    rec.fc.add_job(paralleljob("kept", 8, 1, 1, created=at(0)))
+    for second in range(3):
+        rec.step(at(second))
+    where = rec.fc.job("ns/kept")["status"]["nodes"]
+    patch = drain_plan(rec.fc.nodes[where], None).patch
+    body = copy.deepcopy(rec.fc.nodes[where])
+    body["metadata"]["annotations"].update({k: v for k, v in patch["metadata"]["annotations"].items() if v})
+    body["spec"].update(patch["spec"])
+    rec.fc.nodes[where] = body
+    for second in (3, 4, 60, 61, 62):
+        rec.step(at(second))
+    yield from rec.written
+
+
 SCENARIOS = (
     _completed_and_queued,
     _repaired_then_migrated,
     _preempted,
     _gave_up_and_requeued,
     _elastic_grew_and_shrank,
+    _drained_then_moved,
 )
 
 

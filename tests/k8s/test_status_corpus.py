@@ -13,6 +13,7 @@ def test_the_scan_finds_the_fields_of_every_kind_of_write() -> None:
     # one from each writer: the lifecycle, admission, repair, move-back, preemption
     assert {"phase", "conditions", "placement", "lastFailure", "reoptimization", "lastMigration"} <= fields
     assert {"preemption", "queuedAt", "placementEpoch", "completionTime"} <= fields
+    assert {"drain", "lastDrain"} <= fields  # a drain's checkpoint request and its move
 
 
 def test_every_status_field_the_operator_writes_is_in_a_scenario() -> None:
@@ -27,6 +28,8 @@ def test_every_status_field_the_operator_writes_is_in_a_scenario() -> None:
     assert not missing, f"status fields no scenario in tests/k8s/statuscorpus.py writes: {sorted(missing)}"
     assert {"proposedAt", "checkedAt", "bestCostMs"} <= nested["reoptimization"]
     assert {"costBeforeMs", "costAfterMs", "podsMoved"} <= nested["lastMigration"]
+    assert {"deadline", "requestedAt", "nodes"} <= nested["drain"]
+    assert {"kind", "action", "costBeforeMs", "costAfterMs"} <= nested["lastDrain"]
 
 
 def test_dropped_fields_names_what_the_server_did_not_keep() -> None:

@@ -49,13 +49,21 @@ def register(subparsers: Any) -> None:
             description=(
                 "Uncordon NODE and clear the GPUs drained on it (GPUs the health agent reports stay out)."
                 if undrain
-                else "Cordon NODE and mark all its GPUs unhealthy, so the operator moves the jobs there."
+                else "Cordon NODE and mark all its GPUs drained for maintenance: the jobs there are asked to"
+                " checkpoint and moved after it (or the operator's grace period), with no restart counted;"
+                " --now moves them at once."
             ),
         )
         common(p)
         p.add_argument("node", nargs="?", metavar="NODE")
         p.add_argument("--gpu", action="append", default=[], metavar="NODE:IDX", help="one GPU (repeatable)")
         p.add_argument("--dry-run", action="store_true", help="print the node patch, change nothing")
+        if not undrain:
+            p.add_argument(
+                "--now",
+                action="store_true",
+                help="emergency: move the jobs at once, without their checkpoint (still no restart counted)",
+            )
         p.set_defaults(handler=_run(_drain), undrain=undrain)
 
     from paralleljob.agent import cli as agent_cli
@@ -174,11 +182,13 @@ async def _drain(kube: Any, args: argparse.Namespace) -> int:
         assert listed is not None
         listed.append(index)
     for node, gpus in targets.items():
-        await _drain_node(kube, node, gpus, args.undrain, args.dry_run)
+        await _drain_node(kube, node, gpus, args.undrain, args.dry_run, getattr(args, "now", False))
     return 0
 
 
-async def _drain_node(kube: Any, node: str, gpus: list[int] | None, undrain: bool, dry_run: bool) -> None:
+async def _drain_node(
+    kube: Any, node: str, gpus: list[int] | None, undrain: bool, dry_run: bool, now: bool = False
+) -> None:
     from paralleljob.clitools.drain import plan
     from paralleljob.clitools.dralists import DRA_SLICES, dra_list
     from paralleljob.k8s.runtime.api import ApiError, retrying
@@ -187,7 +197,7 @@ async def _drain_node(kube: Any, node: str, gpus: list[int] | None, undrain: boo
     slices = await dra_list(kube, DRA_SLICES, {"fieldSelector": f"spec.nodeName={node}"})
     for attempt in range(5):
         body = await retrying(lambda: kube.request("GET", f"/api/v1/nodes/{node}"))
-        change = plan(body, gpus, undrain, slices=slices)
+        change = plan(body, gpus, undrain, slices=slices, now=now)
         if dry_run:
             print(json.dumps(change.patch, indent=2))
             return
@@ -205,4 +215,5 @@ async def _drain_node(kube: Any, node: str, gpus: list[int] | None, undrain: boo
     for note in change.notes:
         print(f"{node}: {note}")
     if not undrain:
-        print(f"{node}: the operator moves the jobs on these GPUs (see `paralleljob status`)")
+        when = "at once" if now else "after they checkpoint (or the grace period)"
+        print(f"{node}: the operator moves the jobs on these GPUs {when}; no restart is counted")

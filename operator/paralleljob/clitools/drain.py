@@ -1,10 +1,14 @@
 """``drain`` / ``undrain`` as a node patch (pure).
 
-Draining a node cordons it and marks every GPU unhealthy through the same annotation the health agent
-writes, so the operator repairs the jobs there exactly as for a hardware failure; draining one GPU only
-marks that GPU. The drained GPUs are also remembered in ``paralleljob.dev/drained-gpus``: the agent keeps
-them in ``unhealthy-gpus`` when it rewrites it, and ``undrain`` removes only what was drained, never a GPU
-the agent still reports broken. The patch carries the node's resourceVersion, so a concurrent write by
+Draining a node cordons it and marks every GPU drained; draining one GPU only marks that GPU. A drain is
+maintenance, not a failure: the drained GPUs are listed in ``paralleljob.dev/drained-gpus``, which the
+operator reads as "take no new work, and move the jobs here after they checkpoint" (the preemption's
+checkpoint-now signal and grace period, ``k8s/plan/draining.py``), with no restart counted and no failure
+recorded. ``--now`` (the emergency) also lists them in ``paralleljob.dev/drain-now-gpus``: their jobs move at
+once, still without a restart counted (an admin's emergency is not the job's fault). The drained GPUs are
+also written into ``unhealthy-gpus`` as before, which the agent keeps when it rewrites it (so an operator
+that predates drains still moves the jobs), and ``undrain`` removes only what was drained, never a GPU the
+agent still reports broken. The patch carries the node's resourceVersion, so a concurrent write by
 the agent makes it fail with a conflict (and the CLI retries) instead of silently losing one side.
 
 On a DRA node (one with a ResourceSlice pool of the configured driver) the GPUs are the pool's devices, not
@@ -30,6 +34,7 @@ from paralleljob.agent.signals import (
 )
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
+from paralleljob.k8s.edge.constants import DRAIN_NOW_ANNOTATION
 from paralleljob.k8s.edge.dra import overlay_nodes, parse_slice
 from paralleljob.k8s.edge.nodes import parse_node
 
@@ -50,9 +55,11 @@ def plan(
     config: TopologyConfig | None = None,
     slices: Iterable[Mapping[str, Any]] = (),
     dra: DraConfig | None = None,
+    now: bool = False,
 ) -> DrainPlan:
     """The patch that drains (or undrains) ``gpus`` of the node ``body``; ``None`` means the whole node.
-    ``slices``: the cluster's ResourceSlices (a DRA node's GPUs are its pool's devices)."""
+    ``slices``: the cluster's ResourceSlices (a DRA node's GPUs are its pool's devices). ``now``: move the
+    jobs at once instead of after their checkpoint."""
     config = config or TopologyConfig()
     dra = dra or DraConfig()
     parsed = parse_node(body, config)
@@ -71,12 +78,14 @@ def plan(
         indices = f"indices 0-{info.gpu_count - 1}" if info.gpu_count else "none"
         raise InvalidRequest(f"node {info.name} has {info.gpu_count} {kind} ({indices}); no GPU {format_indices(bad)}")
     drained = parse_index_list(annotations.get(DRAINED_GPUS_ANNOTATION))
+    urgent = parse_index_list(annotations.get(DRAIN_NOW_ANNOTATION))
     current = parse_index_list(annotations.get(UNHEALTHY_GPUS_ANNOTATION))
     detail = parse_health_detail(annotations.get(GPU_HEALTH_ANNOTATION))
     agent = blocking_from_detail(detail)
     notes: list[str] = []
     if undrain:
         new_drained = drained - targets
+        new_urgent = urgent - targets
         unhealthy = (current - targets) | agent | new_drained
         for g in sorted(targets & agent):
             item = detail[g]
@@ -85,12 +94,14 @@ def plan(
             )
     else:
         new_drained = drained | targets
+        new_urgent = urgent | targets if now else urgent
         unhealthy = current | new_drained
     patch: dict[str, Any] = {
         "metadata": {
             "resourceVersion": str(metadata.get("resourceVersion", "")),
             "annotations": {
                 DRAINED_GPUS_ANNOTATION: format_indices(new_drained) or None,
+                DRAIN_NOW_ANNOTATION: format_indices(new_urgent & new_drained) or None,
                 UNHEALTHY_GPUS_ANNOTATION: format_indices(unhealthy) or None,
             },
         }

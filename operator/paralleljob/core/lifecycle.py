@@ -32,6 +32,7 @@ class Event(enum.Enum):
     WORKER_FAILED = "WorkerFailed"  # a worker pod failed
     REPAIRED = "Repaired"
     MIGRATED = "Migrated"  # moved at a checkpoint boundary to a cheaper placement (re-optimisation)
+    DRAINED = "Drained"  # moved off GPUs an admin drained for maintenance (not a failure)
     REQUEUED = "Requeued"  # no room now; wait in line again
     GAVE_UP = "GaveUp"  # no room and policy Fail, or maxRestarts exhausted
     PREEMPTED = "Preempted"
@@ -54,6 +55,9 @@ TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
     (P.RUNNING, E.COMPLETED): P.SUCCEEDED,
     (P.RUNNING, E.GAVE_UP): P.FAILED,
     (P.RUNNING, E.MIGRATED): P.RECOVERING,  # the gang restarts on its new placement, as after a repair
+    (P.RUNNING, E.DRAINED): P.RECOVERING,
+    (P.PLACING, E.DRAINED): P.RECOVERING,
+    (P.RECOVERING, E.DRAINED): P.RECOVERING,
     (P.RECOVERING, E.REPAIRED): P.RUNNING,
     (P.RECOVERING, E.REQUEUED): P.QUEUED,
     (P.RECOVERING, E.GAVE_UP): P.FAILED,

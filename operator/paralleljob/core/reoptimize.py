@@ -13,6 +13,10 @@ The rule (thresholds in :class:`ReoptimizeRule`, chosen from simulator runs, see
 3. The move must be cheap next to the checkpoint interval: ``restart_s + per_pod_s * pods_to_move <=
    max_overhead_share * checkpoint_interval_s``. A job that never checkpoints (infinite interval) has no
    boundary to move at, so it stays.
+4. Unless the operator itself pushed the job off its placement for maintenance (a drain, ``drained_away``):
+   moving back undoes a move the job never asked for, so rule 3 does not hold it there; a job that never
+   checkpoints loses its work since the drain's move, so it moves back only for a large gain
+   (``current / best >= drain_return_ratio``), a job that does checkpoint at its next boundary.
 
 All four inputs are plain numbers, so the caller computes them however it likes (the simulator: the
 current placement's cost, the placer's choice with the job's own GPUs counted as free, the pods whose GPUs
@@ -37,14 +41,19 @@ class ReoptimizeRule:
     # average; a move that costs more than a quarter of one is not worth a few percent. The simulator could
     # not discriminate 0.1 / 0.25 / 1 (Young/Daly intervals there are hours long, a restart a minute).
     max_overhead_share: float = 0.25
+    # A job a drain pushed off its placement that never checkpoints moves back only when it runs at least this
+    # much slower than it could: restarting loses its work since the drain's move (the issue's case was 6.8x).
+    drain_return_ratio: float = 1.5
 
     def __post_init__(self) -> None:
-        for name in ("min_cost_ratio", "min_saving_ms", "restart_s", "per_pod_s", "max_overhead_share"):
+        numbers = ("min_cost_ratio", "min_saving_ms", "restart_s", "per_pod_s", "max_overhead_share")
+        for name in (*numbers, "drain_return_ratio"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise InvalidRequest(f"ReoptimizeRule.{name} must be a finite number >= 0, got {value!r}")
-        if self.min_cost_ratio < 1.0:
-            raise InvalidRequest(f"ReoptimizeRule.min_cost_ratio must be >= 1, got {self.min_cost_ratio!r}")
+        for name in ("min_cost_ratio", "drain_return_ratio"):
+            if getattr(self, name) < 1.0:
+                raise InvalidRequest(f"ReoptimizeRule.{name} must be >= 1, got {getattr(self, name)!r}")
 
 
 DEFAULT_RULE = ReoptimizeRule()
@@ -65,8 +74,10 @@ def decide_migration(
     pods_to_move: int,
     checkpoint_interval_s: float,
     rule: ReoptimizeRule = DEFAULT_RULE,
+    drained_away: bool = False,
 ) -> MigrationDecision:
-    """Whether to migrate at the next checkpoint boundary, with the reasons either way."""
+    """Whether to migrate at the next checkpoint boundary, with the reasons either way. ``drained_away``: the
+    job's last move was a drain's (rule 4)."""
     for name, value in (("current_cost_ms", current_cost_ms), ("best_cost_ms", best_cost_ms)):
         if not math.isfinite(value) or value < 0:
             raise InvalidRequest(f"{name} must be a finite number >= 0, got {value!r}")
@@ -91,10 +102,28 @@ def decide_migration(
         return no(f"the gain is small: {_ratio(ratio)} < {rule.min_cost_ratio:g}x")
     if saving < rule.min_saving_ms:
         return no(f"the gain is small: {saving:.3f} ms per step < {rule.min_saving_ms:g} ms")
+    if drained_away and math.isinf(checkpoint_interval_s):
+        if ratio < rule.drain_return_ratio:
+            return no(
+                f"moved by a drain, but the gain is too small to restart a job that never checkpoints:"
+                f" {_ratio(ratio)} < {rule.drain_return_ratio:g}x"
+            )
+        return MigrationDecision(
+            True,
+            (
+                f"move back from where a drain pushed it: {saving:.3f} ms per step saved ({_ratio(ratio)}); the"
+                " job never checkpoints, so it is asked to (the checkpoint signal) and moved after it or the"
+                " grace period",
+                summary,
+            ),
+            ratio,
+            saving,
+            overhead,
+        )
     if math.isinf(checkpoint_interval_s):
         return no("the job never checkpoints, so there is no boundary to migrate at")
     budget = rule.max_overhead_share * checkpoint_interval_s
-    if overhead > budget:
+    if overhead > budget and not drained_away:
         return no(
             f"moving costs {overhead:.0f} s, more than {rule.max_overhead_share:g} of the"
             f" {checkpoint_interval_s:.0f} s checkpoint interval ({budget:.0f} s)"

@@ -4,14 +4,15 @@ Both shells call :func:`decide_repair` and only carry out its answer: the operat
 status (``k8s/plan/failures.py``), the simulator into events (``sim/run/disruptions.py``). The rules, in order:
 
 1. ``maxRestarts``: a job that has already been restarted that many times gives up (``GiveUp`` with
-   ``MAX_RESTARTS``), whatever broke.
+   ``MAX_RESTARTS``), whatever broke; a drain (``FailureKind.DRAINED``) is maintenance, not a failure, and
+   neither counts nor meets this rule.
 2. A crashed worker on healthy hardware keeps its GPUs: ``minimal`` restarts the failed TP groups' pods,
    ``full`` the whole gang (``Rescheduled`` with no new placement).
 3. Broken hardware is repaired with :func:`~paralleljob.core.recovery.recover` when the placer is the core's
    (``minimal`` moves only the broken groups, ``full`` re-places the job); any other placer (a baseline)
    re-places the whole job from scratch, which is all it knows.
 4. No room: ``onUnplaceable`` says ``Requeue`` (back in line, GPUs freed) or ``Fail`` (``GiveUp`` with
-   ``NO_ROOM``).
+   ``NO_ROOM``); a drained job is always requeued (at its place, like a preempted one).
 
 Like ``recover`` it changes ``state`` (the job's GPUs move, or are freed when it leaves); it does no I/O.
 Kueue keeps the same split: its ``WaitForPodsReady``/requeue rules decide on values and the job
@@ -43,10 +44,20 @@ class FailureKind(enum.StrEnum):
     GPU = "GPUFailure"
     WORKER = "WorkerFailure"
     PLACEMENT_LOST = "PlacementLost"
+    # Not a failure: an admin drained the job's GPUs for maintenance (``paralleljob drain``). The job's
+    # groups there move as after a hardware failure, but no restart is counted against maxRestarts and,
+    # when no room is left, it waits in line at its place instead of failing: nothing was the job's fault.
+    DRAINED = "Drained"
 
     @property
     def hardware(self) -> bool:
+        """The job's GPUs are taken away (its groups there must move), not a crashed worker on good GPUs."""
         return self is not FailureKind.WORKER
+
+    @property
+    def maintenance(self) -> bool:
+        """Planned by an admin, not a failure: no restart counted, never GiveUp, no failure recorded."""
+        return self is FailureKind.DRAINED
 
 
 class OnUnplaceable(enum.StrEnum):
@@ -138,7 +149,7 @@ def decide_repair(
 ) -> RepairDecision:
     """Apply the whole failure policy to ``failure`` under ``job``; ``state`` is updated to match the answer
     (a job that is not in ``state.allocations``, e.g. its record could not be loaded, is placed afresh)."""
-    if failure.restarts >= policy.max_restarts:
+    if failure.restarts >= policy.max_restarts and not failure.kind.maintenance:
         state.release(job.job_id)
         return GiveUp(GiveUpReason.MAX_RESTARTS, (f"maxRestarts {policy.max_restarts} reached",))
     if not failure.kind.hardware:
@@ -150,7 +161,7 @@ def decide_repair(
     placement, reasons = _repair_hardware(state, placer, job, model, policy.strategy)
     if placement is None:
         state.release(job.job_id)
-        if policy.on_unplaceable is OnUnplaceable.REQUEUE:
+        if policy.on_unplaceable is OnUnplaceable.REQUEUE or failure.kind.maintenance:
             return Requeue(reasons)
         return GiveUp(GiveUpReason.NO_ROOM, reasons)
     if before is None or policy.strategy is RecoveryStrategy.FULL:

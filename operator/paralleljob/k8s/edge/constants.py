@@ -46,6 +46,10 @@ UNHEALTHY_GPUS_ANNOTATION = "paralleljob.dev/unhealthy-gpus"
 # The health agent's per-GPU detail (JSON {index: {state, reason, message}}); Degraded GPUs get no new work.
 GPU_HEALTH_ANNOTATION = "paralleljob.dev/gpu-health"
 GPU_HEALTHY_CONDITION = "GPUHealthy"
+# Written by ``paralleljob drain`` (clitools/drain.py): the GPUs an admin took out for maintenance (the agent keeps
+# them in unhealthy-gpus too), and of those the ones drained with ``--now`` (moved at once, no checkpoint wait).
+DRAINED_GPUS_ANNOTATION = "paralleljob.dev/drained-gpus"
+DRAIN_NOW_ANNOTATION = "paralleljob.dev/drain-now-gpus"
 
 # NVIDIA GPU Feature Discovery labels.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

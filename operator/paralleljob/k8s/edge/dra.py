@@ -313,7 +313,8 @@ def overlay_node(
     memories = [d.memory_gib for d in gpus.devices if d.memory_gib is not None]
     # The core gives a node one memory size; the smallest GPU's keeps every placement within bounds.
     memory = min(memories) if memories else default_memory_gib
-    unhealthy, degraded = set(node.unhealthy_gpus), set(node.degraded_gpus)
+    # drained GPUs (maintenance) take no new work: the parse could not count them against the pool yet
+    unhealthy, degraded = set(node.unhealthy_gpus), set(node.degraded_gpus) | node.drained_gpus
     for index, device in enumerate(gpus.devices):
         effects = {t.effect for t in device.taints}
         if "NoExecute" in effects:

@@ -9,6 +9,11 @@ labels; its domain at each topology level from the configured label keys. Whethe
 answers; NoSchedule taints are kept for each job's tolerations to answer (``eligibility.py``). A malformed
 label or value never fails the parse: it is ignored and reported in ``warnings``, which the operator turns
 into a MalformedLabel event.
+
+A GPU an admin drained (``paralleljob.dev/drained-gpus``, written by ``paralleljob drain``) is maintenance, not
+a failure: unless the health agent's own detail reports it Offline or Resetting, it is not counted broken
+(its job keeps running it until the drain moves the job, ``plan/draining.py``) but it takes no new work, as a
+Degraded GPU.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any
 
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import (
+    DRAIN_NOW_ANNOTATION,
+    DRAINED_GPUS_ANNOTATION,
     GPU_COUNT_LABEL,
     GPU_HEALTH_ANNOTATION,
     GPU_HEALTHY_CONDITION,
@@ -75,6 +82,10 @@ class NodeInfo:
     # published, and the GPU indices that ResourceClaims have allocated.
     dra: DraGpus | None = None
     held_gpus: frozenset[int] = frozenset()
+    # Drained by an admin for maintenance and not reported broken by the agent: they run their job until the
+    # drain moves it (folded into ``degraded_gpus``: no new work); ``drain_now_gpus``: those drained ``--now``.
+    drained_gpus: frozenset[int] = frozenset()
+    drain_now_gpus: frozenset[int] = frozenset()
 
     @property
     def takes_new_work(self) -> bool:
@@ -239,6 +250,12 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
     degraded, warning = parse_degraded(annotations.get(GPU_HEALTH_ANNOTATION))
     if warning:
         warnings.append(warning)
+    # The agent writes unhealthy-gpus as its own broken GPUs plus the drained ones: a drained GPU is broken
+    # only when the agent's detail says so itself.
+    drained, _ = parse_indices(str(annotations.get(DRAINED_GPUS_ANNOTATION) or ""))
+    maintenance = drained - _agent_blocking(annotations.get(GPU_HEALTH_ANNOTATION))
+    drain_now, _ = parse_indices(str(annotations.get(DRAIN_NOW_ANNOTATION) or ""))
+    unhealthy -= maintenance
 
     return NodeInfo(
         name=name,
@@ -255,10 +272,12 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         gpu_condition_false=gpu_condition_false,
         unhealthy_gpus=unhealthy,
         warnings=tuple(warnings),
-        degraded_gpus=frozenset(i for i in degraded if i < gpu_count) - unhealthy,
+        degraded_gpus=frozenset(i for i in degraded | maintenance if i < gpu_count) - unhealthy,
         labels=dict(labels),
         taints=tuple(taints),
         allocatable=allocatable,
+        drained_gpus=maintenance,
+        drain_now_gpus=drain_now & maintenance,
     )
 
 
@@ -269,6 +288,21 @@ def indices_beyond(name: str, unhealthy: frozenset[int], gpu_count: int) -> str:
     if not beyond:
         return ""
     return f"ignored GPU indices {beyond} in {UNHEALTHY_GPUS_ANNOTATION}: node {name} has {gpu_count} GPUs"
+
+
+def _agent_blocking(value: object) -> frozenset[int]:
+    """Indices the agent's ``gpu-health`` JSON reports Offline or Resetting (junk: none)."""
+    try:
+        data = json.loads(str(value)) if value else {}
+    except ValueError:
+        return frozenset()
+    if not isinstance(data, dict):
+        return frozenset()
+    return frozenset(
+        int(key)
+        for key, item in data.items()
+        if str(key).isdigit() and isinstance(item, dict) and item.get("state") in ("Offline", "Resetting")
+    )
 
 
 def parse_degraded(value: object) -> tuple[frozenset[int], str]:

@@ -29,6 +29,7 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.draining import off_drained
 from paralleljob.k8s.plan.elastic import (
     at_current_size,
     note_membership,
@@ -115,6 +116,8 @@ class Observed:
     # message stands for a wait that only restates it with other figures (0: rewritten every time)
     message_written: Mapping[str, float] = field(default_factory=dict)
     message_refresh_s: float = 0.0
+    # A job's time to checkpoint before a preemption or a drain moves it (--preemption-grace-seconds).
+    checkpoint_grace_s: float = 30.0
 
     @property
     def seconds(self) -> float:
@@ -202,6 +205,7 @@ def decide(
         resource_claims=observed.resource_claims,
         message_written=observed.message_written,
         message_refresh_s=observed.message_refresh_s,
+        checkpoint_grace_s=observed.checkpoint_grace_s,
     )
     if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):
         memo.clear()  # only strict FIFO leaves lines out; a node that changed may change any verdict
@@ -652,6 +656,12 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
+        return None
+    if not record.trays and (drained := off_drained(ctx, HeldJob(actions, job, request, record, pods), names)):
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
+        moved = handle(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
+        if moved is not None:
+            sync_pods(actions, job, request, moved, pods, view.nodes, ctx.gpu_holders)
         return None
     if seen.bound == seen.total and not request.pod_group and not record.trays:  # trays: not re-optimised
         node_filter = eligibility.filter_for(job.key, request.spec)

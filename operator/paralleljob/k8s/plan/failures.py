@@ -4,6 +4,11 @@ What to do is decided by :func:`paralleljob.core.repair.decide_repair` (maxResta
 crashed worker, minimal or full repair of broken hardware, Requeue or Fail when no room is left), the same
 function the simulator calls. This module only translates: the job's record and pods in, the decision out
 as status (``lastFailure``, ``restarts``, conditions), an Event and the pods to re-create or delete.
+
+A drain (``FailureKind.DRAINED``, handed in by ``plan/draining.py`` once the job had its checkpoint signal and
+grace period) is carried out by the same repair but is not a failure: no restart is counted, the record is
+``status.lastDrain`` (``lastFailure`` keeps the last real failure), the Events are Normal, the failure metrics
+are not touched, and with no room left the job waits in line at its place.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.elastic import drop_on_failure
 from paralleljob.k8s.plan.podsync import delete_all
+from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.view.clusterview import ClusterView
 
 
@@ -119,12 +125,14 @@ def handle(
     view, placer, now = ctx.view, ctx.placer, ctx.now
     draft = actions.draft
     policy = request.failure
+    maintenance = breakage.kind.maintenance
     event = Event.HARDWARE_FAILED if breakage.hardware else Event.WORKER_FAILED
-    if draft.phase is not Phase.RECOVERING or event is Event.HARDWARE_FAILED:
+    event = Event.DRAINED if maintenance else event
+    if draft.phase is not Phase.RECOVERING or event is not Event.WORKER_FAILED:
         draft.apply(event, breakage.kind, breakage.message, now)
-    actions.note("Warning", breakage.kind, breakage.message)
-    actions.recovery_started = True
-    restarts = job.restarts + 1
+    actions.note("Normal" if maintenance else "Warning", breakage.kind, breakage.message)
+    actions.recovery_started = not maintenance  # the recovery-time metric is about failures
+    restarts = job.restarts if maintenance else job.restarts + 1
     failure: dict[str, object] = {
         "time": now,
         "kind": breakage.kind.value,
@@ -148,7 +156,8 @@ def handle(
         if dropped is not None:
             after = round(dropped.cost.total_ms, 6) if dropped.cost else None
             failure.update(action="DroppedReplica", costAfterMs=after)
-            draft.set(restarts=restarts, lastFailure={k: v for k, v in failure.items() if v is not None})
+            draft.set(restarts=restarts)
+            _record(draft, failure, maintenance)
             draft.condition("Placed", "True", "DroppedReplica", f"shrank to {dropped.dp} replicas", now)
             return dropped
     if isinstance(decision, GiveUp):
@@ -159,7 +168,7 @@ def handle(
             _give_up(ctx, held, f"no room to repair: {why}", failure, restarts)
         return None
     if isinstance(decision, Requeue):
-        _requeue(ctx, held, failure, "; ".join(decision.reasons), restarts)
+        _requeue(ctx, held, failure, "; ".join(decision.reasons), restarts, maintenance)
         return None
     if decision.placement is not None:
         full = policy.strategy is RecoveryStrategy.FULL
@@ -187,7 +196,8 @@ def handle(
             " hardware and binds the replacement to the new slot"
         )
     else:
-        message = f"{policy.strategy.value} repair: {len(moved)} pod(s) re-created ({', '.join(moved)})"
+        what = "moved off the drained GPUs" if maintenance else f"{policy.strategy.value} repair"
+        message = f"{what}: {len(moved)} pod(s) re-created ({', '.join(moved)})"
     if cost is not None and record.cost is not None:
         message += f"; cost {record.cost.total_ms:.3f} -> {cost.total_ms:.3f} ms"
     draft.set(
@@ -196,21 +206,33 @@ def handle(
         communicationCost=cost_to_status(cost, request.cost_model) if cost else None,
         nodes=",".join(new_record.nodes),
         restarts=restarts,
-        lastFailure={k: v for k, v in failure.items() if v is not None},
     )
+    _record(draft, failure, maintenance)
     draft.condition("Bound", "False", "Repairing", message, now)
     draft.condition("Placed", "True", "Repaired", f"{message}; now on {', '.join(new_record.nodes)}", now)
     actions.note("Normal", "Rescheduled", message)
-    actions.failure_action = decision.action
+    actions.failure_action = None if maintenance else decision.action
     return new_record
 
 
-def _requeue(ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int) -> None:
+def _record(draft: StatusDraft, failure: dict[str, object], maintenance: bool) -> None:
+    """``status.lastFailure``, or ``status.lastDrain`` for a drain (which leaves the last failure as it was)."""
+    kept = {k: v for k, v in failure.items() if v is not None}
+    if maintenance:
+        draft.set(lastDrain=kept)
+    else:
+        draft.set(lastFailure=kept)
+
+
+def _requeue(
+    ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int, maintenance: bool = False
+) -> None:
     """The core said Requeue (``onUnplaceable: Requeue``): its GPUs are already freed in the view; it waits at
-    the back of the line (``queuedAt`` now), as core.repair.Requeue says."""
+    the back of the line (``queuedAt`` now), as core.repair.Requeue says. A drained job (``maintenance``) was
+    not at fault: it keeps its place, as a preempted one does."""
     actions, pods, view, now = held.actions, held.pods, ctx.view, ctx.now
     draft = actions.draft
-    message = f"no room to repair: {why}; back in the queue"
+    message = f"no room to {'move off the drained GPUs' if maintenance else 'repair'}: {why}; back in the queue"
     failure.update(action=FailureAction.REQUEUED.value)
     draft.apply(Event.REQUEUED, "Requeued", message, now)
     draft.set(
@@ -218,11 +240,11 @@ def _requeue(ctx: PassContext, held: HeldJob, failure: dict[str, object], why: s
         communicationCost=None,
         nodes=None,
         restarts=restarts,
-        queuedAt=now,
-        lastFailure={k: v for k, v in failure.items() if v is not None},
+        queuedAt=held.job.queued_at if maintenance else now,
     )
-    actions.note("Warning", "Requeued", message)
-    actions.failure_action = FailureAction.REQUEUED
+    _record(draft, failure, maintenance)
+    actions.note("Normal" if maintenance else "Warning", "Requeued", message)
+    actions.failure_action = None if maintenance else FailureAction.REQUEUED
     delete_all(actions, pods, view.nodes, "job requeued after a failure")
 
 

@@ -15,6 +15,11 @@ core's rule (``core.reoptimize``) says whether moving is worth it next to the jo
   latest multiple of ``checkpoint.intervalSeconds``): the best placement is recomputed, recorded, and the
   whole gang restarts there from that checkpoint (phase Recovering until all pods are bound again). A job
   that declares neither never moves (no boundary is known); ``Propose`` only reports.
+- A job that a drain pushed off its placement (``draining.drained_away``: ``status.lastDrain`` newer than any
+  migration) is re-priced the same way although it was never restarted, and the core's rule 4 lets it move
+  back even if it never checkpoints (then only for a large gain). Its safe point is the drain's own: once the
+  move is proposed its pods get the checkpoint-now signal (``preempting.request_checkpoint``) and it moves at
+  its next checkpoint or when the grace period ends, whichever comes first.
 
 Everything here is a decision on the pass's view, like a repair: the caller brings the pods in line with
 the record it returns.
@@ -33,11 +38,13 @@ from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placement import Placement
 from paralleljob.core.reoptimize import MigrationDecision, decide_migration
 from paralleljob.core.repair import ReoptimizePolicy, best_placement_now, pods_to_move
-from paralleljob.k8s.edge.queues import last_checkpoint, parse_time
+from paralleljob.k8s.edge.queues import format_time, last_checkpoint, parse_time
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.edge.specs import JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.draining import drained_away
+from paralleljob.k8s.plan.preempting import request_checkpoint
 
 # A trial placement per repaired job per pass would make a pass cost O(jobs x placement); once a minute is
 # plenty for something that only acts at checkpoint boundaries (minutes to hours apart).
@@ -49,7 +56,8 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     actions, job, request, record = held.actions, held.job, held.request, held.record
     view, placer, now_s = ctx.view, ctx.placer, ctx.now_s
     draft = actions.draft
-    if draft.phase is not Phase.RUNNING or record.cost is None or job.restarts == 0:
+    away = drained_away(draft.data)
+    if draft.phase is not Phase.RUNNING or record.cost is None or (job.restarts == 0 and not away):
         return None
     if job.key not in view.state.allocations:
         return None
@@ -61,6 +69,8 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
         started = parse_time(job.status.start_time) or now_s
         boundary = last_checkpoint(job, request, started, now_s)
         due = boundary is not None and boundary > proposed_at
+        if away and not due:
+            due = not _ask_to_checkpoint(ctx, held, proposed_at)
     if not due and checked_at is not None and now_s - checked_at < RECHECK_SECONDS:
         return None
     with restricted(view.state, request.spec, node_filter):
@@ -68,11 +78,27 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     current_ms = record.cost.total_ms
     moves = pods_to_move(view.state.allocations[job.key].groups, best.groups) if best is not None else 0
     interval = _checkpoint_interval(request, draft.data)
-    decision = decide_migration(current_ms, best.cost.total_ms if best else current_ms, moves, interval)
+    best_ms = best.cost.total_ms if best else current_ms
+    decision = decide_migration(current_ms, best_ms, moves, interval, drained_away=away)
     if due and decision.migrate and best is not None:
         return _migrate(ctx, held, best, decision)
     _report(ctx, actions, decision, _Repricing(current_ms, best, moves, proposed_at))
+    migrating = request.failure.reoptimize is ReoptimizePolicy.MIGRATE_AT_CHECKPOINT
+    if away and decision.migrate and proposed_at is None and migrating:
+        _ask_to_checkpoint(ctx, held, now_s)
     return None
+
+
+def _ask_to_checkpoint(ctx: PassContext, held: HeldJob, proposed_at: float) -> bool:
+    """A drained-away job's safe point to move back at: the checkpoint-now signal until the grace period after
+    the proposal ends. True while that is still to come (the pods are signalled, the loop wakes then)."""
+    deadline = proposed_at + ctx.checkpoint_grace_s
+    if ctx.now_s >= deadline:
+        return False
+    request_checkpoint(held.actions, held.pods, format_time(deadline))
+    wake = held.actions.wake_at
+    held.actions.wake_at = deadline if wake is None else min(wake, deadline)
+    return True
 
 
 def _seconds(value: object) -> float | None:

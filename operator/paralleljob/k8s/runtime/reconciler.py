@@ -358,6 +358,7 @@ class Reconciler:
             background_room=max(0, self.config.background_chains - len(self.background)),
             message_written=self._fresh_messages(),
             message_refresh_s=self.config.waiting_message_refresh_s,
+            checkpoint_grace_s=self.config.preemption_grace_seconds,
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
