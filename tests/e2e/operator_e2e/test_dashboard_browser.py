@@ -100,6 +100,14 @@ def test_map_is_live_shows_ranks_and_a_node_going_down(
     assert {level["level"] for level in detail["levels"]}, "a 16-GPU job on 8-GPU nodes moves bytes between nodes"
     assert len(detail["pods"]) == 4 and {p["stage"] for p in detail["pods"]} == {0, 1}
     assert "lower bound" in browser.js("return document.getElementById('detail').innerText")
+    # its stages in colours of their own (not shades of one blue), named in the panel's legend
+    assert browser.js("return document.getElementById('ranklegend').innerText").split() == ["PP", "0", "PP", "1"]
+    stage_colours = {}
+    for slot in slots:
+        browser.js("pj.focus(arguments[0], 2.5)", slot["node"])
+        stage_colours[slot["stage"]] = browser.cell_colour(slot["node"], slot["gpuIndices"][0])
+    assert stage_colours == {p: hex_rgb(browser.js("return pj.colourOf.rank(arguments[0], 2)", p)) for p in (0, 1)}
+    assert stage_colours[0] != stage_colours[1]
     browser.screenshot(ARTIFACTS / "dashboard-8-nodes-job-ranks.png")
 
     # a node taken down: its row turns red, then the job is repaired elsewhere, still without a reload

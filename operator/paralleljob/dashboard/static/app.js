@@ -8,9 +8,10 @@ const CELL = 10, GAP = 2, ROW = CELL + GAP, HEAD = 16, PAD = 8, LABEL = 84, MIN_
 const STATE = { f: ["free", "#cfe3cf"], u: ["used", null], c: ["closed node", "#a3a3a3"],
                 g: ["degraded", "#f2a900"], d: ["drained", "#9c27b0"], x: ["failed", "#d32f2f"] };
 const DOWN = "#d32f2f";
-// Job colours: none red, amber or purple (those say failed, degraded, drained).
-const PALETTE = ["#1f77b4", "#17becf", "#2ca02c", "#8c564b", "#e377c2", "#2a9d8f", "#bcbd22", "#005f73",
-                 "#3a86ff", "#6a994e", "#b08968", "#0096c7", "#52b788", "#ff70a6", "#457b9d", "#d4a373"];
+// Job colours: none red, amber or purple (those say failed, degraded, drained), and neighbours of another
+// hue, so the first jobs (the usual few) never come out as two blues: blue, green, pink, brown, teal, olive...
+const PALETTE = ["#1f77b4", "#2ca02c", "#e377c2", "#8c564b", "#17becf", "#bcbd22", "#005f73", "#ff70a6",
+                 "#6a994e", "#b08968", "#3a86ff", "#2a9d8f", "#d4a373", "#52b788", "#457b9d", "#0096c7"];
 const OTHER = "#4a4a4a";  // a pod or claim no ParallelJob explains
 
 const pj = window.pj = { state: null, seq: -1, painted: null, snapshots: 0, patches: 0, layout: null,
@@ -19,8 +20,11 @@ const canvas = document.getElementById("map");
 const ctx = canvas.getContext("2d");
 let transform = d3.zoomIdentity, frame = 0;
 
-// The selected job's stages, replicas or TP groups: yellow-green-blue, never red, amber or purple.
-function rankColour(i, count) { return d3.interpolateYlGnBu(count > 1 ? 0.5 + 0.45 * i / (count - 1) : 0.75); }
+// The selected job's stages, replicas or TP groups (the other jobs' GPUs are grey meanwhile): one colour of
+// its own each, never red, amber or purple; more than the palette holds: a blue-to-yellow ramp (cividis).
+function rankColour(i, count) {
+  return count <= PALETTE.length ? PALETTE[i] : d3.interpolateCividis(count > 1 ? i / (count - 1) : 0.5);
+}
 function jobColour(i) { return i < 0 ? OTHER : PALETTE[i % PALETTE.length]; }
 
 // ---- layout: racks (the lowest domain) on a grid, nodes as rows, GPUs as cells --------------------------
@@ -55,15 +59,32 @@ function selectedCells() {
   const cells = new Map();
   cells.slots = new Map();  // node -> its slots (TP groups) of the selected job, to outline them
   if (!job) return cells;
+  // a slot is one TP group's GPUs on one pod: a whole TP group, or its part on one NVL72 tray
   job.slots.forEach((s, k) => {
     if (!cells.slots.has(s.node)) cells.slots.set(s.node, []);
     cells.slots.get(s.node).push(s);
-    const group = pj.by === "stage" ? s.stage : pj.by === "replica" ? s.replica : k;
-    const count = pj.by === "stage" ? job.shape.pp : pj.by === "replica" ? job.shape.dp : job.slots.length;
+    const [group, count] = colouredBy(job, s);
     s.gpuIndices.forEach((g, i) => cells.set(s.node + "/" + g, { hue: rankColour(group, count),
-                                                                  rank: s.ranks[i], slot: k }));
+                                                                  rank: s.ranks[i], slot: k, s }));
   });
   return cells;
+}
+// Which colour of how many a slot gets: by its PP stage, its DP replica or its TP group (d x pp + p).
+function colouredBy(job, s) {
+  if (pj.by === "stage") return [s.stage, job.shape.pp];
+  if (pj.by === "replica") return [s.replica, job.shape.dp];
+  return [s.group, job.shape.pp * job.shape.dp];
+}
+// The legend of the selected job's colours, in its panel: one swatch per stage, replica or TP group.
+function rankLegend() {
+  const box = document.getElementById("ranklegend");
+  const job = pj.state && pj.state.jobs.find(j => j.key === pj.selected);
+  if (!box) return;
+  if (!job || !job.slots.length) { box.innerHTML = ""; return; }
+  const count = colouredBy(job, job.slots[0])[1], name = { stage: "PP", replica: "DP", group: "TP group" }[pj.by];
+  const label = i => pj.by === "group" ? `${name} ${i} (DP ${Math.floor(i / job.shape.pp)} · PP ${i % job.shape.pp})` : `${name} ${i}`;
+  box.innerHTML = Array.from({ length: count }, (_, i) =>
+    `<span class="key"><span class="sw" style="background:${rankColour(i, count)}"></span>${esc(label(i))}</span>`).join("");
 }
 
 function gpuColour(node, i, sel) {
@@ -159,6 +180,8 @@ function redraw() { if (!frame) frame = requestAnimationFrame(draw); }
 function recount(racks) { for (const r of racks || (pj.layout ? pj.layout.racks : [])) r.counts = null; }
 
 // ---- side panels ----------------------------------------------------------------------------------------
+// Milliseconds as every figure of the page shows them: the same rounding for a cost and its lower bound.
+function ms(x) { return x == null ? "" : Number(x).toFixed(Math.abs(x) >= 100 ? 1 : Math.abs(x) >= 1 ? 2 : 4); }
 function esc(s) { return String(s ?? "").replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]); }
 
 function panels() {
@@ -170,7 +193,7 @@ function panels() {
     s.jobs.map(j => `<tr class="job${j.key === pj.selected ? " sel" : ""}" data-key="${esc(j.key)}">` +
       `<td><span class="sw" style="background:${j.colour >= 0 ? jobColour(j.colour) : "#fff"}"></span></td>` +
       `<td>${esc(j.key)}${j.why ? `<div class="why">${esc(j.why)}</div>` : ""}</td><td>${esc(j.phase)}</td>` +
-      `<td>${j.shape.tp}×${j.shape.pp}×${j.shape.dp}</td><td>${j.cost.totalMs ?? ""}</td></tr>`).join("");
+      `<td>${j.shape.tp}×${j.shape.pp}×${j.shape.dp}</td><td>${ms(j.cost.totalMs)}</td></tr>`).join("");
   document.getElementById("queues").innerHTML = "<tr><th>queue</th><th>holding</th><th>guaranteed</th><th>waiting (why)</th></tr>" +
     s.queues.map(q => `<tr><td>${esc(q.name)}</td><td>${q.holding} GPUs, ${q.running} jobs</td><td>${q.guaranteed}` +
       `${q.max != null ? ` (max ${q.max})` : ""}</td><td>${q.waiting.map(w => `${esc(w.key)} (${w.gpus})<div class="why">${esc(w.why)}</div>`).join("") || "—"}</td></tr>`).join("");
@@ -190,15 +213,17 @@ async function showDetail() {
   const d = pj.detail = await res.json();
   const c = d.cost || {};
   const rows = [["phase", d.phase + (d.message ? ` — ${d.message}` : "")], ["shape", `${d.shape} = ${d.gpus} GPUs`],
-    ["cost per step", c.totalMs != null ? `${c.totalMs} ms (TP ${c.tpMs}, PP ${c.ppMs}, DP ${c.dpMs}; bottleneck ${c.bottleneck})` : "not placed"],
-    ["lower bound", d.lowerBoundMs != null ? `${d.lowerBoundMs} ms` + (c.totalMs ? ` (placed at ${(c.totalMs / d.lowerBoundMs).toFixed(2)}×)` : "") : "—"],
+    ["cost per step", c.totalMs != null ? `${ms(c.totalMs)} ms (TP ${ms(c.tpMs)}, PP ${ms(c.ppMs)}, DP ${ms(c.dpMs)}; bottleneck ${c.bottleneck})` : "not placed"],
+    ["lower bound", d.lowerBoundMs != null ? `${ms(d.lowerBoundMs)} ms` + (c.totalMs && d.lowerBoundMs > 0 ? ` (placed at ${(c.totalMs / d.lowerBoundMs).toFixed(2)}×)` : "") : (d.lowerBoundWhy || "—")],
     ["traffic crosses", d.levels.map(l => `${l.level}: ${(l.bytesPerStep / 1e9).toFixed(2)} GB/step @ ${l.bandwidthGBps} GB/s`).join("; ") || "—"],
     ["queue / priority", `${d.queue} / ${d.priority}`], ["recovery", `${d.strategy}, ${d.restarts} restarts`],
     ["last failure", d.last_failure && d.last_failure.kind ? `${d.last_failure.kind} -> ${d.last_failure.action}: ${d.last_failure.message || ""}` : "none"]];
   const conds = (d.conditions || []).map(x => `<tr><td>${esc(x.type)}=${esc(x.status)}</td><td>${esc(x.reason)}: ${esc(x.message)}</td></tr>`).join("");
   // on a DRA cluster: the devices the pod's ResourceClaims hold (name=UUID, hover for the claims)
   const devs = p => p.devices && p.devices.length ? `<td title="${esc("claims: " + p.claims.join(", "))}">${esc(p.devices.map((n, i) => p.uuids[i] ? `${n}=${p.uuids[i]}` : n).join(" "))}<br><small>${esc(p.claims.join(", "))}</small></td>` : "";
-  const pods = (d.pods || []).map(p => `<tr><td>${esc(p.node)}</td><td>DP ${p.replica} · PP ${p.stage}</td><td>GPUs ${p.gpu_indices.join(",")}</td><td>ranks ${p.ranks[0]}–${p.ranks[p.ranks.length - 1]}</td>${devs(p)}</tr>`).join("");
+  // a tray pod holds ranks of one or more TP groups: each (replica, stage) it holds
+  const groupsOf = p => (p.groups && p.groups.length ? p.groups : [[p.replica, p.stage]]).map(([r, s]) => `DP ${r} · PP ${s}`).join(", ");
+  const pods = (d.pods || []).map(p => `<tr><td>${esc(p.node)}</td><td>${groupsOf(p)}</td><td>GPUs ${p.gpu_indices.join(",")}</td><td>ranks ${p.ranks[0]}–${p.ranks[p.ranks.length - 1]}</td>${devs(p)}</tr>`).join("");
   const repairs = (d.repairs || []).map(e => `<li>${esc(e.time)} ${esc(e.reason)}: ${esc(e.message)}</li>`).join("");
   const events = (d.events || []).slice(-12).map(e => `<li>${esc(e.time)} <b>${esc(e.reason)}</b> ${esc(e.message)}</li>`).join("");
   document.getElementById("detail").innerHTML =
@@ -210,18 +235,19 @@ async function showDetail() {
 function select(key) {
   pj.selected = pj.selected === key ? null : key;
   recount();
-  panels(); redraw(); showDetail();
+  panels(); redraw(); rankLegend(); showDetail();
 }
 
 document.getElementById("jobs").addEventListener("click", e => {
   const row = e.target.closest("tr.job"); if (row) select(row.dataset.key);
 });
-document.querySelectorAll("input[name=by]").forEach(el => el.addEventListener("change", () => { pj.by = el.value; recount(); redraw(); }));
+document.querySelectorAll("input[name=by]").forEach(el => el.addEventListener("change", () => { pj.by = el.value; recount(); redraw(); rankLegend(); }));
 
 function legend() {
   document.getElementById("legend").innerHTML = Object.values(STATE).filter(([, c]) => c)
     .map(([n, c]) => `<i style="background:${c}"></i>${n}`).join("") +
-    `<i style="background:${PALETTE[0]}"></i>job (one colour each)<i style="background:${DOWN}"></i>node down`;
+    `<i style="background:${PALETTE[0]}"></i><i style="background:${PALETTE[1]}; margin-left:0"></i>` +
+    `<i style="background:${PALETTE[2]}; margin-left:0"></i>job (one colour each)<i style="background:${DOWN}"></i>node down`;
 }
 
 // ---- hover and click on the map -------------------------------------------------------------------------
@@ -248,7 +274,7 @@ canvas.addEventListener("mousemove", e => {
       const holder = pj.state.holders[n.holders[h.gpu]];
       text += `\nGPU ${h.gpu}: ${STATE[n.states[h.gpu]][0]}${holder ? " by " + holder.key : ""}`;
       const mine = selectedCells().get(n.name + "/" + h.gpu);
-      if (mine) text += ` · rank ${mine.rank}`;
+      if (mine) text += ` · rank ${mine.rank} (DP ${mine.s.replica} · PP ${mine.s.stage}, pod ${mine.s.pod})`;
     }
     if (n.notes.length) text += "\n" + n.notes.join("\n");
   }
@@ -283,7 +309,7 @@ pj.cellOnScreen = (name, gpu) => { const p = cellXY(name, gpu); return p && tran
 pj.rowOnScreen = name => { const at = pj.layout.where[name]; return at && transform.apply([at.rack.x + at.rack.w - 5, at.rack.y + HEAD + at.row * ROW + CELL / 2]); };
 // A point on the left edge of a node's rack (its frame: red while a node in it is down).
 pj.rackEdgeOnScreen = name => { const r = pj.layout.where[name].rack; return transform.apply([r.x, r.y + r.h / 2]); };
-pj.colourOf = { state: s => STATE[s][1], job: i => jobColour(i), down: DOWN };
+pj.colourOf = { state: s => STATE[s][1], job: i => jobColour(i), down: DOWN, rank: (i, n) => rankColour(i, n) };
 
 // ---- the stream -----------------------------------------------------------------------------------------
 function apply(kind, data) {
@@ -304,7 +330,7 @@ function apply(kind, data) {
     pj.patches++;
   }
   pj.seq = data.seq;
-  panels();
+  panels(); rankLegend();
   draw();  // at once, not on the next frame: an update is on screen when this returns
   if (!pj.firstPaint) pj.firstPaint = pj.painted;
   // the panel reads the job's Events: again only when the job itself changed, not on every patch
