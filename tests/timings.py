@@ -24,7 +24,7 @@ def record_time(what: str, seconds: float, target_s: float | None = None, measur
     line = {"at": round(time.time(), 3), "test": test, "what": what, "seconds": round(seconds, 3)}
     if target_s is not None:
         line.update(target_s=target_s, measured_by=measured_by)
-    target = f" (target {target_s:g} s: {measured_by})" if target_s is not None else ""
+    target = f" (target {target_s:g} s{': ' if measured_by else ''}{measured_by})" if target_s is not None else ""
     print(f"\n[timing] {what}: {seconds:.2f} s{target}", flush=True)
     try:
         TIMINGS.parent.mkdir(exist_ok=True)

@@ -92,10 +92,14 @@ def test_one_leader_and_a_stalled_leader_steps_down_before_a_standby_takes_over(
         await watch_leaders([a, b], 2.0, log)
         assert first.lost.is_set() and not first.leading()
         assert other.leading(), "the standby took over"
-        stopped = next(t for t, who in log if t > stalled_at and who != first.identity)
+        # Judged from the elections' own clock reads, not from when this loop looked: on a loaded machine
+        # a look may come late, which must not count against the elections (it only helps these bounds).
+        renewed = first._renewed_at  # its last successful renewal, started before the stall
+        assert renewed is not None and renewed <= stalled_at
+        late = [t for t, who in log if who == first.identity and t >= renewed + DEADLINE + 0.05]
+        assert not late, "the stalled leader stopped acting within its renew deadline"
         took = next(t for t, who in log if t > stalled_at and who == other.identity)
-        assert stopped - stalled_at <= DEADLINE + 0.1, "the stalled leader stopped acting within its renew deadline"
-        assert took - stopped >= DURATION - DEADLINE - 0.1, "and well before the standby could take over"
+        assert took >= renewed + DURATION, "and the standby took over only once a whole lease stood still"
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -24,6 +24,7 @@ from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.core.repair import FailureAction, FailureKind, FailureReport, GiveUp, decide_repair
 from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.queues import requeue_stamp
 from paralleljob.k8s.edge.records import PlacementRecord, cost_to_status
 from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
@@ -45,8 +46,11 @@ def broken_trays(view: ClusterView, record: PlacementRecord) -> list[tuple[TrayS
             out.append((tray, info.why_closed()))
         else:
             ids = view.slot_gpus(tray)
-            if ids is None or any(view.state.health[g] in _BROKEN for g in ids):
-                bad = sorted(set(tray.gpu_indices) & info.broken_gpus())
+            # a drained tray is still repaired as before (moved at once, counted): the drain's checkpoint
+            # wait (plan/draining.py) covers TP-group records only so far (docs/operator.md, "Drains")
+            drained = set(tray.gpu_indices) & info.drained_gpus
+            if ids is None or drained or any(view.state.health[g] in _BROKEN for g in ids):
+                bad = sorted(set(tray.gpu_indices) & (info.broken_gpus() | info.drained_gpus))
                 out.append((tray, f"GPU {','.join(map(str, bad))} on {tray.node} reported unhealthy"))
     return out
 
@@ -85,7 +89,9 @@ def repair_trays(ctx: PassContext, held: HeldJob, broken: list[tuple[TraySlot, s
         why = f"no room to repair inside the NVLink cliques: {'; '.join(exc.reasons)}; back in the queue"
         failure.update(action=FailureAction.REQUEUED.value)
         draft.apply(Event.REQUEUED, "Requeued", why, now)
-        draft.set(placement=None, communicationCost=None, nodes=None, restarts=restarts, queuedAt=now)
+        # broken hardware, not the job's fault: at its place unless its queue says the back (requeueOrder)
+        queued_at = requeue_stamp(ctx.queues.get(request.queue), True, job.queued_at, now)
+        draft.set(placement=None, communicationCost=None, nodes=None, restarts=restarts, queuedAt=queued_at)
         draft.set(lastFailure=failure)
         actions.note("Warning", "Requeued", why)
         actions.failure_action = FailureAction.REQUEUED
