@@ -92,7 +92,7 @@ def test_node_chaos_not_ready_unhealthy_gpus_and_deletion(chaos: KubeSession) ->
     sick, doomed = chaos.shape.node_name(2), chaos.shape.node_name(3)
 
     chaos.make_node_not_ready(sick, reason="GPUFellOffTheBus")
-    chaos.wait_node_ready(sick, ready=False, timeout_s=15)
+    chaos.wait_node_ready(sick, ready=False, timeout_s=60)
     condition = next(c for c in chaos.run(chaos.core.read_node(sick)).status.conditions if c.type == "Ready")
     assert (condition.status, condition.reason) == ("False", "GPUFellOffTheBus")
 
@@ -101,7 +101,7 @@ def test_node_chaos_not_ready_unhealthy_gpus_and_deletion(chaos: KubeSession) ->
     assert annotations[UNHEALTHY_GPUS_ANNOTATION] == "1,3"
 
     chaos.heal_node(sick)
-    chaos.wait_node_ready(sick, ready=True, timeout_s=15)
+    chaos.wait_node_ready(sick, ready=True, timeout_s=60)
 
     chaos.delete_node(doomed)
     with pytest.raises(ApiException) as missing:
@@ -134,7 +134,7 @@ def test_restore_nodes_undoes_every_kind_of_damage(chaos: KubeSession) -> None:
     chaos.set_gpu_healthy_condition(node, healthy=False)
     chaos.set_unhealthy_gpus(node, [0])
     chaos.make_node_not_ready(node)
-    chaos.wait_node_ready(node, ready=False, timeout_s=15)
+    chaos.wait_node_ready(node, ready=False, timeout_s=60)
     damaged = chaos.run(chaos.core.read_node(node))
     assert any(c.type == "GPUHealthy" and c.status == "False" for c in damaged.status.conditions)
 

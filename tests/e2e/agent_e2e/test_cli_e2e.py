@@ -110,4 +110,4 @@ def test_kubectl_plugin(pjs: Jobs, cli_env: dict[str, str]) -> None:
     assert f"{pjs.namespace}/plugin" in {j["key"] for j in json.loads(done.stdout)["jobs"]}
     wait_for("plugin help", lambda: "describe" in subprocess.run(
         [kubectl, "paralleljob", "--help"], env=cli_env, capture_output=True, text=True, timeout=60
-    ).stdout, timeout_s=5)  # fmt: skip
+    ).stdout, timeout_s=60)  # fmt: skip

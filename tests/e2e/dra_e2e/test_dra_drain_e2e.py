@@ -76,7 +76,7 @@ def test_drain_a_gpu_and_a_whole_dra_node(
     wait_for(
         f"{node}'s annotation cleared",
         lambda: not (_node(dra_kube, node).metadata.annotations or {}).get(UNHEALTHY_GPUS_ANNOTATION),
-        timeout_s=10,
+        timeout_s=60,
     )
     assert not _malformed(dra_kube, node) and not _malformed(dra_kube, other)
     dra_pjs.delete("drained")

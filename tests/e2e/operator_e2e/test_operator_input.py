@@ -180,7 +180,7 @@ def test_can_never_fit_fails_at_once_behind_a_blocked_strict_fifo_head(pjs: Jobs
     pjs.create("head", 8, 1, 1)  # blocks its queue until room frees
     placed_condition(pjs, "head", "Unschedulable")
     pjs.create("behind-huge", 16, 1, 1)  # behind the head in the same queue, and can never fit
-    status = pjs.wait_phase("behind-huge", "Failed", timeout_s=10)
+    status = pjs.wait_phase("behind-huge", "Failed", timeout_s=60)
     assert status["reason"] == "Unschedulable" and "largest node has 8" in status["message"]
     assert pjs.status("head")["phase"] == "Queued"
 

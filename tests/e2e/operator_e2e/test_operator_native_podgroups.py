@@ -163,7 +163,7 @@ def test_a_podgroup_asking_for_us_is_held_until_complete_then_bound_whole_at_the
         condition = scheduled(kube, ns, "llm-workers")
         return condition if condition.get("status") == "True" else None
 
-    condition = wait_for("the PodGroup says it is scheduled", says_scheduled, timeout_s=15)
+    condition = wait_for("the PodGroup says it is scheduled", says_scheduled, timeout_s=60)
     assert condition["reason"] == "Scheduled" and "all 4 pods placed as one gang" in condition["message"]
 
 

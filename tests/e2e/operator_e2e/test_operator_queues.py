@@ -19,7 +19,8 @@ from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, GROU
 
 pytestmark = pytest.mark.e2e
 
-GRACE_S = 3
+# Long enough that the checks made within the grace period still fall inside it on a loaded machine.
+GRACE_S = 10
 QUEUES = (GROUP, VERSION, "paralleljobqueues")
 
 
@@ -89,7 +90,7 @@ def test_a_high_priority_job_preempts_after_the_grace_period(pjs: Jobs, kube: Ku
         status = pjs.status("low")
         return status if condition(status, "PreemptionPending").get("status") == "True" else None
 
-    status = wait_for("PreemptionPending on the victim", signalled, timeout_s=10)
+    status = wait_for("PreemptionPending on the victim", signalled, timeout_s=60)
     signalled_after = time.monotonic() - started
     deadline = status["preemption"]["deadline"]
     assert status["preemption"]["for"] == f"{pjs.namespace}/high"
@@ -99,13 +100,13 @@ def test_a_high_priority_job_preempts_after_the_grace_period(pjs: Jobs, kube: Ku
         lambda: all(
             (p.metadata.annotations or {}).get(CHECKPOINT_REQUESTED_ANNOTATION) == deadline for p in pjs.pods("low")
         ),
-        timeout_s=5,
+        timeout_s=60,
     )
     # within the grace period the victim keeps all its pods and the high-priority job has none
     assert len(pjs.live_pods("low")) == 8 and not pjs.pods("high")
     assert pjs.status("low")["phase"] == "Running"
     assert condition(pjs.status("high"), "Placed")["reason"] == "Preempting"
-    pjs.wait_phase("high", "Running", timeout_s=GRACE_S + 20)
+    pjs.wait_phase("high", "Running", timeout_s=GRACE_S + 60)
     running_after = time.monotonic() - started
     assert running_after >= GRACE_S - 1, running_after  # never before the grace period (stamps are whole seconds)
     assert_gang_on_record(pjs, "high")
