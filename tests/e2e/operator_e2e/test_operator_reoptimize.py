@@ -1,8 +1,8 @@
 """A repaired job is moved back at its next checkpoint, once, and the operator settles (issue 21).
 
-The user's story: ``paralleljob drain --gpu NODE:1`` under a TP4xPP2xDP2 job. The minimal repair moves the
-TP group on that GPU to another node, so stage 0's DP all-reduce leaves NVLink; the placer can do better
-at once (both stage-0 groups together on a free node). The operator must propose that once (one
+The user's story: GPU 1 of a node fails (the agent's ``unhealthy-gpus``) under a TP4xPP2xDP2 job. The
+minimal repair moves the TP group on that GPU to another node, so stage 0's DP all-reduce leaves NVLink; the
+placer can do better at once (both stage-0 groups together on a free node). The operator must propose that once (one
 ``Reoptimizable`` Event, ``status.reoptimization`` kept by the API server), move the gang when the job
 reports a checkpoint after the proposal, and go back to idle: before the CRD declared those fields, it
 re-wrote them 60-90 times a second and never migrated.
@@ -21,7 +21,7 @@ from pjhelpers import Jobs, assert_gang_on_record, assert_no_gpu_used_twice, wai
 from paralleljob.cli import main
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.edge.constants import GROUP, LAST_CHECKPOINT_ANNOTATION, PLURAL, VERSION
+from paralleljob.k8s.edge.constants import GROUP, LAST_CHECKPOINT_ANNOTATION, PLURAL, UNHEALTHY_GPUS_ANNOTATION, VERSION
 
 pytestmark = pytest.mark.e2e
 
@@ -34,6 +34,11 @@ def cli(cluster: DevCluster, *args: str) -> str:
         code = main([*args, "--kubeconfig", str(cluster.kubeconfig)])
     assert code in (0, None), f"paralleljob {' '.join(args)} exited {code}: {err.getvalue()}"
     return out.getvalue()
+
+
+def mark_unhealthy(kube: KubeSession, node: str, gpus: str | None) -> None:
+    patch = {"metadata": {"annotations": {UNHEALTHY_GPUS_ANNOTATION: gpus}}}
+    kube.run(kube.core.patch_node(node, patch))
 
 
 def condition(status: dict[str, Any], ctype: str) -> dict[str, Any]:
@@ -49,7 +54,9 @@ def test_a_drained_gpu_repair_is_proposed_once_then_migrated_at_the_checkpoint(
     assert abs(before["communicationCost"]["totalMs"] - SEED_COST_MS) < 1e-3
     node = next(p["node"] for p in before["placement"]["pods"] if p["stage"] == 0 and 1 in p["gpuIndices"])
     try:
-        cli(dev_cluster, "drain", "--gpu", f"{node}:1")
+        # a real GPU failure, as the health agent writes it (a drain is maintenance: tests/e2e/operator_e2e/
+        # test_operator_drain.py)
+        mark_unhealthy(chaos, node, "1")
         repaired = pjs.wait_phase("llama", "Running", restarts=1)
         assert repaired["communicationCost"]["totalMs"] > 2 * SEED_COST_MS, repaired["communicationCost"]
 
@@ -87,4 +94,4 @@ def test_a_drained_gpu_repair_is_proposed_once_then_migrated_at_the_checkpoint(
         assert reasons.count("Reoptimizable") == 1, reasons
         assert reasons.count("Migrated") == 1, reasons
     finally:
-        cli(dev_cluster, "undrain", "--gpu", f"{node}:1")
+        mark_unhealthy(chaos, node, None)
