@@ -232,7 +232,7 @@ def command(args: argparse.Namespace) -> int:
     if args.what == "worker-crash":
         from paralleljob.devtools.bench_crash import run_worker_crash
 
-        return _emit(run_worker_crash(crashes=args.crashes), args.json)
+        return _emit(run_worker_crash(crashes=args.crashes, growths=args.repeat), args.json)
     if args.what == "dashboard":
         from paralleljob.devtools.bench_dashboard import run_dashboard_bench
 
