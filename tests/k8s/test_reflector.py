@@ -196,7 +196,7 @@ def test_an_optional_kind_the_api_does_not_serve_counts_as_listed_and_empty() ->
 
     async def scenario() -> None:
         task = asyncio.create_task(reflector.run())
-        await asyncio.wait_for(reflector.synced.wait(), 1)
+        await asyncio.wait_for(reflector.synced.wait(), 30)
         task.cancel()
 
     asyncio.run(scenario())
