@@ -140,3 +140,21 @@ def test_by_default_a_job_with_a_checkpoint_interval_moves_back() -> None:
     after = record_from_status(fc.job("ns/seed")["status"])
     assert after is not None and after.cost is not None and abs(after.cost.total_ms - SEED_COST_MS) < 1e-3
     assert healed in after.nodes and fc.phase("ns/seed") == "Running"
+
+
+def test_reoptimization_stamps_are_rfc3339_and_old_float_stamps_still_read() -> None:
+    """``kubectl describe pj`` showed ``Checked At: 1.796164943812e+09``: the stamps are written as every time
+    in the status is (RFC 3339), and a float an older operator wrote keeps its meaning."""
+    fc, _ = repaired_expensively()
+    fc.step(at(PROPOSE_AT))
+    reopt = fc.job("ns/seed")["status"]["reoptimization"]
+    assert reopt["checkedAt"] == reopt["proposedAt"] == at(PROPOSE_AT)
+    # as an older operator left it: Unix seconds, checked 5 s ago, proposed 20 s ago
+    epoch = 1704067200  # at(0)
+    reopt["checkedAt"], reopt["proposedAt"] = float(epoch + PROPOSE_AT), float(epoch + PROPOSE_AT - 20)
+    fc.step(at(PROPOSE_AT + 5))
+    assert fc.job("ns/seed")["status"]["reoptimization"]["checkedAt"] == float(epoch + PROPOSE_AT), "rate limited"
+    fc.step(at(PROPOSE_AT + int(RECHECK_SECONDS) + 1))
+    reopt = fc.job("ns/seed")["status"]["reoptimization"]
+    assert reopt["checkedAt"] == at(PROPOSE_AT + int(RECHECK_SECONDS) + 1)
+    assert reopt["proposedAt"] == at(PROPOSE_AT - 20), "the proposal keeps its time, now as a stamp"

@@ -102,7 +102,11 @@ def _ask_to_checkpoint(ctx: PassContext, held: HeldJob, proposed_at: float) -> b
 
 
 def _seconds(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A stamp of ``status.reoptimization``: RFC 3339, as written now, or the Unix seconds (a float) an older
+    operator wrote, still read so a job re-priced before the upgrade keeps its proposal and rate limit."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return parse_time(value)
 
 
 def _checkpoint_interval(request: JobRequest, status: dict[str, Any]) -> float:
@@ -125,18 +129,18 @@ class _Repricing:
 
 
 def _report(ctx: PassContext, actions: JobActions, decision: MigrationDecision, priced: _Repricing) -> None:
-    now, now_s = ctx.now, ctx.now_s
+    now = ctx.now
     best, moves, proposed_at = priced.best, priced.moves, priced.proposed_at
     draft = actions.draft
     data: dict[str, Any] = {
-        "checkedAt": round(now_s, 3),
+        "checkedAt": now,  # RFC 3339 like every time in the status (kubectl describe shows it as written)
         "currentCostMs": round(priced.current_ms, 6),
         "bestCostMs": round(best.cost.total_ms, 6) if best is not None else None,
         "podsToMove": moves,
         "worthMoving": decision.migrate,
     }
     if decision.migrate:
-        data["proposedAt"] = proposed_at if proposed_at is not None else round(now_s, 3)
+        data["proposedAt"] = format_time(proposed_at) if proposed_at is not None else now
         if proposed_at is None:
             actions.note("Normal", "Reoptimizable", "; ".join(decision.reasons))
     draft.set(reoptimization={k: v for k, v in data.items() if v is not None})
