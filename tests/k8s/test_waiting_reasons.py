@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from paralleljob.core.cluster import Allocation, ClusterState
-from paralleljob.core.fifo import room_refusal
+from paralleljob.core.fifo import RequeueOrder, room_refusal
 from paralleljob.core.job import JobSpec
 from paralleljob.core.topology import Topology
-from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.queues import QueueInfo, parse_queue
 from paralleljob.k8s.plan.status import counted, wait_message
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -112,3 +112,38 @@ def test_a_head_left_out_by_the_memo_gets_its_figures_worked_out_again_when_they
     message = placed(fc, "ns/big")["message"]
     assert "(10 GPUs free)" in message, message
     assert status(fc, "ns/big")["message"] == message
+
+
+def _knocked_out(queues: dict[str, QueueInfo]) -> tuple[FakeCluster, str]:
+    """big (created first, 2 nodes) runs, then a node fails with no room to repair: it is requeued."""
+    fc = FakeCluster([node("a"), node("b")], queues=queues)
+    queue = "team" if "team" in queues else "default"
+    fc.add_job(paralleljob("big", 8, 1, 2, queue=queue, created="2024-01-01T00:00:00Z"))
+    fc.settle(4)
+    assert fc.phase("ns/big") == "Running"
+    queued_at = status(fc, "ns/big")["queuedAt"]
+    fc.nodes["a"] = node("a", ready=False)
+    fc.settle(2)
+    assert status(fc, "ns/big")["lastFailure"]["action"] == "requeued"
+    return fc, queued_at
+
+
+def test_a_job_requeued_by_a_hardware_failure_keeps_its_place_in_line() -> None:
+    # gpt-pipeline, created before big-pretrain, was requeued after a node failure and then waited behind
+    # it: queuedAt was restamped. It did nothing wrong: it keeps its original queuedAt.
+    fc, queued_at = _knocked_out({})
+    assert fc.phase("ns/big") == "Queued" and status(fc, "ns/big")["queuedAt"] == queued_at
+
+
+def test_a_queue_can_send_a_job_requeued_by_hardware_to_the_back() -> None:
+    fc, queued_at = _knocked_out({"team": QueueInfo("team", requeue_order=RequeueOrder.BACK)})
+    assert fc.phase("ns/big") == "Queued" and status(fc, "ns/big")["queuedAt"] > queued_at
+
+
+def test_a_queues_requeue_order_is_read_from_its_spec() -> None:
+    def parsed(spec: dict[str, Any]) -> RequeueOrder:
+        return parse_queue({"metadata": {"name": "q"}, "spec": spec}).requeue_order
+
+    assert parsed({}) is RequeueOrder.KEEP_PLACE
+    assert parsed({"requeueOrder": "Back"}) is RequeueOrder.BACK
+    assert parsed({"requeueOrder": "KeepPlace"}) is RequeueOrder.KEEP_PLACE

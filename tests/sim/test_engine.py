@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
+from paralleljob.core.fifo import RequeueOrder
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.failures import Failure, Scope
@@ -134,6 +135,23 @@ def test_a_job_requeued_after_a_failure_waits_at_the_back_of_a_strict_fifo_line(
     assert simulation.tally.requeued == 1
     assert simulation.jobs["B"].first_start == pytest.approx(100.0)
     assert simulation.jobs["A"].finished is not None and simulation.jobs["A"].finished > 3700.0
+
+
+def test_a_job_requeued_after_a_failure_keeps_its_place_when_its_queue_says_so() -> None:
+    # The same run with the operator's default requeueOrder, KeepPlace (issue 38: a job knocked out by
+    # hardware did nothing wrong): A heads the strict FIFO line again, and B waits until A has run.
+    failure = Failure(100.0, node=0, cause="NIC", scope=Scope.NODE, gpu_index=0, repair_s=3600.0)
+    simulation = run(
+        Topology.uniform(2),
+        [job("A", 0, 1000, (8, 1, 2)), job("B", 10, 500, (8, 1, 1))],
+        scripted_failures=(failure,),
+        queue="fifo",
+        requeue_order=RequeueOrder.KEEP_PLACE,
+    )
+    assert simulation.tally.requeued == 1
+    a, b = simulation.jobs["A"], simulation.jobs["B"]
+    assert a.finished is not None and b.first_start is not None
+    assert b.first_start >= a.finished > 3700.0, "B waited behind A, back at its place, until A had run"
 
 
 def test_software_failure_restarts_in_place() -> None:

@@ -28,6 +28,7 @@ the order taken.
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,24 @@ from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.gates import Gate, WaitReason, quota_refusal
 from paralleljob.core.job import JobSpec
 from paralleljob.core.placement import Placement, PlacerLike
+
+
+class RequeueOrder(enum.StrEnum):
+    """Where a job requeued after its hardware broke (or was drained) stands: a queue's ``requeueOrder``."""
+
+    # At its place (its old queue time), as a preempted job: it did nothing wrong, and users of every batch
+    # system expect it not to lose its turn. Under strict FIFO it may head its line again before room returns.
+    KEEP_PLACE = "KeepPlace"
+    # At the back (queue time now), as Kueue requeues an evicted workload: a job that has just failed to fit
+    # does not hold its line (docs/simulator.md, "Failures against best-fit", measured this order).
+    BACK = "Back"
+
+
+def keeps_place(order: RequeueOrder, hardware: bool) -> bool:
+    """Whether a job requeued with no room after a failure keeps its queue time (else it is stamped now): a
+    crashed worker is the job's own failure and always goes to the back; broken or drained hardware is not,
+    and the queue's ``order`` says."""
+    return hardware and order is RequeueOrder.KEEP_PLACE
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,10 +118,10 @@ class Rescheduled:
 
 @dataclass(frozen=True, slots=True)
 class Requeue:
-    """No room to repair: the job's GPUs are freed and it waits in line again, at the back: it re-enters the
-    queue now, as Kueue requeues an evicted workload by its eviction time. At its old place it would be the
-    head of a strict FIFO queue that it has just failed to fit, holding everyone behind it (docs/simulator.md,
-    "Failures against best-fit"). A preempted job, which did fit, keeps its place (both shells)."""
+    """No room to repair: the job's GPUs are freed and it waits in line again. Where it stands is its queue's
+    ``requeueOrder`` (``core.fifo.keeps_place``, both shells): at its place by default (its hardware broke, not
+    the job), or at the back, as Kueue requeues an evicted workload by its eviction time, so that a job that
+    has just failed to fit does not head a strict FIFO line (docs/simulator.md, "Failures against best-fit")."""
 
     reasons: tuple[str, ...]
     action: FailureAction = field(default=FailureAction.REQUEUED, init=False)

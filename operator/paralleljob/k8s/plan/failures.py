@@ -31,6 +31,7 @@ from paralleljob.core.repair import (
     decide_repair,
 )
 from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.queues import requeue_stamp
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.context import HeldJob, PassContext
@@ -227,9 +228,9 @@ def _record(draft: StatusDraft, failure: dict[str, object], maintenance: bool) -
 def _requeue(
     ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int, maintenance: bool = False
 ) -> None:
-    """The core said Requeue (``onUnplaceable: Requeue``): its GPUs are already freed in the view; it waits at
-    the back of the line (``queuedAt`` now), as core.repair.Requeue says. A drained job (``maintenance``) was
-    not at fault: it keeps its place, as a preempted one does."""
+    """The core said Requeue (``onUnplaceable: Requeue``): its GPUs are already freed in the view. Its hardware
+    broke, not the job: it keeps its place in line (its ``queuedAt``) unless its queue's ``requeueOrder`` is
+    Back (``core.fifo.keeps_place``). A drained job (``maintenance``) always keeps it, as a preempted one does."""
     actions, pods, view, now = held.actions, held.pods, ctx.view, ctx.now
     draft = actions.draft
     message = f"no room to {'move off the drained GPUs' if maintenance else 'repair'}: {why}; back in the queue"
@@ -240,12 +241,18 @@ def _requeue(
         communicationCost=None,
         nodes=None,
         restarts=restarts,
-        queuedAt=held.job.queued_at if maintenance else now,
+        queuedAt=held.job.queued_at if maintenance else _requeued_at(ctx, held, failure),
     )
     _record(draft, failure, maintenance)
     actions.note("Normal" if maintenance else "Warning", "Requeued", message)
     actions.failure_action = None if maintenance else FailureAction.REQUEUED
     delete_all(actions, pods, view.nodes, "job requeued after a failure")
+
+
+def _requeued_at(ctx: PassContext, held: HeldJob, failure: dict[str, object]) -> str:
+    """Broken hardware is not the job's fault: it keeps its place unless its queue's requeueOrder says Back."""
+    hardware = FailureKind(str(failure["kind"])).hardware
+    return requeue_stamp(ctx.queues.get(held.request.queue), hardware, held.job.queued_at, ctx.now)
 
 
 def _give_up(ctx: PassContext, held: HeldJob, why: str, failure: dict[str, object], restarts: int) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from paralleljob.core.cluster import Allocation, GPUHealth
+from paralleljob.core.fifo import keeps_place
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.recovery import affected_groups
@@ -132,8 +133,9 @@ def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, .
         return
     job.restarts += 1
     if isinstance(decision, Requeue):
-        job.order, job.queued_s = sim._next_rank, sim.clock.now()  # the back of the line (core.repair)
-        sim._next_rank += 1
+        if not keeps_place(sim.config.requeue_order, kind.hardware):  # the operator's rule (core.fifo)
+            job.order, job.queued_s = sim._next_rank, sim.clock.now()  # the back of the line
+            sim._next_rank += 1
         job.step(Step.REQUEUED)
         job.requeues += 1
         sim.tally.requeued += 1
