@@ -31,6 +31,7 @@ from paralleljob.clitools.gpumap import (
     number_jobs,
 )
 from paralleljob.core.rankorder import coordinates
+from paralleljob.k8s.edge.jobstatus import JobStatus
 from paralleljob.k8s.edge.queues import parse_queue
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import parse_job
@@ -56,11 +57,11 @@ def pack_node(row: NodeRow, domain: int, holder_index: Mapping[str, int]) -> dic
     }
 
 
-def _waiting_reason(status: Mapping[str, Any]) -> str:
-    for condition in status.get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("status") == "False" and condition.get("message"):
+def _waiting_reason(status: JobStatus) -> str:
+    for condition in status.conditions:  # as the edge parsed them
+        if condition.get("status") == "False" and condition.get("message"):
             return f"{condition.get('reason', '')}: {condition['message']}"
-    return str(status.get("message") or "")
+    return str(status.raw.get("message") or "")
 
 
 def pack_slots(record: PlacementRecord) -> list[dict[str, Any]]:
@@ -96,7 +97,7 @@ def pack_job(body: Mapping[str, Any], colour: int) -> dict[str, Any]:
         "gpus": shape[0] * shape[1] * shape[2],
         "cost": dict(status.get("communicationCost") or {}),
         "restarts": job.restarts,
-        "why": "" if job.phase.value in PLACED_PHASES else (job.invalid or _waiting_reason(status)),
+        "why": "" if job.phase.value in PLACED_PHASES else (job.invalid or _waiting_reason(job.status)),
         "slots": pack_slots(record) if record else [],
     }
 
