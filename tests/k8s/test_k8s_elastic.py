@@ -213,3 +213,17 @@ def test_the_rendezvous_service_follows_the_host_when_its_replica_is_dropped() -
     # the survivors' env is unchanged and still names the Service, so their restarted agents find it
     env = _env(next(p for p in fc.job_pods(KEY) if p["metadata"]["name"] == "el-d2-p0"))
     assert env["PET_RDZV_ENDPOINT"] == f"el-rdzv.ns.svc:{MASTER_PORT}"
+
+
+def test_the_grew_event_names_the_new_replicas_pods_as_they_are_named() -> None:
+    # The Grew Event said "replica 4" (a count from 1) for the pods named el-d3-p0 (ids from 0): name them.
+    fc = _cluster(4)
+    fc.add_job(paralleljob("filler", 8, 1, 1, memory=0.0))
+    fc.settle(2)
+    fc.add_job(_elastic())
+    fc.settle(3)
+    del fc.jobs["ns/filler"]
+    fc.settle(3)
+    assert "el-d3-p0" in _pods(fc)
+    (grew,) = [m for _, r, m in fc.events if r == "Grew"]
+    assert "new pods el-d3-p0" in grew and "replica 4" not in grew, grew

@@ -164,7 +164,7 @@ def worth_adding(
     nxt = (k + 1) / step.step_ms(resized(job, k + 1), cost_next_ms)
     gain = nxt / now - 1.0
     verdict = gain > 0
-    return verdict, f"throughput {'+' if gain >= 0 else ''}{100 * gain:.1f}% with replica {k + 1}"
+    return verdict, f"throughput {'+' if gain >= 0 else ''}{100 * gain:.1f}% with {k + 1} replicas"
 
 
 def add_replica(
@@ -241,14 +241,15 @@ def plan_growth(
             cost_now = node_level_cost(topo, current, [node[g[0]] for g in cur], model).total_ms
             cost_next = node_level_cost(topo, grown, [node[g[0]] for g in nxt], model).total_ms
             ok, line = worth_adding(step, current, cost_now, cost_next)
-            crossing = f"replica {grown.dp}'s DP traffic would cross the {topo.levels[after].name}"
+            crossing = f"another replica's DP traffic would cross the {topo.levels[after].name}"
             if not ok:
                 held = f"{crossing}: {line}, not worth it"
                 break
             reasons.append(f"{crossing}: {line}")
         current, cur = grown, nxt
         nodes = sorted({topo.node_names[node[g[0]]] for g in nxt[-job.pp:]})
-        reasons.append(f"replica {grown.dp} on {', '.join(nodes)}")
+        # a count, not a name: the pods of a new replica take the lowest free id (the shell names them)
+        reasons.append(f"another replica on {', '.join(nodes)}")
     if current.dp == k0:
         return Growth(None, held)
     if not held and current.dp < rng.max:

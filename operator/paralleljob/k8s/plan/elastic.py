@@ -131,6 +131,9 @@ def commit_resize(
     view.state.release(job.key)
     view.state.allocate(Allocation(job.key, resize.groups, request.spec.memory_per_gpu_gb))
     message = "; ".join((*resize.reasons, *((extra,) if extra else ())))
+    added = sorted({s.name for s in new.slots} - {s.name for s in record.slots})
+    if added:  # a new replica's pods are named by the lowest free id (-d3- for the 5th after one left, say)
+        message += f"; new pods {', '.join(added)}"
     draft = actions.draft
     draft.set(
         placement=new.to_status(),
