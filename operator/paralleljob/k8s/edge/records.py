@@ -12,6 +12,7 @@ the trays of NVLink cliques records whole-tray pods instead of TP-group pods (``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -151,8 +152,19 @@ def cost_to_status(cost: CostBreakdown, model: str) -> dict[str, Any]:
         "ppMs": round(cost.pp_ms, 6),
         "dpMs": round(cost.dp_ms, 6),
         "totalMs": round(cost.total_ms, 6),
+        # for reading only (kubectl's Cost-ms column): the fields above keep the precision decisions compare
+        "roundedTotalMs": rounded_ms(cost.total_ms),
         "bottleneck": cost.bottleneck,
     }
+
+
+def rounded_ms(ms: float) -> float:
+    """A cost as people read it: to 0.01 ms from 1 ms up, three significant digits below (0.00412)."""
+    if ms == 0 or not math.isfinite(ms):
+        return ms
+    if abs(ms) >= 1:
+        return round(ms, 2)
+    return round(ms, 2 - math.floor(math.log10(abs(ms))))
 
 
 def cost_from_status(data: object) -> CostBreakdown | None:
