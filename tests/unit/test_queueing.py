@@ -203,3 +203,16 @@ def test_queue_spec_validation():
         QueueSpec("a", guaranteed_gpus=8, max_gpus=4)
     with pytest.raises(ValueError, match="ordering"):
         QueuePolicy(ordering="random")
+
+
+def test_a_preemption_names_every_node_its_victim_runs_on():
+    # "preempting 1 job(s) in node node-0" for a victim on node-0 and node-1 hid that node-1 stops too
+    state, placer = cluster(2)
+    now = 1000.0
+    running = [run_job(state, placer, job("wide", 16, tp=8), last_checkpoint_at=990.0)]
+    assert len({state.topology.gpu_node[g] for g in state.allocations["wide"].gpus}) == 2
+    pending = [PendingJob(job("urgent", 8, priority=10, tp=8), "a", now)]
+    plan = schedule(state, placer, SEED, pending, running, [QueueSpec("a")], QueuePolicy(), now=now)
+    preempt = plan.decisions[0]
+    assert isinstance(preempt, Preempt) and preempt.victims == ("wide",)
+    assert preempt.reasons[0].startswith("preempting 1 job(s) in nodes node-0, node-1 loses"), preempt.reasons[0]

@@ -108,7 +108,7 @@ def choose_victims(
                 continue
             lost = sum(eligible[v][0].lost_work_gpu_s(now) for v in in_domain)
             candidates.append((lost, len(in_domain), dom, tuple(sorted(in_domain))))
-        for lost, _, dom, group in sorted(candidates)[:DOMAINS_PER_LEVEL]:
+        for lost, _, _dom, group in sorted(candidates)[:DOMAINS_PER_LEVEL]:
             if group in tried or (best is not None and lost >= best.lost_work_gpu_s):
                 continue
             tried.add(group)
@@ -119,12 +119,27 @@ def choose_victims(
             lost = sum(eligible[v][0].lost_work_gpu_s(now) for v in victims)
             placement = trial.place_without(victims) or placement
             reasons = (
-                f"preempting {len(victims)} job(s) in {topo.levels[level].name}"
-                f" {topo.domain_names[level][dom]} loses {lost:.0f} GPU-seconds of work since their checkpoints",
+                f"preempting {len(victims)} job(s) in {_where(state, level, victims)}"
+                f" loses {lost:.0f} GPU-seconds of work since their checkpoints",
                 *(eligible[v][1] for v in victims),
             )
             best = PreemptionChoice(victims, placement, lost, reasons)
     return best
+
+
+def _where(state: ClusterState, level: int, victims: Sequence[str]) -> str:
+    """Every domain of ``level`` the victims run in ("node a" / "nodes a, b"): a victim on two nodes was said
+    to be "in node a", the domain it was chosen to free, as if b kept running."""
+    topo = state.topology
+    names = sorted(
+        {
+            topo.domain_names[level][topo.domain_of[level][topo.gpu_node[g]]]
+            for v in victims
+            for g in state.allocations[v].gpus
+        }
+    )
+    kind = topo.levels[level].name
+    return f"{kind} {names[0]}" if len(names) == 1 else f"{kind}s {', '.join(names)}"
 
 
 def _trim(
