@@ -4,8 +4,9 @@
   helm home; uninstalled at the end if a test has not done so. The Deployment gets no pod here (there is no
   controller-manager), so the operator runs out of cluster instead:
 - ``chart_operator`` (module): ``paralleljob operator`` as a subprocess with exactly the arguments of the
-  chart's Deployment, the chart's topology file, and a kubeconfig that holds nothing but a token of the
-  chart's ServiceAccount (TokenRequest API). Whatever it manages to do, the chart's RBAC allows.
+  chart's Deployment, the chart's topology file, a kubeconfig that holds nothing but a token of the
+  chart's ServiceAccount (TokenRequest API), and the variables the release's Services would put into its
+  pod through service links. Whatever it manages to do, the chart's RBAC allows.
 - ``pjs``: the operator tests' ParallelJob helper bound to that operator.
 
 This folder sorts before ``operator_e2e`` on purpose: that folder's operator lives for the rest of the
@@ -34,6 +35,7 @@ from helmhelpers import (
     deployment_args,
     other_operator_leads,
     service_account_kubeconfig,
+    service_link_env,
 )
 from pjhelpers import Jobs, jobs_in, running
 from tests.packaging.live import live_report
@@ -75,7 +77,8 @@ def chart_operator(kube: KubeSession, release: Release) -> Iterator[ChartOperato
     topology = release.work / "topology.yaml"
     topology.write_text(configmap.data["topology.yaml"])
     kubeconfig = service_account_kubeconfig(kube, release, release.work / "sa-kubeconfig")
-    with running(ChartOperator(kubeconfig, release.work, deployment_args(kube, release, topology))) as proc:
+    links = service_link_env(kube, release.namespace)
+    with running(ChartOperator(kubeconfig, release.work, deployment_args(kube, release, topology), links)) as proc:
         yield proc
 
 

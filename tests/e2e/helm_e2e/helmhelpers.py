@@ -1,5 +1,10 @@
 """Helpers for the chart's end-to-end tests: the release under test, a kubeconfig holding only a token of
-the chart's ServiceAccount, and the operator run with the chart Deployment's own arguments."""
+the chart's ServiceAccount, and the operator run with the chart Deployment's own arguments and with the
+variables the kubelet's service links would give its pod.
+
+The release is named as the README names it (``paralleljob``): the chart's fullname is then ``paralleljob``
+itself and its metrics Service ``paralleljob-metrics``, whose service link ``PARALLELJOB_METRICS_PORT`` once
+crash-looped the operator. A release named ``pj`` (as these tests once did) never met that."""
 
 from __future__ import annotations
 
@@ -21,10 +26,13 @@ from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.lease import verdict
 from paralleljob.packaging.chart import chart_dir
 from paralleljob.packaging.helm import run_helm
+from paralleljob.packaging.servicelinks import link_variables
 
-RELEASE = "pj"
-SERVICE_ACCOUNT = "pj-paralleljob"  # the chart's fullname for release "pj"
-IDENTITY = "pj-paralleljob-e2e-0"  # stands in for the pod name ($(POD_NAME))
+RELEASE = "paralleljob"  # the README's `helm install paralleljob charts/paralleljob ...`
+# The chart's fullname (_helpers.tpl): the release name alone when it contains the chart's name.
+FULLNAME = RELEASE if "paralleljob" in RELEASE else f"{RELEASE}-paralleljob"
+SERVICE_ACCOUNT = FULLNAME  # the operator's ServiceAccount, Deployment, ClusterRole: the fullname
+IDENTITY = f"{FULLNAME}-e2e-0"  # stands in for the pod name ($(POD_NAME))
 # The default 15 s lease: a 4 s one (renewed within 2.7 s) was lost to a busy API server on a loaded machine,
 # and the operator restarted under its own identity retakes its Lease at once whatever its length.
 INSTALL_VALUES = (
@@ -87,12 +95,27 @@ def service_account_kubeconfig(
     return path
 
 
-class ChartOperator(OperatorProcess):
-    """``paralleljob operator`` run the way the chart's Deployment runs it, with the chart's credentials."""
+def service_link_env(kube: KubeSession, namespace: str) -> dict[str, str]:
+    """What the kubelet's service links put into a pod of ``namespace`` with ``enableServiceLinks`` on: the
+    chart turns them off, and our programs must not care either way (a user's own Services, another chart's
+    pod template). Read from the Services there now, with their real cluster IPs."""
+    services = kube.run(kube.core.list_namespaced_service(namespace)).items
+    out: dict[str, str] = {}
+    for service in services:
+        out.update(link_variables(kube.api.sanitize_for_serialization(service)))
+    return out
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, deployment_args: list[str]) -> None:
+
+class ChartOperator(OperatorProcess):
+    """``paralleljob operator`` run the way the chart's Deployment runs it, with the chart's credentials and
+    the environment a pod of the release's namespace would get from service links."""
+
+    def __init__(
+        self, kubeconfig: Path, log_dir: Path, deployment_args: list[str], link_env: dict[str, str] | None = None
+    ) -> None:
         super().__init__(kubeconfig, log_dir, log_name="chart-operator-{start}.log")
         self.deployment_args = deployment_args
+        self.link_env = dict(link_env or {})
 
     def argv(self) -> list[str]:
         return [
@@ -105,7 +128,7 @@ class ChartOperator(OperatorProcess):
 
     def environment(self, extra_env: dict[str, str] | None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAME", "POD_NAMESPACE")}
-        return {**env, **(extra_env or {})}
+        return {**env, **self.link_env, **(extra_env or {})}
 
 
 def deployment_args(kube: KubeSession, release: Release, topology_file: Path) -> list[str]:

@@ -1,11 +1,13 @@
 """``helm install`` / ``upgrade`` / ``uninstall`` of the chart on a real API server, and the proof that its
 RBAC is enough for the operator (a placement and a node-failure repair done with the chart's ServiceAccount
-token only) and no more (what the operator never does is refused). Tests run in file order: the last one
-uninstalls."""
+token only) and no more (what the operator never does is refused). The release has the README's name, and
+the operator and the web view run with the variables the release's Services would give their pods through
+service links. Tests run in file order: the last one uninstalls."""
 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import urllib.request
 from pathlib import Path
@@ -14,12 +16,14 @@ from typing import Any
 import pytest
 from helmhelpers import (
     IDENTITY,
+    RELEASE,
     SERVICE_ACCOUNT,
     WEB_ACCOUNT,
     ChartOperator,
     Release,
     deployment_args,
     service_account_kubeconfig,
+    service_link_env,
 )
 from kubernetes_asyncio.client import ApiClient, AppsV1Api, CustomObjectsApi, RbacAuthorizationV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -54,6 +58,25 @@ def test_install_creates_the_release_objects(kube: KubeSession, release: Release
     kube.run(kube.core.read_namespaced_service(f"{SERVICE_ACCOUNT}-metrics", release.namespace))
     deployment = kube.run(apps.read_namespaced_deployment(SERVICE_ACCOUNT, release.namespace))
     assert deployment.spec.template.spec.containers[0].image == "paralleljob:e2e"
+
+
+def test_the_readme_release_names_and_its_service_links(kube: KubeSession, release: Release) -> None:
+    """Under the README's release name the objects are named paralleljob*, so the metrics Service's service
+    link is PARALLELJOB_METRICS_PORT=tcp://...: the chart's pods take no links, the operator started with
+    them anyway (the chart_operator fixture) and the notes name the Services that exist."""
+    assert release.name == RELEASE == "paralleljob" and SERVICE_ACCOUNT == "paralleljob"
+    services = {s.metadata.name for s in kube.run(kube.core.list_namespaced_service(release.namespace)).items}
+    assert services == {"paralleljob-metrics", "paralleljob-web"}
+    links = service_link_env(kube, release.namespace)
+    assert links["PARALLELJOB_METRICS_PORT"].startswith("tcp://")
+    apps: Any = AppsV1Api(kube.api)
+    for name in (SERVICE_ACCOUNT, WEB_ACCOUNT):
+        deployment = kube.run(apps.read_namespaced_deployment(name, release.namespace))
+        assert deployment.spec.template.spec.enable_service_links is False, name
+    notes = release.helm("get", "notes", release.name).stdout
+    forwards = set(re.findall(r"port-forward svc/(\S+) ", notes))
+    assert forwards == {"paralleljob-metrics", "paralleljob-web"} and forwards <= services, notes
+    assert f"kubectl -n {release.namespace} port-forward svc/paralleljob-web 8090" in notes, notes
 
 
 def test_operator_with_the_charts_service_account_places_and_repairs(
@@ -146,11 +169,11 @@ def _lease_get(session: KubeSession, namespace: str, name: str) -> Any:
 
 
 def test_web_view_runs_with_its_own_read_only_account(
-    kube: KubeSession, release: Release, namespace: str, tmp_path: Path
+    kube: KubeSession, release: Release, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The chart's web view (webView.enabled): its Deployment runs `paralleljob dashboard` under its own
     ServiceAccount, and with a token of that account alone (out of cluster, as the Deployment's pod would
-    run it) the web view syncs the whole cluster, while every write is refused."""
+    run it, service links included) the web view syncs the whole cluster, while every write is refused."""
     apps: Any = AppsV1Api(kube.api)
     deployment = kube.run(apps.read_namespaced_deployment(WEB_ACCOUNT, release.namespace))
     pod_spec = deployment.spec.template.spec
@@ -170,6 +193,8 @@ def test_web_view_runs_with_its_own_read_only_account(
         for a in container.args[1:]
         if not a.startswith(("--host=", "--port="))
     ]
+    for variable, value in service_link_env(kube, release.namespace).items():  # the process inherits them
+        monkeypatch.setenv(variable, value)
     web = DashboardProcess(kubeconfig, tmp_path / "dashboard.log", extra_args=args)
     web.start()  # healthy only once every store has listed: the grants are enough to read the cluster
     try:

@@ -23,6 +23,9 @@ from paralleljob.packaging.helm import ensure_helm
 from paralleljob.packaging.image import build_operator_image
 
 NAMESPACE = "paralleljob-system"
+# The README's release name: the chart's objects are then paralleljob*, and its metrics Service's service link
+# PARALLELJOB_METRICS_PORT=tcp://... once crash-looped the operator here (a release `pj` never met it).
+RELEASE = "paralleljob"
 LEASE = "paralleljob-operator"
 REAL_NODES = ("real-node-0", "real-node-1")
 REAL_ONLY = '{"paralleljob.dev/real-node":"true"}'
@@ -44,7 +47,7 @@ def test_chart_runs_the_operator_and_the_agent_on_real_nodes(
     repository, version = tag.rsplit(":", 1)
     helm = [str(ensure_helm(lambda _: None)), "--kubeconfig", str(cluster.kubeconfig)]
     install = [
-        *helm, "install", "pj", str(repo_root() / "charts/paralleljob"),
+        *helm, "install", RELEASE, str(repo_root() / "charts/paralleljob"),
         "--namespace", NAMESPACE, "--create-namespace", "--wait", "--timeout", "120s",
         "--set", f"image.repository={repository}", "--set", f"image.tag={version}", "--set", "image.pullPolicy=Never",
         "--set", "operator.replicas=2", "--set-json", f"operator.nodeSelector={REAL_ONLY}",
@@ -57,6 +60,8 @@ def test_chart_runs_the_operator_and_the_agent_on_real_nodes(
         for pod in pods:
             assert pod.spec.service_account_name != "default"
             assert any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions)
+            assert pod.spec.enable_service_links is False
+            assert all(c.restart_count == 0 for c in pod.status.container_statuses), pod.status.container_statuses
         operator = InClusterOperator(cluster, kube, NAMESPACE, LEASE)
 
         def holder() -> str:
@@ -79,7 +84,7 @@ def uninstall_leaving_nothing(kube: KubeSession, helm: list[str]) -> None:
     """The release and its namespace go (the Lease, the leader's identity, the agents' pods with it), and the
     nodes are back as the session made them, so that the tests after this one meet the cluster they would
     meet without it: no operator pod, no agent still writing health, no GPU marked."""
-    subprocess.run([*helm, "uninstall", "pj", "--namespace", NAMESPACE, "--wait"], capture_output=True, check=False)
+    subprocess.run([*helm, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait"], capture_output=True, check=False)
     kube.run(kube.core.delete_namespace(NAMESPACE))
 
     def gone() -> bool:
@@ -110,7 +115,8 @@ def _agent_reports_a_lost_gpu_and_the_operator_moves_the_job(
         f"  - {{poll: 30, gpu: {gpu}, set: {{lost: false}}}}\n"
     )
     upgrade = [
-        *helm, "upgrade", "pj", str(repo_root() / "charts/paralleljob"), "--namespace", NAMESPACE, "--reuse-values",
+        *helm, "upgrade", RELEASE, str(repo_root() / "charts/paralleljob"), "--namespace", NAMESPACE,
+        "--reuse-values",
         "--set", "agent.enabled=true", "--set", "agent.runtimeClassName=",
         "--set-json", f"agent.nodeSelector={REAL_ONLY}",
         "--set", "agent.intervalSeconds=1", "--set", "agent.recoverPolls=1", "--set", "agent.holdSeconds=0",
