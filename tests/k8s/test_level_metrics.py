@@ -130,3 +130,16 @@ def test_request_kind_names_verbs_and_resources_as_the_audit_log_does() -> None:
     text = metrics.render().decode()
     assert 'paralleljob_api_requests_total{code="409",resource="pods",verb="create"} 1.0' in text
     assert 'paralleljob_api_requests_total{code="<error>",resource="nodes",verb="list"} 1.0' in text
+
+
+def test_the_queue_length_of_a_queue_nothing_names_any_more_is_removed() -> None:
+    # paralleljob_queue_length{queue="nosuch"} stayed (at 0) after the only job naming it was deleted.
+    metrics = Metrics()
+    topology = Topology.uniform(1, 8)
+    view = _view(topology, ClusterState(topology))
+    metrics.update(gauges(view, [_job("lost", "Queued", "2024-01-01T00:00:00Z", queue="nosuch")], {}))
+    assert 'paralleljob_queue_length{queue="nosuch"} 1.0' in metrics.render().decode()
+    metrics.update(gauges(view, [], {}))  # the job is deleted
+    text = metrics.render().decode()
+    assert 'queue_length{queue="nosuch"}' not in text
+    assert 'paralleljob_queue_length{queue="default"} 0.0' in text, "the default queue needs no object"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.queueing import QueueBook, QueueSpec
+from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
 from paralleljob.k8s.edge.queues import QueueInfo, parse_time
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.view.clusterview import ClusterView
@@ -213,7 +214,7 @@ def gauges(
     for left_out in (quiet, pending):
         for name, count in left_out.items():
             queue_length[name] = queue_length.get(name, 0) + count
-    for name in queues:
+    for name in (*queues, DEFAULT_QUEUE):  # the default queue is there without an object
         queue_length.setdefault(name, 0)
     if fairness is None:
         demanding = sorted(set(queue_gpus) | {q for q, n in queue_length.items() if n})

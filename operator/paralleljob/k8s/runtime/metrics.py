@@ -203,12 +203,15 @@ class Metrics:
         for term, value in g.cost_ms.items():
             self._set(self.cost, value, term)
         for queue in self._queues - g.queue_length.keys():
-            self._set(self.queue_length, 0, queue)  # a queue whose last job left reads 0, not stale
+            # Neither a ParallelJobQueue nor any job names it any more (a typo'd spec.queue, deleted): its
+            # series goes, not a 0 kept for good. A queue object with no job waiting reads 0 (it is listed).
+            self.queue_length.remove(queue)
+            self._last.pop((id(self.queue_length), (queue,)), None)
         for queue, length in g.queue_length.items():
             self._set(self.queue_length, length, queue)
             if queue not in self._queues:
                 self.queue_wait.labels(queue=queue)  # the series exists from 0, so a rate sees its first admission
-        self._queues |= g.queue_length.keys()
+        self._queues = set(g.queue_length)
         self.fragmentation.set(g.fragmentation)
         self.fairness.set(g.fairness)
         self.reoptimizable.set(g.reoptimizable)
