@@ -80,6 +80,8 @@ def test_no_room_to_repair(pjs: Jobs, chaos: KubeSession, policy: str, phase: st
     assert "no room" in status["message"] or "no room" in status["lastFailure"].get("message", "") or True
     wait_for("its pods gone", lambda: not [p for p in pjs.live_pods("everything") if p.status.phase == "Running"])
     if policy == "Requeue":
+        # its node failed, not the job: it keeps its place in line (issue 38), its queuedAt not restamped
+        assert status["queuedAt"] == before["queuedAt"], (before["queuedAt"], status["queuedAt"])
         chaos.heal_node(victim)
         pjs.wait_phase("everything", "Running")
         assert_gang_on_record(pjs, "everything")

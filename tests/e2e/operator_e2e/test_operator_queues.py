@@ -78,6 +78,28 @@ def test_the_light_tenant_is_admitted_before_more_of_the_heavy_one(pjs: Jobs, ku
             kube.run(pjs.custom.delete_cluster_custom_object(*QUEUES, name))
 
 
+def test_a_queue_that_refuses_the_namespace_is_a_warning_and_the_reason(pjs: Jobs, kube: KubeSession) -> None:
+    # It showed REASON Queued, "waits for room in queue research" and a Normal Accepted Event, and waited
+    # forever (issue 38): only a fix ends this wait, so it is said as one.
+    queue = f"research-{pjs.namespace}"[:63]
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": queue}}
+    kube.run(pjs.custom.create_cluster_custom_object(*QUEUES, {**body, "spec": {"namespaces": ["elsewhere"]}}))
+    try:
+        pjs.create("refused", 8, 1, 1, queue=queue)
+        status = wait_for(
+            "refused waiting with reason QueueRefused",
+            lambda: (s := pjs.status("refused")).get("reason") == "QueueRefused" and s,
+        )
+        assert status["phase"] == "Queued" and not pjs.pods("refused")
+        assert status["message"] == f"queue {queue} does not serve namespace {pjs.namespace}", status
+        assert condition(status, "Placed")["reason"] == "QueueRefused"
+        pjs.wait_events("refused", {"QueueRefused"})
+        refused = [e for e in pjs.events("refused") if e.reason == "QueueRefused"]
+        assert [e.type for e in refused] == ["Warning"], refused
+    finally:
+        kube.run(pjs.custom.delete_cluster_custom_object(*QUEUES, queue))
+
+
 def test_a_high_priority_job_preempts_after_the_grace_period(pjs: Jobs, kube: KubeSession) -> None:
     pjs.create("low", 8, 1, 8, priority=0)  # the whole cluster
     pjs.wait_phase("low", "Running")
