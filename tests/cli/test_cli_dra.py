@@ -11,7 +11,8 @@ from rich.console import Console
 
 from paralleljob.clitools.describe import PodDevices, describe_job, pod_devices
 from paralleljob.clitools.gpumap import USED, DraObjects, build_map
-from paralleljob.clitools.render import description_renderable, gpu_map_renderable
+from paralleljob.clitools.jobrender import description_renderable
+from paralleljob.clitools.render import gpu_map_renderable
 from tests.cli.test_cli_models import cluster
 from tests.k8s.factories import node
 from tests.k8s.test_dra import claim, dra_node, gpu, resource_slice

@@ -13,7 +13,8 @@ from paralleljob.agent.signals import DRAINED_GPUS_ANNOTATION, GPU_HEALTH_ANNOTA
 from paralleljob.clitools.describe import describe_job
 from paralleljob.clitools.drain import parse_gpu_ref, plan
 from paralleljob.clitools.gpumap import build_map
-from paralleljob.clitools.render import description_renderable, gpu_map_renderable
+from paralleljob.clitools.jobrender import description_renderable
+from paralleljob.clitools.render import gpu_map_renderable
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.nodes import parse_node

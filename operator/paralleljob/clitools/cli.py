@@ -162,7 +162,8 @@ async def _describe(kube: Any, args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(description.to_json(), indent=2))
     else:
-        from paralleljob.clitools.render import description_renderable, print_renderable
+        from paralleljob.clitools.jobrender import description_renderable
+        from paralleljob.clitools.render import print_renderable
 
         print_renderable(description_renderable(description))
     return 0

@@ -2,7 +2,9 @@
 communication cost terms, conditions, the last failure and its events, oldest first.
 
 The placement comes from the operator's own record parser (``record_from_status`` through ``parse_job``),
-and ranks from :meth:`PlacementRecord.to_status`, the same numbers the pods get in their environment. A pod
+and ranks from :meth:`PlacementRecord.to_status`, the same numbers the pods get in their environment; each
+pod's replica(s) and stage(s) from :meth:`PlacementRecord.groups_of` (a whole-tray pod records none: its
+ranks say them, through the job's rank order). A pod
 whose GPUs come from a ResourceClaim (DRA) also shows the devices its claim's allocation names and their
 UUIDs from the ResourceSlices.
 
@@ -14,7 +16,7 @@ a note that it must go (``podgroups.stuck_pods`` says the same in the job's ``Bo
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from paralleljob.k8s.edge.dra import parse_claim, parse_slice
@@ -28,10 +30,12 @@ class PodLine:
     node: str
     gpu_indices: tuple[int, ...]
     ranks: tuple[int, ...]
-    replica: int
+    replica: int  # of the pod's first rank (a whole-tray pod may hold ranks of several: ``groups``)
     stage: int
     node_rank: int
     pod_phase: str  # from the Pod object; "" when it does not exist (yet)
+    groups: tuple[tuple[int, int], ...] = ()  # (replica, stage) of every TP group the pod holds ranks of
+    clique: str = ""  # a whole-tray pod: its NVLink clique (the ComputeDomain it joins)
     devices: tuple[str, ...] = ()  # DRA: the devices allocated in the pod's claims, in their order
     uuids: tuple[str, ...] = ()  # their UUIDs ("" where no slice publishes the device)
     claims: tuple[str, ...] = ()  # DRA: the ResourceClaims whose allocation holds them
@@ -68,6 +72,7 @@ class JobDescription:
     conditions: tuple[dict[str, Any], ...]
     last_failure: dict[str, Any]
     events: tuple[EventLine, ...]
+    last_drain: dict[str, Any] = field(default_factory=dict)  # a drain's record (not a failure)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,9 +134,11 @@ def _group_lines(
     slots: Iterable[Mapping[str, Any]],
     pods: list[PodInfo],
     devices: Mapping[str, PodDevices],
+    groups: Mapping[str, tuple[tuple[int, int], ...]],
 ) -> list[PodLine]:
     lines = []
     for item in slots:
+        held = groups[item["name"]]
         node, rank = item["node"], item["nodeRank"]
         same = [p for p in pods if p.group_rank == rank and not p.terminal]
         here = [p for p in same if p.node == node] or [p for p in same if not p.bound and not p.deleting]
@@ -154,10 +161,12 @@ def _group_lines(
                 node=node,
                 gpu_indices=tuple(item["gpuIndices"]),
                 ranks=tuple(item["ranks"]),
-                replica=item["replica"],
-                stage=item["stage"],
+                replica=held[0][0],
+                stage=held[0][1],
                 node_rank=rank,
                 pod_phase=phase,
+                groups=held,
+                clique=str(item.get("clique", "")),
                 devices=devices.get(name, NONE).devices,
                 uuids=devices.get(name, NONE).uuids,
                 claims=devices.get(name, NONE).claims,
@@ -183,20 +192,26 @@ def describe_job(
     devices = pod_devices(live, claims, slices)
     lines: list[PodLine] = []
     group = job.request is not None and bool(job.request.pod_group)
-    if job.record is not None and group:
-        lines = _group_lines(job.record.to_status()["pods"], [parse_pod(p) for p in pods], devices)
-    elif job.record is not None:
-        for item in job.record.to_status()["pods"]:
+    record = job.record
+    # a pod's (replica, stage)s from the record, whichever layout: a whole-tray pod's come from its ranks
+    groups = {slot.name: record.groups_of(slot) for slot in record.pod_slots} if record is not None else {}
+    if record is not None and group:
+        lines = _group_lines(record.to_status()["pods"], [parse_pod(p) for p in pods], devices, groups)
+    elif record is not None:
+        for item in record.to_status()["pods"]:
+            held = groups[item["name"]]
             lines.append(
                 PodLine(
                     name=item["name"],
                     node=item["node"],
                     gpu_indices=tuple(item["gpuIndices"]),
                     ranks=tuple(item["ranks"]),
-                    replica=item["replica"],
-                    stage=item["stage"],
+                    replica=held[0][0],
+                    stage=held[0][1],
                     node_rank=item["nodeRank"],
                     pod_phase=phases.get(item["name"], ""),
+                    groups=held,
+                    clique=str(item.get("clique", "")),
                     devices=devices.get(item["name"], NONE).devices,
                     uuids=devices.get(item["name"], NONE).uuids,
                     claims=devices.get(item["name"], NONE).claims,
@@ -242,4 +257,5 @@ def describe_job(
         conditions=conditions,
         last_failure=dict(status.get("lastFailure") or {}),
         events=tuple(event_lines),
+        last_drain=dict(status.get("lastDrain") or {}),
     )

@@ -18,6 +18,7 @@ from typing import Any
 from paralleljob.agent.signals import DRAINED_GPUS_ANNOTATION, GPU_HEALTH_ANNOTATION, parse_health_detail
 from paralleljob.agent.signals import parse_index_list as parse_drained
 from paralleljob.core.cluster import GPUHealth
+from paralleljob.core.topology import Topology
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
 from paralleljob.k8s.edge.constants import GPU_HEALTHY_CONDITION
 from paralleljob.k8s.edge.dra import NodeGpus, node_gpus, overlay_nodes, parse_claim, parse_slice
@@ -25,7 +26,7 @@ from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.pods import parse_pod
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.plan.decide import claims_of
-from paralleljob.k8s.view.clusterview import ClusterView, build_view
+from paralleljob.k8s.view.clusterview import PLACEHOLDER_PREFIX, ClusterView, build_view
 
 # Holders that are not ParallelJobs: a pod no job explains, or a DRA node's devices in others' claims.
 OTHERS = ("pod:", "claims:")
@@ -47,12 +48,13 @@ class GpuCell:
 @dataclass(frozen=True)
 class NodeRow:
     name: str
-    domain: str  # the lowest topology domain above the node, named by its whole path
+    domain: str  # the lowest real topology domain above the node, named by its whole path
     ready: bool
     schedulable: bool
     why_closed: str
     condition: str  # GPUHealthy: "", "True" or "False"
     gpus: tuple[GpuCell, ...]
+    level: str = ""  # the topology level ``domain`` is at (leaf, clique, ... or cluster)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class JobRow:
 
 @dataclass(frozen=True)
 class GpuMap:
-    domain_level: str  # the level the rows are grouped by (leaf, clique, ... or cluster)
+    domain_level: str  # the topology's lowest level above the node; each row's ``level`` says where it is grouped
     nodes: tuple[NodeRow, ...]
     jobs: tuple[JobRow, ...]
     warnings: tuple[str, ...] = ()
@@ -206,15 +208,29 @@ def node_row(
         if pool is not None and index < len(pool.devices):
             cell = replace(cell, device=pool.devices[index].name, uuid=pool.devices[index].uuid)
         cells.append(cell)
+    level, domain = home_domain(topology, n)
     return NodeRow(
         name=name,
-        domain=topology.domain_names[1][topology.domain_of[1][n]],
+        domain=domain,
+        level=level,
         ready=info.ready if info is not None else False,
         schedulable=bool(state.node_schedulable[n]),
         why_closed=info.why_closed() if info is not None else f"node {name} is gone",
         condition=_condition(body),
         gpus=tuple(cells),
     )
+
+
+def home_domain(topology: Topology, n: int) -> tuple[str, str]:
+    """(level, domain path) of node ``n``'s lowest real domain: levels the node has no label for hold a
+    placeholder domain of its own, which would make one group per node (an HGX node on a cluster whose lowest
+    level is the NVLink clique), so it groups at the first level it really belongs to (its leaf)."""
+    for level in range(1, len(topology.levels)):
+        name = topology.domain_names[level][topology.domain_of[level][n]]
+        if not name.startswith(PLACEHOLDER_PREFIX):
+            return topology.levels[level].name, name
+    top = len(topology.levels) - 1
+    return topology.levels[top].name, topology.domain_names[top][topology.domain_of[top][n]]
 
 
 def _condition(body: Mapping[str, Any] | None) -> str:
