@@ -1,8 +1,9 @@
 """``paralleljob describe``'s terminal picture (rich), from :class:`JobDescription`.
 
 Drawn for the terminal it is printed on, 80 columns included: names, ranks and times are never broken
-across lines (``no_wrap``), only free text (messages, notes, the devices of a DRA pod) wraps, so a narrow
-terminal gets taller tables, not split node names or cut times. GPU indices are shown as runs (``0-7``),
+across lines (``no_wrap``), only free text (messages, notes, the devices of a DRA pod) wraps; a table whose
+names alone are wider than the terminal puts its free text under it, then becomes a line per row, so a
+narrow terminal gets taller output, never split node names or cut times. GPU indices are shown as runs (``0-7``),
 costs rounded for reading (``records.rounded_ms``; ``-o json`` keeps the status's numbers), and the last
 failure as a sentence. A whole-tray pod (NVL72) shows its clique, and the replica(s) and stage(s) its ranks
 belong to.
@@ -29,7 +30,7 @@ def failure_text(failure: Mapping[str, Any]) -> str:
     """``status.lastFailure`` (or ``lastDrain``) as a sentence: kind at time: message (action, nodes, pods,
     cost before -> after); keys this version does not know are added as ``key value``."""
     known = {"kind", "time", "message", "reason", "action", "nodes", "pods", "costBeforeMs", "costAfterMs"}
-    head = " ".join(str(failure[k]) for k in ("kind",) if failure.get(k)) or "failure"
+    head = str(failure.get("kind") or "failure")
     if failure.get("time"):
         head += f" at {failure['time']}"
     said = str(failure.get("message") or failure.get("reason") or "")

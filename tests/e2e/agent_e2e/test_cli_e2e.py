@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 from typing import Any
@@ -62,6 +63,12 @@ def test_status_describe_drain_undrain(pjs: Jobs, nodes_restored: KubeSession, c
     assert described["cost"]["totalMs"] == before["communicationCost"]["totalMs"]
     assert "Placed" in {e["reason"] for e in described["events"]}
     assert "placement by rank" in cli(cli_env, "describe", f"{pjs.namespace}/cli").stdout
+    # an 80-column terminal: no line wider, and no pod name, node name or event time broken across lines
+    narrow = cli({**cli_env, "COLUMNS": "80"}, "describe", key).stdout
+    assert max(map(len, narrow.splitlines())) <= 80, narrow
+    words = set(re.findall(r"[\w.:-]+", narrow))
+    whole = {p["name"] for p in described["pods"]} | {p["node"] for p in described["pods"]}
+    assert whole | {e["time"] for e in described["events"]} <= words, narrow
     missing = cli(cli_env, "describe", "nope", "-n", pjs.namespace, check=False)
     assert missing.returncode == 1 and "no ParallelJob" in missing.stderr
 
