@@ -5,9 +5,12 @@ with no spare is dropped (``tests/test_elastic_two_shells.py`` compares that wit
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
+from paralleljob.cli import main
 from paralleljob.core.topology import Topology
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
@@ -47,3 +50,38 @@ def test_same_priority_waits_instead() -> None:
     simulation.run()
     assert simulation.jobs["E"].shrinks == 0
     assert simulation.jobs["H"].first_start == pytest.approx(simulation.jobs["E"].finished, abs=1.0)
+
+
+def test_a_report_counts_resizes_apart_from_failures(tmp_path: Path) -> None:
+    # Issue 38: with --elastic and no failures the report said "failures injected 0" next to "goodput lost to
+    # failures 43.7 GPU-h" (the resizes' overhead counted as a failure's) and nothing about the resizes.
+    # E (TP8 x DP3, min 2) arrives while rigid R holds one of three nodes: admitted at 2 replicas, it grows to 3
+    # when R ends, holding its 24 GPUs idle for the 30 s resize overhead.
+    trace = tmp_path / "trace.csv"
+    trace.write_text("submit_s,duration_s,num_gpus,tenant,tp,pp,dp\n0,1000,8,a,8,1,1\n10,50000,24,b,8,1,3\n")
+    out = tmp_path / "out"
+    argv = ["simulate", "--trace", str(trace), "--nodes", "3", "--elastic", "0.5", "--out", str(out), "--no-plots"]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())["policies"]["ours"]
+    assert metrics["failures"]["injected"] == 0
+    assert metrics["goodput_lost"]["total_gpu_hours"] == 0.0
+    assert (metrics["elastic_grows"], metrics["elastic_shrinks"], metrics["elastic_drops"]) == (1, 0, 0)
+    assert metrics["elastic_resizes"] == 1
+    assert metrics["elastic_resize_gpu_hours"] == pytest.approx(30.0 * 24 / 3600)
+    report = (out / "report.md").read_text()
+    assert "| goodput lost to failures (GPU-h) | 0.0 |" in report
+    assert "| elastic grows | 1 |" in report
+    assert "| elastic shrinks (for a higher-priority job) | 0 |" in report
+    assert "| elastic drops (a replica lost to a failure) | 0 |" in report
+    assert "| GPUs held idle by grows and shrinks (GPU-h) | 0.2 |" in report
+
+
+def test_grows_shrinks_and_drops_add_up_to_the_resizes() -> None:
+    simulation = _simulation("fifo")
+    metrics = simulation.run().metrics
+    job = simulation.jobs["E"]
+    assert (job.grows, job.shrinks, job.drops) == (1, 1, 0)
+    kinds = ("elastic_grows", "elastic_shrinks", "elastic_drops")
+    assert metrics["elastic_resizes"] == sum(metrics[kind] for kind in kinds) == 2
+    assert metrics["goodput_lost"]["total_gpu_hours"] == 0.0  # no failure: both resizes are in their own row
+    assert metrics["elastic_resize_gpu_hours"] > 0.0

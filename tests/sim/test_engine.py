@@ -278,7 +278,11 @@ def test_a_repaired_job_migrates_back_at_a_checkpoint_once_the_hardware_returns(
     j = back.jobs["J"]
     assert back.migrations == 1 and stay.migrations == 0
     assert j.placements == 3 and j.restarts == 1 and j.lost_work_s == stay.jobs["J"].lost_work_s
-    assert j.restart_gpu_s == 2 * 60.0 * 16  # the failure's restart and the migration's
+    # The failure's restart is goodput lost to it; the move back's restart is not (no failure caused it).
+    assert j.restart_gpu_s == 60.0 * 16 and j.move_gpu_s == 60.0 * 16
     assert j.cost_ms == back.ideal.total_ms(j.spec) < stay.jobs["J"].cost_ms
     assert jct(back, "J") < jct(stay, "J")
-    assert back._result().metrics["migrations_back"] == 1
+    metrics = back._result().metrics
+    assert metrics["migrations_back"] == 1
+    assert metrics["migrations_back_gpu_hours"] == pytest.approx(60.0 * 16 / 3600)
+    assert metrics["goodput_lost"]["restart_gpu_hours"] == pytest.approx(60.0 * 16 / 3600)

@@ -27,6 +27,15 @@ METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("bytes_above_node", ("bytes_above_node",), True),
     ("jain", ("fairness_jain_mean",), False),
 )
+# Metrics of what only some runs do (moves back, elastic resizes): summarised when some policy reports them.
+OPTIONAL_METRICS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("migrations_back", ("migrations_back",), True),
+    ("migrations_back_gpu_hours", ("migrations_back_gpu_hours",), True),
+    ("elastic_grows", ("elastic_grows",), False),
+    ("elastic_shrinks", ("elastic_shrinks",), True),
+    ("elastic_drops", ("elastic_drops",), True),
+    ("elastic_resize_gpu_hours", ("elastic_resize_gpu_hours",), True),
+)
 BASELINES = ("best-fit", "volcano", "first-fit")
 RATIO_METRICS = ("jct_mean_s", "jct_p99_s", "queueing_mean_s", "makespan_s", "ettr", "bytes_above_node")
 PB = 1e-15
@@ -75,8 +84,10 @@ def level_label(key: str, first: bool) -> tuple[str, float, int]:
 
 def summarize(by_seed: Mapping[int, Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
     """{"summary": {policy: {metric: mean_ci}}, "ratios": {policy: {baseline: {metric: mean_ci}}}}."""
-    policies = list(next(iter(by_seed.values())))
-    metrics = (*METRICS, *level_metrics(next(iter(by_seed.values()))))
+    first = next(iter(by_seed.values()))
+    policies = list(first)
+    optional = tuple(m for m in OPTIONAL_METRICS if any(m[1][0] in run for run in first.values()))
+    metrics = (*METRICS, *optional, *level_metrics(first))
     summary: dict[str, Any] = {}
     for policy in policies:
         row = {}
@@ -119,6 +130,12 @@ LABELS = {
     "tp_groups_across_nodes": ("TP groups across nodes", 1.0, 0),
     "ettr": ("ETTR (GPU-weighted)", 1.0, 3),
     "goodput_lost_gpu_hours": ("goodput lost to failures (GPU-h)", 1.0, 1),
+    "migrations_back": ("moves back to a cheaper placement", 1.0, 1),
+    "migrations_back_gpu_hours": ("GPUs held idle by moves back (GPU-h)", 1.0, 1),
+    "elastic_grows": ("elastic grows", 1.0, 1),
+    "elastic_shrinks": ("elastic shrinks (for a higher-priority job)", 1.0, 1),
+    "elastic_drops": ("elastic drops (a replica lost to a failure)", 1.0, 1),
+    "elastic_resize_gpu_hours": ("GPUs held idle by grows and shrinks (GPU-h)", 1.0, 1),
     "bytes_above_node": ("PB above the node", PB, 3),
     "jain": ("Jain's index over tenants (core queues)", 1.0, 3),
 }

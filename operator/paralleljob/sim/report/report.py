@@ -83,6 +83,15 @@ ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("jobs interrupted by failures", "", ("failures", "jobs_interrupted"), "{:d}"),
     ("goodput lost to failures", "GPU-h", ("goodput_lost", "total_gpu_hours"), "{:.1f}"),
 )
+# Rows of what only some runs do (moves back, elastic resizes): shown when some policy of the run reports them.
+OPTIONAL_ROWS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("moves back to a cheaper placement", "", ("migrations_back",), "{:d}"),
+    ("GPUs held idle by moves back", "GPU-h", ("migrations_back_gpu_hours",), "{:.1f}"),
+    ("elastic grows", "", ("elastic_grows",), "{:d}"),
+    ("elastic shrinks (for a higher-priority job)", "", ("elastic_shrinks",), "{:d}"),
+    ("elastic drops (a replica lost to a failure)", "", ("elastic_drops",), "{:d}"),
+    ("GPUs held idle by grows and shrinks", "GPU-h", ("elastic_resize_gpu_hours",), "{:.1f}"),
+)
 
 
 def _cell(metrics: Mapping[str, Any], path: tuple[str, ...], fmt: str) -> str:
@@ -101,7 +110,8 @@ def _cell(metrics: Mapping[str, Any], path: tuple[str, ...], fmt: str) -> str:
 def markdown_table(results: Mapping[str, SimResult]) -> str:
     names = list(results)
     lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    for label, unit, path, fmt in ROWS:
+    optional = [row for row in OPTIONAL_ROWS if any(row[2][0] in results[name].metrics for name in names)]
+    for label, unit, path, fmt in (*ROWS, *optional):
         cells = [_cell(results[name].metrics, path, fmt) for name in names]
         lines.append(f"| {label}{f' ({unit})' if unit else ''} | " + " | ".join(cells) + " |")
     levels = list(results[names[0]].metrics.get("bytes_by_level", {})) if names else []
@@ -251,7 +261,9 @@ def markdown_report(
         " GPU allocated / all GPUs (sampled). n/a: no job to measure. Communication cost = the cost model's"
         " total per step of each multi-GPU job's first placement;"
         " slowdown = how much that stretches the job (docs/simulator.md). Goodput lost = GPU-hours of work"
-        " since the last checkpoint thrown away by failures, plus GPU-hours spent restarting. PB within/over a"
+        " since the last checkpoint thrown away by failures, plus GPU-hours spent restarting after them (an"
+        " elastic drop included); GPUs held idle by a move back or an elastic grow or shrink are counted in"
+        " their own rows, since no failure caused them. PB within/over a"
         " level = petabytes (1e15) the jobs' steps moved through that level: each TP group's, pipeline pair's"
         " and DP ring's bytes per step (the cost model's volumes) charged to the lowest level holding all its"
         " members, times the steps run on that placement (lost work included).",

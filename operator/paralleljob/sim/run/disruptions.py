@@ -95,9 +95,14 @@ def software_restart(sim: Simulation, job: SimJob, node_gpus: set[int]) -> None:
     repair(sim, job, FailureKind.WORKER, tuple(g for g, group in enumerate(groups) if node_gpus & set(group)))
 
 
-def restart(sim: Simulation, job: SimJob) -> None:
+def restart(sim: Simulation, job: SimJob, *, move_back: bool = False) -> None:
+    """Run again after ``--restart-overhead``, its GPUs held meanwhile: goodput lost to a failure, or the price
+    of a move back (``move_back``), which no failure caused and the report counts apart."""
     overhead = sim.config.restart_overhead_s
-    job.restart_gpu_s += overhead * job.num_gpus
+    if move_back:
+        job.move_gpu_s += overhead * job.num_gpus
+    else:
+        job.restart_gpu_s += overhead * job.num_gpus
     sim._begin(job, sim.clock.now() + overhead)
 
 
@@ -216,7 +221,7 @@ def migrate(sim: Simulation, job: SimJob) -> None:
     job.step(Step.MIGRATED, Step.REPAIRED)  # as the operator records it: Running -> Recovering -> Running
     sim.migrations += 1
     sim._placed(job, placement.groups, placement.cost.total_ms)
-    restart(sim, job)
+    restart(sim, job, move_back=True)
 
 
 def on_preempt(sim: Simulation, event: Event) -> None:

@@ -25,7 +25,8 @@ failure. A shrink pays ``--resize-overhead`` and loses nothing (the grace period
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.elastic import (
@@ -106,6 +107,7 @@ def grow_pass(sim: Simulation) -> None:
         if growth.resize is None:
             continue
         apply_resize(sim, job, growth.resize)
+        job.grows += 1
 
 
 def apply_resize(sim: Simulation, job: SimJob, resize: Resize, planned: Allocation | None = None) -> None:
@@ -129,7 +131,7 @@ def apply_resize(sim: Simulation, job: SimJob, resize: Resize, planned: Allocati
     sim._placed(job, resize.groups, _cost(sim, job, resize.groups))
     sim.running.pop(job.job_id, None)
     sim.expected_end.pop(job.job_id, None)
-    job.restart_gpu_s += sim.config.resize_overhead_s * job.num_gpus
+    job.resize_gpu_s += sim.config.resize_overhead_s * job.num_gpus  # no failure: not goodput lost to one
     sim._begin(job, now + sim.config.resize_overhead_s)
 
 
@@ -197,3 +199,15 @@ def drop_on_failure(
 def _cost(sim: Simulation, job: SimJob, groups: tuple[tuple[int, ...], ...]) -> float:
     nodes = [sim.topology.gpu_node[g[0]] for g in groups]
     return node_level_cost(sim.topology, job.spec, nodes, sim.model).total_ms
+
+
+def metrics(jobs: Sequence[SimJob]) -> dict[str, Any]:
+    """What elastic jobs did: resizes by kind (grows + shrinks + drops = resizes) and the GPU-hours held idle
+    while growing or shrinking, which no failure caused (a drop's restart is a failure's, in goodput lost)."""
+    return {
+        "elastic_resizes": sum(j.resizes for j in jobs),
+        "elastic_grows": sum(j.grows for j in jobs),
+        "elastic_shrinks": sum(j.shrinks for j in jobs),
+        "elastic_drops": sum(j.drops for j in jobs),
+        "elastic_resize_gpu_hours": math.fsum(j.resize_gpu_s for j in jobs) / 3600.0,
+    }

@@ -528,12 +528,11 @@ class Simulation:
             "bytes_by_level": (by_level := self._bytes_by_level(jobs)),
             "bytes_above_node": math.fsum(list(by_level.values())[1:]),
             "failures": failure_metrics(self.tally),
+            **(elastic.metrics(jobs) if self.config.elastic > 0 else {}),
             **({
-                "elastic_resizes": sum(j.resizes for j in jobs),
-                "elastic_shrinks": sum(j.shrinks for j in jobs),
-                "elastic_drops": sum(j.drops for j in jobs),
-            } if self.config.elastic > 0 else {}),
-            **({"migrations_back": self.migrations} if self.policy.reoptimize else {}),
+                "migrations_back": self.migrations,
+                "migrations_back_gpu_hours": math.fsum(j.move_gpu_s for j in jobs) / 3600.0,
+            } if self.policy.reoptimize else {}),
         }
         metrics["tenants"] = self.tenants.metrics(jobs, self.topology.num_gpus, elapsed)
         if isinstance(self.queue, CoreQueue) and self.queue.jain:

@@ -43,7 +43,8 @@ class SimJob:
     requeues: int = 0
     lost_work_s: float = 0.0  # trace seconds of work thrown away by failures
     lost_gpu_s: float = 0.0  # GPU-seconds spent computing work that was then lost
-    restart_gpu_s: float = 0.0  # GPU-seconds held while restarting
+    restart_gpu_s: float = 0.0  # GPU-seconds held while restarting after a failure
+    move_gpu_s: float = 0.0  # GPU-seconds held while restarting after a move back (no failure: not goodput lost)
     queued_s: float | None = None  # when it last re-entered the queue at the back; None: its submit time
     rejected_reason: str = ""
     gave_up: str = ""  # why the failure policy gave the job up (core.repair), else empty
@@ -55,9 +56,11 @@ class SimJob:
     # elastic jobs (sim/run/elastic.py): the range, the trace's full-size spec (``spec`` is the current size)
     elastic: ElasticRange | None = None
     full_spec: JobSpec | None = None
-    resizes: int = 0
+    resizes: int = 0  # grows + shrinks + drops
+    grows: int = 0
     shrinks: int = 0  # growth replicas taken for a higher-priority job
-    drops: int = 0  # broken replicas dropped with no room to repair
+    drops: int = 0  # broken replicas dropped with no room to repair (after a failure)
+    resize_gpu_s: float = 0.0  # GPU-seconds held while growing or shrinking (no failure: not goodput lost)
 
     def __post_init__(self) -> None:
         self.work_left = self.trace.duration_s

@@ -16,7 +16,8 @@ Definitions:
 * ETTR (effective training time ratio): trace GPU-time / GPU-time from first start to finish, completed jobs.
 * Finish-time ratio (Themis-style fairness): JCT / trace duration per completed job (1 = as if alone).
 * Goodput lost to failures: GPU-hours of computing whose work was thrown away (since the last checkpoint),
-  plus GPU-hours held while jobs restarted.
+  plus GPU-hours held while jobs restarted after a failure (an elastic drop included). GPUs held idle by a
+  move back or an elastic grow or shrink are not in it: no failure caused them (the engine reports them).
 """
 
 from __future__ import annotations
