@@ -1,10 +1,11 @@
 """``paralleljob simulate``: replay a trace through one or several policies and write a report.
 
-Example (the Alibaba comparison of docs/benchmarks.md)::
+Example (the first one of docs/simulator.md, which quotes its report)::
 
-    paralleljob simulate --trace ../shared/traces/alibaba2023_openb_pods.csv --trace-format alibaba \\
-        --node-list ../shared/traces/alibaba2023_openb_gpu_nodes.csv --compare ours,best-fit,first-fit \\
-        --failures llama3 --seed 1 --out sim-out/alibaba
+    paralleljob simulate --trace ../shared/traces/alibaba2023_openb_pods.csv \\
+        --node-list ../shared/traces/alibaba2023_openb_gpu_nodes.csv --node-sample 16 \\
+        --overlay-3d 0.02 --cost-model megatron --queue fifo-skip \\
+        --compare ours,best-fit,volcano,first-fit --failures llama3 --seed 1 --out sim-out/alibaba
 """
 
 from __future__ import annotations
