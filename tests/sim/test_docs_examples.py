@@ -1,11 +1,14 @@
 """docs/simulator.md's first example prints what the docs say it prints (issue 38: the docs' tables had
 drifted from the commands beside them). The rows the docs quote are copied from report.md, so each must
-appear there verbatim. About 7 s; the other documented runs take from 10 s to minutes and are not run here."""
+appear there verbatim. About 7 s (marked slow); the other documented runs take from 10 s to minutes each and
+are not run here."""
 
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
+
+import pytest
 
 from paralleljob.cli import main
 
@@ -26,6 +29,7 @@ def _first_example(text: str) -> tuple[list[str], list[str]]:
     return argv[1:], rows
 
 
+@pytest.mark.slow  # about 7 s on an idle core
 def test_the_first_documented_example_prints_the_documented_table(traces: Path, tmp_path: Path) -> None:
     argv, rows = _first_example(DOC.read_text())
     assert len(rows) >= 5
