@@ -127,7 +127,10 @@ def check_surfaces(
             raise AssertionError(
                 f"{exc}: web view totals {last['totals']}, status totals {status['totals']}\n{web.log_tail()}"
             ) from None
-        panels = {key: _get_json(f"{web.url}api/job/{key}") for key in keys}
+        try:
+            panels = {key: _get_json(f"{web.url}api/job/{key}") for key in keys}
+        except OSError as exc:
+            raise AssertionError(f"the web view's job panel: {exc}\n{web.log_tail()}") from None
     finally:
         web.stop()
     assert "Traceback" not in web.log_tail(400), web.log_tail(400)

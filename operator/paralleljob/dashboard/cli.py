@@ -69,7 +69,9 @@ async def serve(args: argparse.Namespace) -> None:
     from paralleljob.k8s.runtime.api import Kube
 
     config = load_topology_file(args.topology_config) if args.topology_config else TopologyConfig()
-    kube = await Kube.connect(args.kubeconfig, concurrency=8)
+    # Each watch holds one connection of the client's pool for as long as it runs (eight with DRA on): the
+    # pool must leave room for the lists and the job panel's reads, or they wait for ever (with 8 they did).
+    kube = await Kube.connect(args.kubeconfig, concurrency=24)
     # One request before serving: with the API server unreachable the page would stay empty while the watches
     # retried in silence (walking the docs: "dashboard on http://..." and nothing else, for ever).
     try:
