@@ -5,6 +5,7 @@ own taints, and patched into the kept cluster view so that it stays equal to a r
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, cast
 
 import pytest
@@ -149,6 +150,7 @@ class NoRulesApi:
 def test_a_cluster_without_device_taint_rules_is_logged_once_and_the_operator_goes_on(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    caplog.set_level(logging.INFO)  # an API the server does not serve is news, not a warning
     kube = NoRulesApi()
     reconciler = Reconciler(cast(Any, kube), OperatorConfig(), Metrics())
     monkeypatch.setattr(reflector_module, "ABSENT_RETRY_SECONDS", 0.01)
