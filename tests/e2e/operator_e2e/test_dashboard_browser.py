@@ -101,7 +101,8 @@ def test_map_is_live_shows_ranks_and_a_node_going_down(
     assert len(detail["pods"]) == 4 and {p["stage"] for p in detail["pods"]} == {0, 1}
     assert "lower bound" in browser.js("return document.getElementById('detail').innerText")
     # its stages in colours of their own (not shades of one blue), named in the panel's legend
-    assert browser.js("return document.getElementById('ranklegend').innerText").split() == ["PP", "0", "PP", "1"]
+    legend = browser.js("return [...document.querySelectorAll('#ranklegend .key')].map(e => e.textContent)")
+    assert legend == ["PP 0", "PP 1"]
     stage_colours = {}
     for slot in slots:
         browser.js("pj.focus(arguments[0], 2.5)", slot["node"])
