@@ -208,3 +208,75 @@ def test_a_queue_may_set_its_own_spares(policy: QueuePolicy | None) -> None:
     assert fc.job("ns/more")["status"]["phase"] == "Queued"
     record = _placed(fc, "ns/filler")  # its queue says 0 spares: it takes the spare too
     assert {t.node for t in record.trays} == {"r0-t02", "r0-t03"}
+
+
+# A job's node filter (gpuProduct, nodeSelector, affinity) holds on a cluster with cliques too: the "HGX nodes
+# first" step places only on nodes the filter admits, so a job that names GB200 or one clique is not sent to
+# an HGX node because one has room.
+@POLICIES
+def test_a_tp8_job_that_names_gb200_takes_trays_though_an_hgx_node_is_free(policy: QueuePolicy | None) -> None:
+    fc = _cluster(policy=policy)
+    fc.add_job(paralleljob("llm", 8, 1, 1, memory=10.0, extra_spec={"gpuProduct": "NVIDIA-GB200"}))
+    fc.step()
+    record = _placed(fc, "ns/llm")
+    assert len(record.trays) == 2 and not record.slots, record
+    assert all(t.node.startswith("r") for t in record.trays), record.nodes
+    assert len({t.clique for t in record.trays}) == 1
+
+
+@POLICIES
+def test_a_tp8_job_that_names_gb200_waits_for_trays_saying_why(policy: QueuePolicy | None) -> None:
+    fc = _cluster(racks=1, trays=2, policy=policy)
+    fc.add_job(paralleljob("first", 8, 1, 1, memory=10.0, extra_spec={"gpuProduct": "NVIDIA-GB200"}))
+    fc.add_job(paralleljob("second", 8, 1, 1, memory=10.0, extra_spec={"gpuProduct": "NVIDIA-GB200"}))
+    fc.step()
+    assert len(_placed(fc, "ns/first").trays) == 2
+    status = fc.job("ns/second")["status"]
+    assert status["phase"] == "Queued" and "placement" not in status, status
+    placed = next(c for c in status["conditions"] if c["type"] == "Placed")
+    assert "clique" in placed["message"] and "NVIDIA-GB200" in placed["message"], placed["message"]
+
+
+@POLICIES
+def test_a_tp4_job_with_a_node_selector_on_one_clique_stays_in_it(policy: QueuePolicy | None) -> None:
+    fc = _cluster(policy=policy)
+    template = {"spec": {"nodeSelector": {cd.CLIQUE_LABEL: "uuid.1"}, "containers": [{"name": "t", "image": "x"}]}}
+    fc.add_job(paralleljob("pinned", 4, 1, 2, memory=10.0, extra_spec={"template": template}))
+    fc.step()
+    record = _placed(fc, "ns/pinned")
+    assert record.nodes and all(n.startswith("r1-") for n in record.nodes), record.nodes
+
+
+@POLICIES
+def test_a_tp4_job_with_affinity_on_one_clique_stays_in_it(policy: QueuePolicy | None) -> None:
+    fc = _cluster(policy=policy)
+    term = {"matchExpressions": [{"key": cd.CLIQUE_LABEL, "operator": "In", "values": ["uuid.0"]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    template = {"spec": {"affinity": affinity, "containers": [{"name": "t", "image": "x"}]}}
+    fc.add_job(paralleljob("pinned", 4, 1, 2, memory=10.0, extra_spec={"template": template}))
+    fc.step()
+    record = _placed(fc, "ns/pinned")
+    assert record.nodes and all(n.startswith("r0-") for n in record.nodes), record.nodes
+
+
+TOPOGRAPH_CLIQUE = "accelerator.topograph.run/domain"  # one of the clique level's labels (edge/config.py)
+
+
+def test_a_gone_tray_keeps_its_clique_on_a_cluster_labelled_by_topograph() -> None:
+    nodes = [
+        node(f"r{r}-t{t:02d}", 4, leaf=f"leaf-r{r}", product="NVIDIA-GB200", labels={TOPOGRAPH_CLIQUE: f"nvl-{r}"})
+        for r in range(2)
+        for t in range(6)
+    ]
+    fc = FakeCluster([*nodes, *(node(f"hgx-{h}", 8, leaf="leaf-hgx") for h in range(2))])
+    fc.add_job(paralleljob("llm", 8, 2, 2, memory=10.0))
+    before = _running(fc, "ns/llm")
+    assert {t.clique for t in before.trays} <= {"nvl-0", "nvl-1"}, [t.clique for t in before.trays]
+    victim = before.trays[0]
+    del fc.nodes[victim.node]
+    fc.step()
+    after = _placed(fc, "ns/llm")
+    changed = [t for t in after.trays if t not in before.trays]
+    assert [t.name for t in changed] == [victim.name], changed  # only the gone tray's pod moves
+    (moved,) = changed
+    assert moved.clique == victim.clique and moved.node.startswith(victim.node[:3])

@@ -30,6 +30,19 @@ class LevelSource:
     # prices the level as the one above it.
     nvlink_domain: bool = False
 
+    def value(self, labels: Mapping[str, str]) -> str | None:
+        """The node's domain at this level: the first of its labels with a value (None: no such label)."""
+        return next((labels[key] for key in self.labels if labels.get(key)), None)
+
+
+def nvlink_clique(labels: Mapping[str, str], levels: Sequence[LevelSource]) -> str | None:
+    """A node's NVLink clique: its domain at the first NVLink-domain level (``nvidia.com/gpu.clique``, or
+    Topograph's label, whichever the configuration names and the node carries); None on an HGX node. The one
+    reading of a clique: the view's gone trays and the tray records take it from here, so a cluster labelled
+    by Topograph keeps its cliques as one labelled by GPU Feature Discovery does."""
+    level = next((lv for lv in levels if lv.nvlink_domain), None)
+    return level.value(labels) if level is not None else None
+
 
 DEFAULT_LEVELS: tuple[LevelSource, ...] = (
     LevelSource(

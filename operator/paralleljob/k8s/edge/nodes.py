@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.config import TopologyConfig, nvlink_clique
 from paralleljob.k8s.edge.constants import (
     DRAIN_NOW_ANNOTATION,
     DRAINED_GPUS_ANNOTATION,
@@ -86,6 +86,7 @@ class NodeInfo:
     # drain moves it (folded into ``degraded_gpus``: no new work); ``drain_now_gpus``: those drained ``--now``.
     drained_gpus: frozenset[int] = frozenset()
     drain_now_gpus: frozenset[int] = frozenset()
+    clique: str | None = None  # the NVLink clique (``config.nvlink_clique``); None on an HGX node
 
     @property
     def takes_new_work(self) -> bool:
@@ -211,7 +212,7 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
 
     domains: list[str | None] = []
     for level in config.levels:
-        value = next((labels[key] for key in level.labels if labels.get(key)), None)
+        value = level.value(labels)
         domains.append(value)
         empty = [key for key in level.labels if key in labels and not labels[key]]
         if value is None and empty:
@@ -278,6 +279,7 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         allocatable=allocatable,
         drained_gpus=maintenance,
         drain_now_gpus=drain_now & maintenance,
+        clique=nvlink_clique(labels, config.levels),
     )
 
 

@@ -26,10 +26,9 @@ from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
 from paralleljob.core.nvlink import NVLinkPlacer, closed_nodes
 from paralleljob.core.placement import Placement
-from paralleljob.core.placer import Placer, PlacerConfig
+from paralleljob.core.placer import PlacerConfig
 from paralleljob.core.topology import Level, Topology
 from paralleljob.core.traypods import tray_pods
-from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
@@ -112,14 +111,21 @@ def place_on_trays(
     spares: int = 0,
 ) -> Placement:
     """The NVLink placer's placement of ``request`` on the view (raises PlacementInfeasible with reasons that
-    name cliques). Nodes the job's filter excludes are closed for the decision."""
+    name cliques, and the filter's reasons when it has any, as ``FilteredPlacer`` gives them). Nodes the
+    job's filter excludes are closed for the decision."""
     excluded: list[int] = []
     if node_filter is not None and node_filter.allowed is not None:
         excluded = [n for n in range(topology.num_nodes) if n not in node_filter.allowed]
     spec = replace(request.spec, job_id=job_key)
-    with seen_as(view.state, topology) as state, closed_nodes(state, excluded):
-        placer = NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order)
-        return placer.place(spec, cost_model(request.cost_model))
+    try:
+        with seen_as(view.state, topology) as state, closed_nodes(state, excluded):
+            placer = NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order)
+            return placer.place(spec, cost_model(request.cost_model))
+    except PlacementInfeasible as exc:
+        why = [w for w in (node_filter.why if node_filter is not None else ()) if w not in exc.reasons]
+        if not why:
+            raise
+        raise PlacementInfeasible(exc.job_id, [*exc.reasons, *why], permanent=exc.permanent) from None
 
 
 def spares_for(view: ClusterView, queue: QueueInfo | None) -> int:
@@ -139,7 +145,7 @@ def place_rigid(
     placer's (whose refusal, naming the cliques, is the one the job waits with). ``spares``: whole free
     trays per clique the job leaves alone (None: the topology setting)."""
     spares = view.nvlink_spares if spares is None else spares
-    hgx_first = _hgx_first(view, request)
+    hgx_first = _hgx_first(view, placer, request, node_filter)
     if hgx_first is not None:
         return hgx_first
     try:
@@ -152,20 +158,25 @@ def place_rigid(
         return place_on_trays(view, topology, request, job_key, node_filter, spares)
 
 
-def _hgx_first(view: ClusterView, request: JobRequest) -> Placement | None:
+def _hgx_first(
+    view: ClusterView, placer: FilteredPlacer, request: JobRequest, node_filter: NodeFilter | None
+) -> Placement | None:
     """On a cluster with cliques, a job whose TP groups fit nodes outside them (HGX: the node is the NVLink
     domain) goes there while they have room, so the cliques stay whole for the TP groups only they hold
-    (core/nvlink's first tier, on the view). None: no cliques, no such room, or the core placer refused."""
+    (core/nvlink's first tier, on the view). The job's own filter holds here as on every path: only the HGX
+    nodes it admits count, and ``placer`` applies the rest of it. None: no cliques, no such room, or the
+    placer refused."""
     topology = nvlink_topology(view)
     if topology is None or request.elastic is not None or request.pod_group:
         return None
     spec, state = request.spec, view.state
     index = clique_index(topology)
-    if sum(state.node_slots(n, spec.tp, spec.memory_per_gpu_gb) for n in index.single_nodes) < spec.num_groups:
+    hgx = [n for n in index.single_nodes if node_filter is None or node_filter.admits(n)]
+    if sum(state.node_slots(n, spec.tp, spec.memory_per_gpu_gb) for n in hgx) < spec.num_groups:
         return None
     try:
         with closed_nodes(state, index.clique_trays):
-            return Placer(state, TRAY_PLACER).place(spec, cost_model(request.cost_model))
+            return placer.place(spec, cost_model(request.cost_model))
     except PlacementInfeasible:
         return None
 
@@ -199,13 +210,13 @@ def tray_record(
     cost: CostBreakdown,
 ) -> PlacementRecord:
     """The record of a placement over whole trays: one pod per tray, in node-rank order, each naming its
-    clique by the nodes' ``nvidia.com/gpu.clique`` label (what the ComputeDomain serves)."""
+    clique by the node's clique label (``NodeInfo.clique``: what the ComputeDomain serves)."""
     spec, topology = request.spec, view.topology
     trays = []
     for pod in tray_pods(topology, groups, spec.tp, spec.pp, spec.dp, request.rank_order):
         node = topology.node_names[pod.node]
         info = view.nodes.get(node)
-        clique = (info.labels.get(CLIQUE_LABEL) if info is not None else None) or pod.clique
+        clique = (info.clique if info is not None else None) or pod.clique
         first = topology.node_first_gpu[pod.node]
         indices = tuple(g - first for g in pod.gpus)
         trays.append(TraySlot(tray_pod_name(job.name, pod), node, indices, pod.node_rank, clique, epoch))

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.topology import Level, NodeSpec, Topology
-from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.nodes import NodeInfo
@@ -150,9 +149,9 @@ def build_view(
                 ghost_counts[slot.node] = max(ghost_counts.get(slot.node, 0), max(slot.gpu_indices) + 1)
                 if isinstance(slot, TraySlot):
                     ghost_cliques[slot.node] = slot.clique
-    # A gone tray stays in its clique (the domains of a live tray with the same clique label), so a repair
-    # replaces it inside that clique, where the job's ComputeDomain is; without a live peer it is alone.
-    peers = {info.labels.get(CLIQUE_LABEL): info for info in live.values() if info.labels.get(CLIQUE_LABEL)}
+    # A gone tray stays in its clique (the domains of a live tray of the same clique), so a repair replaces it
+    # inside that clique, where the job's ComputeDomain is; without a live peer it is alone.
+    peers: dict[str | None, NodeInfo] = {info.clique: info for info in live.values() if info.clique}
     if not live and not ghost_counts:
         return empty_view()
     present = [i for i, _ in enumerate(config.levels) if any(n.domains[i] for n in live.values())]
