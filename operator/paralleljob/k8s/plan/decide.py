@@ -657,9 +657,12 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
         return None
-    if not record.trays and (drained := off_drained(ctx, HeldJob(actions, job, request, record, pods), names)):
-        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
-        moved = handle(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
+    if drained := off_drained(ctx, HeldJob(actions, job, request, record, pods), names):
+        if record.trays:
+            moved = repair_trays(ctx, HeldJob(actions, job, request, record, pods), drained)
+        else:
+            node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
+            moved = handle(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
         if moved is not None:
             sync_pods(actions, job, request, moved, pods, view.nodes, ctx.gpu_holders)
         return None

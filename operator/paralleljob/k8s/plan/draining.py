@@ -16,19 +16,24 @@ road, not the failure handler's alarm:
   (``paralleljob.dev/drain-now-gpus``) and a job that is not Running (nothing to checkpoint) move at once.
 - Cancelling: GPUs given back (``undrain``) before the move end the wait; the job stays where it is.
 
+A job on whole trays of NVLink cliques (``layout: trays``) takes the same steps, tray by tray: its pods on
+drained trays move through ``plan/trayrepair.py`` with the same ``FailureKind.DRAINED``.
+
 Moving back after ``undrain`` is re-optimisation's (``reoptimizing.py``): a job whose last move was a drain's
-is re-priced like a repaired one, and may move back even if it never checkpoints.
+is re-priced like a repaired one, and may move back even if it never checkpoints (TP-group records only: a
+tray record is not re-optimised, so a tray job stays on the trays it moved to).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.repair import FailureKind
 from paralleljob.k8s.edge.queues import format_time, last_checkpoint, parse_time
-from paralleljob.k8s.edge.records import PlacementRecord
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failures import Breakage
 from paralleljob.k8s.plan.preempting import request_checkpoint
@@ -38,11 +43,12 @@ DRAIN_CONDITION = "DrainPending"
 
 
 def drained_groups(view: ClusterView, record: PlacementRecord) -> tuple[tuple[int, ...], tuple[str, ...], bool]:
-    """The record's TP groups on drained GPUs, their nodes, and whether any of them was drained ``--now``."""
+    """The record's pods on drained GPUs (TP groups' slots, or a tray record's trays: indices in
+    :func:`_pods`), their nodes, and whether any of them was drained ``--now``."""
     groups: list[int] = []
     nodes: dict[str, None] = {}
     at_once = False
-    for g, slot in enumerate(record.slots):
+    for g, slot in enumerate(_pods(record)):
         info = view.nodes.get(slot.node)
         hit = set(slot.gpu_indices) & info.drained_gpus if info is not None else set()
         if hit:
@@ -50,6 +56,11 @@ def drained_groups(view: ClusterView, record: PlacementRecord) -> tuple[tuple[in
             nodes[slot.node] = None
             at_once = at_once or bool(hit & info.drain_now_gpus)  # type: ignore[union-attr]
     return tuple(groups), tuple(nodes), at_once
+
+
+def _pods(record: PlacementRecord) -> Sequence[PodSlot | TraySlot]:
+    """A record's pods: one per TP group, or one per whole tray (``layout: trays``)."""
+    return record.trays if record.trays else record.slots
 
 
 def drain_of(status: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -115,8 +126,8 @@ def off_drained(ctx: PassContext, held: HeldJob, pod_names: Mapping[str, str] | 
     else:
         why = "after its checkpoint" if checkpointed else f"when the grace period ended at {format_time(deadline)}"
     draft.set(drain=None)
-    names = pod_names or {}
-    pods = tuple(names.get(record.slots[g].name, record.slots[g].name) for g in groups)
+    names, slots = pod_names or {}, _pods(record)
+    pods = tuple(names.get(slots[g].name, slots[g].name) for g in groups)
     message = f"GPUs on {where} drained for maintenance (pods {', '.join(pods)}); moved {why}"
     draft.condition(DRAIN_CONDITION, "False", "Moved", message, now)
     return Breakage(FailureKind.DRAINED, groups, nodes, pods, message)

@@ -1,33 +1,47 @@
-"""Broken trays under a job placed over NVLink cliques: the NVLink placer's repair, carried out.
+"""Broken or drained trays under a job placed over NVLink cliques: the failure policy, carried out on trays.
 
-A tray record's pods are whole trays (``layout: trays``), so a tray that is gone, NotReady, cordoned under a
-NoExecute taint or has a GPU reported unhealthy breaks the pod on it. The repair is core/nvlink's: each
-clique the job used keeps its ranks where its whole free trays (spares included) can take the broken trays'
-ranks, so only the pods of the broken trays move, to free trays of the same clique, and the clique's
-ComputeDomain (named after the job and the clique) stays the same; when a clique has no whole free tray left
-the job is placed afresh over every clique, and the status says so; when nothing holds it the job goes back
-in the queue with the placer's reasons. A tray pod that fails on healthy hardware is restarted on its tray
-by the failure policy (:func:`restart_failed_trays`). A gone tray keeps its clique in the view (``clusterview``: the
-domains of a live tray with the same label), which is what lets the repair stay inside it.
+A tray record's pods are whole trays (``layout: trays``), so a tray that is gone, NotReady or under a NoExecute
+taint (``FailureKind.NODE``), or has a GPU reported unhealthy (``FailureKind.GPU``), breaks the pod on it; a
+tray an admin drained (``FailureKind.DRAINED``) is handed in by the drain step (``plan/draining.py``) once the
+job had its checkpoint signal and grace period. What happens is the core's failure decision,
+:func:`paralleljob.core.repair.decide_repair`, as for a job on HGX nodes and as in the simulator: maxRestarts
+reached gives up, no room gives up or requeues by ``onUnplaceable``, a drain counts no restart and never
+gives up. The placer it is handed is the NVLink placer on the view's NVLink topology (``core/nvlink``), whose
+repair keeps each clique the job used where the clique's whole free trays (spares included) can take the
+broken trays' ranks, so the clique's ComputeDomain stays the same; when a clique has no whole free tray left
+the job is placed afresh over every clique. ``strategy``: minimal re-creates only the pods whose tray changed,
+full re-creates every pod of the job (docs/nvl72.md, "Failures"). A tray pod that fails on healthy hardware
+is restarted on its tray (:func:`restart_failed_trays`). A gone tray keeps its clique in the view
+(``clusterview``: the domains of a live tray with the same label), which is what lets the repair stay inside it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from paralleljob.core.cluster import Allocation, GPUHealth
-from paralleljob.core.cost import cost_model
+from paralleljob.core.cost import CostModel, cost_model
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.lifecycle import Event, Phase
+from paralleljob.core.job import JobSpec
+from paralleljob.core.lifecycle import Event
 from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.placement import Placement
 from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.core.repair import FailureAction, FailureKind, FailureReport, GiveUp, decide_repair
+from paralleljob.core.repair import (
+    FailureAction,
+    FailureKind,
+    FailureReport,
+    GiveUp,
+    GiveUpReason,
+    Requeue,
+    decide_repair,
+)
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import requeue_stamp
 from paralleljob.k8s.edge.records import PlacementRecord, cost_to_status
-from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.failures import Breakage
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
 from paralleljob.k8s.view.clusterview import ClusterView
@@ -35,82 +49,113 @@ from paralleljob.k8s.view.clusterview import ClusterView
 _BROKEN = (GPUHealth.OFFLINE, GPUHealth.RESETTING)
 
 
-def broken_trays(view: ClusterView, record: PlacementRecord) -> list[tuple[TraySlot, str]]:
-    """The record's trays that can no longer run their pod, each with why."""
-    out = []
-    for tray in record.trays:
+@dataclass(frozen=True)
+class _NoCliques:
+    """The placer when the cluster has no NVLink clique of several trays left: the policy still decides
+    (maxRestarts, onUnplaceable), and the refusal says why."""
+
+    def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement:
+        raise PlacementInfeasible(job.job_id, ["the cluster has no NVLink clique of several trays left"])
+
+
+def broken_trays(view: ClusterView, record: PlacementRecord) -> Breakage | None:
+    """The record's trays that can no longer run their pod (``slots``: their indices in ``record.trays``),
+    typed: NODE when a tray is gone or may not run work, else GPU. Drained trays are not broken: the drain
+    step moves them (``plan/draining.py``)."""
+    hit: list[int] = []
+    by_cause: dict[str, list[str]] = {}
+    node_down = False
+    for i, tray in enumerate(record.trays):
         info = view.nodes.get(tray.node)
-        if info is None:
-            out.append((tray, f"node {tray.node} is gone"))
+        ids = view.slot_gpus(tray)
+        if info is None or ids is None:
+            cause, node_down = f"node {tray.node} is gone", True
         elif not info.runs_work:
-            out.append((tray, info.why_closed()))
+            cause, node_down = info.why_closed(), True
+        elif any(view.state.health[g] in _BROKEN for g in ids):
+            bad = sorted(set(tray.gpu_indices) & info.broken_gpus())
+            cause = f"GPU {','.join(map(str, bad))} on {tray.node} reported unhealthy"
         else:
-            ids = view.slot_gpus(tray)
-            # a drained tray is still repaired as before (moved at once, counted): the drain's checkpoint
-            # wait (plan/draining.py) covers TP-group records only so far (docs/operator.md, "Drains")
-            drained = set(tray.gpu_indices) & info.drained_gpus
-            if ids is None or drained or any(view.state.health[g] in _BROKEN for g in ids):
-                bad = sorted(set(tray.gpu_indices) & (info.broken_gpus() | info.drained_gpus))
-                out.append((tray, f"GPU {','.join(map(str, bad))} on {tray.node} reported unhealthy"))
-    return out
+            continue
+        hit.append(i)
+        by_cause.setdefault(cause, []).append(tray.name)
+    if not hit:
+        return None
+    message = "; ".join(f"{cause} (pods {', '.join(pods)})" for cause, pods in by_cause.items())
+    nodes = tuple(dict.fromkeys(record.trays[i].node for i in hit))
+    kind = FailureKind.NODE if node_down else FailureKind.GPU
+    return Breakage(kind, tuple(hit), nodes, tuple(record.trays[i].name for i in hit), message)
 
 
-def repair_trays(ctx: PassContext, held: HeldJob, broken: list[tuple[TraySlot, str]]) -> PlacementRecord | None:
-    """Move the broken trays' pods (or re-place the job); None when it went back in the queue. Mutates the
-    view's state: the job's GPUs move, or are freed."""
+def _groups_on(view: ClusterView, key: str, nodes: Sequence[str]) -> tuple[int, ...]:
+    """The job's TP groups with a GPU on ``nodes`` (what the core's report names; informative for hardware)."""
+    allocation = view.state.allocations.get(key)
+    if allocation is None:
+        return ()
+    topology, on = view.topology, set(nodes)
+    names, gpu_node = topology.node_names, topology.gpu_node
+    return tuple(g for g, group in enumerate(allocation.groups) if any(names[gpu_node[x]] in on for x in group))
+
+
+def repair_trays(ctx: PassContext, held: HeldJob, breakage: Breakage) -> PlacementRecord | None:
+    """Carry out the core's failure decision for ``breakage`` (``slots``: indices in ``record.trays``): the
+    broken trays' pods move (or the job is re-placed), or the job goes back in the queue, or fails. Returns
+    the new record, None when the job left the cluster. Mutates the view's state (the job's GPUs move, or are
+    freed)."""
     actions, job, request, record, view, now = held.actions, held.job, held.request, held.record, ctx.view, ctx.now
-    draft = actions.draft
-    kind = FailureKind.GPU if all("unhealthy" in why for _, why in broken) else FailureKind.NODE
-    message = "; ".join(f"{why} (pod {tray.name})" for tray, why in broken)
-    if draft.phase is not Phase.RECOVERING:
-        draft.apply(Event.HARDWARE_FAILED, kind, message, now)
-    actions.note("Warning", kind, message)
-    actions.recovery_started = True
-    restarts = job.restarts + 1
+    draft, policy, kind = actions.draft, request.failure, breakage.kind
+    maintenance = kind.maintenance
+    draft.apply(Event.DRAINED if maintenance else Event.HARDWARE_FAILED, kind, breakage.message, now)
+    actions.note("Normal" if maintenance else "Warning", kind, breakage.message)
+    actions.recovery_started = not maintenance  # the recovery-time metric is about failures
+    restarts = job.restarts if maintenance else job.restarts + 1  # one per repair, as on HGX (failures.handle)
     failure: dict[str, object] = {
         "time": now,
         "kind": kind.value,
         "reason": kind.value,
-        "message": message,
-        "nodes": sorted({tray.node for tray, _ in broken}),
-        "pods": [tray.name for tray, _ in broken],
+        "message": breakage.message,
+        "nodes": list(breakage.nodes),
+        "pods": list(breakage.pods),
+        "costBeforeMs": round(record.cost.total_ms, 6) if record.cost else None,
     }
     spec = replace(request.spec, job_id=job.key)
+    model = cost_model(request.cost_model)
+    report = FailureReport(kind, _groups_on(view, job.key, breakage.nodes), job.restarts)
     topology = nvlink_topology(view)
-    previous = view.state.allocations.get(job.key)
-    view.state.release(job.key)
-    try:
-        if topology is None or previous is None:
-            raise PlacementInfeasible(job.key, ["the cluster has no NVLink clique of several trays left"])
+    if topology is None:
+        decision = decide_repair(view.state, _NoCliques(), spec, model, policy, report)
+    else:
         with seen_as(view.state, topology) as state:
             placer = NVLinkPlacer(state, TRAY_PLACER, 0, request.rank_order)
-            placement = placer.place(spec, cost_model(request.cost_model), previous)
-    except PlacementInfeasible as exc:
-        why = f"no room to repair inside the NVLink cliques: {'; '.join(exc.reasons)}; back in the queue"
-        failure.update(action=FailureAction.REQUEUED.value)
-        draft.apply(Event.REQUEUED, "Requeued", why, now)
-        # broken hardware, not the job's fault: at its place unless its queue says the back (requeueOrder)
-        queued_at = requeue_stamp(ctx.queues.get(request.queue), True, job.queued_at, now)
-        draft.set(placement=None, communicationCost=None, nodes=None, restarts=restarts, queuedAt=queued_at)
-        draft.set(lastFailure=failure)
-        actions.note("Warning", "Requeued", why)
-        actions.failure_action = FailureAction.REQUEUED
-        delete_all(actions, held.pods, view.nodes, "job requeued after a tray failed")
+            decision = decide_repair(state, placer, spec, model, policy, report)
+    if isinstance(decision, GiveUp):
+        why = "; ".join(decision.reasons)
+        if decision.reason is GiveUpReason.MAX_RESTARTS:  # this failure is not a restart: none happens
+            _give_up(ctx, held, f"{breakage.message}; {why}", failure, job.restarts)
+        else:
+            _give_up(ctx, held, f"no room to repair inside the NVLink cliques: {why}", failure, restarts)
         return None
-    view.state.allocate(Allocation(job.key, placement.groups, spec.memory_per_gpu_gb))
+    if isinstance(decision, Requeue):
+        _requeue(ctx, held, failure, "; ".join(decision.reasons), restarts, maintenance)
+        return None
+    placement = decision.placement
+    if placement is None:  # a hardware decision always carries a placement; kept for the type
+        raise ValueError(f"{job.key}: the core's tray repair came back without a placement")
     epoch = job.placement_epoch + 1
     fresh = tray_record(view, job, request, placement.groups, epoch, placement.reasons, placement.cost)
-    # A pod whose tray, GPUs and ranks are unchanged keeps running (same incarnation): only moved ones restart.
+    # minimal: a pod whose tray, GPUs and ranks are unchanged keeps running (same incarnation); full: all restart
+    whole = policy.strategy is RecoveryStrategy.FULL
     old = {t.name: t for t in record.trays}
     trays = []
     for tray in fresh.trays:
         before = old.get(tray.name)
         same = before is not None and (before.node, before.gpu_indices) == (tray.node, tray.gpu_indices)
-        trays.append(replace(tray, incarnation=before.incarnation) if same and before is not None else tray)
+        trays.append(replace(tray, incarnation=before.incarnation) if same and not whole and before else tray)
     new = replace(fresh, trays=tuple(trays))
     moved = [t.name for t in new.trays if old.get(t.name) != t]
-    inside = next((r for r in placement.reasons if r.startswith(("repaired inside", "no spare tray"))), "")
-    text = f"tray repair: {len(moved)} pod(s) re-created ({', '.join(moved)})" + (f"; {inside}" if inside else "")
+    what = "moved off the drained trays" if maintenance else f"{policy.strategy.value} tray repair"
+    note = placement.reasons[-1] if placement.reasons else ""  # the NVLink placer's repair note comes last
+    text = f"{what}: {len(moved)} pod(s) re-created ({', '.join(moved)})" + (f"; {note}" if note else "")
     failure.update(action=FailureAction.RESCHEDULED.value, costAfterMs=round(placement.cost.total_ms, 6))
     draft.set(
         placement=new.to_status(),
@@ -118,13 +163,52 @@ def repair_trays(ctx: PassContext, held: HeldJob, broken: list[tuple[TraySlot, s
         communicationCost=cost_to_status(placement.cost, request.cost_model),
         nodes=",".join(new.nodes),
         restarts=restarts,
-        lastFailure=failure,
     )
+    _record(held, failure, maintenance)
     draft.condition("Bound", "False", "Repairing", text, now)
     draft.condition("Placed", "True", "Repaired", f"{text}; now on {', '.join(new.nodes)}", now)
     actions.note("Normal", "Rescheduled", text)
-    actions.failure_action = FailureAction.RESCHEDULED
+    actions.failure_action = None if maintenance else FailureAction.RESCHEDULED
     return new
+
+
+def _record(held: HeldJob, failure: dict[str, object], maintenance: bool) -> None:
+    """``status.lastFailure``, or ``status.lastDrain`` for a drain (the last real failure stays)."""
+    kept = {k: v for k, v in failure.items() if v is not None}
+    held.actions.draft.set(**({"lastDrain": kept} if maintenance else {"lastFailure": kept}))
+
+
+def _requeue(
+    ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int, maintenance: bool
+) -> None:
+    """The core said Requeue: the job's GPUs are already freed in the view. Broken hardware is not the job's
+    fault: it keeps its place unless its queue's requeueOrder says Back; a drained job always keeps it."""
+    actions, job, now = held.actions, held.job, ctx.now
+    draft = actions.draft
+    what = "move off the drained trays" if maintenance else "repair"
+    message = f"no room to {what} inside the NVLink cliques: {why}; back in the queue"
+    failure.update(action=FailureAction.REQUEUED.value)
+    draft.apply(Event.REQUEUED, "Requeued", message, now)
+    queued_at = (
+        job.queued_at if maintenance else requeue_stamp(ctx.queues.get(held.request.queue), True, job.queued_at, now)
+    )
+    draft.set(placement=None, communicationCost=None, nodes=None, restarts=restarts, queuedAt=queued_at)
+    _record(held, failure, maintenance)
+    actions.note("Normal" if maintenance else "Warning", "Requeued", message)
+    actions.failure_action = None if maintenance else FailureAction.REQUEUED
+    delete_all(actions, held.pods, ctx.view.nodes, "job requeued after a tray failed")
+
+
+def _give_up(ctx: PassContext, held: HeldJob, why: str, failure: dict[str, object], restarts: int) -> None:
+    """The core said GiveUp (maxRestarts reached, or no room with onUnplaceable: Fail): GPUs already freed."""
+    actions, now = held.actions, ctx.now
+    failure.update(action=FailureAction.FAILED.value)
+    actions.draft.apply(Event.GAVE_UP, "GaveUp", why, now)
+    actions.draft.set(restarts=restarts, completionTime=now)
+    _record(held, failure, False)
+    actions.note("Warning", "Failed", why)
+    actions.failure_action = FailureAction.FAILED
+    delete_all(actions, held.pods, ctx.view.nodes, "job failed")
 
 
 def restart_failed_trays(ctx: PassContext, held: HeldJob, failed: Sequence[PodInfo]) -> PlacementRecord | None:
