@@ -1,11 +1,12 @@
 """One elastic job through both shells: the operator's passes and the simulator's engine ask the core's
-``admission_size``, ``plan_growth`` and ``drop_instead`` the same questions and get the same answers, GPU
-ids included.
+``admission_size``, ``plan_growth``, ``drop_instead`` and ``counts_as_restart`` the same questions and get the
+same answers, GPU ids included.
 
 Three 8-GPU nodes; a rigid one-node job holds one; an elastic TP8 job (1..3 replicas) arrives, is admitted at
 2, and grows to 3 next to the others when the rigid job ends. Then a failure: an elastic job of 2..3 fills
 the three nodes, the node of its replica 1 fails with no spare, and both shells drop that replica and keep
-the others where they are (the simulator then grows it back when the node is repaired)."""
+the others where they are (the simulator then grows it back when the node is repaired). Then four
+loss-and-heal cycles and a loss at min: both shells count five drops and one restart."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from paralleljob.k8s.plan import elastic as operator_growth
 from paralleljob.k8s.plan import elastic_admission as operator_admission
 from paralleljob.k8s.plan import failures as operator_failures
 from paralleljob.sim.cluster.failures import Failure, Scope
+from paralleljob.sim.run import disruptions as sim_disruptions
 from paralleljob.sim.run import elastic as sim_elastic
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
@@ -137,3 +139,65 @@ def test_a_node_failure_with_no_spare_drops_the_same_replica_in_both_shells(monk
     job = simulation.jobs[KEY]
     assert job.drops == 1 and job.requeues == 0 and job.finished is not None
     assert job.resizes == 2  # dropped to 2, grew back to 3 once the node was repaired
+
+
+def _spy_counts(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tuple[str, str, bool]]:
+    seen: list[tuple[str, str, bool]] = []
+
+    def counts(kind: Any, outcome: Any) -> bool:
+        counted = elastic_failure.counts_as_restart(kind, outcome)
+        seen.append((kind.hardware, type(outcome).__name__, counted))
+        return counted
+
+    monkeypatch.setattr(module, "counts_as_restart", counts)
+    return seen
+
+
+def test_both_shells_count_drops_apart_from_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An elastic TP8 job of 2..3 replicas fills three 8-GPU nodes (the default maxRestarts 3). Four times a
+    # node is lost and healed: each loss drops a replica, each heal grows it back, and no restart is counted.
+    # Then two nodes go at once: the second loss finds the job at min, the policy requeues it, one restart.
+    # Both shells ask the core's counts_as_restart the same questions and end with the same counts.
+    operator_seen = _spy_counts(monkeypatch, operator_failures)
+    names = [f"gpu-node-{i:03d}" for i in range(3)]
+    fc = FakeCluster([node(n) for n in names])
+    body = paralleljob("el", 8, 1, 3, memory=0.0)
+    body["spec"]["parallelism"].update(minData=2, maxData=3)
+    fc.add_job(body)
+    fc.settle(3)
+    for cycle in range(4):
+        name = names[cycle % 3]
+        fc.nodes[name] = node(name, ready=False)
+        fc.settle(3)
+        assert fc.job(KEY)["status"]["replicas"] == 2
+        fc.nodes[name] = node(name)
+        fc.settle(3)
+        assert fc.job(KEY)["status"]["replicas"] == 3
+    for name in names[:2]:
+        fc.nodes[name] = node(name, ready=False)
+        fc.settle(3)
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Queued"
+    assert (status["restarts"], status["elastic"]["drops"]) == (1, 5)
+    assert operator_seen == [(True, "Resize", False)] * 5 + [(True, "Requeue", True)]
+
+    view = fc.last_view
+    assert view is not None and view.state is not None
+    topology = view.state.topology
+    monkeypatch.undo()
+    sim_seen = _spy_counts(monkeypatch, sim_disruptions)
+    spec = parse_job(body).request.spec  # type: ignore[union-attr]
+    trace = [TraceJob(KEY, 0.0, 200_000.0, 24, shape=(8, 1, 3), model=spec.model)]
+
+    def loss(at: float, name: str) -> Failure:
+        return Failure(at, node=topology.node_names.index(name), cause="NIC", scope=Scope.NODE, gpu_index=0,
+                       repair_s=500.0)
+
+    failures = [loss(2_000.0 * (c + 1), names[c % 3]) for c in range(4)]
+    failures += [loss(10_000.0, names[0]), loss(10_100.0, names[1])]
+    config = SimConfig(elastic=0.5, check_invariants=True, scripted_failures=tuple(failures))
+    simulation = Simulation(topology, trace, config)
+    simulation.run()
+    assert sim_seen == operator_seen
+    job = simulation.jobs[KEY]
+    assert (job.restarts, job.drops) == (1, 5) and job.finished is not None

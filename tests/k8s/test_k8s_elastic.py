@@ -1,6 +1,7 @@
 """Elastic jobs through the operator's pure pass (FakeCluster): admitted at the largest size that fits,
 grown next to the others when room frees, shrunk for a higher-priority rigid job by a growth replica, a
-broken replica dropped without moving the others, scaled by spec.parallelism.data."""
+broken replica dropped without moving the others (a drop, not a restart: maxRestarts never fails a job that
+keeps minData), scaled by spec.parallelism.data."""
 
 from __future__ import annotations
 
@@ -100,6 +101,72 @@ def test_node_failure_drops_the_replica_and_keeps_the_others() -> None:
     fc.nodes[other] = node(other, leaf="leaf-0")
     fc.settle(4)
     assert fc.job(KEY)["status"]["replicas"] == 3
+
+
+def _lose(fc: FakeCluster, name: str) -> None:
+    fc.nodes[name] = node(name, ready=False, leaf="leaf-0")
+
+
+def _heal(fc: FakeCluster, name: str) -> None:
+    fc.nodes[name] = node(name, leaf="leaf-0")
+
+
+def test_drops_above_min_are_not_restarts_so_loss_and_heal_cycles_never_fail_the_job() -> None:
+    # data 4, minData 2, the default maxRestarts 3, four nodes and nothing spare: every node loss drops a
+    # replica and every heal grows it back. A drop restarts no pod, so the fourth loss (and the tenth) is
+    # dropped like the first instead of failing the job at maxRestarts with three healthy replicas.
+    fc = _cluster(4)
+    fc.add_job(_elastic())
+    fc.settle(3)
+    assert fc.job(KEY)["status"]["replicas"] == 4
+    for cycle in range(1, 5):
+        victim = sorted(_pods(fc).values())[cycle % 4]
+        _lose(fc, victim)
+        fc.settle(3)
+        status = fc.job(KEY)["status"]
+        assert status["phase"] == "Running" and status["replicas"] == 3, (cycle, status.get("message"))
+        assert status["lastFailure"]["action"] == "DroppedReplica"
+        assert status.get("restarts", 0) == 0 and status["elastic"]["drops"] == cycle
+        _heal(fc, victim)
+        fc.settle(3)
+        assert fc.job(KEY)["status"]["replicas"] == 4
+    assert sum(k == KEY and r == "DroppedReplica" for k, r, _ in fc.events) == 4  # a Normal Event each
+
+
+def test_a_loss_at_min_data_is_a_failure_and_counts_a_restart() -> None:
+    fc = _cluster(4)
+    fc.add_job(_elastic())
+    fc.settle(3)
+    nodes = sorted(_pods(fc).values())
+    for name in nodes[:2]:  # 4 -> 3 -> 2 replicas: drops, no restart
+        _lose(fc, name)
+        fc.settle(3)
+    status = fc.job(KEY)["status"]
+    assert status["replicas"] == 2 and status.get("restarts", 0) == 0 and status["elastic"]["drops"] == 2
+    _lose(fc, nodes[2])  # at minData: the failure policy (Requeue) applies and counts a restart
+    fc.settle(2)
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Queued" and status["restarts"] == 1 and status["elastic"]["drops"] == 2
+    assert status["lastFailure"]["action"] == "requeued"
+
+
+def test_a_drop_is_still_taken_at_the_restart_limit() -> None:
+    # maxRestarts 0: any repair would fail the job, but a drop restarts no pod, so the limit does not forbid it
+    fc = _cluster(3)
+    body = _elastic()
+    body["spec"]["failurePolicy"]["maxRestarts"] = 0
+    fc.add_job(body)
+    fc.settle(3)
+    _lose(fc, sorted(_pods(fc).values())[0])
+    fc.settle(3)
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 2 and status.get("restarts", 0) == 0
+    # at min, the limit stands: the job fails without counting a restart that does not happen
+    _lose(fc, sorted(_pods(fc).values())[0])
+    fc.settle(2)
+    status = fc.job(KEY)["status"]
+    assert status["phase"] == "Failed" and "maxRestarts 0 reached" in status["message"]
+    assert status.get("restarts", 0) == 0 and status["elastic"]["drops"] == 1
 
 
 def test_scale_changes_the_desired_size() -> None:

@@ -21,6 +21,7 @@ class JobStatus:
     raw: Mapping[str, Any] = field(default_factory=dict)
     phase: Phase = Phase.PENDING  # an unknown phase reads as Pending (the next pass writes a real one)
     restarts: int = 0
+    drops: int = 0  # an elastic job's failures carried out by dropping replicas (status.elastic.drops)
     placement_epoch: int = 0  # placements the job has had; the next one is this plus one
     queued_at: str = ""  # when it (re)entered the queue; "" if never written (JobObject.queued_at: its creation)
     start_time: str = ""  # when it last started running; "" if it never has
@@ -51,10 +52,12 @@ def parse_status(status: object, record_epoch: int | None) -> JobStatus:
     if epoch is None:
         epoch = record_epoch if record_epoch is not None else 0
     conditions = raw.get("conditions")
+    elastic = raw.get("elastic")
     return JobStatus(
         raw=raw,
         phase=phase,
         restarts=_count(raw.get("restarts")) or 0,
+        drops=(_count(elastic.get("drops")) if isinstance(elastic, Mapping) else None) or 0,
         placement_epoch=epoch,
         queued_at=str(raw.get("queuedAt") or ""),
         start_time=str(raw.get("startTime") or ""),

@@ -184,9 +184,13 @@ def holding(job: JobObject, groups: tuple[tuple[int, ...], ...], preemptible: bo
 
 
 def drop_on_failure(ctx: PassContext, held: HeldJob, drop: Resize, message: str) -> PlacementRecord:
-    """Carry out the core's drop (``core/elastic_failure.drop_instead``: the repair found no room and the job
-    stays at or above min): the kept replicas keep their pods and GPUs."""
-    return commit_resize(ctx, held, drop, "DroppedReplica", message)
+    """Carry out the core's drop (``core/elastic_failure.drop_instead``: the policy would take the job off its
+    GPUs and it stays at or above min): the kept replicas keep their pods and GPUs. Counted in
+    ``status.elastic.drops``, not in ``status.restarts`` (``counts_as_restart``)."""
+    new = commit_resize(ctx, held, drop, "DroppedReplica", message)
+    draft = held.actions.draft
+    draft.set(elastic={**(draft.data.get("elastic") or {}), "drops": held.job.status.drops + 1})
+    return new
 
 
 def note_membership(actions: JobActions) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from paralleljob.core.cost import CostBreakdown, cost_model
-from paralleljob.core.elastic_failure import drop_instead
+from paralleljob.core.elastic_failure import counts_as_restart, drop_instead
 from paralleljob.core.eligibility import NodeFilter, restricted, within_domain
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.recovery import RecoveryStrategy
@@ -133,7 +133,6 @@ def handle(
         draft.apply(event, breakage.kind, breakage.message, now)
     actions.note("Normal" if maintenance else "Warning", breakage.kind, breakage.message)
     actions.recovery_started = not maintenance  # the recovery-time metric is about failures
-    restarts = job.restarts if maintenance else job.restarts + 1
     failure: dict[str, object] = {
         "time": now,
         "kind": breakage.kind.value,
@@ -152,19 +151,19 @@ def handle(
     drop = drop_instead(
         view.state, request.spec, held_groups, request.elastic, decision, breakage.hardware, breakage.slots
     )
+    restarts = job.restarts + counts_as_restart(breakage.kind, drop or decision)  # a drop is not a restart
     if drop is not None:
         dropped = drop_on_failure(ctx, held, drop, f"after: {breakage.message}")
-        if dropped is not None:
-            after = round(dropped.cost.total_ms, 6) if dropped.cost else None
-            failure.update(action="DroppedReplica", costAfterMs=after)
-            draft.set(restarts=restarts)
-            _record(draft, failure, maintenance)
-            draft.condition("Placed", "True", "DroppedReplica", f"shrank to {dropped.dp} replicas", now)
-            return dropped
+        after = round(dropped.cost.total_ms, 6) if dropped.cost else None
+        failure.update(action="DroppedReplica", costAfterMs=after)
+        draft.set(restarts=restarts)
+        _record(draft, failure, maintenance)
+        draft.condition("Placed", "True", "DroppedReplica", f"shrank to {dropped.dp} replicas", now)
+        return dropped
     if isinstance(decision, GiveUp):
         why = "; ".join(decision.reasons)
-        if decision.reason is GiveUpReason.MAX_RESTARTS:  # this failure is not a restart: none happens
-            _give_up(ctx, held, f"{breakage.message}; {why}", failure, job.restarts)
+        if decision.reason is GiveUpReason.MAX_RESTARTS:
+            _give_up(ctx, held, f"{breakage.message}; {why}", failure, restarts)
         else:
             _give_up(ctx, held, f"no room to repair: {why}", failure, restarts)
         return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from paralleljob.core.cluster import Allocation, GPUHealth
+from paralleljob.core.elastic_failure import counts_as_restart
 from paralleljob.core.fifo import keeps_place
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
@@ -23,7 +24,6 @@ from paralleljob.core.repair import (
     FailureKind,
     FailureReport,
     GiveUp,
-    GiveUpReason,
     Requeue,
     best_placement_now,
     decide_repair,
@@ -124,11 +124,12 @@ def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, .
         sim._room_epoch += 1  # its healthy GPUs may have been freed
         if new is not None:
             sim._count(new, +1)
-    if elastic.drop_on_failure(sim, job, old, decision, kind, groups):
-        restart(sim, job)  # the kept replicas restart where they are, at the smaller size
+    drop = elastic.drop_on_failure(sim, job, old, decision, kind, groups)
+    job.restarts += counts_as_restart(kind, drop or decision)  # the operator's count (core.elastic_failure)
+    if drop is not None:
+        restart(sim, job)  # the kept replicas' workers restart where they are, at the smaller size
         return
     if isinstance(decision, GiveUp):
-        job.restarts += decision.reason is GiveUpReason.NO_ROOM  # the operator counts it as a restart
         job.step(Step.GAVE_UP)
         job.gave_up = "; ".join(decision.reasons)
         sim.tally.gave_up += 1
@@ -136,7 +137,6 @@ def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, .
         sim._dearer.discard(job.job_id)
         sim._request_schedule()
         return
-    job.restarts += 1
     if isinstance(decision, Requeue):
         if not keeps_place(sim.config.requeue_order, kind.hardware):  # the operator's rule (core.fifo)
             job.order, job.queued_s = sim._next_rank, sim.clock.now()  # the back of the line

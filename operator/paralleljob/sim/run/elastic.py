@@ -16,10 +16,11 @@ Taking growth replicas for a higher-priority job (``shrink_for``: highest replic
 first, before any whole gang) happens in both queue paths: the built-in queues' pass asks it for a rigid job
 that does not fit (:func:`take_growth_replicas`, as the operator's FIFO admission does), the core queue
 policies' pass returns it as a ``ShrinkReplicas`` decision (:func:`ranges_for_pass` gives it the ranges).
-A replica that loses hardware with no room to repair it is dropped while the job keeps its minimum
-(``elastic_failure.drop_instead``, the operator's rule, :func:`drop_on_failure`); the kept replicas restart
-where they are, paying ``--restart-overhead``, with the work since the last checkpoint lost as for any
-failure. A shrink pays ``--resize-overhead`` and loses nothing (the grace period of a preemption).
+A replica that loses hardware with no room to repair it (or at the restart limit) is dropped while the job
+keeps its minimum (``elastic_failure.drop_instead``, the operator's rule, :func:`drop_on_failure`); the kept
+replicas' workers restart where they are, paying ``--restart-overhead``, with the work since the last
+checkpoint lost as for any failure, but the drop is not one of the job's restarts (``counts_as_restart``). A
+shrink pays ``--resize-overhead`` and loses nothing (the grace period of a preemption).
 """
 
 from __future__ import annotations
@@ -178,22 +179,21 @@ def ranges_for_pass(sim: Simulation, queue: CoreQueue) -> dict[str, ElasticRange
 def drop_on_failure(
     sim: Simulation, job: SimJob, held: Allocation, decision: RepairDecision, kind: FailureKind,
     broken_groups: tuple[int, ...],
-) -> bool:
-    """Drop the broken replicas instead of ``decision`` (the operator's rule, ``drop_instead``); whether it
-    did. The caller restarts the kept replicas."""
+) -> Resize | None:
+    """Drop the broken replicas instead of ``decision`` (the operator's rule, ``drop_instead``); the drop, or
+    None when ``decision`` stands. The caller restarts the kept replicas."""
     resize = drop_instead(
         sim.state, job.spec, held.groups, job.elastic, decision, kind is not FailureKind.WORKER, broken_groups
     )
     if resize is None:
-        return False
+        return None
     sim._allocate(Allocation(job.job_id, resize.groups, job.spec.memory_per_gpu_gb))
     job.spec = resized(job.spec, resize.after)
     job.resizes += 1
-    job.drops += 1
-    job.restarts += 1  # the operator counts the failure as a restart too
+    job.drops += 1  # not a restart (core.elastic_failure.counts_as_restart), as in the operator
     job.step(Step.REPAIRED)
     sim._placed(job, resize.groups, _cost(sim, job, resize.groups))
-    return True
+    return resize
 
 
 def _cost(sim: Simulation, job: SimJob, groups: tuple[tuple[int, ...], ...]) -> float:
