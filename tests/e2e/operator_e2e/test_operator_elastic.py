@@ -110,6 +110,8 @@ def test_elastic_job_starts_at_what_fits_grows_shrinks_and_scales(
     chaos.make_node_not_ready(kept_nodes[victim_pod])
     status = replicas(pjs, "el", 2)
     assert status["lastFailure"]["action"] == "DroppedReplica"
+    # a drop restarts no pod: it is counted apart and never brings the job nearer maxRestarts
+    assert status.get("restarts", 0) == 0 and status["elastic"]["drops"] == 1, status
     assert {n: u for n, u in uids(pjs, "el").items()} == {n: u for n, u in kept.items() if n != victim_pod}
     pjs.wait_events("el", {"DroppedReplica"})
     host = next(s["name"] for s in status["placement"]["pods"] if s["nodeRank"] == 0)
