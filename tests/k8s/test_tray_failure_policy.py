@@ -173,3 +173,25 @@ def test_a_tray_drained_now_moves_at_once_even_at_max_restarts() -> None:
     assert st["phase"] != "Failed" and st.get("restarts", 0) == 0, st
     assert "at once (drain --now)" in st["lastDrain"]["message"]
     assert record.trays[0].node not in _record(fc).nodes
+
+
+def test_a_tray_repair_keeps_to_the_nodes_the_job_selects() -> None:
+    """A broken tray's replacement honours the job's nodeSelector, as an HGX repair does: with no spare left
+    in the selected clique the job waits for room there instead of being re-placed on the other rack."""
+    nodes = [
+        node(f"r{r}-t{t:02d}", 4, leaf=f"leaf-r{r}", product="NVIDIA-GB200", labels={cd.CLIQUE_LABEL: f"uuid.{r}"})
+        for r, trays in ((0, 4), (1, 6))
+        for t in range(trays)
+    ]
+    fc = FakeCluster(nodes)
+    template = {"spec": {"nodeSelector": {cd.CLIQUE_LABEL: "uuid.0"}, "containers": [{"name": "t", "image": "x"}]}}
+    record = _running(fc, extra_spec={"template": template})
+    assert {t.clique for t in record.trays} == {"uuid.0"}, record.trays
+    _not_ready(fc, record.trays[0].node)
+    for _ in range(3):
+        fc.step()
+    st = _status(fc)
+    placed = (st.get("placement") or {}).get("pods") or []
+    assert not any(p["node"].startswith("r1-") for p in placed), placed
+    assert not any((p.get("spec") or {}).get("nodeName", "").startswith("r1-") for p in fc.job_pods(KEY))
+    assert st["phase"] in ("Queued", "Pending"), st["phase"]

@@ -640,7 +640,8 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
         view.state.release(job.key)
         return None
     if record.trays and (broken := broken_trays(view, record)):
-        repaired = repair_trays(ctx, HeldJob(actions, job, request, record, pods), broken)
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
+        repaired = repair_trays(ctx, HeldJob(actions, job, request, record, pods), broken, node_filter)
         if repaired is not None:
             sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
         return None
@@ -658,10 +659,10 @@ def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[
             sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
         return None
     if drained := off_drained(ctx, HeldJob(actions, job, request, record, pods), names):
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
         if record.trays:
-            moved = repair_trays(ctx, HeldJob(actions, job, request, record, pods), drained)
+            moved = repair_trays(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
         else:
-            node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
             moved = handle(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
         if moved is not None:
             sync_pods(actions, job, request, moved, pods, view.nodes, ctx.gpu_holders)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from paralleljob.core.cluster import Allocation, GPUHealth
 from paralleljob.core.cost import CostModel, cost_model
+from paralleljob.core.eligibility import NodeFilter, restricted, within_domain
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event
@@ -97,11 +98,13 @@ def _groups_on(view: ClusterView, key: str, nodes: Sequence[str]) -> tuple[int, 
     return tuple(g for g, group in enumerate(allocation.groups) if any(names[gpu_node[x]] in on for x in group))
 
 
-def repair_trays(ctx: PassContext, held: HeldJob, breakage: Breakage) -> PlacementRecord | None:
+def repair_trays(
+    ctx: PassContext, held: HeldJob, breakage: Breakage, node_filter: NodeFilter | None = None
+) -> PlacementRecord | None:
     """Carry out the core's failure decision for ``breakage`` (``slots``: indices in ``record.trays``): the
     broken trays' pods move (or the job is re-placed), or the job goes back in the queue, or fails. Returns
     the new record, None when the job left the cluster. Mutates the view's state (the job's GPUs move, or are
-    freed)."""
+    freed). ``node_filter``: the nodes the job's template allows; moved trays go only there, as on HGX nodes."""
     actions, job, request, record, view, now = held.actions, held.job, held.request, held.record, ctx.view, ctx.now
     draft, policy, kind = actions.draft, request.failure, breakage.kind
     maintenance = kind.maintenance
@@ -122,10 +125,12 @@ def repair_trays(ctx: PassContext, held: HeldJob, breakage: Breakage) -> Placeme
     model = cost_model(request.cost_model)
     report = FailureReport(kind, _groups_on(view, job.key, breakage.nodes), job.restarts)
     topology = nvlink_topology(view)
+    in_use = (view.node_index[t.node] for t in record.trays if t.node in view.node_index)
+    allowed = within_domain(node_filter, in_use)
     if topology is None:
         decision = decide_repair(view.state, _NoCliques(), spec, model, policy, report)
     else:
-        with seen_as(view.state, topology) as state:
+        with seen_as(view.state, topology) as state, restricted(state, spec, allowed):
             placer = NVLinkPlacer(state, TRAY_PLACER, 0, request.rank_order)
             decision = decide_repair(state, placer, spec, model, policy, report)
     if isinstance(decision, GiveUp):
