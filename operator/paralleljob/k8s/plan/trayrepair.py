@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from paralleljob.core.cluster import Allocation, GPUHealth
 from paralleljob.core.cost import CostModel, cost_model
+from paralleljob.core.elastic_failure import counts_as_restart
 from paralleljob.core.eligibility import NodeFilter, restricted, within_domain
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
@@ -111,7 +112,6 @@ def repair_trays(
     draft.apply(Event.DRAINED if maintenance else Event.HARDWARE_FAILED, kind, breakage.message, now)
     actions.note("Normal" if maintenance else "Warning", kind, breakage.message)
     actions.recovery_started = not maintenance  # the recovery-time metric is about failures
-    restarts = job.restarts if maintenance else job.restarts + 1  # one per repair, as on HGX (failures.handle)
     failure: dict[str, object] = {
         "time": now,
         "kind": kind.value,
@@ -133,12 +133,12 @@ def repair_trays(
         with seen_as(view.state, topology) as state, restricted(state, spec, allowed):
             placer = NVLinkPlacer(state, TRAY_PLACER, 0, request.rank_order)
             decision = decide_repair(state, placer, spec, model, policy, report)
+    restarts = job.restarts + counts_as_restart(kind, decision)  # the one rule, as on HGX (failures.handle)
     if isinstance(decision, GiveUp):
         why = "; ".join(decision.reasons)
-        if decision.reason is GiveUpReason.MAX_RESTARTS:  # this failure is not a restart: none happens
-            _give_up(ctx, held, f"{breakage.message}; {why}", failure, job.restarts)
-        else:
-            _give_up(ctx, held, f"no room to repair inside the NVLink cliques: {why}", failure, restarts)
+        at_limit = decision.reason is GiveUpReason.MAX_RESTARTS
+        text = f"{breakage.message}; {why}" if at_limit else f"no room to repair inside the NVLink cliques: {why}"
+        _give_up(ctx, held, text, failure, restarts)
         return None
     if isinstance(decision, Requeue):
         _requeue(ctx, held, failure, "; ".join(decision.reasons), restarts, maintenance)
