@@ -255,7 +255,8 @@ def restart_failed_trays(ctx: PassContext, held: HeldJob, failed: Sequence[PodIn
     restarted = [t.name for t in new.trays if t.incarnation == epoch]
     text = f"{'whole gang' if whole else f'{len(restarted)} tray pod(s)'} restarted on the same trays"
     failure.update(action=FailureAction.RESCHEDULED.value)
-    draft.set(placement=new.to_status(), placementEpoch=epoch, restarts=job.restarts + 1, lastFailure=failure)
+    restarts = job.restarts + counts_as_restart(FailureKind.WORKER, decision)
+    draft.set(placement=new.to_status(), placementEpoch=epoch, restarts=restarts, lastFailure=failure)
     draft.condition("Bound", "False", "Repairing", text, now)
     actions.note("Normal", "Rescheduled", f"{text} ({', '.join(restarted)})")
     actions.failure_action = FailureAction.RESCHEDULED
