@@ -21,7 +21,8 @@ from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
-from paralleljob.k8s.plan.decide import ACTIVE, Observed, decide
+from paralleljob.k8s.plan.decide import Observed, decide
+from paralleljob.k8s.plan.jobdecision import ACTIVE
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import wait_message_changed
 from paralleljob.k8s.plan.waiting import WaitingMemo

@@ -1,11 +1,15 @@
-"""One reconcile pass, as a pure function: objects in, a :class:`Plan` out.
+"""One reconcile pass: the observed objects and the kept cluster view in, a :class:`Plan` out.
 
-Every ParallelJob is compared with its recorded placement and the pods that exist; running jobs are
-checked for broken hardware and crashed workers first (repairs go before new admissions), preemptions
-whose grace period ended are finished, then queued jobs are admitted on what is left: by the operator's
-strict FIFO per queue (no policy), or by the core's queueing pass (fair share, backfill, preemption).
-Nothing here talks to the API; the executor carries the plan out, status first. A job whose decision
-raises is reported and skipped, so one bad object never stops the rest.
+Every ParallelJob is compared with its recorded placement and the pods that exist (``jobdecision.py``);
+running jobs are checked for broken hardware and crashed workers first (repairs go before new admissions),
+preemptions whose grace period ended are finished, then queued jobs are admitted on what is left: by the
+operator's strict FIFO per queue (no policy), or by the core's queueing pass (fair share, backfill,
+preemption). Nothing here talks to the API; the executor carries the plan out, status first. A job whose
+decision raises is reported and skipped, so one bad object never stops the rest.
+
+The pass is not a pure function of its inputs: it allocates and releases GPUs in the view's state as it
+decides (the reconciler takes those trial allocations back after the pass), and it updates the waiting memo
+it is handed (``waiting.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from paralleljob.core.lifecycle import Event, Phase
+from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.queueing import QueuePolicy, RunningJob
 from paralleljob.k8s.edge.config import TopologyConfig
@@ -29,18 +33,11 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.draining import off_drained
-from paralleljob.k8s.plan.elastic import (
-    at_current_size,
-    note_membership,
-    resize_running,
-    rigid_waiting,
-    write_status,
-)
+from paralleljob.k8s.plan.elastic import at_current_size, note_membership, rigid_waiting
 from paralleljob.k8s.plan.eligibility import Eligibility
-from paralleljob.k8s.plan.failures import detect, handle
 from paralleljob.k8s.plan.fifo_admission import admit_all
 from paralleljob.k8s.plan.groupclaims import reservations
+from paralleljob.k8s.plan.jobdecision import ACTIVE, decide_job
 from paralleljob.k8s.plan.lazy import Lazy
 from paralleljob.k8s.plan.metrics_model import queue_book, queue_statuses
 from paralleljob.k8s.plan.nodenotes import node_warnings
@@ -50,18 +47,12 @@ from paralleljob.k8s.plan.podgroups import (
     adopting_manifest,
     by_group,
     finish_group,
-    hold_for_claims,
-    hold_until_complete,
-    observe_group,
-    slot_pods,
     successors,
 )
-from paralleljob.k8s.plan.podsync import delete_all, gpu_holders, must_force, observe, sync_pods
+from paralleljob.k8s.plan.podsync import gpu_holders, must_force
 from paralleljob.k8s.plan.policy_admission import admit_with_core
-from paralleljob.k8s.plan.preempting import continue_preemption, making_room, pending_deadlines
-from paralleljob.k8s.plan.reoptimizing import reconsider
+from paralleljob.k8s.plan.preempting import making_room, pending_deadlines
 from paralleljob.k8s.plan.status import StatusDraft
-from paralleljob.k8s.plan.trayrepair import broken_trays, repair_trays, restart_failed_trays
 from paralleljob.k8s.plan.ttl import expire
 from paralleljob.k8s.plan.waiting import (
     WAITING,
@@ -75,10 +66,6 @@ from paralleljob.k8s.plan.waiting import (
     triage,
 )
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
-
-# A tuple, not a set: ``in`` then compares identities, where a set hashes the member (Enum's __hash__ is Python
-# code) -- it is asked for every job of every pass.
-ACTIVE = (Phase.PLACING, Phase.RUNNING, Phase.RECOVERING)
 
 
 @dataclass(frozen=True)
@@ -383,7 +370,7 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, 
             # that fits keeps its GPUs in this pass's trial state; the next pass decides it for real.
             book.scratch[job.key] = _fresh(job)
             try:
-                entry = _decide_job(ctx, book.scratch[job.key], job)
+                entry = decide_job(ctx, book.scratch[job.key], job)
             except Exception:  # reported by the pass that decides it for real, once its write has landed
                 continue
             if entry is not None:
@@ -397,7 +384,7 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, 
             continue
         actions = book.actions_for(job)
         try:
-            entry = _decide_job(ctx, actions, job)
+            entry = decide_job(ctx, actions, job)
         except Exception as exc:  # one bad object must not stop the others, and its status says why
             plan.warnings.append(f"could not reconcile {job.key}: {exc!r}")
             broken = _fresh(job)
@@ -447,7 +434,7 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
         line.memo.sorted_out.quiet,
         lambda queue: (observed.queues.get(queue), line.in_use.get(queue, 0)),
         ctx.view.state,
-        lambda job: _decide_job(ctx, book.actions_for(job), job),
+        lambda job: decide_job(ctx, book.actions_for(job), job),
         lambda entries, blocked: admit_all(ctx, entries, line.in_use, strict_fifo, blocked),
         line.memo.sorted_out.deferred,
         observed.background_room,
@@ -521,178 +508,3 @@ def _rememberable(
         )
         out[job.key] = (job, keep)
     return out
-
-
-def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
-    draft.set(observedGeneration=job.generation)
-    if any(c.get("type") == "ReconcileError" and c.get("status") == "True" for c in job.status.conditions):
-        draft.condition("ReconcileError", "False", "Resolved", "handled normally again", now)
-    if job.request is not None:
-        spec = job.request.spec
-        draft.set(shape=f"{spec.tp}x{spec.pp}x{spec.dp}", gpus=spec.num_gpus)
-        accepted = job.status.condition("Accepted")
-        if accepted and accepted.get("status") == "True" and "waits for room" in str(accepted.get("message")):
-            # accepted by an older operator, whose Accepted condition said "waits for room" for the job's life
-            message = f"{spec.describe()} accepted into queue {job.request.queue}"
-            draft.condition("Accepted", "True", "Valid", message, now)
-    draft.data.setdefault("restarts", 0)
-    if job.request is not None and job.request.elastic is not None:
-        running = job.record.dp if job.record is not None and draft.phase in ACTIVE else 0
-        write_status(draft, job.request.elastic, running, None)
-
-
-def _fail_invalid(actions: JobActions, why: str, now: str) -> None:
-    draft = actions.draft
-    reason = actions.job.invalid_reason
-    if draft.phase is Phase.PLACING:
-        draft.apply(Event.BIND_FAILED, reason, why, now)
-    if draft.phase in (Phase.PENDING, Phase.QUEUED):
-        draft.apply(Event.REJECTED, reason, why, now)
-    elif draft.phase in (Phase.RUNNING, Phase.RECOVERING):
-        draft.apply(Event.GAVE_UP, reason, why, now)
-    draft.set(completionTime=now)
-    actions.note("Warning", reason, why)
-
-
-def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo], why: str, now: str) -> None:
-    """The job's placement cannot be used (its record is unreadable, or its gang could not be bound)."""
-    draft = actions.draft
-    view.state.release(actions.job.key)
-    if draft.phase is Phase.PLACING:
-        draft.apply(Event.BIND_FAILED, "BindFailed", f"gang rolled back: {why}", now)
-    else:
-        if draft.phase is Phase.RUNNING:
-            draft.apply(Event.HARDWARE_FAILED, "PlacementLost", why, now)
-        draft.apply(Event.REQUEUED, "Requeued", f"placement lost: {why}", now)
-    draft.set(placement=None, communicationCost=None, nodes=None, queuedAt=now)
-    actions.note("Warning", "RolledBack", why)
-    delete_all(actions, pods, view.nodes, "gang rolled back")
-
-
-def _decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[JobObject, JobRequest] | None:
-    """Decide one job; returns it when it should try admission this pass."""
-    view, eligibility, now, now_s = ctx.view, ctx.eligibility, ctx.now, ctx.now_s
-    pods = ctx.pods_of(job)
-    draft = actions.draft
-    if job.deleting:
-        delete_all(actions, pods, view.nodes, "ParallelJob is being deleted")
-        return None
-    _base_fields(draft, job, now)
-    request = job.request
-    if request is None:
-        if not draft.phase.terminal:
-            _fail_invalid(actions, job.invalid, now)
-            view.state.release(job.key)
-        delete_all(actions, pods, view.nodes, "invalid ParallelJob")
-        return None
-    if draft.phase is Phase.FAILED:
-        delete_all(actions, pods, view.nodes, "ParallelJob failed")
-        return None
-    if draft.phase is Phase.SUCCEEDED:
-        return None
-    if draft.phase is Phase.PENDING:
-        draft.apply(Event.ACCEPTED, "Queued", f"{request.spec.describe()} waits for room in queue {request.queue}", now)
-        # The Accepted condition outlives the wait (it stays True while the job runs): it says what was
-        # accepted, not "waits for room", which a Running job would otherwise show for good.
-        accepted = f"{request.spec.describe()} accepted into queue {request.queue}"
-        draft.condition("Accepted", "True", "Valid", accepted, now)
-        # Its place in line is its creation, the order it already had before this first write: stamping the
-        # pass time here moved a new job from ahead of a just-accepted head to behind it between two passes.
-        draft.set(queuedAt=job.created or now)
-        actions.note("Normal", "Accepted", f"{request.spec.describe()} accepted")
-    if draft.phase is Phase.PREEMPTED:
-        # back in line at its old place (queuedAt unchanged), with its restart count
-        draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue at its place", now)
-        draft.set(queuedAt=job.status.queued_at or now)
-    if draft.phase is Phase.QUEUED:
-        if request.pod_group:
-            since = parse_time(str(draft.data.get("queuedAt") or job.queued_at)) or now_s
-            if not hold_until_complete(actions, request, pods, now, now_s, since):
-                return None
-            native = ctx.pod_groups.get(job.key)
-            if native is not None and not hold_for_claims(actions, native, ctx.resource_claims, now):
-                return None
-            return job, request
-        delete_all(actions, pods, view.nodes, "leftover of an earlier placement")
-        return job, request
-    # Placing, Running, Recovering: hold the recorded placement
-    record = job.record
-    if record is None or job.record_error:
-        _requeue_lost(actions, view, pods, job.record_error or "the status has no placement", now)
-        return None
-    if job.key in ctx.invalid_pods:
-        # The template itself is wrong (the API said 400/422): retrying cannot help, so fail with the reason.
-        why = f"the API server refused the job's pods: {ctx.invalid_pods[job.key]}; fix spec.template"
-        _requeue_lost(actions, view, pods, why, now)
-        draft.apply(Event.REJECTED, "InvalidPodTemplate", why, now)
-        draft.set(completionTime=now)
-        return None
-    if job.key in ctx.bind_failures:
-        _requeue_lost(actions, view, pods, ctx.bind_failures[job.key], now)
-        return None
-    if continue_preemption(actions, pods, view.nodes, ctx.jobs, now, now_s):
-        return None  # its GPUs stay held in this pass's view: its pods are still going away
-    seen = observe_group(record, pods) if request.pod_group else observe(record, pods, job.uid)
-    if request.pod_group and draft.phase is Phase.RUNNING and not pods:
-        # every pod of the group is gone (its owner was deleted or cleaned up): nothing holds the GPUs now
-        draft.apply(Event.COMPLETED, "PodGroupGone", "all pods of the group are gone", now)
-        draft.set(completionTime=now)
-        view.state.release(job.key)
-        return None
-    if record.trays and (broken := broken_trays(view, record)):
-        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
-        repaired = repair_trays(ctx, HeldJob(actions, job, request, record, pods), broken, node_filter)
-        if repaired is not None:
-            sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
-        return None
-    if record.trays and seen.failed and draft.phase is not Phase.PLACING:
-        restarted = restart_failed_trays(ctx, HeldJob(actions, job, request, record, pods), seen.failed)
-        if restarted is not None:
-            sync_pods(actions, job, request, restarted, pods, view.nodes, ctx.gpu_holders)
-        return None
-    names = {s.name: p.name for s, (_, p) in zip(record.slots, slot_pods(record, pods), strict=True) if p is not None}
-    breakage = None if record.trays else detect(view, job, record, seen.failed, names if request.pod_group else None)
-    if breakage is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
-        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
-        repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
-        if repaired is not None:
-            sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
-        return None
-    if drained := off_drained(ctx, HeldJob(actions, job, request, record, pods), names):
-        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
-        if record.trays:
-            moved = repair_trays(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
-        else:
-            moved = handle(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
-        if moved is not None:
-            sync_pods(actions, job, request, moved, pods, view.nodes, ctx.gpu_holders)
-        return None
-    if seen.bound == seen.total and not request.pod_group and not record.trays:  # trays: not re-optimised
-        node_filter = eligibility.filter_for(job.key, request.spec)
-        migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
-        if migrated is not None:
-            sync_pods(actions, job, request, migrated, pods, view.nodes, ctx.gpu_holders)
-            return None
-    sync_pods(actions, job, request, record, pods, view.nodes, ctx.gpu_holders)
-    if seen.bound == seen.total:
-        if draft.phase is Phase.PLACING:
-            draft.apply(Event.BOUND, "Running", f"all {seen.total} pods bound on {', '.join(record.nodes)}", now)
-            draft.set(startTime=draft.data.get("startTime") or now)
-            draft.condition("Healthy", "True", "Running", "all pods bound to healthy GPUs", now)
-            actions.gang_bound = True
-        elif draft.phase is Phase.RECOVERING:
-            draft.apply(
-                Event.REPAIRED, "Repaired", f"all {seen.total} pods bound again on {', '.join(record.nodes)}", now
-            )
-            actions.note("Normal", "Repaired", f"all {seen.total} pods bound on {', '.join(record.nodes)}")
-            actions.recovery_done = True
-        if seen.succeeded == seen.total and draft.phase is Phase.RUNNING:
-            draft.apply(Event.COMPLETED, "Completed", f"all {seen.total} workers succeeded", now)
-            draft.set(completionTime=now)
-            actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
-            view.state.release(job.key)
-        elif draft.phase is Phase.RUNNING and request.elastic is not None and not request.pod_group:
-            resized = resize_running(ctx, HeldJob(actions, job, request, record, pods), ctx.rigid_waiting())
-            if resized is not None:
-                sync_pods(actions, job, request, resized, pods, view.nodes, ctx.gpu_holders)
-    return None

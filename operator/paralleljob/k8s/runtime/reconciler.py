@@ -38,7 +38,8 @@ from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
-from paralleljob.k8s.plan.decide import ACTIVE, Observed, claims_of, decide, holds_gpus
+from paralleljob.k8s.plan.decide import Observed, claims_of, decide, holds_gpus
+from paralleljob.k8s.plan.jobdecision import ACTIVE
 from paralleljob.k8s.plan.metrics_model import gauges, queue_waits
 from paralleljob.k8s.plan.status import wait_message_changed
 from paralleljob.k8s.plan.waiting import WaitingMemo

@@ -1,0 +1,209 @@
+"""One job's step in a pass: what its object, its recorded placement and its pods say must happen now.
+
+A job being deleted, invalid or finished gets its pods deleted; a new one is accepted into its queue; a
+waiting one (and a pod group whose pods are all there) is handed back to try admission; a placed one keeps
+its placement, or is repaired (broken hardware, crashed workers, a drained node), moved to a better
+placement, resized (elastic), bound or completed. The decision is written into the job's ``JobActions``
+(status draft, pods to create or delete) and the pass's view state (GPUs released or taken); nothing here
+talks to the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from paralleljob.core.lifecycle import Event, Phase
+from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.queues import parse_time
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.draining import off_drained
+from paralleljob.k8s.plan.elastic import resize_running, write_status
+from paralleljob.k8s.plan.failures import detect, handle
+from paralleljob.k8s.plan.podgroups import hold_for_claims, hold_until_complete, observe_group, slot_pods
+from paralleljob.k8s.plan.podsync import delete_all, observe, sync_pods
+from paralleljob.k8s.plan.preempting import continue_preemption
+from paralleljob.k8s.plan.reoptimizing import reconsider
+from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.plan.trayrepair import broken_trays, repair_trays, restart_failed_trays
+from paralleljob.k8s.view.clusterview import ClusterView
+
+# A tuple, not a set: ``in`` then compares identities, where a set hashes the member (Enum's __hash__ is Python
+# code) -- it is asked for every job of every pass.
+ACTIVE = (Phase.PLACING, Phase.RUNNING, Phase.RECOVERING)
+
+
+def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
+    draft.set(observedGeneration=job.generation)
+    if any(c.get("type") == "ReconcileError" and c.get("status") == "True" for c in job.status.conditions):
+        draft.condition("ReconcileError", "False", "Resolved", "handled normally again", now)
+    if job.request is not None:
+        spec = job.request.spec
+        draft.set(shape=f"{spec.tp}x{spec.pp}x{spec.dp}", gpus=spec.num_gpus)
+        accepted = job.status.condition("Accepted")
+        if accepted and accepted.get("status") == "True" and "waits for room" in str(accepted.get("message")):
+            # accepted by an older operator, whose Accepted condition said "waits for room" for the job's life
+            message = f"{spec.describe()} accepted into queue {job.request.queue}"
+            draft.condition("Accepted", "True", "Valid", message, now)
+    draft.data.setdefault("restarts", 0)
+    if job.request is not None and job.request.elastic is not None:
+        running = job.record.dp if job.record is not None and draft.phase in ACTIVE else 0
+        write_status(draft, job.request.elastic, running, None)
+
+
+def _fail_invalid(actions: JobActions, why: str, now: str) -> None:
+    draft = actions.draft
+    reason = actions.job.invalid_reason
+    if draft.phase is Phase.PLACING:
+        draft.apply(Event.BIND_FAILED, reason, why, now)
+    if draft.phase in (Phase.PENDING, Phase.QUEUED):
+        draft.apply(Event.REJECTED, reason, why, now)
+    elif draft.phase in (Phase.RUNNING, Phase.RECOVERING):
+        draft.apply(Event.GAVE_UP, reason, why, now)
+    draft.set(completionTime=now)
+    actions.note("Warning", reason, why)
+
+
+def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo], why: str, now: str) -> None:
+    """The job's placement cannot be used (its record is unreadable, or its gang could not be bound)."""
+    draft = actions.draft
+    view.state.release(actions.job.key)
+    if draft.phase is Phase.PLACING:
+        draft.apply(Event.BIND_FAILED, "BindFailed", f"gang rolled back: {why}", now)
+    else:
+        if draft.phase is Phase.RUNNING:
+            draft.apply(Event.HARDWARE_FAILED, "PlacementLost", why, now)
+        draft.apply(Event.REQUEUED, "Requeued", f"placement lost: {why}", now)
+    draft.set(placement=None, communicationCost=None, nodes=None, queuedAt=now)
+    actions.note("Warning", "RolledBack", why)
+    delete_all(actions, pods, view.nodes, "gang rolled back")
+
+
+def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[JobObject, JobRequest] | None:
+    """Decide one job; returns it when it should try admission this pass."""
+    view, eligibility, now, now_s = ctx.view, ctx.eligibility, ctx.now, ctx.now_s
+    pods = ctx.pods_of(job)
+    draft = actions.draft
+    if job.deleting:
+        delete_all(actions, pods, view.nodes, "ParallelJob is being deleted")
+        return None
+    _base_fields(draft, job, now)
+    request = job.request
+    if request is None:
+        if not draft.phase.terminal:
+            _fail_invalid(actions, job.invalid, now)
+            view.state.release(job.key)
+        delete_all(actions, pods, view.nodes, "invalid ParallelJob")
+        return None
+    if draft.phase is Phase.FAILED:
+        delete_all(actions, pods, view.nodes, "ParallelJob failed")
+        return None
+    if draft.phase is Phase.SUCCEEDED:
+        return None
+    if draft.phase is Phase.PENDING:
+        draft.apply(Event.ACCEPTED, "Queued", f"{request.spec.describe()} waits for room in queue {request.queue}", now)
+        # The Accepted condition outlives the wait (it stays True while the job runs): it says what was
+        # accepted, not "waits for room", which a Running job would otherwise show for good.
+        accepted = f"{request.spec.describe()} accepted into queue {request.queue}"
+        draft.condition("Accepted", "True", "Valid", accepted, now)
+        # Its place in line is its creation, the order it already had before this first write: stamping the
+        # pass time here moved a new job from ahead of a just-accepted head to behind it between two passes.
+        draft.set(queuedAt=job.created or now)
+        actions.note("Normal", "Accepted", f"{request.spec.describe()} accepted")
+    if draft.phase is Phase.PREEMPTED:
+        # back in line at its old place (queuedAt unchanged), with its restart count
+        draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue at its place", now)
+        draft.set(queuedAt=job.status.queued_at or now)
+    if draft.phase is Phase.QUEUED:
+        if request.pod_group:
+            since = parse_time(str(draft.data.get("queuedAt") or job.queued_at)) or now_s
+            if not hold_until_complete(actions, request, pods, now, now_s, since):
+                return None
+            native = ctx.pod_groups.get(job.key)
+            if native is not None and not hold_for_claims(actions, native, ctx.resource_claims, now):
+                return None
+            return job, request
+        delete_all(actions, pods, view.nodes, "leftover of an earlier placement")
+        return job, request
+    # Placing, Running, Recovering: hold the recorded placement
+    record = job.record
+    if record is None or job.record_error:
+        _requeue_lost(actions, view, pods, job.record_error or "the status has no placement", now)
+        return None
+    if job.key in ctx.invalid_pods:
+        # The template itself is wrong (the API said 400/422): retrying cannot help, so fail with the reason.
+        why = f"the API server refused the job's pods: {ctx.invalid_pods[job.key]}; fix spec.template"
+        _requeue_lost(actions, view, pods, why, now)
+        draft.apply(Event.REJECTED, "InvalidPodTemplate", why, now)
+        draft.set(completionTime=now)
+        return None
+    if job.key in ctx.bind_failures:
+        _requeue_lost(actions, view, pods, ctx.bind_failures[job.key], now)
+        return None
+    if continue_preemption(actions, pods, view.nodes, ctx.jobs, now, now_s):
+        return None  # its GPUs stay held in this pass's view: its pods are still going away
+    seen = observe_group(record, pods) if request.pod_group else observe(record, pods, job.uid)
+    if request.pod_group and draft.phase is Phase.RUNNING and not pods:
+        # every pod of the group is gone (its owner was deleted or cleaned up): nothing holds the GPUs now
+        draft.apply(Event.COMPLETED, "PodGroupGone", "all pods of the group are gone", now)
+        draft.set(completionTime=now)
+        view.state.release(job.key)
+        return None
+    if record.trays and (broken := broken_trays(view, record)):
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
+        repaired = repair_trays(ctx, HeldJob(actions, job, request, record, pods), broken, node_filter)
+        if repaired is not None:
+            sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
+        return None
+    if record.trays and seen.failed and draft.phase is not Phase.PLACING:
+        restarted = restart_failed_trays(ctx, HeldJob(actions, job, request, record, pods), seen.failed)
+        if restarted is not None:
+            sync_pods(actions, job, request, restarted, pods, view.nodes, ctx.gpu_holders)
+        return None
+    names = {s.name: p.name for s, (_, p) in zip(record.slots, slot_pods(record, pods), strict=True) if p is not None}
+    breakage = None if record.trays else detect(view, job, record, seen.failed, names if request.pod_group else None)
+    if breakage is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
+        repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
+        if repaired is not None:
+            sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
+        return None
+    if drained := off_drained(ctx, HeldJob(actions, job, request, record, pods), names):
+        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
+        if record.trays:
+            moved = repair_trays(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
+        else:
+            moved = handle(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
+        if moved is not None:
+            sync_pods(actions, job, request, moved, pods, view.nodes, ctx.gpu_holders)
+        return None
+    if seen.bound == seen.total and not request.pod_group and not record.trays:  # trays: not re-optimised
+        node_filter = eligibility.filter_for(job.key, request.spec)
+        migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
+        if migrated is not None:
+            sync_pods(actions, job, request, migrated, pods, view.nodes, ctx.gpu_holders)
+            return None
+    sync_pods(actions, job, request, record, pods, view.nodes, ctx.gpu_holders)
+    if seen.bound == seen.total:
+        if draft.phase is Phase.PLACING:
+            draft.apply(Event.BOUND, "Running", f"all {seen.total} pods bound on {', '.join(record.nodes)}", now)
+            draft.set(startTime=draft.data.get("startTime") or now)
+            draft.condition("Healthy", "True", "Running", "all pods bound to healthy GPUs", now)
+            actions.gang_bound = True
+        elif draft.phase is Phase.RECOVERING:
+            draft.apply(
+                Event.REPAIRED, "Repaired", f"all {seen.total} pods bound again on {', '.join(record.nodes)}", now
+            )
+            actions.note("Normal", "Repaired", f"all {seen.total} pods bound on {', '.join(record.nodes)}")
+            actions.recovery_done = True
+        if seen.succeeded == seen.total and draft.phase is Phase.RUNNING:
+            draft.apply(Event.COMPLETED, "Completed", f"all {seen.total} workers succeeded", now)
+            draft.set(completionTime=now)
+            actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
+            view.state.release(job.key)
+        elif draft.phase is Phase.RUNNING and request.elastic is not None and not request.pod_group:
+            resized = resize_running(ctx, HeldJob(actions, job, request, record, pods), ctx.rigid_waiting())
+            if resized is not None:
+                sync_pods(actions, job, request, resized, pods, view.nodes, ctx.gpu_holders)
+    return None
