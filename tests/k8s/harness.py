@@ -11,6 +11,7 @@ import datetime as dt
 from typing import Any
 
 from paralleljob.core.queueing import QueuePolicy
+from paralleljob.k8s.edge.computedomain import parse_domain
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.dra import parse_claim
 from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload
@@ -80,6 +81,7 @@ class FakeCluster:
         self.pod_groups: dict[str, dict[str, Any]] = {}
         self.workloads: dict[str, dict[str, Any]] = {}
         self.resource_claims: dict[str, dict[str, Any]] = {}  # ResourceClaims by namespace/name, as bodies
+        self.compute_domains: dict[tuple[str, str], dict[str, Any]] = {}  # ComputeDomains made, as bodies
         # Observed.background_room of every pass: how many status-only chains the runtime could start (None: any)
         self.room: int | None = None
 
@@ -142,6 +144,7 @@ class FakeCluster:
             background_room=self.room,
             message_written=dict(self.message_written),
             message_refresh_s=self.message_refresh_s,
+            compute_domains=[parse_domain(b) for b in self.compute_domains.values()],
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -158,6 +161,10 @@ class FakeCluster:
                 self._apply(actions)
         for d in plan.orphans:
             self.pods.pop((d.namespace, d.name), None)
+        for cd in plan.domain_deletes:
+            if self.compute_domains.get((cd.namespace, cd.name), {}).get("metadata", {}).get("uid") == cd.uid:
+                del self.compute_domains[(cd.namespace, cd.name)]
+                self.events.append((cd.job.key, "ComputeDomainDeleted", cd.why))
         return plan
 
     def _job(self, key: str, body: dict[str, Any]) -> JobObject:
@@ -200,6 +207,12 @@ class FakeCluster:
                 pod["metadata"].setdefault("annotations", {}).update(a.annotations)
         for d in actions.deletes:
             self.pods.pop((d.namespace, d.name), None)  # kwok deletes at once
+        for manifest in actions.compute_domains:  # an existing one is kept (the executor's 409)
+            meta = manifest["metadata"]
+            if (meta["namespace"], meta["name"]) not in self.compute_domains:
+                body = copy.deepcopy(manifest)
+                body["metadata"]["uid"] = f"cd-{meta['name']}-{len(self.compute_domains)}-{self.seconds}"
+                self.compute_domains[(meta["namespace"], meta["name"])] = body
         for c in actions.creates:
             meta = c.manifest["metadata"]
             if (meta["namespace"], meta["name"]) in self.pods:
@@ -213,6 +226,9 @@ class FakeCluster:
             del self.jobs[key]
             for pod in self.job_pods(key):  # the garbage collector, through the pods' ownerReferences
                 self.pods.pop((pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
+            for domain_key, body in list(self.compute_domains.items()):  # and the ComputeDomains' too
+                if body["metadata"]["ownerReferences"][0]["uid"] == gone.uid:
+                    del self.compute_domains[domain_key]
 
     def _bind(self, namespace: str, name: str, node: str) -> None:
         pod = self.pods.get((namespace, name))

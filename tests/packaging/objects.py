@@ -21,6 +21,7 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("resource.k8s.io", "devicetaintrules"): frozenset({"list", "watch"}),  # DRA: device taints as GPU health
     ("scheduling.k8s.io", "podgroups"): frozenset({"list", "watch"}),  # Kubernetes' gang API: groups we place
     ("scheduling.k8s.io", "workloads"): frozenset({"list", "watch"}),  # and the shape their Workload declares
+    ("resource.nvidia.com", "computedomains"): frozenset({"list", "watch"}),  # NVL72: ours, by our label
 }
 # What it does to jobs and their workers: cluster-wide, or per namespace when operator.namespaces is set.
 WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
@@ -32,7 +33,8 @@ WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch", "create"}),
     ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
     ("scheduling.k8s.io", "podgroups/status"): frozenset({"patch"}),  # PodGroupScheduled, as kube-scheduler
-    ("resource.nvidia.com", "computedomains"): frozenset({"create"}),  # NVL72: one per clique a job's trays use
+    # NVL72: one per clique a job's trays use; deleted when its placement leaves the clique
+    ("resource.nvidia.com", "computedomains"): frozenset({"create", "delete"}),
     ("resource.k8s.io", "resourceclaims"): frozenset({"get", "create", "delete"}),  # DRA: a claim per worker
     ("resource.k8s.io", "resourceclaims/status"): frozenset({"patch"}),
 }

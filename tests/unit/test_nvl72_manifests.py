@@ -11,18 +11,28 @@ from paralleljob.k8s.edge import computedomain as cd
 
 def test_a_compute_domain_is_owned_by_its_job_and_names_its_claim_template():
     owner = {"apiVersion": "paralleljob.dev/v1", "kind": "ParallelJob", "name": "llm", "uid": "u1", "controller": True}
-    domain = cd.compute_domain_manifest("ns", cd.compute_domain_name("llm", 0), "abc.3", owner, {"app": "x"})
+    name = cd.compute_domain_name("llm", "abc.3")
+    domain = cd.compute_domain_manifest("ns", name, "abc.3", owner, {"app": "x"})
     assert domain["apiVersion"] == "resource.nvidia.com/v1beta1" and domain["kind"] == "ComputeDomain"
-    assert domain["metadata"]["name"] == "llm-nvl0" and domain["metadata"]["ownerReferences"] == [owner]
+    assert domain["metadata"]["name"] == name and domain["metadata"]["ownerReferences"] == [owner]
     assert domain["spec"] == {
         "numNodes": 0,
-        "channel": {"resourceClaimTemplate": {"name": "llm-nvl0-channel"}, "allocationMode": "Single"},
+        "channel": {"resourceClaimTemplate": {"name": f"{name}-channel"}, "allocationMode": "Single"},
     }
+    parsed = cd.parse_domain({**domain, "metadata": {**domain["metadata"], "uid": "d1"}})
+    assert (parsed.name, parsed.uid, parsed.clique, parsed.owner_uid) == (name, "d1", "abc.3", "u1")
+    assert not parsed.deleting
     assert domain["metadata"]["annotations"][cd.CLIQUE_ANNOTATION] == "abc.3"
 
 
-def test_one_domain_per_clique_numbered_by_first_node_rank():
-    assert cd.domains_for("j", ["b.1", "b.1", "a.0", "b.1", "a.0"]) == {"b.1": "j-nvl0", "a.0": "j-nvl1"}
+def test_one_domain_per_clique_named_by_the_clique_not_its_order():
+    domains = cd.domains_for("j", ["b.1", "b.1", "a.0", "b.1", "a.0"])
+    assert list(domains) == ["b.1", "a.0"] and len(set(domains.values())) == 2
+    # a placement that meets the cliques in another order (a re-place) names each clique's domain the same
+    assert cd.domains_for("j", ["a.0", "b.1"]) == domains
+    assert domains["a.0"].startswith("j-nvl-") and cd.domains_for("k", ["a.0"])["a.0"] != domains["a.0"]
+    # cliques of two clusters with the same clique ID get different names
+    assert cd.compute_domain_name("j", "uuid-1.0") != cd.compute_domain_name("j", "uuid-2.0")
 
 
 def test_a_pod_references_the_channel_claim_once_from_pod_and_containers():

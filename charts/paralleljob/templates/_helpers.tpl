@@ -125,10 +125,11 @@ topology:
   resources: ["podgroups/status"]
   verbs: ["patch"]
 # NVLink across the trays of a GB200/GB300 clique (docs/nvl72.md): one ComputeDomain per clique a job's
-# trays use, owned by the job (the garbage collector deletes it, and the driver its claim template, with it).
+# trays use, owned by the job (the garbage collector deletes it, and the driver its claim template, with it);
+# `delete`: the one of a clique the job's placement left, once none of its pods is there.
 - apiGroups: ["resource.nvidia.com"]
   resources: ["computedomains"]
-  verbs: ["create"]
+  verbs: ["create", "delete"]
 {{- if .Values.dra.driver }}
 # DRA (docs/dra.md): one ResourceClaim per worker on a DRA node, read back, replaced when allocated to
 # other devices, deleted when its pod is gone; its status carries the allocation and reservation.

@@ -12,21 +12,29 @@ needs through a ``ComputeDomain`` (``resource.nvidia.com/v1beta1``). Its fields,
 
 The driver does not place pods: the scheduler must keep them inside one clique (``nvidia.com/gpu.clique``),
 and a node joins at most one ComputeDomain. So a job gets one ComputeDomain per clique it uses, owned by
-the ParallelJob and named after it, and each tray pod references the claim template of its clique's
-(``spec.resourceClaims`` and its container's ``resources.claims``).
+the ParallelJob and named after it and the clique, and each tray pod references the claim template of its
+clique's (``spec.resourceClaims`` and its container's ``resources.claims``). The name is a function of the
+clique, not of its order in the placement: a job re-placed onto other cliques gets new names, so a
+ComputeDomain never changes clique under a live name and the one of a clique left behind can be told apart
+(``plan/computedomains.py`` deletes it).
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from paralleljob.k8s.edge.constants import KIND as JOB_KIND
 
 GROUP = "resource.nvidia.com"
 VERSION = "v1beta1"
 PLURAL = "computedomains"
 KIND = "ComputeDomain"
+DOMAINS_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"  # every namespace's, for the operator's watch
 DRIVER = "compute-domain.nvidia.com"
 CHANNEL_DEVICE_CLASS = "compute-domain-default-channel.nvidia.com"  # the class the driver's template asks for
 CLIQUE_LABEL = "nvidia.com/gpu.clique"  # <ClusterUUID>.<CliqueID>, on every tray of a clique
@@ -34,9 +42,10 @@ CLIQUE_ANNOTATION = "paralleljob.dev/nvlink-clique"  # which clique a ComputeDom
 CLAIM_NAME = "nvlink-channel"  # the pod's name for the channel claim
 
 
-def compute_domain_name(job: str, index: int) -> str:
-    """The job's ComputeDomain for the ``index``-th clique it uses (in order of first node rank)."""
-    return f"{job}-nvl{index}"
+def compute_domain_name(job: str, clique: str) -> str:
+    """The job's ComputeDomain in ``clique``: a digest of the clique, since a clique ID (``<ClusterUUID>.<n>``)
+    may hold characters a name may not, and a readable prefix would not tell two clusters' cliques apart."""
+    return f"{job}-nvl-{hashlib.sha256(clique.encode()).hexdigest()[:10]}"
 
 
 def claim_template_name(domain: str) -> str:
@@ -65,12 +74,37 @@ def compute_domain_manifest(
 
 
 def domains_for(job: str, pod_cliques: Sequence[str]) -> dict[str, str]:
-    """clique -> ComputeDomain name, numbered in the order the pods (by node rank) first meet each clique."""
-    out: dict[str, str] = {}
-    for clique in pod_cliques:
-        if clique not in out:
-            out[clique] = compute_domain_name(job, len(out))
-    return out
+    """clique -> ComputeDomain name, in the order the pods (by node rank) first meet each clique."""
+    return {clique: compute_domain_name(job, clique) for clique in dict.fromkeys(pod_cliques)}
+
+
+@dataclass(frozen=True, slots=True)
+class DomainInfo:
+    """A ComputeDomain of ours as the operator reads it (watched by our managed-by label)."""
+
+    namespace: str
+    name: str
+    uid: str
+    clique: str  # its CLIQUE_ANNOTATION; empty when missing (then any pod of its job may use it)
+    owner_uid: str  # the ParallelJob's UID from its ownerReference; empty when it has none
+    deleting: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_domain(body: Mapping[str, Any]) -> DomainInfo:
+    meta = body.get("metadata") or {}
+    owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == JOB_KIND]
+    return DomainInfo(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        clique=str((meta.get("annotations") or {}).get(CLIQUE_ANNOTATION, "")),
+        owner_uid=str(owners[0].get("uid", "")) if owners else "",
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
 
 
 def with_channel_claim(pod: Mapping[str, Any], domain: str) -> dict[str, Any]:

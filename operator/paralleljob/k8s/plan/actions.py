@@ -68,6 +68,18 @@ class JobDelete:
 
 
 @dataclass(frozen=True, slots=True)
+class DomainDelete:
+    """Delete one of ``job``'s ComputeDomains, of a clique its placement no longer uses
+    (plan/computedomains.py). ``uid`` is the precondition: one re-created under that name is left alone."""
+
+    job: JobObject
+    namespace: str
+    name: str
+    uid: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class EventNote:
     event_type: str  # Normal | Warning
     reason: str
@@ -160,6 +172,7 @@ class Plan:
     # (nothing to execute). They still exist: the gauges and queue statuses count them (``seen``).
     busy: list[JobActions] = field(default_factory=list)
     orphans: list[PodDelete] = field(default_factory=list)  # workers whose ParallelJob is gone
+    domain_deletes: list[DomainDelete] = field(default_factory=list)  # ComputeDomains of cliques left behind
     scheduling_seconds: list[float] = field(default_factory=list)
     queue_lengths: dict[str, int] = field(default_factory=dict)
     # Queued jobs left out of this pass because nothing that could admit them changed (plan/waiting.py):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.queueing import QueuePolicy, RunningJob
+from paralleljob.k8s.edge.computedomain import DomainInfo
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.dra import ClaimInfo
 from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo
@@ -32,6 +33,7 @@ from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
 from paralleljob.k8s.plan.backoff import Backoff
+from paralleljob.k8s.plan.computedomains import stale_domains
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.elastic import at_current_size, note_membership, rigid_waiting
 from paralleljob.k8s.plan.eligibility import Eligibility
@@ -105,6 +107,7 @@ class Observed:
     message_refresh_s: float = 0.0
     # A job's time to checkpoint before a preemption or a drain moves it (--preemption-grace-seconds).
     checkpoint_grace_s: float = 30.0
+    compute_domains: Sequence[DomainInfo] = ()  # ours, watched by our label (plan/computedomains.py)
 
     @property
     def seconds(self) -> float:
@@ -220,6 +223,7 @@ def decide(
             if native is not None and native.resource_claims and actions.binds:
                 actions.reserves = reservations(native, observed.resource_claims)  # before the first bind
     plan.backoff = backoff.settle(now_s, jobs, {a.job.key for a in plan.jobs if a.gang_bound})
+    plan.domain_deletes = stale_domains(observed.compute_domains, jobs, book.pods, view.nodes, observed.busy, plan.jobs)
     _wake_and_queues(plan, observed, view)
     return plan, view
 

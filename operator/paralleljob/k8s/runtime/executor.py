@@ -31,7 +31,16 @@ from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.edge.statuscheck import dropped_fields
-from paralleljob.k8s.plan.actions import JobActions, JobDelete, Plan, PodAnnotate, PodBind, PodCreate, PodDelete
+from paralleljob.k8s.plan.actions import (
+    DomainDelete,
+    JobActions,
+    JobDelete,
+    Plan,
+    PodAnnotate,
+    PodBind,
+    PodCreate,
+    PodDelete,
+)
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, job_path, pod_path, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.lanes import BACKGROUND
@@ -62,11 +71,13 @@ class Executor:
         post_event: Callable[[JobObject, str, str, str], None],
         crash_hook: CrashAfterBinds | None = None,
         claim_store: ObjectStore[Any] | None = None,
+        domain_store: ObjectStore[Any] | None = None,
     ) -> None:
         self.kube = kube
         self.jobs = jobs
         self.pods = pods
         self.claim_store = claim_store
+        self.domain_store = domain_store  # our ComputeDomains (watched), forgotten once deleted
         self.post_event = post_event
         self.crash_hook = crash_hook  # a test hook (runtime/crashhook.py); None in production
         self.services: set[tuple[str, str, str]] = set()
@@ -78,6 +89,7 @@ class Executor:
         outcome = Outcome()
         chains = [self._job(actions, outcome) for actions in plan.jobs]
         chains += [self._delete(d, outcome) for d in plan.orphans]
+        chains += [self.delete_domain(d, outcome) for d in plan.domain_deletes]
         await asyncio.gather(*chains)
         return outcome
 
@@ -87,6 +99,26 @@ class Executor:
 
     async def delete_orphan(self, delete: PodDelete, outcome: Outcome) -> None:
         await self._delete(delete, outcome)
+
+    async def delete_domain(self, delete: DomainDelete, outcome: Outcome) -> None:
+        """Delete a ComputeDomain of a clique the job left (plan/computedomains.py), on the UID the decision
+        saw. Gone (404) or another one by now (409) is done: the next pass judges what exists then. It is
+        forgotten as made, so a job placed in that clique again gets a new one."""
+        path = f"/apis/{cd.GROUP}/{cd.VERSION}/namespaces/{delete.namespace}/{cd.PLURAL}/{delete.name}"
+        self.domains.discard((delete.namespace, delete.name, delete.job.uid))
+        try:
+            await retrying(lambda: self.kube.delete(path, delete.uid))
+        except ApiError as exc:
+            if exc.answer not in (Answer.GONE, Answer.CONFLICT):
+                log.warning("could not delete ComputeDomain %s/%s: %s", delete.namespace, delete.name, exc)
+                return
+        else:
+            log.info("deleted ComputeDomain %s/%s (%s)", delete.namespace, delete.name, delete.why)
+            self.post_event(delete.job, "Normal", "ComputeDomainDeleted", f"deleted {delete.name}: {delete.why}")
+            outcome.deleted += 1
+            outcome.changed = True
+        if self.domain_store is not None:
+            self.domain_store.forget(delete.namespace, delete.name, delete.uid)
 
     async def _job(self, actions: JobActions, outcome: Outcome) -> None:
         lane = BACKGROUND.set(actions.only_records_waiting)

@@ -25,6 +25,7 @@ from typing import Any
 
 from paralleljob.core.repair import FailureAction
 from paralleljob.k8s.edge.claims import claim_path
+from paralleljob.k8s.edge.computedomain import DomainInfo, parse_domain
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION, object_key
 from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
@@ -136,6 +137,8 @@ class Reconciler:
         # Kubernetes' own gang API (nativegroups.py): empty unless the API server serves scheduling.k8s.io.
         self.pod_groups: ObjectStore[NativeGroup] = ObjectStore(parse_pod_group, slim=lean)
         self.workloads: ObjectStore[WorkloadInfo] = ObjectStore(parse_workload, slim=lean)
+        # Our ComputeDomains (NVL72 trays): those of cliques a job left are deleted (plan/computedomains.py).
+        self.compute_domains: ObjectStore[DomainInfo] = ObjectStore(parse_domain, slim=lean)
         self.pod_group_status = PodGroupStatusWriter(kube, self.pod_groups)
         self.by_kind: dict[str, ObjectStore[Any]] = {  # each store by the kind its reflector reports
             "podgroup": self.pod_groups,
@@ -147,6 +150,7 @@ class Reconciler:
             "resourceslice": self.slices,
             "resourceclaim": self.claims,
             "devicetaintrule": self.taint_rules,
+            "computedomain": self.compute_domains,
         }
         self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
         node_source: NodeSource = self.nodes
@@ -178,6 +182,7 @@ class Reconciler:
         self.queue_writes: asyncio.Task[None] | None = None
         crash_hook = CrashAfterBinds(config.crash_after_binds) if config.crash_after_binds else None
         self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, crash_hook, claim_store=self.claims)
+        self.executor.domain_store = self.compute_domains
         self.claim_deletes: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.deferred: set[str] = set()  # jobs a pass left out because their chain was running
         self.reported_warnings: set[str] = set()  # the previous pass's warnings (logged when they appeared)
@@ -360,6 +365,7 @@ class Reconciler:
             message_written=self._fresh_messages(),
             message_refresh_s=self.config.waiting_message_refresh_s,
             checkpoint_grace_s=self.config.preemption_grace_seconds,
+            compute_domains=self.compute_domains.values(),
         )
         self.bind_failures.clear()
         self.invalid_pods.clear()
@@ -413,6 +419,14 @@ class Reconciler:
                 self.inflight_orphans[key] = supervised(
                     self.executor.delete_orphan(delete, Outcome()),
                     f"deleting orphan {delete.namespace}/{delete.name}",
+                    functools.partial(self._ended, self.inflight_orphans, key),
+                )
+        for gone in plan.domain_deletes:  # with the orphans' deletes (a pod's name never holds a "/")
+            key = (gone.namespace, f"computedomains/{gone.name}")
+            if key not in self.inflight_orphans:
+                self.inflight_orphans[key] = supervised(
+                    self.executor.delete_domain(gone, Outcome()),
+                    f"deleting ComputeDomain {gone.namespace}/{gone.name}",
                     functools.partial(self._ended, self.inflight_orphans, key),
                 )
         for manifest in plan.adopt:

@@ -18,8 +18,9 @@ import signal
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
+from paralleljob.k8s.edge.computedomain import DOMAINS_PATH
 from paralleljob.k8s.edge.config import OperatorConfig
-from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.edge.constants import GROUP, MANAGED_LABEL, MANAGED_VALUE, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH
 from paralleljob.k8s.edge.nativegroups import (
     DEFAULT_VERSION,
@@ -263,6 +264,11 @@ def _reflectors(
         _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist, unavailable=gang_off)
         for kind, path in (("podgroup", pod_groups_path(gang_version)), ("workload", workloads_path(gang_version)))
     ]
+    # Our ComputeDomains (NVL72 trays, docs/nvl72.md): a cluster without the driver's CRD has none.
+    no_domains = "no ComputeDomains: a tray job's unused ones are left to the garbage collector"
+    found.append(_reflector(kube, reconciler, "computedomain", DOMAINS_PATH, optional=True, relist_seconds=relist,
+                            query={"labelSelector": f"{MANAGED_LABEL}={MANAGED_VALUE}"},
+                            unavailable=no_domains))  # fmt: skip
     if config.dra.enabled:
         # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold). A cluster before
         # 1.34 (no resource.k8s.io/v1) or a role without the verbs: every node is a device-plugin node.
