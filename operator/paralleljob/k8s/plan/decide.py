@@ -31,7 +31,7 @@ from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import QueueInfo, parse_time, preemption_of, running_job
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
-from paralleljob.k8s.plan.actions import JobActions, Plan, PodDelete
+from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.computedomains import stale_domains
 from paralleljob.k8s.plan.context import HeldJob, PassContext
@@ -43,15 +43,9 @@ from paralleljob.k8s.plan.jobdecision import ACTIVE, decide_job
 from paralleljob.k8s.plan.lazy import Lazy
 from paralleljob.k8s.plan.metrics_model import queue_book, queue_statuses
 from paralleljob.k8s.plan.nodenotes import node_warnings
-from paralleljob.k8s.plan.podgroups import (
-    GroupDeclarationError,
-    GroupRequests,
-    adopting_manifest,
-    by_group,
-    finish_group,
-    successors,
-)
-from paralleljob.k8s.plan.podsync import gpu_holders, must_force
+from paralleljob.k8s.plan.podgroups import GroupRequests, by_group, finish_group
+from paralleljob.k8s.plan.podowners import adopted_pods, worker_pods
+from paralleljob.k8s.plan.podsync import gpu_holders
 from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import making_room, pending_deadlines
 from paralleljob.k8s.plan.status import StatusDraft
@@ -171,8 +165,8 @@ def decide(
     plan = Plan(warnings=list(view.warnings))
     plan.node_warnings, plan.node_events = node_warnings(observed.node_warnings, observed.changed_nodes)
     backoff = observed.backoff.after(observed.bind_failures, observed.api_trouble, now_s)
-    book = _Book(_pods_by_job(observed, jobs, view, plan))
-    book.pods.update(_group_pods(observed, jobs, groups, plan))
+    book = _Book(worker_pods(observed.pods, jobs, view.nodes, observed.namespaces, plan))
+    book.pods.update(adopted_pods(jobs, groups, observed.namespaces, observed.pod_groups, observed.workloads, plan))
     ctx = PassContext(
         view=view,
         placer=Placer(view.state, OPERATOR_PLACER),
@@ -226,72 +220,6 @@ def decide(
     plan.domain_deletes = stale_domains(observed.compute_domains, jobs, book.pods, view.nodes, observed.busy, plan.jobs)
     _wake_and_queues(plan, observed, view)
     return plan, view
-
-
-def _pods_by_job(
-    observed: Observed, jobs: Mapping[str, JobObject], view: ClusterView, plan: Plan
-) -> dict[str, list[PodInfo]]:
-    """Each job's worker pods; a worker whose ParallelJob is gone becomes an orphan to delete (in a
-    namespace this operator serves: elsewhere its job is one we cannot see, not a deleted one), unless it has
-    finished and still names its owner, which the garbage collector deletes it with."""
-    pods_by_job: dict[str, list[PodInfo]] = {}
-    for pod in observed.pods:  # every pod of every pass: kept lean (a drained queue leaves 100,000 of them)
-        key = pod.job_key
-        if key is None:
-            continue
-        if key in jobs:
-            found = pods_by_job.get(key)
-            if found is None:
-                pods_by_job[key] = [pod]
-            else:
-                found.append(pod)
-        elif observed.namespaces and pod.namespace not in observed.namespaces:
-            continue
-        elif pod.terminal and pod.owner_uid and not pod.deleting:
-            # finished, it holds no GPU, and the garbage collector removes it with its owner: deleting it too
-            # doubled the writes of every job a TTL deleted (and lost the race to the collector, a 404, mostly)
-            continue
-        elif not pod.deleting or must_force(pod, view.nodes):
-            plan.orphans.append(
-                PodDelete(
-                    pod.namespace, pod.name, pod.uid, must_force(pod, view.nodes), f"its ParallelJob {pod.job} is gone"
-                )
-            )
-    return pods_by_job
-
-
-def _group_pods(
-    observed: Observed, jobs: Mapping[str, JobObject], groups: Mapping[str, list[PodInfo]], plan: Plan
-) -> dict[str, list[PodInfo]]:
-    """The pods of each pod group whose ParallelJob adopts it; a group without one gets an adopting
-    ParallelJob to create (``plan.adopt``)."""
-    adopted: dict[str, list[PodInfo]] = {}
-    for key, group_pods in groups.items():
-        job = jobs.get(key)
-        if job is not None and job.request is not None and job.request.pod_group:
-            stale = successors(job.owners, group_pods)
-            if stale:
-                plan.warnings.append(
-                    f"pod group {key}: {len(stale)} pods belong to a replacement of the ParallelJob's owner;"
-                    " they wait until the garbage collector removes it and a new ParallelJob adopts them"
-                )
-            stale_keys = {p.key for p in stale}
-            adopted[key] = [p for p in group_pods if p.key not in stale_keys]
-        elif job is not None:
-            plan.warnings.append(f"pod group {key}: the ParallelJob of that name does not adopt it (no spec.podGroup)")
-        elif all(p.deleting or p.terminal for p in group_pods):
-            # Its owner is going away (the garbage collector may remove the ParallelJob before the pods
-            # finish terminating): a new ParallelJob would have nothing to place and only join the queue.
-            continue
-        elif not observed.namespaces or group_pods[0].namespace in observed.namespaces:
-            try:
-                first = group_pods[0]
-                native = observed.pod_groups.get(key) if first.native else None
-                manifest = adopting_manifest(first.namespace, first.group or "", group_pods, native, observed.workloads)
-                plan.adopt.append(manifest)
-            except GroupDeclarationError as exc:
-                plan.warnings.append(f"pod group {key} cannot be adopted: {exc}")
-    return adopted
 
 
 @dataclass
