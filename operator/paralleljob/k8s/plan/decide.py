@@ -50,17 +50,9 @@ from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import making_room, pending_deadlines
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.ttl import expire
-from paralleljob.k8s.plan.waiting import (
-    WAITING,
-    Triage,
-    WaitingMemo,
-    admit_lines,
-    earliest,
-    pod_ids,
-    remember,
-    remember_running,
-    triage,
-)
+from paralleljob.k8s.plan.waiting import WAITING, Triage, WaitingMemo, earliest, pod_ids, triage
+from paralleljob.k8s.plan.waiting_lines import admit_lines
+from paralleljob.k8s.plan.waiting_remember import remember, remember_running
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
 
 
