@@ -316,7 +316,7 @@ async def measure(jobs: int, queues: int, applied: bool, finished: bool = False)
         launched.append(actions.job.key)
 
     reconciler.executor.run_job = nothing  # type: ignore[method-assign,assignment]  # the pass, not its writes
-    reconciler._queue_status = lambda plan: None  # type: ignore[method-assign]
+    reconciler.report.queue_status = lambda plan: None  # type: ignore[method-assign]
     rng = random.Random(7)
     fc = settled_cluster(queues, rng)
     reconciler.on_list("node", [copy.deepcopy(b) for b in fc.nodes.values()], "1")

@@ -139,7 +139,7 @@ async def measure(
     flooding = False  # the settling passes' chains end at once (their writes are already in the bodies)
 
     reconciler.executor.run_job = nothing  # type: ignore[method-assign]  # the pass, not its writes
-    reconciler._queue_status = lambda plan: None  # type: ignore[method-assign]  # (computed in the pass)
+    reconciler.report.queue_status = lambda plan: None  # type: ignore[method-assign]  # (computed in the pass)
     reconciler.on_list("node", [copy.deepcopy(b) for b in fc.nodes.values()], "1")
     reconciler.on_list("pod", [copy.deepcopy(b) for b in fc.pods.values()], "1")
     reconciler.on_list("job", [copy.deepcopy(b) for b in fc.jobs.values()], "1")

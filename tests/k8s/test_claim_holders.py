@@ -1,5 +1,5 @@
 """The reconciler's claims come from the jobs that may hold GPUs, kept from the job store's changes
-(``Reconciler._holding``): after any sequence of job events, re-lists and busy chains they are exactly what
+(``runtime.holders.HolderClaims``): after any sequence of job events, re-lists and busy chains they are exactly what
 ``claims_of`` finds reading every job, as each pass used to."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_claims_from_the_kept_holders_match_a_scan_of_every_job() -> None:
     def check(busy: dict[str, Any] | None = None) -> None:
         busy = busy or {}
         jobs = rec.jobs.values()
-        claims = rec._claims(jobs, busy)
+        claims = rec.holders.claims(busy, rec.releasing)
         assert claims == claims_of(jobs, busy, rec.releasing)
         claims_made.append(len(claims))
 

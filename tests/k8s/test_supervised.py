@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from paralleljob.k8s.runtime.reconciler import supervised
+from paralleljob.k8s.runtime.supervision import supervised
 
 
 def test_every_ending_reaches_the_callback(caplog: pytest.LogCaptureFixture) -> None:

@@ -20,14 +20,12 @@ import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from paralleljob.core.repair import FailureAction
-from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.computedomain import DomainInfo, parse_domain
 from paralleljob.k8s.edge.config import OperatorConfig
-from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, POD_GROUP_LABEL, QUEUE_PLURAL, VERSION, object_key
+from paralleljob.k8s.edge.constants import JOB_LABEL, POD_GROUP_LABEL, object_key
 from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
 from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo, parse_pod_group, parse_workload
 from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
@@ -37,21 +35,23 @@ from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
 from paralleljob.k8s.edge.slim import slim_job, slim_node, slim_pod, without_managed_fields
 from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
-from paralleljob.k8s.plan.actions import JobActions, Plan
+from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.backoff import Backoff
-from paralleljob.k8s.plan.decide import Observed, claims_of, decide, holds_gpus
+from paralleljob.k8s.plan.decide import Observed, decide
 from paralleljob.k8s.plan.jobdecision import ACTIVE
-from paralleljob.k8s.plan.metrics_model import gauges, queue_waits
 from paralleljob.k8s.plan.status import wait_message_changed
 from paralleljob.k8s.plan.waiting import WaitingMemo
-from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, retrying
+from paralleljob.k8s.runtime.api import Kube
+from paralleljob.k8s.runtime.claimcollector import ClaimCollector
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
-from paralleljob.k8s.runtime.lanes import Lanes
+from paralleljob.k8s.runtime.holders import HolderClaims
 from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.podgroupwriter import PodGroupStatusWriter
-from paralleljob.k8s.view.clusterview import Claim, ClusterView
+from paralleljob.k8s.runtime.reporting import PassReport
+from paralleljob.k8s.runtime.supervision import supervised
+from paralleljob.k8s.view.clusterview import ClusterView
 from paralleljob.k8s.view.dranodes import OverlaidNodes
 from paralleljob.k8s.view.liveview import LiveView, NodeSource
 from paralleljob.k8s.view.store import ObjectStore
@@ -78,23 +78,6 @@ def relevant_pod(body: Mapping[str, Any]) -> bool:
     return any((c.get("resources") or {}) for c in spec.get("containers") or [] if isinstance(c, Mapping))
 
 
-
-def supervised(work: Coroutine[Any, Any, None], name: str, ended: Callable[[bool], None]) -> asyncio.Task[None]:
-    """``work`` as a task that never takes the loop down: an exception is logged (the next pass decides
-    again) and ``ended(crashed)`` runs however it ends, cancelled included, to take it off its in-flight
-    table and wake the loop."""
-
-    async def run() -> None:
-        crashed = False
-        try:
-            await work
-        except Exception:
-            log.exception("%s failed", name)
-            crashed = True
-        finally:
-            ended(crashed)
-
-    return asyncio.create_task(run(), name=name)
 
 # What may change whether a waiting job fits without a node object or a job's own GPUs changing: DRA devices
 # (slices, their taint rules, claims held by others) and Kubernetes' gang objects. A change to any clears the
@@ -153,6 +136,7 @@ class Reconciler:
             "computedomain": self.compute_domains,
         }
         self.events = EventPoster(kube, config.identity, lambda: bool(self.inflight))
+        self.report = PassReport(kube, metrics, self.events, self.nodes, self.queues)
         node_source: NodeSource = self.nodes
         if config.dra.enabled:
             node_source = OverlaidNodes(
@@ -179,29 +163,22 @@ class Reconciler:
         self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
         self.adoption_pauses: dict[str, float] = {}  # pod group -> not before (its ParallelJob was refused)
-        self.queue_writes: asyncio.Task[None] | None = None
         crash_hook = CrashAfterBinds(config.crash_after_binds) if config.crash_after_binds else None
         self.executor = Executor(kube, self.jobs, self.pods, self.events.about_job, crash_hook, claim_store=self.claims)
         self.executor.domain_store = self.compute_domains
-        self.claim_deletes: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.deferred: set[str] = set()  # jobs a pass left out because their chain was running
-        self.reported_warnings: set[str] = set()  # the previous pass's warnings (logged when they appeared)
         self.wake = asyncio.Event()
+        self.claim_collector = ClaimCollector(kube, self.claims, self.pods, config.namespaces, self.wake.set)
         self.synced = asyncio.Event()
         self.leader = asyncio.Event()
         self.bind_failures: dict[str, str] = {}
         self.invalid_pods: dict[str, str] = {}
         self.api_trouble: dict[str, str] = {}
         self.backoff = Backoff()  # decided by the pass (plan.backoff), kept here until the next one
-        self.placed_at: dict[str, float] = {}
-        self.failed_at: dict[str, float] = {}
         self.node_warnings: Mapping[str, tuple[str, ...]] = {}  # what was reported (plan.node_warnings)
         self.changed_nodes: set[str] = set()  # nodes whose parsed value changed since the last pass
         self.passes = 0
-        self._claims_for: tuple[object, list[Claim]] | None = None  # (what they were worked out from, claims)
-        # the jobs whose recorded placement holds GPUs (active, not deleting), kept from the job store's
-        # changes; None: to be read from the whole store
-        self._holders: dict[tuple[str, str], JobObject] | None = None
+        self.holders = HolderClaims(self.jobs)  # the placements holding GPUs, kept between passes
         # Waiting jobs and queue lines as the last passes decided them: quiet lines are left out (waiting.py).
         self.waiting = WaitingMemo()
         self.policy = queue_policy(config.queue_policy, config.preemption_grace_seconds)
@@ -286,8 +263,8 @@ class Reconciler:
         self.leader.clear()
         self.waiting.clear()  # a later term starts from a full pass
         tasks = [task for task, _ in self.inflight.values()] + list(self.inflight_orphans.values())
-        if self.queue_writes is not None:
-            tasks.append(self.queue_writes)
+        if self.report.queue_writes is not None:
+            tasks.append(self.report.queue_writes)
         for task in tasks:
             task.cancel()
 
@@ -296,42 +273,12 @@ class Reconciler:
         busy = {key: record for key, (_, record) in self.inflight.items()}
         self.deferred.update(busy)  # left out of this pass: decided again once their chains end
         jobs = self.jobs.values()
-        view = self.view.refresh(self._claims(jobs, busy))
+        view = self.view.refresh(self.holders.claims(busy, self.releasing))
         view.state.begin_trial()
         try:
             self._decide_and_launch(started, jobs, busy, view)
         finally:
             view.state.rollback()
-
-    def _claims(self, jobs: list[JobObject], busy: dict[str, PlacementRecord | None]) -> list[Claim]:
-        """The placements holding GPUs, worked out again only when a job or the set of busy chains changed
-        (with thousands of jobs waiting, most passes follow a pod or node event and change neither)."""
-        # the records themselves, not their ids: the key keeps them alive, so a freed id can never match anew
-        key = (self.jobs.version, tuple(busy.items()), frozenset(self.releasing))
-        if self._claims_for is None or self._claims_for[0] != key:
-            # only the jobs that may hold GPUs, not every job: a flood changes some waiting job every pass
-            candidates = {job.key: job for job in self._holding()}
-            for busy_key in busy:
-                namespace, _, name = busy_key.partition("/")
-                if busy_key not in candidates and (job := self.jobs.get(namespace, name)) is not None:
-                    candidates[busy_key] = job
-            self._claims_for = (key, claims_of(list(candidates.values()), busy, self.releasing))
-        return self._claims_for[1]
-
-    def _holding(self) -> list[JobObject]:
-        """The jobs whose recorded placement holds GPUs (those ``claims_of`` reads when not busy), kept up to
-        date from the job store's changes since the last call; read from the whole store after a re-list."""
-        changed, restart = self.jobs.take_changes()
-        if restart or self._holders is None:
-            self._holders = {key: job for key, job in self.jobs.items() if holds_gpus(job)}
-        else:
-            for store_key in changed:
-                job = self.jobs.get(*store_key)
-                if job is not None and holds_gpus(job):
-                    self._holders[store_key] = job
-                else:
-                    self._holders.pop(store_key, None)
-        return list(self._holders.values())
 
     def _decide_and_launch(
         self, started: float, jobs: list[JobObject], busy: dict[str, PlacementRecord | None], view: ClusterView
@@ -381,13 +328,13 @@ class Reconciler:
             memo=self.waiting,
         )
         self.backoff, self.node_warnings = plan.backoff, plan.node_warnings
-        self._post_node_events(plan)
+        self.report.node_events(plan)
         if plan.wake_after is not None:
             # a preemption's grace period or a job's back-off ends then: pass again even if nothing else happens
             if self.deadline_timer is not None:
                 self.deadline_timer.cancel()
             self.deadline_timer = asyncio.get_running_loop().call_later(plan.wake_after + 0.05, self.wake.set)
-        self._report_warnings(plan, view)
+        self.report.warnings(plan, view)
         for seconds in plan.scheduling_seconds:
             self.metrics.scheduling.observe(seconds)
         launched = held_back = 0
@@ -438,31 +385,11 @@ class Reconciler:
                     functools.partial(self._adoption_ended, group),
                 )
         self.held_back = held_back
-        self._collect_claims()
+        self.claim_collector.collect(self.inflight)
         self.passes += 1
-        self.metrics.passes.inc()
-        # plan.seen(), not plan.jobs: a job whose chain is in flight is left out of the decisions, not the counts
-        self.metrics.update(
-            gauges(
-                view,
-                plan.seen(),
-                observed.queues,
-                plan.fairness,
-                plan.quiet_waiting,
-                plan.queue_book,
-                plan.quiet_finished,
-                plan.skipped_pending,
-            )
-        )
-        self.metrics.waiting_left_out.set(sum(plan.quiet_waiting.values()))
-        self.metrics.status_writes_held_back.set(held_back)
-        lanes = getattr(self.kube, "limit", None)
-        if isinstance(lanes, Lanes):
-            urgent, background = lanes.waiting()
-            self.metrics.api_requests_waiting.labels("urgent").set(urgent)
-            self.metrics.api_requests_waiting.labels("background").set(background)
-        self._queue_waits(plan)
-        self._queue_status(plan)
+        self.report.figures(plan, view, observed.queues, held_back, getattr(self.kube, "limit", None))
+        self.report.queue_waits(plan)
+        self.report.queue_status(plan)
         self.pod_group_status.update(observed.jobs, observed.pod_groups)
         # after the gauges and queue statuses: they are part of what every pass costs
         self.metrics.pass_duration.observe(time.monotonic() - started)
@@ -494,50 +421,6 @@ class Reconciler:
         if not wanted:
             return {}
         return {key: c for c in self.claims.values() if (key := f"{c.namespace}/{c.name}") in wanted}
-
-    def _queue_waits(self, plan: Plan) -> None:
-        admitted, oldest = queue_waits(plan.seen(), time.time(), plan.quiet_oldest)
-        for queue, seconds in admitted:
-            self.metrics.queue_wait.labels(queue=queue).observe(seconds)
-        self.metrics.set_oldest_queued(oldest)
-
-    def _report_warnings(self, plan: Plan, view: ClusterView) -> None:
-        """Log a warning when it appears, not on every pass while it lasts (a condition that held for a
-        second was logged 187 times); a node the view finds oversubscribed also gets a Warning Event (the
-        poster aggregates repeats) and counts in ``paralleljob_oversubscribed_nodes``."""
-        current = set(plan.warnings)
-        for warning in plan.warnings:
-            if warning not in self.reported_warnings:
-                log.warning("%s", warning)
-        for node, found in view.node_warnings.items():
-            body = self.nodes.body("", node)
-            for warning in found:
-                if warning not in self.reported_warnings and body is not None:
-                    self.events.about_node(body, "Warning", "GPUsOversubscribed", warning)
-        self.reported_warnings = current
-        self.metrics.oversubscribed_nodes.set(len(view.node_warnings))
-
-    def _post_node_events(self, plan: Plan) -> None:
-        for note in plan.node_events:
-            body = self.nodes.body("", note.node)
-            if body is not None:
-                self.events.about_node(body, note.event_type, note.reason, note.message)
-
-    def _queue_status(self, plan: Plan) -> None:
-        """Write the queue statuses the pass found out of date (in the background; it is informational)."""
-        if self.queue_writes is not None and not self.queue_writes.done():
-            return  # the previous update is still going; the next pass looks again
-        if plan.queue_statuses:
-            changes = list(plan.queue_statuses.items())
-            self.queue_writes = asyncio.create_task(self._write_queue_statuses(changes), name="queue-status")
-
-    async def _write_queue_statuses(self, changes: list[tuple[str, dict[str, float]]]) -> None:
-        for name, status in changes:
-            path = f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}/{name}/status"
-            try:
-                self.queues.upsert(await self.kube.merge_patch(path, {"status": status}))
-            except ApiError as exc:
-                log.debug("status of queue %s not written: %s", name, exc)
 
     def _ended(self, registry: dict[Any, asyncio.Task[None]], key: object, crashed: bool) -> None:
         registry.pop(key, None)
@@ -573,64 +456,11 @@ class Reconciler:
         self.adoption_pauses[key] = time.monotonic() + ADOPTION_RETRY_SECONDS
         asyncio.get_running_loop().call_later(ADOPTION_RETRY_SECONDS, self.wake.set)
 
-    def _collect_claims(self) -> None:
-        """Delete the operator's ResourceClaims whose worker pod is gone or finished, so no device stays
-        allocated for a pod that no longer needs it (the garbage collector would only act once the whole
-        ParallelJob is deleted). Never while the job's chain runs: it may be creating that very pod."""
-        for claim in self.claims.values():
-            if not claim.operator_owned:
-                continue
-            if self.config.namespaces and claim.namespace not in self.config.namespaces:
-                continue
-            key = (claim.namespace, claim.name)
-            if key in self.claim_deletes or object_key(claim.namespace, claim.job) in self.inflight:
-                continue
-            pod = self.pods.get(claim.namespace, claim.pod)
-            if pod is not None and not pod.terminal:
-                continue
-            self.claim_deletes[key] = supervised(
-                self._delete_claim(claim),
-                f"deleting ResourceClaim {claim.namespace}/{claim.name}",
-                functools.partial(self._ended, self.claim_deletes, key),
-            )
-
-    async def _delete_claim(self, claim: ClaimInfo) -> None:
-        try:
-            await retrying(lambda: self.kube.delete(claim_path(claim.namespace, claim.name), claim.uid or None))
-            log.info("deleted ResourceClaim %s/%s: its pod %s is gone", claim.namespace, claim.name, claim.pod)
-            self.claims.forget(claim.namespace, claim.name, claim.uid)
-        except ApiError as exc:
-            if exc.answer in (Answer.GONE, Answer.CONFLICT):  # gone already, or replaced (UID precondition)
-                self.claims.forget(claim.namespace, claim.name, claim.uid)
-            else:
-                log.warning("could not delete ResourceClaim %s/%s: %s", claim.namespace, claim.name, exc)
-
     def _absorb(self, outcome: Outcome, started: float) -> None:
-        self.metrics.binds.inc(outcome.bound)
-        for path in outcome.dropped:
-            self.metrics.dropped_status_fields.labels(field=path).inc()
-        self._account(outcome.written, started)
+        self.report.chain(outcome, started)
         self.invalid_pods.update(outcome.invalid)
         self.bind_failures.update(outcome.failures)  # the next pass rolls the gang back and decides the waits
         self.api_trouble.update(outcome.hold)
-
-    def _account(self, written: list[Any], started: float) -> None:
-        for actions in written:
-            key = actions.job.key
-            if actions.placed_cost is not None:
-                self.placed_at[key] = started
-            if actions.recovery_started and key not in self.failed_at:
-                self.failed_at[key] = started
-            if actions.migrated:
-                self.metrics.migrations.inc()
-            if actions.failure_action is not None:
-                self.metrics.failures.labels(action=actions.failure_action.value).inc()
-                if actions.failure_action is not FailureAction.RESCHEDULED:
-                    self.failed_at.pop(key, None)
-            if actions.gang_bound and key in self.placed_at:
-                self.metrics.bind.observe(time.monotonic() - self.placed_at.pop(key))
-            if actions.recovery_done and key in self.failed_at:
-                self.metrics.recovery.observe(time.monotonic() - self.failed_at.pop(key))
 
 
 def needs_another_pass(actions: JobActions, outcome: Outcome) -> bool:
