@@ -213,3 +213,19 @@ def test_unhealthy_indices_of_a_dra_node_are_checked_against_its_pool_not_its_al
     body["metadata"]["annotations"]["paralleljob.dev/unhealthy-gpus"] = "1,5"
     [beyond] = overlay_nodes([parse_node(body, CONFIG)], slices, [], DRA, 80.0)
     assert beyond.warnings == ("ignored GPU indices [5] in paralleljob.dev/unhealthy-gpus: node dra has 2 GPUs",)
+
+
+def test_a_drained_gpu_of_a_dra_node_is_maintenance_and_not_a_malformed_index() -> None:
+    """``paralleljob drain --gpu dra:1`` writes the index in both drained-gpus and unhealthy-gpus: checked
+    against the pool (no MalformedLabel), and the GPU takes no new work without being counted broken."""
+    body = dra_node("dra")
+    body["metadata"]["annotations"]["paralleljob.dev/unhealthy-gpus"] = "1"
+    body["metadata"]["annotations"]["paralleljob.dev/drained-gpus"] = "1"
+    slices = [parse_slice(resource_slice("dra", [gpu(0), gpu(1)]))]
+    [drained] = overlay_nodes([parse_node(body, CONFIG)], slices, [], DRA, 80.0)
+    assert drained.warnings == (), drained.warnings
+    assert drained.broken_gpus() == frozenset() and drained.degraded_gpus == frozenset({1})
+    body["metadata"]["annotations"]["paralleljob.dev/unhealthy-gpus"] = "1,5"
+    body["metadata"]["annotations"]["paralleljob.dev/drained-gpus"] = "1,5"
+    [beyond] = overlay_nodes([parse_node(body, CONFIG)], slices, [], DRA, 80.0)
+    assert beyond.warnings == ("ignored GPU indices [5] in paralleljob.dev/unhealthy-gpus: node dra has 2 GPUs",)

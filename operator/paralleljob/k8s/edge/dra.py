@@ -301,9 +301,11 @@ def overlay_node(
     count = len(gpus.devices)
     # Unhealthy indices were checked against allocatable nvidia.com/gpu, which a DRA node does not have:
     # check them against the pool instead (valid indices must not raise a MalformedLabel warning).
-    stale = indices_beyond(node.name, node.unhealthy_gpus, node.gpu_count)
+    # (the parse checked the annotation as written: drained GPUs were still in it then)
+    listed = node.unhealthy_gpus | node.drained_gpus
+    stale = indices_beyond(node.name, listed, node.gpu_count)
     warnings = [w for w in node.warnings if not stale or w != stale]
-    beyond = indices_beyond(node.name, node.unhealthy_gpus, count)
+    beyond = indices_beyond(node.name, listed, count)
     if beyond:
         warnings.append(beyond)
     warnings.extend(gpus.warnings)
