@@ -3,6 +3,7 @@ namespace, polling, and the invariant checks every scenario ends with."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,7 +57,7 @@ class OperatorProcess(operatorproc.OperatorProcess):
             self.wait_leader()
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0, interval: float = 0.1) -> Any:
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0, interval: float = 0.1) -> Any:
     return wait_until(what, check, timeout_s, interval)
 
 
@@ -104,7 +105,7 @@ class Jobs:
     def delete(self, name: str) -> None:
         self.kube.run(self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name))
 
-    def wait_phase(self, name: str, phase: str, timeout_s: float = 30.0, **fields: Any) -> dict[str, Any]:
+    def wait_phase(self, name: str, phase: str, timeout_s: float = 90.0, **fields: Any) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
             try:
                 status = self.status(name)
@@ -136,7 +137,7 @@ class Jobs:
         )
         return list(listed.items)
 
-    def wait_events(self, name: str, reasons: set[str], timeout_s: float = 15.0) -> set[str]:
+    def wait_events(self, name: str, reasons: set[str], timeout_s: float = 60.0) -> set[str]:
         """The operator posts Events in the background, after the status write that a test usually waits
         for, so they are waited for too (bounded): all of ``reasons`` must land."""
         seen: set[str] = set()
@@ -237,21 +238,35 @@ def assert_settled(jobs: Jobs, log_start: int) -> None:
     )
 
 
-def assert_gang_on_record(pjs: Jobs, name: str) -> dict[str, Any]:
-    """Every pod bound where the status says, requesting TP GPUs, TP group on one node, GPUs as recorded."""
+def assert_gang_on_record(pjs: Jobs, name: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Every pod bound where the status says, requesting TP GPUs, TP group on one node, GPUs as recorded.
+    The status is written before the pods it names are created and bound, so this waits (up to ``timeout_s``)
+    for the pods to match it, and fails with the last mismatch."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return _gang_on_record(pjs, name)
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _gang_on_record(pjs: Jobs, name: str) -> dict[str, Any]:
     status = pjs.status(name)
     record = {p["name"]: p for p in status["placement"]["pods"]}
     tp = status["placement"]["shape"]["tensor"]
     pods = pjs.live_pods(name)
-    assert sorted(p.metadata.name for p in pods) == sorted(record)
+    names = sorted(p.metadata.name for p in pods)
+    assert names == sorted(record), f"{name}: live pods {names}, recorded {sorted(record)}"
     for pod in pods:
         slot = record[pod.metadata.name]
         assert pod.spec.node_name == slot["node"], f"{pod.metadata.name} bound to {pod.spec.node_name}"
-        assert pod.spec.scheduler_name == "paralleljob-scheduler"
-        assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == str(tp)
+        assert pod.spec.scheduler_name == "paralleljob-scheduler", pod.spec.scheduler_name
+        assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == str(tp), pod.spec.containers[0].resources
         indices = [int(i) for i in pod.metadata.annotations["paralleljob.dev/gpu-indices"].split(",")]
-        assert indices == slot["gpuIndices"] and len(indices) == tp
-        assert pod.metadata.owner_references[0].kind == "ParallelJob"
+        assert indices == slot["gpuIndices"] and len(indices) == tp, (pod.metadata.name, indices, slot["gpuIndices"])
+        assert pod.metadata.owner_references[0].kind == "ParallelJob", pod.metadata.owner_references
     return status
 
 
