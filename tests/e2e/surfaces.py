@@ -41,11 +41,12 @@ class Surfaces:
     kubectl_wide: str  # ``kubectl get pj -o wide``
 
 
-def paralleljob_cli(kubeconfig: Path, *args: str) -> str:
-    """``paralleljob ARGS`` in this process (a crash is this test's traceback); stdout, exit 0 asserted."""
+def paralleljob_cli(kubeconfig: Path, *args: str, columns: int = 200) -> str:
+    """``paralleljob ARGS`` in this process at a terminal ``columns`` wide (a crash is this test's traceback);
+    stdout, exit 0 asserted."""
     out, err = io.StringIO(), io.StringIO()
     saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "200"
+    os.environ["COLUMNS"] = str(columns)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = main([*args, "--kubeconfig", str(kubeconfig)])

@@ -10,10 +10,7 @@ never hand out a device the operator's claims hold.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import subprocess
 import sys
 import urllib.request
@@ -31,8 +28,8 @@ from drahelpers import (
     custom,
 )
 from pjhelpers import Jobs, wait_for
+from tests.e2e.surfaces import paralleljob_cli
 
-from paralleljob.cli import main
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.dra import device_uuid
 from paralleljob.devcluster.session import KubeSession
@@ -192,19 +189,7 @@ def test_kube_scheduler_and_the_operator_never_allocate_one_device_twice(
 
 def _cli(kubeconfig: Path, *args: str) -> str:
     """``paralleljob ARGS`` in this process, as the CLI e2e runs it; returns stdout."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "250"
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main([*args, "--kubeconfig", str(kubeconfig)])
-    finally:
-        if saved is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = saved
-    assert code == 0, f"paralleljob {' '.join(args)}: {code}\n{out.getvalue()}\n{err.getvalue()}"
-    return out.getvalue()
+    return paralleljob_cli(kubeconfig, *args, columns=250)
 
 
 def test_status_and_describe_show_dra_gpus_devices_and_uuids(

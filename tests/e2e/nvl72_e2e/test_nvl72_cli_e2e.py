@@ -5,37 +5,22 @@ nodes in one table per leaf and the trays in one per clique."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pjhelpers import Jobs
+from tests.e2e.surfaces import paralleljob_cli
 
-from paralleljob.cli import main
 from paralleljob.devcluster.cluster import DevCluster
 
 pytestmark = pytest.mark.e2e
 
 
 def cli(kubeconfig: Path, columns: int, *args: str) -> str:
-    out, err = io.StringIO(), io.StringIO()
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(columns)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main([*args, "--kubeconfig", str(kubeconfig)])
-    finally:
-        if saved is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = saved
-    assert code == 0, f"paralleljob {' '.join(args)} exited {code}\n{out.getvalue()}\n{err.getvalue()}"
-    return out.getvalue()
+    return paralleljob_cli(kubeconfig, *args, columns=columns)
 
 
 def test_status_and_describe_show_a_tray_job_and_group_hgx_nodes_by_leaf(
