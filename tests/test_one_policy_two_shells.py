@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from paralleljob.core import repair
 from paralleljob.core.repair import FailureKind, FailurePolicy, GiveUpReason
 from paralleljob.k8s.edge.records import record_from_status
 from paralleljob.k8s.edge.specs import parse_job
@@ -25,6 +24,7 @@ from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.trace import TraceJob
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
+from tests.repairspy import spy_repairs
 
 NODES = [node(f"gpu-node-{i:03d}") for i in range(4)]
 JOB = paralleljob("j", 8, 2, 1, max_restarts=2)
@@ -32,30 +32,8 @@ KEY = "ns/j"
 FOREVER = 1e9
 
 
-def _summary(decision: repair.RepairDecision) -> tuple[Any, ...]:
-    if isinstance(decision, repair.Rescheduled):
-        groups = decision.placement.groups if decision.placement is not None else None
-        return ("Rescheduled", groups, decision.restart_groups)
-    if isinstance(decision, repair.GiveUp):
-        return ("GiveUp", decision.reason)
-    return ("Requeue",)
-
-
-def _spy(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tuple[Any, ...]]:
-    seen: list[tuple[Any, ...]] = []
-
-    def recording(*args: Any) -> repair.RepairDecision:
-        decision = repair.decide_repair(*args)
-        failure = args[-1]
-        seen.append((failure.kind, failure.restarts, _summary(decision)))
-        return decision
-
-    monkeypatch.setattr(module, "decide_repair", recording)
-    return seen
-
-
 def _operator_run(monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[Any, ...]], list[str], int, FakeCluster]:
-    seen = _spy(monkeypatch, operator_failures)
+    seen = spy_repairs(monkeypatch, operator_failures)
     fc = FakeCluster(list(NODES))
     fc.add_job(JOB)
     fc.settle()
@@ -101,7 +79,7 @@ def _simulator_run(fc: FakeCluster, nodes: list[str], broken_gpu: int) -> Simula
 
 def test_the_operator_and_the_simulator_take_the_same_failure_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
     operator_seen, nodes, broken_gpu, fc = _operator_run(monkeypatch)
-    sim_seen = _spy(monkeypatch, sim_failures)
+    sim_seen = spy_repairs(monkeypatch, sim_failures)
     simulation = _simulator_run(fc, nodes, broken_gpu)
     kinds = [kind for kind, _, _ in operator_seen]
     assert kinds == [FailureKind.GPU, FailureKind.WORKER, FailureKind.NODE]

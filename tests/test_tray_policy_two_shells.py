@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from paralleljob.core import repair
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.core.repair import FailureKind, FailurePolicy, GiveUpReason
 from paralleljob.k8s.edge import computedomain as cd
@@ -30,6 +29,7 @@ from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.trace import TraceJob
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
+from tests.repairspy import spy_repairs
 
 TRAYS = [
     node(f"r{r}-t{t:02d}", 4, leaf=f"leaf-r{r}", product="NVIDIA-GB200", labels={cd.CLIQUE_LABEL: f"uuid.{r}"})
@@ -41,28 +41,6 @@ KEY = "ns/j"
 FOREVER = 1e9
 
 
-def _summary(decision: repair.RepairDecision) -> tuple[Any, ...]:
-    if isinstance(decision, repair.Rescheduled):
-        groups = decision.placement.groups if decision.placement is not None else None
-        return ("Rescheduled", groups, decision.restart_groups)
-    if isinstance(decision, repair.GiveUp):
-        return ("GiveUp", decision.reason)
-    return ("Requeue",)
-
-
-def _spy(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tuple[Any, ...]]:
-    seen: list[tuple[Any, ...]] = []
-
-    def recording(*args: Any) -> repair.RepairDecision:
-        decision = repair.decide_repair(*args)
-        failure = args[-1]
-        seen.append((failure.kind, failure.restarts, _summary(decision)))
-        return decision
-
-    monkeypatch.setattr(module, "decide_repair", recording)
-    return seen
-
-
 def _record(fc: FakeCluster) -> PlacementRecord:
     record = record_from_status(fc.job(KEY)["status"])
     assert record is not None and record.trays, fc.job(KEY)["status"]
@@ -70,7 +48,7 @@ def _record(fc: FakeCluster) -> PlacementRecord:
 
 
 def _operator_run(monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[Any, ...]], list[str], FakeCluster]:
-    seen = _spy(monkeypatch, trayrepair)
+    seen = spy_repairs(monkeypatch, trayrepair)
     fc = FakeCluster(list(TRAYS))
     fc.add_job(JOB)
     fc.settle()
@@ -114,7 +92,7 @@ def _simulator_run(fc: FakeCluster, nodes: list[str]) -> Simulation:
 
 def test_the_operator_and_the_simulator_take_the_same_tray_failure_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
     operator_seen, nodes, fc = _operator_run(monkeypatch)
-    sim_seen = _spy(monkeypatch, sim_failures)
+    sim_seen = spy_repairs(monkeypatch, sim_failures)
     simulation = _simulator_run(fc, nodes)
     assert [kind for kind, _, _ in operator_seen] == [FailureKind.GPU, FailureKind.NODE]
     assert operator_seen[0][2][0] == "Rescheduled" and operator_seen[0][2][2] == (0, 1)  # full: every group
