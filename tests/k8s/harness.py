@@ -10,6 +10,7 @@ import copy
 import datetime as dt
 from typing import Any
 
+from paralleljob.clitools.drain import plan as drain_plan
 from paralleljob.core.queueing import QueuePolicy
 from paralleljob.k8s.edge.computedomain import parse_domain
 from paralleljob.k8s.edge.config import TopologyConfig
@@ -250,3 +251,23 @@ class FakeCluster:
 
     def phase(self, key: str) -> str:
         return str(self.jobs[key].get("status", {}).get("phase"))
+
+
+def merge_patch(body: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``patch`` applied to ``body`` as the API server applies a JSON merge patch."""
+    out = copy.deepcopy(body)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_patch(out[key], value)
+        elif value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def drain_node(
+    fc: FakeCluster, name: str, gpus: list[int] | None = None, *, now: bool = False, undo: bool = False
+) -> None:
+    """What ``paralleljob drain [--now] NODE`` / ``undrain`` writes on the node."""
+    fc.nodes[name] = merge_patch(fc.nodes[name], drain_plan(fc.nodes[name], gpus, undo, now=now).patch)

@@ -8,13 +8,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from paralleljob.clitools.drain import plan as drain_plan
 from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.records import record_from_status
 from paralleljob.k8s.plan.actions import Plan
 from paralleljob.k8s.plan.reoptimizing import RECHECK_SECONDS
 from tests.k8s.factories import foreign_pod, node, paralleljob
-from tests.k8s.harness import FakeCluster
+from tests.k8s.harness import FakeCluster, drain_node
 
 SEED_COST_MS = 233.710821  # TP4xPP2xDP2 with each stage's two replicas sharing a node: DP over NVLink
 GRACE = 30  # the operator's default --preemption-grace-seconds
@@ -22,23 +21,6 @@ GRACE = 30  # the operator's default --preemption-grace-seconds
 
 def at(seconds: int) -> str:
     return f"2024-01-01T{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}Z"
-
-
-def merge(body: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(body)
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        elif value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
-
-
-def drain(fc: FakeCluster, name: str, gpus: list[int] | None = None, *, now: bool = False, undo: bool = False) -> None:
-    """What ``paralleljob drain [--now] NODE`` / ``undrain`` writes on the node."""
-    fc.nodes[name] = merge(fc.nodes[name], drain_plan(fc.nodes[name], gpus, undo, now=now).patch)
 
 
 def events(plan: Plan, key: str = "ns/seed") -> list[tuple[str, str]]:
@@ -74,7 +56,7 @@ def pods_on(fc: FakeCluster, name: str) -> list[str]:
 
 def test_a_drained_node_asks_for_a_checkpoint_first_then_moves_the_job_without_a_restart() -> None:
     fc, stage0 = running()
-    drain(fc, stage0)
+    drain_node(fc, stage0)
     first = fc.step(at(100))
     # Nothing moves yet: the job is asked to checkpoint, as a preemption victim is, and nothing is a failure.
     assert fc.phase("ns/seed") == "Running" and status(fc).get("restarts", 0) == 0
@@ -107,7 +89,7 @@ def test_a_drained_node_asks_for_a_checkpoint_first_then_moves_the_job_without_a
 
 def test_a_checkpoint_after_the_request_moves_the_job_before_the_deadline() -> None:
     fc, stage0 = running()
-    drain(fc, stage0)
+    drain_node(fc, stage0)
     fc.step(at(100))
     fc.step(at(105))
     assert len(pods_on(fc, stage0)) == 2
@@ -122,7 +104,7 @@ def test_a_checkpoint_after_the_request_moves_the_job_before_the_deadline() -> N
 
 def test_drain_now_moves_at_once_and_counts_no_restart() -> None:
     fc, stage0 = running()
-    drain(fc, stage0, now=True)
+    drain_node(fc, stage0, now=True)
     moved = fc.step(at(100))
     st = status(fc)
     assert st.get("restarts", 0) == 0 and "lastFailure" not in st
@@ -137,7 +119,7 @@ def test_a_drain_never_makes_a_job_give_up_at_max_restarts() -> None:
     job = copy.deepcopy(fc.job("ns/seed"))
     job["status"]["restarts"] = 3  # maxRestarts used up by real failures
     fc.jobs["ns/seed"] = job
-    drain(fc, stage0, now=True)
+    drain_node(fc, stage0, now=True)
     fc.settle()
     assert fc.phase("ns/seed") == "Running" and status(fc)["restarts"] == 3
     assert not pods_on(fc, stage0)
@@ -149,7 +131,7 @@ def test_a_drain_with_no_room_left_requeues_at_its_place_even_with_on_unplaceabl
     fc.settle(4)
     assert fc.phase("ns/seed") == "Running"
     queued_at = status(fc)["queuedAt"]
-    drain(fc, "a", now=True)
+    drain_node(fc, "a", now=True)
     fc.step(at(100))
     assert fc.phase("ns/seed") == "Queued", "an admin's drain does not fail the job"
     assert status(fc)["queuedAt"] == queued_at and status(fc).get("restarts", 0) == 0
@@ -158,9 +140,9 @@ def test_a_drain_with_no_room_left_requeues_at_its_place_even_with_on_unplaceabl
 def test_undrain_before_the_deadline_cancels_the_move() -> None:
     fc, stage0 = running()
     before = status(fc)["placement"]
-    drain(fc, stage0)
+    drain_node(fc, stage0)
     fc.step(at(100))
-    drain(fc, stage0, undo=True)
+    drain_node(fc, stage0, undo=True)
     fc.step(at(110))
     assert "drain" not in status(fc) and condition(fc, "DrainPending")["reason"] == "Cancelled"
     fc.step(at(200))
@@ -169,14 +151,14 @@ def test_undrain_before_the_deadline_cancels_the_move() -> None:
 
 def test_a_job_that_never_checkpoints_moves_back_after_undrain_at_its_safe_point() -> None:
     fc, stage0 = running()  # no checkpoint spec at all: today's rule says "never checkpoints, never moves"
-    drain(fc, stage0, now=True)
+    drain_node(fc, stage0, now=True)
     fc.step(at(100))
     for t in range(101, 106):
         fc.step(at(t))
     moved = record_from_status(status(fc))
     assert moved is not None and moved.cost is not None and moved.cost.total_ms > 5 * SEED_COST_MS
     assert status(fc).get("restarts", 0) == 0
-    drain(fc, stage0, undo=True)
+    drain_node(fc, stage0, undo=True)
     t = 106 + int(RECHECK_SECONDS) + 1
     fc.step(at(t))
     reopt = status(fc)["reoptimization"]

@@ -5,16 +5,14 @@ strategy decides which pods are re-created, and a drained tray is maintenance (c
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from paralleljob.clitools.drain import plan as drain_plan
 from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, UNHEALTHY_GPUS_ANNOTATION
 from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
 from paralleljob.k8s.plan.actions import Plan
 from tests.k8s.factories import node, paralleljob
-from tests.k8s.harness import FakeCluster
+from tests.k8s.harness import FakeCluster, drain_node
 
 KEY = "ns/llm"
 
@@ -52,24 +50,6 @@ def _events(plan: Plan) -> list[tuple[str, str]]:
 
 def _not_ready(fc: FakeCluster, name: str) -> None:
     fc.nodes[name]["status"]["conditions"][0]["status"] = "False"
-
-
-def _merge(body: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """A JSON merge patch, as the API server applies the drain's."""
-    out = copy.deepcopy(body)
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        elif value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
-
-
-def _drain(fc: FakeCluster, name: str, *, now: bool = False) -> None:
-    """What ``paralleljob drain [--now] NODE`` writes on the node."""
-    fc.nodes[name] = _merge(fc.nodes[name], drain_plan(fc.nodes[name], None, False, now=now).patch)
 
 
 def test_max_restarts_reached_fails_a_tray_job_instead_of_repairing_it() -> None:
@@ -144,7 +124,7 @@ def test_a_drained_tray_checkpoints_first_then_moves_without_a_restart() -> None
     fc = _cluster()
     record = _running(fc)
     victim = record.trays[0]
-    _drain(fc, victim.node)
+    drain_node(fc, victim.node)
     first = fc.step()
     st = _status(fc)
     assert st["phase"] == "Running" and st.get("restarts", 0) == 0 and "drain" in st, st
@@ -167,7 +147,7 @@ def test_a_drained_tray_checkpoints_first_then_moves_without_a_restart() -> None
 def test_a_tray_drained_now_moves_at_once_even_at_max_restarts() -> None:
     fc = _cluster()
     record = _running(fc, max_restarts=0)
-    _drain(fc, record.trays[0].node, now=True)
+    drain_node(fc, record.trays[0].node, now=True)
     fc.step()
     st = _status(fc)
     assert st["phase"] != "Failed" and st.get("restarts", 0) == 0, st
