@@ -104,3 +104,44 @@ def test_after_the_window_a_repeat_is_a_new_event() -> None:
         return len(api.items(EVENTS))
 
     assert asyncio.run(scenario()) == 2
+
+
+def test_an_incidents_events_go_ahead_of_routine_ones() -> None:
+    """Hundreds of other jobs' Placed Events are queued when a GPU under the victim breaks: its GPUFailure
+    (Warning) and the Rescheduled and Repaired (Normal) that follow it are posted before the routine backlog,
+    and in the order they happened. One queue in arrival order posted them last (issue 38, item 10: at load 8
+    they had not landed 30 s after the repair). A repeat stays in its Event's lane, so it cannot overtake it."""
+    posted: list[str] = []
+
+    async def scenario() -> list[dict[str, object]]:
+        api = FakeApi()
+        poster = EventPoster(api.client(), "op")
+        request = poster.kube.request
+
+        async def recording(method: str, path: str, body: object = None, **kwargs: object) -> dict[str, object]:
+            await asyncio.sleep(0.001)  # an API server that takes its time: the backlog stays queued
+            if method == "POST" and isinstance(body, dict):
+                posted.append(f"{body['involvedObject']['name']}:{body['reason']}")
+            return await request(method, path, body, **kwargs)  # type: ignore[arg-type]
+
+        poster.kube.request = recording  # type: ignore[method-assign]
+        poster.start()
+        for i in range(200):
+            poster.about_job(job(f"churn-{i}"), "Normal", "Placed", "TP1xPP1xDP1 (1 GPU) on n0")
+        poster.about_job(job("victim"), "Normal", "Placed", "TP4xPP1xDP2 (8 GPUs) on n1")
+        await asyncio.sleep(0.02)  # the poster is working through the backlog
+        poster.about_job(job("victim"), "Warning", "GPUFailure", "GPU 1 on n1 reported unhealthy")
+        poster.about_job(job("victim"), "Normal", "Rescheduled", "1 pod moved to n2")
+        poster.about_job(job("churn-0"), "Normal", "Placed", "TP1xPP1xDP1 (1 GPU) on n0")  # a routine repeat
+        poster.about_job(job("victim"), "Normal", "Repaired", "all 8 pods bound on n1, n2")
+        await drain(api, 204, timeout_s=30.0)
+        return api.items(EVENTS)
+
+    events = asyncio.run(scenario())
+    assert len(events) == 204
+    incident = [posted.index(f"victim:{reason}") for reason in ("GPUFailure", "Rescheduled", "Repaired")]
+    assert incident == sorted(incident), posted
+    assert incident[-1] < posted.index("churn-199:Placed"), f"the repair's Events posted at {incident} of {len(posted)}"
+    assert posted.index("victim:Placed") > incident[-1], "the victim's earlier routine Event keeps its lane"
+    churn0 = next(e for e in events if e["involvedObject"]["name"] == "churn-0")  # type: ignore[index]
+    assert churn0["count"] == 2
