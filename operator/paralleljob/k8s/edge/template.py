@@ -14,14 +14,14 @@ same with the same words; these checks hold when the installed CRD is older than
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.k8s.edge.constants import GPU_RESOURCE, SCHEDULER_NAME
 from paralleljob.k8s.edge.matching import Requirement, Term, Toleration, requirement_error
-from paralleljob.k8s.edge.quantity import format_amount, parse_count, parse_resources
+from paralleljob.k8s.edge.quantity import parse_count, parse_resources
 
 TOLERATION_OPERATORS = ("", "Equal", "Exists")
 EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -228,6 +228,3 @@ def parse_constraints(spec: Mapping[str, Any], tp: int) -> PodConstraints:
         requests=tuple(sorted(requests.items())),
     )
 
-
-def describe_requests(requests: Sequence[tuple[str, int]]) -> str:
-    return ", ".join(f"{name}={format_amount(name, amount)}" for name, amount in requests)
