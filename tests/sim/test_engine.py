@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
 
 import pytest
 
@@ -14,7 +13,6 @@ from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.run.events import EventQueue, Kind, SimClock
-from paralleljob.sim.run.policies import RunningJob, WaitingJob
 from paralleljob.sim.workload.trace import TraceJob
 
 
@@ -169,41 +167,6 @@ def test_software_failure_restarts_in_place() -> None:
     assert simulation.gpus_down == 0 and simulation.jobs["J"].placements == 1
 
 
-class HighFirstQueue:
-    """A test queue: tenant 'high' goes first and preempts tenant 'low' when it does not fit."""
-
-    name = "high-first"
-    blocking = True
-
-    def __init__(self) -> None:
-        self.waiting: dict[str, WaitingJob] = {}
-
-    def add(self, job: WaitingJob, now: float) -> None:
-        self.waiting[job.job_id] = job
-
-    def remove(self, job_id: str) -> None:
-        del self.waiting[job_id]
-
-    def candidates(self, now: float) -> Iterator[WaitingJob]:
-        yield from sorted(self.waiting.values(), key=lambda j: (j.tenant != "high", j.order))
-
-    def victims(self, job: WaitingJob, running: Mapping[str, RunningJob], now: float) -> list[str]:
-        return sorted(r.job_id for r in running.values() if job.tenant == "high" and r.tenant == "low")
-
-    def __len__(self) -> int:
-        return len(self.waiting)
-
-
-def test_preemption_through_the_queue_policy_seam() -> None:
-    trace = [job("L", 0, 100, (8, 1, 1), "low"), job("H", 10, 20, (8, 1, 1), "high")]
-    simulation = Simulation(Topology.uniform(1), trace, SimConfig(check_invariants=True), queue=HighFirstQueue())
-    simulation.run()
-    # L is preempted at 10 with a graceful checkpoint (nothing lost), H runs 10..30, L resumes for 90 s.
-    assert jct(simulation, "H") == 20.0
-    assert jct(simulation, "L") == 120.0
-    assert simulation.jobs["L"].preemptions == 1 and simulation.jobs["L"].lost_work_s == 0.0
-
-
 # ---- conservation --------------------------------------------------------------------------------------
 def random_trace(seed: int, jobs: int, max_gpus: int = 24) -> list[TraceJob]:
     rng = random.Random(seed)
@@ -243,7 +206,7 @@ def test_gpus_are_conserved_at_every_event_under_heavy_failures(policy: str) -> 
     assert all(j.phase is Phase.FAILED and j.restarts >= 3 for j in given_up)
 
 
-# ---- the core's queue policies through the seam ----------------------------------------------------------
+# ---- the core's queue policies ----------------------------------------------------------------------------
 def test_core_fifo_pass_matches_the_builtin_fifo() -> None:
     trace = random_trace(8, 80)
     results = {}

@@ -121,6 +121,8 @@ def test_borrowed_gpus_are_taken_back_for_a_tenant_within_its_guarantee() -> Non
     assert started(sim, "a1") == started(sim, "a2") == 0.0
     assert started(sim, "b1") == 100.0 + GRACE
     assert sum(sim.jobs[j].preemptions for j in ("a1", "a2")) == 1
+    # the victim checkpoints in the grace period: the preemption throws no work away
+    assert all(sim.jobs[j].lost_work_s == 0.0 for j in ("a1", "a2"))
     tenants = sim._result().metrics["tenants"]
     assert tenants["a"]["peak_gpus"] == 16 and tenants["a"]["quota"]["borrowed_gpu_hours"] > 0
     assert tenants["b"]["quota"]["borrowed_gpu_hours"] == 0

@@ -1,4 +1,4 @@
-"""The core's queue policies (``core.queueing`` + ``core.admission``) behind the simulator's queue seam.
+"""The core's queue policies (``core.queueing`` + ``core.admission``) in the simulator.
 
 The core plans a whole scheduling pass at once: ordering (starvation guard, DRF fair share over tenants,
 priority with aging), a reservation for the first blocked job, backfill that cannot delay it, and
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from paralleljob.core import queueing
 from paralleljob.core.queueing import PendingJob, QueueSpec
 from paralleljob.sim.run.jobs import SimJob
-from paralleljob.sim.run.policies import RunningJob, WaitingJob
+from paralleljob.sim.run.policies import WaitingJob
 
 PRESETS: dict[str, queueing.QueuePolicy] = {
     # Core ordering, strict: the same semantics as the built-in FIFO, through the core's pass.
@@ -31,8 +31,6 @@ PRESETS: dict[str, queueing.QueuePolicy] = {
 
 
 class CoreQueue:
-    blocking = True  # not consulted: the core pass decides who waits
-
     def __init__(self, name: str, policy: queueing.QueuePolicy, queues: Sequence[QueueSpec] = ()) -> None:
         self.name = name
         self.policy = policy
@@ -48,9 +46,6 @@ class CoreQueue:
 
     def candidates(self, now: float) -> Iterator[WaitingJob]:
         yield from sorted(self._waiting.values(), key=lambda w: w.order)
-
-    def victims(self, job: WaitingJob, running: Mapping[str, RunningJob], now: float) -> list[str]:
-        return []  # preemption comes from the core pass itself
 
     def __len__(self) -> int:
         return len(self._waiting)

@@ -20,7 +20,7 @@ from paralleljob.core.baselines import tp_groups_across_nodes
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import cost_model
 from paralleljob.core.elastic import resized
-from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
+from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.evaluate import nodes_common_level
 from paralleljob.core.fifo import FifoHooks, FifoJob, schedule_fifo
 from paralleljob.core.gates import WaitReason
@@ -40,7 +40,6 @@ from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
 from paralleljob.sim.run.policies import (
     FifoQueue,
-    QueuePolicy,
     RunningJob,
     WaitingJob,
     placement_policy,
@@ -78,7 +77,6 @@ class Simulation:
         trace: Sequence[TraceJob],
         config: SimConfig,
         *,
-        queue: QueuePolicy | None = None,
         progress: Callable[[float], None] | None = None,
     ) -> None:
         self.topology, self.config, self.progress = topology, config, progress
@@ -92,9 +90,8 @@ class Simulation:
         self.steptime = StepTimeModel(
             config.step_model, config.gpu_tflops, config.mfu, config.comm_overlap, config.comm_fraction
         )
-        if queue is None:
-            queue = make_core_queue(config.queue, config.quotas)  # None unless it names a core queue policy
-        self.queue = queue if queue is not None else queue_policy(config.queue)
+        core = make_core_queue(config.queue, config.quotas)  # None unless it names a core queue policy
+        self.queue: CoreQueue | FifoQueue = core if core is not None else queue_policy(config.queue)
         if config.quotas and not isinstance(self.queue, CoreQueue):
             raise ValueError(f"quotas need a core queue policy (core-fair, ...), not {config.queue!r}")
         self.clock = SimClock()
@@ -226,10 +223,8 @@ class Simulation:
         self._schedule_pending = False
         if isinstance(self.queue, CoreQueue):
             self._core_pass(self.queue)
-        elif isinstance(self.queue, FifoQueue):
-            self._fifo_pass(self.queue)
         else:
-            self._seam_pass()
+            self._fifo_pass(self.queue)
         if self.policy.reoptimize and self._dearer:
             disruptions.reoptimize_pass(self)
         if self.config.elastic > 0:
@@ -275,50 +270,6 @@ class Simulation:
                 job.step(Step.REJECTED)
                 self._reject_done(job, "; ".join(decision.reasons))
                 self._request_schedule()  # it held its line this pass: the jobs behind it are tried again now
-
-    def _seam_pass(self) -> None:
-        """A queue policy plugged in through the seam (``QueuePolicy``): its order, its victims."""
-        now = self.clock.now()
-        for waiting in self.queue.candidates(now):
-            job = self.jobs[waiting.job_id]
-            free = self.topology.num_gpus - self.allocated_gpus - self.gpus_down
-            try:
-                if elastic.min_gpus(job) > free and (self.state.allocations or self.gpus_down):
-                    # Cannot fit now, and the cluster is not empty, so it is no verdict on "never": no need
-                    # to ask the placer (a long queue would ask it once per waiting job per pass).
-                    raise PlacementInfeasible(job.job_id, [f"needs {elastic.min_gpus(job)} GPUs; {free} are free"])
-                if job.elastic is not None:
-                    placement = elastic.admit(self, job)
-                else:
-                    placement = self.placer.place(job.spec, self.model)
-            except PlacementInfeasible as exc:
-                if exc.permanent or (not self.running and not self.state.allocations and not self.gpus_down):
-                    # Permanent, or the cluster is empty and healthy and it still does not fit: it never will.
-                    self.queue.remove(job.job_id)
-                    job.step(Step.REJECTED)
-                    self._reject_done(job, "; ".join(exc.reasons))
-                    continue
-                taken = None if exc.permanent else elastic.take_growth_replicas(self, job)
-                if taken is not None:  # the cheapest preemption: the job goes on the replicas' GPUs now
-                    self.queue.remove(job.job_id)
-                    self._allocate(Allocation(job.job_id, taken.groups, job.spec.memory_per_gpu_gb))
-                    job.step(Step.ADMITTED)
-                    self._placed(job, taken.groups, taken.cost.total_ms)
-                    self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
-                    continue
-                victims = self.queue.victims(waiting, self.running, now)
-                if victims:
-                    for victim in victims:
-                        self.events.push(now, Kind.PREEMPT, victim)
-                    return
-                if self.queue.blocking or free == 0:
-                    return  # strict order, or nothing is free for anyone behind it either
-                continue
-            self.queue.remove(job.job_id)
-            self._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
-            job.step(Step.ADMITTED)
-            self._placed(job, placement.groups, placement.cost.total_ms)
-            self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
 
     def _core_pass(self, queue: CoreQueue) -> None:
         """One pass of the core's admission planner; the engine carries out its decisions."""

@@ -7,18 +7,18 @@ baselines of :mod:`paralleljob.core.baselines`, ``volcano`` the tier-scoring one
 :mod:`paralleljob.sim.run.volcano`; the baselines re-place the whole job on failure (the job restarts
 elsewhere, as a plain gang scheduler would do it).
 
-Queue policies decide the order in which waiting jobs are tried and whom to preempt. This is the seam for
-fair sharing: anything with the :class:`QueuePolicy` shape plugs in. :class:`FifoQueue` keeps the waiting
-jobs for the operator's own strict FIFO pass (``core.fifo``, called by the engine exactly as the operator
-calls it), one line for the whole trace; ``sim/run/core_queue.py`` holds the core's queueing planner.
+Queue policies keep the waiting jobs for one of the core's two passes, which decide order, admission and
+preemption: :class:`FifoQueue` for the operator's own strict FIFO pass (``core.fifo``, called by the engine
+exactly as the operator calls it), one line for the whole trace; ``sim/run/core_queue.py`` for the core's
+queueing planner. There is no plug-in queue: a policy the operator does not run would measure nothing it
+ships.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 from paralleljob.core.baselines import BestFitDomainPlacer, FirstFitPlacer
 from paralleljob.core.cliquebaseline import CliqueBestFitPlacer
@@ -113,26 +113,6 @@ class RunningJob:
     started_s: float
 
 
-class QueuePolicy(Protocol):
-    name: str
-    # True: when a candidate does not fit, try no later one (strict order); False: skip it and go on.
-    blocking: bool
-
-    def add(self, job: WaitingJob, now: float) -> None:
-        """An arrival, or a job back from preemption or a failed recovery (same ``order`` as before)."""
-
-    def remove(self, job_id: str) -> None:
-        """The job was placed or rejected."""
-
-    def candidates(self, now: float) -> Iterator[WaitingJob]:
-        """Waiting jobs in the order to try them. The engine may remove the current one while iterating."""
-
-    def victims(self, job: WaitingJob, running: Mapping[str, RunningJob], now: float) -> list[str]:
-        """Running jobs to preempt so that ``job`` can start (checked after it did not fit); [] for none."""
-
-    def __len__(self) -> int: ...
-
-
 class FifoQueue:
     """The waiting jobs of the core's FIFO pass (``core.fifo``): by arrival, a requeued job back at its
     original place. Strict by default: the head blocks everyone behind it (no backfill), and nobody is
@@ -166,20 +146,17 @@ class FifoQueue:
             if job is not None:
                 yield job
 
-    def victims(self, job: WaitingJob, running: Mapping[str, RunningJob], now: float) -> list[str]:
-        return []
-
     def __len__(self) -> int:
         return len(self._keys)
 
 
-QUEUE_POLICIES: dict[str, Callable[[], QueuePolicy]] = {
+QUEUE_POLICIES: dict[str, Callable[[], FifoQueue]] = {
     "fifo": FifoQueue,
     "fifo-skip": lambda: FifoQueue(blocking=False),
 }
 
 
-def queue_policy(name: str) -> QueuePolicy:
+def queue_policy(name: str) -> FifoQueue:
     try:
         return QUEUE_POLICIES[name]()
     except KeyError:
