@@ -7,10 +7,10 @@ import pytest
 
 from paralleljob.core.cost import MegatronCostModel, SeedCostModel
 from paralleljob.core.job import JobSpec, ModelShape
+from paralleljob.core.steptime import StepTimeModel
 from paralleljob.core.topology import Topology
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
-from paralleljob.sim.run.steptime import StepTimeModel
 from paralleljob.sim.workload.trace import TraceJob
 
 H100_BF16_ACHIEVED = 989e12 * 0.40  # FLOP/s per GPU at the default 40% MFU

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Placer, Topology, cost_model
 from paralleljob.core.evaluate import node_level_cost
-from paralleljob.sim.run.steptime import StepTimeModel
+from paralleljob.core.steptime import StepTimeModel
 
 COST_MODELS = ("seed", "megatron")
 

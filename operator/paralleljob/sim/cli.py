@@ -20,6 +20,7 @@ from typing import Any
 from paralleljob.core.cliques import nvl72_topology
 from paralleljob.core.queueing import QueueSpec
 from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, OnUnplaceable
+from paralleljob.core.steptime import StepTimeModel
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
 from paralleljob.sim.cluster.failures import FailureStats, load_failure_stats, parse_rate
@@ -29,7 +30,6 @@ from paralleljob.sim.run.config import SimConfig, cli_options
 from paralleljob.sim.run.core_queue import PRESETS as CORE_QUEUES
 from paralleljob.sim.run.engine import SimResult, Simulation
 from paralleljob.sim.run.policies import PLACEMENT_POLICIES, QUEUE_POLICIES
-from paralleljob.sim.run.steptime import StepTimeModel
 from paralleljob.sim.workload.alibaba import read_pods
 from paralleljob.sim.workload.llmnvl import llm_nvl72_workload
 from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d

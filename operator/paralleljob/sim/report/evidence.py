@@ -182,7 +182,7 @@ def validate(seeds: Sequence[int]) -> None:
     from paralleljob.core.cost import MegatronCostModel
     from paralleljob.core.job import JobSpec
     from paralleljob.core.placer import Placer
-    from paralleljob.sim.run.steptime import StepTimeModel
+    from paralleljob.core.steptime import StepTimeModel
     from paralleljob.sim.workload.overlay import PUBLISHED_LAYOUTS, model_of
 
     model, peak, kernel_eff = MegatronCostModel(), StepTimeModel(gpu_tflops=312.0, mfu=1.0), 0.6

@@ -14,8 +14,8 @@ from paralleljob.core.cost import COST_MODELS
 from paralleljob.core.fifo import RequeueOrder
 from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule
 from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, FailurePolicy
+from paralleljob.core.steptime import STEP_MODELS
 from paralleljob.sim.cluster.failures import Cause, Failure
-from paralleljob.sim.run.steptime import STEP_MODELS
 from paralleljob.sim.workload.trace import PARAMS_BILLIONS_PER_SHARD
 
 
@@ -52,7 +52,7 @@ class SimConfig:
         "flops", "--step-model",
         "flops: compute from FLOPs + the cost model's ms (default); fraction: a fixed share scaled by the cost",
         STEP_MODELS,
-    )  # fmt: skip  (see run/steptime.py)
+    )  # fmt: skip  (see core/steptime.py)
     gpu_tflops: float = option(989.0, "--gpu-tflops", "peak dense TFLOPS per GPU (flops model)")
     mfu: float = option(0.40, "--mfu", "achieved share of that peak (flops model)")
     comm_overlap: float = option(0.0, "--comm-overlap", "share of communication hidden by compute")

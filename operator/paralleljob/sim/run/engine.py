@@ -28,6 +28,7 @@ from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import RecoveryStrategy
+from paralleljob.core.steptime import StepTimeModel
 from paralleljob.core.topology import Topology
 from paralleljob.core.traffic import level_bytes_per_step
 from paralleljob.sim.cluster.failures import FailureConfig, FailureProcess
@@ -45,7 +46,6 @@ from paralleljob.sim.run.policies import (
     placement_policy,
     queue_policy,
 )
-from paralleljob.sim.run.steptime import StepTimeModel
 from paralleljob.sim.run.tenants import TenantBook
 from paralleljob.sim.run.work import plan_for
 from paralleljob.sim.workload.trace import TraceJob
