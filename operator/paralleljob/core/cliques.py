@@ -65,9 +65,6 @@ class CliqueIndex:
     def clique_trays(self) -> tuple[int, ...]:
         return tuple(n for trays in self.trays for n in trays)
 
-    def domain_gpus(self, i: int) -> int:
-        return len(self.trays[i]) * self.tray_gpus[i]
-
 
 def clique_index(topology: Topology) -> CliqueIndex:
     """The topology's cliques, computed once and kept with the topology."""

@@ -61,9 +61,6 @@ class JobSpec:
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
-    def group_index(self, replica: int, stage: int) -> int:
-        return replica * self.pp + stage
-
     def describe(self) -> str:
         # 0 GB means "no memory requirement", not "needs zero GB": say nothing rather than a misleading 0.
         memory = f", {self.memory_per_gpu_gb:g} GB each" if self.memory_per_gpu_gb > 0 else ""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from paralleljob.core.cost import CostBreakdown
@@ -95,9 +95,6 @@ class PlacementRecord:
     def master_slot(self) -> PodSlot:
         """The pod holding global rank 0 (node rank 0): torchrun's rendezvous host, ``MASTER_ADDR``."""
         return next(s for s in self.slots if self.node_rank(s) == 0)
-
-    def with_slots(self, slots: Sequence[PodSlot], epoch: int) -> PlacementRecord:
-        return replace(self, slots=tuple(slots), epoch=epoch)
 
     def to_status(self) -> dict[str, Any]:
         pp, dp = self.pp, self.dp

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import inspect
 import json
 import logging
 import os
@@ -127,16 +126,6 @@ async def retrying(
         with attempt:
             return await call()
     raise AssertionError("unreachable: tenacity re-raises the last error")
-
-
-async def bearer_token(configuration: client.Configuration) -> str | None:
-    header: Any = configuration.get_api_key_with_prefix("BearerToken")
-    if inspect.isawaitable(header):
-        header = await header
-    if not header:
-        return None
-    parts = str(header).split(" ", 1)
-    return parts[-1]
 
 
 class Kube:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import heapq
 from dataclasses import dataclass, field
-from typing import Protocol
 
 
 class Kind(enum.IntEnum):
@@ -35,12 +34,6 @@ class Event:
     seq: int
     job_id: str = ""
     payload: tuple[object, ...] = field(default=())
-
-
-class Clock(Protocol):
-    """What policies may read: the current simulated time in seconds. Never the wall clock."""
-
-    def now(self) -> float: ...
 
 
 class SimClock:
@@ -73,9 +66,6 @@ class EventQueue:
 
     def pop(self) -> Event:
         return heapq.heappop(self._heap)[3]
-
-    def peek_time(self) -> float:
-        return self._heap[0][0]
 
     def __len__(self) -> int:
         return len(self._heap)

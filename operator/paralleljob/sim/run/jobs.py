@@ -7,7 +7,6 @@ inventing states the operator would never reach.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from paralleljob.core.elastic import ElasticRange
@@ -106,9 +105,3 @@ class SimJob:
         self.lost_work_s += lost
         self.lost_gpu_s += lost / self.rate * self.num_gpus
         return lost
-
-    def segment_wall_left(self, now: float) -> float:
-        """Wall seconds until the current segment finishes (inf when not running)."""
-        if self.phase is not Phase.RUNNING:
-            return math.inf
-        return self.segment_start + wall_time_for(self.work_left, self.rate, self.plan) - now
