@@ -16,7 +16,7 @@ from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from tests.k8s import factories
 from tests.k8s.fakekube import FakeApi
-from tests.k8s.test_runtime_fakekube import JOBS, NODES, Operator, stop
+from tests.k8s.test_runtime_fakekube import JOBS, NODES, Operator, execute, stop
 
 
 async def _occupy(lanes: Lanes) -> tuple[asyncio.Task[None], asyncio.Event]:
@@ -128,7 +128,7 @@ def test_the_executor_sends_a_waiting_jobs_status_as_background_and_an_admitted_
         plan = await op.decide()
         kinds = {a.job.name: a.only_records_waiting for a in plan.jobs}
         assert kinds == {"train": False, "later": True}
-        await op.executor.execute(plan)
+        await execute(op.executor, plan)
 
     asyncio.run(run())
     status_writes = {path.rsplit("/", 2)[-2]: bg for method, path, bg in api.lanes if path.endswith("/status")}

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from paralleljob.core.rankorder import RankOrder, coordinates, dp_group, global_ranks, node_rank, pp_group, slot_of
+from paralleljob.core.rankorder import RankOrder, coordinates, global_ranks, node_rank, slot_of
 from paralleljob.k8s.edge.manifests import worker_pod
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_from_status
 from paralleljob.k8s.edge.specs import parse_job
@@ -90,6 +90,17 @@ def test_env_and_status_ranks_follow_the_order_and_form_the_placers_groups(shape
     for env in envs.values():
         assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == f"{zero}.llm.{job.namespace}.svc"
         assert env["PET_MASTER_PORT"] == env["MASTER_PORT"]
+
+
+def dp_group(order: RankOrder, stage: int, k: int, tp: int, pp: int, dp: int) -> list[int]:
+    """The global ranks that all-reduce gradients together, by the core's node ranks: same stage and TP
+    rank, every replica."""
+    return [node_rank(order, d, stage, pp, dp) * tp + k for d in range(dp)]
+
+
+def pp_group(order: RankOrder, replica: int, k: int, tp: int, pp: int, dp: int) -> list[int]:
+    """The global ranks of one pipeline, by the core's node ranks: same replica and TP rank, stages in order."""
+    return [node_rank(order, replica, p, pp, dp) * tp + k for p in range(pp)]
 
 
 @given(shapes, orders)

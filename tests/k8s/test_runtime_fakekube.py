@@ -18,13 +18,25 @@ from paralleljob.k8s.plan.decide import Observed, decide
 from paralleljob.k8s.runtime import reconciler as reconciler_module
 from paralleljob.k8s.runtime.api import NotLeading, job_path
 from paralleljob.k8s.runtime.election import LeaderElection
-from paralleljob.k8s.runtime.executor import Executor
+from paralleljob.k8s.runtime.executor import Executor, Outcome
 from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from paralleljob.k8s.view.store import ObjectStore
 from tests.k8s import factories
 from tests.k8s.fakekube import FakeApi, FakeKube
 from tests.timings import record_time
+
+
+async def execute(executor: Executor, plan: Plan) -> Outcome:
+    """A whole plan at once, through the chains the runner's lanes run: each job's actions as one chain
+    (status, then its pods), chains of different jobs overlapping."""
+    outcome = Outcome()
+    chains = [executor.run_job(actions, outcome) for actions in plan.jobs]
+    chains += [executor.delete_orphan(d, outcome) for d in plan.orphans]
+    chains += [executor.delete_domain(d, outcome) for d in plan.domain_deletes]
+    await asyncio.gather(*chains)
+    return outcome
+
 
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/namespaces/ns/pods"
@@ -92,7 +104,7 @@ def test_the_placement_is_recorded_before_any_pod_exists_then_the_gang_is_create
         api = cluster()
         op = Operator(api)
         plan = await op.decide()
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         methods = [(m, p) for _, m, p in api.calls if m != "GET"]
         assert methods[0] == ("PATCH", f"{JOB}/status"), "the status (the placement) is written first"
         assert outcome.bound == GANG and not outcome.failures and not outcome.hold
@@ -113,7 +125,7 @@ def test_a_status_write_on_a_stale_copy_is_refused_and_no_pod_is_made() -> None:
         plan = await op.decide()
         api.objects[JOB]["metadata"]["labels"] = {"touched": "yes"}  # someone wrote the job meanwhile
         api.objects[JOB]["metadata"]["resourceVersion"] = "999"
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert outcome.wrote == 0 and api.count("POST", PODS) == 0, "no pods without a recorded placement"
         assert op.jobs.body("ns", "train")["metadata"]["resourceVersion"] == "999", "re-read to decide again"  # type: ignore[index]
 
@@ -134,7 +146,7 @@ def test_a_finished_job_past_its_ttl_is_deleted_on_its_uid_after_a_normal_event(
         op = Operator(api)
         op.executor.services.add(("ns", "done", "uid-ns-done"))  # as if it had made the job's Service
         plan = await op.decide()
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert ("ns", "done", "uid-ns-done") not in op.executor.services, "not remembered for good"
         assert api.get(path) is None and ("DELETE", path) in [(m, p) for _, m, p in api.calls]
         assert ("Normal", "TTLExpired") in op.events and outcome.changed and not outcome.hold
@@ -151,7 +163,7 @@ def test_a_job_re_created_under_the_same_name_is_not_deleted_by_the_old_ones_ttl
         op = Operator(api)
         plan = await op.decide()
         api.objects[path]["metadata"]["uid"] = "uid-the-new-one"  # deleted and created again meanwhile
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert api.get(path) is not None, "the UID precondition kept the new job"
         assert not outcome.hold and not outcome.failures
 
@@ -170,7 +182,7 @@ def test_a_finished_job_gone_already_counts_as_deleted() -> None:
                 del api.objects[path]
 
         api.on_request = delete_it_first
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert not outcome.hold and not outcome.failures and op.jobs.get("ns", "done") is None
 
     asyncio.run(scenario())
@@ -183,7 +195,7 @@ def test_a_job_delete_in_transient_trouble_holds_the_job_for_another_try() -> No
         op = Operator(api)
         plan = await op.decide()
         api.fail("DELETE", path, 503, times=100)
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert api.get(path) is not None and "ns/done" in outcome.hold
 
     asyncio.run(scenario())
@@ -195,7 +207,7 @@ def test_transient_bind_errors_are_retried() -> None:
         op = Operator(api)
         plan = await op.decide()
         api.fail("POST", "/binding", 503, times=3)
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert outcome.bound == GANG and not outcome.hold and not outcome.failures
         assert api.count("POST", "/binding") == GANG + 3
 
@@ -209,7 +221,7 @@ def test_a_bind_that_keeps_failing_transiently_holds_the_job_instead_of_failing_
         plan = await op.decide()
         victim = pod_names(plan)[0]
         api.fail("POST", f"/{victim}/binding", 503, times=100)
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert "train" in next(iter(outcome.hold)) and not outcome.failures
         assert victim not in bound(api) and len(bound(api)) == GANG - 1
 
@@ -223,12 +235,12 @@ def test_a_refused_bind_rolls_the_whole_gang_back_on_the_next_pass() -> None:
         plan = await op.decide()
         victim = pod_names(plan)[1]
         api.fail("POST", f"/{victim}/binding", 403, times=1)
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert list(outcome.failures) == ["ns/train"] and victim in outcome.failures["ns/train"]
         assert len(bound(api)) == GANG - 1, "the others were bound before the refusal was known"
         # all or nothing: the next pass, told of the failure, takes every pod of the gang away and requeues
         rollback = await op.decide(bind_failures=dict(outcome.failures))
-        again = await op.executor.execute(rollback)
+        again = await execute(op.executor, rollback)
         assert again.deleted == GANG
         assert api.pods_of("ns", "train") == [], "no pod of a half-bound gang is left"
         status = api.get(JOB)["status"]  # type: ignore[index]
@@ -251,7 +263,7 @@ def test_a_pod_replaced_before_its_bind_is_not_bound_and_is_re_read() -> None:
                 api.on_request = None
 
         api.on_request = replace_it
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert not outcome.failures and not outcome.hold and outcome.bound == GANG - 1
         assert victim not in bound(api), "the UID precondition kept the replacement unbound"
         assert op.pods.get("ns", victim).uid == "uid-somebody-else"  # type: ignore[union-attr]
@@ -272,7 +284,7 @@ def test_a_pod_deleted_before_its_bind_is_forgotten() -> None:
                 api.on_request = None
 
         api.on_request = delete_it
-        outcome = await op.executor.execute(plan)
+        outcome = await execute(op.executor, plan)
         assert not outcome.failures and outcome.bound == GANG - 1
         assert op.pods.get("ns", victim) is None
 

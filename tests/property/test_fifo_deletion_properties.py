@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import event, given, settings
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.fifo import line_key
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placer import Placer
 from paralleljob.k8s.edge.constants import (
@@ -29,13 +31,25 @@ from paralleljob.k8s.edge.constants import (
 )
 from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.pods import parse_pod
-from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.edge.queues import parse_time
+from paralleljob.k8s.edge.specs import JobObject, JobRequest, parse_job
 from paralleljob.k8s.plan.decide import claims_of
-from paralleljob.k8s.plan.fifo_admission import queue_order
+from paralleljob.k8s.plan.fifo_admission import tiebreak
 from paralleljob.k8s.plan.podgroups import by_group, group_state
 from paralleljob.k8s.view.clusterview import build_view
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import START, FakeCluster
+
+
+def queue_order(jobs: Sequence[tuple[JobObject, JobRequest]]) -> list[tuple[JobObject, JobRequest]]:
+    """The core FIFO pass's order (``core.fifo.line_key``) of ParallelJobs."""
+    return sorted(
+        jobs,
+        key=lambda item: line_key(
+            item[1].queue, item[1].priority, parse_time(item[0].queued_at) or 0.0, tiebreak(item[0]), item[0].key
+        ),
+    )
+
 
 SHAPES = [(4, 1, 1), (8, 1, 1), (8, 2, 1), (4, 1, 3)]  # 4 .. 16 GPUs on 2 nodes of 8: heads block often
 WAITING = (Phase.PENDING, Phase.QUEUED)

@@ -73,7 +73,3 @@ def transition(phase: Phase, event: Event) -> Phase:
         return TRANSITIONS[(phase, event)]
     except KeyError:
         raise IllegalTransition(phase.value, event.value) from None
-
-
-def allowed_events(phase: Phase) -> list[Event]:
-    return [event for (source, event) in TRANSITIONS if source is phase]

@@ -76,13 +76,3 @@ def coordinates(order: RankOrder, rank: int, tp: int, pp: int, dp: int) -> tuple
     pod, k = divmod(rank, tp)
     replica, stage = slot_of(order, pod, pp, dp)
     return replica, stage, k
-
-
-def dp_group(order: RankOrder, stage: int, k: int, tp: int, pp: int, dp: int) -> list[int]:
-    """The global ranks that all-reduce gradients together: same stage and TP rank, every replica."""
-    return [node_rank(order, d, stage, pp, dp) * tp + k for d in range(dp)]
-
-
-def pp_group(order: RankOrder, replica: int, k: int, tp: int, pp: int, dp: int) -> list[int]:
-    """The global ranks of one pipeline: same replica and TP rank, stages in order."""
-    return [node_rank(order, replica, p, pp, dp) * tp + k for p in range(pp)]

@@ -120,12 +120,6 @@ class NodeGpus:
     devices: tuple[GpuDevice, ...]
     warnings: tuple[str, ...] = ()
 
-    def index_of(self, device: str) -> int | None:
-        for i, candidate in enumerate(self.devices):
-            if candidate.name == device:
-                return i
-        return None
-
 
 def _string(attributes: Mapping[str, Any], name: str) -> str:
     value = attributes.get(name)

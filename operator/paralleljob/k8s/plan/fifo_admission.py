@@ -55,16 +55,6 @@ from paralleljob.k8s.plan.trayadmission import TrayAwarePlacer, admission_topolo
 from paralleljob.k8s.view.clusterview import ClusterView
 
 
-def queue_order(jobs: Sequence[tuple[JobObject, JobRequest]]) -> list[tuple[JobObject, JobRequest]]:
-    """The core FIFO pass's order (``core.fifo.line_key``) of ParallelJobs."""
-    return sorted(
-        jobs,
-        key=lambda item: line_key(
-            item[1].queue, item[1].priority, parse_time(item[0].queued_at) or 0.0, tiebreak(item[0]), item[0].key
-        ),
-    )
-
-
 def tiebreak(job: JobObject) -> str:
     return f"{job.created} {job.key}"
 

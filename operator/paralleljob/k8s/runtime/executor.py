@@ -35,7 +35,6 @@ from paralleljob.k8s.plan.actions import (
     DomainDelete,
     JobActions,
     JobDelete,
-    Plan,
     PodAnnotate,
     PodBind,
     PodCreate,
@@ -83,15 +82,6 @@ class Executor:
         self.services: set[tuple[str, str, str]] = set()
         self.domains: set[tuple[str, str, str]] = set()  # ComputeDomains made: (namespace, name, owner uid)
         self.dropped_reported: set[str] = set()
-
-    async def execute(self, plan: Plan) -> Outcome:
-        """Each job's actions run as one chain (status, then its pods); chains of different jobs overlap."""
-        outcome = Outcome()
-        chains = [self._job(actions, outcome) for actions in plan.jobs]
-        chains += [self._delete(d, outcome) for d in plan.orphans]
-        chains += [self.delete_domain(d, outcome) for d in plan.domain_deletes]
-        await asyncio.gather(*chains)
-        return outcome
 
     async def run_job(self, actions: JobActions, outcome: Outcome) -> None:
         """One job's chain: its status first, then its pods."""
