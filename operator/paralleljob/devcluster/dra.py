@@ -15,12 +15,23 @@ the node name, so a re-created node publishes the same devices.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
 
-    from paralleljob.devcluster.nodes import NodeShape
+
+class GpuShape(Protocol):
+    """What a slice reads of ``devcluster.nodes.NodeShape``: named here, so that nodes.py (which publishes
+    the slices) imports this module and not the other way round."""
+
+    @property
+    def gpu_product(self) -> str: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def gpu_memory_mib(self) -> int: ...
+
 
 RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSION = "v1"
@@ -53,7 +64,7 @@ APISERVER_ARGS = ("--runtime-config=resource.k8s.io/v1beta2=true", "--feature-ga
 CONTROLLER_MANAGER_ARGS = ("--feature-gates=DRADeviceTaintRules=true",)
 
 
-def product_name(shape: NodeShape) -> str:
+def product_name(shape: GpuShape) -> str:
     """NVML's product name; GPU Feature Discovery's label is the same string with spaces made dashes."""
     return shape.gpu_product.replace("-", " ")
 
@@ -62,7 +73,7 @@ def device_uuid(node: str, minor: int) -> str:
     return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}.gpu-{minor}.dev-cluster.paralleljob.dev')}"
 
 
-def pcie_placement(shape: NodeShape, minor: int) -> tuple[str, str]:
+def pcie_placement(shape: GpuShape, minor: int) -> tuple[str, str]:
     """(pcieRoot, pciBusID) of one GPU: the first half of the node's GPUs under the first root complex."""
     half = (shape.gpus_per_node + 1) // 2
     side = 0 if minor < half else 1
@@ -70,7 +81,7 @@ def pcie_placement(shape: NodeShape, minor: int) -> tuple[str, str]:
     return _ROOTS[side], f"0000:{bus % 0x100:02x}:00.0"
 
 
-def gpu_device(shape: NodeShape, node: str, minor: int) -> dict[str, Any]:
+def gpu_device(shape: GpuShape, node: str, minor: int) -> dict[str, Any]:
     root, bus_id = pcie_placement(shape, minor)
     return {
         "name": f"gpu-{minor}",
@@ -95,7 +106,7 @@ def slice_name(node: str) -> str:
     return f"{node}-{DRIVER}"
 
 
-def resource_slice_manifest(shape: NodeShape, node: str, node_uid: str) -> dict[str, Any]:
+def resource_slice_manifest(shape: GpuShape, node: str, node_uid: str) -> dict[str, Any]:
     return {
         "apiVersion": f"{RESOURCE_GROUP}/{RESOURCE_VERSION}",
         "kind": "ResourceSlice",
@@ -143,7 +154,7 @@ async def publish_device_class(api: ApiClient) -> None:
     await _create(api, "deviceclasses", device_class_manifest())
 
 
-async def publish_slices(api: ApiClient, shape: NodeShape, nodes: list[str]) -> None:
+async def publish_slices(api: ApiClient, shape: GpuShape, nodes: list[str]) -> None:
     """One ResourceSlice per node, owned by the Node object (read for its UID)."""
     from kubernetes_asyncio.client import CoreV1Api
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from paralleljob.devcluster.dra import publish_slices
 from paralleljob.devcluster.kwok import MANAGED_ANNOTATION
 
 if TYPE_CHECKING:
@@ -116,8 +117,6 @@ async def create_gpu_nodes(api: ApiClient, shape: NodeShape, indices: list[int] 
                 raise
         created.append(shape.node_name(index))
     if shape.gpu_api == "dra":
-        from paralleljob.devcluster.dra import publish_slices
-
         await publish_slices(api, shape, created)
     return created
 
