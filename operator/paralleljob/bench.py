@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from paralleljob.benchload import clock, fill
 from paralleljob.core import (
     Allocation,
     ClusterState,
@@ -30,13 +31,11 @@ from paralleljob.core import (
     cost_model,
     recover,
 )
-from paralleljob.core.placement import PlacerLike
 
 TOPOLOGIES: dict[str, list[tuple[str, int, float]]] = {
     "flat": [],  # the seed's two levels: node, cluster
     "tree": [("rack", 32, 200.0), ("spine", 512, 100.0)],  # node, rack, spine, cluster
 }
-FILL_SHAPES = ((1, 2, 4, 8), (1, 1, 2, 4), (1, 2, 4, 8))  # TP, PP, DP choices of the background jobs
 
 
 @dataclass
@@ -70,36 +69,6 @@ def build_cluster(gpus: int, topology: str, seed: int) -> tuple[ClusterState, fl
     return state, build_s, memory_mb
 
 
-def fill(
-    state: ClusterState,
-    seed: int,
-    target: float = 0.5,
-    placer: PlacerLike | None = None,
-    shapes: tuple[tuple[int, ...], ...] = FILL_SHAPES,
-) -> int:
-    """Fill ``state`` to about ``target`` with random seeded jobs of ``shapes`` (TP, PP, DP choices), placed by
-    ``placer`` (the core's by default), and take 0.5% of the GPUs offline; returns how many jobs were tried."""
-    rng = random.Random(seed)
-    model = cost_model("seed")
-    placer = placer or Placer(state)
-    total = state.topology.num_gpus
-    allocated, n = 0, 0
-    while allocated < target * total * 0.97:
-        tp, pp, dp = (rng.choice(choices) for choices in shapes)
-        job = JobSpec(f"fill-{n}", tp, pp, dp, 40.0)
-        n += 1
-        try:
-            placement = placer.place(job, model)
-        except PlacementInfeasible:
-            continue
-        state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))
-        allocated += job.num_gpus
-    for gpu in rng.sample(range(total), total // 200):
-        if state.owner[gpu] is None:
-            state.set_health(gpu, GPUHealth.OFFLINE)
-    return n
-
-
 def big_job_for(state: ClusterState) -> JobSpec:
     """TP8xPP8xDP16 where it fits; on small clusters the largest DP that fits now."""
     free_nodes = state.free_histogram(state.topology.top, 0, 40.0)[8]
@@ -108,11 +77,6 @@ def big_job_for(state: ClusterState) -> JobSpec:
         dp //= 2
     pp = 8 if 8 * dp <= free_nodes else max(1, free_nodes // dp)
     return JobSpec("big", 8, pp, dp, 40.0)
-
-
-# CPU time of this process: on a shared machine wall time also counts waiting for a core, which says more
-# about the neighbours than about the placer. Wall time is reported next to it for the main placement.
-clock = time.process_time
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> list[float]:

@@ -3,7 +3,7 @@
 The cluster (default 1,389 racks = 100,008 GPUs) is filled to about half through the NVLink placer with
 random jobs, single-tray ones among them so that many trays are partly used, a few GPUs are failed, then
 TP8xPP8xDP32 (2,048 GPUs, each TP group on 2 whole trays of one clique) is placed and released ``repeat``
-times. Times are CPU time of this process (``bench.clock``), medians and 90th percentiles.
+times. Times are CPU time of this process (``benchload.clock``), medians and 90th percentiles.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import statistics
 import time
 from typing import Any
 
-from paralleljob.bench import clock, fill
+from paralleljob.benchload import clock, fill
 from paralleljob.core import ClusterState, JobSpec, cost_model
 from paralleljob.core.cliques import nvl72_topology
 from paralleljob.core.nvlink import NVLinkPlacer
