@@ -35,7 +35,8 @@ from typing import Any
 from paralleljob.devcluster import state
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.devtools.bench_operator import PodTracker, delete_jobs, job_body, plain_pod, same_pod
+from paralleljob.devtools.bench_kit import PodTracker, delete_jobs, job_body
+from paralleljob.devtools.bench_operator import plain_pod, same_pod
 from paralleljob.devtools.bench_scale import operator_under_test
 from paralleljob.devtools.kubescheduler import ensure_kube_scheduler, start_kube_scheduler
 from paralleljob.devtools.operatorproc import process_cpu_seconds

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from paralleljob.devtools.bench_operator import PodTracker, delete_jobs, job_body, start_operator
+from paralleljob.devtools.bench_kit import PodTracker, delete_jobs, job_body, start_operator
 from paralleljob.k8s.edge.constants import JOB_LABEL
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 

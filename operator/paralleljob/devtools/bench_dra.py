@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
-from paralleljob.devtools.bench_operator import bench_latency, bench_repair, start_operator
+from paralleljob.devtools.bench_kit import start_operator
+from paralleljob.devtools.bench_operator import bench_latency, bench_repair
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.runtime.api import ApiError, Kube
 

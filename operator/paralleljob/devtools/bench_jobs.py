@@ -36,7 +36,7 @@ from typing import Any
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
 from paralleljob.devtools import requestmix
-from paralleljob.devtools.bench_operator import job_body
+from paralleljob.devtools.bench_kit import job_body
 from paralleljob.devtools.bench_scale import PASS_METRIC, operator_under_test
 from paralleljob.devtools.operatorproc import LEADER_METRIC, OperatorProcess, read_samples
 from paralleljob.devtools.tracker import WatchTracker

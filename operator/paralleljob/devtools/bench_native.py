@@ -30,7 +30,7 @@ from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import LEAF_LABEL, NodeShape
-from paralleljob.devtools.bench_operator import PodTracker
+from paralleljob.devtools.bench_kit import PodTracker
 from paralleljob.devtools.native_set import Gang, background, llm_set, placement_cost, step_ms
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.config import TopologyConfig

@@ -27,74 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
-from paralleljob.devtools.operatorproc import OperatorProcess
-from paralleljob.devtools.tracker import WatchTracker, watch
-from paralleljob.k8s.edge.constants import API_VERSION, GROUP, JOB_LABEL, KIND
+from paralleljob.devtools.bench_crash import bench_worker_crash
+from paralleljob.devtools.bench_kit import PodTracker, delete_jobs, job_body, start_operator
+from paralleljob.devtools.tracker import watch
+from paralleljob.k8s.edge.constants import GROUP
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
-
-
-class PodTracker(WatchTracker):
-    """Watches one namespace's pods and notes when each pod (by UID) was first seen bound."""
-
-    what = "pod"
-
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        super().__init__(kube, pod_path(namespace))
-        self.namespace = namespace
-        self.pods: dict[str, dict[str, Any]] = {}  # uid -> {name, node, labels}
-        self.bound_at: dict[str, float] = {}
-        self.failed_at: dict[str, float] = {}
-
-    def relisted(self, items: list[dict[str, Any]]) -> None:
-        self.pods.clear()
-        for pod in items:
-            self._apply({"type": "ADDED", "object": pod})
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        self._apply(event)
-
-    def _apply(self, event: dict[str, Any]) -> None:
-        if event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
-            return
-        pod = event.get("object") or {}
-        meta = pod.get("metadata") or {}
-        uid = meta.get("uid")
-        if not uid:
-            return
-        if event.get("type") == "DELETED":
-            self.pods.pop(uid, None)
-        else:
-            node = (pod.get("spec") or {}).get("nodeName")
-            phase = (pod.get("status") or {}).get("phase")
-            labels = meta.get("labels") or {}
-            self.pods[uid] = {"name": meta.get("name"), "node": node, "labels": labels, "phase": phase}
-            if node and uid not in self.bound_at:
-                self.bound_at[uid] = time.monotonic()
-            if phase == "Failed" and uid not in self.failed_at:
-                self.failed_at[uid] = time.monotonic()
-        self.changed.set()
-
-    def bound(self, job: str | None = None) -> list[str]:
-        return [u for u, p in self.pods.items() if p["node"] and (job is None or p["labels"].get(JOB_LABEL) == job)]
-
-
-def job_body(name: str, tp: int, pp: int, dp: int) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "parallelism": {"tensor": tp, "pipeline": pp, "data": dp},
-            "failurePolicy": {"maxRestarts": 1000},  # the repair benchmark fails the same job many times
-            "template": {"spec": {"containers": [{"name": "trainer", "image": "bench:1"}]}},
-        },
-    }
-
-
-async def delete_jobs(kube: Kube, namespace: str, tracker: PodTracker) -> None:
-    items, _ = await kube.list(job_path(namespace))
-    await asyncio.gather(*(kube.delete(job_path(namespace, i["metadata"]["name"])) for i in items))
-    await tracker.wait(lambda: not tracker.pods, 120)
 
 
 async def bench_latency(kube: Kube, namespace: str, repeats: int) -> dict[str, Any]:
@@ -284,26 +221,7 @@ async def _wait_not_ready(kube: Kube, node: str, seen: dict[str, float]) -> None
             return
 
 
-def start_operator(
-    cluster: DevCluster, workdir: Path, write_concurrency: int = 48, lease_duration: float = 5.0
-) -> OperatorProcess:
-    """``paralleljob operator`` started as a separate process against ``cluster`` (``operator.log`` in
-    ``workdir``); ``stop()`` it when done."""
-    operator = OperatorProcess(
-        cluster.kubeconfig,
-        workdir,
-        lease_seconds=lease_duration,
-        log_level="WARNING",
-        extra_args=("--write-concurrency", str(write_concurrency)),
-        log_name="operator.log",
-    )
-    operator.start()
-    return operator
-
-
 async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
-    from paralleljob.devtools.bench_crash import bench_worker_crash
-
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-"))
     operator = start_operator(cluster, workdir, getattr(args, "write_concurrency", 48))
     results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8}

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
-from paralleljob.devtools.bench_operator import PodTracker, bench_throughput, delete_jobs, job_body
+from paralleljob.devtools.bench_kit import PodTracker, delete_jobs, job_body
+from paralleljob.devtools.bench_operator import bench_throughput
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path
 

@@ -12,7 +12,7 @@ from pjhelpers import Jobs
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
 from paralleljob.devtools.bench_jobs import JobTracker
-from paralleljob.devtools.bench_operator import PodTracker
+from paralleljob.devtools.bench_kit import PodTracker
 from paralleljob.k8s.runtime.api import Kube, job_path, pod_path
 
 pytestmark = pytest.mark.e2e
