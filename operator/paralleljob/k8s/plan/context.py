@@ -4,7 +4,10 @@
 allocates and releases), the placer over it, the jobs' node filters, the time, the queues and the facts the
 runtime reported (holds, bind failures, refused pod templates), and the pass's own bookkeeping (each job's
 actions, each job's pods). ``HeldJob`` is one job that holds a recorded placement, as the repair and
-re-optimisation steps see it. Both are frozen: a step cannot swap the view or the time under the others.
+re-optimisation steps see it. Both are frozen dataclasses, so a step cannot rebind the view or the time under
+the others; what they hold is not frozen: the view's state changes as the pass allocates and releases,
+``shrinkable`` fills and empties as jobs are decided, and the actions ``actions_for`` hands out are written
+by every step.
 """
 
 from __future__ import annotations

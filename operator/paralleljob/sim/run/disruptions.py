@@ -3,8 +3,9 @@ back at a checkpoint (re-optimisation).
 
 Each failure is handed to the core's failure policy (:func:`paralleljob.core.repair.decide_repair`, the function
 the operator calls) and its decision carried out with events; the move-back asks the core for the best
-placement now and :func:`paralleljob.core.reoptimize.decide_migration` whether it pays. A mixin of
-:class:`~paralleljob.sim.run.engine.Simulation`, split out so the engine's loop stays readable.
+placement now and :func:`paralleljob.core.reoptimize.decide_migration` whether it pays. Not a mixin: module
+functions the engine calls with its :class:`~paralleljob.sim.run.engine.Simulation` as ``sim``, which read and
+write its members, private ones included; split out so the engine's loop stays readable.
 """
 
 from __future__ import annotations
