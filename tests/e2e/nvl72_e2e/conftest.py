@@ -36,9 +36,15 @@ SPARES_PER_CLIQUE = 2  # the operator's nvlinkSparesPerClique in these tests
 
 
 @pytest.fixture(scope="session")
-def nvl72_cluster(pytestconfig: pytest.Config) -> Iterator[DevCluster]:
+def nvl72_cluster(pytestconfig: pytest.Config, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
+    jobset = any("nvl72_jobset" in item.fixturenames for item in request.session.items)
     with session_cluster(
-        pytestconfig, NVL72_CLUSTER_PREFIX, HGX_SHAPE, "PARALLELJOB_E2E_NVL72_CLUSTER", nvl72_racks=RACKS
+        pytestconfig,
+        NVL72_CLUSTER_PREFIX,
+        HGX_SHAPE,
+        "PARALLELJOB_E2E_NVL72_CLUSTER",
+        nvl72_racks=RACKS,
+        controllers=("jobset",) if jobset else (),
     ) as cluster:
         yield cluster
 

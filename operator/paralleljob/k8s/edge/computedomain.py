@@ -52,10 +52,23 @@ def claim_template_name(domain: str) -> str:
     return f"{domain}-channel"
 
 
+def group_channel_template(group: str) -> str:
+    """The channel claim template of a pod group's ComputeDomain. A pod's ``spec.resourceClaims`` cannot be
+    changed once it exists (not even while it is scheduling-gated), and a group's pods are made by another
+    controller before the clique is chosen, so their template names this one fixed name (docs/pod-groups.md)."""
+    return f"{group}-nvlink-channel"
+
+
 def compute_domain_manifest(
-    namespace: str, domain: str, clique: str, owner: Mapping[str, Any], labels: Mapping[str, str]
+    namespace: str,
+    domain: str,
+    clique: str,
+    owner: Mapping[str, Any],
+    labels: Mapping[str, str],
+    template: str = "",
 ) -> dict[str, Any]:
-    """One ComputeDomain, owned by ``owner`` (an ownerReference), serving the trays of ``clique``."""
+    """One ComputeDomain, owned by ``owner`` (an ownerReference), serving the trays of ``clique``; its channel
+    claim template is ``template`` (default: named after the domain)."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
@@ -68,7 +81,10 @@ def compute_domain_manifest(
         },
         "spec": {
             "numNodes": 0,
-            "channel": {"resourceClaimTemplate": {"name": claim_template_name(domain)}, "allocationMode": "Single"},
+            "channel": {
+                "resourceClaimTemplate": {"name": template or claim_template_name(domain)},
+                "allocationMode": "Single",
+            },
         },
     }
 

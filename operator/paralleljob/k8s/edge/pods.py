@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from paralleljob.k8s.edge.computedomain import CLAIM_NAME
 from paralleljob.k8s.edge.constants import (
     CHECKPOINT_REQUESTED_ANNOTATION,
     COST_MODEL_ANNOTATION,
@@ -76,6 +77,9 @@ class PodInfo:
     controller: tuple[tuple[str, str], ...] = ()  # its controller's ownerReference (apiVersion, kind, name, uid)
     constraints: PodConstraints | None = None  # what it asks of a node; None: unreadable (constraints_error)
     constraints_error: str = ""
+    # the claim template its first container's ``nvlink-channel`` claim comes from ("" when it has none):
+    # what a group on NVLink trays must name (``computedomain.group_channel_template``)
+    channel_template: str = ""
     job_key: str | None = None  # namespace/job: worked out once here, read for every pod on every pass
 
     @property
@@ -225,6 +229,18 @@ def _group_fields(group: str, metadata: Mapping[str, Any], spec: Mapping[str, An
         "first_container_gpus": first_gpus,
         "constraints": constraints,
         "constraints_error": constraints_error,
+        "channel_template": _channel_template(spec, containers),
         "declaration": declaration,
         "controller": controller,
     }
+
+
+def _channel_template(spec: Mapping[str, Any], containers: list[Mapping[str, Any]]) -> str:
+    """The template of the pod's ``nvlink-channel`` claim, when its first container uses that claim."""
+    used = ((containers[0].get("resources") or {}).get("claims") or []) if containers else []
+    if not any(isinstance(c, Mapping) and c.get("name") == CLAIM_NAME for c in used):
+        return ""
+    for entry in spec.get("resourceClaims") or []:
+        if isinstance(entry, Mapping) and entry.get("name") == CLAIM_NAME:
+            return str(entry.get("resourceClaimTemplateName") or "")
+    return ""

@@ -69,6 +69,8 @@ class JobRequest:
     rank_order: RankOrder = DEFAULT_RANK_ORDER  # spec.rankOrder: how (replica, stage) become node ranks
     constraints: PodConstraints = field(default_factory=PodConstraints)  # what the pod template asks of a node
     pod_group: str = ""  # spec.podGroup: adopt the pods of this group instead of creating any (pod-groups.md)
+    # a pod group whose pods each take a whole tray (this many GPUs, fewer than TP): placed on NVLink trays
+    tray_pod_gpus: int = 0
     # spec.parallelism.minData..maxData: an elastic job (``spec.dp`` is then ``data``, the size wanted now)
     elastic: ElasticRange | None = None
 

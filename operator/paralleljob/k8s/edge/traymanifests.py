@@ -34,11 +34,12 @@ def job_domains(job: str, record: PlacementRecord) -> dict[str, str]:
     return cd.domains_for(job, [t.clique for t in sorted(record.trays, key=lambda t: t.node_rank)])
 
 
-def compute_domains(job: JobObject, record: PlacementRecord) -> list[dict[str, Any]]:
-    """The job's ComputeDomains: one per clique its trays use, owned by the job."""
+def compute_domains(job: JobObject, record: PlacementRecord, template: str = "") -> list[dict[str, Any]]:
+    """The job's ComputeDomains: one per clique its trays use, owned by the job; ``template``: the channel
+    claim template's name when the pods name it themselves (a pod group's, ``cd.group_channel_template``)."""
     labels = {JOB_LABEL: job.name, MANAGED_LABEL: MANAGED_VALUE}
     return [
-        cd.compute_domain_manifest(job.namespace, name, clique, owner_reference(job), labels)
+        cd.compute_domain_manifest(job.namespace, name, clique, owner_reference(job), labels, template)
         for clique, name in job_domains(job.name, record).items()
     ]
 

@@ -11,6 +11,7 @@ talks to the API.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.k8s.edge.pods import PodInfo
@@ -21,11 +22,12 @@ from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.draining import off_drained
 from paralleljob.k8s.plan.elastic import resize_running, write_status
 from paralleljob.k8s.plan.failures import detect, handle
-from paralleljob.k8s.plan.podgroups import hold_for_claims, hold_until_complete, observe_group, slot_pods
+from paralleljob.k8s.plan.podgroups import hold_for_claims, hold_until_complete, live_pods, observe_group, slot_pods
 from paralleljob.k8s.plan.podsync import delete_all, observe, sync_pods
 from paralleljob.k8s.plan.preempting import continue_preemption
 from paralleljob.k8s.plan.reoptimizing import reconsider
 from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.plan.traygroups import tray_width
 from paralleljob.k8s.plan.trayrepair import broken_trays, repair_trays, restart_failed_trays
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -123,7 +125,8 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
             native = ctx.pod_groups.get(job.key)
             if native is not None and not hold_for_claims(actions, native, ctx.resource_claims, now):
                 return None
-            return job, request
+            width = tray_width(request.spec, live_pods(pods))  # pods of a whole tray each: NVLink trays
+            return job, (replace(request, tray_pod_gpus=width) if width else request)
         delete_all(actions, pods, view.nodes, "leftover of an earlier placement")
         return job, request
     # Placing, Running, Recovering: hold the recorded placement
@@ -161,7 +164,9 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
         if restarted is not None:
             sync_pods(actions, job, request, restarted, pods, view.nodes, ctx.gpu_holders)
         return None
-    names = {s.name: p.name for s, (_, p) in zip(record.slots, slot_pods(record, pods), strict=True) if p is not None}
+    names = {
+        s.name: p.name for s, (_, p) in zip(record.pod_slots, slot_pods(record, pods), strict=True) if p is not None
+    }
     breakage = None if record.trays else detect(view, job, record, seen.failed, names if request.pod_group else None)
     if breakage is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
         node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)

@@ -48,6 +48,7 @@ from paralleljob.k8s.edge.template import PodConstraints
 from paralleljob.k8s.plan.actions import JobActions, PodAnnotate, PodBind, added
 from paralleljob.k8s.plan.groupclaims import WAITING_FOR_CLAIM, and_terms, claim_terms, claim_wait
 from paralleljob.k8s.plan.podsync import SyncResult
+from paralleljob.k8s.plan.traygroups import expected_pods, group_domains, slot_rank, tray_problems, tray_width
 
 DEFAULT_TIMEOUT_S = 60.0
 READY_CONDITION = "PodGroupReady"
@@ -178,9 +179,11 @@ def live_pods(pods: Iterable[PodInfo]) -> list[PodInfo]:
 
 
 def group_state(request: JobRequest, pods: Sequence[PodInfo]) -> GroupState:
-    """Complete when each node rank 0..pp*dp-1 has exactly one live pod asking for one TP group's GPUs."""
+    """Complete when each node rank 0..pp*dp-1 has exactly one live pod asking for one TP group's GPUs, or,
+    for a group on NVLink trays (plan/traygroups.py), each rank 0..tp*pp*dp/w-1 one pod of a whole tray."""
     spec = request.spec
-    total = spec.pp * spec.dp
+    width = tray_width(spec, live_pods(pods))
+    total = expected_pods(spec, width)
     problems: list[str] = []
     by_rank: dict[int, PodInfo] = {}
     for pod in live_pods(pods):
@@ -192,7 +195,9 @@ def group_state(request: JobRequest, pods: Sequence[PodInfo]) -> GroupState:
             continue
         if shape is not None and shape != (spec.tp, spec.pp, spec.dp):
             problems.append(f"pod {pod.name} declares {declared}, the group is {spec.tp}x{spec.pp}x{spec.dp}")
-        if pod.first_container_gpus != spec.tp or pod.gpus != spec.tp:
+        if width:
+            problems.extend(tray_problems(pod, spec, width, request.pod_group))
+        elif pod.first_container_gpus != spec.tp or pod.gpus != spec.tp:
             problems.append(
                 f"pod {pod.name} must request {GPU_RESOURCE}: {spec.tp} on its first container and no other GPUs"
                 f" (one pod is one TP group); it requests {pod.first_container_gpus} there, {pod.gpus} in all"
@@ -274,8 +279,8 @@ def slot_pods(record: PlacementRecord, pods: Sequence[PodInfo]) -> list[tuple[in
         if pod.group_rank is not None and not pod.deleting and pod.phase != "Failed":
             by_rank.setdefault(pod.group_rank, pod)
     out: list[tuple[int, PodInfo | None]] = []
-    for slot in record.slots:
-        rank = record.node_rank(slot)
+    for slot in record.pod_slots:
+        rank = slot_rank(record, slot)
         out.append((rank, by_rank.get(rank)))
     return out
 
@@ -283,12 +288,12 @@ def slot_pods(record: PlacementRecord, pods: Sequence[PodInfo]) -> list[tuple[in
 def observe_group(record: PlacementRecord, pods: Sequence[PodInfo]) -> SyncResult:
     """How many slots hold their pod. A failed pod is its owner's to replace, never a failure here."""
     bound = succeeded = 0
-    for slot, (_, pod) in zip(record.slots, slot_pods(record, pods), strict=True):
+    for slot, (_, pod) in zip(record.pod_slots, slot_pods(record, pods), strict=True):
         if pod is None or pod.node != slot.node or pod.gpu_indices != slot.gpu_indices:
             continue
         bound += 1
         succeeded += pod.phase == "Succeeded"
-    return SyncResult(bound, succeeded, (), len(record.slots))
+    return SyncResult(bound, succeeded, (), len(record.pod_slots))
 
 
 def stuck_pods(
@@ -298,8 +303,8 @@ def stuck_pods(
     of that rank is bound on the slot, each with what must happen to it. The owner (a Job) makes the
     replacement only once the old pod is gone, and the operator deletes no pod it does not own."""
     out: list[tuple[PodInfo, str]] = []
-    for slot in record.slots:
-        rank = record.node_rank(slot)
+    for slot in record.pod_slots:
+        rank = slot_rank(record, slot)
         same = [p for p in pods if p.group_rank == rank and not p.terminal]
         if any(p.bound and p.node == slot.node for p in same):
             continue
@@ -374,7 +379,9 @@ def finish_group(
         return
     if nodes is not None and actions.draft.phase is Phase.RECOVERING:
         note_stuck(actions, record, pods, nodes, now)
-    for slot, (rank, pod) in zip(record.slots, slot_pods(record, pods), strict=True):
+    # a group on trays: its clique's ComputeDomain before the binds (the driver makes the pods' template)
+    actions.compute_domains = group_domains(actions.job, record)
+    for slot, (rank, pod) in zip(record.pod_slots, slot_pods(record, pods), strict=True):
         if pod is None or pod.terminal:
             continue
         indices = ",".join(str(i) for i in slot.gpu_indices)
@@ -430,6 +437,9 @@ class GroupRequests(Mapping[str, JobRequest]):
         return sum(1 for _ in self)
 
     def _group_request(self, key: str, request: JobRequest) -> JobRequest:
+        width = tray_width(request.spec, live_pods(self._groups.get(key, ())))
+        if width:
+            request = replace(request, tray_pod_gpus=width)
         constraints = group_constraints(self._groups.get(key, ()))
         pod_group = self._native.get(key)
         if pod_group is not None and pod_group.topology_key:

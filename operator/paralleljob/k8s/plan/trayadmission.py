@@ -9,7 +9,8 @@ NVLink placer (``core/nvlink``) on the *NVLink topology*: the view's nodes and G
 at its own (NVLink) bandwidth and named as the NVLink level, over the view's own state (``seen_as``). Such a
 placement takes whole trays of cliques and is recorded as one pod per tray (``layout: trays``); the pods join
 one ComputeDomain per clique (``podsync``), which is what makes the clique's bandwidth real. Its refusal names
-cliques and their free trays, not the largest node.
+cliques and their free trays, not the largest node. A pod group whose pods each take a whole tray
+(``plan/traygroups``) goes to the NVLink placer alone, inside one clique, and never to an HGX node.
 """
 
 from __future__ import annotations
@@ -69,22 +70,27 @@ def _repriced(topology: Topology, level: int, bandwidth: float) -> Topology:
 def admission_topology(view: ClusterView, request: JobRequest) -> Topology:
     """The topology "can this job ever fit" is judged on: the NVLink one when there are cliques and the job
     may take trays, so a TP group larger than every node is not refused when whole trays of a clique hold it
-    (an elastic job or a pod group never takes trays: for them the node stays the limit)."""
-    if request.elastic is not None or request.pod_group:
+    (an elastic job or a pod group of one TP group per pod never takes trays: for them the node stays the
+    limit)."""
+    if not _may_take_trays(request):
         return view.topology
     return nvlink_topology(view) or view.topology
 
 
+def _may_take_trays(request: JobRequest) -> bool:
+    return request.elastic is None and (not request.pod_group or request.tray_pod_gpus > 0)
+
+
 def wants_trays(view: ClusterView, request: JobRequest) -> Topology | None:
-    """The NVLink topology when ``request`` may take whole trays: rigid, not a pod group, TP larger than the
-    smallest clique's trays."""
-    if request.elastic is not None or request.pod_group:
+    """The NVLink topology when ``request`` may take whole trays: rigid, TP larger than the smallest clique's
+    trays, and not a pod group unless its pods take whole trays."""
+    if not _may_take_trays(request):
         return None
     topology = nvlink_topology(view)
     if topology is None:
         return None
     index = clique_index(topology)
-    return topology if request.spec.tp > min(index.tray_gpus) else None
+    return topology if request.tray_pod_gpus or request.spec.tp > min(index.tray_gpus) else None
 
 
 @contextmanager
@@ -109,13 +115,14 @@ def place_on_trays(
     job_key: str,
     node_filter: NodeFilter | None = None,
     spares: int = 0,
+    closed: Sequence[int] = (),
 ) -> Placement:
     """The NVLink placer's placement of ``request`` on the view (raises PlacementInfeasible with reasons that
     name cliques, and the filter's reasons when it has any, as ``FilteredPlacer`` gives them). Nodes the
-    job's filter excludes are closed for the decision."""
-    excluded: list[int] = []
+    job's filter excludes, and ``closed``, are closed for the decision."""
+    excluded: list[int] = list(closed)
     if node_filter is not None and node_filter.allowed is not None:
-        excluded = [n for n in range(topology.num_nodes) if n not in node_filter.allowed]
+        excluded += [n for n in range(topology.num_nodes) if n not in node_filter.allowed]
     spec = replace(request.spec, job_id=job_key)
     try:
         with seen_as(view.state, topology) as state, closed_nodes(state, excluded):
@@ -145,6 +152,8 @@ def place_rigid(
     placer's (whose refusal, naming the cliques, is the one the job waits with). ``spares``: whole free
     trays per clique the job leaves alone (None: the topology setting)."""
     spares = view.nvlink_spares if spares is None else spares
+    if request.tray_pod_gpus:
+        return place_tray_group(view, request, job_key, node_filter, spares)
     hgx_first = _hgx_first(view, placer, request, node_filter)
     if hgx_first is not None:
         return hgx_first
@@ -156,6 +165,37 @@ def place_rigid(
         if topology is None:
             raise
         return place_on_trays(view, topology, request, job_key, node_filter, spares)
+
+
+def place_tray_group(
+    view: ClusterView, request: JobRequest, job_key: str, node_filter: NodeFilter | None, spares: int
+) -> Placement:
+    """A pod group whose pods each take a whole tray (``plan/traygroups``): the NVLink placer inside one clique
+    (its pods name one channel claim template), the roomiest clique first, never on an HGX node (its pods
+    hold only a slice of a TP group). The refusal is the roomiest clique's, and says why only one."""
+    width, spec = request.tray_pod_gpus, request.spec
+    topology = nvlink_topology(view)
+    if topology is None:
+        why = f"its pods take {width} GPUs each, a slice of a TP{spec.tp} group: it needs NVLink cliques of trays"
+        raise PlacementInfeasible(job_key, [f"{why}, and this cluster has none"])
+    index = clique_index(topology)
+    fitting = [trays for i, trays in enumerate(index.trays) if index.tray_gpus[i] == width]
+    if not fitting:
+        sizes = ", ".join(str(g) for g in sorted(set(index.tray_gpus)))
+        raise PlacementInfeasible(job_key, [f"its pods take {width} GPUs each, and the cliques' trays have {sizes}"])
+    state = view.state
+    fitting.sort(key=lambda trays: -sum(state.usable_free(n) == topology.node_gpu_count[n] for n in trays))
+    every = [*index.single_nodes, *(n for trays in index.trays for n in trays)]
+    refusals: list[PlacementInfeasible] = []
+    for trays in fitting:
+        inside = set(trays)
+        try:
+            closed = [n for n in every if n not in inside]
+            return place_on_trays(view, topology, request, job_key, node_filter, spares, closed)
+        except PlacementInfeasible as exc:
+            refusals.append(exc)
+    note = "a pod group on trays stays inside one clique: its pods name one ComputeDomain's channel template"
+    raise PlacementInfeasible(job_key, [*refusals[0].reasons, note], permanent=refusals[0].permanent)
 
 
 def _hgx_first(

@@ -13,6 +13,8 @@ the job is placed afresh over every clique. ``strategy``: minimal re-creates onl
 full re-creates every pod of the job (docs/nvl72.md, "Failures"). A tray pod that fails on healthy hardware
 is restarted on its tray (:func:`restart_failed_trays`). A gone tray keeps its clique in the view
 (``clusterview``: the domains of a live tray with the same label), which is what lets the repair stay inside it.
+A pod group on trays (``plan/traygroups``) goes through the same decision; its repair is held to its clique,
+whose channel template its pods name, and its pods are the owner's to replace (``podgroups.finish_group``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from paralleljob.core.cliques import clique_index
 from paralleljob.core.cluster import Allocation, GPUHealth
 from paralleljob.core.cost import CostModel, cost_model
 from paralleljob.core.elastic_failure import counts_as_restart
@@ -46,6 +49,7 @@ from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failures import Breakage
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
+from paralleljob.k8s.plan.traygroups import clique_trays
 from paralleljob.k8s.view.clusterview import ClusterView
 
 _BROKEN = (GPUHealth.OFFLINE, GPUHealth.RESETTING)
@@ -89,6 +93,16 @@ def broken_trays(view: ClusterView, record: PlacementRecord) -> Breakage | None:
     return Breakage(kind, tuple(hit), nodes, tuple(record.trays[i].name for i in hit), message)
 
 
+def _inside_clique(node_filter: NodeFilter | None, trays: list[int] | None) -> NodeFilter | None:
+    """``node_filter`` narrowed to ``trays`` (a pod group's clique); unchanged when the clique is unknown."""
+    if trays is None:
+        return node_filter
+    base = node_filter or NodeFilter()
+    allowed = frozenset(trays) if base.allowed is None else base.allowed & frozenset(trays)
+    why = (*base.why, "a pod group's repair stays inside its clique (its pods name that ComputeDomain's channel)")
+    return replace(base, allowed=allowed, why=why)
+
+
 def _groups_on(view: ClusterView, key: str, nodes: Sequence[str]) -> tuple[int, ...]:
     """The job's TP groups with a GPU on ``nodes`` (what the core's report names; informative for hardware)."""
     allocation = view.state.allocations.get(key)
@@ -125,8 +139,10 @@ def repair_trays(
     model = cost_model(request.cost_model)
     report = FailureReport(kind, _groups_on(view, job.key, breakage.nodes), job.restarts)
     topology = nvlink_topology(view)
-    in_use = (view.node_index[t.node] for t in record.trays if t.node in view.node_index)
+    in_use = [view.node_index[t.node] for t in record.trays if t.node in view.node_index]
     allowed = within_domain(node_filter, in_use)
+    if topology is not None and request.pod_group:
+        allowed = _inside_clique(allowed, clique_trays(clique_index(topology).trays, in_use))
     if topology is None:
         decision = decide_repair(view.state, _NoCliques(), spec, model, policy, report)
     else:
