@@ -27,7 +27,10 @@ from paralleljob.devtools.kubescheduler import scheduler_config
 
 GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true"
 APISERVER_ARGS = ("--runtime-config=scheduling.k8s.io/v1alpha2=true", f"--feature-gates={GATES}")
-CONTROLLER_MANAGER_ARGS = (f"--feature-gates={GATES}",)
+# podgroup-protection-controller takes a deleted PodGroup's finalizer off once no pod of it is active; without
+# it a deleted PodGroup stays Terminating for ever (and its adopting ParallelJob with it). kube-controller-manager
+# adds a repeated --controllers to the list already given.
+CONTROLLER_MANAGER_ARGS = (f"--feature-gates={GATES}", "--controllers=podgroup-protection-controller")
 SCHEDULER_GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true"
 SCHEDULER_NAME = "default-scheduler"  # kube-scheduler's own: the pods it places name it (or nothing)
 

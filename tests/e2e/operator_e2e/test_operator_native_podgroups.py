@@ -11,7 +11,10 @@ controller does for every Indexed Job, which the other suites' clusters must not
 - an Indexed Job under ``WorkloadWithJob`` (no label of ours) is gang-placed through the PodGroup the Job
   controller made;
 - the same PodGroup with kube-scheduler's name is held and then placed by kube-scheduler (the baseline of
-  ``paralleljob bench native`` is real).
+  ``paralleljob bench native`` is real);
+- a PodGroup deleted as users delete it (``kubectl delete podgroup``, then its pods) goes away, and the
+  ParallelJob that adopted it with it: kube-controller-manager's podgroup-protection-controller takes the
+  finalizer off once no pod of it is active (without it the PodGroup stayed Terminating for ever).
 """
 
 from __future__ import annotations
@@ -258,3 +261,40 @@ def test_the_same_podgroup_with_kube_schedulers_name_is_held_then_placed_by_kube
     with pytest.raises(ApiException) as refused:
         pjs.get("native-workers")
     assert refused.value.status == 404
+
+
+def test_a_deleted_podgroup_goes_away_once_its_pods_are_gone_and_its_parallel_job_with_it(
+    pjs: Jobs, kube: KubeSession
+) -> None:
+    ns = pjs.namespace
+    custom: Any = CustomObjectsApi(kube.api)
+    workload_and_group(kube, ns, "bye")
+    for rank in range(4):
+        group_pod(kube, ns, "bye-workers", rank)
+    pjs.wait_phase("bye-workers", "Running")
+    assert "scheduling.k8s.io/podgroup-protection" in read(kube, ns, "podgroups", "bye-workers")["metadata"].get(
+        "finalizers", []
+    )
+    kube.run(custom.delete_namespaced_custom_object(*API, ns, "podgroups", "bye-workers"))
+    time.sleep(2.0)  # its pods are active: the finalizer keeps it, as in a real cluster
+    assert read(kube, ns, "podgroups", "bye-workers")["metadata"].get("deletionTimestamp")
+    for pod in pods_of(kube, ns, "bye-workers"):
+        kube.run(kube.core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0))
+
+    def gone(plural: str, name: str) -> bool:
+        try:
+            read(kube, ns, plural, name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for("the PodGroup is gone once no pod of it is active", lambda: gone("podgroups", "bye-workers"), 120)
+
+    def job_collected() -> bool:
+        try:
+            pjs.get("bye-workers")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for("the adopting ParallelJob is collected with it", job_collected, timeout_s=120)
