@@ -12,6 +12,8 @@ controller does for every Indexed Job, which the other suites' clusters must not
   controller made;
 - the same PodGroup with kube-scheduler's name is held and then placed by kube-scheduler (the baseline of
   ``paralleljob bench native`` is real);
+- the documented example (deploy/examples/pod-groups/native-podgroup.yaml), applied and deleted with kubectl,
+  is placed whole inside one rack and leaves nothing behind;
 - a PodGroup deleted as users delete it (``kubectl delete podgroup``, then its pods) goes away, and the
   ParallelJob that adopted it with it: kube-controller-manager's podgroup-protection-controller takes the
   finalizer off once no pod of it is active (without it the PodGroup stayed Terminating for ever).
@@ -20,8 +22,11 @@ controller does for every Indexed Job, which the other suites' clusters must not
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +48,7 @@ from paralleljob.k8s.edge.constants import (
 pytestmark = pytest.mark.e2e
 API = ("scheduling.k8s.io", "v1alpha2")
 LEAF = "network.topology.nvidia.com/leaf"  # the dev cluster's rack: four 8-GPU nodes each
+EXAMPLE = Path(__file__).parents[3] / "deploy" / "examples" / "pod-groups" / "native-podgroup.yaml"
 
 
 # ---- this module's own cluster (overrides the session's fixtures of the same names) ----------------------
@@ -298,3 +304,38 @@ def test_a_deleted_podgroup_goes_away_once_its_pods_are_gone_and_its_parallel_jo
         return False
 
     wait_for("the adopting ParallelJob is collected with it", job_collected, timeout_s=120)
+
+
+def test_the_documented_native_podgroup_example_applied_and_deleted_with_kubectl(
+    pjs: Jobs, kube: KubeSession, dev_cluster: DevCluster
+) -> None:
+    binary = shutil.which("kubectl")
+    assert binary is not None, "kubectl is part of the machine's image"
+    ns = pjs.namespace
+
+    def kubectl(*args: str) -> str:
+        done = subprocess.run(
+            [binary, "--kubeconfig", str(dev_cluster.kubeconfig), "-n", ns, *args],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.returncode}\n{done.stderr}"
+        return done.stdout
+
+    kubectl("apply", "-f", str(EXAMPLE))
+    status = pjs.wait_phase("llm-workers", "Running")
+    assert status["communicationCost"]["totalMs"] == pytest.approx(233.71, abs=0.01)
+    pods = pods_of(kube, ns, "llm-workers")
+    assert len(bound(pods)) == 4
+    leaves = {kube.run(kube.core.read_node(n)).metadata.labels[LEAF] for n in bound(pods)}
+    assert len(leaves) == 1  # the Workload's topology key: one rack
+    assert wait_for("PodGroupScheduled=True", lambda: scheduled(kube, ns, "llm-workers").get("status") == "True")
+    kubectl("delete", "-f", str(EXAMPLE))  # waits until every object is gone, the PodGroup's finalizer included
+
+    def job_collected() -> bool:
+        try:
+            pjs.get("llm-workers")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for("the adopting ParallelJob is collected", job_collected, timeout_s=120)
