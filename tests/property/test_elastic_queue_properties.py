@@ -19,7 +19,7 @@ from paralleljob.core import (
     Topology,
     cost_model,
 )
-from paralleljob.core.admission import Admit, Preempt, ShrinkReplicas, schedule
+from paralleljob.core.admission import Admit, PlaceOn, Preempt, QueueSnapshot, ShrinkReplicas, schedule
 from paralleljob.core.elastic import ElasticHolding, ElasticRange, resized, shrink_for
 from paralleljob.core.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
 
@@ -81,7 +81,7 @@ def test_elastic_through_the_pass(nodes, running_specs, pending_specs, cap, pree
     # is the fallback when growth replicas would not do)
     holdings = [ElasticHolding(r.job, before[r.job.job_id], ranges[r.job.job_id]) for r in running
                 if r.job.job_id in ranges]
-    plan = schedule(state, placer, SEED, pending, running, queues, policy, 0.0, ranges)
+    plan = schedule(PlaceOn(state, placer, SEED), QueueSnapshot(pending, running, queues, 0.0, ranges), policy)
 
     owners: dict[int, str] = {}
     for jid, allocation in state.allocations.items():

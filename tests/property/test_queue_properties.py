@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Placer, Topology, cost_model
-from paralleljob.core.admission import Admit, Preempt, Reserve, schedule
+from paralleljob.core.admission import Admit, PlaceOn, Preempt, QueueSnapshot, Reserve, schedule
 from paralleljob.core.queueing import PendingJob, QueueBook, QueuePolicy, QueueSpec, RunningJob, order
 
 SEED = cost_model("seed")
@@ -62,7 +62,7 @@ def setup(nodes, running_spec, pending_spec, queue_spec):
 def test_scheduling_pass_properties(nodes, running_spec, pending_spec, queue_spec, policy):
     state, placer, queues, running, pending = setup(nodes, running_spec, pending_spec, queue_spec)
     before = QueueBook.of(queues, running, 1, 1.0)
-    plan = schedule(state, placer, SEED, pending, running, queues, policy, NOW)
+    plan = schedule(PlaceOn(state, placer, SEED), QueueSnapshot(pending, running, queues, NOW), policy)
     by_id = {p.job.job_id: p for p in pending}
     after = QueueBook.of(queues, running, 1, 1.0)
     for admit in plan.admitted():

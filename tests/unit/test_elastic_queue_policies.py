@@ -6,7 +6,7 @@ the FIFO path (``place_largest``, ``shrink_for``)."""
 from __future__ import annotations
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, ModelShape, Placer, Topology, cost_model
-from paralleljob.core.admission import Admit, Preempt, Reserve, ShrinkReplicas, Wait, schedule
+from paralleljob.core.admission import Admit, PlaceOn, Preempt, QueueSnapshot, Reserve, ShrinkReplicas, Wait, schedule
 from paralleljob.core.elastic import ElasticRange, ResizeKind, place_largest
 from paralleljob.core.gates import WaitReason
 from paralleljob.core.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
@@ -28,7 +28,11 @@ def _running(state: ClusterState, spec: JobSpec, queue: str = "a") -> RunningJob
 def test_admitted_at_the_largest_size_that_fits() -> None:
     state = ClusterState(Topology.uniform(3, 4))  # room for 3 replicas of TP4
     pending = [PendingJob(_job("e", 4), "a", 0.0)]
-    plan = schedule(state, Placer(state), SEED, pending, [], [], POLICY, 0.0, {"e": ElasticRange(2, 4, 4)})
+    plan = schedule(
+        PlaceOn(state, Placer(state), SEED),
+        QueueSnapshot(pending, [], [], 0.0, {"e": ElasticRange(2, 4, 4)}),
+        POLICY,
+    )
     (admit,) = plan.decisions
     assert isinstance(admit, Admit) and admit.placement.dp == 3
     assert "admitted at 3 of 2..4 replicas" in admit.reasons[0]
@@ -41,8 +45,11 @@ def test_same_size_as_the_fifo_paths_core_function() -> None:
         fifo = ClusterState(Topology.uniform(nodes, 4))
         direct, _ = place_largest(fifo, Placer(fifo), _job("e", 4), ElasticRange(2, 4, 4), SEED)
         core = ClusterState(Topology.uniform(nodes, 4))
-        plan = schedule(core, Placer(core), SEED, [PendingJob(_job("e", 4), "a", 0.0)], [], [], POLICY, 0.0,
-                        {"e": ElasticRange(2, 4, 4)})
+        plan = schedule(
+            PlaceOn(core, Placer(core), SEED),
+            QueueSnapshot([PendingJob(_job("e", 4), "a", 0.0)], [], [], 0.0, {"e": ElasticRange(2, 4, 4)}),
+            POLICY,
+        )
         (admit,) = plan.decisions
         assert isinstance(admit, Admit) and admit.placement.groups == direct.groups
 
@@ -50,19 +57,40 @@ def test_same_size_as_the_fifo_paths_core_function() -> None:
 def test_quota_counts_min_as_guarantee_and_caps_the_size() -> None:
     state = ClusterState(Topology.uniform(4, 4))
     queues = [QueueSpec("a", max_gpus=12)]
-    plan = schedule(state, Placer(state), SEED, [PendingJob(_job("e", 4), "a", 0.0)], [], queues, POLICY, 0.0,
-                    {"e": ElasticRange(2, 4, 4)})
+    plan = schedule(
+        PlaceOn(state, Placer(state), SEED),
+        QueueSnapshot([PendingJob(_job("e", 4), "a", 0.0)], [], queues, 0.0, {"e": ElasticRange(2, 4, 4)}),
+        POLICY,
+    )
     (admit,) = plan.decisions
     assert isinstance(admit, Admit) and admit.placement.dp == 3  # 12 GPUs of quota: 3 replicas of 4
     assert any("the queue has room for 12 more GPUs" in r for r in admit.reasons)
     # a queue with room for min only admits at min; one without room for min refuses by quota
     state = ClusterState(Topology.uniform(4, 4))
-    plan = schedule(state, Placer(state), SEED, [PendingJob(_job("e", 4), "a", 0.0)], [],
-                    [QueueSpec("a", max_gpus=8)], POLICY, 0.0, {"e": ElasticRange(2, 4, 4)})
+    plan = schedule(
+        PlaceOn(state, Placer(state), SEED),
+        QueueSnapshot(
+            [PendingJob(_job("e", 4), "a", 0.0)],
+            [],
+            [QueueSpec("a", max_gpus=8)],
+            0.0,
+            {"e": ElasticRange(2, 4, 4)},
+        ),
+        POLICY,
+    )
     assert isinstance(plan.decisions[0], Admit) and plan.decisions[0].placement.dp == 2
     state = ClusterState(Topology.uniform(4, 4))
-    plan = schedule(state, Placer(state), SEED, [PendingJob(_job("e", 4), "a", 0.0)], [],
-                    [QueueSpec("a", max_gpus=4)], POLICY, 0.0, {"e": ElasticRange(2, 4, 4)})
+    plan = schedule(
+        PlaceOn(state, Placer(state), SEED),
+        QueueSnapshot(
+            [PendingJob(_job("e", 4), "a", 0.0)],
+            [],
+            [QueueSpec("a", max_gpus=4)],
+            0.0,
+            {"e": ElasticRange(2, 4, 4)},
+        ),
+        POLICY,
+    )
     wait = plan.decisions[0]
     assert isinstance(wait, Wait) and wait.reason is WaitReason.QUEUE_FULL
     assert "this job needs 8" in wait.reasons[0]  # min, not its desired 16
@@ -75,7 +103,11 @@ def test_growth_replicas_taken_highest_first_before_any_whole_gang() -> None:
     high = PendingJob(_job("h", 1, priority=5), "a", 1.0)
     ranges = {"e": ElasticRange(2, 4, 4)}
     groups_before = state.allocations["e"].groups
-    plan = schedule(state, Placer(state), SEED, [high], [elastic, rigid_low], [], POLICY, 1.0, ranges)
+    plan = schedule(
+        PlaceOn(state, Placer(state), SEED),
+        QueueSnapshot([high], [elastic, rigid_low], [], 1.0, ranges),
+        POLICY,
+    )
     assert not any(isinstance(d, Preempt) for d in plan.decisions)
     shrink, admit = plan.decisions
     assert isinstance(shrink, ShrinkReplicas) and shrink.for_job == "h"
@@ -92,8 +124,11 @@ def test_whole_gang_only_when_growth_replicas_do_not_do() -> None:
     elastic = _running(state, _job("e", 2))  # at min: no growth replica to take
     rigid_low = _running(state, _job("r", 2))
     high = PendingJob(_job("h", 1, priority=5), "a", 1.0)
-    plan = schedule(state, Placer(state), SEED, [high], [elastic, rigid_low], [], POLICY, 1.0,
-                    {"e": ElasticRange(2, 4, 4)})
+    plan = schedule(
+        PlaceOn(state, Placer(state), SEED),
+        QueueSnapshot([high], [elastic, rigid_low], [], 1.0, {"e": ElasticRange(2, 4, 4)}),
+        POLICY,
+    )
     assert not any(isinstance(d, ShrinkReplicas) for d in plan.decisions)
     assert isinstance(plan.decisions[0], Preempt) and isinstance(plan.decisions[1], Reserve)
 
@@ -102,8 +137,17 @@ def test_no_shrink_without_preemption_or_for_equal_priority() -> None:
     for policy, priority in ((QueuePolicy(preemption=False), 5), (POLICY, 0)):
         state = ClusterState(Topology.uniform(4, 4))
         elastic = _running(state, _job("e", 4))
-        plan = schedule(state, Placer(state), SEED, [PendingJob(_job("h", 1, priority=priority), "a", 1.0)],
-                        [elastic], [], policy, 1.0, {"e": ElasticRange(2, 4, 4)})
+        plan = schedule(
+            PlaceOn(state, Placer(state), SEED),
+            QueueSnapshot(
+                [PendingJob(_job("h", 1, priority=priority), "a", 1.0)],
+                [elastic],
+                [],
+                1.0,
+                {"e": ElasticRange(2, 4, 4)},
+            ),
+            policy,
+        )
         assert not any(isinstance(d, ShrinkReplicas | Admit) for d in plan.decisions)
         assert len(state.allocations["e"].groups) == 4
 
@@ -115,7 +159,11 @@ def test_later_jobs_see_the_shrunk_sizes() -> None:
     elastic = _running(state, _job("e", 4))
     pending = [PendingJob(_job("h1", 1, priority=5), "a", 1.0), PendingJob(_job("h2", 1, priority=5), "a", 2.0)]
     pending.append(PendingJob(_job("h3", 1, priority=5), "a", 3.0))
-    plan = schedule(state, Placer(state), SEED, pending, [elastic], [], POLICY, 3.0, {"e": ElasticRange(2, 4, 4)})
+    plan = schedule(
+        PlaceOn(state, Placer(state), SEED),
+        QueueSnapshot(pending, [elastic], [], 3.0, {"e": ElasticRange(2, 4, 4)}),
+        POLICY,
+    )
     sizes = [(r.before, r.after) for d in plan.decisions if isinstance(d, ShrinkReplicas) for r in d.resizes]
     assert sizes == [(4, 3), (3, 2)]
     assert [d.job_id for d in plan.decisions if isinstance(d, Admit)] == ["h1", "h2"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, Placer, Topology, cost_model
-from paralleljob.core.admission import Admit, Preempt, Reserve, Wait, schedule
+from paralleljob.core.admission import Admit, PlaceOn, Preempt, QueueSnapshot, Reserve, Wait, schedule
 from paralleljob.core.queueing import PendingJob, QueueBook, QueuePolicy, QueueSpec, RunningJob, order
 
 SEED = cost_model("seed")
@@ -70,7 +70,7 @@ def test_fair_share_lets_the_light_tenant_go_first():
         PendingJob(job("light-2", 4), "light", submitted_at=3.0),
     ]
     queues = [QueueSpec("heavy"), QueueSpec("light")]
-    plan = schedule(state, placer, SEED, pending, running, queues, QueuePolicy(), now=10.0)
+    plan = schedule(PlaceOn(state, placer, SEED), QueueSnapshot(pending, running, queues, 10.0), QueuePolicy())
     admitted = [d.job_id for d in plan.admitted()]
     assert admitted == ["light-1", "light-2"]
     assert kinds(plan)["heavy-2"] == "Reserve"
@@ -90,7 +90,11 @@ def test_weights_scale_the_fair_share():
 def test_queue_maximum_is_never_exceeded():
     state, placer = cluster()
     pending = [PendingJob(job("a1", 4), "a", 0.0), PendingJob(job("a2", 4), "a", 1.0)]
-    plan = schedule(state, placer, SEED, pending, [], [QueueSpec("a", max_gpus=6)], QueuePolicy(), now=5.0)
+    plan = schedule(
+        PlaceOn(state, placer, SEED),
+        QueueSnapshot(pending, [], [QueueSpec("a", max_gpus=6)], 5.0),
+        QueuePolicy(),
+    )
     assert [d.job_id for d in plan.admitted()] == ["a1"]
     (wait,) = plan.of("a2")
     assert isinstance(wait, Wait) and "above its maximum of 6" in wait.reasons[0]
@@ -100,7 +104,11 @@ def test_without_backfill_everything_waits_behind_the_head():
     state, placer = cluster()
     running = [run_job(state, placer, job("r", 12), expected_end_at=100.0)]
     pending = [PendingJob(job("big", 8, tp=8), "a", 0.0), PendingJob(job("small", 2), "a", 1.0, 10.0)]
-    plan = schedule(state, placer, SEED, pending, running, [QueueSpec("a")], QueuePolicy(backfill=False), now=5.0)
+    plan = schedule(
+        PlaceOn(state, placer, SEED),
+        QueueSnapshot(pending, running, [QueueSpec("a")], 5.0),
+        QueuePolicy(backfill=False),
+    )
     reserve, wait = plan.of("big")[0], plan.of("small")[0]
     assert isinstance(reserve, Reserve) and reserve.start_by == 100.0
     assert isinstance(wait, Wait) and "waits behind big" in wait.reasons[0]
@@ -120,7 +128,11 @@ def test_backfill_admits_jobs_that_cannot_delay_the_head():
         PendingJob(job("short", 2), "a", 1.0, expected_runtime_s=50.0),  # ends at 55 < 100
         PendingJob(job("long", 2), "a", 2.0, expected_runtime_s=500.0),  # would hold GPUs the head needs
     ]
-    plan = schedule(state, placer, SEED, pending, running, [QueueSpec("a")], QueuePolicy(preemption=False), now=5.0)
+    plan = schedule(
+        PlaceOn(state, placer, SEED),
+        QueueSnapshot(pending, running, [QueueSpec("a")], 5.0),
+        QueuePolicy(preemption=False),
+    )
     assert kinds(plan) == {"big": "Reserve", "short": "Admit", "long": "Wait"}
     (admit,) = plan.admitted()
     assert "backfilled: ends by 55s" in admit.reasons[0]
@@ -133,7 +145,11 @@ def test_backfill_may_use_gpus_the_head_will_not_need():
         PendingJob(job("big", 16, tp=8), "a", 0.0),  # needs two whole nodes: node 2 and (later) node 1 or 0
         PendingJob(job("long", 2), "a", 2.0, expected_runtime_s=1e6),
     ]
-    plan = schedule(state, placer, SEED, pending, running, [QueueSpec("a")], QueuePolicy(preemption=False), now=5.0)
+    plan = schedule(
+        PlaceOn(state, placer, SEED),
+        QueueSnapshot(pending, running, [QueueSpec("a")], 5.0),
+        QueuePolicy(preemption=False),
+    )
     reserve = plan.of("big")[0]
     assert isinstance(reserve, Reserve)
     long = plan.of("long")[0]
@@ -154,7 +170,11 @@ def test_preemption_frees_one_node_at_the_least_lost_work():
         run_job(state, placer, job("stale-ckpt", 8), last_checkpoint_at=100.0),  # node 1, 900 s at risk
     ]
     pending = [PendingJob(job("urgent", 8, priority=10, tp=8), "a", now)]
-    plan = schedule(state, placer, SEED, pending, running, [QueueSpec("a")], QueuePolicy(), now=now)
+    plan = schedule(
+        PlaceOn(state, placer, SEED),
+        QueueSnapshot(pending, running, [QueueSpec("a")], now),
+        QueuePolicy(),
+    )
     preempt = plan.decisions[0]
     assert isinstance(preempt, Preempt)
     assert preempt.victims == ("fresh-ckpt",) and preempt.for_job == "urgent"
@@ -169,11 +189,19 @@ def test_no_preemption_of_equal_priority_or_unpreemptible_jobs():
     state, placer = cluster(1)
     running = [run_job(state, placer, job("peer", 8, priority=10)),]
     pending = [PendingJob(job("urgent", 8, priority=10, tp=8), "a", 0.0)]
-    plan = schedule(state, placer, SEED, pending, running, [QueueSpec("a")], QueuePolicy(), now=5.0)
+    plan = schedule(
+        PlaceOn(state, placer, SEED),
+        QueueSnapshot(pending, running, [QueueSpec("a")], 5.0),
+        QueuePolicy(),
+    )
     assert not any(isinstance(d, Preempt) for d in plan.decisions)
     state2, placer2 = cluster(1)
     running2 = [run_job(state2, placer2, job("pinned", 8), preemptible=False)]
-    plan2 = schedule(state2, placer2, SEED, pending, running2, [QueueSpec("a")], QueuePolicy(), now=5.0)
+    plan2 = schedule(
+        PlaceOn(state2, placer2, SEED),
+        QueueSnapshot(pending, running2, [QueueSpec("a")], 5.0),
+        QueuePolicy(),
+    )
     assert not any(isinstance(d, Preempt) for d in plan2.decisions)
 
 
@@ -182,7 +210,7 @@ def test_a_queue_below_its_guarantee_reclaims_from_a_borrower():
     queues = [QueueSpec("owner", guaranteed_gpus=8), QueueSpec("borrower", guaranteed_gpus=0)]
     running = [run_job(state, placer, job("borrowed", 8), queue="borrower", last_checkpoint_at=0.0)]
     pending = [PendingJob(job("mine", 4), "owner", 10.0)]
-    plan = schedule(state, placer, SEED, pending, running, queues, QueuePolicy(), now=20.0)
+    plan = schedule(PlaceOn(state, placer, SEED), QueueSnapshot(pending, running, queues, 20.0), QueuePolicy())
     preempt = plan.decisions[0]
     assert isinstance(preempt, Preempt) and preempt.victims == ("borrowed",)
     assert any("borrows above its guarantee" in r for r in preempt.reasons)
@@ -190,8 +218,11 @@ def test_a_queue_below_its_guarantee_reclaims_from_a_borrower():
 
 def test_permanently_unplaceable_jobs_are_flagged_not_reserved():
     state, placer = cluster(1)
-    plan = schedule(state, placer, SEED, [PendingJob(job("huge", 16, tp=16), "a", 0.0)], [], [QueueSpec("a")],
-                    QueuePolicy(), now=1.0)
+    plan = schedule(
+        PlaceOn(state, placer, SEED),
+        QueueSnapshot([PendingJob(job("huge", 16, tp=16), "a", 0.0)], [], [QueueSpec("a")], 1.0),
+        QueuePolicy(),
+    )
     (wait,) = plan.decisions
     assert isinstance(wait, Wait) and wait.permanent
 
@@ -212,7 +243,11 @@ def test_a_preemption_names_every_node_its_victim_runs_on():
     running = [run_job(state, placer, job("wide", 16, tp=8), last_checkpoint_at=990.0)]
     assert len({state.topology.gpu_node[g] for g in state.allocations["wide"].gpus}) == 2
     pending = [PendingJob(job("urgent", 8, priority=10, tp=8), "a", now)]
-    plan = schedule(state, placer, SEED, pending, running, [QueueSpec("a")], QueuePolicy(), now=now)
+    plan = schedule(
+        PlaceOn(state, placer, SEED),
+        QueueSnapshot(pending, running, [QueueSpec("a")], now),
+        QueuePolicy(),
+    )
     preempt = plan.decisions[0]
     assert isinstance(preempt, Preempt) and preempt.victims == ("wide",)
     assert preempt.reasons[0].startswith("preempting 1 job(s) in nodes node-0, node-1 loses"), preempt.reasons[0]

@@ -10,7 +10,7 @@ reclaims its queue's guarantee from borrowers) gets victims chosen by ``preempti
 The pass allocates admitted jobs in ``state`` (the caller's in-memory model) and returns every decision
 as a value, each with its reasons, for the shell to carry out.
 
-Elastic jobs (``elastic``: job id -> its range) go through the same functions as in the FIFO path
+Elastic jobs (``QueueSnapshot.elastic``: job id -> its range) go through the same functions as in the FIFO path
 (``core/elastic.py``): a waiting one counts against its queue's quota at its minimum only and is admitted
 at the largest size up to its desired one that fits now (``place_largest``, capped by the queue's headroom;
 the book then counts what it holds). Before whole gangs are evicted for a blocked head, growth replicas of
@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.cost import CostModel
@@ -115,27 +115,43 @@ class _Head:
 Models = CostModel | Callable[[JobSpec], CostModel]  # one model for all jobs, or each job's own
 
 
-def schedule(
-    state: ClusterState,
-    placer: PlacerLike,
-    model: Models,
-    pending: Sequence[PendingJob],
-    running: Sequence[RunningJob],
-    queues: Sequence[QueueSpec],
-    policy: QueuePolicy,
-    now: float,
-    elastic: Mapping[str, ElasticRange] | None = None,
-) -> SchedulingPlan:
-    """One pass. ``elastic``: the range of every elastic job, waiting (its spec at any size: it is guaranteed
-    min) or running (its spec at the size it holds; only those listed may lose growth replicas)."""
+@dataclass(frozen=True, slots=True)
+class PlaceOn:
+    """How a pass places jobs: on ``state`` (the caller's in-memory model; the pass allocates each admission
+    in it), with ``placer``, priced by ``model``. Shared by both admission passes (this one and ``fifo.py``)."""
+
+    state: ClusterState
+    placer: PlacerLike
+    model: Models
+
+    def model_of(self, spec: JobSpec) -> CostModel:
+        return self.model(spec) if callable(self.model) else self.model
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """The queues as a pass finds them at ``now``: the jobs waiting and running in them, their specs, and the
+    range of every elastic job, waiting (its spec at any size: it is guaranteed min) or running (its spec at
+    the size it holds; only those listed may lose growth replicas)."""
+
+    pending: Sequence[PendingJob]
+    running: Sequence[RunningJob]
+    queues: Sequence[QueueSpec]
+    now: float
+    elastic: Mapping[str, ElasticRange] = field(default_factory=dict)
+
+
+def schedule(place_on: PlaceOn, seen: QueueSnapshot, policy: QueuePolicy) -> SchedulingPlan:
+    """One pass over ``seen``'s waiting jobs, placed as ``place_on`` says (admissions allocated in its state)."""
+    state, placer, running, now = place_on.state, place_on.placer, seen.running, seen.now
     topo = state.topology
     total_memory = sum(c * m for c, m in zip(topo.node_gpu_count, topo.node_gpu_memory_gb, strict=True))
-    ranges = dict(elastic or {})
+    ranges = dict(seen.elastic)
     pending = [
         dataclasses.replace(p, job=resized(p.job, ranges[p.job.job_id].min)) if p.job.job_id in ranges else p
-        for p in pending
+        for p in seen.pending
     ]
-    book = QueueBook.of(queues, running, topo.num_gpus, total_memory)
+    book = QueueBook.of(seen.queues, running, topo.num_gpus, total_memory)
     holdings = {
         r.job.job_id: ElasticHolding(r.job, state.allocations[r.job.job_id].groups, ranges[r.job.job_id], r.preemptible)
         for r in running
@@ -151,7 +167,7 @@ def schedule(
         if not lines[name]:
             del lines[name]
         spec = job.job
-        job_model = model(spec) if callable(model) else model
+        job_model = place_on.model_of(spec)
         refusal = book.quota_refusal(job.queue, spec)
         if refusal is not None:
             decisions.append(Wait(spec.job_id, job.queue, (refusal,), reason=WaitReason.QUEUE_FULL))
@@ -160,7 +176,7 @@ def schedule(
             behind = (f"waits behind {head.pending.job.job_id} (no backfill)",)
             decisions.append(Wait(spec.job_id, job.queue, behind, reason=WaitReason.WAITING))
             continue
-        place = _placing(state, placer, job_model, spec, ranges.get(spec.job_id), book, job.queue)
+        place = _placing(PlaceOn(state, placer, job_model), spec, ranges.get(spec.job_id), book, job.queue)
         try:
             placement, why = _try_place(state, place, job, head, now)
         except PlacementInfeasible as exc:
@@ -169,7 +185,7 @@ def schedule(
                 continue
             shrunk = None
             if head is None and policy.preemption and holdings:
-                shrunk = _shrink(state, placer, job_model, job, holdings, book, queue_of)
+                shrunk = _shrink(PlaceOn(state, placer, job_model), job, holdings, book, queue_of)
             if shrunk is not None:
                 decisions.append(shrunk[0])
                 placement, why = shrunk[1], shrunk[0].reasons
@@ -208,17 +224,10 @@ def _queue_lines(pending: Sequence[PendingJob], policy: QueuePolicy, now: float)
 Place = Callable[[], tuple[Placement, tuple[str, ...]]]
 
 
-def _placing(
-    state: ClusterState,
-    placer: PlacerLike,
-    model: CostModel,
-    spec: JobSpec,
-    rng: ElasticRange | None,
-    book: QueueBook,
-    queue: str,
-) -> Place:
+def _placing(place_on: PlaceOn, spec: JobSpec, rng: ElasticRange | None, book: QueueBook, queue: str) -> Place:
     """How ``spec`` is placed: as it is, or (elastic) at the largest size the cluster and its queue's
     headroom allow, never below min."""
+    state, placer, model = place_on.state, place_on.placer, place_on.model_of(spec)
     if rng is None:
         return lambda: (placer.place(spec, model), ())
     cap = book.spec(queue).max_gpus
@@ -250,9 +259,7 @@ def _try_place(state: ClusterState, place: Place, job: PendingJob, head: _Head |
 
 
 def _shrink(
-    state: ClusterState,
-    placer: PlacerLike,
-    model: CostModel,
+    place_on: PlaceOn,
     job: PendingJob,
     holdings: dict[str, ElasticHolding],
     book: QueueBook,
@@ -260,7 +267,8 @@ def _shrink(
 ) -> tuple[ShrinkReplicas, Placement] | None:
     """Growth replicas of lower-priority elastic jobs for ``job`` (the FIFO path's ``shrink_for``), applied
     to ``state``, the book and ``holdings`` so the rest of the pass sees the jobs at their new sizes."""
-    shrink = shrink_for(state, placer, model, job.job, list(holdings.values()))
+    state = place_on.state
+    shrink = shrink_for(state, place_on.placer, place_on.model_of(job.job), job.job, list(holdings.values()))
     if shrink is None:
         return None
     for resize in shrink.resizes:

@@ -25,7 +25,17 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-from paralleljob.core.admission import Admit, Preempt, Reserve, SchedulingPlan, ShrinkReplicas, Wait, schedule
+from paralleljob.core.admission import (
+    Admit,
+    PlaceOn,
+    Preempt,
+    QueueSnapshot,
+    Reserve,
+    SchedulingPlan,
+    ShrinkReplicas,
+    Wait,
+    schedule,
+)
 from paralleljob.core.cost import cost_model
 from paralleljob.core.elastic import resized
 from paralleljob.core.eligibility import FilteredPlacer
@@ -93,15 +103,9 @@ def admit_with_core(
     ranges.update({key: h.request.elastic for key, h in ctx.shrinkable.items() if h.request.elastic is not None})
     started = ctx.clock()
     plan = schedule(
-        view.state,
-        wrapped,
-        lambda spec: models[requests[spec.job_id].cost_model],
-        pending,
-        list(running.values()),
-        specs,
+        PlaceOn(view.state, wrapped, lambda spec: models[requests[spec.job_id].cost_model]),
+        QueueSnapshot(pending, list(running.values()), specs, now_s, ranges),
         policy,
-        now_s,
-        ranges,
     )
     durations = [ctx.clock() - started]
     preempting: set[str] = {d.for_job for d in plan.decisions if isinstance(d, Preempt)}

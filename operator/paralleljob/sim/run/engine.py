@@ -295,8 +295,9 @@ class Simulation:
         ranges = elastic.ranges_for_pass(self, queue)
         held = dict(self.state.allocations)  # what the planner may shrink (it updates the state itself)
         plan = admission.schedule(
-            self.state, placer, self.model, queue.pending(self.jobs), running, queue.queues, queue.policy, now,
-            ranges,
+            admission.PlaceOn(self.state, placer, self.model),
+            admission.QueueSnapshot(queue.pending(self.jobs), running, queue.queues, now, ranges),
+            queue.policy,
         )
         queue.jain.append(plan.jain_index)
         for decision in plan.decisions:
