@@ -110,3 +110,20 @@ def test_best_placement_now_leaves_the_state_as_it_was(nodes: int, tp: int, pp: 
     assert best is not None  # at worst where it already is
     assert best.cost.total_ms <= first.cost.total_ms + 1e-6
     assert state.allocations["j"] == own and list(state.node_free) == free
+
+
+def test_best_placement_now_keeps_the_order_of_equal_nodes_so_the_next_placement_is_the_same() -> None:
+    # Issue 43: the move-back's probe released the job and allocated it back, which listed its node last
+    # among the nodes with as many free GPUs; the next 1-GPU job then took another node than it would have
+    # without the probe, and on a small-node cluster under strict FIFO that one tie changed a whole run.
+    state = ClusterState(Topology.uniform(3, 2))
+    job = JobSpec("j", 1, 1, 1, 1.0)
+    state.allocate(Allocation("j", ((0,),), 1.0))
+    for node in (1, 2):
+        state.allocate(Allocation(f"held-{node}", ((2 * node,),), 1.0))  # every node has 1 free GPU now
+    placer = Placer(state)
+    before = list(state.nodes_with_free(1, 0, 1, 1.0))
+    assert before == [0, 1, 2]
+    best_placement_now(state, placer, job, MODEL)
+    assert list(state.nodes_with_free(1, 0, 1, 1.0)) == before
+    assert placer.place(JobSpec("next", 1, 1, 1, 1.0), MODEL).groups == ((1,),)  # node 0's free GPU, as before

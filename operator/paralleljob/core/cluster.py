@@ -310,6 +310,30 @@ class ClusterState:
             self._undo.append(lambda: self._reinstate(allocation, self.allocations))
         return allocation
 
+    def node_order(self, job_id: str) -> dict[tuple[int, int, int], tuple[int, ...]]:
+        """The order of the buckets holding ``job_id``'s nodes now, for :meth:`restore_node_order`."""
+        allocation = self.allocations[job_id]
+        gpu_node, domain_of = self.topology.gpu_node, self.topology.domain_of
+        out: dict[tuple[int, int, int], tuple[int, ...]] = {}
+        for node in {gpu_node[gpu] for gpu in allocation.gpus}:
+            free = self.usable_free(node)
+            for level in range(1, self.topology.top + 1):
+                key = (level, domain_of[level][node], free)
+                if key not in out:
+                    out[key] = tuple(self.buckets[level][key[1]][free])
+        return out
+
+    def restore_node_order(self, order: dict[tuple[int, int, int], tuple[int, ...]]) -> None:
+        """List the nodes of those buckets in the saved order again. Releasing a job and allocating it back
+        leaves every count as it was but lists its nodes last among their equals; a question asked with
+        the job's GPUs counted as free (the move-back's "best placement now") must not change which of two
+        equal nodes the next placement takes. Buckets whose members changed meanwhile are left alone."""
+        for (level, domain, free), nodes in order.items():
+            bucket = self.buckets[level][domain][free]
+            if tuple(bucket) != nodes and set(bucket) == set(nodes):
+                bucket.clear()
+                bucket.update(dict.fromkeys(nodes))
+
     def _release(self, job_id: str) -> Allocation | None:
         allocation = self.allocations.pop(job_id, None)
         if allocation is not None:

@@ -190,16 +190,20 @@ def _moved(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -> tuple[
 
 def best_placement_now(state: ClusterState, placer: PlacerLike, job: JobSpec, model: CostModel) -> Placement | None:
     """The placer's choice for a running ``job`` if it were placed now, its own GPUs counted as free; the
-    state is left exactly as it was. None: it would not fit anywhere (not even where it is)."""
-    own = state.release(job.job_id)
+    state is left exactly as it was, down to the order in which equal nodes are listed (else every probe
+    would change the next tie-break). None: it would not fit anywhere (not even where it is)."""
+    own = state.allocations.get(job.job_id)
     if own is None:
         raise KeyError(f"{job.job_id} holds no GPUs")
+    order = state.node_order(job.job_id)
+    state.release(job.job_id)
     try:
         return placer.place(job, model, previous=own)
     except PlacementInfeasible:
         return None
     finally:
         state.allocate(own)
+        state.restore_node_order(order)
 
 
 def pods_to_move(current: Sequence[Sequence[int]], best: Sequence[Sequence[int]]) -> int:
