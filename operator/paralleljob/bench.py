@@ -215,9 +215,15 @@ def command(args: argparse.Namespace) -> int:
         return _emit(run_scale(sizes, args), args.json)
     if args.what == "native":
         from paralleljob.devtools.bench_native import run_native
+        from paralleljob.devtools.native_report import table
 
         sizes = [int(n) for n in args.native_nodes.split(",")]
-        return _emit(run_native(sizes, args.gangs, args.seed), args.json)
+        measured = run_native(sizes, args.gangs, args.seed)
+        print(table(measured))  # the table docs/benchmarks.md shows; every figure behind it goes to --json
+        if args.json:
+            with open(args.json, "w") as fh:
+                fh.write(json.dumps(measured, indent=2, sort_keys=True))
+        return 0
     if args.what == "nvl72":
         from paralleljob.nvlbench import run_nvl72
 
@@ -279,9 +285,7 @@ BENCHMARKS = (
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "bench", help=f"run a benchmark ({', '.join(BENCHMARKS)})"
-    )
+    parser = subparsers.add_parser("bench", help=f"run a benchmark ({', '.join(BENCHMARKS)})")
     parser.add_argument(
         "what",
         choices=BENCHMARKS,
@@ -403,6 +407,12 @@ def quality(nodes: int, instances: int, seed: int, time_limit_s: float) -> Quali
         equal += gap <= 1e-6
         gaps.append(gap)
     return QualityRow(
-        nodes, len(gaps), equal, proven, round(max(gaps), 4), round(statistics.mean(gaps), 4),
-        round(statistics.median(placer_ms), 2), round(statistics.median(milp_s), 2),
+        nodes,
+        len(gaps),
+        equal,
+        proven,
+        round(max(gaps), 4),
+        round(statistics.mean(gaps), 4),
+        round(statistics.median(placer_ms), 2),
+        round(statistics.median(milp_s), 2),
     )

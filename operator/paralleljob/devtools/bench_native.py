@@ -31,6 +31,7 @@ from typing import Any
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import LEAF_LABEL, NodeShape
 from paralleljob.devtools.bench_kit import PodTracker
+from paralleljob.devtools.native_report import compare
 from paralleljob.devtools.native_set import Gang, background, llm_set, placement_cost, step_ms
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.config import TopologyConfig
@@ -258,33 +259,6 @@ async def alone(
     return {"placed": len(costs), "refused": refused, "costs_ms": {n: round(c, 4) for n, c in costs.items()}}
 
 
-def compare(gangs: list[Gang], runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Placement quality from the runs alone (the same state for both), throughput and refusals from the
-    runs under contention."""
-    ks, ours = runs["kube_scheduler_alone"], runs["ours_alone"]
-    both = [g.name for g in gangs if g.name in ks["costs_ms"] and g.name in ours["costs_ms"]]
-    costlier = [n for n in both if ours["costs_ms"][n] > ks["costs_ms"][n] * (1 + 1e-6)]
-    mean_ks = statistics.mean(ks["costs_ms"][n] for n in both) if both else None
-    mean_ours = statistics.mean(ours["costs_ms"][n] for n in both) if both else None
-    ks_c, ours_c = runs["kube_scheduler"], runs["ours"]
-    return {
-        "alone_placed_by_both": len(both),
-        "alone_ours_costlier_on": costlier,
-        "alone_kube_scheduler_placed_we_did_not": sorted(set(ks["costs_ms"]) - set(ours["costs_ms"])),
-        "alone_we_placed_kube_scheduler_did_not": sorted(set(ours["costs_ms"]) - set(ks["costs_ms"])),
-        "alone_mean_comm_ms_on_common": {"kube_scheduler": mean_ks, "ours": mean_ours},
-        "alone_comm_saving_pct": (
-            round((1 - mean_ours / mean_ks) * 100, 1) if mean_ks and mean_ours is not None else None
-        ),
-        "contention_kube_scheduler_placed_we_did_not": sorted(set(ks_c["placed_names"]) - set(ours_c["placed_names"])),
-        "pods_per_second_ratio": (
-            round(ours_c["pods_per_second"] / ks_c["pods_per_second"], 2)
-            if ours_c["pods_per_second"] and ks_c["pods_per_second"]
-            else None
-        ),
-    }
-
-
 async def measure(cluster: DevCluster, nodes: int, gang_count: int, seed: int) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-native-"))
     kube = await Kube.connect(str(cluster.kubeconfig))
@@ -334,7 +308,7 @@ async def measure(cluster: DevCluster, nodes: int, gang_count: int, seed: int) -
             "background_gpus_used": sum(used.values()),
             "gangs": [{"name": g.name, "shape": g.shape, "cost_model": g.cost_model, "pods": g.pods} for g in gangs],
             **runs,
-            "compare": compare(gangs, runs),
+            "compare": compare(gangs, runs, {n: j.spec for n, j in jobs.items()}),
             "operator_starts": operator.starts,  # > 1: it stepped down (lease not renewed) and was restarted
         }
     finally:
