@@ -1,10 +1,12 @@
-"""The step-time model: compute from FLOPs plus the cost model's communication for the actual placement,
-calibrated so that the ideal placement takes exactly the trace's duration."""
+"""The step-time model: compute from FLOPs plus the communication of the actual placement (the cost model's
+collectives timed by the calibrated ``core.collectives``), calibrated so that the ideal placement takes
+exactly the trace's duration."""
 
 from __future__ import annotations
 
 import pytest
 
+from paralleljob.core.collectives import HGX_H100, allreduce_ms
 from paralleljob.core.cost import MegatronCostModel, SeedCostModel
 from paralleljob.core.job import JobSpec, ModelShape
 from paralleljob.core.steptime import StepTimeModel
@@ -35,34 +37,44 @@ def test_compute_is_six_flops_per_parameter_per_token_over_the_shard() -> None:
     assert StepTimeModel().compute_ms(job) == pytest.approx(expected_ms)
 
 
-def test_first_fit_split_dp_ring_slows_the_job_by_the_seed_model_milliseconds() -> None:
+def test_first_fit_split_dp_ring_slows_the_job_by_the_calibrated_milliseconds() -> None:
     # J1 takes GPUs 0-6; first-fit gives J2 (DP2, 2B parameters) GPU 7 and GPU 8: its gradient all-reduce of
-    # 4 GB crosses nodes at 50 GB/s (80 ms) instead of NVLink at 600 GB/s (6.67 ms); compute 248.5 ms.
+    # 4 GB is a ring over one NIC (47.5 GB/s effective: 84.2 ms) instead of NVLink inside the node (370 GB/s
+    # effective: 10.8 ms), as core.collectives times them; compute 248.5 ms. The cost model's own price
+    # (50 and 600 GB/s: 80 and 6.67 ms) would give 1.287, so the figure fails if the step time stops
+    # resting on the calibrated model.
     trace = [TraceJob("J1", 0, 10_000, 7, "t", (1, 1, 7)), TraceJob("J2", 1, 1000, 2, "t", (1, 1, 2))]
-    spec = JobSpec("J2", 1, 1, 2, 0.0, ModelShape(num_params_billions=2.0))
-    seed = SeedCostModel()
+    size = 2e9 * 2  # the seed model all-reduces the whole model in BF16
     compute = 6 * 2e9 * (4 * 2048) / H100_BF16_ACHIEVED * 1e3
-    expected = (compute + seed.dp_ms(spec, 50.0)) / (compute + seed.dp_ms(spec, 600.0))
+    split = allreduce_ms(HGX_H100, size, 2, per_domain=1)[0]
+    ideal = allreduce_ms(HGX_H100, size, 2)[0]
+    expected = (compute + split) / (compute + ideal)
     first_fit = run(trace, policy="first-fit")
     assert first_fit.jobs["J2"].first_slowdown == pytest.approx(expected, rel=1e-9)
-    assert expected == pytest.approx((248.49 + 80.0) / (248.49 + 6.667), rel=1e-3)
+    assert expected == pytest.approx((248.49 + 84.21) / (248.49 + 10.81), rel=1e-3)
+    spec = JobSpec("J2", 1, 1, 2, 0.0, ModelShape(num_params_billions=2.0))
+    seed = SeedCostModel()
+    assert expected != pytest.approx((compute + seed.dp_ms(spec, 50.0)) / (compute + seed.dp_ms(spec, 600.0)))
     assert finished(first_fit, "J2") == pytest.approx(1000 * expected, rel=1e-9)
     assert finished(run(trace, policy="ours"), "J2") == 1000.0  # the ideal placement: the trace's duration
 
 
-def test_first_fit_split_tp_group_costs_what_the_megatron_model_says() -> None:
-    # J1 takes GPUs 0-5; first-fit cuts J2's TP4 group over GPUs 6, 7 (node 0) and 8, 9 (node 1): every
-    # per-layer all-reduce runs at 50 GB/s instead of 600 GB/s.
+def test_first_fit_split_tp_group_costs_what_nccl_would_take() -> None:
+    # J1 takes GPUs 0-5; first-fit cuts J2's TP4 group over GPUs 6, 7 (node 0) and 8, 9 (node 1): each of its
+    # 640 per-layer all-reduces (16 MiB) is a ring over two NICs (95 GB/s) instead of NVLink in one node.
     trace = [TraceJob("J1", 0, 10_000, 6, "t", (1, 1, 6)), TraceJob("J2", 1, 1000, 4, "t", (4, 1, 1))]
     spec = JobSpec("J2", 4, 1, 1, 0.0, ModelShape(num_params_billions=8.0))
     megatron = MegatronCostModel()
+    count, size = megatron.tp_allreduces(spec)
     compute = 6 * 8e9 * (4 * 2048) / 4 / H100_BF16_ACHIEVED * 1e3
-    split, ideal = megatron.tp_ms(spec, 50.0), megatron.tp_ms(spec, 600.0)
+    split = count * allreduce_ms(HGX_H100, size, 4, per_domain=2)[0]
+    ideal = count * allreduce_ms(HGX_H100, size, 4)[0]
     expected = (compute + split) / (compute + ideal)
     first_fit = run(trace, policy="first-fit", cost_model="megatron")
     assert first_fit.jobs["J2"].tp_groups_split == 1
     assert first_fit.jobs["J2"].first_slowdown == pytest.approx(expected, rel=1e-9)
-    assert expected > 1.5  # a split TP group is expensive, as practitioners expect
+    assert (split, ideal) == (pytest.approx(176.45, rel=1e-3), pytest.approx(50.44, rel=1e-3))
+    assert expected > 1.4  # a split TP group is expensive, as practitioners expect
     assert finished(first_fit, "J2") == pytest.approx(1000 * expected, rel=1e-9)
 
 

@@ -63,6 +63,14 @@ class CostModel(Protocol):
         """The DP gradient exchange, given the slowest link of any DP group."""
         ...
 
+    def tp_allreduces(self, job: JobSpec) -> tuple[int, float]:
+        """(all-reduces per step, bytes each) of one TP group: what ``tp_ms`` prices, for ``core.stepcomm``."""
+        ...
+
+    def dp_allreduces(self, job: JobSpec) -> tuple[int, float]:
+        """(all-reduces per step, bytes each) of one DP group."""
+        ...
+
     def combine(self, tp: float, pp: float, dp: float) -> float: ...
 
 
@@ -91,16 +99,23 @@ class SeedCostModel:
 
     name: str = "seed"
 
+    def tp_allreduces(self, job: JobSpec) -> tuple[int, float]:
+        return 1, activation_bytes(job, per_micro_batch=False)
+
+    def dp_allreduces(self, job: JobSpec) -> tuple[int, float]:
+        return 1, job.model.num_params_billions * 1e9 * job.model.dtype_bytes
+
     def tp_ms(self, job: JobSpec, bandwidth: float) -> float:
-        return ring_allreduce_ms(activation_bytes(job, per_micro_batch=False), job.tp, bandwidth)
+        count, size = self.tp_allreduces(job)
+        return count * ring_allreduce_ms(size, job.tp, bandwidth)
 
     def pp_ms(self, job: JobSpec, boundary_bandwidths: Sequence[float]) -> float:
         size = activation_bytes(job, per_micro_batch=True)
         return sum(transfer_ms(size, bw) for bw in boundary_bandwidths)
 
     def dp_ms(self, job: JobSpec, bandwidth: float) -> float:
-        size = job.model.num_params_billions * 1e9 * job.model.dtype_bytes
-        return ring_allreduce_ms(size, job.dp, bandwidth)
+        count, size = self.dp_allreduces(job)
+        return count * ring_allreduce_ms(size, job.dp, bandwidth)
 
     def combine(self, tp: float, pp: float, dp: float) -> float:
         return tp + pp + dp
@@ -122,10 +137,16 @@ class MegatronCostModel:
     def layers_per_stage(self, job: JobSpec) -> int:
         return math.ceil(job.model.layers() / job.pp)
 
-    def tp_ms(self, job: JobSpec, bandwidth: float) -> float:
-        per_allreduce = ring_allreduce_ms(activation_bytes(job, per_micro_batch=True), job.tp, bandwidth)
+    def tp_allreduces(self, job: JobSpec) -> tuple[int, float]:
         count = self.micro_batches(job) * self.layers_per_stage(job) * self.allreduces_per_layer
-        return count * per_allreduce
+        return count, activation_bytes(job, per_micro_batch=True)
+
+    def dp_allreduces(self, job: JobSpec) -> tuple[int, float]:
+        return 1, job.model.num_params_billions * 1e9 * job.model.dtype_bytes / (job.tp * job.pp)
+
+    def tp_ms(self, job: JobSpec, bandwidth: float) -> float:
+        count, size = self.tp_allreduces(job)
+        return count * ring_allreduce_ms(size, job.tp, bandwidth)
 
     def pp_ms(self, job: JobSpec, boundary_bandwidths: Sequence[float]) -> float:
         if not boundary_bandwidths:
@@ -138,8 +159,8 @@ class MegatronCostModel:
         return chain + (self.micro_batches(job) - 1) * slowest
 
     def dp_ms(self, job: JobSpec, bandwidth: float) -> float:
-        shard = job.model.num_params_billions * 1e9 * job.model.dtype_bytes / (job.tp * job.pp)
-        return ring_allreduce_ms(shard, job.dp, bandwidth)
+        count, size = self.dp_allreduces(job)
+        return count * ring_allreduce_ms(size, job.dp, bandwidth)
 
     def combine(self, tp: float, pp: float, dp: float) -> float:
         return tp + pp + dp

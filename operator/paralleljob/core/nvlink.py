@@ -98,6 +98,12 @@ class _ForJob:
     def dp_ms(self, job: JobSpec, bandwidth: float) -> float:
         return self.model.dp_ms(self.job, bandwidth)
 
+    def tp_allreduces(self, job: JobSpec) -> tuple[int, float]:
+        return self.model.tp_allreduces(self.job)
+
+    def dp_allreduces(self, job: JobSpec) -> tuple[int, float]:
+        return self.model.dp_allreduces(self.job)
+
     def combine(self, tp: float, pp: float, dp: float) -> float:
         return self.model.combine(tp, pp, dp)
 

@@ -1,24 +1,26 @@
 """The step-time model: how long a job runs on the placement it actually got.
 
 A trace says how long a job ran, not where, nor how many steps it took. The simulator models one training
-step as compute plus the communication the active cost model (seed or Megatron) charges for the job's
-placement, and derives the number of steps so that the job takes exactly its trace duration on the *ideal*
-placement (every group in the smallest domain that holds it: the core placer on an empty cluster)::
+step as compute plus the time its communication takes on the job's placement, and derives the number of
+steps so that the job takes exactly its trace duration on the *ideal* placement (every group in the
+smallest domain that holds it: the core placer on an empty cluster)::
 
     compute_ms   = 6 * params * tokens_per_replica_step / (tp * pp) / (gpu_tflops * mfu)
-    step_ms(C)   = compute_ms + (1 - overlap) * C             C = the cost model's total_ms for a placement
+    step_ms(C)   = compute_ms + (1 - overlap) * C             C = the step's communication in ms
     steps        = duration / step_ms(C_ideal)
     runtime      = steps * step_ms(C_actual)  =  duration * step_ms(C_actual) / step_ms(C_ideal)
 
-So a TP group split across nodes, or a DP ring across a spine, costs the job what the cost model says in
-milliseconds next to its compute, not a flat share of its runtime. ``tokens_per_replica_step`` is
+``C`` is what the active cost model (seed or Megatron) moves per step, timed by the calibrated collective
+model on the placement's actual layout (``core.stepcomm`` over ``core.collectives``), not the cost model's
+slowest-link price. So a TP group split across nodes, or a DP ring across a spine, costs the job the
+milliseconds NCCL would take next to its compute, not a flat share of its runtime. ``tokens_per_replica_step`` is
 micro-batches x micro-batch size x sequence length, with Megatron's micro-batch count (the global batch, or
 4 per pipeline stage) under either cost model, so the compute side does not change with the cost model.
 
 Assumptions, every one an option (``--gpu-tflops``, ``--mfu``, ``--comm-overlap``; ``--params-per-shard`` in
 the trace shapes): H100 SXM dense BF16 peak 989 TFLOPS; 40% model FLOPs utilisation (Megatron-LM reports
 41-52% of A100 peak at scale, Llama 3 38-43% of H100 peak); no overlap of communication with compute by
-default (the cost model's total is taken as exposed, which overstates communication for DP with overlapped
+default (the communication is taken as exposed, which overstates communication for DP with overlapped
 gradient reduction; sweep ``--comm-overlap``). The older ``fraction`` model (communication is a fixed share
 of a step at the ideal placement, scaled by the cost ratio) stays available as ``--step-model fraction``.
 """

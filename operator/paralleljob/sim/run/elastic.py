@@ -81,7 +81,7 @@ def slowdown(sim: Simulation, job: SimJob) -> float:
     """Wall time per trace second at the job's current size and cost (see the module docstring)."""
     assert job.full_spec is not None
     full = job.full_spec
-    return full.dp / job.spec.dp * sim.steptime.slowdown(full, job.cost_ms, sim.ideal.total_ms(full))
+    return full.dp / job.spec.dp * sim.steptime.slowdown(full, job.comm_ms, sim.ideal.comm_ms(full))
 
 
 def grow_pass(sim: Simulation) -> None:

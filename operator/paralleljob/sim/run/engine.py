@@ -22,7 +22,7 @@ from paralleljob.core.cost import cost_model
 from paralleljob.core.elastic import resized
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.evaluate import nodes_common_level
-from paralleljob.core.fifo import FifoHooks, FifoJob, schedule_fifo
+from paralleljob.core.fifo import FifoHooks, FifoJob, FifoLines, schedule_fifo
 from paralleljob.core.gates import WaitReason
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
@@ -254,7 +254,8 @@ class Simulation:
         # The planner is typed for the core Placer; the baselines have its place() shape, which is all it calls.
         placer = cast(Placer, self.placer)
         idle = not self.running and not self.state.allocations and not self.gpus_down
-        decisions = schedule_fifo(self.state, placer, self.model, waiting, {}, lambda _: None, queue.policy, hooks)
+        place_on = admission.PlaceOn(self.state, placer, self.model)
+        decisions = schedule_fifo(place_on, FifoLines(waiting), queue.policy, hooks)
         for decision in decisions:
             job = self.jobs[decision.job_id]
             if isinstance(decision, admission.Admit):
@@ -337,9 +338,11 @@ class Simulation:
         job.placements += 1
         if job.num_gpus > 1:
             job.bytes_per_step = level_bytes_per_step(self.topology, job.spec, groups, self.model)
-            job.steps_per_work_s = self.steptime.steps(job.spec, 1.0, self.ideal.total_ms(job.spec))
+            job.steps_per_work_s = self.steptime.steps(job.spec, 1.0, self.ideal.comm_ms(job.spec))
         job.tp_groups_split += tp_groups_across_nodes(self.state, groups)
         job.cost_ms = cost_ms
+        # The step time rests on the calibrated collective model, not on the price the placer minimised.
+        job.comm_ms = self.ideal.timing.step(job.spec, groups, self.model).total_ms if job.num_gpus > 1 else 0.0
         if job.first_cost_ms is None:
             gpu_node = self.topology.gpu_node
             job.first_span_level = nodes_common_level(self.topology, {gpu_node[g] for grp in groups for g in grp})
@@ -349,7 +352,7 @@ class Simulation:
     def _slowdown(self, job: SimJob) -> float:
         if job.elastic is not None:
             return elastic.slowdown(self, job)
-        return self.steptime.slowdown(job.spec, job.cost_ms, self.ideal.total_ms(job.spec))
+        return self.steptime.slowdown(job.spec, job.comm_ms, self.ideal.comm_ms(job.spec))
 
     def _on_start(self, event: Event) -> None:
         job = self.jobs[event.job_id]

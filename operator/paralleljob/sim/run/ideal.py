@@ -5,6 +5,10 @@ one the core placer picks on an empty copy of the simulated cluster. Every polic
 measured against that same reference, so a policy only pays for communication it makes worse. Jobs the
 placer can never place (a TP group larger than any node, which only first-fit accepts) are measured
 against every transfer at NVLink speed.
+
+Two figures per shape: ``total_ms``, the cost model's price of that placement (what the placer minimises
+and what a repair or move-back is judged against), and ``comm_ms``, the time its communication takes under
+the calibrated collective model (``core.stepcomm``), which the step-time model divides by.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
 from paralleljob.core.placer import Placer
+from paralleljob.core.stepcomm import StepComm, one_domain_comm
 from paralleljob.core.topology import Topology
 
 
@@ -21,25 +26,35 @@ class IdealCosts:
     def __init__(self, topology: Topology, model: CostModel) -> None:
         self.topology = topology
         self.model = model
+        self.timing = StepComm(topology)
         self._placer: Placer | None = None  # built on first use: an empty 100k-GPU state is not free
-        self._cache: dict[tuple[int, int, int, float, object], float] = {}
+        self._cache: dict[tuple[int, int, int, float, object], tuple[float, float]] = {}
 
     def total_ms(self, job: JobSpec) -> float:
+        """The cost model's price of the ideal placement."""
+        return self._get(job)[0]
+
+    def comm_ms(self, job: JobSpec) -> float:
+        """The calibrated time of the ideal placement's communication per step."""
+        return self._get(job)[1]
+
+    def _get(self, job: JobSpec) -> tuple[float, float]:
         key = (job.tp, job.pp, job.dp, job.memory_per_gpu_gb, job.model)
         cached = self._cache.get(key)
         if cached is None:
             cached = self._cache[key] = self._compute(job)
         return cached
 
-    def _compute(self, job: JobSpec) -> float:
+    def _compute(self, job: JobSpec) -> tuple[float, float]:
         if self._placer is None:
             self._placer = Placer(ClusterState(self.topology))
         try:
-            return self._placer.place(job, self.model).cost.total_ms
+            placement = self._placer.place(job, self.model)
         except PlacementInfeasible:
             fastest = self.topology.level_bandwidth(0)
             model = self.model
             tp = model.tp_ms(job, fastest) if job.tp > 1 else 0.0
             pp = model.pp_ms(job, [fastest] * (job.pp - 1)) if job.pp > 1 else 0.0
             dp = model.dp_ms(job, fastest) if job.dp > 1 else 0.0
-            return model.combine(tp, pp, dp)
+            return model.combine(tp, pp, dp), one_domain_comm(job, model).total_ms
+        return placement.cost.total_ms, self.timing.step(job, placement.groups, self.model).total_ms

@@ -28,7 +28,8 @@ class SimJob:
     segment_start: float = 0.0  # when computing (re)starts; after a restart overhead it lies in the future
     rate: float = 1.0  # trace seconds of work per wall second (1 / slowdown)
     plan: CheckpointPlan = field(default_factory=lambda: CheckpointPlan(NO_CHECKPOINTS, 0.0))
-    cost_ms: float = 0.0  # communication cost of the current placement
+    cost_ms: float = 0.0  # the cost model's price of the current placement (what repairs and moves compare)
+    comm_ms: float = 0.0  # the calibrated time of its communication per step (what the step time adds)
     # history, for the metrics
     first_start: float | None = None
     finished: float | None = None
