@@ -27,8 +27,8 @@ SHAPES = {"first": (8, 1, 1), "wide": (8, 1, 2), "small": (1, 1, 1)}
 def _spy(monkeypatch: pytest.MonkeyPatch, module: Any, name_of: Any) -> list[list[tuple[str, str]]]:
     passes: list[list[tuple[str, str]]] = []
 
-    def recording(*args: Any) -> Any:
-        decisions = fifo.schedule_fifo(*args)
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        decisions = fifo.schedule_fifo(*args, **kwargs)
         verdicts = [(name_of(d.job_id), "Admit" if isinstance(d, Admit) else str(d.reason)) for d in decisions]
         if verdicts and (not passes or verdicts != passes[-1]):
             passes.append(verdicts)

@@ -38,7 +38,6 @@ REASONS = {
 PENDING = {
     "core/elastic.py:plan_growth",
     "core/elastic_failure.py:drop_instead",
-    "core/fifo.py:schedule_fifo",
     "core/search.py:exact_search",
     "dashboard/model.py:assemble",
     "devtools/bench_operator.py:bench_throughput",

@@ -21,9 +21,9 @@ placed by ``FifoHooks.place_elastic`` at the largest size that fits (capped by i
 does not fit may take lower-priority jobs' growth replicas through ``FifoHooks.take_growth`` before it waits
 (``core/elastic.py`` decides both; the hooks let the shell carry out the shrinks it implies).
 
-The operator (``k8s/plan/fifo_admission.py``) and the simulator (``sim/run/policies.py``) both call
-:func:`schedule_fifo`; it allocates every admission in ``state`` and returns the decisions as values, in
-the order taken.
+The operator (``k8s/plan/fifo_admission.py``) and the simulator (``sim/run/engine.py``) both call
+:func:`schedule_fifo` with the lines to decide (:class:`FifoLines`); it allocates every admission in the
+state of its ``PlaceOn`` (``core/admission.py``) and returns the decisions as values, in the order taken.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from paralleljob.core.admission import Admit, Models, Wait
+from paralleljob.core.admission import Admit, PlaceOn, Wait
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.gates import Gate, WaitReason, quota_refusal
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placement import Placement, PlacerLike
+from paralleljob.core.placement import Placement
 
 
 class RequeueOrder(enum.StrEnum):
@@ -164,25 +164,32 @@ def gate_wait(job: FifoJob) -> Wait:
     return Wait(job.spec.job_id, job.queue, (job.gate.message,), reason=job.gate.reason)
 
 
+def no_caps(queue: str) -> int | None:
+    """No queue has a cap."""
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class FifoLines:
+    """The lines a FIFO pass decides: the waiting ``jobs`` (any order: sorted by :func:`fifo_key`), the GPUs
+    each queue's jobs hold already (``in_use``), a queue's ``maxGPUs`` (``caps``; None: no cap), and the lines
+    a head decided before (and not among ``jobs``) holds (``blocked``, queue -> that head's name): the shell
+    may decide only the jobs that joined a line behind a head known not to fit, and they are decided as if
+    the head had been decided first in this pass."""
+
+    jobs: Sequence[FifoJob]
+    in_use: Mapping[str, int] = field(default_factory=dict)
+    caps: Callable[[str], int | None] = no_caps
+    blocked: Mapping[str, str] = field(default_factory=dict)
+
+
 def schedule_fifo(
-    state: ClusterState,
-    placer: PlacerLike,
-    model: Models,
-    jobs: Sequence[FifoJob],
-    in_use: Mapping[str, int],
-    caps: Callable[[str], int | None],
-    policy: FifoPolicy = FifoPolicy(),
-    hooks: FifoHooks = FifoHooks(),
-    blocked: Mapping[str, str] | None = None,
+    place_on: PlaceOn, lines: FifoLines, policy: FifoPolicy = FifoPolicy(), hooks: FifoHooks = FifoHooks()
 ) -> tuple[Admit | Wait, ...]:
-    """One FIFO pass over ``jobs`` (any order: sorted here by :func:`fifo_key`). ``in_use``: GPUs each queue's
-    jobs hold already; ``caps``: a queue's ``maxGPUs`` (None: no cap). Admissions are allocated in ``state``.
-    ``blocked``: lines a head decided before (and not among ``jobs``) holds, queue -> that head's name: the
-    shell may decide only the jobs that joined a line behind a head known not to fit, and they are decided
-    as if the head had been decided first in this pass."""
-    line = _Pass(state, placer, model, dict(in_use), caps, policy, hooks, dict(blocked or {}))
+    """One FIFO pass over ``lines``, placed as ``place_on`` says: admissions are allocated in its state."""
+    line = _Pass(place_on, dict(lines.in_use), lines.caps, policy, hooks, dict(lines.blocked))
     decisions: list[Admit | Wait] = []
-    for job in sorted(jobs, key=fifo_key):
+    for job in sorted(lines.jobs, key=fifo_key):
         decision = line.decide(job)
         decisions.append(decision)
         if isinstance(decision, Admit):
@@ -195,9 +202,7 @@ def schedule_fifo(
 class _Pass:
     """One pass's inputs and what it has decided so far (GPUs held per queue, blocked lines)."""
 
-    state: ClusterState
-    placer: PlacerLike
-    model: Models
+    place_on: PlaceOn
     held: dict[str, int]
     caps: Callable[[str], int | None]
     policy: FifoPolicy
@@ -212,11 +217,11 @@ class _Pass:
         if job.min_gpus is not None and self.hooks.place_elastic is not None:
             room = None if cap is None else cap - self.held.get(job.queue, 0)
             return self.hooks.place_elastic(job, room)
-        return self.placer.place(job.spec, self.model(job.spec) if callable(self.model) else self.model)
+        return self.place_on.placer.place(job.spec, self.place_on.model_of(job.spec))
 
 
 def _decide(line: _Pass, job: FifoJob) -> Admit | Wait:
-    state, held, blocked, policy = line.state, line.held, line.blocked, line.policy
+    state, held, blocked, policy = line.place_on.state, line.held, line.blocked, line.policy
     spec, queue = job.spec, job.queue
     if job.gate is not None:
         if job.gate.blocks_line:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from paralleljob.core.admission import Admit, Wait
+from paralleljob.core.admission import Admit, PlaceOn, Wait
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, CostModel, cost_model
 from paralleljob.core.elastic import resized
@@ -28,6 +28,7 @@ from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.fifo import (
     FifoHooks,
     FifoJob,
+    FifoLines,
     FifoPolicy,
     LineKey,
     fifo_key,
@@ -180,15 +181,10 @@ def admit_all(
 
         models = {name: cost_model(name) for name in {r.cost_model for _, r in objects.values()}}
         decisions = schedule_fifo(
-            view.state,
-            placer,
-            lambda spec: models[objects[spec.job_id][1].cost_model],
-            lines,
-            in_use,
-            cap,
+            PlaceOn(view.state, placer, lambda spec: models[objects[spec.job_id][1].cost_model]),
+            FifoLines(lines, in_use, cap, blocked or {}),
             FifoPolicy(strict=strict_fifo, groups_in_nodes=not view.nvlink_levels),
             _elastic_hooks(ctx, placer, objects, extra),
-            blocked,
         )
         durations, errors = placer.durations, placer.errors
     for decision in decisions:
