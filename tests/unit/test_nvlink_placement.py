@@ -231,9 +231,19 @@ def test_warm_spares_take_no_new_gang_and_replace_a_failed_tray_inside_the_cliqu
         assert previous is not None
         repaired = placer.place(job, model, previous)
         state.allocate(Allocation("j", repaired.groups, 10.0))
+    home = clique.pop()
     assert "no spare tray left in clique" in repaired.reasons[-1]
-    # the cheapest way out: the whole job in the other (empty) rack, one ComputeDomain again
-    assert {topo.domain_of[1][topo.gpu_node[g]] for g in repaired.gpus} == {1 - clique.pop()}
+    # minimal (the default strategy): only the broken TP group leaves, whole, for the other rack's spares;
+    # placing afresh re-created most pods, moving healthy ranks between trays of the same clique (issue 39)
+    assert "only the broken TP groups moved (2 tray(s) from clique" in repaired.reasons[-1]
+    assert {topo.domain_of[1][topo.gpu_node[g]] for g in repaired.groups[0]} == {1 - home}
+    assert all(topo.domain_of[1][topo.gpu_node[g]] == home for grp in repaired.groups[1:] for g in grp)
+    assert [a == b for a, b in zip(previous.groups, repaired.groups, strict=True)] == [False] + [True] * 7
+    # full: the cheapest way out is the whole job in the other (empty) rack, one ComputeDomain again
+    state.release("j")
+    afresh = placer.place(job, model)
+    assert {topo.domain_of[1][topo.gpu_node[g]] for g in afresh.gpus} == {1 - home}
+    assert afresh.cost.total_ms < repaired.cost.total_ms
 
 
 def test_a_repair_with_no_room_anywhere_requeues_saying_why():

@@ -21,8 +21,10 @@ of them, so such a job takes whole trays. The placer routes every job through th
 Warm spares: ``spares`` whole free trays per clique take no new gang (tier 3 counts them out; tier 2 closes
 them). A repair (``previous`` on cliques) may use them: each clique the job used keeps its groups when its
 whole free trays (spares included) hold them, so a failed tray is replaced inside its clique and the
-ComputeDomain follows; otherwise the job is placed afresh over all cliques, spares included, and the
-decision says which clique had no spare left.
+ComputeDomain follows; a clique short of spares sends only its broken TP groups to another clique's whole
+free trays (``core/traymoves``), and only when no clique holds them is the job placed afresh over all
+cliques, spares included. The decision says which clique had no spare left. ``failurePolicy.strategy: full``
+places the job afresh (``core/repair`` passes no previous allocation).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder, node_rank
 from paralleljob.core.topology import Topology
+from paralleljob.core.traymoves import move_broken_groups
 
 
 @contextmanager
@@ -355,31 +358,45 @@ class NVLinkPlacer:
         return mapping, short
 
     # ---- repair ---------------------------------------------------------------------------------------
+    def _remapped(
+        self, job: JobSpec, model: CostModel, previous: Allocation, mapping: dict[int, int], kept: str, note: str
+    ) -> Placement:
+        """``previous`` with each old tray's GPUs taken to its new tray at the same offsets, priced."""
+        topo, idx = self.topology, self.index
+        first = topo.node_first_gpu
+        groups = tuple(
+            tuple(first[mapping[topo.gpu_node[x]]] + x - first[topo.gpu_node[x]] for x in group)
+            for group in previous.groups
+        )
+        cliques = [idx.clique_of(topo.gpu_node[group[0]]) for group in groups]
+        on = [c for c in cliques if c is not None]
+        unit_job, unit_model, placer = self._clique_placer(job, model, self._clique_free(job, 0))
+        cost = node_level_cost(placer.topology, unit_job, on, unit_model)
+        bound = placer.lower_bound(unit_job, unit_model)
+        proven = cost.total_ms <= bound + 1e-6
+        lines: tuple[str, ...] = (kept, "", f"cost {cost.total_ms:.3f} ms")
+        lines += ("proven optimal",) if proven else ()
+        derived = Placement(job.job_id, job.pp, job.dp, tuple(on), groups, cost, bound, proven, lines)
+        return self._finish(job, on, groups, derived, note)
+
     def _repair(self, job: JobSpec, model: CostModel, previous: Allocation) -> Placement:
         """Each clique keeps its groups when its whole free trays (spares too) hold them; else re-place."""
         topo, idx, mem = self.topology, self.index, job.memory_per_gpu_gb
         old_trays = list(dict.fromkeys(topo.gpu_node[g] for g in previous.gpus))
         cliques = [idx.clique_of(topo.gpu_node[group[0]]) for group in previous.groups]
         if len(cliques) == job.num_groups and all(c is not None for c in cliques):
-            kept = [c for c in cliques if c is not None]
             mapping, short = self._replacements(old_trays, mem)
             if not short:
-                first = topo.node_first_gpu
-                groups = tuple(
-                    tuple(first[mapping[topo.gpu_node[x]]] + x - first[topo.gpu_node[x]] for x in group)
-                    for group in previous.groups
-                )
                 moved = ", ".join(f"{topo.node_names[a]} -> {topo.node_names[b]}" for a, b in mapping.items() if a != b)
                 note = f"repaired inside its cliques{': ' + moved if moved else ''}"
-                unit_job, unit_model, placer = self._clique_placer(job, model, self._clique_free(job, 0))
-                cost = node_level_cost(placer.topology, unit_job, kept, unit_model)
-                bound = placer.lower_bound(unit_job, unit_model)
-                proven = cost.total_ms <= bound + 1e-6
-                lines: tuple[str, ...] = ("every TP group kept in its clique", "", f"cost {cost.total_ms:.3f} ms")
-                lines += ("proven optimal",) if proven else ()
-                derived = Placement(job.job_id, job.pp, job.dp, tuple(kept), groups, cost, bound, proven, lines)
-                return self._finish(job, kept, groups, derived, note)
-            note = f"no spare tray left in clique {', '.join(short)}: the job left its clique(s)"
+                return self._remapped(job, model, previous, mapping, "every TP group kept in its clique", note)
+            out_of_spares = f"no spare tray left in clique {', '.join(short)}"
+            minimal = move_broken_groups(self, mem, previous)
+            if minimal is not None:
+                mapping, moves = minimal
+                note = f"{out_of_spares}: only the broken TP groups moved ({'; '.join(moves)})"
+                return self._remapped(job, model, previous, mapping, "healthy TP groups kept on their trays", note)
+            note = f"{out_of_spares}: the job left its clique(s)"
         else:
             note = "its previous GPUs are not all on NVLink cliques: placed afresh"
         try:

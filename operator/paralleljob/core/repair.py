@@ -176,6 +176,9 @@ def _repair_hardware(
         outcome = recover(state, placer, job, model, strategy)
         return outcome.new, outcome.reasons
     previous = state.release(job.job_id)
+    if strategy is RecoveryStrategy.FULL and state.topology.nvlink_level > 0:
+        # the whole gang restarts anyway: the best placement now, not the one that keeps most trays
+        previous = None
     try:
         placement = placer.place(job, model, previous=previous)
     except PlacementInfeasible as exc:

@@ -1,0 +1,64 @@
+"""A tray job whose clique has no spare tray left, repaired through ``decide_repair`` as both shells do: with
+``strategy: minimal`` only the broken TP group moves (whole, to another clique's spares) and every other rank
+keeps its GPU; with ``full`` the gang is placed afresh where it is cheapest. Before, both re-placed the job
+afresh, re-creating 6 of 8 tray pods for one failed tray (issue 39)."""
+
+from __future__ import annotations
+
+import pytest
+
+from paralleljob.core import Allocation, ClusterState, GPUHealth, JobSpec, cost_model
+from paralleljob.core.cliques import nvl72_topology
+from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.placement import Placement
+from paralleljob.core.recovery import RecoveryStrategy
+from paralleljob.core.repair import FailureKind, FailurePolicy, FailureReport, Rescheduled, decide_repair
+from paralleljob.core.topology import Topology
+
+
+def a_full_clique() -> tuple[ClusterState, NVLinkPlacer, JobSpec]:
+    """TP8 x DP4 (8 trays) in clique 0, the clique's other 10 trays taken by a filler: no spare left."""
+    state = ClusterState(nvl72_topology(2))
+    placer, model = NVLinkPlacer(state), cost_model("megatron")
+    job = JobSpec("j", 8, 1, 4, 10.0)
+    placement = placer.place(job, model)
+    state.allocate(Allocation("j", placement.groups, 10.0))
+    home = {state.topology.domain_of[1][n] for n in placement.group_nodes}
+    assert len(home) == 1
+    filler = placer.place(JobSpec("filler", 8, 1, 5, 10.0), model)
+    assert {state.topology.domain_of[1][n] for n in filler.group_nodes} == home
+    state.allocate(Allocation("filler", filler.groups, 10.0))
+    return state, placer, job
+
+
+def pods_moved(topo: Topology, before: Allocation, after: Placement) -> int:
+    """Tray pods re-created: trays of the job whose GPUs changed."""
+    old = {(topo.gpu_node[a], a) for group in before.groups for a in group}
+    new = {(topo.gpu_node[b], b) for group in after.groups for b in group}
+    return len({tray for tray, _ in new - old})
+
+
+@pytest.mark.parametrize("strategy", [RecoveryStrategy.MINIMAL, RecoveryStrategy.FULL])
+def test_a_clique_out_of_spares_moves_only_the_broken_group_unless_full(strategy: RecoveryStrategy) -> None:
+    state, placer, job = a_full_clique()
+    topo = state.topology
+    before = state.allocations["j"]
+    broken_group = 2
+    state.set_health(before.groups[broken_group][0], GPUHealth.OFFLINE)
+    report = FailureReport(FailureKind.GPU, (broken_group,), restarts=0)
+    decision = decide_repair(state, placer, job, cost_model("megatron"), FailurePolicy(strategy=strategy), report)
+    assert isinstance(decision, Rescheduled) and decision.placement is not None
+    after = decision.placement
+    cliques = [{topo.domain_of[1][topo.gpu_node[g]] for g in group} for group in after.groups]
+    if strategy is RecoveryStrategy.MINIMAL:
+        assert decision.restart_groups == (broken_group,)
+        assert pods_moved(topo, before, after) == 2  # the broken group's two trays, nothing else
+        assert [tuple(a) == tuple(b) for a, b in zip(before.groups, after.groups, strict=True)] == [
+            True, True, False, True,
+        ]  # fmt: skip
+        assert cliques[broken_group] != cliques[0] and len(cliques[broken_group]) == 1
+        assert "only the broken TP groups moved" in " ".join(decision.reasons)
+    else:
+        assert decision.restart_groups == (0, 1, 2, 3)
+        assert len(set().union(*cliques)) == 1  # the whole gang in the other rack: one ComputeDomain
+    assert state.allocations["j"].groups == after.groups
