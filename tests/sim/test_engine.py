@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from paralleljob.core.collectives import HGX_H100, allreduce_ms
 from paralleljob.core.fifo import RequeueOrder
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.topology import Topology
@@ -68,14 +69,18 @@ def test_strict_fifo_gang_jcts_by_hand() -> None:
     assert all(j.phase is Phase.SUCCEEDED for j in simulation.jobs.values())
 
 
-def test_first_fit_split_stretches_the_job_by_the_cost_model() -> None:
-    # J1 takes GPUs 0-6; first-fit gives J2 GPU 7 (node 0) and GPU 8 (node 1): its DP all-reduce crosses nodes
-    # at 50 GB/s instead of NVLink's 600, 12x the (only) cost term. With 10% communication at the ideal
-    # placement the step takes 0.9 + 0.1 * 12 = 2.1x as long: 100 s of work become 210 s.
+def test_first_fit_split_stretches_the_job_by_the_calibrated_collectives() -> None:
+    # J1 takes GPUs 0-6; first-fit gives J2 GPU 7 (node 0) and GPU 8 (node 1): its DP all-reduce is a ring over
+    # one NIC (47.5 GB/s effective) instead of NVLink in one node (370), as core.collectives times them: 7.79x
+    # the (only) communication term. With 10% communication at the ideal placement the step takes
+    # 0.9 + 0.1 * 7.79 = 1.68x as long (the slowest-link price, 50 against 600, would say 2.1x).
     trace = [job("J1", 0, 1000, (1, 1, 7)), job("J2", 1, 100, (1, 1, 2))]
+    size = 2e9 * 2  # the seed model's DP all-reduce: the whole 2B-parameter model in BF16
+    ratio = allreduce_ms(HGX_H100, size, 2, per_domain=1)[0] / allreduce_ms(HGX_H100, size, 2)[0]
+    assert ratio == pytest.approx(7.79, rel=1e-3)
     first_fit = run(Topology.uniform(2), trace, policy="first-fit", step_model="fraction", comm_fraction=0.1)
-    assert jct(first_fit, "J2") == pytest.approx(210.0, rel=1e-9)
-    assert first_fit.jobs["J2"].first_slowdown == pytest.approx(2.1, rel=1e-9)
+    assert first_fit.jobs["J2"].first_slowdown == pytest.approx(0.9 + 0.1 * ratio, rel=1e-9)
+    assert jct(first_fit, "J2") == pytest.approx(100 * (0.9 + 0.1 * ratio), rel=1e-9)
     ours = run(Topology.uniform(2), trace, policy="ours", step_model="fraction", comm_fraction=0.1)
     assert jct(ours, "J2") == 100.0  # both GPUs on node 1: the ideal placement, no stretch
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from paralleljob.core.cost import MegatronCostModel, SeedCostModel
+from paralleljob.core.collectives import HGX_H100, allreduce_ms
+from paralleljob.core.cost import SeedCostModel
 from paralleljob.core.job import JobSpec, ModelShape
 from paralleljob.core.topology import Topology
 from paralleljob.core.traffic import level_bytes_per_step
@@ -29,7 +30,8 @@ def test_split_tp_group_puts_its_bytes_above_the_node_under_first_fit_and_inside
     allreduces = 4 * m.layers() * 4  # 4 micro-batches x layers x 4 all-reduces per layer (Megatron)
     per_step = 4 * (2 * 3 / 4 * size) * allreduces  # 4 members, ring volume 2(n-1)/n x S each
     compute = 6 * 8e9 * (4 * 2048) / 4 / H100_BF16_ACHIEVED * 1e3
-    steps = 1000 * 1e3 / (compute + MegatronCostModel().tp_ms(spec, 600.0))  # calibrated on the ideal
+    ideal_tp_ms = allreduces * allreduce_ms(HGX_H100, size, 4)[0]  # the calibrated TP4 in one node
+    steps = 1000 * 1e3 / (compute + ideal_tp_ms)  # calibrated on the ideal
     first_fit, ff_result = run(trace, policy="first-fit", cost_model="megatron")
     ours, ours_result = run(trace, policy="ours", cost_model="megatron")
     assert first_fit.jobs["J2"].level_bytes == pytest.approx([0.0, per_step * steps], rel=1e-9)
