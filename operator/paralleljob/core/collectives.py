@@ -1,10 +1,12 @@
 """Collective times as NCCL measurably gets them: an algorithm-aware all-reduce calibrated on published runs.
 
-The cost models price every ring at the bandwidth of its slowest link (``cost.ring_allreduce_ms``). This
-module is the check on that arithmetic: for a fabric (NVLink domains of some size, NICs between them) it
-says how long an all-reduce of ``S`` bytes over ``n`` GPUs takes under each algorithm NCCL has, and which one
-is fastest, so its bus bandwidth can be set beside published NCCL-tests figures (docs/simulator.md,
-"Calibration"; ``tests/sim/test_calibration.py`` pins them within 20%).
+The cost models price every ring at the bandwidth of its slowest link (``cost.ring_allreduce_ms``), the
+form the placer minimises. This module is the check on that arithmetic and the clock of the simulator's
+step time (``core.stepcomm`` times the cost model's collectives with it): for a fabric (NVLink domains of
+some size, NICs between them) it says how long an all-reduce of ``S`` bytes over ``n`` GPUs takes under
+each algorithm NCCL has, and which one is fastest, so its bus bandwidth can be set beside published
+NCCL-tests figures (docs/simulator.md, "Calibration"; ``tests/sim/test_calibration.py`` pins them within
+20%).
 
 * **ring**: ``2(n-1)`` steps of latency ``alpha``, ``2(n-1)/n x S`` per GPU at the ring's bottleneck. Inside a
   domain that is NVLink at the protocol's efficiency; a ring over several domains crosses each boundary once
