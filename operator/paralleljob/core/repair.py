@@ -194,14 +194,17 @@ def _moved(old: Sequence[Sequence[int]], new: Sequence[Sequence[int]]) -> tuple[
 def best_placement_now(state: ClusterState, placer: PlacerLike, job: JobSpec, model: CostModel) -> Placement | None:
     """The placer's choice for a running ``job`` if it were placed now, its own GPUs counted as free; the
     state is left exactly as it was, down to the order in which equal nodes are listed (else every probe
-    would change the next tie-break). None: it would not fit anywhere (not even where it is)."""
+    would change the next tie-break). None: it would not fit anywhere (not even where it is). On a topology
+    with NVLink cliques the placer is not told where the job runs: the NVLink placer reads a previous
+    placement on trays as a repair to make, which keeps every healthy tray where it is, so a tray job was
+    never moved back (in the operator or the simulator)."""
     own = state.allocations.get(job.job_id)
     if own is None:
         raise KeyError(f"{job.job_id} holds no GPUs")
     order = state.node_order(job.job_id)
     state.release(job.job_id)
     try:
-        return placer.place(job, model, previous=own)
+        return placer.place(job, model, previous=None if state.topology.nvlink_level > 0 else own)
     except PlacementInfeasible:
         return None
     finally:

@@ -20,8 +20,8 @@ A job on whole trays of NVLink cliques (``layout: trays``) takes the same steps,
 drained trays move through ``plan/trayrepair.py`` with the same ``FailureKind.DRAINED``.
 
 Moving back after ``undrain`` is re-optimisation's (``reoptimizing.py``): a job whose last move was a drain's
-is re-priced like a repaired one, and may move back even if it never checkpoints (TP-group records only: a
-tray record is not re-optimised, so a tray job stays on the trays it moved to).
+is re-priced like a repaired one, and may move back even if it never checkpoints (tray records too: over whole
+trays, ``reoptimizing._best_now``).
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
         if moved is not None:
             sync_pods(actions, job, request, moved, pods, view.nodes, ctx.gpu_holders)
         return None
-    if seen.bound == seen.total and not request.pod_group and not record.trays:  # trays: not re-optimised
+    if seen.bound == seen.total and not request.pod_group:  # another controller's pods are not moved
         node_filter = eligibility.filter_for(job.key, request.spec)
         migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
         if migrated is not None:

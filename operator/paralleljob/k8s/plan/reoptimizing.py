@@ -21,6 +21,10 @@ core's rule (``core.reoptimize``) says whether moving is worth it next to the jo
   move is proposed its pods get the checkpoint-now signal (``preempting.request_checkpoint``) and it moves at
   its next checkpoint or when the grace period ends, whichever comes first.
 
+A tray job (NVL72) is priced over whole trays by the NVLink placer, warm spares held back as for a new gang,
+and a move re-creates every tray pod on its new tray; pod groups are not moved (their pods are another
+controller's).
+
 Everything here is a decision on the pass's view, like a repair: the caller brings the pods in line with
 the record it returns.
 """
@@ -35,6 +39,7 @@ from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import cost_model
 from paralleljob.core.eligibility import NodeFilter, restricted
 from paralleljob.core.lifecycle import Event, Phase
+from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import Placement
 from paralleljob.core.reoptimize import MigrationDecision, decide_migration
 from paralleljob.core.repair import ReoptimizePolicy, best_placement_now, pods_to_move
@@ -45,6 +50,7 @@ from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.draining import drained_away
 from paralleljob.k8s.plan.preempting import request_checkpoint
+from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, spares_for, tray_record
 
 # A trial placement per repaired job per pass would make a pass cost O(jobs x placement); once a minute is
 # plenty for something that only acts at checkpoint boundaries (minutes to hours apart).
@@ -54,7 +60,7 @@ RECHECK_SECONDS = 60.0
 def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None = None) -> PlacementRecord | None:
     """Re-price a running, repaired job; returns the new record when it migrates in this pass."""
     actions, job, request, record = held.actions, held.job, held.request, held.record
-    view, placer, now_s = ctx.view, ctx.placer, ctx.now_s
+    view, now_s = ctx.view, ctx.now_s
     draft = actions.draft
     away = drained_away(draft.data)
     if draft.phase is not Phase.RUNNING or record.cost is None or (job.restarts == 0 and not away):
@@ -73,10 +79,9 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
             due = not _ask_to_checkpoint(ctx, held, proposed_at)
     if not due and checked_at is not None and now_s - checked_at < RECHECK_SECONDS:
         return None
-    with restricted(view.state, request.spec, node_filter):
-        best = best_placement_now(view.state, placer, request.spec, cost_model(request.cost_model))
+    best = _best_now(ctx, held, node_filter)
     current_ms = record.cost.total_ms
-    moves = pods_to_move(view.state.allocations[job.key].groups, best.groups) if best is not None else 0
+    moves = _pods_to_move(ctx, held, best)
     interval = _checkpoint_interval(request, draft.data)
     best_ms = best.cost.total_ms if best else current_ms
     decision = decide_migration(current_ms, best_ms, moves, interval, drained_away=away)
@@ -87,6 +92,36 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     if away and decision.migrate and proposed_at is None and migrating:
         _ask_to_checkpoint(ctx, held, now_s)
     return None
+
+
+def _best_now(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None) -> Placement | None:
+    """The placer's choice for the job now, its own GPUs counted free: over whole trays for a tray job (the
+    NVLink placer, warm spares held back as for a new gang), else the pass's placer."""
+    view, request = ctx.view, held.request
+    model = cost_model(request.cost_model)
+    if not held.record.trays:
+        with restricted(view.state, request.spec, node_filter):
+            return best_placement_now(view.state, ctx.placer, request.spec, model)
+    topology = nvlink_topology(view)
+    if topology is None:
+        return None
+    spares = spares_for(view, ctx.queues.get(request.queue))
+    spec = replace(request.spec, job_id=held.job.key)
+    with seen_as(view.state, topology) as state, restricted(state, spec, node_filter):
+        placer = NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order)
+        return best_placement_now(state, placer, spec, model)
+
+
+def _pods_to_move(ctx: PassContext, held: HeldJob, best: Placement | None) -> int:
+    """Pods a move to ``best`` re-creates: TP groups whose GPUs change, or for a tray job its tray pods."""
+    if best is None:
+        return 0
+    record = held.record
+    if not record.trays:
+        return pods_to_move(ctx.view.state.allocations[held.job.key].groups, best.groups)
+    fresh = tray_record(ctx.view, held.job, held.request, best.groups, record.epoch, (), best.cost)
+    old = {(t.name, t.node, t.gpu_indices) for t in record.trays}
+    return sum(1 for t in fresh.trays if (t.name, t.node, t.gpu_indices) not in old)
 
 
 def _ask_to_checkpoint(ctx: PassContext, held: HeldJob, proposed_at: float) -> bool:
@@ -157,20 +192,23 @@ def _migrate(ctx: PassContext, held: HeldJob, best: Placement, decision: Migrati
     view, now = ctx.view, ctx.now
     assert record.cost is not None
     draft = actions.draft
-    moved = pods_to_move(view.state.allocations[job.key].groups, best.groups)
+    moved = _pods_to_move(ctx, held, best)
     view.state.release(job.key)
     view.state.allocate(Allocation(job.key, best.groups, request.spec.memory_per_gpu_gb))
     epoch = job.placement_epoch + 1
-    slots = []
-    for slot, gpus in zip(record.slots, best.groups, strict=True):
-        node, indices = view.locate(gpus)
-        # every pod restarts from the checkpoint: the collective groups are rebuilt with the moved ranks
-        slots.append(PodSlot(slot.name, slot.replica, slot.stage, node, indices, epoch))
     message = (
         f"migrated at a checkpoint boundary: cost {record.cost.total_ms:.3f} -> {best.cost.total_ms:.3f} ms per"
         f" step, {moved} pod(s) moved, the whole gang restarts from its checkpoint"
     )
-    new = replace(record, epoch=epoch, slots=tuple(slots), cost=best.cost, reasons=(message, *best.reasons))
+    if record.trays:  # every tray pod restarts from the checkpoint, on the trays of the new placement
+        new = tray_record(view, job, request, best.groups, epoch, (message, *best.reasons), best.cost)
+    else:
+        slots = []
+        for slot, gpus in zip(record.slots, best.groups, strict=True):
+            node, indices = view.locate(gpus)
+            # every pod restarts from the checkpoint: the collective groups are rebuilt with the moved ranks
+            slots.append(PodSlot(slot.name, slot.replica, slot.stage, node, indices, epoch))
+        new = replace(record, epoch=epoch, slots=tuple(slots), cost=best.cost, reasons=(message, *best.reasons))
     draft.apply(Event.MIGRATED, "Migrating", message, now)
     draft.set(
         placement=new.to_status(),
