@@ -15,12 +15,20 @@ This is what ``failurePolicy.strategy: minimal`` asks for; ``full`` places the j
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from paralleljob.core.cliques import CliqueIndex
 from paralleljob.core.cluster import Allocation
+from paralleljob.core.topology import Topology
 
-if TYPE_CHECKING:
-    from paralleljob.core.nvlink import NVLinkPlacer
+
+class TrayCounter(Protocol):
+    """What this needs of the NVLink placer (``core/nvlink.NVLinkPlacer``), which calls it."""
+
+    topology: Topology
+    index: CliqueIndex
+
+    def whole_free_trays(self, i: int, memory_gb: float) -> list[int]: ...
 
 
 def _units(topo_gpu_node: Sequence[int], groups: Sequence[Sequence[int]]) -> list[tuple[list[int], list[int]]]:
@@ -52,7 +60,7 @@ def _units(topo_gpu_node: Sequence[int], groups: Sequence[Sequence[int]]) -> lis
 
 
 def move_broken_groups(
-    placer: NVLinkPlacer, memory_gb: float, previous: Allocation
+    placer: TrayCounter, memory_gb: float, previous: Allocation
 ) -> tuple[dict[int, int], list[str]] | None:
     """Old tray -> new tray for every tray of ``previous`` (itself for those that stay), and the moves in
     words; None when some broken unit fits no clique's whole free trays (then the job is placed afresh)."""
