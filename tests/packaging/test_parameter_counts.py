@@ -50,7 +50,6 @@ PENDING = {
     "k8s/plan/podsync.py:sync_pods",
     "k8s/plan/trayadmission.py:place_on_trays",
     "k8s/plan/trayadmission.py:tray_record",
-    "k8s/plan/waiting_lines.py:admit_lines",
     "k8s/plan/waiting_remember.py:remember",
     "k8s/runtime/executor.py:__init__",
     "k8s/runtime/reflector.py:__init__",

@@ -51,7 +51,7 @@ from paralleljob.k8s.plan.preempting import making_room, pending_deadlines
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.ttl import expire
 from paralleljob.k8s.plan.waiting import WAITING, Triage, WaitingMemo, earliest, pod_ids, triage
-from paralleljob.k8s.plan.waiting_lines import admit_lines
+from paralleljob.k8s.plan.waiting_lines import LinesPass, admit_lines
 from paralleljob.k8s.plan.waiting_remember import remember, remember_running
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
 
@@ -352,17 +352,15 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
     very next pass."""
     memo, book = line.memo.memo, line.book
     owner_before = list(ctx.view.state.owner)
-    lines = admit_lines(
-        memo,
+    this_pass = LinesPass(
         line.queued,
-        line.memo.sorted_out.quiet,
         lambda queue: (observed.queues.get(queue), line.in_use.get(queue, 0)),
         ctx.view.state,
         lambda job: decide_job(ctx, book.actions_for(job), job),
         lambda entries, blocked: admit_all(ctx, entries, line.in_use, strict_fifo, blocked),
-        line.memo.sorted_out.deferred,
         observed.background_room,
     )
+    lines = admit_lines(memo, line.memo.sorted_out, this_pass)
     plan.scheduling_seconds = lines.durations
     plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
     plan.skipped_pending = {queue: len(jobs) for queue, jobs in lines.skipped.items()}

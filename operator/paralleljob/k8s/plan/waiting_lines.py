@@ -23,7 +23,15 @@ from paralleljob.core.gates import WaitReason
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.fifo_admission import line_position
-from paralleljob.k8s.plan.waiting import LineMemo, WaitingMemo, blocks, figures, queue_facts, stands_behind
+from paralleljob.k8s.plan.waiting import (
+    LineMemo,
+    Triage,
+    WaitingMemo,
+    blocks,
+    figures,
+    queue_facts,
+    stands_behind,
+)
 
 Entry = tuple[JobObject, JobRequest]
 # the core FIFO pass over some entries, with the lines a head decided earlier holds (queue -> the head's name)
@@ -102,27 +110,33 @@ def within_room(
     return chosen, [job for jobs in lines for job in jobs if id(job) not in picked]
 
 
-def admit_lines(
-    memo: WaitingMemo | None,
-    queued: Sequence[Entry],
-    quiet: Mapping[str, list[JobObject]],
-    facts: Callable[[str], tuple[QueueInfo | None, int]],
-    state: ClusterState | None,
-    decide_job: Callable[[JobObject], Entry | None],
-    admit: Admitter,
-    deferred: Mapping[str, list[JobObject]] | None = None,
-    room: int | None = None,
-) -> Lines:
+@dataclass(frozen=True, slots=True)
+class LinesPass:
+    """What one pass brings to its FIFO lines: ``queued``, the entries it decided to try (their lines are
+    always looked at); ``facts``, a queue's object and the GPUs its jobs hold now; ``state``, the view's (None:
+    no GPU nodes); ``decide_job``, the pass's per-job decision (None: the job does not try admission);
+    ``admit``, the core FIFO pass over some entries of one line; ``room``, how many deferred arrivals of the
+    lines left out a first status write can start for now (None: all)."""
+
+    queued: Sequence[Entry]
+    facts: Callable[[str], tuple[QueueInfo | None, int]]
+    state: ClusterState | None
+    decide_job: Callable[[JobObject], Entry | None]
+    admit: Admitter
+    room: int | None = None
+
+
+def admit_lines(memo: WaitingMemo | None, sorted_out: Triage, this_pass: LinesPass) -> Lines:
     """The FIFO pass line by line in queue order (as the core orders them, so the result is the same as one
-    call over all): ``queued`` lines always, ``quiet`` candidates as :func:`look` says. A quiet line's entries
-    in ``queued`` are its arrivals (triage): when they all stand behind a head that still blocks, only they are
-    decided, behind it, in one call with the other such lines' after the rest (they allocate nothing, so
-    where they are decided changes nothing); else the whole line is. ``facts``: a queue's object and the
-    GPUs its jobs hold now; ``decide_job``: the pass's per-job decision (None: it does not try admission);
-    ``admit``: the core FIFO pass over some entries of one line. ``deferred``: the quiet lines' arrivals that
-    triage left undecided (they stand behind the remembered head): decided with their line when it is looked
-    at, else only ``room`` of them (None: all), those whose first status write can start this pass
-    (:func:`within_room`); the others are :attr:`Lines.skipped`, decided by a later pass."""
+    call over all): ``this_pass.queued`` lines always, the triage's ``quiet`` candidates as :func:`look` says.
+    A quiet line's entries in ``queued`` are its arrivals (triage): when they all stand behind a head that still
+    blocks, only they are decided, behind it, in one call with the other such lines' after the rest (they
+    allocate nothing, so where they are decided changes nothing); else the whole line is. The triage's
+    ``deferred``: the quiet lines' arrivals it left undecided (they stand behind the remembered head): decided
+    with their line when it is looked at, else only ``room`` of them, those whose first status write can
+    start this pass (:func:`within_room`); the others are :attr:`Lines.skipped`, decided by a later pass."""
+    queued, quiet, deferred = this_pass.queued, sorted_out.quiet, sorted_out.deferred
+    facts, state, decide_job, admit = this_pass.facts, this_pass.state, this_pass.decide_job, this_pass.admit
     by_queue: dict[str, list[Entry]] = {}
     for entry in queued:
         by_queue.setdefault(entry[1].queue, []).append(entry)
@@ -130,7 +144,6 @@ def admit_lines(
     out = Lines()
     behind: list[Entry] = []
     heads: dict[str, str] = {}
-    deferred = deferred or {}
     pool: list[tuple[str, list[JobObject]]] = []  # lines left out: their deferred arrivals, decided within room
 
     def run(entries: Sequence[Entry], blocked: Mapping[str, str]) -> Sequence[Admit | Wait]:
@@ -175,7 +188,7 @@ def admit_lines(
             entries = entries + decided(members) + decided(deferred.get(queue, []))
         if entries:
             run(entries, {})
-    chosen, skipped = within_room(pool, room)
+    chosen, skipped = within_room(pool, this_pass.room)
     for entry in decided(chosen):
         behind.append(entry)
         out.behind[entry[1].queue] = out.behind.get(entry[1].queue, 0) + 1
