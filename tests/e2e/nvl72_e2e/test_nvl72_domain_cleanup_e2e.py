@@ -1,6 +1,7 @@
 """A tray job re-placed onto the other rack loses its old ComputeDomain on the real API (issue 39): a
-TP8xPP4xDP2 job fills the 16 non-spare trays of one clique; three of them report an unhealthy GPU, more than
-the clique's 2 spares can replace, so the job is placed afresh on the other rack; once its pods have left the
+TP8xPP4xDP2 job with ``strategy: full`` fills the 16 non-spare trays of one clique; three of them report an
+unhealthy GPU, more than the clique's 2 spares can replace, so the job is placed afresh on the other rack (under
+``minimal`` only the broken TP groups would leave: test_nvl72_reoptimize_e2e.py); once its pods have left the
 old clique the operator deletes that clique's ComputeDomain (and the garbage collector its claim template),
 leaving exactly the ComputeDomain of the clique the job now uses."""
 
@@ -33,7 +34,7 @@ def test_a_job_re_placed_onto_the_other_rack_loses_its_old_compute_domain(
     nvl72_kube: KubeSession, nvl72_pjs: Jobs
 ) -> None:
     kube, pjs, ns = nvl72_kube, nvl72_pjs, nvl72_pjs.namespace
-    pjs.create("llm", 8, 4, 2, gpuMemoryGiB=10, failurePolicy={"maxRestarts": 5})
+    pjs.create("llm", 8, 4, 2, gpuMemoryGiB=10, failurePolicy={"maxRestarts": 5, "strategy": "full"})
     record = record_from_status(pjs.wait_phase("llm", "Running", timeout_s=90))
     assert record is not None and len(record.trays) == 16
     (old,) = {t.clique for t in record.trays}
