@@ -18,7 +18,7 @@ from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
 from paralleljob.k8s.runtime.api import ApiError, Kube
-from paralleljob.k8s.runtime.reflector import RELIST_COST_FACTOR, Reflector
+from paralleljob.k8s.runtime.reflector import RELIST_COST_FACTOR, Receiver, Reflector, Watched
 from paralleljob.k8s.view.store import ObjectStore
 
 MANAGED = [{"manager": "kwok", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
@@ -191,8 +191,8 @@ def test_an_optional_kind_the_api_does_not_serve_counts_as_listed_and_empty() ->
     kube = ScriptedKube([ApiError(404, "the server could not find the requested resource")])
     lists: list[tuple[list[dict[str, Any]], str | None]] = []
     timed: list[float] = []
-    reflector = Reflector(cast(Any, kube), "/apis/x/v1/queues", lambda i, v: lists.append((i, v)), lambda k, b: None,
-                          optional=True, on_listed=lambda name, s: timed.append(s))  # fmt: skip
+    receiver = Receiver(lambda i, v: lists.append((i, v)), lambda k, b: None, on_listed=lambda name, s: timed.append(s))
+    reflector = Reflector(cast(Any, kube), Watched("/apis/x/v1/queues", optional=True), receiver)
 
     async def scenario() -> None:
         task = asyncio.create_task(reflector.run())
@@ -206,7 +206,7 @@ def test_an_optional_kind_the_api_does_not_serve_counts_as_listed_and_empty() ->
 
 def test_a_required_kind_that_cannot_be_listed_is_retried_and_never_synced() -> None:
     kube = ScriptedKube([ApiError(403, "forbidden")])
-    reflector = Reflector(cast(Any, kube), "/api/v1/nodes", lambda i, v: None, lambda k, b: None)
+    reflector = Reflector(cast(Any, kube), Watched("/api/v1/nodes"), Receiver(lambda i, v: None, lambda k, b: None))
 
     async def scenario() -> None:
         task = asyncio.create_task(reflector.run())
@@ -221,8 +221,8 @@ def test_each_kind_is_listed_again_every_relist_period() -> None:
     kube = ScriptedKube([[{"metadata": {"name": "a"}}]])
     lists: list[str | None] = []
     timed: list[str] = []
-    reflector = Reflector(cast(Any, kube), "/api/v1/nodes", lambda i, v: lists.append(v), lambda k, b: None,
-                          relist_seconds=0.1, on_listed=lambda name, s: timed.append(name))  # fmt: skip
+    receiver = Receiver(lambda i, v: lists.append(v), lambda k, b: None, on_listed=lambda name, s: timed.append(name))
+    reflector = Reflector(cast(Any, kube), Watched("/api/v1/nodes", relist_seconds=0.1), receiver)
 
     async def scenario() -> None:
         task = asyncio.create_task(reflector.run())
@@ -239,7 +239,8 @@ def test_a_kind_whose_list_takes_long_is_listed_again_only_many_list_lengths_lat
     # At 50,000 ParallelJobs a list took 67 s under load; re-listing every 300 s would spend a fifth of the
     # time (and the API server's) on the safety net.
     kube = ScriptedKube([[{"metadata": {"name": "a"}}]], list_seconds=0.05)
-    reflector = Reflector(cast(Any, kube), "/api/v1/nodes", lambda i, v: None, lambda k, b: None, relist_seconds=0.01)
+    receiver = Receiver(lambda i, v: None, lambda k, b: None)
+    reflector = Reflector(cast(Any, kube), Watched("/api/v1/nodes", relist_seconds=0.01), receiver)
 
     async def scenario() -> None:
         task = asyncio.create_task(reflector.run())
@@ -329,7 +330,7 @@ def test_a_job_deleted_while_the_operator_lists_jobs_is_not_brought_back_by_the_
     assert job is not None and not job.invalid and holds_gpus(job)
     reconciler.jobs._ttl = 0.05  # a tombstone's 300 s, shrunk with the list's minutes to a test's time
     kube = FloodKube(reconciler, running, wait_s=0.2)
-    reflector = _reflector(cast(Any, kube), reconciler, "job", "/apis/paralleljob.dev/v1alpha1/paralleljobs")
+    reflector = _reflector(cast(Any, kube), reconciler, "job", Watched("/apis/paralleljob.dev/v1alpha1/paralleljobs"))
 
     async def scenario() -> None:
         task = asyncio.create_task(reflector.run())

@@ -13,7 +13,7 @@ import pytest
 
 from paralleljob.k8s.runtime import reflector as reflector_module
 from paralleljob.k8s.runtime.api import ApiError
-from paralleljob.k8s.runtime.reflector import Reflector
+from paralleljob.k8s.runtime.reflector import Receiver, Reflector, Watched
 from tests.k8s.test_reflector import ScriptedKube
 
 PATH = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
@@ -23,8 +23,8 @@ WITHOUT = "device taints are read from the ResourceSlices alone"
 def _run_absent(status: int, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> ScriptedKube:
     monkeypatch.setattr(reflector_module, "ABSENT_RETRY_SECONDS", 0.01)  # several tries in a short test
     kube = ScriptedKube([ApiError(status, "the server could not find the requested resource")])
-    reflector = Reflector(cast(Any, kube), PATH, lambda i, v: None, lambda k, b: None, optional=True,
-                          unavailable=WITHOUT)  # fmt: skip
+    watched = Watched(PATH, optional=True, unavailable=WITHOUT)
+    reflector = Reflector(cast(Any, kube), watched, Receiver(lambda i, v: None, lambda k, b: None))
 
     async def scenario() -> None:
         task = asyncio.create_task(reflector.run())

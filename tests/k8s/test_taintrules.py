@@ -25,6 +25,7 @@ from paralleljob.k8s.runtime import reflector as reflector_module
 from paralleljob.k8s.runtime.api import ApiError
 from paralleljob.k8s.runtime.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
+from paralleljob.k8s.runtime.reflector import Watched
 from paralleljob.k8s.runtime.runner import _reflector
 from paralleljob.k8s.view.clusterview import build_view
 from paralleljob.k8s.view.dranodes import OverlaidNodes
@@ -154,7 +155,7 @@ def test_a_cluster_without_device_taint_rules_is_logged_once_and_the_operator_go
     kube = NoRulesApi()
     reconciler = Reconciler(cast(Any, kube), OperatorConfig(), Metrics())
     monkeypatch.setattr(reflector_module, "ABSENT_RETRY_SECONDS", 0.01)
-    rules = _reflector(cast(Any, kube), reconciler, "devicetaintrule", TAINT_RULES_PATH, optional=True)
+    rules = _reflector(cast(Any, kube), reconciler, "devicetaintrule", Watched(TAINT_RULES_PATH, optional=True))
 
     async def scenario() -> None:
         task = asyncio.create_task(rules.run())

@@ -52,7 +52,6 @@ PENDING = {
     "k8s/plan/trayadmission.py:tray_record",
     "k8s/plan/waiting_remember.py:remember",
     "k8s/runtime/executor.py:__init__",
-    "k8s/runtime/reflector.py:__init__",
 }
 
 

@@ -37,7 +37,7 @@ from paralleljob.k8s.edge.specs import JobObject, parse_job
 from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH, TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.decide import claims_of
 from paralleljob.k8s.runtime.api import Kube
-from paralleljob.k8s.runtime.reflector import Reflector
+from paralleljob.k8s.runtime.reflector import Receiver, Reflector, Watched
 from paralleljob.k8s.view.clusterview import ClusterView
 from paralleljob.k8s.view.dranodes import OverlaidNodes
 from paralleljob.k8s.view.liveview import LiveView, NodeSource
@@ -113,25 +113,20 @@ class Feed:
         out = [
             Reflector(
                 self.kube,
-                path,
-                self._on_list(kind),
-                self._on_event(kind),
-                name=kind,
-                transform=self.stores[kind].slim,
-                optional=optional,
+                Watched(path, name=kind, optional=optional),
+                Receiver(self._on_list(kind), self._on_event(kind), transform=self.stores[kind].slim),
             )
             for kind, (path, optional) in paths.items()
         ]
         out.append(
             Reflector(
                 self.kube,
-                "/api/v1/events",
-                lambda items, _: self._failures(items, reset=True),
-                lambda kind, body: self._failures([body]) if kind != "DELETED" else None,
-                name="events",
-                transform=without_managed_fields,
-                optional=True,
-                query={"fieldSelector": "type=Warning"},
+                Watched("/api/v1/events", name="events", query={"fieldSelector": "type=Warning"}, optional=True),
+                Receiver(
+                    lambda items, _: self._failures(items, reset=True),
+                    lambda kind, body: self._failures([body]) if kind != "DELETED" else None,
+                    transform=without_managed_fields,
+                ),
             )
         )
         return out

@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any
 
 from paralleljob.k8s.runtime.api import ApiError, Kube
@@ -42,39 +43,53 @@ WATCH_TIMEOUT_SECONDS = 300
 RELIST_COST_FACTOR = 20.0
 
 
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """What one reflector lists and watches: the API ``path``; how the log, its task and the list-duration
+    metric name it (``name``; default: the path); a field or label selector for list and watch alike
+    (``query``); whether the kind may be absent (``optional``: a 403 or 404 counts as listed and empty) and
+    what its absence leaves out (``unavailable``, for the one log line); the safety net's re-list period."""
+
+    path: str
+    name: str = ""
+    query: Mapping[str, str] = field(default_factory=dict)
+    optional: bool = False
+    unavailable: str = ""
+    relist_seconds: float = RELIST_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class Receiver:
+    """Where a reflector hands what it reads: each full list (``on_list``) and watch event (``on_event``);
+    whether the watch gets through (``on_state``, for /healthz); the store's slimming, applied to list pages
+    as they arrive (``transform``); what is held while a list is fetched and merged (``listing``: the store's
+    ``ObjectStore.listing``, its tombstones outlive it); each list's time, first page to merged
+    (``on_listed``)."""
+
+    on_list: OnList
+    on_event: OnEvent
+    on_state: Callable[[bool], None] | None = None
+    transform: Transform | None = None
+    listing: Callable[[], AbstractContextManager[None]] | None = None
+    on_listed: Callable[[str, float], None] | None = None
+
+
 class Reflector:
-    def __init__(
-        self,
-        kube: Kube,
-        path: str,
-        on_list: OnList,
-        on_event: OnEvent,
-        on_state: Callable[[bool], None] | None = None,
-        *,
-        name: str | None = None,
-        transform: Transform | None = None,
-        optional: bool = False,
-        unavailable: str = "",
-        relist_seconds: float = RELIST_SECONDS,
-        query: Mapping[str, str] | None = None,
-        listing: Callable[[], AbstractContextManager[None]] | None = None,
-        on_listed: Callable[[str, float], None] | None = None,
-    ) -> None:
+    def __init__(self, kube: Kube, watched: Watched, receiver: Receiver) -> None:
         self.kube = kube
-        self.path = path
-        self.name = name or path
-        self.on_list = on_list
-        self.on_event = on_event
-        self.on_state = on_state or (lambda connected: None)  # for /healthz: is the watch getting through?
-        self.transform = transform  # a store's slimming, applied to list pages as they arrive
-        self.optional = optional
-        self.unavailable = unavailable  # what an optional kind's absence leaves out, for the one log line
-        self.relist_seconds = relist_seconds
-        self.relist_after = relist_seconds  # this period, or RELIST_COST_FACTOR times the last list's length
-        self.query = dict(query or {})  # a field or label selector, for list and watch alike
-        # Held while a list is fetched and merged (the store's ObjectStore.listing: its tombstones outlive it).
-        self.listing = listing or contextlib.nullcontext
-        self.on_listed = on_listed or (lambda name, seconds: None)  # each list's time, first page to merged
+        self.path = watched.path
+        self.name = watched.name or watched.path
+        self.on_list = receiver.on_list
+        self.on_event = receiver.on_event
+        self.on_state = receiver.on_state or (lambda connected: None)
+        self.transform = receiver.transform
+        self.optional = watched.optional
+        self.unavailable = watched.unavailable
+        self.relist_seconds = watched.relist_seconds
+        self.relist_after = watched.relist_seconds  # this period, or RELIST_COST_FACTOR times the last list's length
+        self.query = dict(watched.query)
+        self.listing = receiver.listing or contextlib.nullcontext
+        self.on_listed = receiver.on_listed or (lambda name, seconds: None)
         self.synced = asyncio.Event()
         self.absent = False  # an optional kind the API does not serve (said once in the log)
 

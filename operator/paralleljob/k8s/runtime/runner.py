@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from paralleljob.k8s.edge.computedomain import DOMAINS_PATH
@@ -36,7 +37,7 @@ from paralleljob.k8s.runtime.health import Health
 from paralleljob.k8s.runtime.leaderthread import ElectionThread
 from paralleljob.k8s.runtime.metrics import Metrics, serve
 from paralleljob.k8s.runtime.reconciler import Reconciler
-from paralleljob.k8s.runtime.reflector import Reflector
+from paralleljob.k8s.runtime.reflector import Receiver, Reflector, Watched
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -174,7 +175,12 @@ async def run_operator(
 
 
 def _reflector(
-    kube: Kube, reconciler: Reconciler, kind: str, path: str, namespace: str | None = None, **options: Any
+    kube: Kube,
+    reconciler: Reconciler,
+    kind: str,
+    watched: Watched,
+    namespace: str | None = None,
+    on_state: Callable[[bool], None] | None = None,
 ) -> Reflector:
     """A reflector feeding one kind's store (of one namespace, when ParallelJobs are watched per namespace)."""
 
@@ -192,17 +198,8 @@ def _reflector(
     store = reconciler.by_kind[kind]
     name = kind if namespace is None else f"{kind}[{namespace}]"
     # the store's listing: tombstones laid while a list is fetched outlive it (view/store.py)
-    return Reflector(
-        kube,
-        path,
-        on_list,
-        on_event,
-        name=name,
-        transform=store.slim_listed,
-        listing=store.listing,
-        on_listed=on_listed,
-        **options,
-    )
+    receiver = Receiver(on_list, on_event, on_state, store.slim_listed, store.listing, on_listed)
+    return Reflector(kube, dataclasses.replace(watched, name=name), receiver)
 
 
 async def _gang_api_version(kube: Kube) -> str:
@@ -234,54 +231,50 @@ def _reflectors(
             kube,
             reconciler,
             "pod",
-            "/api/v1/pods",
-            relist_seconds=relist,
+            Watched("/api/v1/pods", relist_seconds=relist),
             on_state=lambda up: health.watch_up() if up else health.watch_down(loop.time()),
         ),
-        _reflector(kube, reconciler, "node", "/api/v1/nodes", relist_seconds=relist),
+        _reflector(kube, reconciler, "node", Watched("/api/v1/nodes", relist_seconds=relist)),
         _reflector(
             kube,
             reconciler,
             "queue",
-            f"{jobs}/{QUEUE_PLURAL}",
-            optional=True,
-            relist_seconds=relist,
-            unavailable=no_queues,
+            Watched(f"{jobs}/{QUEUE_PLURAL}", optional=True, relist_seconds=relist, unavailable=no_queues),
         ),
     ]
     if config.namespaces:
         found += [
-            _reflector(kube, reconciler, "job", f"{jobs}/namespaces/{ns}/{PLURAL}", ns, relist_seconds=relist)
+            _reflector(kube, reconciler, "job", Watched(f"{jobs}/namespaces/{ns}/{PLURAL}", relist_seconds=relist), ns)
             for ns in config.namespaces
         ]
     else:
-        found.append(_reflector(kube, reconciler, "job", f"{jobs}/{PLURAL}", relist_seconds=relist))
+        found.append(_reflector(kube, reconciler, "job", Watched(f"{jobs}/{PLURAL}", relist_seconds=relist)))
     # Kubernetes' own gang API: PodGroups (our placement for pods that name one and ask for us; their status)
     # and Workloads (the shape a Job controller's Workload declares). Served as scheduling.k8s.io/v1alpha2 by
     # 1.36 with the GenericWorkload gate and that API version on; a cluster without it has no such groups.
     gang_off = "pods of a Kubernetes PodGroup (scheduling.k8s.io) are not placed (docs/pod-groups.md)"
     found += [
-        _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist, unavailable=gang_off)
+        _reflector(kube, reconciler, kind, Watched(path, optional=True, relist_seconds=relist, unavailable=gang_off))
         for kind, path in (("podgroup", pod_groups_path(gang_version)), ("workload", workloads_path(gang_version)))
     ]
     # Our ComputeDomains (NVL72 trays, docs/nvl72.md): a cluster without the driver's CRD has none.
     no_domains = "no ComputeDomains: a tray job's unused ones are left to the garbage collector"
-    found.append(_reflector(kube, reconciler, "computedomain", DOMAINS_PATH, optional=True, relist_seconds=relist,
-                            query={"labelSelector": f"{MANAGED_LABEL}={MANAGED_VALUE}"},
-                            unavailable=no_domains))  # fmt: skip
+    ours = {"labelSelector": f"{MANAGED_LABEL}={MANAGED_VALUE}"}
+    domains = Watched(DOMAINS_PATH, query=ours, optional=True, unavailable=no_domains, relist_seconds=relist)
+    found.append(_reflector(kube, reconciler, "computedomain", domains))
     if config.dra.enabled:
         # ResourceSlices (GPUs of DRA nodes) and ResourceClaims (devices others hold). A cluster before
         # 1.34 (no resource.k8s.io/v1) or a role without the verbs: every node is a device-plugin node.
         no_dra = "no DRA: every node is a device-plugin node (docs/dra.md)"
         found += [
-            _reflector(kube, reconciler, kind, path, optional=True, relist_seconds=relist, unavailable=no_dra)
+            _reflector(kube, reconciler, kind, Watched(path, optional=True, relist_seconds=relist, unavailable=no_dra))
             for kind, path in (("resourceslice", SLICES_PATH), ("resourceclaim", CLAIMS_PATH))
         ]
         # DeviceTaintRules (resource.k8s.io/v1beta2 in 1.36, behind the DRADeviceTaintRules gate): a cluster
         # without them, or a role without the verbs, leaves device taints to the ResourceSlices.
-        found.append(_reflector(kube, reconciler, "devicetaintrule", TAINT_RULES_PATH, optional=True,
-                                relist_seconds=relist,
-                                unavailable="device taints are read from the ResourceSlices alone"))  # fmt: skip
+        without = "device taints are read from the ResourceSlices alone"
+        rules = Watched(TAINT_RULES_PATH, optional=True, unavailable=without, relist_seconds=relist)
+        found.append(_reflector(kube, reconciler, "devicetaintrule", rules))
     return found
 
 
