@@ -235,6 +235,34 @@ def test_minimal_recovery_prefers_a_spare_in_the_same_rack():
     assert any("->" in r for r in outcome.reasons)
 
 
+@pytest.mark.parametrize("strategy", [RecoveryStrategy.MINIMAL, RecoveryStrategy.FULL])
+def test_a_job_with_every_group_broken_is_placed_as_a_new_job_would_be_not_kept_on_the_damaged_node(
+    strategy: RecoveryStrategy,
+) -> None:
+    # Issue 43's seed-2 tie: a TP2 job on a 4-GPU node loses a GPU; after the release that node and a 2-GPU
+    # node both have exactly 2 free GPUs at the same cost. Keeping the job on the damaged node (its old
+    # node) differed from where a new job, and best-fit's re-placement, go, and that one tie moved a whole
+    # strict-FIFO run by 28%. Nothing of the job is kept either way: its only group restarts.
+    def cluster() -> tuple[ClusterState, Allocation]:
+        nodes = [NodeSpec("four", 4, domains=("c",)), NodeSpec("two", 2, domains=("c",))]
+        state = ClusterState(Topology.from_nodes(nodes, [Level("node", 600.0), Level("cluster", 50.0)]))
+        state.allocate(Allocation("other", ((2,),), 1.0))
+        old = Allocation("j", ((0, 1),), 1.0)
+        state.allocate(old)
+        state.set_health(0, GPUHealth.OFFLINE)
+        return state, old
+
+    job = JobSpec("j", 2, 1, 1, 1.0)
+    state, _ = cluster()
+    outcome = recover(state, Placer(state), job, cost_model("seed"), strategy)
+    twin, _ = cluster()
+    twin.release("j")
+    fresh = Placer(twin).place(job, cost_model("seed"))
+    assert outcome.new is not None
+    assert outcome.new.groups == fresh.groups == ((4, 5),)  # the 2-GPU node, first in the packing order
+    assert any("placed afresh" in r for r in outcome.reasons)
+
+
 def test_minimal_recovery_with_no_spare_in_the_rack_goes_one_level_up():
     state = ClusterState(tree(8))  # racks of two nodes
     placer = Placer(state)

@@ -77,18 +77,24 @@ def recover(
     old = state.allocations[job.job_id]
     topo = state.topology
     before = placement_cost(topo, job, old.groups, model)
+    # With every TP group broken every pod restarts wherever it goes, so staying near the old nodes keeps
+    # nothing; it only took the damaged node's last GPUs on an equal-cost tie where a new job would have gone
+    # to the node the packing order names (issue 43: one such tie changed a small-node FIFO run by 28%).
+    whole = not any(all(state.health[gpu] not in BROKEN for gpu in group) for group in old.groups)
     state.release(job.job_id)
     placement: Placement | None = None
     reasons: list[str] = []
     try:
-        if strategy is RecoveryStrategy.MINIMAL:
+        if whole:
+            reasons.append("every TP group is on broken hardware: placed afresh, as a new job would be")
+        elif strategy is RecoveryStrategy.MINIMAL:
             placement = _minimal(placer, job, model, old)
             if placement is None:
                 reasons.append("no spare close enough for a minimal repair; re-placing the whole job")
             elif placement.cost.total_ms > before.total_ms + 1e-6:
                 reasons.append(_full_alternative(placer, job, model, old))
         if placement is None:
-            placement = placer.place(job, model, previous=old)
+            placement = placer.place(job, model, previous=None if whole else old)
     except PlacementInfeasible as exc:
         reasons.extend(exc.reasons)
         return RecoveryOutcome(job.job_id, RecoveryAction.KILLED, strategy, old, None, before, None, 0, tuple(reasons))
