@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from paralleljob.core.topology import NodeSpec, Topology
+from paralleljob.core.topology import Level, NodeSpec, Topology
 from paralleljob.sim.workload.alibaba import read_node_list
 
 
@@ -49,6 +49,16 @@ def uniform_cluster(
         nodes, gpus_per_node, intra_node_bw_gbps=intra_node_bw, levels=parse_levels(levels),
         inter_node_bw_gbps=inter_node_bw,
     )
+
+
+def mixed_node_cluster(
+    nodes: tuple[tuple[int, int], ...] = ((8, 6), (4, 6), (2, 8)), intra_node_bw: float = 600.0,
+    inter_node_bw: float = 50.0,
+) -> Topology:  # fmt: skip
+    """One network level over nodes of several sizes, ``(gpus per node, nodes)`` each: by default 88 GPUs on
+    six nodes of 8, six of 4 and eight of 2, the small-node cluster of issue 43."""
+    specs = [NodeSpec(f"n{gpus}-{i}", gpus, domains=("cluster",)) for gpus, count in nodes for i in range(count)]
+    return Topology.from_nodes(specs, [Level("node", intra_node_bw), Level("cluster", inter_node_bw)])
 
 
 def node_list_cluster(

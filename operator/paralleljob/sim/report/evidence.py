@@ -9,6 +9,8 @@
 * ``failures-vs-best-fit``: ours (each recovery setting) against best-fit on the Alibaba trace's heterogeneous
   2-8 GPU nodes, mostly small jobs, strict FIFO, with no failures and at 1x and 10x the Llama 3 rate, under
   the operator's failure rules (core.repair).
+* ``small-nodes``: ours against best-fit on issue 43's Philly-like setting: 88 GPUs on nodes of 8, 4 and 2,
+  1,000 mostly single-GPU jobs at load 0.9, strict FIFO, at 1x and 10x the Llama 3 failure rate.
 * ``validate``: the Megatron cost model on Megatron-LM's published layouts, for comparison with the paper.
 
 Each prints Markdown tables (mean ± 95% half-width over the seeds, and per-seed ratios). Same arguments,
@@ -27,15 +29,17 @@ from typing import Any
 
 from paralleljob.core.reoptimize import ReoptimizeRule
 from paralleljob.core.topology import Topology
-from paralleljob.sim.cluster.clusters import node_list_cluster, oversubscribed, uniform_cluster
+from paralleljob.sim.cluster.clusters import mixed_node_cluster, node_list_cluster, oversubscribed, uniform_cluster
 from paralleljob.sim.cluster.failures import load_failure_stats
 from paralleljob.sim.report.compare import fmt_ci, mean_ci, metric, summarize
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.alibaba import read_pods
 from paralleljob.sim.workload.overlay import mixed_workload, overlay_3d
+from paralleljob.sim.workload.smalljobs import small_jobs_workload
 from paralleljob.sim.workload.trace import TraceJob
 
+SMALL_JOBS = 1_000  # small-nodes: about four days of arrivals on its 88 GPUs
 HETERO_NODES = 24  # of the trace's 1,213 nodes (1-8 GPUs): few enough that 600 mixed jobs queue at load 0.9
 TRACES = Path(__file__).resolve().parents[4].parent / "shared" / "traces"
 ROWS = (
@@ -176,6 +180,23 @@ def failures_vs_best_fit(seeds: Sequence[int]) -> None:
         print("\nmigrations back per run:", shown)
 
 
+def small_nodes(seeds: Sequence[int], factors: Sequence[float] = (1, 10)) -> None:
+    """Issue 43's setting: placement barely matters, so the failure path must not cost anything."""
+    llama3 = load_failure_stats(TRACES / "failure_stats.csv").rates["llama3"]
+    topology = mixed_node_cluster()
+    policies = ("best-fit", "ours", "ours-reopt")
+    work = lambda s: small_jobs_workload(SMALL_JOBS, topology.num_gpus, seed=s)  # noqa: E731
+    for factor in factors:
+        configs = {p: replace(base_config(llama3 * factor), policy=p) for p in policies}
+        print(f"\n## {SMALL_JOBS:,} mostly single-GPU jobs at load 0.9 on {topology.num_gpus} GPUs (nodes of 8, 4, 2),"
+              f" strict FIFO, {factor:g}x the Llama 3 failure rate\n")  # fmt: skip
+        by_seed = grid(topology, work, configs, seeds)
+        print(table(by_seed, "best-fit"))
+        for name in policies[1:]:
+            ratios = [r[name]["jct_s"]["mean"] / r["best-fit"]["jct_s"]["mean"] for r in by_seed.values()]
+            print(f"\n{name} / best-fit per seed:", " ".join(f"{x:.3f}" for x in ratios))
+
+
 def validate(seeds: Sequence[int]) -> None:
     """The Megatron model on Megatron-LM's published layouts, with A100-era figures (docs/simulator.md)."""
     from paralleljob.core.cluster import ClusterState
@@ -213,19 +234,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m paralleljob.sim.report.evidence", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
-        "what", choices=["placement", "recovery", "recovery-why", "reopt-sweep", "failures-vs-best-fit", "validate"]
+        "what",
+        choices=[
+            "placement", "recovery", "recovery-why", "reopt-sweep", "failures-vs-best-fit", "small-nodes", "validate"
+        ],
     )
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--loads", default="0.7,0.9", help="recovery: offered loads")
-    parser.add_argument("--factors", default="1,10", help="recovery: multiples of the Llama 3 failure rate")
+    parser.add_argument("--factors", default="1,10", help="recovery, small-nodes: multiples of Llama 3's failure rate")
     args = parser.parse_args(argv)
     seeds = list(range(1, args.seeds + 1))
+    if args.what == "small-nodes":
+        small_nodes(seeds, [float(x) for x in args.factors.split(",")])
+        return 0
     if args.what == "recovery":
         recovery(seeds, [float(x) for x in args.loads.split(",")], [float(x) for x in args.factors.split(",")])
         return 0
     experiments = {
         "placement": placement, "recovery-why": recovery_why, "reopt-sweep": reopt_sweep, "validate": validate,
-        "failures-vs-best-fit": failures_vs_best_fit,
+        "failures-vs-best-fit": failures_vs_best_fit, "small-nodes": small_nodes,
     }  # fmt: skip
     experiments[args.what](seeds)
     return 0
