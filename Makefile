@@ -32,8 +32,9 @@ unit: venv
 
 # etcd, kube-apiserver, kube-controller-manager and kwok for the e2e tests: reused from
 # ~/.cache/paralleljob/k8s/<versions>/, or built with Go from deploy/devcluster/ (a cold build takes about
-# ten minutes on 2 quiet cores, 20 on busy ones); and JobSet's controller manager for the JobSet e2e test,
-# cached apart in ~/.cache/paralleljob/k8s/jobset-controller-manager-<version>/ (5 to 13 more cold minutes).
+# ten minutes on 2 quiet cores, 20 on busy ones); and JobSet's and Kueue's controller managers for their e2e
+# tests, each cached apart in ~/.cache/paralleljob/k8s/<name>-<version>/ (JobSet: 5 to 13 more cold minutes;
+# Kueue: see docs/benchmarks.md).
 k8s-binaries: venv
 	@echo "==> dev-cluster binaries (cached per version; built with Go if missing)"
 	$(BIN)/paralleljob dev-cluster build

@@ -114,6 +114,6 @@ def test_up_refuses_an_unknown_controller_before_starting_anything(
         raise AssertionError("up built binaries for a request it must refuse")
 
     monkeypatch.setattr("paralleljob.devcluster.cluster.ensure_binaries", no_build)
-    with pytest.raises(ValueError, match="unknown controllers kueue"):
-        up("unit", controllers=("jobset", "kueue"))
+    with pytest.raises(ValueError, match="unknown controllers volcano"):
+        up("unit", controllers=("jobset", "volcano"))
     assert not (tmp_path / "run").exists()

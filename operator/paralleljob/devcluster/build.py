@@ -80,14 +80,20 @@ def ensure_addon(addon: str, report: Report = _stderr) -> Path:
     spec = ADDONS[addon]
     version = addon_version(addon)
     target = addon_dir(addon, version)
-    if (target / spec.name).is_file():
+    if (target / spec.name).is_file() and not _missing_module_files(spec, target):
         return target
     go = _go()
     with _build_lock(target):
         if not (target / spec.name).is_file():  # another builder may have finished while this one waited
             _copy_module_files(go, spec, version, target)
             _build_one(go, spec, version, target, report)
+        elif _missing_module_files(spec, target):  # built by a checkout that copied fewer files: no rebuild
+            _copy_module_files(go, spec, version, target)
     return target
+
+
+def _missing_module_files(spec: BinarySpec, target: Path) -> list[str]:
+    return [relative for relative in spec.module_files if not (target / "module" / relative).is_file()]
 
 
 def ensure_node_binaries(report: Report = _stderr) -> dict[str, Path]:

@@ -1,8 +1,8 @@
 """Key material for one dev cluster: a throw-away CA, the serving certificates of kube-apiserver,
-kube-controller-manager and the optional JobSet controller manager (webhooks and metrics on loopback), the
-service-account signing key pair and the static token file (one token for the admin, one for each controller
-manager's own identity). The JobSet pair and token are made for every cluster: the API server reads the
-token file only when it starts, and ``--controllers jobset`` may be asked for later.
+kube-controller-manager and the optional JobSet and Kueue controller managers (webhooks and metrics on
+loopback), the service-account signing key pair and the static token file (one token for the admin, one for
+each controller manager's own identity). The JobSet and Kueue pairs and tokens are made for every cluster: the
+API server reads the token file only when it starts, and ``--controllers`` may be asked for later.
 
 A tiny CA signs the serving certificate (rather than a bare self-signed leaf) because strict X.509
 verification, as Python's ssl applies it, rejects a leaf certificate used as its own trust anchor.
@@ -30,6 +30,8 @@ ADMIN_USER = "paralleljob-admin"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 # JobSet's controller manager acts as this user, with the ClusterRoles its module ships bound to it.
 JOBSET_USER = "jobset-controller-manager"
+# Kueue's controller manager likewise, with the roles of its module.
+KUEUE_USER = "kueue-controller-manager"
 # Real (kubelet) nodes: each kubelet authenticates as system:node:<name> in group system:nodes, with a token
 # of its own. The API server reads the token file only at start, so every cluster gets tokens for this many.
 MAX_REAL_NODES = 4
@@ -57,6 +59,9 @@ class Pki:
     jobset_cert: Path
     jobset_key: Path
     jobset_token: str
+    kueue_cert: Path
+    kueue_key: Path
+    kueue_token: str
     node_tokens: dict[str, str]  # real node name -> its kubelet's bearer token
     coredns_token: str
 
@@ -117,10 +122,11 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
     kcm_key, kcm_cert = _serving_pair("kube-controller-manager", loopback, ca_key, ca_cert, not_before, not_after)
     # JobSet's webhooks are called by the API server at https://127.0.0.1:<port>, so they need the same.
     jobset_key, jobset_cert = _serving_pair("jobset-webhook", loopback, ca_key, ca_cert, not_before, not_after)
+    kueue_key, kueue_cert = _serving_pair("kueue-webhook", loopback, ca_key, ca_cert, not_before, not_after)
 
     # The API server signs service-account tokens with this key; RSA is what every verifier accepts.
     service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    token, kcm_token, jobset_token = (secrets.token_urlsafe(32) for _ in range(3))
+    token, kcm_token, jobset_token, kueue_token = (secrets.token_urlsafe(32) for _ in range(4))
     pki = Pki(
         ca_cert=directory / "ca.crt",
         serving_cert=directory / "apiserver.crt",
@@ -135,6 +141,9 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         jobset_cert=directory / "jobset.crt",
         jobset_key=directory / "jobset.key",
         jobset_token=jobset_token,
+        kueue_cert=directory / "kueue.crt",
+        kueue_key=directory / "kueue.key",
+        kueue_token=kueue_token,
         node_tokens={real_node_name(i): secrets.token_urlsafe(32) for i in range(MAX_REAL_NODES)},
         coredns_token=secrets.token_urlsafe(32),
     )
@@ -145,6 +154,8 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
     _write(pki.controller_manager_key, _pem_key(kcm_key))
     _write(pki.jobset_cert, jobset_cert.public_bytes(serialization.Encoding.PEM))
     _write(pki.jobset_key, _pem_key(jobset_key))
+    _write(pki.kueue_cert, kueue_cert.public_bytes(serialization.Encoding.PEM))
+    _write(pki.kueue_key, _pem_key(kueue_key))
     _write(pki.service_account_key, _pem_key(service_account_key))
     _write(
         pki.service_account_public_key,
@@ -159,6 +170,7 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         f'{token},{ADMIN_USER},{ADMIN_USER},"system:masters"',
         f"{kcm_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}",
         f"{jobset_token},{JOBSET_USER},{JOBSET_USER}",
+        f"{kueue_token},{KUEUE_USER},{KUEUE_USER}",
         f"{pki.coredns_token},{COREDNS_USER},{COREDNS_USER}",
         *(f'{secret},system:node:{node},system:node:{node},"system:nodes"' for node, secret in pki.node_tokens.items()),
     ]

@@ -1,7 +1,8 @@
 """``paralleljob dev-cluster up|down|status|kubeconfig|build``: the local control plane from the shell.
 
 ``up`` returns once the GPU nodes are Ready and leaves etcd, kube-apiserver, kwok and kube-controller-manager
-(and, with ``--controllers jobset``, JobSet's controller manager) running in their own session;
+(and, with ``--controllers jobset,kueue``, JobSet's and Kueue's controller managers, Kueue with a
+kube-scheduler beside it) running in their own session;
 ``kubeconfig`` prints the path to hand to kubectl; ``down`` stops exactly what ``up`` started; ``build``
 builds every binary, the optional controllers' included.
 """
@@ -87,7 +88,7 @@ def register(subparsers: Any) -> None:
     add(
         "build",
         "build (or locate) the etcd, kube-apiserver, kube-controller-manager and kwok binaries,"
-        " and those of the optional controllers (JobSet)",
+        " and those of the optional controllers (JobSet, Kueue)",
         _build,
     )
 

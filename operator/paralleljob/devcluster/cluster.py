@@ -4,7 +4,8 @@
 kubeconfig, installs the CRDs, starts kube-controller-manager (after the CRDs, so its garbage collector
 watches ParallelJobs from its first discovery), creates the fake GPU nodes and returns once they are Ready
 and the controller manager is healthy; with ``controllers=("jobset",)`` it then starts JobSet's controller
-manager too (``paralleljob.devcluster.jobset``). Every process is recorded in ``state.json`` the moment it starts,
+manager too (``paralleljob.devcluster.jobset``), with ``"kueue"`` Kueue's (``paralleljob.devcluster.kueue``)
+and a kube-scheduler to bind what Kueue admits. Every process is recorded in ``state.json`` the moment it starts,
 and a failure or Ctrl-C part-way tears down what was started, so nothing is left running behind an error.
 ``down`` stops the recorded processes by PID and removes the run directory.
 """
@@ -28,6 +29,7 @@ from paralleljob.devcluster import (
     dra,
     gangapi,
     jobset,
+    kueue,
     kwok,
     nodecleanup,
     nvl72,
@@ -36,7 +38,7 @@ from paralleljob.devcluster import (
     state,
 )
 from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_node_binaries
-from paralleljob.devcluster.certs import JOBSET_USER, Pki, write_pki
+from paralleljob.devcluster.certs import JOBSET_USER, KUEUE_USER, Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
 from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes, wait_nodes_ready
 from paralleljob.devcluster.versions import ADDONS, versions
@@ -92,7 +94,8 @@ def up(
     nvl72_racks: int = 0,
 ) -> DevCluster:
     """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests);
-    ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``); ``gang_api`` serves
+    ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``, ``kueue``; Kueue brings
+    a stock kube-scheduler, no alpha gates, unless ``kube_scheduler`` asks for the gated one); ``gang_api`` serves
     Kubernetes' own Workload/PodGroup API with its gates on (``gangapi.py``), and ``kube_scheduler`` (which
     implies it) also runs kube-scheduler of the same version with the gang and topology gates on;
     ``real_nodes`` kubelet nodes join beside the kwok ones (:mod:`paralleljob.devcluster.realnodes`), each
@@ -104,6 +107,8 @@ def up(
     unknown = sorted(set(controllers) - set(ADDONS))
     if unknown:
         raise ValueError(f"unknown controllers {', '.join(unknown)} (known: {', '.join(sorted(ADDONS))})")
+    if "kueue" in controllers:
+        kueue.require_root()  # before anything is built or started
     existing = state.load(name)
     if existing is not None:
         if is_running(existing):
@@ -113,7 +118,7 @@ def up(
     binaries = ensure_binaries(report)
     # Built before anything starts, so that a long build is not startup time.
     addon_crds = [jobset.crd_dir(ensure_addon(addon, report)) for addon in controllers]
-    scheduler_binary = ensure_kube_scheduler(report) if kube_scheduler else None
+    scheduler_binary = ensure_kube_scheduler(report) if kube_scheduler or "kueue" in controllers else None
     if real_nodes:
         ensure_node_binaries(report)
     started = time.monotonic()
@@ -161,6 +166,10 @@ def up(
             run_dir / jobset.KUBECONFIG_NAME, server, pki.ca_cert, pki.jobset_token, f"paralleljob-{name}",
             user=JOBSET_USER,
         )  # fmt: skip
+        write_kubeconfig(
+            run_dir / kueue.KUBECONFIG_NAME, server, pki.ca_cert, pki.kueue_token, f"paralleljob-{name}",
+            user=KUEUE_USER,
+        )  # fmt: skip
         _remember(record, kwok.start_kwok(binaries["kwok"], run_dir, kubeconfig, die_with_caller))
 
         def start_controller_manager() -> state.ProcessRecord:
@@ -205,12 +214,16 @@ def up(
             _remember(record, controller)
         if "jobset" in controllers:
             jobset.start_jobset(name, report, die_with_caller)
+        if "kueue" in controllers:
+            kueue.start_kueue(name, report, die_with_caller)
         if scheduler_binary is not None:
-            _remember(record, gangapi.start_scheduler(scheduler_binary, run_dir, kubeconfig, die_with_caller))
+            gates = gangapi.SCHEDULER_GATES if kube_scheduler else ""
+            _remember(record, gangapi.start_scheduler(scheduler_binary, run_dir, kubeconfig, die_with_caller, gates))
         crd_note = f", CRDs {', '.join(installed)}" if installed else ""
         api_note = f", GPUs as DRA devices ({dra.DRIVER})" if dra_mode else ""
         api_note += ", gang API (scheduling.k8s.io/v1alpha2)" if gang_api else ""
         api_note += ", kube-scheduler with gang + topology gates" if kube_scheduler else ""
+        api_note += ", stock kube-scheduler" if scheduler_binary is not None and not kube_scheduler else ""
         api_note += f", {nvl72_racks} NVL72 racks ({nvl72_racks * 18} trays)" if nvl72_racks else ""
         report(
             f"dev cluster {name!r} up with {shape.count} GPU nodes{crd_note}{api_note}"

@@ -35,8 +35,11 @@ SCHEDULER_GATES = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloa
 SCHEDULER_NAME = "default-scheduler"  # kube-scheduler's own: the pods it places name it (or nothing)
 
 
-def start_scheduler(binary: Path, run_dir: Path, kubeconfig: Path, die_with_caller: bool) -> state.ProcessRecord:
-    """kube-scheduler of the API server's version, with the gang and topology-aware workload gates on."""
+def start_scheduler(
+    binary: Path, run_dir: Path, kubeconfig: Path, die_with_caller: bool, gates: str = SCHEDULER_GATES
+) -> state.ProcessRecord:
+    """kube-scheduler of the API server's version, with the gang and topology-aware workload gates on (or
+    ``gates=""``: as it ships, which is what Kueue's users run beside it)."""
     config = run_dir / "kube-scheduler.yaml"
     # the default profile (the gates add the gang and topology plugins to it); client limits lifted, as in the
     # throughput benchmark's unthrottled run, so that a comparison measures scheduling, not the limiter
@@ -44,7 +47,7 @@ def start_scheduler(binary: Path, run_dir: Path, kubeconfig: Path, die_with_call
     argv = [
         str(binary),
         f"--config={config}",
-        f"--feature-gates={SCHEDULER_GATES}",
+        *([f"--feature-gates={gates}"] if gates else []),
         "--secure-port=0",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",

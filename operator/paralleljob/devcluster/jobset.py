@@ -113,7 +113,7 @@ def _write_config(run_dir: Path, webhook_port: int, metrics_port: int, health_po
     return path
 
 
-def _documents(path: Path) -> list[dict[str, Any]]:
+def module_documents(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
 
 
@@ -124,7 +124,7 @@ async def _install_crd_and_rbac(kubeconfig: str, folder: Path) -> None:
         await crds.install_crds(api, crd_dir(folder))  # again, if `up` did: create or replace, cheap
         rbac: Any = RbacAuthorizationV1Api(api)
         for file in ("role.yaml", "auth_proxy_role.yaml"):
-            for role in _documents(folder / _MODULE / "rbac" / file):
+            for role in module_documents(folder / _MODULE / "rbac" / file):
                 role_name = NAME_PREFIX + role["metadata"]["name"]
                 role["metadata"] = {"name": role_name}
                 binding = {
@@ -134,8 +134,8 @@ async def _install_crd_and_rbac(kubeconfig: str, folder: Path) -> None:
                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": JOBSET_USER}],
                 }
-                await _apply(rbac, "cluster_role", role)
-                await _apply(rbac, "cluster_role_binding", binding)
+                await apply_object(rbac, "cluster_role", role)
+                await apply_object(rbac, "cluster_role_binding", binding)
 
 
 def webhook_configurations(folder: Path, port: int, ca_bundle: bytes) -> list[dict[str, Any]]:
@@ -145,7 +145,7 @@ def webhook_configurations(folder: Path, port: int, ca_bundle: bytes) -> list[di
         "MutatingWebhookConfiguration": yaml.safe_load((patch_dir / "mutating-patch.yaml").read_text()) or [],
         "ValidatingWebhookConfiguration": yaml.safe_load((patch_dir / "validating-patch.yaml").read_text()) or [],
     }
-    configurations = _documents(folder / _MODULE / "webhook" / "manifests.yaml")
+    configurations = module_documents(folder / _MODULE / "webhook" / "manifests.yaml")
     for configuration in configurations:
         for operation in patches.get(configuration["kind"], []):
             _replace_webhook(configuration, operation)
@@ -174,10 +174,10 @@ async def _register_webhooks(kubeconfig: str, folder: Path, port: int, ca_bundle
         admission: Any = AdmissionregistrationV1Api(api)
         for configuration in webhook_configurations(folder, port, ca_bundle):
             kind = "mutating" if configuration["kind"] == "MutatingWebhookConfiguration" else "validating"
-            await _apply(admission, f"{kind}_webhook_configuration", configuration)
+            await apply_object(admission, f"{kind}_webhook_configuration", configuration)
 
 
-async def _apply(client: Any, kind: str, document: dict[str, Any]) -> None:
+async def apply_object(client: Any, kind: str, document: dict[str, Any]) -> None:
     """Create the cluster-scoped object, or replace the one there (a restarted controller's new port)."""
     from kubernetes_asyncio.client.exceptions import ApiException
 

@@ -40,6 +40,15 @@ BINARIES: tuple[BinarySpec, ...] = (
     BinarySpec("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok"),
 )
 
+# What the Kueue add-on copies out of its module: every CRD, the conversion-webhook patches its kustomization
+# may name, and the roles its controller is bound to (the rest of config/components/rbac is for users).
+_KUEUE_CRDS = (
+    "admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters", "multikueueconfigs",
+    "provisioningrequestconfigs", "resourceflavors", "topologies", "workloadpriorityclasses", "workloads",
+)  # fmt: skip
+_KUEUE_CONVERTED = ("clusterqueues", "cohorts", "localqueues", "multikueueclusters", "resourceflavors", "workloads")
+_KUEUE_ROLES = ("role", "manager_secrets_role", "manager_clusterprofiles_role", "metrics_auth_role")
+
 # Controllers a cluster runs only when asked (``up --controllers jobset``). Each is cached in a folder of its
 # own, so adding one never invalidates the core binaries' folder, and ``up`` without it never builds it.
 ADDONS: dict[str, BinarySpec] = {
@@ -55,6 +64,21 @@ ADDONS: dict[str, BinarySpec] = {
             "config/components/webhook/patches/validating-patch.yaml",
             "config/components/rbac/role.yaml",
             "config/components/rbac/auth_proxy_role.yaml",
+        ),
+    ),
+    "kueue": BinarySpec(
+        "kueue-controller-manager",
+        "kueue",
+        "sigs.k8s.io/kueue/cmd/kueue",
+        "sigs.k8s.io/kueue",
+        module_files=(
+            *(f"config/components/crd/bases/kueue.x-k8s.io_{kind}.yaml" for kind in _KUEUE_CRDS),
+            "config/components/crd/kustomization.yaml",
+            *(f"config/components/crd/patches/webhook_in_{kind}.yaml" for kind in _KUEUE_CONVERTED),
+            "config/components/webhook/manifests.yaml",
+            "config/components/webhook/kustomization.yaml",
+            "config/components/manager/controller_manager_config.yaml",
+            *(f"config/components/rbac/{role}.yaml" for role in _KUEUE_ROLES),
         ),
     ),
 }
@@ -158,4 +182,6 @@ def ldflags(spec: BinarySpec, version: str) -> str:
         flags += [f"-X {_VERSION_PACKAGE}.{key}={value}" for key, value in stamps.items()]
     elif spec.pinned_module == "sigs.k8s.io/jobset":
         flags.append(f"-X sigs.k8s.io/jobset/pkg/version.GitVersion={version}")  # as JobSet's Makefile does
+    elif spec.pinned_module == "sigs.k8s.io/kueue":
+        flags.append(f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}")  # as Kueue's Makefile does
     return " ".join(flags)
