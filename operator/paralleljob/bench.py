@@ -224,6 +224,15 @@ def command(args: argparse.Namespace) -> int:
             with open(args.json, "w") as fh:
                 fh.write(json.dumps(measured, indent=2, sort_keys=True))
         return 0
+    if args.what == "kueue":
+        from paralleljob.devtools import bench_kueue
+
+        measured = bench_kueue.run_kueue(args.kueue_nodes, args.gangs, args.seed)
+        print(bench_kueue.table(measured))  # per gang; the comparison and every figure go to --json
+        if args.json:
+            with open(args.json, "w") as fh:
+                fh.write(json.dumps(measured, indent=2, sort_keys=True))
+        return 0
     if args.what == "nvl72":
         from paralleljob.nvlbench import run_nvl72
 
@@ -278,6 +287,7 @@ BENCHMARKS = (
     "scale",
     "dra",
     "native",
+    "kueue",
     "dashboard",
     "nvl72",
     "jobs",
@@ -324,7 +334,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--drain-timeout", type=float, default=7200.0, help="jobs: give up draining after (s)")
     parser.add_argument("--scale-nodes", default="500,2000", help="scale: kwok node counts, comma-separated")
     parser.add_argument("--native-nodes", default="500,2000", help="native: kwok node counts, comma-separated")
-    parser.add_argument("--gangs", type=int, default=24, help="native: gangs of the mixed LLM set")
+    parser.add_argument("--gangs", type=int, default=24, help="native, kueue: gangs of the mixed LLM set")
+    parser.add_argument("--kueue-nodes", type=int, default=64, help="kueue: kwok nodes (32 a rack)")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")
     parser.add_argument("--dashboard-jobs", type=int, default=40, help="dashboard: jobs placed before measuring")

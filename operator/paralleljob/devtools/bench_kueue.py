@@ -1,0 +1,263 @@
+"""``paralleljob bench kueue``: placement of the native benchmark's mixed LLM set through Kueue's Topology
+Aware Scheduling next to ParallelJobs of the same shapes, in one run on one cluster (issue 41, placement).
+
+One dev cluster of kwok nodes (8 GPUs, ``NODES_PER_RACK`` a rack) with JobSet, Kueue (TAS on, its defaults;
+``devcluster/kueue.py``) and the stock kube-scheduler beside the operator, and the same half-full background
+as ``bench native`` (``native_set.background``: one pre-bound pod per node, not Kueue's, which TAS counts as
+used as kube-scheduler does). Kueue is configured as its TAS docs show: a Topology over the rack label and
+``kubernetes.io/hostname``, a ResourceFlavor with that ``topologyName`` on the GPU nodes, one ClusterQueue
+whose quota is every GPU (quota is never what refuses a gang: the comparison is of placement) and a
+LocalQueue. A gang TP x PP x DP is a JobSet of one replicated Job, Indexed, of PP x DP pods asking TP GPUs
+each, labelled with the queue and with ``podset-required-topology`` on the rack; its pod of completion index
+r is node rank r, in Megatron-LM's default rank order (``tp-dp-pp``: replica d of stage p is rank
+``p * DP + d``), which is also our own default for pod groups (``core/rankorder.py``).
+
+Each gang is submitted alone on the background, to each in turn, and removed before the next (the
+placement each chooses for the same state): placed or not, apply -> every pod bound, and for a placed gang
+its communication cost under our cost model on the operator's own view of the nodes and the step time of
+the simulator's step-time model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, slot_of
+from paralleljob.devcluster.cluster import DevCluster, down, up
+from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL, LEAF_LABEL, NodeShape
+from paralleljob.devtools.bench_kit import PodTracker
+from paralleljob.devtools.bench_native import GANG_LABEL, KWOK_TOLERATION, Contender, Ours, fill, job_manifest
+from paralleljob.devtools.native_set import Gang, background, llm_set, placement_cost, step_ms
+from paralleljob.devtools.operatorproc import OperatorProcess
+from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.constants import GPU_RESOURCE, JOB_LABEL
+from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.runtime.api import ApiError, Kube, pod_path
+
+NODES_PER_RACK = 32
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
+JOBSET_API = "/apis/jobset.x-k8s.io/v1alpha2"
+QUEUE = "bench"
+HOSTNAME = "kubernetes.io/hostname"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+BOUND_WAIT_S = 60.0  # a gang not whole after this is counted as not placed
+
+
+def _kueue(kind: str, name: str, spec: dict[str, Any], namespace: str = "") -> tuple[str, dict[str, Any]]:
+    """(collection path, body) of one Kueue object."""
+    plural = {"Topology": "topologies"}.get(kind, f"{kind.lower()}s")
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+    path = f"{KUEUE_API}/namespaces/{namespace}/{plural}" if namespace else f"{KUEUE_API}/{plural}"
+    return path, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def kueue_objects(namespace: str, gpus: int) -> list[tuple[str, dict[str, Any]]]:
+    """The Topology, TAS ResourceFlavor, ClusterQueue and LocalQueue, in the order they are created."""
+    quota = [{"name": GPU_RESOURCE, "nominalQuota": str(gpus)}]
+    groups = [{"coveredResources": [GPU_RESOURCE], "flavors": [{"name": "gpus", "resources": quota}]}]
+    return [
+        _kueue("Topology", "racks", {"levels": [{"nodeLabel": LEAF_LABEL}, {"nodeLabel": HOSTNAME}]}),
+        _kueue("ResourceFlavor", "gpus", {"nodeLabels": {DEV_CLUSTER_LABEL: "true"}, "topologyName": "racks"}),
+        _kueue("ClusterQueue", QUEUE, {"namespaceSelector": {}, "resourceGroups": groups}),
+        _kueue("LocalQueue", QUEUE, {"clusterQueue": QUEUE}, namespace),
+    ]
+
+
+def jobset_manifest(gang: Gang, name: str) -> dict[str, Any]:
+    resources = {GPU_RESOURCE: str(gang.tp)}
+    template = {
+        "metadata": {"labels": {GANG_LABEL: gang.name}, "annotations": {REQUIRED_TOPOLOGY: LEAF_LABEL}},
+        "spec": {
+            "restartPolicy": "Never",
+            "tolerations": [KWOK_TOLERATION],
+            "containers": [
+                {"name": "c", "image": "bench:1", "resources": {"requests": resources, "limits": resources}}
+            ],
+        },
+    }
+    job = {"completionMode": "Indexed", "parallelism": gang.pods, "completions": gang.pods, "template": template}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
+        "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job}}]},
+    }
+
+
+class KueueTAS(Contender):
+    submissions = 0  # each submission names its JobSet afresh: a deleted one's Workload may linger a moment
+
+    async def submit(self, gangs: list[Gang]) -> None:
+        self.submissions += 1
+        path = f"{JOBSET_API}/namespaces/{self.namespace}/jobsets"
+        for gang in gangs:
+            await self.kube.request("POST", path, jobset_manifest(gang, f"{gang.name}-s{self.submissions}"))
+
+    async def nodes_of(self, gang: Gang, tracker: PodTracker) -> list[str] | None:
+        """The pod of completion index r is node rank r, read in Megatron's default order (tp-dp-pp), as a
+        JobSet user's launcher would; TP group ``d * pp + p`` is then the pod of rank ``p * dp + d``."""
+        pods = [p for p in tracker.pods.values() if p["labels"].get(GANG_LABEL) == gang.name and p["node"]]
+        by_rank = {int(p["labels"][COMPLETION_INDEX]): p["node"] for p in pods if COMPLETION_INDEX in p["labels"]}
+        if len(by_rank) != gang.pods:
+            return None
+        order = [""] * gang.pods
+        for rank, node in by_rank.items():
+            replica, stage = slot_of(DEFAULT_RANK_ORDER, rank, gang.pp, gang.dp)
+            order[replica * gang.pp + stage] = node
+        return order
+
+    async def clear(self, tracker: PodTracker) -> None:
+        """Everything of the gang gone, its Workload included: TAS counts an admitted Workload's assignment
+        as used on its nodes until the Workload goes, which would skew the next gang's placement."""
+        ns, background = self.namespace, {"propagationPolicy": "Background"}
+        await self.kube.request("DELETE", f"{JOBSET_API}/namespaces/{ns}/jobsets", background)
+        await self.kube.request("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs", background)
+        await self.kube.request("DELETE", pod_path(ns), {"gracePeriodSeconds": 0})
+        await tracker.wait(lambda: not tracker.pods, 300)
+        deadline = time.monotonic() + 300
+        while (await self.kube.list(f"{KUEUE_API}/namespaces/{ns}/workloads"))[0]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Kueue's Workloads in {ns} still there after 300 s")
+            await asyncio.sleep(0.2)
+
+
+async def one_by_one(contender: Contender, gangs: list[Gang], view: Any, jobs: dict[str, Any],
+                     keep_alive: Any) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Each gang by itself on the background: placed or not, apply -> bound, cost and step time."""
+    out: dict[str, dict[str, Any]] = {}
+    async with PodTracker(contender.kube, contender.namespace) as tracker:
+        for gang in gangs:
+            keep_alive()
+            started = time.monotonic()
+            await contender.submit([gang])
+            with contextlib.suppress(TimeoutError):
+                await tracker.wait(lambda gang=gang: len(tracker.bound()) == gang.pods, BOUND_WAIT_S)  # type: ignore[misc]
+            order = await contender.nodes_of(gang, tracker) if len(tracker.bound()) == gang.pods else None
+            row: dict[str, Any] = {"placed": order is not None}
+            if order is not None:
+                spec = jobs[gang.name].spec
+                cost = placement_cost(view.topology, view.node_index, spec, gang.cost_model, order)
+                row.update(
+                    comm_ms=round(cost, 4), step_ms=round(step_ms(spec, cost), 3),
+                    apply_to_bound_s=round(max(tracker.bound_at[u] for u in tracker.bound()) - started, 3),
+                )  # fmt: skip
+            out[gang.name] = row
+            await contender.clear(tracker)
+    return out
+
+
+def compare(gangs: list[Gang], kueue: dict[str, dict[str, Any]], ours: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    both = [g.name for g in gangs if kueue[g.name]["placed"] and ours[g.name]["placed"]]
+
+    def mean(run: dict[str, dict[str, Any]], key: str) -> float | None:
+        return round(statistics.mean(run[n][key] for n in both), 3) if both else None
+
+    return {
+        "placed": {"kueue": sum(r["placed"] for r in kueue.values()), "ours": sum(r["placed"] for r in ours.values())},
+        "placed_by_both": len(both),
+        "ours_costlier_on": [n for n in both if ours[n]["comm_ms"] > kueue[n]["comm_ms"] * (1 + 1e-6)],
+        "kueue_placed_we_did_not": [g.name for g in gangs if kueue[g.name]["placed"] and not ours[g.name]["placed"]],
+        "mean_comm_ms_on_common": {"kueue": mean(kueue, "comm_ms"), "ours": mean(ours, "comm_ms")},
+        "mean_step_ms_on_common": {"kueue": mean(kueue, "step_ms"), "ours": mean(ours, "step_ms")},
+        "median_apply_to_bound_s": {
+            who: round(statistics.median(r["apply_to_bound_s"] for r in run.values() if r["placed"]), 3)
+            if any(r["placed"] for r in run.values()) else None
+            for who, run in (("kueue", kueue), ("ours", ours))
+        },
+    }  # fmt: skip
+
+
+def table(measured: dict[str, Any]) -> str:
+    """Per gang: its shape, then placed / comm ms / step ms / apply -> bound for Kueue TAS and for us."""
+    lines = [
+        "| gang | shape | cost model | Kueue TAS: comm ms, step ms, apply -> bound s | ours: comm ms, step ms,"
+        " apply -> bound s |",
+        "|---|---|---|---|---|",
+    ]
+
+    def cell(row: dict[str, Any]) -> str:
+        return (
+            f"{row['comm_ms']:.3f}, {row['step_ms']:.1f}, {row['apply_to_bound_s']:.1f}"
+            if row["placed"]
+            else "not placed"
+        )
+
+    for gang in measured["gangs"]:
+        name = gang["name"]
+        lines.append(f"| {name} | {gang['shape']} | {gang['cost_model']} | {cell(measured['kueue'][name])}"
+                     f" | {cell(measured['ours'][name])} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+async def measure(cluster: DevCluster, nodes: int, gang_count: int, seed: int) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="pj-bench-kueue-"))
+    kube = await Kube.connect(str(cluster.kubeconfig))
+    operator = OperatorProcess(
+        cluster.kubeconfig, workdir, identity="bench-kueue", lease_seconds=60.0, log_level="WARNING",
+        log_name="{identity}-{start}.log",
+    )  # fmt: skip
+    operator.start()
+    try:
+        used = background(nodes, NODES_PER_RACK, 0.5, seed)
+        await fill(kube, cluster.shape, used)
+        config = TopologyConfig()
+        items, _ = await kube.list("/api/v1/nodes")
+        view = build_view_of(items, config)
+        gangs = llm_set(gang_count, NODES_PER_RACK * 8, seed)
+        jobs: dict[str, Any] = {}
+        for gang in gangs:
+            body = {**job_manifest(gang), "metadata": {"name": gang.name, "namespace": "bench", "uid": "u"}}
+            jobs[gang.name] = parse_job(body).request
+        for ns in ("bench-kueue", "bench-kueue-pj"):
+            with contextlib.suppress(ApiError):
+                await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        for path, body in kueue_objects("bench-kueue", nodes * 8):
+            await kube.request("POST", path, body)
+        await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
+        print(f"{nodes} nodes: background {sum(used.values())} GPUs used; {len(gangs)} gangs", file=sys.stderr)
+        kueue = await one_by_one(KueueTAS(kube, "kueue", "bench-kueue", GANG_LABEL), gangs, view, jobs,
+                                 operator.ensure_running)  # fmt: skip
+        ours = await one_by_one(Ours(kube, "paralleljob", "bench-kueue-pj", JOB_LABEL), gangs, view, jobs,
+                                operator.ensure_running)  # fmt: skip
+        return {
+            "nodes": nodes,
+            "background_gpus_used": sum(used.values()),
+            "gangs": [{"name": g.name, "shape": g.shape, "cost_model": g.cost_model, "pods": g.pods} for g in gangs],
+            "kueue": kueue,
+            "ours": ours,
+            "compare": compare(gangs, kueue, ours),
+            "operator_starts": operator.starts,
+        }
+    finally:
+        await kube.close()
+        operator.stop()
+
+
+def build_view_of(items: list[dict[str, Any]], config: TopologyConfig) -> Any:
+    from paralleljob.k8s.view.clusterview import build_view
+
+    return build_view([parse_node(b, config) for b in items], [], [], config)
+
+
+def run_kueue(nodes: int, gang_count: int, seed: int) -> dict[str, Any]:
+    name = f"kueue-{os.getpid()}-{nodes}"
+    shape = NodeShape(count=nodes, gpus_per_node=8, nodes_per_rack=NODES_PER_RACK)
+    started = time.monotonic()
+    cluster = up(name, shape, die_with_caller=True, controllers=("jobset", "kueue"))
+    up_s = round(time.monotonic() - started, 1)
+    try:
+        result = asyncio.run(measure(cluster, nodes, gang_count, seed))
+        result["cluster_up_s"] = up_s
+        return result
+    finally:
+        down(name)

@@ -1,0 +1,86 @@
+"""``bench kueue`` without a cluster: the JobSet a gang becomes for Kueue TAS, the rank order read back from
+its pods, and the comparison and table it reports, on made-up runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from paralleljob.devcluster.nodes import LEAF_LABEL
+from paralleljob.devtools.bench_kueue import KueueTAS, compare, jobset_manifest, kueue_objects, table
+from paralleljob.devtools.bench_native import GANG_LABEL
+from paralleljob.devtools.native_set import Gang
+
+
+def test_a_gang_is_one_indexed_job_of_pp_x_dp_pods_of_tp_gpus_queued_with_the_rack_required() -> None:
+    gang = Gang("g001", tp=4, pp=2, dp=3, cost_model="seed")
+    body = jobset_manifest(gang, "g001-s1")
+
+    assert body["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "bench"}
+    (replicated,) = body["spec"]["replicatedJobs"]
+    assert replicated["replicas"] == 1
+    job = replicated["template"]["spec"]
+    assert job["completionMode"] == "Indexed" and job["parallelism"] == job["completions"] == 6
+    pod = job["template"]
+    assert pod["metadata"]["annotations"] == {"kueue.x-k8s.io/podset-required-topology": LEAF_LABEL}
+    assert pod["metadata"]["labels"] == {GANG_LABEL: "g001"}
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == resources["limits"] == {"nvidia.com/gpu": "4"}  # Kueue counts requests
+
+
+def test_the_cluster_queue_has_room_for_every_gpu_and_the_flavor_names_the_rack_topology() -> None:
+    objects = dict(kueue_objects("ns", 512))
+    topology = objects["/apis/kueue.x-k8s.io/v1beta2/topologies"]
+    assert [level["nodeLabel"] for level in topology["spec"]["levels"]] == [LEAF_LABEL, "kubernetes.io/hostname"]
+    assert objects["/apis/kueue.x-k8s.io/v1beta2/resourceflavors"]["spec"]["topologyName"] == "racks"
+    queue = objects["/apis/kueue.x-k8s.io/v1beta2/clusterqueues"]["spec"]["resourceGroups"][0]
+    assert queue["flavors"][0]["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": "512"}]
+    assert objects["/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues"]["spec"] == {"clusterQueue": "bench"}
+
+
+class Tracker:
+    def __init__(self, pods: dict[str, dict[str, Any]]) -> None:
+        self.pods = pods
+
+
+def pod(gang: str, index: int, node: str | None) -> dict[str, Any]:
+    labels = {GANG_LABEL: gang, "batch.kubernetes.io/job-completion-index": str(index)}
+    return {"name": f"{gang}-{index}", "node": node, "labels": labels}
+
+
+def test_completion_index_is_the_node_rank_in_megatrons_default_order_and_a_gang_not_whole_has_no_order() -> None:
+    gang = Gang("g", tp=8, pp=2, dp=2, cost_model="seed")
+    kueue = KueueTAS(None, "kueue", "ns", GANG_LABEL)  # type: ignore[arg-type]  # nodes_of reads no API
+    whole = Tracker({f"u{i}": pod("g", i, f"n{3 - i}") for i in range(4)} | {"x": pod("other", 0, "n9")})
+    # tp-dp-pp: rank r is replica r % 2 of stage r // 2, i.e. TP group (r % 2) * 2 + r // 2: ranks 0, 2, 1, 3
+    assert asyncio.run(kueue.nodes_of(gang, whole)) == ["n3", "n1", "n2", "n0"]  # type: ignore[arg-type]
+    partial = Tracker({f"u{i}": pod("g", i, f"n{i}" if i else None) for i in range(4)})
+    assert asyncio.run(kueue.nodes_of(gang, partial)) is None  # type: ignore[arg-type]
+
+
+def test_compare_counts_means_on_gangs_both_placed_and_names_where_ours_was_dearer() -> None:
+    gangs = [Gang(n, 2, 1, 1, "seed") for n in ("a", "b", "c")]
+    row: dict[str, Any] = {"placed": True, "apply_to_bound_s": 1.0}
+    kueue: dict[str, dict[str, Any]] = {
+        "a": {**row, "comm_ms": 2.0, "step_ms": 10.0},
+        "b": {**row, "comm_ms": 1.0, "step_ms": 8.0},
+        "c": {**row, "comm_ms": 5.0, "step_ms": 9.0},
+    }
+    ours: dict[str, dict[str, Any]] = {
+        "a": {**row, "comm_ms": 1.0, "step_ms": 9.0},
+        "b": {**row, "comm_ms": 1.5, "step_ms": 8.5},
+        "c": {"placed": False},
+    }
+    result = compare(gangs, kueue, ours)
+
+    assert result["placed"] == {"kueue": 3, "ours": 2}
+    assert result["placed_by_both"] == 2
+    assert result["ours_costlier_on"] == ["b"]
+    assert result["kueue_placed_we_did_not"] == ["c"]
+    assert result["mean_comm_ms_on_common"] == {"kueue": 1.5, "ours": 1.25}
+    assert result["mean_step_ms_on_common"] == {"kueue": 9.0, "ours": 8.75}
+    measured = {"gangs": [{"name": g.name, "shape": g.shape, "cost_model": g.cost_model} for g in gangs],
+                "kueue": kueue, "ours": ours}  # fmt: skip
+    lines = table(measured).splitlines()
+    assert lines[2] == "| a | TP2xPP1xDP1 | seed | 2.000, 10.0, 1.0 | 1.000, 9.0, 1.0 |"
+    assert lines[4].endswith("| 5.000, 9.0, 1.0 | not placed |")
