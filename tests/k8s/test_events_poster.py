@@ -135,6 +135,13 @@ def test_an_incidents_events_go_ahead_of_routine_ones() -> None:
         poster.about_job(job("churn-0"), "Normal", "Placed", "TP1xPP1xDP1 (1 GPU) on n0")  # a routine repeat
         poster.about_job(job("victim"), "Normal", "Repaired", "all 8 pods bound on n1, n2")
         await drain(api, 204, timeout_s=30.0)
+        deadline = time.monotonic() + 30.0
+
+        def churn0_count() -> object:
+            return next(e for e in api.items(EVENTS) if e["involvedObject"]["name"] == "churn-0").get("count")
+
+        while churn0_count() != 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the repeat's count is written after the 204 Events exist
         return api.items(EVENTS)
 
     events = asyncio.run(scenario())
