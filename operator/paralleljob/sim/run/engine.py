@@ -32,7 +32,7 @@ from paralleljob.core.steptime import StepTimeModel
 from paralleljob.core.topology import Topology
 from paralleljob.core.traffic import level_bytes_per_step
 from paralleljob.sim.cluster.failures import FailureConfig, FailureProcess
-from paralleljob.sim.run import disruptions, elastic
+from paralleljob.sim.run import disruptions, elastic, roommoves
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
 from paralleljob.sim.run.events import Event, EventQueue, Kind, SimClock
@@ -162,7 +162,7 @@ class Simulation:
             Kind.FINISH: self._on_finish,
             Kind.FAILURE: partial(disruptions.on_failure, self),
             Kind.REPAIR: partial(disruptions.on_repair, self),
-            Kind.PREEMPT: partial(disruptions.on_preempt, self),
+            Kind.PREEMPT: partial(roommoves.on_preempt, self),  # a plan's moves, else disruptions'
             Kind.SCHEDULE: self._on_schedule,
             Kind.SAMPLE: self._on_sample,
         }
@@ -229,6 +229,8 @@ class Simulation:
             disruptions.reoptimize_pass(self)
         if self.config.elastic > 0:
             elastic.grow_pass(self)
+        if self.policy.moves is not None:
+            roommoves.moves_pass(self)
 
     def _fifo_pass(self, queue: FifoQueue) -> None:
         """One pass of the operator's FIFO (``core.fifo.schedule_fifo``, one line for the whole trace, no
@@ -436,6 +438,7 @@ class Simulation:
 
     def check_invariants(self) -> None:
         counts = self.state.counts()
+        counts["free"] += roommoves.held_free(self)  # free, but held for a waiting job: closed to the rest
         if counts["allocated"] + counts["free"] + counts["unhealthy"] != counts["total"]:
             raise InvariantViolated(f"GPUs not conserved at t={self.clock.now()}: {counts}")
         if counts["allocated"] != self.allocated_gpus or sum(self.node_allocated) != self.allocated_gpus:
@@ -483,6 +486,7 @@ class Simulation:
             "bytes_by_level": (by_level := self._bytes_by_level(jobs)),
             "bytes_above_node": math.fsum(list(by_level.values())[1:]),
             "failures": failure_metrics(self.tally),
+            **roommoves.metrics(self),
             **(elastic.metrics(jobs) if self.config.elastic > 0 else {}),
             **({
                 "migrations_back": self.migrations,

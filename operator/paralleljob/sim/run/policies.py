@@ -24,6 +24,7 @@ from paralleljob.core.baselines import BestFitDomainPlacer, FirstFitPlacer
 from paralleljob.core.cliquebaseline import CliqueBestFitPlacer
 from paralleljob.core.cluster import ClusterState
 from paralleljob.core.fifo import FifoPolicy
+from paralleljob.core.moves import MoveBounds
 from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import PlacerLike
 from paralleljob.core.placer import Placer
@@ -40,6 +41,10 @@ class PlacementPolicy:
     description: str
     # Move a job back to a cheaper placement at a checkpoint boundary when core.reoptimize says so.
     reoptimize: bool = False
+    # Free room for a head that fits nowhere only because the free GPUs are scattered (core.moves), within
+    # these bounds; ``relocate`` False stops the jobs in the way instead (the preemption baseline).
+    moves: MoveBounds | None = None
+    relocate: bool = True
 
 
 PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
@@ -74,6 +79,18 @@ PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
     "ours-nvl72-spares2": PlacementPolicy(
         "ours-nvl72-spares2", lambda state: NVLinkPlacer(state, spares=2), None,
         "core NVLink placer, 2 warm spare trays per clique, repairs inside the clique",
+    ),
+    # 16 usable trays per rack (2 warm spares, as providers guarantee) and moves that free room for a head
+    # job (core.moves, sim/run/roommoves.py); the baseline stops the same jobs instead of moving them.
+    "ours-nvl72-moves": PlacementPolicy(
+        "ours-nvl72-moves", lambda state: NVLinkPlacer(state, spares=2), None,
+        "core NVLink placer, 2 spare trays per clique, moves jobs at their checkpoints to free room (core.moves)",
+        moves=MoveBounds(),
+    ),
+    "ours-nvl72-preempt": PlacementPolicy(
+        "ours-nvl72-preempt", lambda state: NVLinkPlacer(state, spares=2), None,
+        "core NVLink placer, 2 spare trays per clique, stops and requeues the jobs in the way (preemption)",
+        moves=MoveBounds(), relocate=False,
     ),
     "clique-best-fit": PlacementPolicy(
         "clique-best-fit", CliqueBestFitPlacer, None, "each TP group in one clique, otherwise best-fit; no spares"

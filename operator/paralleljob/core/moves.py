@@ -1,0 +1,458 @@
+"""Freeing a domain for a waiting job by moving running jobs at their checkpoints, not by stopping them.
+
+A job that fits no domain only because the free GPUs are scattered (enough of them in all, too few together)
+gets a :class:`MovePlan`: the running jobs in the way are each re-placed elsewhere, no dearer than their
+current placement times ``1 + max_extra_cost_ratio``, at once when the work they lose (GPUs x time since their
+last checkpoint) is under ``move_now_max_lost_gpu_s``, else right after their next checkpoint (nothing lost),
+or not at all when they end before it (the plan waits for them). The GPUs the waiting job will take are held:
+the shell keeps everything else off them until it starts. Never a job of higher priority than the waiting
+one, never one moved within ``cooldown_s``, never more than ``max_moves_per_hour`` (with the moves of the past
+hour), never onto GPUs held for another waiting job. When there is no plan, :class:`NoMovePlan` says why.
+
+The search follows domain-freeing preemption (``core/preemption``): each domain of each level is a candidate;
+its nodes are freed cheapest first (a node's price: the work its jobs would lose, or their GPUs x the time
+until they can move without loss) until the waiting job fits, tried on the real state inside a trial
+(``ClusterState.begin_trial``, rolled back), then trimmed of moves it does not need. The cheapest plan wins,
+then the one that touches fewest jobs. ``relocate=False`` stops the jobs in the way instead of moving them
+(what a preempting scheduler does; the simulator's baseline): same search, no placement elsewhere.
+
+Pure and synchronous: the operator and the simulator hand in values and carry out the plan.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.cost import CostModel
+from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
+from paralleljob.core.job import JobSpec
+from paralleljob.core.placement import Placement, PlacerLike
+
+DOMAINS_PER_LEVEL = 8  # candidate domains tried per level, cheapest first
+TRIM_TRIES = 3  # moves a found plan tries to do without
+COST_SLACK = 1e-9  # relative: a placement of equal cost is "not dearer" despite rounding
+
+
+class MoveWhen(enum.Enum):
+    NOW = "now"  # its lost work is under the bound: stop it and re-place it at once
+    AT_CHECKPOINT = "at-checkpoint"  # right after its next checkpoint: nothing is lost
+    AT_END = "at-end"  # it ends before its next checkpoint: not moved, the plan waits for it
+
+
+@dataclass(frozen=True, slots=True)
+class MoveBounds:
+    """A queue's bounds on moving its jobs out of the way (defaults: the simulator's, docs/simulator.md)."""
+
+    max_extra_cost_ratio: float = 0.0  # a moved job's new cost <= its cost x (1 + this)
+    move_now_max_lost_gpu_s: float = 3600.0  # lost work under which a job moves at once
+    cooldown_s: float = 3600.0  # a job moved less than this ago stays
+    max_moves_per_hour: int = 20  # the disruption budget, the moves of the past hour included
+
+    def __post_init__(self) -> None:
+        for name in ("max_extra_cost_ratio", "move_now_max_lost_gpu_s", "cooldown_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise InvalidRequest(f"MoveBounds.{name} must be a finite number >= 0, got {value!r}")
+        if self.max_moves_per_hour < 0:
+            raise InvalidRequest(f"MoveBounds.max_moves_per_hour must be >= 0, got {self.max_moves_per_hour}")
+
+
+@dataclass(frozen=True, slots=True)
+class MovableJob:
+    """A running job as the planner sees it. ``movable`` False (with ``why_not``): its pods' owner does not
+    allow moving, or it is not running yet."""
+
+    job: JobSpec
+    cost_ms: float  # the price of its current placement
+    started_at: float
+    checkpoint_interval_s: float = math.inf  # inf: never checkpoints
+    last_checkpoint_at: float | None = None
+    last_moved_at: float | None = None
+    expected_end_at: float | None = None
+    movable: bool = True
+    why_not: str = ""
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id
+
+    def lost_now_gpu_s(self, now: float) -> float:
+        since = self.last_checkpoint_at if self.last_checkpoint_at is not None else self.started_at
+        return max(0.0, now - since) * self.job.num_gpus
+
+    def next_checkpoint_at(self, now: float) -> float:
+        if math.isinf(self.checkpoint_interval_s):
+            return math.inf
+        since = self.last_checkpoint_at if self.last_checkpoint_at is not None else self.started_at
+        return max(now, since + self.checkpoint_interval_s)
+
+
+@dataclass(frozen=True, slots=True)
+class MoveRequest:
+    """What the planner decides on: the waiting job, the running jobs (every job on the state's GPUs that may
+    be moved; others are simply in the way), the queue's bounds, the time, the moves of the past hour, and the
+    nodes already held for other waiting jobs (never refilled)."""
+
+    waiting: JobSpec
+    running: tuple[MovableJob, ...]
+    bounds: MoveBounds
+    now: float
+    moves_last_hour: int = 0
+    held_nodes: frozenset[int] = frozenset()
+    relocate: bool = True  # False: stop the jobs in the way instead (the preemption baseline)
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    job_id: str
+    when: MoveWhen
+    at_s: float  # when it moves (AT_END: when it is expected to end)
+    lost_work_gpu_s: float
+    placement: Placement | None  # where it goes (None: stopped, or AT_END)
+    cost_before_ms: float
+    cost_after_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class MovePlan:
+    waiting_job: str
+    domain: str  # the domain freed, in words ("clique clique-3")
+    held_nodes: tuple[int, ...]  # the nodes the waiting job will take: nothing else goes there meanwhile
+    moves: tuple[Move, ...]
+    placement: Placement  # where the waiting job goes once the moves are done
+    ready_at: float  # when the last move is due
+    lost_work_gpu_s: float
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NoMovePlan:
+    waiting_job: str
+    reasons: tuple[str, ...]
+
+
+def within_bound(before_ms: float, after_ms: float, bounds: MoveBounds) -> bool:
+    return after_ms <= before_ms * (1.0 + bounds.max_extra_cost_ratio) * (1.0 + COST_SLACK) + COST_SLACK
+
+
+@contextmanager
+def closed(state: ClusterState, nodes: Sequence[int]) -> Iterator[None]:
+    """``nodes`` take no new work inside the block (schedulable ones only; reopened after)."""
+    shut = [n for n in nodes if state.node_schedulable[n]]
+    for n in shut:
+        state.set_node_schedulable(n, False)
+    try:
+        yield
+    finally:
+        for n in shut:
+            state.set_node_schedulable(n, True)
+
+
+def place_elsewhere(
+    state: ClusterState,
+    placer: PlacerLike,
+    model: CostModel,
+    job: MovableJob,
+    avoid: Sequence[int],
+    bounds: MoveBounds,
+) -> Placement | str:
+    """Where a moved job goes with ``avoid`` closed, its own GPUs free; or why it cannot move. Used by the
+    planner and, when the move is carried out later, by the shells (the cluster changed meanwhile)."""
+    held = state.allocations.get(job.job_id)
+    if held is not None:
+        state.release(job.job_id)
+    try:
+        with closed(state, avoid):
+            placement = placer.place(job.job, model)
+    except PlacementInfeasible as exc:
+        return f"{job.job_id} has no placement elsewhere ({exc.reasons[0] if exc.reasons else 'no room'})"
+    finally:
+        if held is not None:
+            state.allocate(held)
+    if not within_bound(job.cost_ms, placement.cost.total_ms, bounds):
+        return (
+            f"{job.job_id} would cost {placement.cost.total_ms:.3f} ms elsewhere, above"
+            f" {1 + bounds.max_extra_cost_ratio:g}x its {job.cost_ms:.3f} ms"
+        )
+    return placement
+
+
+def _timing(job: MovableJob, request: MoveRequest) -> tuple[MoveWhen, float, float, float]:
+    """(when, at, lost GPU-seconds, price): the price ranks plans, lost work or GPUs x the wait."""
+    now, bounds = request.now, request.bounds
+    lost = job.lost_now_gpu_s(now)
+    if lost <= bounds.move_now_max_lost_gpu_s or not request.relocate:
+        return MoveWhen.NOW, now, lost, lost
+    at = job.next_checkpoint_at(now)
+    end = job.expected_end_at if job.expected_end_at is not None else math.inf
+    if end <= at:
+        return MoveWhen.AT_END, end, 0.0, (end - now) * job.job.num_gpus
+    if math.isinf(at):  # never checkpoints and no end in sight: only moving now is possible
+        return MoveWhen.NOW, now, lost, lost
+    return MoveWhen.AT_CHECKPOINT, at, 0.0, (at - now) * job.job.num_gpus
+
+
+def eligibility(job: MovableJob, request: MoveRequest) -> str | None:
+    """Why ``job`` may not be moved for the waiting job, or None."""
+    if not job.movable:
+        return f"{job.job_id} cannot be moved: {job.why_not or 'its owner does not allow it'}"
+    if job.job.priority > request.waiting.priority:
+        return f"{job.job_id} has priority {job.job.priority} > {request.waiting.priority}"
+    moved = job.last_moved_at
+    if moved is not None and request.now - moved < request.bounds.cooldown_s:
+        return f"{job.job_id} moved {request.now - moved:.0f} s ago (cool-down {request.bounds.cooldown_s:.0f} s)"
+    return None
+
+
+class _Search:
+    """One planning: the request, the state (changed only inside trials), the placer and cost model."""
+
+    def __init__(self, state: ClusterState, placer: PlacerLike, model: CostModel, request: MoveRequest) -> None:
+        self.state, self.placer, self.model, self.request = state, placer, model, request
+        self.by_id = {j.job_id: j for j in request.running if j.job_id in state.allocations}
+        self.refused: dict[str, str] = {}
+        self.eligible: dict[str, tuple[MoveWhen, float, float, float]] = {}
+        for job_id, job in self.by_id.items():
+            why = eligibility(job, request)
+            if why is None:
+                self.eligible[job_id] = _timing(job, request)
+            else:
+                self.refused[job_id] = why
+        self.failures: list[str] = []
+        self.tried: dict[frozenset[str], tuple[tuple[Move, ...], Placement] | None] = {}
+
+    def trial(self, victims: Sequence[str]) -> tuple[tuple[Move, ...], Placement] | None:
+        """Move (or stop) ``victims`` and place the waiting job, inside a trial rolled back after (once per
+        set: wider domains often come back to a set a narrower one tried)."""
+        key = frozenset(victims)
+        if key not in self.tried:
+            self.tried[key] = self._trial(victims)
+        return self.tried[key]
+
+    def _trial(self, victims: Sequence[str]) -> tuple[tuple[Move, ...], Placement] | None:
+        state, request = self.state, self.request
+        state.begin_trial()
+        try:
+            for v in victims:
+                state.release(v)
+            # The waiting job's nodes are unknown until it is placed, so victims avoid the nodes they leave.
+            left = sorted({state.topology.gpu_node[g] for v in victims for g in self._gpus(v)})
+            avoid = sorted({*left, *request.held_nodes})
+            moves: list[Move] = []
+            for v in sorted(victims, key=lambda v: (-self.by_id[v].job.num_gpus, v)):
+                moves.append(self._move(v, avoid))
+                if moves[-1].placement is None and moves[-1].when is not MoveWhen.AT_END and request.relocate:
+                    return None
+            with closed(state, sorted(request.held_nodes)):
+                try:
+                    placement = self.placer.place(request.waiting, self.model)
+                except PlacementInfeasible:
+                    return None
+            return tuple(sorted(moves, key=lambda m: (m.at_s, m.job_id))), placement
+        finally:
+            state.rollback()
+
+    def _gpus(self, job_id: str) -> tuple[int, ...]:
+        return self._allocations[job_id].gpus
+
+    def _move(self, job_id: str, avoid: Sequence[int]) -> Move:
+        job = self.by_id[job_id]
+        when, at, lost, _ = self.eligible[job_id]
+        if not self.request.relocate or when is MoveWhen.AT_END:
+            return Move(job_id, when, at, lost, None, job.cost_ms, job.cost_ms)
+        with closed(self.state, avoid):
+            try:
+                placement = self.placer.place(job.job, self.model)
+            except PlacementInfeasible as exc:
+                self.failures.append(f"{job_id} has no placement elsewhere: {exc.reasons[0] if exc.reasons else ''}")
+                return Move(job_id, when, at, lost, None, job.cost_ms, math.inf)
+        if not within_bound(job.cost_ms, placement.cost.total_ms, self.request.bounds):
+            self.failures.append(
+                f"{job_id} would cost {placement.cost.total_ms:.3f} ms elsewhere, above"
+                f" {1 + self.request.bounds.max_extra_cost_ratio:g}x its {job.cost_ms:.3f} ms"
+            )
+            return Move(job_id, when, at, lost, None, job.cost_ms, placement.cost.total_ms)
+        self.state.allocate(Allocation(job_id, placement.groups, job.job.memory_per_gpu_gb))
+        return Move(job_id, when, at, lost, placement, job.cost_ms, placement.cost.total_ms)
+
+    def prepare(self) -> None:
+        state, topo = self.state, self.state.topology
+        self._allocations = {j: state.allocations[j] for j in self.by_id}
+        on: dict[int, set[str]] = {}
+        for job_id, allocation in state.allocations.items():
+            for g in allocation.gpus:
+                on.setdefault(topo.gpu_node[g], set()).add(job_id)
+        self._jobs_on_node = on
+        self.nodes_of: list[dict[int, list[int]]] = []
+        for level in range(topo.top + 1):
+            by_domain: dict[int, list[int]] = {}
+            for node in range(topo.num_nodes):
+                by_domain.setdefault(topo.domain_of[level][node], []).append(node)
+            self.nodes_of.append(by_domain)
+
+    def domain(self, level: int, domain: int) -> tuple[int, list[tuple[float, int, tuple[str, ...]]]]:
+        """The GPUs of the domain's whole free nodes, and the nodes moves could free cheapest first:
+        (price, node, its jobs), a node only when every job on it may move."""
+        state, topo = self.state, self.state.topology
+        held = self.request.held_nodes
+        whole = 0
+        units = []
+        for node in self.nodes_of[level][domain]:
+            if node in held or not state.node_schedulable[node]:
+                continue
+            jobs = self._jobs_on_node.get(node)
+            if not jobs:
+                whole += state.usable_free(node) if state.usable_free(node) == topo.node_gpu_count[node] else 0
+                continue
+            if any(j not in self.eligible for j in jobs):
+                continue
+            units.append((math.fsum(self.eligible[j][3] for j in jobs), node, tuple(sorted(jobs))))
+        units.sort()
+        return whole, units
+
+
+def plan_moves(
+    state: ClusterState, placer: PlacerLike, model: CostModel, request: MoveRequest
+) -> MovePlan | NoMovePlan:
+    """The cheapest plan that frees room for ``request.waiting``, or why there is none. ``state`` is changed
+    only inside trials and left as it was (call it outside any other trial)."""
+    waiting, bounds = request.waiting, request.bounds
+    held = sorted(request.held_nodes)
+
+    def no(*reasons: str) -> NoMovePlan:
+        return NoMovePlan(waiting.job_id, tuple(r for r in reasons if r))
+
+    with closed(state, held):
+        free = sum(state.usable_free(n) for n in range(state.topology.num_nodes))
+        try:
+            placer.place(waiting, model)
+            return no("it fits now: nothing needs to move")
+        except PlacementInfeasible as exc:
+            if exc.permanent:
+                return no("it never fits this cluster", *exc.reasons[:1])
+    if free < waiting.num_gpus:
+        return no(
+            f"only {free} GPUs are free (not held) of the {waiting.num_gpus} it needs:"
+            " moving jobs frees none, only ends and stops do"
+        )
+    budget = bounds.max_moves_per_hour - request.moves_last_hour
+    if budget <= 0:
+        return no(
+            f"the disruption budget is spent: {request.moves_last_hour} move(s) in the past hour,"
+            f" {bounds.max_moves_per_hour} allowed"
+        )
+    search = _Search(state, placer, model, request)
+    if not search.eligible:
+        refused = sorted(search.refused.values())
+        return no("no running job may be moved", *refused[:3], _more(len(refused) - 3))
+    search.prepare()
+    best: tuple[float, int, MovePlan] | None = None
+    over_budget = 0
+    topo = state.topology
+    need = waiting.num_gpus
+    for level in range(topo.top + 1):
+        ranked = []
+        for dom in search.nodes_of[level]:
+            whole, units = search.domain(level, dom)
+            estimate, room = 0.0, whole
+            for unit_price, node, _ in units:
+                if room >= need:
+                    break
+                room += topo.node_gpu_count[node]
+                estimate += unit_price
+            if units and room >= need:  # the domain alone can hold it once freed: others are left to wider levels
+                ranked.append((estimate, dom, whole, units))
+        ranked.sort(key=lambda r: (r[0], r[1]))
+        for estimate, dom, whole, units in ranked[:DOMAINS_PER_LEVEL]:
+            if best is not None and estimate > best[0]:
+                break
+            found = _free_domain(search, whole, units, budget)
+            if found is None:
+                continue
+            moves, placement = found
+            if len(moves) > budget:
+                over_budget += 1
+                continue
+            moved = sum(1 for m in moves if m.when is not MoveWhen.AT_END)
+            price = math.fsum(search.eligible[m.job_id][3] for m in moves)
+            name = topo.domain_names[level][dom] if level else topo.node_names[dom]
+            plan = _plan(request, f"{topo.levels[level].name} {name}", moves, placement, state, moved)
+            if best is None or (price, len(moves)) < (best[0], best[1]):
+                best = (price, len(moves), plan)
+    if best is not None:
+        return best[2]
+    refused = sorted(search.refused.values())
+    return no(
+        "no domain can be freed for it within the bounds",
+        f"{over_budget} plan(s) need more moves than the {max(budget, 0)} the budget has left"
+        f" ({bounds.max_moves_per_hour} per hour)"
+        if over_budget
+        else "",
+        *sorted(set(search.failures))[:3],
+        *refused[:3],
+    )
+
+
+def _more(n: int) -> str:
+    return f"and {n} more" if n > 0 else ""
+
+
+def _free_domain(
+    search: _Search, whole: int, units: Sequence[tuple[float, int, tuple[str, ...]]], budget: int
+) -> tuple[tuple[Move, ...], Placement] | None:
+    """Free the domain's nodes cheapest first until the waiting job fits (tried once the freed nodes could hold
+    it), then drop the moves it does not need, dearest first."""
+    topo, need = search.state.topology, search.request.waiting.num_gpus
+    victims: list[str] = []
+    found = None
+    room = whole
+    for _, node, jobs in units:
+        victims.extend(j for j in jobs if j not in victims)
+        room += topo.node_gpu_count[node]
+        if len(victims) > budget:
+            search.failures.append(f"freeing room needs more than the {budget} move(s) the budget has left")
+            return None
+        if room < need:
+            continue
+        found = search.trial(victims)
+        if found is not None:
+            break
+    if found is None:
+        return None
+    # the dearest few only: each try is a whole trial, and the cheapest-first order rarely takes a useless one
+    for v in sorted(victims, key=lambda v: (-search.eligible[v][3], v))[:TRIM_TRIES]:
+        fewer = [x for x in victims if x != v]
+        if fewer:
+            trimmed = search.trial(fewer)
+            if trimmed is not None:
+                victims, found = fewer, trimmed
+    return found
+
+
+def _plan(
+    request: MoveRequest, domain: str, moves: tuple[Move, ...], placement: Placement, state: ClusterState, moved: int
+) -> MovePlan:
+    topo = state.topology
+    held = tuple(sorted({topo.gpu_node[g] for g in placement.gpus}))
+    lost = math.fsum(m.lost_work_gpu_s for m in moves)
+    ready = max((m.at_s for m in moves), default=request.now)
+    verb = "moves" if request.relocate else "stops"
+    parts = [f"{m.job_id} {_when(m, request.now)}" for m in moves]
+    reasons = (
+        f"waits for {len(moves)} job(s) to free {domain} ({moved} {verb}, {len(moves) - moved} end first):"
+        f" {', '.join(parts)}",
+        f"loses {lost:.0f} GPU-seconds of work; ready in ~{max(0.0, ready - request.now) / 60:.0f} min",
+    )
+    return MovePlan(request.waiting.job_id, domain, held, moves, placement, ready, lost, reasons)
+
+
+def _when(move: Move, now: float) -> str:
+    if move.when is MoveWhen.NOW:
+        return "now"
+    what = "at its checkpoint" if move.when is MoveWhen.AT_CHECKPOINT else "ends"
+    return f"{what} in ~{max(0.0, move.at_s - now) / 60:.0f} min"
