@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from paralleljob.devcluster import chaos
 from paralleljob.devcluster.nodes import NodeShape
+from paralleljob.k8s.runtime.api import SSL_CLOSE_S
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -79,6 +80,7 @@ class KubeSession:
 
     def close(self) -> None:
         self.run(self.api.close())
+        self.run(asyncio.sleep(SSL_CLOSE_S))  # SSL transports finish closing first (k8s/runtime/api.Kube.close)
         self._runner.close()
 
     def bind_pod(self, namespace: str, pod: str, uid: str, node: str) -> tuple[int, dict[str, Any]]:

@@ -33,6 +33,7 @@ log = logging.getLogger("paralleljob.k8s")
 T = TypeVar("T")
 RETRYABLE = frozenset({0, 429, 500, 502, 503, 504})
 LIST_PAGE_SIZE = 500  # client-go's reflector pages its lists by 500 too
+SSL_CLOSE_S = 0.25  # what aiohttp's docs give an SSL connection to close after its session
 
 
 class Answer(enum.Enum):
@@ -155,6 +156,9 @@ class Kube:
 
     async def close(self) -> None:
         await self.api.close()
+        # An SSL transport shuts down asynchronously after aiohttp closes it (aio-libs/aiohttp#1925): a loop that
+        # ends at once leaves it unclosed, and its ResourceWarning surfaces wherever it is collected.
+        await asyncio.sleep(SSL_CLOSE_S)
 
     async def _headers(self, content_type: str) -> dict[str, str]:
         # The auth header is looked up once a minute, not per request (a token file or an exec plugin may
