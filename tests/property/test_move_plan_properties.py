@@ -60,6 +60,7 @@ def scenarios(draw: st.DrawFn) -> tuple[ClusterState, tuple[MovableJob, ...], Mo
     bounds = MoveBounds(
         max_extra_cost_ratio=draw(st.sampled_from([0.0, 0.5])),
         move_now_max_lost_gpu_s=draw(st.sampled_from([0.0, 3600.0, 1e6])),
+        max_wait_s=draw(st.sampled_from([0.0, 1800.0, 86_400.0])),
         cooldown_s=draw(st.sampled_from([0.0, 3600.0])),
         max_moves_per_hour=draw(st.integers(0, 6)),
     )
@@ -91,6 +92,7 @@ def test_a_plan_keeps_its_bounds_and_makes_room(scenario) -> None:
         assert job.movable
         assert job.job.priority <= request.waiting.priority  # never a higher-priority job
         assert job.last_moved_at is None or request.now - job.last_moved_at >= bounds.cooldown_s
+        assert move.at_s - request.now <= bounds.max_wait_s
         if move.placement is not None:
             assert request.relocate and move.when is not MoveWhen.AT_END
             # never dearer than the bound

@@ -18,8 +18,7 @@ def scattered_trace() -> list[TraceJob]:
     """One rack of 16 usable trays filled by 64 one-GPU jobs; one per tray runs 10 h, the rest 10 min; a TP8
     job (two whole trays of one clique) arrives at 20 min."""
     trace = [
-        TraceJob(f"s{i:02d}", float(i), 10 * HOUR if i % 4 == 0 else 600.0, 1, "small", (1, 1, 1))
-        for i in range(64)
+        TraceJob(f"s{i:02d}", float(i), 10 * HOUR if i % 4 == 0 else 600.0, 1, "small", (1, 1, 1)) for i in range(64)
     ]
     model = ModelShape(hidden_dim=8192, seq_len=4096, num_params_billions=16.0)
     trace.append(TraceJob("big", 1200.0, 2 * HOUR, 8, "llm", (8, 1, 1), model))

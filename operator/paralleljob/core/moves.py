@@ -49,12 +49,15 @@ class MoveBounds:
     """A queue's bounds on moving its jobs out of the way (defaults: the simulator's, docs/simulator.md)."""
 
     max_extra_cost_ratio: float = 0.0  # a moved job's new cost <= its cost x (1 + this)
-    move_now_max_lost_gpu_s: float = 3600.0  # lost work under which a job moves at once
+    move_now_max_lost_gpu_s: float = 14400.0  # lost work under which a job moves at once (4 GPU-hours)
+    # a job that could move (at its checkpoint) or end only later than this is left alone: a plan that waits
+    # hours is a reservation, and holding its GPUs idle that long costs more than it frees
+    max_wait_s: float = 1800.0
     cooldown_s: float = 3600.0  # a job moved less than this ago stays
     max_moves_per_hour: int = 20  # the disruption budget, the moves of the past hour included
 
     def __post_init__(self) -> None:
-        for name in ("max_extra_cost_ratio", "move_now_max_lost_gpu_s", "cooldown_s"):
+        for name in ("max_extra_cost_ratio", "move_now_max_lost_gpu_s", "max_wait_s", "cooldown_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise InvalidRequest(f"MoveBounds.{name} must be a finite number >= 0, got {value!r}")
@@ -219,8 +222,14 @@ class _Search:
         self.eligible: dict[str, tuple[MoveWhen, float, float, float]] = {}
         for job_id, job in self.by_id.items():
             why = eligibility(job, request)
+            timing = _timing(job, request)
+            if why is None and timing[1] - request.now > request.bounds.max_wait_s:
+                why = (
+                    f"{job_id} could move only in {(timing[1] - request.now) / 60:.0f} min"
+                    f" (more than {request.bounds.max_wait_s / 60:.0f})"
+                )
             if why is None:
-                self.eligible[job_id] = _timing(job, request)
+                self.eligible[job_id] = timing
             else:
                 self.refused[job_id] = why
         self.failures: list[str] = []
