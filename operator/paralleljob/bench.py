@@ -225,10 +225,11 @@ def command(args: argparse.Namespace) -> int:
                 fh.write(json.dumps(measured, indent=2, sort_keys=True))
         return 0
     if args.what == "kueue":
-        from paralleljob.devtools import bench_kueue
+        from paralleljob.devtools.bench_kueue import run_kueue
+        from paralleljob.devtools.kueue_report import table as kueue_table
 
-        measured = bench_kueue.run_kueue(args.kueue_nodes, args.gangs, args.seed)
-        print(bench_kueue.table(measured))  # per gang; the comparison and every figure go to --json
+        measured = run_kueue(args.kueue_nodes, args.gangs, args.kueue_big_gangs, args.seed)
+        print(kueue_table(measured))  # per gang; the comparison and every figure go to --json
         if args.json:
             with open(args.json, "w") as fh:
                 fh.write(json.dumps(measured, indent=2, sort_keys=True))
@@ -336,6 +337,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--native-nodes", default="500,2000", help="native: kwok node counts, comma-separated")
     parser.add_argument("--gangs", type=int, default=24, help="native, kueue: gangs of the mixed LLM set")
     parser.add_argument("--kueue-nodes", type=int, default=64, help="kueue: kwok nodes (32 a rack)")
+    parser.add_argument(
+        "--kueue-big-gangs", type=int, default=3, help="kueue: gangs larger than a half-full rack's free GPUs"
+    )
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")
     parser.add_argument("--dashboard-jobs", type=int, default=40, help="dashboard: jobs placed before measuring")

@@ -7,8 +7,17 @@ import asyncio
 from typing import Any
 
 from paralleljob.devcluster.nodes import LEAF_LABEL
-from paralleljob.devtools.bench_kueue import KueueTAS, compare, jobset_manifest, kueue_objects, table
+from paralleljob.devtools.bench_kueue import (
+    PREFERRED_TOPOLOGY,
+    KueuePreferred,
+    KueueTAS,
+    beyond_rack,
+    jobset_manifest,
+    kueue_objects,
+    rack_free,
+)
 from paralleljob.devtools.bench_native import GANG_LABEL
+from paralleljob.devtools.kueue_report import compare, table
 from paralleljob.devtools.native_set import Gang
 
 
@@ -29,13 +38,37 @@ def test_a_gang_is_one_indexed_job_of_pp_x_dp_pods_of_tp_gpus_queued_with_the_ra
 
 
 def test_the_cluster_queue_has_room_for_every_gpu_and_the_flavor_names_the_rack_topology() -> None:
-    objects = dict(kueue_objects("ns", 512))
+    objects = dict(kueue_objects(["ns", "other"], 512))
     topology = objects["/apis/kueue.x-k8s.io/v1beta2/topologies"]
     assert [level["nodeLabel"] for level in topology["spec"]["levels"]] == [LEAF_LABEL, "kubernetes.io/hostname"]
     assert objects["/apis/kueue.x-k8s.io/v1beta2/resourceflavors"]["spec"]["topologyName"] == "racks"
     queue = objects["/apis/kueue.x-k8s.io/v1beta2/clusterqueues"]["spec"]["resourceGroups"][0]
     assert queue["flavors"][0]["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": "512"}]
-    assert objects["/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues"]["spec"] == {"clusterQueue": "bench"}
+    for namespace in ("ns", "other"):
+        local = objects[f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues"]
+        assert local["spec"] == {"clusterQueue": "bench"} and local["metadata"]["namespace"] == namespace
+
+
+def test_the_preferred_variant_differs_only_in_its_annotation() -> None:
+    gang = Gang("b00", tp=2, pp=4, dp=24, cost_model="seed")
+    assert KueuePreferred.topology == PREFERRED_TOPOLOGY != KueueTAS.topology
+    preferred, required = jobset_manifest(gang, "x", PREFERRED_TOPOLOGY), jobset_manifest(gang, "x")
+    annotations = preferred["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {PREFERRED_TOPOLOGY: LEAF_LABEL}
+    del preferred["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["annotations"]
+    del required["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["annotations"]
+    assert preferred == required
+
+
+def test_the_big_gangs_exceed_every_racks_free_gpus_and_take_at_most_three_quarters_of_the_free_ones() -> None:
+    used = {n: 8 for n in range(20)} | {n: 4 for n in range(32, 64)}
+    assert rack_free(used, 96) == [96, 128, 256]
+    gangs = beyond_rack(4, [96, 128, 100], seed=1)
+    assert [g.name for g in gangs] == ["b00", "b01", "b02", "b03"]
+    assert all(128 < g.gpus <= 243 and g.tp in (2, 4) for g in gangs)
+    assert [g.cost_model for g in gangs] == ["seed", "megatron", "seed", "megatron"]
+    assert beyond_rack(4, [96, 128, 100], seed=1) == gangs  # seeded
+    assert beyond_rack(3, [8, 16, 256], seed=1) == []  # nothing above 256 and at most 210
 
 
 class Tracker:
@@ -58,29 +91,37 @@ def test_completion_index_is_the_node_rank_in_megatrons_default_order_and_a_gang
     assert asyncio.run(kueue.nodes_of(gang, partial)) is None  # type: ignore[arg-type]
 
 
-def test_compare_counts_means_on_gangs_both_placed_and_names_where_ours_was_dearer() -> None:
+def test_compare_counts_means_on_gangs_both_placed_and_names_where_either_did_better() -> None:
     gangs = [Gang(n, 2, 1, 1, "seed") for n in ("a", "b", "c")]
     row: dict[str, Any] = {"placed": True, "apply_to_bound_s": 1.0}
-    kueue: dict[str, dict[str, Any]] = {
+    required: dict[str, dict[str, Any]] = {
         "a": {**row, "comm_ms": 2.0, "step_ms": 10.0},
         "b": {**row, "comm_ms": 1.0, "step_ms": 8.0},
         "c": {**row, "comm_ms": 5.0, "step_ms": 9.0},
     }
+    preferred: dict[str, dict[str, Any]] = {n: {"placed": False} for n in "abc"}
     ours: dict[str, dict[str, Any]] = {
         "a": {**row, "comm_ms": 1.0, "step_ms": 9.0},
-        "b": {**row, "comm_ms": 1.5, "step_ms": 8.5},
+        "b": {**row, "comm_ms": 1.5, "step_ms": 8.5, "apply_to_bound_s": 3.0},
         "c": {"placed": False},
     }
-    result = compare(gangs, kueue, ours)
+    runs = {"kueue_required": required, "kueue_preferred": preferred, "ours": ours}
+    result = compare(gangs, runs)
 
-    assert result["placed"] == {"kueue": 3, "ours": 2}
-    assert result["placed_by_both"] == 2
-    assert result["ours_costlier_on"] == ["b"]
-    assert result["kueue_placed_we_did_not"] == ["c"]
-    assert result["mean_comm_ms_on_common"] == {"kueue": 1.5, "ours": 1.25}
-    assert result["mean_step_ms_on_common"] == {"kueue": 9.0, "ours": 8.75}
-    measured = {"gangs": [{"name": g.name, "shape": g.shape, "cost_model": g.cost_model} for g in gangs],
-                "kueue": kueue, "ours": ours}  # fmt: skip
+    req = result["kueue_required"]
+    assert req["placed"] == {"kueue": 3, "ours": 2}
+    assert req["placed_by_both"] == 2
+    assert req["ours_costlier_on"] == ["b"] and req["ours_cheaper_on"] == ["a"]
+    assert req["kueue_placed_we_did_not"] == ["c"] and req["we_placed_kueue_did_not"] == []
+    assert req["mean_comm_ms_on_common"] == {"kueue": 1.5, "ours": 1.25}
+    assert req["mean_step_ms_on_common"] == {"kueue": 9.0, "ours": 8.75}
+    assert req["median_apply_to_bound_s"] == {"kueue": 1.0, "ours": 2.0}
+    pref = result["kueue_preferred"]
+    assert pref["we_placed_kueue_did_not"] == ["a", "b"] and pref["mean_comm_ms_on_common"]["kueue"] is None
+    measured = {
+        "gangs": [{"name": g.name, "shape": g.shape, "gpus": g.gpus, "cost_model": g.cost_model} for g in gangs],
+        **runs,
+    }
     lines = table(measured).splitlines()
-    assert lines[2] == "| a | TP2xPP1xDP1 | seed | 2.000, 10.0, 1.0 | 1.000, 9.0, 1.0 |"
-    assert lines[4].endswith("| 5.000, 9.0, 1.0 | not placed |")
+    assert lines[2] == "| a | TP2xPP1xDP1 | 2 | seed | 2.000, 10.0, 1.0 | not placed | 1.000, 9.0, 1.0 |"
+    assert lines[4].endswith("| 5.000, 9.0, 1.0 | not placed | not placed |")

@@ -7,11 +7,13 @@ as ``bench native`` (``native_set.background``: one pre-bound pod per node, not 
 used as kube-scheduler does). Kueue is configured as its TAS docs show: a Topology over the rack label and
 ``kubernetes.io/hostname``, a ResourceFlavor with that ``topologyName`` on the GPU nodes, one ClusterQueue
 whose quota is every GPU (quota is never what refuses a gang: the comparison is of placement) and a
-LocalQueue. A gang TP x PP x DP is a JobSet of one replicated Job, Indexed, of PP x DP pods asking TP GPUs
-each, labelled with the queue and with ``podset-required-topology`` on the rack; its pod of completion index
+LocalQueue per Kueue namespace. A gang TP x PP x DP is a JobSet of one replicated Job, Indexed, of PP x DP
+pods asking TP GPUs each, labelled with the queue and with ``podset-required-topology`` on the rack (or, in
+the second Kueue run, ``podset-preferred-topology``); its pod of completion index
 r is node rank r, in Megatron-LM's default rank order (``tp-dp-pp``: replica d of stage p is rank
 ``p * DP + d``), which is also our own default for pod groups (``core/rankorder.py``).
 
+The gangs: the mixed LLM set (each at most a rack) and ``beyond_rack``'s, larger than any rack's free GPUs.
 Each gang is submitted alone on the background, to each in turn, and removed before the next (the
 placement each chooses for the same state): placed or not, apply -> every pod bound, and for a placed gang
 its communication cost under our cost model on the operator's own view of the nodes and the step time of
@@ -23,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import statistics
+import random
 import sys
 import tempfile
 import time
@@ -35,7 +37,8 @@ from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL, LEAF_LABEL, NodeShape
 from paralleljob.devtools.bench_kit import PodTracker
 from paralleljob.devtools.bench_native import GANG_LABEL, KWOK_TOLERATION, Contender, Ours, fill, job_manifest
-from paralleljob.devtools.native_set import Gang, background, llm_set, placement_cost, step_ms
+from paralleljob.devtools.kueue_report import compare
+from paralleljob.devtools.native_set import COST_MODELS, Gang, background, llm_set, placement_cost, step_ms
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import GPU_RESOURCE, JOB_LABEL
@@ -50,6 +53,7 @@ QUEUE = "bench"
 HOSTNAME = "kubernetes.io/hostname"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 BOUND_WAIT_S = 60.0  # a gang not whole after this is counted as not placed
 
 
@@ -61,22 +65,22 @@ def _kueue(kind: str, name: str, spec: dict[str, Any], namespace: str = "") -> t
     return path, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": metadata, "spec": spec}
 
 
-def kueue_objects(namespace: str, gpus: int) -> list[tuple[str, dict[str, Any]]]:
-    """The Topology, TAS ResourceFlavor, ClusterQueue and LocalQueue, in the order they are created."""
+def kueue_objects(namespaces: list[str], gpus: int) -> list[tuple[str, dict[str, Any]]]:
+    """The Topology, TAS ResourceFlavor, ClusterQueue and a LocalQueue per namespace, in creation order."""
     quota = [{"name": GPU_RESOURCE, "nominalQuota": str(gpus)}]
     groups = [{"coveredResources": [GPU_RESOURCE], "flavors": [{"name": "gpus", "resources": quota}]}]
     return [
         _kueue("Topology", "racks", {"levels": [{"nodeLabel": LEAF_LABEL}, {"nodeLabel": HOSTNAME}]}),
         _kueue("ResourceFlavor", "gpus", {"nodeLabels": {DEV_CLUSTER_LABEL: "true"}, "topologyName": "racks"}),
         _kueue("ClusterQueue", QUEUE, {"namespaceSelector": {}, "resourceGroups": groups}),
-        _kueue("LocalQueue", QUEUE, {"clusterQueue": QUEUE}, namespace),
+        *(_kueue("LocalQueue", QUEUE, {"clusterQueue": QUEUE}, namespace) for namespace in namespaces),
     ]
 
 
-def jobset_manifest(gang: Gang, name: str) -> dict[str, Any]:
+def jobset_manifest(gang: Gang, name: str, topology: str = REQUIRED_TOPOLOGY) -> dict[str, Any]:
     resources = {GPU_RESOURCE: str(gang.tp)}
     template = {
-        "metadata": {"labels": {GANG_LABEL: gang.name}, "annotations": {REQUIRED_TOPOLOGY: LEAF_LABEL}},
+        "metadata": {"labels": {GANG_LABEL: gang.name}, "annotations": {topology: LEAF_LABEL}},
         "spec": {
             "restartPolicy": "Never",
             "tolerations": [KWOK_TOLERATION],
@@ -96,12 +100,14 @@ def jobset_manifest(gang: Gang, name: str) -> dict[str, Any]:
 
 class KueueTAS(Contender):
     submissions = 0  # each submission names its JobSet afresh: a deleted one's Workload may linger a moment
+    topology = REQUIRED_TOPOLOGY
 
     async def submit(self, gangs: list[Gang]) -> None:
         self.submissions += 1
         path = f"{JOBSET_API}/namespaces/{self.namespace}/jobsets"
         for gang in gangs:
-            await self.kube.request("POST", path, jobset_manifest(gang, f"{gang.name}-s{self.submissions}"))
+            body = jobset_manifest(gang, f"{gang.name}-s{self.submissions}", self.topology)
+            await self.kube.request("POST", path, body)
 
     async def nodes_of(self, gang: Gang, tracker: PodTracker) -> list[str] | None:
         """The pod of completion index r is node rank r, read in Megatron's default order (tp-dp-pp), as a
@@ -131,6 +137,10 @@ class KueueTAS(Contender):
             await asyncio.sleep(0.2)
 
 
+class KueuePreferred(KueueTAS):
+    topology = PREFERRED_TOPOLOGY
+
+
 async def one_by_one(contender: Contender, gangs: list[Gang], view: Any, jobs: dict[str, Any],
                      keep_alive: Any) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Each gang by itself on the background: placed or not, apply -> bound, cost and step time."""
@@ -156,50 +166,34 @@ async def one_by_one(contender: Contender, gangs: list[Gang], view: Any, jobs: d
     return out
 
 
-def compare(gangs: list[Gang], kueue: dict[str, dict[str, Any]], ours: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    both = [g.name for g in gangs if kueue[g.name]["placed"] and ours[g.name]["placed"]]
-
-    def mean(run: dict[str, dict[str, Any]], key: str) -> float | None:
-        return round(statistics.mean(run[n][key] for n in both), 3) if both else None
-
-    return {
-        "placed": {"kueue": sum(r["placed"] for r in kueue.values()), "ours": sum(r["placed"] for r in ours.values())},
-        "placed_by_both": len(both),
-        "ours_costlier_on": [n for n in both if ours[n]["comm_ms"] > kueue[n]["comm_ms"] * (1 + 1e-6)],
-        "kueue_placed_we_did_not": [g.name for g in gangs if kueue[g.name]["placed"] and not ours[g.name]["placed"]],
-        "mean_comm_ms_on_common": {"kueue": mean(kueue, "comm_ms"), "ours": mean(ours, "comm_ms")},
-        "mean_step_ms_on_common": {"kueue": mean(kueue, "step_ms"), "ours": mean(ours, "step_ms")},
-        "median_apply_to_bound_s": {
-            who: round(statistics.median(r["apply_to_bound_s"] for r in run.values() if r["placed"]), 3)
-            if any(r["placed"] for r in run.values()) else None
-            for who, run in (("kueue", kueue), ("ours", ours))
-        },
-    }  # fmt: skip
+def rack_free(used: dict[int, int], nodes: int) -> list[int]:
+    """Free GPUs of each rack once the background holds ``used`` (GPUs per node index)."""
+    racks = (nodes + NODES_PER_RACK - 1) // NODES_PER_RACK
+    free = [0] * racks
+    for node in range(nodes):
+        free[node // NODES_PER_RACK] += 8 - used.get(node, 0)
+    return free
 
 
-def table(measured: dict[str, Any]) -> str:
-    """Per gang: its shape, then placed / comm ms / step ms / apply -> bound for Kueue TAS and for us."""
-    lines = [
-        "| gang | shape | cost model | Kueue TAS: comm ms, step ms, apply -> bound s | ours: comm ms, step ms,"
-        " apply -> bound s |",
-        "|---|---|---|---|---|",
+def beyond_rack(count: int, free: list[int], seed: int) -> list[Gang]:
+    """``count`` gangs larger than any rack's free GPUs and at most three quarters of all free ones, of TP 2
+    or 4 so they fit the background's fragments: a required rack can never hold them, a preferred one lets
+    Kueue spread them, and ParallelJobs span racks. None when no shape fits between those bounds (the
+    background packs some racks full and leaves others empty, so on two racks there is no such gang)."""
+    low, high = max(free), sum(free) * 3 // 4
+    shapes = [
+        (tp, pp, dp)
+        for tp in (2, 4)
+        for pp in (1, 2, 4, 8)
+        for dp in (4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64)
+        if low < tp * pp * dp <= high and pp * dp <= 128
     ]
-
-    def cell(row: dict[str, Any]) -> str:
-        return (
-            f"{row['comm_ms']:.3f}, {row['step_ms']:.1f}, {row['apply_to_bound_s']:.1f}"
-            if row["placed"]
-            else "not placed"
-        )
-
-    for gang in measured["gangs"]:
-        name = gang["name"]
-        lines.append(f"| {name} | {gang['shape']} | {gang['cost_model']} | {cell(measured['kueue'][name])}"
-                     f" | {cell(measured['ours'][name])} |")  # fmt: skip
-    return "\n".join(lines)
+    rng = random.Random(seed)
+    picked = [rng.choice(shapes) for _ in range(count)] if shapes else []
+    return [Gang(f"b{i:02d}", tp, pp, dp, COST_MODELS[i % 2]) for i, (tp, pp, dp) in enumerate(picked)]
 
 
-async def measure(cluster: DevCluster, nodes: int, gang_count: int, seed: int) -> dict[str, Any]:
+async def measure(cluster: DevCluster, nodes: int, gang_count: int, big_count: int, seed: int) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-kueue-"))
     kube = await Kube.connect(str(cluster.kubeconfig))
     operator = OperatorProcess(
@@ -213,29 +207,39 @@ async def measure(cluster: DevCluster, nodes: int, gang_count: int, seed: int) -
         config = TopologyConfig()
         items, _ = await kube.list("/api/v1/nodes")
         view = build_view_of(items, config)
-        gangs = llm_set(gang_count, NODES_PER_RACK * 8, seed)
+        free = rack_free(used, nodes)
+        gangs = llm_set(gang_count, NODES_PER_RACK * 8, seed) + beyond_rack(big_count, free, seed)
         jobs: dict[str, Any] = {}
         for gang in gangs:
             body = {**job_manifest(gang), "metadata": {"name": gang.name, "namespace": "bench", "uid": "u"}}
             jobs[gang.name] = parse_job(body).request
-        for ns in ("bench-kueue", "bench-kueue-pj"):
+        contenders = {
+            "kueue_required": KueueTAS(kube, "kueue-required", "bench-kueue-req", GANG_LABEL),
+            "kueue_preferred": KueuePreferred(kube, "kueue-preferred", "bench-kueue-pref", GANG_LABEL),
+            "ours": Ours(kube, "paralleljob", "bench-kueue-pj", JOB_LABEL),
+        }
+        for contender in contenders.values():
             with contextlib.suppress(ApiError):
-                await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
-        for path, body in kueue_objects("bench-kueue", nodes * 8):
+                await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": contender.namespace}})
+        kueue_namespaces = [c.namespace for c in contenders.values() if isinstance(c, KueueTAS)]
+        for path, body in kueue_objects(kueue_namespaces, nodes * 8):
             await kube.request("POST", path, body)
         await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
         print(f"{nodes} nodes: background {sum(used.values())} GPUs used; {len(gangs)} gangs", file=sys.stderr)
-        kueue = await one_by_one(KueueTAS(kube, "kueue", "bench-kueue", GANG_LABEL), gangs, view, jobs,
-                                 operator.ensure_running)  # fmt: skip
-        ours = await one_by_one(Ours(kube, "paralleljob", "bench-kueue-pj", JOB_LABEL), gangs, view, jobs,
-                                operator.ensure_running)  # fmt: skip
+        runs = {}
+        for who, contender in contenders.items():
+            runs[who] = await one_by_one(contender, gangs, view, jobs, operator.ensure_running)
+            print(f"{who}: {sum(r['placed'] for r in runs[who].values())} placed", file=sys.stderr, flush=True)
         return {
             "nodes": nodes,
             "background_gpus_used": sum(used.values()),
-            "gangs": [{"name": g.name, "shape": g.shape, "cost_model": g.cost_model, "pods": g.pods} for g in gangs],
-            "kueue": kueue,
-            "ours": ours,
-            "compare": compare(gangs, kueue, ours),
+            "free_gpus_per_rack": free,
+            "gangs": [
+                {"name": g.name, "shape": g.shape, "gpus": g.gpus, "cost_model": g.cost_model, "pods": g.pods}
+                for g in gangs
+            ],
+            **runs,
+            "compare": compare(gangs, runs),
             "operator_starts": operator.starts,
         }
     finally:
@@ -249,14 +253,14 @@ def build_view_of(items: list[dict[str, Any]], config: TopologyConfig) -> Any:
     return build_view([parse_node(b, config) for b in items], [], [], config)
 
 
-def run_kueue(nodes: int, gang_count: int, seed: int) -> dict[str, Any]:
+def run_kueue(nodes: int, gang_count: int, big_count: int, seed: int) -> dict[str, Any]:
     name = f"kueue-{os.getpid()}-{nodes}"
     shape = NodeShape(count=nodes, gpus_per_node=8, nodes_per_rack=NODES_PER_RACK)
     started = time.monotonic()
     cluster = up(name, shape, die_with_caller=True, controllers=("jobset", "kueue"))
     up_s = round(time.monotonic() - started, 1)
     try:
-        result = asyncio.run(measure(cluster, nodes, gang_count, seed))
+        result = asyncio.run(measure(cluster, nodes, gang_count, big_count, seed))
         result["cluster_up_s"] = up_s
         return result
     finally:
