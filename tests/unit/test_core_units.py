@@ -68,8 +68,11 @@ def test_heterogeneous_nodes_from_specs():
     ("nodes", "levels", "message"),
     [
         ([], [Level("node", 1.0)], "at least one node"),
-        ([NodeSpec("a", 8, domains=("c",)), NodeSpec("a", 8, domains=("c",))], [Level("node", 1.0), Level("c", 1.0)],
-         "unique"),
+        (
+            [NodeSpec("a", 8, domains=("c",)), NodeSpec("a", 8, domains=("c",))],
+            [Level("node", 1.0), Level("c", 1.0)],
+            "unique",
+        ),
         ([NodeSpec("a", 8, domains=("r1",))], [Level("node", 1.0)], "names 1 domains"),
         (
             [NodeSpec("a", 8, domains=("r1", "s1", "c")), NodeSpec("b", 8, domains=("r1", "s2", "c"))],
@@ -81,8 +84,11 @@ def test_heterogeneous_nodes_from_specs():
             [Level("node", 100.0), Level("cluster", 200.0)],
             "faster than the level below",
         ),
-        ([NodeSpec("a", 8, domains=("x",)), NodeSpec("b", 8, domains=("y",))], [Level("node", 1.0), Level("t", 1.0)],
-         "single domain"),
+        (
+            [NodeSpec("a", 8, domains=("x",)), NodeSpec("b", 8, domains=("y",))],
+            [Level("node", 1.0), Level("t", 1.0)],
+            "single domain",
+        ),
         ([NodeSpec("a", 8)], [Level("node", 0.0)], "positive bandwidth"),
     ],
 )
@@ -94,9 +100,19 @@ def test_invalid_topologies_are_refused_with_a_reason(nodes, levels, message):
 # ---- cost models ------------------------------------------------------------------------------------
 def test_megatron_cost_by_hand():
     job = JobSpec(
-        "m", 2, 2, 2, 10.0,
-        ModelShape(hidden_dim=1024, seq_len=1024, micro_batch_size=2, num_params_billions=1.0, num_layers=8,
-                   global_batch_size=32),
+        "m",
+        2,
+        2,
+        2,
+        10.0,
+        ModelShape(
+            hidden_dim=1024,
+            seq_len=1024,
+            micro_batch_size=2,
+            num_params_billions=1.0,
+            num_layers=8,
+            global_batch_size=32,
+        ),
     )
     model = MegatronCostModel()
     act = 2 * 1024 * 1024 * 2  # micro-batch x seq x hidden x bytes
@@ -274,3 +290,23 @@ def test_minimal_recovery_with_no_spare_in_the_rack_goes_one_level_up():
     assert outcome.new is not None
     new_node, kept = outcome.new.group_nodes
     assert state.topology.common_level(new_node, kept) == 2  # same spine, not across the cluster
+
+
+def test_a_minimal_repair_keeps_the_groups_it_moves_together_when_that_costs_no_more() -> None:
+    # Issue 43's seed-3 case: a DP16 job of single GPUs on two 8-GPU nodes loses one node's 8 ranks. The cost
+    # model prices the DP ring by its slowest link, so one spare GPU on one node and seven on another cost the
+    # same as eight on one node; NCCL's ring over one node's one NIC is 11x slower (core/stepcomm.py). The 8
+    # moved ranks go to one node: spreading them one by one, tightest node first, split them 1 + 7.
+    nodes = [NodeSpec(f"n{i}", 8, domains=("rack",)) for i in range(5)]
+    state = ClusterState(Topology.from_nodes(nodes, [Level("node", 600.0), Level("rack", 50.0)]))
+    job = JobSpec("j", 1, 1, 16, 1.0)
+    old = Allocation("j", tuple((g,) for g in range(16)), 1.0)  # n0 and n1
+    state.allocate(old)
+    state.allocate(Allocation("seven", tuple((g,) for g in range(16, 23)), 1.0))  # n2: one GPU free
+    state.allocate(Allocation("one", ((24,),), 1.0))  # n3: seven free; n4 whole and free
+    for gpu in range(8):
+        state.set_health(gpu, GPUHealth.OFFLINE)
+    outcome = recover(state, Placer(state), job, cost_model("seed"), RecoveryStrategy.MINIMAL)
+    assert outcome.new is not None and outcome.new.groups[8:] == old.groups[8:]  # the healthy ranks stay
+    moved_to = {state.topology.gpu_node[group[0]] for group in outcome.new.groups[:8]}
+    assert len(moved_to) == 1, moved_to

@@ -136,9 +136,7 @@ class Placer:
                     bound = best_cost.total_ms
         notes.extend(self._describe(job, best_layout, best_cost, bound, proven))
         groups = self.choose_gpus(job, best_layout, previous)
-        return Placement(
-            job.job_id, job.pp, job.dp, tuple(best_layout), groups, best_cost, bound, proven, tuple(notes)
-        )
+        return Placement(job.job_id, job.pp, job.dp, tuple(best_layout), groups, best_cost, bound, proven, tuple(notes))
 
     # ---- scoring ----------------------------------------------------------------------------------
     def _score(
@@ -207,9 +205,7 @@ class Placer:
             return bound_ms
         request = Request(job.tp, job.memory_per_gpu_gb)
         picker = DomainPicker(self.state, request, base_cache=cache if cache is not None else {})
-        most = max(
-            (picker.capacity(lam, dom, lam, job.dp) for dom in range(self.topology.num_domains(lam))), default=0
-        )
+        most = max((picker.capacity(lam, dom, lam, job.dp) for dom in range(self.topology.num_domains(lam))), default=0)
         if most == 0:
             return math.inf
         bw = self.topology.level_bandwidth
@@ -281,13 +277,56 @@ class Placer:
             else:
                 moving.append(g)
         pricing = SingleMoveCost(self.topology, job, old_nodes, model)
+        together = self._together(job, model, old_nodes, moving, room) if len(moving) > 1 else None
         for g in moving:
             target = self.best_replacement(job, pricing, g, room)
             if target is None:
                 return None
             pricing.apply(g, target)
             room[target] = room.get(target, state.node_slots(target, t, mem)) - 1
+        if together is not None and together[0] <= node_level_cost(self.topology, job, pricing.layout, model).total_ms:
+            return together[1]
         return pricing.layout
+
+    def _together(  # params: the repair's own state, passed down from keep_and_repair
+        self,
+        job: JobSpec,
+        model: CostModel,
+        old_nodes: Sequence[int],
+        moving: Sequence[int],
+        room: dict[int, int],
+        fanout: int = 8,
+    ) -> tuple[float, list[int]] | None:
+        """The moving groups all on one node, the cheapest such node near their old one: taken when it costs
+        no more than spreading them one by one. The cost model prices a ring by its slowest link, so it cannot
+        tell one node holding them from several; the collectives can (NCCL's cross-node ring runs over each
+        node's NICs, and a node holding one rank of it has one: 11x slower in issue 43's case)."""
+        topo, t, mem = self.topology, job.tp, job.memory_per_gpu_gb
+        need, anchor = len(moving), old_nodes[moving[0]]
+        for level in range(1, topo.top + 1) if topo.top else [0]:
+            domain = topo.domain_of[level][anchor]
+            options: list[int] = []
+            for free in range(t * need, topo.max_gpus_per_node + 1):  # tightest first, as best_replacement
+                for node in self.state.nodes_with_free(level, domain, free, mem):
+                    if room.get(node, self.state.node_slots(node, t, mem)) >= need:
+                        options.append(node)
+                    if len(options) >= fanout:
+                        break
+                if len(options) >= fanout:
+                    break
+            if options:
+                best: tuple[float, int, int, list[int]] | None = None
+                for node in options:
+                    layout = list(old_nodes)
+                    for g in moving:
+                        layout[g] = node
+                    cost = node_level_cost(topo, job, layout, model).total_ms
+                    key = (round(cost / COST_EPS) * COST_EPS, self.state.usable_free(node), node, layout)
+                    if best is None or key[:3] < best[:3]:
+                        best = key
+                assert best is not None
+                return best[0], best[3]
+        return None
 
     def best_replacement(
         self, job: JobSpec, pricing: SingleMoveCost, g: int, room: dict[int, int], fanout: int = 8
