@@ -15,7 +15,14 @@ from paralleljob.devcluster import build
 from paralleljob.devcluster.certs import KUEUE_USER
 from paralleljob.devcluster.cluster import up
 from paralleljob.devcluster.kueue import KueueNeedsRoot
-from paralleljob.devcluster.kueuemanifests import MODULE, configuration, conversions, rbac, webhook_configurations
+from paralleljob.devcluster.kueuemanifests import (
+    MODULE,
+    configuration,
+    conversions,
+    crd_documents,
+    rbac,
+    webhook_configurations,
+)
 from paralleljob.devcluster.versions import ADDONS, addon_dir, addon_version, binaries_dir, deploy_dir, ldflags
 
 
@@ -130,6 +137,20 @@ def test_conversion_webhooks_are_those_upstreams_kustomization_lists(tmp_path: P
     assert result["workloads.kueue.x-k8s.io"]["strategy"] == "Webhook"
     assert webhook["clientConfig"]["url"] == "https://127.0.0.1:41234/convert"
     assert webhook["conversionReviewVersions"] == ["v1"]
+
+
+def test_the_crds_are_installed_with_those_conversion_webhooks_from_the_start(tmp_path: Path) -> None:
+    write_module(tmp_path)
+    for plural in ("workloads", "resourceflavors"):
+        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": f"{plural}.kueue.x-k8s.io"}, "spec": {"group": "kueue.x-k8s.io"}}  # fmt: skip
+        write(tmp_path / MODULE / "crd" / "bases" / f"kueue.x-k8s.io_{plural}.yaml", [crd])
+    documents = {d["metadata"]["name"]: d for d in crd_documents(tmp_path, 41234, b"CA PEM")}
+
+    assert sorted(documents) == ["resourceflavors.kueue.x-k8s.io", "workloads.kueue.x-k8s.io"]
+    conversion = documents["workloads.kueue.x-k8s.io"]["spec"]["conversion"]
+    assert conversion["webhook"]["clientConfig"]["url"] == "https://127.0.0.1:41234/convert"
+    assert "conversion" not in documents["resourceflavors.kueue.x-k8s.io"]["spec"]  # not listed upstream
 
 
 def test_configuration_is_upstreams_with_only_the_loopback_changes(tmp_path: Path) -> None:

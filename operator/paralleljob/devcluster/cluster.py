@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from paralleljob.devcluster import (
     controllermanager,
@@ -117,7 +118,7 @@ def up(
     dra_mode = shape.gpu_api == "dra"
     binaries = ensure_binaries(report)
     # Built before anything starts, so that a long build is not startup time.
-    addon_crds = [jobset.crd_dir(ensure_addon(addon, report)) for addon in controllers]
+    addon_folders = {addon: ensure_addon(addon, report) for addon in controllers}
     scheduler_binary = ensure_kube_scheduler(report) if kube_scheduler or "kueue" in controllers else None
     if real_nodes:
         ensure_node_binaries(report)
@@ -134,6 +135,14 @@ def up(
             "kube-controller-manager": kcm_port,
         }  # fmt: skip
         pki = write_pki(run_dir / "pki")
+        addon_crds = [
+            d for a, f in addon_folders.items() if a != "kueue" for d in crds.crd_documents(jobset.crd_dir(f))
+        ]
+        if "kueue" in addon_folders:  # its CRDs name its webhook port (conversion): chosen now, used by start_kueue
+            record.ports.update(kueue.allocate_ports())
+            addon_crds += kueue.crd_documents(
+                addon_folders["kueue"], record.ports["kueue-webhook"], pki.ca_cert.read_bytes()
+            )
 
         etcd = controlplane.start_etcd(binaries["etcd"], run_dir, etcd_port, etcd_peer_port, die_with_caller)
         _remember(record, etcd)
@@ -258,10 +267,10 @@ async def _populate(
     shape: NodeShape,
     processes: list[state.ProcessRecord],
     after_crds: Callable[[], state.ProcessRecord],
-    extra_crd_dirs: list[Path],
+    extra_crds: list[dict[str, Any]],
     nvl72_racks: int = 0,
 ) -> tuple[list[str], state.ProcessRecord]:
-    """Install CRDs (the project's and ``extra_crd_dirs``', e.g. JobSet's), call ``after_crds`` and create
+    """Install CRDs (the project's and ``extra_crds``, e.g. JobSet's), call ``after_crds`` and create
     the nodes; fail fast if a process dies meanwhile (a bad kwok stage, say). The process ``after_crds``
     starts is watched from then on too. Installing an add-on's CRD before kube-controller-manager starts
     matters: its garbage collector discovers resources added later only at its 30 s resync, so until then
@@ -270,8 +279,8 @@ async def _populate(
     async def work() -> tuple[list[str], state.ProcessRecord]:
         async with api_client(kubeconfig) as api:
             installed = await crds.install_crds(api)
-            for directory in extra_crd_dirs:
-                installed += await crds.install_crds(api, directory)
+            if extra_crds:
+                installed += await crds.install_documents(api, extra_crds)
             if nvl72_racks:
                 await nvl72.install(api, shape.gpu_api == "dra")
                 installed.append("computedomains.resource.nvidia.com")

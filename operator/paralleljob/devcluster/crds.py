@@ -29,13 +29,18 @@ def crd_documents(directory: Path | None = None) -> list[dict[str, Any]]:
 
 async def install_crds(api: ApiClient, directory: Path | None = None, timeout_s: float = 30.0) -> list[str]:
     """Create or replace every CRD found, then wait for all of them; returns their names."""
+    return await install_documents(api, crd_documents(directory), timeout_s)
+
+
+async def install_documents(api: ApiClient, documents: list[dict[str, Any]], timeout_s: float = 30.0) -> list[str]:
+    """Create or replace these CRDs, then wait for all of them; returns their names."""
     from kubernetes_asyncio.client import ApiextensionsV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
     # Typed as Any: the client accepts plain dict bodies although its annotations name only model classes.
     extensions: Any = ApiextensionsV1Api(api)
     names = []
-    for document in crd_documents(directory):
+    for document in documents:
         name = document["metadata"]["name"]
         try:
             await extensions.create_custom_resource_definition(document)

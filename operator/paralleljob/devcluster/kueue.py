@@ -22,7 +22,6 @@ import asyncio
 import os
 import shutil
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -33,12 +32,13 @@ import yaml
 from paralleljob.devcluster import crds, kueuemanifests, process, state
 from paralleljob.devcluster.build import ensure_addon
 from paralleljob.devcluster.controlplane import poll
-from paralleljob.devcluster.jobset import apply_object, crd_dir
+from paralleljob.devcluster.jobset import apply_object
 from paralleljob.devcluster.kubeconfig import api_client
 
 PROCESS_NAME = "kueue-controller-manager"
 KUBECONFIG_NAME = "kueue-controller-manager.kubeconfig"
 METRICS_CERT_PATH = Path("/etc/kueue/metrics/certs")  # fixed in Kueue's cmd/kueue/main.go
+PORT_NAMES = ("kueue-webhook", "kueue-metrics", "kueue-health")
 
 Report = Callable[[str], None]
 
@@ -59,6 +59,15 @@ def require_root() -> None:
         )
 
 
+def allocate_ports() -> dict[str, int]:
+    return dict(zip(PORT_NAMES, process.free_loopback_ports(len(PORT_NAMES)), strict=True))
+
+
+def crd_documents(folder: Path, webhook_port: int, ca_bundle: bytes) -> list[dict[str, Any]]:
+    """Kueue's CRDs with their conversion webhooks on ``webhook_port`` (``kueuemanifests.crd_documents``)."""
+    return kueuemanifests.crd_documents(folder, webhook_port, ca_bundle)
+
+
 def running_kueue(record: state.ClusterState) -> state.ProcessRecord | None:
     return next((p for p in record.processes if p.name == PROCESS_NAME and process.is_alive(p)), None)
 
@@ -76,12 +85,20 @@ def start_kueue(
     require_root()
     folder = ensure_addon("kueue", report)
     run_dir = Path(record.run_dir)
-    webhook_port, metrics_port, health_port = process.free_loopback_ports(3)
+    # the ports `up` chose when it installed the CRDs (their conversion webhooks name the webhook port): then
+    # they are left as they are, since a CRD whose conversion changes has its storage rebuilt, and lists of
+    # it are refused (429) until its watch cache fills again
+    installed = set(PORT_NAMES) <= set(record.ports)
+    ports = {n: record.ports[n] for n in PORT_NAMES} if installed else allocate_ports()
+    webhook_port, metrics_port, health_port = (ports[n] for n in PORT_NAMES)
     certs = _serving_certs(run_dir)
     config = kueuemanifests.configuration(folder, certs, webhook_port, metrics_port, health_port)
     config_path = run_dir / "kueue" / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    asyncio.run(_install(record.kubeconfig, folder))
+    ca_bundle = (run_dir / "pki" / "ca.crt").read_bytes()
+    asyncio.run(
+        _install(record.kubeconfig, [] if installed else crd_documents(folder, webhook_port, ca_bundle), folder)
+    )
 
     METRICS_CERT_PATH.mkdir(parents=True, exist_ok=True)  # the mount point; stays empty on the host
     binary = [str(folder / PROCESS_NAME), f"--kubeconfig={run_dir / KUBECONFIG_NAME}", f"--config={config_path}"]
@@ -95,7 +112,7 @@ def start_kueue(
     log = run_dir / "logs" / f"{PROCESS_NAME}.log"
     proc = process.spawn(PROCESS_NAME, argv, log, die_with_parent=die_with_caller)
     record.processes = [p for p in record.processes if p.name != PROCESS_NAME] + [proc]
-    record.ports.update({"kueue-webhook": webhook_port, "kueue-metrics": metrics_port, "kueue-health": health_port})
+    record.ports.update(ports)
     state.save(record)
 
     def ready() -> bool:
@@ -103,7 +120,6 @@ def start_kueue(
             return bool(response.status == 200)
 
     poll(proc, ready, timeout_s)
-    ca_bundle = (run_dir / "pki" / "ca.crt").read_bytes()
     asyncio.run(_register(record.kubeconfig, folder, webhook_port, ca_bundle))
     report(f"Kueue controller manager up on {name!r} (webhooks at https://127.0.0.1:{webhook_port})")
     return proc
@@ -119,13 +135,14 @@ def _serving_certs(run_dir: Path) -> Path:
     return certs
 
 
-async def _install(kubeconfig: str, folder: Path) -> None:
-    """CRDs (again, if ``up`` did: create or replace, cheap), Kueue's namespace and its roles."""
+async def _install(kubeconfig: str, crd_documents: list[dict[str, Any]], folder: Path) -> None:
+    """The CRDs (unless ``up`` installed them), Kueue's namespace and its roles."""
     from kubernetes_asyncio.client import CoreV1Api, RbacAuthorizationV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
     async with api_client(kubeconfig) as api:
-        await crds.install_crds(api, crd_dir(folder))
+        if crd_documents:
+            await crds.install_documents(api, crd_documents)
         core: Any = CoreV1Api(api)
         try:
             await core.create_namespace({"metadata": {"name": kueuemanifests.NAMESPACE}})
@@ -155,36 +172,10 @@ async def _apply_namespaced(rbac: Any, document: dict[str, Any]) -> None:
 
 
 async def _register(kubeconfig: str, folder: Path, port: int, ca_bundle: bytes) -> None:
-    """The webhook configurations, then the conversion webhooks on the CRDs upstream converts."""
-    from kubernetes_asyncio.client import AdmissionregistrationV1Api, ApiextensionsV1Api, CustomObjectsApi
+    from kubernetes_asyncio.client import AdmissionregistrationV1Api
 
     async with api_client(kubeconfig) as api:
         admission: Any = AdmissionregistrationV1Api(api)
         for configuration in kueuemanifests.webhook_configurations(folder, port, ca_bundle):
             kind = "mutating" if configuration["kind"] == "MutatingWebhookConfiguration" else "validating"
             await apply_object(admission, f"{kind}_webhook_configuration", configuration)
-        extensions: Any = ApiextensionsV1Api(api)
-        custom: Any = CustomObjectsApi(api)
-        for crd_name, conversion in kueuemanifests.conversions(folder, port, ca_bundle).items():
-            current = api.sanitize_for_serialization(await extensions.read_custom_resource_definition(crd_name))
-            current["spec"]["conversion"] = conversion
-            await extensions.replace_custom_resource_definition(crd_name, current)
-            await _until_served(custom, current["spec"])
-
-
-async def _until_served(custom: Any, crd: dict[str, Any], timeout_s: float = 60.0) -> None:
-    """A CRD whose conversion changed has its storage rebuilt, and the API server answers 429 ("storage is
-    (re)initializing") for it meanwhile: return once a list of it succeeds again, so ``up`` hands over a
-    cluster whose Kueue kinds all answer."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    version = next(v["name"] for v in crd["versions"] if v.get("storage"))
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            await custom.list_cluster_custom_object(crd["group"], version, crd["names"]["plural"], limit=1)
-            return
-        except ApiException as exc:
-            if exc.status != 429 or time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.2)

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from paralleljob.devcluster import crds
 from paralleljob.devcluster.certs import KUEUE_USER
 
 MODULE = Path("module/config/components")
@@ -105,6 +106,19 @@ def conversions(folder: Path, port: int, ca_bundle: bytes) -> dict[str, dict[str
         webhook["clientConfig"] = _client(port, webhook["clientConfig"]["service"]["path"], ca_bundle)
         result[patch["metadata"]["name"]] = conversion
     return result
+
+
+def crd_documents(folder: Path, port: int, ca_bundle: bytes) -> list[dict[str, Any]]:
+    """The module's CRDs as upstream's kustomization applies them: with the conversion webhooks it enables,
+    here calling Kueue on loopback. Installed so from the start (before Kueue listens: the API server
+    converts only when a client asks for another version), since changing a CRD's conversion later rebuilds
+    its storage, and lists of it are refused with 429 until its watch cache fills again."""
+    converted = conversions(folder, port, ca_bundle)
+    documents = crds.crd_documents(folder / MODULE / "crd" / "bases")
+    for document in documents:
+        if document["metadata"]["name"] in converted:
+            document["spec"]["conversion"] = converted[document["metadata"]["name"]]
+    return documents
 
 
 def _binding(kind: str, name: str, namespace: str | None) -> dict[str, Any]:
