@@ -134,6 +134,14 @@ def pods_of(kube: KubeSession, namespace: str, group: str) -> list[Any]:
     return sorted((p for p in listed if p.metadata.name.startswith(group)), key=lambda p: p.metadata.name)
 
 
+def job_gone(pjs: Jobs, name: str) -> bool:
+    try:
+        pjs.get(name)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
 def bound(pods: list[Any]) -> list[str]:
     return [p.spec.node_name for p in pods if p.spec.node_name]
 
@@ -295,15 +303,7 @@ def test_a_deleted_podgroup_goes_away_once_its_pods_are_gone_and_its_parallel_jo
         return False
 
     wait_for("the PodGroup is gone once no pod of it is active", lambda: gone("podgroups", "bye-workers"), 120)
-
-    def job_collected() -> bool:
-        try:
-            pjs.get("bye-workers")
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for("the adopting ParallelJob is collected with it", job_collected, timeout_s=120)
+    wait_for("the adopting ParallelJob is collected with it", lambda: job_gone(pjs, "bye-workers"), timeout_s=120)
 
 
 def test_the_documented_native_podgroup_example_applied_and_deleted_with_kubectl(
@@ -330,12 +330,4 @@ def test_the_documented_native_podgroup_example_applied_and_deleted_with_kubectl
     assert len(leaves) == 1  # the Workload's topology key: one rack
     assert wait_for("PodGroupScheduled=True", lambda: scheduled(kube, ns, "llm-workers").get("status") == "True")
     kubectl("delete", "-f", str(EXAMPLE))  # waits until every object is gone, the PodGroup's finalizer included
-
-    def job_collected() -> bool:
-        try:
-            pjs.get("llm-workers")
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for("the adopting ParallelJob is collected", job_collected, timeout_s=120)
+    wait_for("the adopting ParallelJob is collected", lambda: job_gone(pjs, "llm-workers"), timeout_s=120)
