@@ -11,9 +11,18 @@ from paralleljob.core import Allocation, ClusterState, GPUHealth, JobSpec, cost_
 from paralleljob.core.cliques import nvl72_topology
 from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import Placement
+from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
 from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.core.repair import FailureKind, FailurePolicy, FailureReport, Rescheduled, decide_repair
+from paralleljob.core.repair import (
+    FailureKind,
+    FailurePolicy,
+    FailureReport,
+    Rescheduled,
+    decide_repair,
+    pods_to_move,
+)
 from paralleljob.core.topology import Topology
+from paralleljob.core.traypods import tray_pods_to_move
 
 
 def a_full_clique() -> tuple[ClusterState, NVLinkPlacer, JobSpec]:
@@ -62,3 +71,17 @@ def test_a_clique_out_of_spares_moves_only_the_broken_group_unless_full(strategy
         assert decision.restart_groups == (0, 1, 2, 3)
         assert len(set().union(*cliques)) == 1  # the whole gang in the other rack: one ComputeDomain
     assert state.allocations["j"].groups == after.groups
+
+
+def test_a_tray_move_is_counted_in_tray_pods_by_both_shells() -> None:
+    """The move back prices a tray job's move by the tray pods it re-creates (the operator's podsToMove and the
+    simulator's move-back, through ``tray_pods_to_move``), not by TP groups: one TP8 group is two tray pods."""
+    state, placer, job = a_full_clique()
+    before = state.allocations["j"]
+    state.set_health(before.groups[2][0], GPUHealth.OFFLINE)
+    report = FailureReport(FailureKind.GPU, (2,), restarts=0)
+    decision = decide_repair(state, placer, job, cost_model("megatron"), FailurePolicy(), report)
+    assert isinstance(decision, Rescheduled) and decision.placement is not None
+    after = decision.placement.groups
+    assert pods_to_move(before.groups, after) == 1
+    assert tray_pods_to_move(state.topology, (8, 1, 4), DEFAULT_RANK_ORDER, before.groups, after) == 2

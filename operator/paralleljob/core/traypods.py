@@ -72,3 +72,18 @@ def tray_pods(
         )
     pods.sort(key=lambda pod: pod.node_rank)
     return pods
+
+
+def tray_pods_to_move(
+    topology: Topology,
+    shape: tuple[int, int, int],
+    order: RankOrder,
+    current: Sequence[Sequence[int]],
+    best: Sequence[Sequence[int]],
+) -> int:
+    """Tray pods a move from ``current`` to ``best`` re-creates (``shape``: TP, PP, DP): those whose tray, GPUs
+    or node rank change. Both shells count a tray job's move so (the operator's ``podsToMove``, the simulator's
+    move-back price); a pod per TP group, as on HGX nodes, is not what a tray job runs."""
+    tp, pp, dp = shape
+    old = {(p.node, p.gpus, p.node_rank) for p in tray_pods(topology, current, tp, pp, dp, order)}
+    return sum(1 for p in tray_pods(topology, best, tp, pp, dp, order) if (p.node, p.gpus, p.node_rank) not in old)

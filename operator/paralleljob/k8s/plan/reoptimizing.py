@@ -43,6 +43,7 @@ from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import Placement
 from paralleljob.core.reoptimize import MigrationDecision, decide_migration
 from paralleljob.core.repair import ReoptimizePolicy, best_placement_now, pods_to_move
+from paralleljob.core.traypods import tray_pods_to_move
 from paralleljob.k8s.edge.queues import format_time, last_checkpoint, parse_time
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.edge.specs import JobRequest
@@ -116,12 +117,13 @@ def _pods_to_move(ctx: PassContext, held: HeldJob, best: Placement | None) -> in
     """Pods a move to ``best`` re-creates: TP groups whose GPUs change, or for a tray job its tray pods."""
     if best is None:
         return 0
-    record = held.record
-    if not record.trays:
-        return pods_to_move(ctx.view.state.allocations[held.job.key].groups, best.groups)
-    fresh = tray_record(ctx.view, held.job, held.request, best.groups, record.epoch, (), best.cost)
-    old = {(t.name, t.node, t.gpu_indices) for t in record.trays}
-    return sum(1 for t in fresh.trays if (t.name, t.node, t.gpu_indices) not in old)
+    current = ctx.view.state.allocations[held.job.key].groups
+    if not held.record.trays:
+        return pods_to_move(current, best.groups)
+    spec = held.request.spec
+    return tray_pods_to_move(
+        ctx.view.topology, (spec.tp, spec.pp, spec.dp), held.request.rank_order, current, best.groups
+    )
 
 
 def _ask_to_checkpoint(ctx: PassContext, held: HeldJob, proposed_at: float) -> bool:

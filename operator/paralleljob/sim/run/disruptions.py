@@ -19,6 +19,8 @@ from paralleljob.core.elastic_failure import counts_as_restart
 from paralleljob.core.fifo import keeps_place
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
+from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
 from paralleljob.core.recovery import affected_groups
 from paralleljob.core.reoptimize import decide_migration
 from paralleljob.core.repair import (
@@ -30,6 +32,7 @@ from paralleljob.core.repair import (
     decide_repair,
     pods_to_move,
 )
+from paralleljob.core.traypods import tray_pods_to_move
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import elastic
 from paralleljob.sim.run.events import Event, Kind
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 
 
 # ---- failures, repairs, preemption --------------------------------------------------------------
+
 
 def push_failure(sim: Simulation, failure: Failure) -> None:
     if failure.time < sim.failure_horizon:
@@ -170,14 +174,22 @@ def on_repair(sim: Simulation, event: Event) -> None:
         sim._room_epoch += 1
         sim._request_schedule()
 
+
 # ---- re-optimisation: moving a repaired job back -------------------------------------------------
+
 
 def best_now(sim: Simulation, job: SimJob) -> tuple[float, int] | None:
     """(cost, pods that would move) of the placer's choice now, the job's own GPUs counted as free."""
     best = best_placement_now(sim.state, sim.placer, job.spec, sim.model)
     if best is None:
         return None
-    return best.cost.total_ms, pods_to_move(sim.state.allocations[job.job_id].groups, best.groups)
+    current = sim.state.allocations[job.job_id]
+    if isinstance(sim.placer, NVLinkPlacer) and sim.placer.spans_trays(current):  # a pod per tray, as the operator
+        spec = job.spec
+        moved = tray_pods_to_move(sim.state.topology, (spec.tp, spec.pp, spec.dp), DEFAULT_RANK_ORDER, current.groups,
+                                  best.groups)  # fmt: skip
+        return best.cost.total_ms, moved
+    return best.cost.total_ms, pods_to_move(current.groups, best.groups)
 
 
 def reoptimize_pass(sim: Simulation) -> None:
