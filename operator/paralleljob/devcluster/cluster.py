@@ -225,6 +225,9 @@ def up(
             jobset.start_jobset(name, report, die_with_caller)
         if "kueue" in controllers:
             kueue.start_kueue(name, report, die_with_caller)
+        # the add-ons recorded their processes and ports in the saved state: saving this copy as it was would
+        # drop them, and `down` would leave them running
+        record = state.load(name) or record
         if scheduler_binary is not None:
             gates = gangapi.SCHEDULER_GATES if kube_scheduler else ""
             _remember(record, gangapi.start_scheduler(scheduler_binary, run_dir, kubeconfig, die_with_caller, gates))

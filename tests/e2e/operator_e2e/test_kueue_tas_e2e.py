@@ -21,6 +21,7 @@ from kubernetes_asyncio.client import CustomObjectsApi
 from pjhelpers import wait_for
 from tests.e2e.conftest import E2E_CLUSTER_PREFIX, E2E_SHAPE
 
+from paralleljob.devcluster import state
 from paralleljob.devcluster.cluster import DevCluster, down, get, up
 from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL, LEAF_LABEL
 from paralleljob.devcluster.session import KubeSession
@@ -148,3 +149,13 @@ def test_kueue_admits_a_jobset_into_one_rack_and_kube_scheduler_binds_it_there(k
         assert (pod.spec.node_selector or {}).get(HOSTNAME) == pod.spec.node_name  # Kueue's assignment
     current = kube.run(custom.get_namespaced_custom_object(*JOBSET[:2], namespace, JOBSET[2], "llm"))
     assert current["spec"].get("suspend") is False
+
+
+def test_the_cluster_records_jobset_kueue_and_kube_scheduler_so_down_stops_them(dev_cluster: DevCluster) -> None:
+    """``up`` saved its own copy of the state after the add-ons had recorded theirs (the scheduler last),
+    which dropped JobSet's and Kueue's processes from it: ``dev-cluster down`` then left both running."""
+    record = state.load(dev_cluster.name)
+    assert record is not None
+    names = {p.name for p in record.processes}
+    assert {"jobset-controller-manager", "kueue-controller-manager", "kube-scheduler"} <= names, names
+    assert {"kueue-webhook", "kueue-metrics", "kueue-health", "jobset-webhook"} <= set(record.ports)
