@@ -8,7 +8,7 @@ the set instead of all pairs.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from paralleljob.core.cost import CostBreakdown, CostModel
 from paralleljob.core.job import JobSpec
@@ -24,6 +24,22 @@ def nodes_common_level(topology: Topology, nodes: Iterable[int]) -> int:
         if node != first:
             level = max(level, topology.common_level(first, node))
     return level
+
+
+def pipeline_ms(
+    job: JobSpec, tp_groups: Sequence[Sequence[int]], model: CostModel, bandwidth: Callable[[int, int], float]
+) -> float:
+    """The slowest replica's pipeline time, each stage boundary at its slowest pair of same-TP-rank GPUs
+    (``bandwidth``: the cost model's pair bandwidth, or the calibrated one of ``core/stepcomm``)."""
+    t, pp = job.tp, job.pp
+    slowest = 0.0
+    for d in range(job.dp):
+        bws = []
+        for p in range(pp - 1):
+            a, b = tp_groups[d * pp + p], tp_groups[d * pp + p + 1]
+            bws.append(min(bandwidth(a[k], b[k]) for k in range(t)))
+        slowest = max(slowest, model.pp_ms(job, bws))
+    return slowest
 
 
 def min_pair_bandwidth(topology: Topology, gpus: Sequence[int]) -> float:
@@ -43,14 +59,7 @@ def rank_level_cost(
     t, pp, dp = job.tp, job.pp, job.dp
     tp_bw = min((min_pair_bandwidth(topology, g) for g in tp_groups), default=math.inf)
     tp_ms = model.tp_ms(job, tp_bw) if t > 1 else 0.0
-    pp_ms = 0.0
-    if pp > 1:
-        for d in range(dp):
-            bws = []
-            for p in range(pp - 1):
-                a, b = tp_groups[d * pp + p], tp_groups[d * pp + p + 1]
-                bws.append(min(topology.bandwidth_between(a[k], b[k]) for k in range(t)))
-            pp_ms = max(pp_ms, model.pp_ms(job, bws))
+    pp_ms = pipeline_ms(job, tp_groups, model, topology.bandwidth_between) if pp > 1 else 0.0
     dp_ms = 0.0
     if dp > 1:
         dp_bw = math.inf

@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from paralleljob.core.collectives import GB200_NVL72, HGX_H100, NIC_EFFICIENCY, Fabric, allreduce_ms
 from paralleljob.core.cost import CostBreakdown, CostModel
-from paralleljob.core.evaluate import nodes_common_level
+from paralleljob.core.evaluate import nodes_common_level, pipeline_ms
 from paralleljob.core.job import JobSpec
 from paralleljob.core.topology import Topology
 
@@ -81,14 +81,7 @@ class StepComm:
         if t > 1:
             count, size = model.tp_allreduces(job)
             tp_ms = count * max(self.allreduce_ms(group, size) for group in tp_groups)
-        pp_ms = 0.0
-        if pp > 1:
-            for d in range(dp):
-                bws = []
-                for p in range(pp - 1):
-                    a, b = tp_groups[d * pp + p], tp_groups[d * pp + p + 1]
-                    bws.append(min(self.pair_bandwidth(a[k], b[k]) for k in range(t)))
-                pp_ms = max(pp_ms, model.pp_ms(job, bws))
+        pp_ms = pipeline_ms(job, tp_groups, model, self.pair_bandwidth) if pp > 1 else 0.0
         dp_ms = 0.0
         if dp > 1:
             count, size = model.dp_allreduces(job)
