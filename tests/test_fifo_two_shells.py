@@ -13,6 +13,8 @@ import pytest
 
 from paralleljob.core import fifo
 from paralleljob.core.admission import Admit
+from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER
+from paralleljob.k8s.edge.queues import parse_queue
 from paralleljob.k8s.plan import fifo_admission
 from paralleljob.sim.run import engine
 from paralleljob.sim.run.config import SimConfig
@@ -74,3 +76,9 @@ def _histories(passes: list[list[tuple[str, str]]]) -> dict[str, list[str]]:
             if not seen or seen[-1] != verdict:
                 seen.append(verdict)
     return out
+
+
+def test_a_job_requeued_after_its_hardware_broke_stands_where_the_operator_puts_it_in_both_shells() -> None:
+    # The simulator's evidence is only the operator's if a requeued job waits at the same place by default.
+    operator_default = parse_queue({"metadata": {"name": "q"}, "spec": {}}).requeue_order
+    assert SimConfig().requeue_order is operator_default is DEFAULT_REQUEUE_ORDER

@@ -124,32 +124,33 @@ def test_no_room_after_a_failure_requeues_until_repair() -> None:
     assert j.first_start == 0.0
 
 
-def test_a_job_requeued_after_a_failure_waits_at_the_back_of_a_strict_fifo_line() -> None:
+def test_a_job_requeued_after_a_failure_waits_at_the_back_of_a_strict_fifo_line_when_its_queue_says_so() -> None:
     # A holds both nodes; B waits behind it. Node 0 fails at t=100 for an hour: A has no room and is requeued.
     # At its old place A would head the strict FIFO line without fitting, holding B back for the hour; at the
-    # back (core.repair.Requeue, as the operator writes queuedAt) B starts on node 1 right away.
+    # back (requeueOrder: Back, the operator writing queuedAt now) B starts on node 1 right away.
     failure = Failure(100.0, node=0, cause="NIC", scope=Scope.NODE, gpu_index=0, repair_s=3600.0)
     simulation = run(
         Topology.uniform(2),
         [job("A", 0, 1000, (8, 1, 2)), job("B", 10, 500, (8, 1, 1))],
         scripted_failures=(failure,),
         queue="fifo",
+        requeue_order=RequeueOrder.BACK,
     )
     assert simulation.tally.requeued == 1
     assert simulation.jobs["B"].first_start == pytest.approx(100.0)
     assert simulation.jobs["A"].finished is not None and simulation.jobs["A"].finished > 3700.0
 
 
-def test_a_job_requeued_after_a_failure_keeps_its_place_when_its_queue_says_so() -> None:
+def test_a_job_requeued_after_a_failure_keeps_its_place_by_default() -> None:
     # The same run with the operator's default requeueOrder, KeepPlace (issue 38: a job knocked out by
-    # hardware did nothing wrong): A heads the strict FIFO line again, and B waits until A has run.
+    # hardware did nothing wrong), which the simulator's default follows: A heads the strict FIFO line again,
+    # and B waits until A has run.
     failure = Failure(100.0, node=0, cause="NIC", scope=Scope.NODE, gpu_index=0, repair_s=3600.0)
     simulation = run(
         Topology.uniform(2),
         [job("A", 0, 1000, (8, 1, 2)), job("B", 10, 500, (8, 1, 1))],
         scripted_failures=(failure,),
         queue="fifo",
-        requeue_order=RequeueOrder.KEEP_PLACE,
     )
     assert simulation.tally.requeued == 1
     a, b = simulation.jobs["A"], simulation.jobs["B"]

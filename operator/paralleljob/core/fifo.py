@@ -52,6 +52,11 @@ class RequeueOrder(enum.StrEnum):
     BACK = "Back"
 
 
+# A ParallelJobQueue's requeueOrder when it names none (and for a job with no queue object): the operator's
+# and the simulator's default alike.
+DEFAULT_REQUEUE_ORDER = RequeueOrder.KEEP_PLACE
+
+
 def keeps_place(order: RequeueOrder, hardware: bool) -> bool:
     """Whether a job requeued with no room after a failure keeps its queue time (else it is stamped now): a
     crashed worker is the job's own failure and always goes to the back; broken or drained hardware is not,

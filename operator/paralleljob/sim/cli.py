@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.core.cliques import nvl72_topology
+from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
 from paralleljob.core.queueing import QueueSpec
 from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, OnUnplaceable
 from paralleljob.core.steptime import StepTimeModel
@@ -114,7 +115,10 @@ def register(subparsers: Any) -> None:
                    help="the operator's failurePolicy.maxRestarts for every job (default: the operator's)")
     p.add_argument("--on-unplaceable", choices=[o.value for o in OnUnplaceable],
                    default=DEFAULT_FAILURE_POLICY.on_unplaceable.value,
-                   help="the operator's failurePolicy.onUnplaceable: Requeue (back of the line) or Fail")
+                   help="the operator's failurePolicy.onUnplaceable: Requeue or Fail")
+    p.add_argument("--requeue-order", choices=[o.value for o in RequeueOrder], default=DEFAULT_REQUEUE_ORDER.value,
+                   help="where a job requeued after its hardware broke waits, the operator's ParallelJobQueue "
+                        "requeueOrder: KeepPlace (its place in line, the operator's default) or Back")
     p.set_defaults(handler=main)
 
 
@@ -186,6 +190,7 @@ def _config(
         horizon_s=args.days * DAY if args.days is not None else None,
         seed=seed,
         failure_policy=failure_policy,
+        requeue_order=RequeueOrder(args.requeue_order),
         quotas=quotas,
     )
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.core.fifo import RequeueOrder, keeps_place
+from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder, keeps_place
 from paralleljob.core.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, LAST_CHECKPOINT_ANNOTATION, QUEUE_POLICIES
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
@@ -32,7 +32,7 @@ class QueueInfo:
     # Warm spare trays per NVLink clique this queue's jobs leave free (None: the topology setting's)
     nvlink_spares: int | None = None
     # Where a job requeued after its hardware broke stands (spec.requeueOrder; core.fifo.keeps_place)
-    requeue_order: RequeueOrder = RequeueOrder.KEEP_PLACE
+    requeue_order: RequeueOrder = DEFAULT_REQUEUE_ORDER
     # The status fields as last written ((field, value) pairs), so the pass can tell which queues' status
     # is out of date without the shell comparing bodies.
     status: tuple[tuple[str, float], ...] = ()
@@ -65,7 +65,7 @@ def parse_queue(body: Mapping[str, object]) -> QueueInfo:
         namespaces=tuple(str(n) for n in namespaces) if isinstance(namespaces, list) else (),
         nvlink_spares=spares if isinstance(spares, int) and spares >= 0 else None,
         # the CRD admits only these values; an older API server's object without the field keeps its place
-        requeue_order=RequeueOrder.BACK if order == RequeueOrder.BACK.value else RequeueOrder.KEEP_PLACE,
+        requeue_order=RequeueOrder(order) if order in [o.value for o in RequeueOrder] else DEFAULT_REQUEUE_ORDER,
         status=shown,
     )
 
@@ -74,7 +74,7 @@ def requeue_stamp(queue: QueueInfo | None, hardware: bool, queued_at: str, now: 
     """``status.queuedAt`` of a job requeued with no room after a failure: its old stamp when it keeps its
     place (broken or drained hardware, and its queue's ``requeueOrder`` is KeepPlace, the default: a queue
     without an object too), else ``now``, the back of the line."""
-    order = queue.requeue_order if queue is not None else RequeueOrder.KEEP_PLACE
+    order = queue.requeue_order if queue is not None else DEFAULT_REQUEUE_ORDER
     return queued_at if queued_at and keeps_place(order, hardware) else now
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from paralleljob.core import queueing
 from paralleljob.core.cost import COST_MODELS
-from paralleljob.core.fifo import RequeueOrder
+from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
 from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule
 from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, FailurePolicy
 from paralleljob.core.steptime import STEP_MODELS
@@ -90,6 +90,6 @@ class SimConfig:
     # The operator's spec.failurePolicy for every job (maxRestarts, onUnplaceable); the strategy is the
     # placement policy's (ours: minimal, ours-full: full).
     failure_policy: FailurePolicy = DEFAULT_FAILURE_POLICY
-    # Where a job requeued after its hardware broke stands (the operator's ParallelJobQueue requeueOrder, whose
-    # default is KeepPlace): Back here, the order docs/simulator.md's failure evidence was measured with.
-    requeue_order: RequeueOrder = RequeueOrder.BACK
+    # Where a job requeued after its hardware broke stands: the operator's ParallelJobQueue requeueOrder and
+    # its default, so the simulator replays what the operator does unless told otherwise.
+    requeue_order: RequeueOrder = DEFAULT_REQUEUE_ORDER
