@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
 from paralleljob.core.reoptimize import ReoptimizeRule
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.clusters import mixed_node_cluster, node_list_cluster, oversubscribed, uniform_cluster
@@ -162,7 +163,7 @@ def reopt_sweep(seeds: Sequence[int]) -> None:
     _ = summarize  # the CLI's aggregation; the tables here use the same mean_ci
 
 
-def failures_vs_best_fit(seeds: Sequence[int]) -> None:
+def failures_vs_best_fit(seeds: Sequence[int], order: RequeueOrder = DEFAULT_REQUEUE_ORDER) -> None:
     """Issue 23's setting: does failure handling cost us against best-fit on small heterogeneous nodes?"""
     llama3 = load_failure_stats(TRACES / "failure_stats.csv").rates["llama3"]
     topology = node_list_cluster(TRACES / "alibaba2023_openb_gpu_nodes.csv", HETERO_NODES, 0)
@@ -170,26 +171,30 @@ def failures_vs_best_fit(seeds: Sequence[int]) -> None:
     policies = ("best-fit", "ours", "ours-full", "ours-reopt", "ours-full-reopt")
     work = lambda s: mixed_workload(600, topology.num_gpus, seed=s, load=0.9)  # noqa: E731
     for factor in (0, 1, 10):
-        configs = {p: replace(base_config(llama3 * factor), policy=p) for p in policies}
+        configs = {p: replace(base_config(llama3 * factor, requeue_order=order), policy=p) for p in policies}
         print(f"\n## 600 jobs at load 0.9 on {HETERO_NODES} Alibaba nodes {dict(sorted(sizes.items()))} (GPUs: nodes),"
-              f" strict FIFO, {factor:g}x the Llama 3 failure rate\n")  # fmt: skip
+              f" strict FIFO, {factor:g}x the Llama 3 failure rate, requeue order {order.value}\n")  # fmt: skip
         by_seed = grid(topology, work, configs, seeds)
         print(table(by_seed, "best-fit"))
+        ratios = [r["ours-reopt"]["jct_s"]["mean"] / r["best-fit"]["jct_s"]["mean"] for r in by_seed.values()]
+        print("\nours-reopt / best-fit per seed:", " ".join(f"{x:.3f}" for x in ratios))
         moves = {n: mean_ci([r[n].get("migrations_back", 0) for r in by_seed.values()])["mean"] for n in policies}
         shown = {n: round(float(m or 0), 2) for n, m in moves.items() if n.endswith("reopt")}
         print("\nmigrations back per run:", shown)
 
 
-def small_nodes(seeds: Sequence[int], factors: Sequence[float] = (1, 10)) -> None:
+def small_nodes(
+    seeds: Sequence[int], factors: Sequence[float] = (1, 10), order: RequeueOrder = DEFAULT_REQUEUE_ORDER
+) -> None:
     """Issue 43's setting: placement barely matters, so the failure path must not cost anything."""
     llama3 = load_failure_stats(TRACES / "failure_stats.csv").rates["llama3"]
     topology = mixed_node_cluster()
     policies = ("best-fit", "ours", "ours-reopt")
     work = lambda s: small_jobs_workload(SMALL_JOBS, topology.num_gpus, seed=s)  # noqa: E731
     for factor in factors:
-        configs = {p: replace(base_config(llama3 * factor), policy=p) for p in policies}
+        configs = {p: replace(base_config(llama3 * factor, requeue_order=order), policy=p) for p in policies}
         print(f"\n## {SMALL_JOBS:,} mostly single-GPU jobs at load 0.9 on {topology.num_gpus} GPUs (nodes of 8, 4, 2),"
-              f" strict FIFO, {factor:g}x the Llama 3 failure rate\n")  # fmt: skip
+              f" strict FIFO, {factor:g}x the Llama 3 failure rate, requeue order {order.value}\n")  # fmt: skip
         by_seed = grid(topology, work, configs, seeds)
         print(table(by_seed, "best-fit"))
         for name in policies[1:]:
@@ -242,10 +247,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--loads", default="0.7,0.9", help="recovery: offered loads")
     parser.add_argument("--factors", default="1,10", help="recovery, small-nodes: multiples of Llama 3's failure rate")
+    parser.add_argument(
+        "--requeue-order", choices=[o.value for o in RequeueOrder], default=DEFAULT_REQUEUE_ORDER.value,
+        help="failures-vs-best-fit, small-nodes: where a job requeued after its hardware broke waits",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     seeds = list(range(1, args.seeds + 1))
+    order = RequeueOrder(args.requeue_order)
     if args.what == "small-nodes":
-        small_nodes(seeds, [float(x) for x in args.factors.split(",")])
+        small_nodes(seeds, [float(x) for x in args.factors.split(",")], order)
+        return 0
+    if args.what == "failures-vs-best-fit":
+        failures_vs_best_fit(seeds, order)
         return 0
     if args.what == "recovery":
         recovery(seeds, [float(x) for x in args.loads.split(",")], [float(x) for x in args.factors.split(",")])
