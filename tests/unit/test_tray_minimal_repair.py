@@ -18,6 +18,7 @@ from paralleljob.core.repair import (
     FailurePolicy,
     FailureReport,
     Rescheduled,
+    best_placement_now,
     decide_repair,
     pods_to_move,
 )
@@ -85,3 +86,46 @@ def test_a_tray_move_is_counted_in_tray_pods_by_both_shells() -> None:
     after = decision.placement.groups
     assert pods_to_move(before.groups, after) == 1
     assert tray_pods_to_move(state.topology, (8, 1, 4), DEFAULT_RANK_ORDER, before.groups, after) == 2
+
+
+def a_job_split_over_two_empty_cliques(home: int) -> tuple[ClusterState, NVLinkPlacer, JobSpec]:
+    """TP8 x DP4 placed in clique ``home`` with no spare left, its group 2 repaired into the other clique, then
+    the broken GPU healed and the filler gone: three groups in ``home``, one in the other, both cliques empty
+    around them."""
+    state = ClusterState(nvl72_topology(2))
+    placer, model = NVLinkPlacer(state), cost_model("megatron")
+    if home == 1:
+        blocker = placer.place(JobSpec("blocker", 8, 1, 9, 10.0), model)
+        state.allocate(Allocation("blocker", blocker.groups, 10.0))
+    job = JobSpec("j", 8, 1, 4, 10.0)
+    state.allocate(Allocation("j", placer.place(job, model).groups, 10.0))
+    filler = placer.place(JobSpec("filler", 8, 1, 5, 10.0), model)
+    state.allocate(Allocation("filler", filler.groups, 10.0))
+    state.release("blocker")
+    broken = state.allocations["j"].groups[2][0]
+    state.set_health(broken, GPUHealth.OFFLINE)
+    report = FailureReport(FailureKind.GPU, (2,), restarts=0)
+    assert isinstance(decide_repair(state, placer, job, model, FailurePolicy(), report), Rescheduled)
+    state.set_health(broken, GPUHealth.HEALTHY)
+    state.release("filler")
+    return state, placer, job
+
+
+@pytest.mark.parametrize("home", [0, 1])
+def test_a_move_back_keeps_the_clique_most_of_the_job_runs_in(home: int) -> None:
+    """Both cliques cost the same for the whole job; the move back names the one holding three of its four
+    groups, so it re-creates the moved group's 2 tray pods, not all 8 (the placer's own tie-break picked the
+    other clique, in both orientations, before)."""
+    state, placer, job = a_job_split_over_two_empty_cliques(home)
+    topo = state.topology
+    current = state.allocations["j"]
+    cliques_now = [topo.domain_of[1][topo.gpu_node[group[0]]] for group in current.groups]
+    assert sorted(cliques_now) == sorted([home] * 3 + [1 - home])
+    best = best_placement_now(state, placer, job, cost_model("megatron"))
+    assert best is not None
+    assert {topo.domain_of[1][topo.gpu_node[group[0]]] for group in best.groups} == {home}
+    assert tray_pods_to_move(topo, (8, 1, 4), DEFAULT_RANK_ORDER, current.groups, best.groups) == 2
+    assert [tuple(a) == tuple(b) for a, b in zip(current.groups, best.groups, strict=True)] == [
+        True, True, False, True,
+    ]  # fmt: skip
+    assert state.allocations["j"] == current  # the probe left the job where it runs

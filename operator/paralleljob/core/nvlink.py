@@ -44,6 +44,7 @@ from paralleljob.core.placement import Placement
 from paralleljob.core.placer import Placer, PlacerConfig
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder, node_rank
 from paralleljob.core.topology import Topology
+from paralleljob.core.traykeep import current_cliques, kept_trays, toward_current_cliques
 from paralleljob.core.traymoves import move_broken_groups
 
 
@@ -173,6 +174,25 @@ class NVLinkPlacer:
             raise PlacementInfeasible(job.job_id, permanent, permanent=True)
         if previous is not None and self.spans_trays(previous):
             return self._repair(job, model, previous)
+        return self._fresh(job, model, previous, None)
+
+    def place_near(self, job: JobSpec, model: CostModel, current: Allocation) -> Placement:
+        """Where ``job``, running on ``current`` (its GPUs counted as free), would go if placed now: the
+        fresh placement (every tier open, not a repair), except that on whole trays it keeps the cliques and
+        trays of ``current`` where that costs no more (``core/traykeep``), so a move back names only the TP
+        groups that must move."""
+        idx = self.index
+        if not idx.cliques:
+            return self.plain.place(job, model, current)
+        permanent = nvlink_never_fits(self.topology, job)
+        if permanent:
+            raise PlacementInfeasible(job.job_id, permanent, permanent=True)
+        return self._fresh(job, model, None, current if self.spans_trays(current) else None)
+
+    def _fresh(
+        self, job: JobSpec, model: CostModel, previous: Allocation | None, near: Allocation | None
+    ) -> Placement:
+        idx = self.index
         refusals: list[str] = []
         mem = job.memory_per_gpu_gb
         hgx_room = sum(self.state.node_slots(n, job.tp, mem) for n in idx.single_nodes)
@@ -198,7 +218,7 @@ class NVLinkPlacer:
             except PlacementInfeasible:
                 pass
         try:
-            return self._on_cliques(job, model, self._clique_free(job, self.spares), ())
+            return self._on_cliques(job, model, self._clique_free(job, self.spares), (), near=near)
         except PlacementInfeasible as exc:
             raise PlacementInfeasible(job.job_id, [*exc.reasons, *refusals]) from None
 
@@ -238,17 +258,32 @@ class NVLinkPlacer:
         return out
 
     def _on_cliques(
-        self, job: JobSpec, model: CostModel, free: Sequence[int], prefer: Sequence[int], note: str = ""
+        self,
+        job: JobSpec,
+        model: CostModel,
+        free: Sequence[int],
+        prefer: Sequence[int],
+        note: str = "",
+        near: Allocation | None = None,
     ) -> Placement:
-        """Tier 3: the clique topology's optimum, laid over whole trays (``prefer``: trays to take first)."""
+        """Tier 3: the clique topology's optimum, laid over whole trays (``prefer``: trays to take first;
+        ``near``: a running job's GPUs, whose cliques and trays it keeps where that costs no more)."""
         unit_job, unit_model, placer = self._clique_placer(job, model, free)
         try:
             derived = placer.place(unit_job, unit_model)
         except PlacementInfeasible as exc:
             reasons = self._clique_refusal(job, free, exc)
             raise PlacementInfeasible(job.job_id, reasons, permanent=exc.permanent) from None
-        groups = self._lay_over_trays(job, derived.group_nodes, prefer)
-        return self._finish(job, derived.group_nodes, groups, derived, note)
+        cliques, kept = derived.group_nodes, {}
+        now = current_cliques(self.topology, self.index, near) if near is not None else None
+        if near is not None and now is not None:
+            cliques = toward_current_cliques(placer.state, unit_job, unit_model, cliques, now)
+            if cliques != derived.group_nodes:
+                cost = node_level_cost(placer.topology, unit_job, cliques, unit_model)
+                derived = replace(derived, group_nodes=cliques, cost=cost)
+            kept = kept_trays(self.topology, self.index, job.tp, cliques, near)
+        groups = self._lay_over_trays(job, cliques, prefer, kept)
+        return self._finish(job, cliques, groups, derived, note)
 
     def _clique_placer(self, job: JobSpec, model: CostModel, free: Sequence[int]) -> tuple[JobSpec, _ForJob, Placer]:
         """The core placer on the clique topology, with ``free`` GPUs per clique, and the job in its units."""
@@ -296,21 +331,35 @@ class NVLinkPlacer:
         )
 
     def _lay_over_trays(
-        self, job: JobSpec, cliques: Sequence[int], prefer: Sequence[int]
+        self,
+        job: JobSpec,
+        cliques: Sequence[int],
+        prefer: Sequence[int],
+        kept: dict[int, tuple[int, ...]] | None = None,
     ) -> tuple[tuple[int, ...], ...]:
-        """GPUs for each group: per clique, its groups in rank order over its whole free trays, in order."""
+        """GPUs for each group: per clique, its groups in rank order over its whole free trays, in order;
+        a group in ``kept`` keeps those GPUs when they are among them."""
         mem, state = job.memory_per_gpu_gb, self.state
         first = {n: k for k, n in enumerate(prefer)}
         pools: dict[int, list[int]] = {}
         for c in dict.fromkeys(cliques):
             trays = sorted(self.whole_free_trays(c, mem), key=lambda n: (n not in first, first.get(n, 0), n))
             pools[c] = [g for n in trays for g in state.eligible_gpus(n, mem)]
+        keep: dict[int, tuple[int, ...]] = {}
+        for g, gpus in (kept or {}).items():
+            pool = pools[cliques[g]]
+            if all(x in pool for x in gpus):
+                keep[g] = gpus
+                pools[cliques[g]] = [x for x in pool if x not in set(gpus)]
         # Inside a clique every pair of trays talks at one bandwidth, so the order in which its groups take
         # the trays costs nothing: node-rank order makes each tray's ranks one block (core/traypods).
         out: list[tuple[int, ...]] = [()] * len(cliques)
         taken = dict.fromkeys(pools, 0)
         pp, dp = job.pp, job.dp
         for g in sorted(range(len(cliques)), key=lambda g: node_rank(self.rank_order, g // pp, g % pp, pp, dp)):
+            if g in keep:
+                out[g] = keep[g]
+                continue
             c = cliques[g]
             start = taken[c]
             out[g] = tuple(pools[c][start : start + job.tp])

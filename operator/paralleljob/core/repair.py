@@ -32,6 +32,7 @@ from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
+from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.core.placer import Placer
 from paralleljob.core.recovery import RecoveryStrategy, recover
@@ -195,15 +196,17 @@ def best_placement_now(state: ClusterState, placer: PlacerLike, job: JobSpec, mo
     """The placer's choice for a running ``job`` if it were placed now, its own GPUs counted as free; the
     state is left exactly as it was, down to the order in which equal nodes are listed (else every probe
     would change the next tie-break). None: it would not fit anywhere (not even where it is). On a topology
-    with NVLink cliques the placer is not told where the job runs: the NVLink placer reads a previous
-    placement on trays as a repair to make, which keeps every healthy tray where it is, so a tray job was
-    never moved back (in the operator or the simulator)."""
+    with NVLink cliques the NVLink placer is asked for a fresh placement near the job's (``place_near``), not
+    handed it as ``previous``, which it reads as a repair to make (every healthy tray kept: the job would never
+    move back); among equally priced answers it keeps the job's cliques and trays."""
     own = state.allocations.get(job.job_id)
     if own is None:
         raise KeyError(f"{job.job_id} holds no GPUs")
     order = state.node_order(job.job_id)
     state.release(job.job_id)
     try:
+        if isinstance(placer, NVLinkPlacer):
+            return placer.place_near(job, model, own)
         return placer.place(job, model, previous=None if state.topology.nvlink_level > 0 else own)
     except PlacementInfeasible:
         return None
