@@ -11,6 +11,8 @@
   the operator's failure rules (core.repair).
 * ``small-nodes``: ours against best-fit on issue 43's Philly-like setting: 88 GPUs on nodes of 8, 4 and 2,
   1,000 mostly single-GPU jobs at load 0.9, strict FIFO, at 1x and 10x the Llama 3 failure rate.
+* ``sharing``: whole GPUs vs MIG slices vs MPS shares for the Alibaba trace's fractional pods, on node
+  samples (one a seed), at the arrival speed-ups of ``--speedups`` (issue 44; ``report/sharing.py``).
 * ``validate``: the Megatron cost model on Megatron-LM's published layouts, for comparison with the paper.
 
 Each prints Markdown tables (mean ± 95% half-width over the seeds, and per-seed ratios). Same arguments,
@@ -33,6 +35,7 @@ from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.clusters import mixed_node_cluster, node_list_cluster, oversubscribed, uniform_cluster
 from paralleljob.sim.cluster.failures import load_failure_stats
 from paralleljob.sim.report.compare import fmt_ci, mean_ci, metric, summarize
+from paralleljob.sim.report.sharing import sharing_table
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.alibaba import read_pods
@@ -241,7 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "what",
         choices=[
-            "placement", "recovery", "recovery-why", "reopt-sweep", "failures-vs-best-fit", "small-nodes", "validate"
+            "placement", "recovery", "recovery-why", "reopt-sweep", "failures-vs-best-fit", "small-nodes", "validate",
+            "sharing",
         ],
     )
     parser.add_argument("--seeds", type=int, default=10)
@@ -251,8 +255,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--requeue-order", choices=[o.value for o in RequeueOrder], default=DEFAULT_REQUEUE_ORDER.value,
         help="failures-vs-best-fit, small-nodes: where a job requeued after its hardware broke waits",
     )  # fmt: skip
+    parser.add_argument("--speedups", default="1,4", help="sharing: arrival times divided by each of these")
+    parser.add_argument("--sharing-nodes", type=int, default=16, help="sharing: nodes sampled from the node list")
     args = parser.parse_args(argv)
     seeds = list(range(1, args.seeds + 1))
+    if args.what == "sharing":
+        for speedup in (float(x) for x in args.speedups.split(",")):
+            print("\n" + sharing_table(TRACES, seeds, speedup, args.sharing_nodes) + "\n")
+        return 0
     order = RequeueOrder(args.requeue_order)
     if args.what == "small-nodes":
         small_nodes(seeds, [float(x) for x in args.factors.split(",")], order)

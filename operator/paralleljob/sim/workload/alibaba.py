@@ -1,4 +1,5 @@
-"""Adapters for the Alibaba 2023 GPU trace ("openb", Weng et al., ATC'23) in whole-GPU mode.
+"""Adapters for the Alibaba 2023 GPU trace ("openb", Weng et al., ATC'23) in whole-GPU mode; ``read_pod_shares``
+also keeps each pod's ``gpu_milli`` for the sharing simulation (MIG/MPS, sim/run/sharing.py).
 
 Pods: ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,
 scheduled_time``. A pod that shares a GPU (gpu_milli < 1000) gets one whole GPU; pods without GPUs are
@@ -25,6 +26,16 @@ DEFAULT_GPU_MEMORY_GB = 32.0
 
 
 def read_pods(path: Path, limit: int | None = None) -> list[TraceJob]:
+    return sort_and_limit([job for job, _ in _pods(path)], limit)
+
+
+def read_pod_shares(path: Path) -> list[tuple[TraceJob, int]]:
+    """The same pods as :func:`read_pods` (in submit order), each with its ``gpu_milli``: thousandths of one
+    GPU a pod of one GPU asked for (1000 for whole GPUs), for the sharing simulation (sim/run/sharing.py)."""
+    return sorted(_pods(path), key=lambda pair: pair[0].submit_s)
+
+
+def _pods(path: Path) -> list[tuple[TraceJob, int]]:
     jobs = []
     with open_csv(path) as handle:
         reader = csv.DictReader(handle)
@@ -48,18 +59,17 @@ def read_pods(path: Path, limit: int | None = None) -> list[TraceJob]:
                 raise TraceError(f"{path.name}:{line}: {exc}") from None
             if milli < 1000:
                 gpus = max(1, gpus)  # a share of a GPU occupies a whole one here
-            jobs.append(
-                TraceJob(
-                    job_id=row["name"],
-                    submit_s=created,
-                    duration_s=max(0.0, ended - started),
-                    num_gpus=gpus,
-                    tenant=(row.get("qos") or "").strip() or "default",
-                )
+            job = TraceJob(
+                job_id=row["name"],
+                submit_s=created,
+                duration_s=max(0.0, ended - started),
+                num_gpus=gpus,
+                tenant=(row.get("qos") or "").strip() or "default",
             )
+            jobs.append((job, min(max(milli, 1), 1000)))
     if not jobs:
         raise TraceError(f"{path.name}: no pod with a GPU and an end (deletion_time) to replay")
-    return sort_and_limit(jobs, limit)
+    return jobs
 
 
 def read_nodes(
