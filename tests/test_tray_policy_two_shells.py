@@ -3,10 +3,10 @@ and the simulator's NVL72 policy (``ours-nvl72``) must ask ``core.repair.decide_
 get the same answers, decision by decision (issue 39: the operator's tray repair used to skip it).
 
 Two racks of 6 trays of 4 GPUs, a TP8xDP2 job (two TP groups of two whole trays) with ``maxRestarts: 1`` and
-``strategy: full`` (the simulator's for a policy with no recovery of its own): a GPU of the tray under group 0
-breaks (the NVLink placer's repair: a free tray of the same clique takes its ranks), then the node of a tray
-under group 1 goes down (maxRestarts reached: the job gives up). The simulator runs on the operator's NVLink
-topology, so the GPU ids of each repair must agree too.
+the operator's default ``strategy: minimal`` (the simulator's ``ours-nvl72`` policy's): a GPU of the tray under
+group 0 breaks (the NVLink placer's repair: a free tray of the same clique takes its ranks, group 1 keeps
+running), then the node of a tray under group 1 goes down (maxRestarts reached: the job gives up). The
+simulator runs on the operator's NVLink topology, so the GPU ids of each repair must agree too.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ TRAYS = [
     for r in range(2)
     for t in range(6)
 ]
-JOB = paralleljob("j", 8, 1, 2, memory=10.0, max_restarts=1, strategy="full")
+JOB = paralleljob("j", 8, 1, 2, memory=10.0, max_restarts=1)
 KEY = "ns/j"
 FOREVER = 1e9
 
@@ -82,7 +82,7 @@ def _simulator_run(fc: FakeCluster, nodes: list[str]) -> Simulation:
         policy="ours-nvl72",
         memory_per_gpu_gb=spec.memory_per_gpu_gb,
         scripted_failures=scripted,
-        failure_policy=FailurePolicy(strategy=RecoveryStrategy.FULL, max_restarts=1),
+        failure_policy=FailurePolicy(strategy=RecoveryStrategy.MINIMAL, max_restarts=1),
         check_invariants=True,
     )
     simulation = Simulation(topology, trace, config)
@@ -95,7 +95,7 @@ def test_the_operator_and_the_simulator_take_the_same_tray_failure_decisions(mon
     sim_seen = spy_repairs(monkeypatch, sim_failures)
     simulation = _simulator_run(fc, nodes)
     assert [kind for kind, _, _ in operator_seen] == [FailureKind.GPU, FailureKind.NODE]
-    assert operator_seen[0][2][0] == "Rescheduled" and operator_seen[0][2][2] == (0, 1)  # full: every group
+    assert operator_seen[0][2][0] == "Rescheduled" and operator_seen[0][2][2] == (0,)  # minimal: the broken group
     assert operator_seen[1][2] == ("GiveUp", GiveUpReason.MAX_RESTARTS)
     assert sim_seen == operator_seen
     assert fc.phase(KEY) == "Failed" and simulation.jobs[KEY].phase.value == "Failed"

@@ -129,3 +129,25 @@ def test_a_move_back_keeps_the_clique_most_of_the_job_runs_in(home: int) -> None
         True, True, False, True,
     ]  # fmt: skip
     assert state.allocations["j"] == current  # the probe left the job where it runs
+
+
+def test_a_full_repair_may_use_the_warm_spares_held_for_repairs() -> None:
+    """``strategy: full`` re-places the whole gang, but it is still a repair: the spare trays each clique holds
+    back from new gangs are there for it. Placed as a new gang would be (spares counted out), the job below
+    had no room anywhere and was requeued, in both shells."""
+    state = ClusterState(nvl72_topology(2))
+    placer, model = NVLinkPlacer(state, spares=2), cost_model("megatron")
+    job = JobSpec("j", 8, 1, 4, 10.0)
+    for spec in (job, JobSpec("filler", 8, 1, 4, 10.0), JobSpec("other", 8, 1, 8, 10.0)):
+        state.allocate(Allocation(spec.job_id, placer.place(spec, model).groups, 10.0))
+    topo = state.topology
+    assert all(placer.whole_free_count(c, 10.0) == 2 for c in range(2)), "only the spares are free"
+    before = state.allocations["j"]
+    home = topo.domain_of[1][topo.gpu_node[before.groups[0][0]]]
+    state.set_health(before.groups[1][0], GPUHealth.OFFLINE)
+    report = FailureReport(FailureKind.GPU, (1,), restarts=0)
+    decision = decide_repair(state, placer, job, model, FailurePolicy(strategy=RecoveryStrategy.FULL), report)
+    assert isinstance(decision, Rescheduled) and decision.placement is not None, decision
+    assert decision.restart_groups == (0, 1, 2, 3)
+    assert {topo.domain_of[1][topo.gpu_node[g[0]]] for g in decision.placement.groups} == {home}
+    assert "spare trays included" in " ".join(decision.reasons)

@@ -189,6 +189,20 @@ class NVLinkPlacer:
             raise PlacementInfeasible(job.job_id, permanent, permanent=True)
         return self._fresh(job, model, None, current if self.spans_trays(current) else None)
 
+    def place_whole(self, job: JobSpec, model: CostModel, previous: Allocation) -> Placement:
+        """A repair that restarts the whole gang (``failurePolicy.strategy: full``) of a job on ``previous``
+        (released, its broken trays unhealthy): over trays, the best placement on every clique's whole free
+        trays, warm spares included, since they are held for repairs, on the job's cliques and trays where that
+        costs no more; any other job is repaired as ``place`` repairs it."""
+        if not self.index.cliques or not self.spans_trays(previous):
+            return self.place(job, model, previous)
+        permanent = nvlink_never_fits(self.topology, job)
+        if permanent:
+            raise PlacementInfeasible(job.job_id, permanent, permanent=True)
+        old_trays = list(dict.fromkeys(self.topology.gpu_node[g] for g in previous.gpus))
+        note = "whole gang re-placed (strategy full), spare trays included"
+        return self._on_cliques(job, model, self._clique_free(job, 0), old_trays, note, near=previous)
+
     def _fresh(
         self, job: JobSpec, model: CostModel, previous: Allocation | None, near: Allocation | None
     ) -> Placement:

@@ -177,11 +177,11 @@ def _repair_hardware(
         outcome = recover(state, placer, job, model, strategy)
         return outcome.new, outcome.reasons
     previous = state.release(job.job_id)
-    if strategy is RecoveryStrategy.FULL and state.topology.nvlink_level > 0:
-        # the whole gang restarts anyway: the best placement now, not the one that keeps most trays
-        previous = None
     try:
-        placement = placer.place(job, model, previous=previous)
+        if strategy is RecoveryStrategy.FULL and isinstance(placer, NVLinkPlacer) and previous is not None:
+            placement = placer.place_whole(job, model, previous)
+        else:
+            placement = placer.place(job, model, previous=previous)
     except PlacementInfeasible as exc:
         return None, tuple(exc.reasons)
     state.allocate(Allocation(job.job_id, placement.groups, job.memory_per_gpu_gb))

@@ -20,6 +20,7 @@ from paralleljob.core.fifo import keeps_place
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.placement import Placement
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
 from paralleljob.core.recovery import affected_groups
 from paralleljob.core.reoptimize import decide_migration
@@ -178,8 +179,8 @@ def on_repair(sim: Simulation, event: Event) -> None:
 # ---- re-optimisation: moving a repaired job back -------------------------------------------------
 
 
-def best_now(sim: Simulation, job: SimJob) -> tuple[float, int] | None:
-    """(cost, pods that would move) of the placer's choice now, the job's own GPUs counted as free."""
+def best_now(sim: Simulation, job: SimJob) -> tuple[Placement, int] | None:
+    """The placer's choice now, the job's own GPUs counted as free, and the pods a move there re-creates."""
     best = best_placement_now(sim.state, sim.placer, job.spec, sim.model)
     if best is None:
         return None
@@ -188,8 +189,8 @@ def best_now(sim: Simulation, job: SimJob) -> tuple[float, int] | None:
         spec = job.spec
         moved = tray_pods_to_move(sim.state.topology, (spec.tp, spec.pp, spec.dp), DEFAULT_RANK_ORDER, current.groups,
                                   best.groups)  # fmt: skip
-        return best.cost.total_ms, moved
-    return best.cost.total_ms, pods_to_move(current.groups, best.groups)
+        return best, moved
+    return best, pods_to_move(current.groups, best.groups)
 
 
 def reoptimize_pass(sim: Simulation) -> None:
@@ -206,7 +207,9 @@ def reoptimize_pass(sim: Simulation) -> None:
         best = best_now(sim, job)
         if best is None:
             continue
-        decision = decide_migration(job.cost_ms, best[0], best[1], job.plan.interval_s, sim.config.reoptimize_rule)
+        decision = decide_migration(
+            job.cost_ms, best[0].cost.total_ms, best[1], job.plan.interval_s, sim.config.reoptimize_rule
+        )
         if decision.migrate:
             period = job.plan.period_s
             boundary = job.segment_start + (math.floor((now - job.segment_start) / period) + 1) * period
@@ -225,11 +228,13 @@ class MoveBack:
 def migrate(sim: Simulation, job: SimJob) -> None:
     sim._migrating.discard(job.job_id)
     best = best_now(sim, job)
-    if best is None or best[0] >= job.cost_ms:
+    if best is None or best[0].cost.total_ms >= job.cost_ms:
         return  # the room went meanwhile: keep running where it is
     interrupt(sim, job, graceful=True)  # right after a checkpoint: nothing is lost
-    old = sim._release(job.job_id)
-    placement = sim.placer.place(job.spec, sim.model, previous=old)
+    sim._release(job.job_id)
+    # To the placement just priced, as the operator moves it: handing the NVLink placer the old trays as a
+    # previous placement would read as a repair and keep every healthy tray, a restart that moves nothing.
+    placement = best[0]
     sim._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
     job.step(Step.MIGRATED, Step.REPAIRED)  # as the operator records it: Running -> Recovering -> Running
     sim.migrations += 1

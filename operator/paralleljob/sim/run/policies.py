@@ -72,25 +72,29 @@ PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
         "volcano", VolcanoTierPlacer, None, "FIFO + Volcano-style tier scoring, binpack pod by pod (rank-blind)"
     ),
     # NVLink cliques (GB200 NVL72, docs/nvl72.md): ours and the peers' "TP group in one clique" baseline, each
-    # with no warm spare and with 2 spare trays per clique; a failed tray is repaired by the placer itself.
+    # with no warm spare and with 2 spare trays per clique. Ours repairs and moves back as the operator does by
+    # default (strategy minimal, MigrateAtCheckpoint); the baseline re-places the whole job through its placer.
     "ours-nvl72": PlacementPolicy(
-        "ours-nvl72", NVLinkPlacer, None, "core NVLink placer (cost-optimal on whole trays of cliques), no spares"
+        "ours-nvl72", NVLinkPlacer, RecoveryStrategy.MINIMAL,
+        "core NVLink placer (cost-optimal on whole trays of cliques), no spares, minimal repair + move back",
+        reoptimize=True,
     ),
     "ours-nvl72-spares2": PlacementPolicy(
-        "ours-nvl72-spares2", lambda state: NVLinkPlacer(state, spares=2), None,
-        "core NVLink placer, 2 warm spare trays per clique, repairs inside the clique",
+        "ours-nvl72-spares2", lambda state: NVLinkPlacer(state, spares=2), RecoveryStrategy.MINIMAL,
+        "core NVLink placer, 2 warm spare trays per clique, repairs inside the clique, moves back",
+        reoptimize=True,
     ),
     # 16 usable trays per rack (2 warm spares, as providers guarantee) and moves that free room for a head
     # job (core.moves, sim/run/roommoves.py); the baseline stops the same jobs instead of moving them.
     "ours-nvl72-moves": PlacementPolicy(
-        "ours-nvl72-moves", lambda state: NVLinkPlacer(state, spares=2), None,
+        "ours-nvl72-moves", lambda state: NVLinkPlacer(state, spares=2), RecoveryStrategy.MINIMAL,
         "core NVLink placer, 2 spare trays per clique, moves jobs at their checkpoints to free room (core.moves)",
-        moves=MoveBounds(),
+        moves=MoveBounds(), reoptimize=True,
     ),
     "ours-nvl72-preempt": PlacementPolicy(
-        "ours-nvl72-preempt", lambda state: NVLinkPlacer(state, spares=2), None,
+        "ours-nvl72-preempt", lambda state: NVLinkPlacer(state, spares=2), RecoveryStrategy.MINIMAL,
         "core NVLink placer, 2 spare trays per clique, stops and requeues the jobs in the way (preemption)",
-        moves=MoveBounds(), relocate=False,
+        moves=MoveBounds(), relocate=False, reoptimize=True,
     ),
     "clique-best-fit": PlacementPolicy(
         "clique-best-fit", CliqueBestFitPlacer, None, "each TP group in one clique, otherwise best-fit; no spares"
