@@ -187,7 +187,14 @@ class NVLinkPlacer:
         permanent = nvlink_never_fits(self.topology, job)
         if permanent:
             raise PlacementInfeasible(job.job_id, permanent, permanent=True)
-        return self._fresh(job, model, None, current if self.spans_trays(current) else None)
+        # A question, not a placement: on scratch clique states, since syncing the kept ones to the job's
+        # GPUs counted free and back lists their cliques in another order and changes the next tie-break
+        # (the simulator's placements differed with and without re-optimisation before any move).
+        kept, self._states = self._states, {}
+        try:
+            return self._fresh(job, model, None, current if self.spans_trays(current) else None)
+        finally:
+            self._states = kept
 
     def place_whole(self, job: JobSpec, model: CostModel, previous: Allocation) -> Placement:
         """A repair that restarts the whole gang (``failurePolicy.strategy: full``) of a job on ``previous``
