@@ -8,6 +8,7 @@ Times are seconds since the epoch, read from the RFC 3339 stamps the operator wr
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import math
@@ -17,6 +18,7 @@ from typing import Any
 
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder, keeps_place
+from paralleljob.core.moves import MoveBounds
 from paralleljob.core.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, LAST_CHECKPOINT_ANNOTATION, QUEUE_POLICIES
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
@@ -33,6 +35,9 @@ class QueueInfo:
     nvlink_spares: int | None = None
     # Where a job requeued after its hardware broke stands (spec.requeueOrder; core.fifo.keeps_place)
     requeue_order: RequeueOrder = DEFAULT_REQUEUE_ORDER
+    # Moving running jobs to free a domain for a waiting one (spec.moves; core.moves): the disruption budget
+    # and the cost bound; a queue without the field gets the core's defaults (moves on)
+    moves: MoveBounds = MoveBounds()
     # The status fields as last written ((field, value) pairs), so the pass can tell which queues' status
     # is out of date without the shell comparing bodies.
     status: tuple[tuple[str, float], ...] = ()
@@ -67,6 +72,24 @@ def parse_queue(body: Mapping[str, object]) -> QueueInfo:
         # the CRD admits only these values; an older API server's object without the field keeps its place
         requeue_order=RequeueOrder(order) if order in [o.value for o in RequeueOrder] else DEFAULT_REQUEUE_ORDER,
         status=shown,
+        moves=move_bounds(spec.get("moves")),
+    )
+
+
+def move_bounds(moves: object) -> MoveBounds:
+    """``spec.moves`` (``perHour``: moves per hour, 0 turns them off; ``maxExtraCostRatio``: how much dearer
+    a moved job's new placement may be); a value the CRD would refuse keeps the default."""
+    base = MoveBounds()
+    if not isinstance(moves, Mapping):
+        return base
+    per_hour = moves.get("perHour")
+    ratio = moves.get("maxExtraCostRatio")
+    return dataclasses.replace(
+        base,
+        max_moves_per_hour=per_hour if isinstance(per_hour, int) and per_hour >= 0 else base.max_moves_per_hour,
+        max_extra_cost_ratio=float(ratio)
+        if isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 <= ratio < math.inf
+        else base.max_extra_cost_ratio,
     )
 
 

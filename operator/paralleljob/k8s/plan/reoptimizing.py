@@ -190,18 +190,41 @@ def _report(ctx: PassContext, actions: JobActions, decision: MigrationDecision, 
 
 
 def _migrate(ctx: PassContext, held: HeldJob, best: Placement, decision: MigrationDecision) -> PlacementRecord:
-    actions, job, request, record = held.actions, held.job, held.request, held.record
-    view, now = ctx.view, ctx.now
+    record = held.record
     assert record.cost is not None
-    draft = actions.draft
     moved = _pods_to_move(ctx, held, best)
-    view.state.release(job.key)
-    view.state.allocate(Allocation(job.key, best.groups, request.spec.memory_per_gpu_gb))
-    epoch = job.placement_epoch + 1
     message = (
         f"migrated at a checkpoint boundary: cost {record.cost.total_ms:.3f} -> {best.cost.total_ms:.3f} ms per"
         f" step, {moved} pod(s) moved, the whole gang restarts from its checkpoint"
     )
+    new = relocate(ctx, held, best, message)
+    draft = held.actions.draft
+    draft.set(
+        reoptimization=None,
+        lastMigration={
+            "time": ctx.now,
+            "costBeforeMs": round(record.cost.total_ms, 6),
+            "costAfterMs": round(best.cost.total_ms, 6),
+            "podsMoved": moved,
+            "overheadSecondsEstimate": round(decision.overhead_s, 1),
+        },
+    )
+    draft.condition("Reoptimizable", "False", "Migrated", message, ctx.now)
+    held.actions.note("Normal", "Migrated", message)
+    return new
+
+
+def relocate(ctx: PassContext, held: HeldJob, best: Placement, message: str) -> PlacementRecord:
+    """Move a running job to ``best`` now: the view's state, the new record (epoch + 1) in its status, phase
+    Recovering until every pod is bound again. Shared by the move back and the moves that free room
+    (``roommaking``); the caller says why in its own fields and brings the pods in line with the record."""
+    actions, job, request, record = held.actions, held.job, held.request, held.record
+    view, now = ctx.view, ctx.now
+    assert record.cost is not None
+    draft = actions.draft
+    view.state.release(job.key)
+    view.state.allocate(Allocation(job.key, best.groups, request.spec.memory_per_gpu_gb))
+    epoch = job.placement_epoch + 1
     if record.trays:  # every tray pod restarts from the checkpoint, on the trays of the new placement
         new = tray_record(view, job, request, best.groups, epoch, (message, *best.reasons), best.cost)
     else:
@@ -217,17 +240,7 @@ def _migrate(ctx: PassContext, held: HeldJob, best: Placement, decision: Migrati
         placementEpoch=epoch,
         communicationCost=cost_to_status(best.cost, request.cost_model),
         nodes=",".join(new.nodes),
-        reoptimization=None,
-        lastMigration={
-            "time": now,
-            "costBeforeMs": round(record.cost.total_ms, 6),
-            "costAfterMs": round(best.cost.total_ms, 6),
-            "podsMoved": moved,
-            "overheadSecondsEstimate": round(decision.overhead_s, 1),
-        },
     )
-    draft.condition("Reoptimizable", "False", "Migrated", message, now)
     draft.condition("Bound", "False", "Migrating", message, now)
-    actions.note("Normal", "Migrated", message)
     actions.migrated = True
     return new
