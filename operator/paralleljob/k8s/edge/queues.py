@@ -23,6 +23,8 @@ from paralleljob.core.queueing import PendingJob, QueuePolicy, QueueSpec, Runnin
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, LAST_CHECKPOINT_ANNOTATION, QUEUE_POLICIES
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 
+DEFAULT_MOVE_BOUNDS = MoveBounds()
+
 
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
@@ -37,7 +39,7 @@ class QueueInfo:
     requeue_order: RequeueOrder = DEFAULT_REQUEUE_ORDER
     # Moving running jobs to free a domain for a waiting one (spec.moves; core.moves): the disruption budget
     # and the cost bound; a queue without the field gets the core's defaults (moves on)
-    moves: MoveBounds = MoveBounds()
+    moves: MoveBounds = DEFAULT_MOVE_BOUNDS
     # The status fields as last written ((field, value) pairs), so the pass can tell which queues' status
     # is out of date without the shell comparing bodies.
     status: tuple[tuple[str, float], ...] = ()
@@ -79,7 +81,7 @@ def parse_queue(body: Mapping[str, object]) -> QueueInfo:
 def move_bounds(moves: object) -> MoveBounds:
     """``spec.moves`` (``perHour``: moves per hour, 0 turns them off; ``maxExtraCostRatio``: how much dearer
     a moved job's new placement may be); a value the CRD would refuse keeps the default."""
-    base = MoveBounds()
+    base = DEFAULT_MOVE_BOUNDS
     if not isinstance(moves, Mapping):
         return base
     per_hour = moves.get("perHour")

@@ -112,6 +112,7 @@ class JobActions:
     gang_bound: bool = False
     failure_action: FailureAction | None = None
     migrated: bool = False
+    room_moved_gpu_s: float | None = None  # moved to free room for another job: the work it lost
     wake_at: float | None = None  # epoch seconds: decide again then even if nothing changes (a group's timeout)
     delete_job: JobDelete | None = None  # the ParallelJob itself goes (after its pods' writes, if any)
 

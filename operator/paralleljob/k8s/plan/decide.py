@@ -48,6 +48,7 @@ from paralleljob.k8s.plan.podowners import adopted_pods, worker_pods
 from paralleljob.k8s.plan.podsync import gpu_holders
 from paralleljob.k8s.plan.policy_admission import admit_with_core
 from paralleljob.k8s.plan.preempting import making_room, pending_deadlines
+from paralleljob.k8s.plan.roommaking import RoomMaking
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.ttl import expire
 from paralleljob.k8s.plan.waiting import WAITING, Triage, WaitingMemo, earliest, pod_ids, triage
@@ -351,16 +352,22 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
     whose gang was refused waits out its back-off (condition BackingOff) instead of being placed again on the
     very next pass."""
     memo, book = line.memo.memo, line.book
+    # moves that free an NVLink clique for a waiting tray job (plan/roommaking.py): the plan in flight goes
+    # first (its job may be admitted now), its nodes take nothing else while the lines are admitted
+    room = RoomMaking(ctx, line.memo.untouchable)
+    queued = room.before(line.queued)
     owner_before = list(ctx.view.state.owner)
     this_pass = LinesPass(
-        line.queued,
+        queued,
         lambda queue: (observed.queues.get(queue), line.in_use.get(queue, 0)),
         ctx.view.state,
         lambda job: decide_job(ctx, book.actions_for(job), job),
         lambda entries, blocked: admit_all(ctx, entries, line.in_use, strict_fifo, blocked),
         observed.background_room,
     )
-    lines = admit_lines(memo, line.memo.sorted_out, this_pass)
+    with room.holding():
+        lines = admit_lines(memo, line.memo.sorted_out, this_pass)
+    room.after([*queued, *((job, job.request) for job in lines.decided if job.request is not None)])
     plan.scheduling_seconds = lines.durations
     plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
     plan.skipped_pending = {queue: len(jobs) for queue, jobs in lines.skipped.items()}
