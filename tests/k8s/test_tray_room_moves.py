@@ -12,8 +12,11 @@ import copy
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 import paralleljob.k8s.plan.decide as decide_module
+from paralleljob.clitools.describe import describe_job
+from paralleljob.clitools.jobrender import description_renderable
 from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.queues import QueueInfo, parse_queue
@@ -66,6 +69,13 @@ def nodes_of(fc: FakeCluster, key: str) -> set[str]:
     return set(str(fc.job(key)["status"].get("nodes", "")).split(",")) - {""}
 
 
+def described(fc: FakeCluster, key: str) -> str:
+    """What ``paralleljob describe`` prints for the job."""
+    console = Console(record=True, width=200)
+    console.print(description_renderable(describe_job(fc.job(key), fc.job_pods(key))))
+    return console.export_text()
+
+
 def condition(fc: FakeCluster, key: str, ctype: str) -> dict[str, Any] | None:
     return next((c for c in fc.job(key)["status"].get("conditions", []) if c["type"] == ctype), None)
 
@@ -90,6 +100,7 @@ def test_scattered_one_tray_jobs_move_and_the_big_job_runs_in_one_clique() -> No
         assert any(e[0] == key and e[1] == "MovedForRoom" for e in fc.events)
     assert any(e[0] == BIG and e[1] == "MovePlanned" for e in fc.events)
     assert "movePlan" not in fc.job(BIG)["status"], "an admitted job's plan is done with"
+    assert f"last moved for room: at {at(600)} for {BIG}" in described(fc, moved[0]).replace("\n", " ")
 
 
 def test_moves_at_checkpoints_hold_the_clique_and_resume_after_a_restart() -> None:
@@ -106,6 +117,8 @@ def test_moves_at_checkpoints_hold_the_clique_and_resume_after_a_restart() -> No
     assert {m["when"] for m in plan["moves"]} == {"at-checkpoint"}, plan
     assert "at its checkpoint in ~20 min" in status["message"], status["message"]
     assert not any("lastRoomMove" in fc.job(k)["status"] for k in SMALL), "nobody moves before its checkpoint"
+    shown = described(fc, BIG)
+    assert "planned moves" in shown and all(m["job"] in shown for m in plan["moves"]), shown
     # every free tray outside the held ones taken: a new job may not take a held one, backfill or not
     for name in [f"r{r}-t{t:02d}" for r in range(2) for t in range(18)]:
         if name not in held and not any(name in nodes_of(fc, k) for k in SMALL):

@@ -73,6 +73,9 @@ class JobDescription:
     last_failure: dict[str, Any]
     events: tuple[EventLine, ...]
     last_drain: dict[str, Any] = field(default_factory=dict)  # a drain's record (not a failure)
+    move_plan: dict[str, Any] = field(default_factory=dict)  # its plan to free a clique by moving jobs
+    move_check: dict[str, Any] = field(default_factory=dict)  # the last "no plan" or dropped plan, and why
+    last_room_move: dict[str, Any] = field(default_factory=dict)  # moved to free room for another job
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -258,4 +261,7 @@ def describe_job(
         last_failure=dict(status.get("lastFailure") or {}),
         events=tuple(event_lines),
         last_drain=dict(status.get("lastDrain") or {}),
+        move_plan=dict(status.get("movePlan") or {}),
+        move_check=dict(status.get("moveCheck") or {}),
+        last_room_move=dict(status.get("lastRoomMove") or {}),
     )

@@ -209,7 +209,35 @@ def description_renderable(d: JobDescription) -> Group:
         parts.append(Text("last failure: " + failure_text(d.last_failure), style="red"))
     if d.last_drain:
         parts.append(Text("last drain: " + failure_text(d.last_drain), style="yellow"))
+    parts.extend(_moves(d))
     columns = [("time", False), ("type", False), ("reason", False), ("message", True)]
     rows = [[e.time, e.type, e.reason, e.message + (f" (x{e.count})" if e.count > 1 else "")] for e in d.events]
     parts.append(_fitting("events (oldest first)", columns, rows) if d.events else Text("no events", style="dim"))
     return Group(*parts)  # type: ignore[arg-type]
+
+
+def _moves(d: JobDescription) -> list[Any]:
+    """The moves that free room: a waiting job's plan (each move: job, when, due, work it loses), the last
+    "no" or dropped plan, and a moved job's record."""
+    parts: list[Any] = []
+    plan = d.move_plan
+    if plan:
+        parts.append(Text(f"move plan since {plan.get('createdAt', '')}: {plan.get('message', '')}", style="cyan"))
+        columns = [("job", False), ("when", False), ("due", False), ("lost GPU-s", False)]
+        rows = [
+            [str(m.get("job", "")), str(m.get("when", "")), str(m.get("at", "")), str(m.get("lostGpuSeconds", ""))]
+            for m in plan.get("moves") or []
+        ]
+        parts.append(_fitting(f"planned moves (held: {', '.join(plan.get('heldNodes') or [])})", columns, rows))
+    if d.move_check:
+        parts.append(Text(f"moves checked at {d.move_check.get('checkedAt', '')}: {d.move_check.get('answer', '')}"))
+    last = d.last_room_move
+    if last:
+        parts.append(
+            Text(
+                f"last moved for room: at {last.get('time', '')} for {last.get('for', '')} ({last.get('domain', '')}),"
+                f" lost {last.get('lostGpuSeconds', 0)} GPU-seconds",
+                style="yellow",
+            )
+        )
+    return parts

@@ -103,6 +103,16 @@ class Metrics:
         self.migrations = Counter(
             "paralleljob_migrations_total", "Jobs moved to a cheaper placement at a checkpoint boundary", registry=r
         )
+        self.room_moves = Counter(
+            "paralleljob_room_moves_total",
+            "Jobs moved (at once or at their checkpoint) to free an NVLink clique for a waiting job",
+            registry=r,
+        )
+        self.room_move_lost = Counter(
+            "paralleljob_room_move_lost_gpu_seconds_total",
+            "Work thrown away by those moves: GPUs x seconds since each moved job's last checkpoint",
+            registry=r,
+        )
         self.lease_renewals = Counter(
             "paralleljob_lease_renewals_total",
             "The leader's attempts to renew its Lease, by outcome (renewed, conflict, failed, timeout)",

@@ -135,7 +135,10 @@ class PassReport:
                 self.placed_at[key] = started
             if actions.recovery_started and key not in self.failed_at:
                 self.failed_at[key] = started
-            if actions.migrated:
+            if actions.room_moved_gpu_s is not None:  # a move that freed room, not one back to a cheaper placement
+                self.metrics.room_moves.inc()
+                self.metrics.room_move_lost.inc(actions.room_moved_gpu_s)
+            elif actions.migrated:
                 self.metrics.migrations.inc()
             if actions.failure_action is not None:
                 self.metrics.failures.labels(action=actions.failure_action.value).inc()
