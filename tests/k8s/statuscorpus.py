@@ -23,6 +23,7 @@ from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.queues import queue_policy
 from paralleljob.k8s.edge.records import record_from_status
 from paralleljob.k8s.plan.reoptimizing import RECHECK_SECONDS
+from tests.k8s import test_tray_room_moves as room
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 
@@ -178,6 +179,22 @@ def _drained_then_moved() -> Iterator[dict[str, Any]]:
     yield from rec.written
 
 
+def _moved_for_room() -> Iterator[dict[str, Any]]:
+    """Moves that free a clique (``plan/roommaking``): the waiting job's plan (``status.movePlan``), the moved
+    jobs' record (``lastRoomMove``), and a later job no plan helps (``moveCheck``)."""
+    fc = room.scattered(interval=7200)
+    rec = Recorder(fc)
+    room.add_big(fc, 6000)
+    for second in range(6000, 6003):
+        rec.step(at(second))
+    for move in fc.job(room.BIG)["status"]["movePlan"]["moves"]:
+        fc.job(move["job"])["metadata"]["annotations"] = {LAST_CHECKPOINT_ANNOTATION: at(7200)}
+    fc.add_job(paralleljob("big2", 8, 1, 8, memory=10.0, created=at(7000)))
+    for second in range(7210, 7218):
+        rec.step(at(second))
+    yield from rec.written
+
+
 SCENARIOS = (
     _completed_and_queued,
     _repaired_then_migrated,
@@ -185,6 +202,7 @@ SCENARIOS = (
     _gave_up_and_requeued,
     _elastic_grew_and_shrank,
     _drained_then_moved,
+    _moved_for_room,
 )
 
 

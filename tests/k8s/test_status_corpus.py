@@ -30,6 +30,8 @@ def test_every_status_field_the_operator_writes_is_in_a_scenario() -> None:
     assert {"costBeforeMs", "costAfterMs", "podsMoved"} <= nested["lastMigration"]
     assert {"deadline", "requestedAt", "nodes"} <= nested["drain"]
     assert {"kind", "action", "costBeforeMs", "costAfterMs"} <= nested["lastDrain"]
+    assert {"createdAt", "heldNodes", "moves", "lostGpuSeconds"} <= nested["movePlan"]
+    assert {"for", "lostGpuSeconds"} <= nested["lastRoomMove"] and {"answer"} <= nested["moveCheck"]
 
 
 def test_dropped_fields_names_what_the_server_did_not_keep() -> None:
