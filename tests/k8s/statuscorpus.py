@@ -181,7 +181,7 @@ def _drained_then_moved() -> Iterator[dict[str, Any]]:
 
 def _moved_for_room() -> Iterator[dict[str, Any]]:
     """Moves that free a clique (``plan/roommaking``): the waiting job's plan (``status.movePlan``), the moved
-    jobs' record (``lastRoomMove``), and a later job no plan helps (``moveCheck``)."""
+    jobs' record (``lastRoomMove``), and a job no plan helps (``moveCheck``)."""
     fc = room.scattered(interval=7200)
     rec = Recorder(fc)
     room.add_big(fc, 6000)
@@ -189,10 +189,14 @@ def _moved_for_room() -> Iterator[dict[str, Any]]:
         rec.step(at(second))
     for move in fc.job(room.BIG)["status"]["movePlan"]["moves"]:
         fc.job(move["job"])["metadata"]["annotations"] = {LAST_CHECKPOINT_ANNOTATION: at(7200)}
-    fc.add_job(paralleljob("big2", 8, 1, 8, memory=10.0, created=at(7000)))
     for second in range(7210, 7218):
         rec.step(at(second))
     yield from rec.written
+    refused = Recorder(room.scattered(small_priority=5))  # no plan: every job in the way has a higher priority
+    room.add_big(refused.fc, 600)
+    for second in range(600, 603):
+        refused.step(at(second))
+    yield from refused.written
 
 
 SCENARIOS = (

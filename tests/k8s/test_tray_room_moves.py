@@ -188,3 +188,15 @@ def test_moves_are_planned_inside_the_reconcilers_trial(monkeypatch: pytest.Monk
         fc.step(at(600 + t))
     assert fc.phase(BIG) == "Running", fc.job(BIG)["status"]
     assert any("lastRoomMove" in fc.job(k)["status"] for k in SMALL)
+
+
+def test_a_tray_job_short_of_gpus_in_all_waits_as_before_with_nothing_written() -> None:
+    """Moving jobs frees no GPU: a job that needs more than are free is no case for moves, and its status
+    gets nothing new (no plan, no answer, no extra write every few minutes)."""
+    fc = scattered()
+    fc.add_job(paralleljob("big", 8, 1, 16, memory=10.0, created=at(600)))  # 128 GPUs, 64 free
+    for t in range(4):
+        fc.step(at(600 + t))
+    status = fc.job(BIG)["status"]
+    assert fc.phase(BIG) == "Queued" and status["reason"] == "Unschedulable", status
+    assert "movePlan" not in status and "moveCheck" not in status, status

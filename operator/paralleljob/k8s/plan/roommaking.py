@@ -125,8 +125,9 @@ class RoomMaking:
         if self.in_flight:
             return
         for job, request in sorted(queued, key=lambda e: (-e[1].spec.priority, e[0].queued_at, e[0].key)):
-            if _candidate(ctx, self.skip, job, request):
-                _plan(ctx, self.skip, job, request)
+            if _refused_tray_job(ctx, self.skip, job, request):  # the first one only: one plan at a time
+                if _worth_asking(ctx, job, request):
+                    _plan(ctx, self.skip, job, request)
                 return
 
 
@@ -148,15 +149,23 @@ def bounds_of(ctx: PassContext, request: JobRequest) -> QueueInfo:
     return ctx.queues.get(request.queue) or QueueInfo(request.queue)
 
 
-def _candidate(ctx: PassContext, skip: Collection[str], job: JobObject, request: JobRequest) -> bool:
+def _refused_tray_job(ctx: PassContext, skip: Collection[str], job: JobObject, request: JobRequest) -> bool:
+    """A tray job this pass refused for want of room, whose queue allows moves."""
     draft = ctx.actions_for(job).draft
     if job.key in skip or draft.phase is not Phase.QUEUED or draft.data.get("reason") != UNSCHEDULABLE:
         return False
     if request.pod_group or request.elastic is not None or wants_trays(ctx.view, request) is None:
         return False
-    if bounds_of(ctx, request).moves.max_moves_per_hour == 0 or not _unfiltered(ctx, job.key, request):
+    return bounds_of(ctx, request).moves.max_moves_per_hour > 0 and _unfiltered(ctx, job.key, request)
+
+
+def _worth_asking(ctx: PassContext, job: JobObject, request: JobRequest) -> bool:
+    """Enough GPUs are free in all (else moving frees nothing and the job waits as before, nothing written),
+    and the last "no" is older than ``ASK_EVERY_S`` (each ask tries placements)."""
+    state = ctx.view.state
+    if sum(state.usable_free(n) for n in range(state.topology.num_nodes)) < request.spec.num_gpus:
         return False
-    check = draft.data.get("moveCheck")
+    check = ctx.actions_for(job).draft.data.get("moveCheck")
     checked = parse_time(check.get("checkedAt")) if isinstance(check, dict) else None
     return checked is None or ctx.now_s - checked >= ASK_EVERY_S
 
