@@ -184,6 +184,8 @@ def best_now(sim: Simulation, job: SimJob) -> tuple[Placement, int] | None:
     best = best_placement_now(sim.state, sim.placer, job.spec, sim.model)
     if best is None:
         return None
+    if best.cost.total_ms >= job.cost_ms:
+        return best, 0  # no saving: core.reoptimize says no whatever moves, so they are not counted
     current = sim.state.allocations[job.job_id]
     if isinstance(sim.placer, NVLinkPlacer) and sim.placer.spans_trays(current):  # a pod per tray, as the operator
         spec = job.spec
