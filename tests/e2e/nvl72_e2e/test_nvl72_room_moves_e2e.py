@@ -1,0 +1,80 @@
+"""Moves that free an NVLink clique, on the real API (issue 40, item 5): one-tray jobs spread over both racks
+leave 9 + 11 trays free (2 of each clique's held as warm spares: 7 + 9 usable), enough for a TP8 x DP8 job
+(16 trays) in all but not for its eight two-tray TP groups (3 + 4). The operator plans moves
+(``core.moves.plan_moves``), moves one-tray jobs out of the way (at once: each has run a few minutes, far
+under the lost-work bound), holds the trays the plan priced, and admits the large job there: every one-tray
+job runs elsewhere, each moved one saying for whom and what it lost. Without the moves the
+large job waits (``Unschedulable``) for as long as the small ones run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pjhelpers import Jobs, wait_for
+
+from paralleljob.devcluster.session import KubeSession
+from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
+
+pytestmark = pytest.mark.e2e
+
+HGX_JOBS = 4  # one TP8 job per HGX node: they take those first, so the one-tray jobs go to trays
+TRAYS_PER_RACK = 18
+USABLE_PER_RACK = 16  # 2 warm spares per clique (the suite's nvlinkSparesPerClique)
+FREE = {0: 9, 1: 11}  # trays left free per rack (spares included)
+
+
+def _cliques(kube: KubeSession) -> dict[str, str]:
+    nodes = kube.run(kube.core.list_node()).items
+    return {n.metadata.name: n.metadata.labels[CLIQUE_LABEL] for n in nodes if CLIQUE_LABEL in n.metadata.labels}
+
+
+def _nodes(status: dict[str, Any]) -> set[str]:
+    return set(str(status.get("nodes") or "").split(",")) - {""}
+
+
+def test_one_tray_jobs_move_so_a_tp8_dp8_job_fits(nvl72_kube: KubeSession, nvl72_pjs: Jobs) -> None:
+    kube, pjs = nvl72_kube, nvl72_pjs
+    clique_of = _cliques(kube)
+    racks = sorted(set(clique_of.values()))
+    assert len(racks) == 2 and all(sum(c == r for c in clique_of.values()) == TRAYS_PER_RACK for r in racks)
+    for i in range(HGX_JOBS):
+        pjs.create(f"hgx{i}", 8, 1, 1, gpuMemoryGiB=10)
+    for i in range(HGX_JOBS):
+        assert not set(_nodes(pjs.wait_phase(f"hgx{i}", "Running", timeout_s=120))) & set(clique_of)
+    small = [f"s{i:02d}" for i in range(2 * USABLE_PER_RACK)]
+    for name in small:
+        pjs.create(name, 4, 1, 1, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
+    where = {name: next(iter(_nodes(pjs.wait_phase(name, "Running", timeout_s=180)))) for name in small}
+    # leave FREE trays per rack: delete that many one-tray jobs of each (the spares are free already)
+    gone: list[str] = []
+    for rack, free in FREE.items():
+        on_rack = [n for n in small if clique_of.get(where[n]) == racks[rack]]
+        assert len(on_rack) == USABLE_PER_RACK, (rack, on_rack)
+        gone += on_rack[: free - (TRAYS_PER_RACK - USABLE_PER_RACK)]
+    for name in gone:
+        pjs.delete(name)
+    kept = [n for n in small if n not in gone]
+    wait_for("the deleted one-tray jobs' pods gone", lambda: not any(pjs.pods(n) for n in gone), 120)
+    pjs.create("big", 8, 1, 8, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
+    status = pjs.wait_phase("big", "Running", timeout_s=300)
+    big = _nodes(status)
+    # 16 trays, as many in each clique as the plan priced: with 2 spares held per clique the cheapest plan
+    # need not empty a whole clique (the FakeCluster test without spares checks the one-clique case)
+    assert len(big) == 16 and all(n in clique_of for n in big), status
+
+    def all_running_elsewhere() -> bool:
+        statuses = {n: pjs.status(n) for n in kept}
+        return all(s.get("phase") == "Running" and not _nodes(s) & big for s in statuses.values())
+
+    wait_for("every one-tray job Running off the large job's trays", all_running_elsewhere, 180)
+    moved = {n: pjs.status(n) for n in kept if "lastRoomMove" in pjs.status(n)}
+    assert moved, "no job was moved"
+    for name, moved_status in moved.items():
+        last = moved_status["lastRoomMove"]
+        assert last["for"].endswith("/big") and 0 < last["lostGpuSeconds"] < 4 * 3600, last
+        said = next(c for c in moved_status["conditions"] if c["type"] == "MovedForRoom")
+        assert f"lost {last['lostGpuSeconds']:.0f} GPU-seconds" in said["message"], said
+        pjs.wait_events(name, {"MovedForRoom"})
+    pjs.wait_events("big", {"MovePlanned", "Placed"})
+    assert "movePlan" not in pjs.status("big")
