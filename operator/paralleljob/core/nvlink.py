@@ -166,12 +166,9 @@ class NVLinkPlacer:
 
     # ---- placement ----------------------------------------------------------------------------------
     def place(self, job: JobSpec, model: CostModel, previous: Allocation | None = None) -> Placement:
-        idx = self.index
-        if not idx.cliques:
+        if not self.index.cliques:
             return self.plain.place(job, model, previous)
-        permanent = nvlink_never_fits(self.topology, job)
-        if permanent:
-            raise PlacementInfeasible(job.job_id, permanent, permanent=True)
+        self._refuse_if_never(job)
         if previous is not None and self.spans_trays(previous):
             return self._repair(job, model, previous)
         return self._fresh(job, model, previous, None)
@@ -181,12 +178,9 @@ class NVLinkPlacer:
         fresh placement (every tier open, not a repair), except that on whole trays it keeps the cliques and
         trays of ``current`` where that costs no more (``core/traykeep``), so a move back names only the TP
         groups that must move."""
-        idx = self.index
-        if not idx.cliques:
+        if not self.index.cliques:
             return self.plain.place(job, model, current)
-        permanent = nvlink_never_fits(self.topology, job)
-        if permanent:
-            raise PlacementInfeasible(job.job_id, permanent, permanent=True)
+        self._refuse_if_never(job)
         # A question, not a placement: on scratch clique states, since syncing the kept ones to the job's
         # GPUs counted free and back lists their cliques in another order and changes the next tie-break
         # (the simulator's placements differed with and without re-optimisation before any move).
@@ -203,12 +197,15 @@ class NVLinkPlacer:
         costs no more; any other job is repaired as ``place`` repairs it."""
         if not self.index.cliques or not self.spans_trays(previous):
             return self.place(job, model, previous)
-        permanent = nvlink_never_fits(self.topology, job)
-        if permanent:
-            raise PlacementInfeasible(job.job_id, permanent, permanent=True)
+        self._refuse_if_never(job)
         old_trays = list(dict.fromkeys(self.topology.gpu_node[g] for g in previous.gpus))
         note = "whole gang re-placed (strategy full), spare trays included"
         return self._on_cliques(job, model, self._clique_free(job, 0), old_trays, note, near=previous)
+
+    def _refuse_if_never(self, job: JobSpec) -> None:
+        permanent = nvlink_never_fits(self.topology, job)
+        if permanent:
+            raise PlacementInfeasible(job.job_id, permanent, permanent=True)
 
     def _fresh(
         self, job: JobSpec, model: CostModel, previous: Allocation | None, near: Allocation | None
