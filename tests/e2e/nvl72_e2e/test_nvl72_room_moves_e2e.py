@@ -8,13 +8,18 @@ large job waits (``Unschedulable``) for as long as the small ones run."""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client import CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, wait_for
 
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
+from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.edge.queues import parse_queue
 
 pytestmark = pytest.mark.e2e
 
@@ -78,3 +83,27 @@ def test_one_tray_jobs_move_so_a_tp8_dp8_job_fits(nvl72_kube: KubeSession, nvl72
         pjs.wait_events(name, {"MovedForRoom"})
     pjs.wait_events("big", {"MovePlanned", "Placed"})
     assert "movePlan" not in pjs.status("big")
+
+
+def test_the_queue_crd_checks_the_move_bounds_and_fills_their_defaults(nvl72_kube: KubeSession) -> None:
+    custom = CustomObjectsApi(nvl72_kube.api)
+    name = f"moves-{secrets.token_hex(3)}"
+
+    def create(moves: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": name}}
+        body["spec"] = {"moves": moves}
+        return dict(nvl72_kube.run(custom.create_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, body)))
+
+    for moves, words in (
+        ({"perHour": -1}, "moves.perHour must be between 0 and 1000"),
+        ({"maxExtraCostRatio": -0.5}, "moves.maxExtraCostRatio must be between 0 and 10"),
+    ):
+        with pytest.raises(ApiException) as refused:
+            create(moves)
+        assert refused.value.status == 422 and words in str(refused.value.body), refused.value.body
+    created = create({"perHour": 0})
+    try:
+        assert created["spec"]["moves"] == {"perHour": 0, "maxExtraCostRatio": 0}, created["spec"]
+        assert parse_queue(created).moves.max_moves_per_hour == 0
+    finally:
+        nvl72_kube.run(custom.delete_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, name))
