@@ -200,3 +200,20 @@ def test_a_tray_job_short_of_gpus_in_all_waits_as_before_with_nothing_written() 
     status = fc.job(BIG)["status"]
     assert fc.phase(BIG) == "Queued" and status["reason"] == "Unschedulable", status
     assert "movePlan" not in status and "moveCheck" not in status, status
+
+
+def test_a_moved_jobs_message_and_record_give_the_same_lost_work() -> None:
+    """They rounded apart ("lost 3" in the condition, 3.5 in the record, read "4"): the e2e's
+    one-tray jobs checkpoint every few seconds (the dev cluster's signal), so the fraction is all there is."""
+    fc = scattered()
+    for key in SMALL:  # a checkpoint 0.865 s before the moves: 3.46 GPU-seconds lost each
+        fc.job(key)["metadata"]["annotations"] = {LAST_CHECKPOINT_ANNOTATION: "2024-01-01T00:09:59.135Z"}
+    add_big(fc, 600)
+    for t in range(4):
+        fc.step(at(600 + t))
+    moved = [fc.job(k)["status"] for k in SMALL if "lastRoomMove" in fc.job(k)["status"]]
+    assert moved
+    for status in moved:
+        lost = status["lastRoomMove"]["lostGpuSeconds"]
+        said = next(c for c in status["conditions"] if c["type"] == "MovedForRoom")["message"]
+        assert f"lost {lost:.0f} GPU-seconds" in said, (lost, said)

@@ -349,13 +349,13 @@ def _carry(
         return best
     if not job.record.trays and spans_trays(ctx.view, best.groups):
         return f"{job.key} would have a TP group over two trays, which its pods cannot take"
-    lost = found.lost_now_gpu_s(ctx.now_s)
+    lost = float(round(found.lost_now_gpu_s(ctx.now_s)))  # whole GPU-seconds: the message and record agree
     actions = ctx.actions_for(job)
     pods = ctx.pods_of(job)
     message = moved_note(head.key, plan, lost, move.when)
     new = relocate(ctx, HeldJob(actions, job, job.request, job.record, pods), best, message)
     actions.draft.set(
-        lastRoomMove={"time": ctx.now, "for": head.key, "domain": plan.domain, "lostGpuSeconds": round(lost, 1)}
+        lastRoomMove={"time": ctx.now, "for": head.key, "domain": plan.domain, "lostGpuSeconds": lost}
     )
     actions.draft.condition("MovedForRoom", "True", "MadeRoom", message, ctx.now)
     actions.note("Normal", "MovedForRoom", message)
