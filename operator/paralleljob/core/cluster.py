@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from paralleljob.core.errors import InvalidRequest
@@ -385,3 +386,18 @@ class ClusterState:
             if owner is not None and owner in self.allocations:
                 seen[owner] = None
         return list(seen)
+
+
+@contextmanager
+def closed_nodes(state: ClusterState, nodes: Sequence[int]) -> Iterator[None]:
+    """The nodes take no new work for the block (schedulable ones only; reopened on exit): how the NVLink
+    placer keeps tiers apart and spares free, how a move plan keeps its held GPUs for the job it frees them
+    for, and how the operator's tray admission and room-making do the same on their view."""
+    closed = [n for n in nodes if state.node_schedulable[n]]
+    for n in closed:
+        state.set_node_schedulable(n, False)
+    try:
+        yield
+    finally:
+        for n in closed:
+            state.set_node_schedulable(n, True)

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.cluster import Allocation, ClusterState, closed_nodes
 from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
 from paralleljob.core.job import JobSpec
@@ -143,19 +142,6 @@ def within_bound(before_ms: float, after_ms: float, bounds: MoveBounds) -> bool:
     return after_ms <= before_ms * (1.0 + bounds.max_extra_cost_ratio) * (1.0 + COST_SLACK) + COST_SLACK
 
 
-@contextmanager
-def closed(state: ClusterState, nodes: Sequence[int]) -> Iterator[None]:
-    """``nodes`` take no new work inside the block (schedulable ones only; reopened after)."""
-    shut = [n for n in nodes if state.node_schedulable[n]]
-    for n in shut:
-        state.set_node_schedulable(n, False)
-    try:
-        yield
-    finally:
-        for n in shut:
-            state.set_node_schedulable(n, True)
-
-
 def place_elsewhere(
     state: ClusterState,
     placer: PlacerLike,
@@ -170,7 +156,7 @@ def place_elsewhere(
     if held is not None:
         state.release(job.job_id)
     try:
-        with closed(state, avoid):
+        with closed_nodes(state, avoid):
             placement = placer.place(job.job, model)
     except PlacementInfeasible as exc:
         return f"{job.job_id} has no placement elsewhere ({exc.reasons[0] if exc.reasons else 'no room'})"
@@ -257,7 +243,7 @@ class _Search:
                 moves.append(self._move(v, avoid))
                 if moves[-1].placement is None and moves[-1].when is not MoveWhen.AT_END and request.relocate:
                     return None
-            with closed(state, sorted(request.held_nodes)):
+            with closed_nodes(state, sorted(request.held_nodes)):
                 try:
                     placement = self.placer.place(request.waiting, self.model)
                 except PlacementInfeasible:
@@ -274,7 +260,7 @@ class _Search:
         when, at, lost, _ = self.eligible[job_id]
         if not self.request.relocate or when is MoveWhen.AT_END:
             return Move(job_id, when, at, lost, None, job.cost_ms, job.cost_ms)
-        with closed(self.state, avoid):
+        with closed_nodes(self.state, avoid):
             try:
                 placement = self.placer.place(job.job, self.model)
             except PlacementInfeasible as exc:
@@ -336,7 +322,7 @@ def plan_moves(
     def no(*reasons: str) -> NoMovePlan:
         return NoMovePlan(waiting.job_id, tuple(r for r in reasons if r))
 
-    with closed(state, held):
+    with closed_nodes(state, held):
         free = sum(state.usable_free(n) for n in range(state.topology.num_nodes))
         try:
             placer.place(waiting, model)

@@ -30,12 +30,11 @@ places the job afresh (``core/repair`` passes no previous allocation).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from paralleljob.core.cliques import clique_index, nvlink_never_fits
-from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.cluster import Allocation, ClusterState, closed_nodes
 from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.evaluate import node_level_cost
@@ -46,21 +45,6 @@ from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder, node_rank
 from paralleljob.core.topology import Topology
 from paralleljob.core.traykeep import current_cliques, kept_trays, toward_current_cliques
 from paralleljob.core.traymoves import move_broken_groups
-
-
-@contextmanager
-def closed_nodes(state: ClusterState, nodes: Sequence[int]) -> Iterator[None]:
-    """The nodes take no new work for the block (schedulable ones only; reopened on exit): how this placer
-    keeps tiers apart and spares free, and how the operator's tray admission (``k8s/plan/trayadmission``)
-    does the same on its view."""
-    closed = [n for n in nodes if state.node_schedulable[n]]
-    for n in closed:
-        state.set_node_schedulable(n, False)
-    try:
-        yield
-    finally:
-        for n in closed:
-            state.set_node_schedulable(n, True)
 
 
 class CliqueState(ClusterState):

@@ -30,7 +30,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
+from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth, closed_nodes
 from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.evaluate import placement_cost
@@ -102,15 +102,8 @@ class RoomMaking:
     @contextmanager
     def holding(self) -> Iterator[None]:
         """The held nodes take no other job inside the block (the FIFO admission, backfill included)."""
-        state = self.ctx.view.state
-        shut = [n for n in self.held if state.node_schedulable[n]]
-        for n in shut:
-            state.set_node_schedulable(n, False)
-        try:
+        with closed_nodes(self.ctx.view.state, self.held):
             yield
-        finally:
-            for n in shut:
-                state.set_node_schedulable(n, True)
 
     def after(self, queued: Sequence[tuple[JobObject, JobRequest]]) -> None:
         """Say the plan in flight on its waiting job, or look for a plan for the first refused tray job."""

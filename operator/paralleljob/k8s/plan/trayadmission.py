@@ -20,12 +20,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from paralleljob.core.cliques import clique_index
-from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.cluster import Allocation, ClusterState, closed_nodes
 from paralleljob.core.cost import CostBreakdown, CostModel, cost_model
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
-from paralleljob.core.nvlink import NVLinkPlacer, closed_nodes
+from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import Placement
 from paralleljob.core.placer import PlacerConfig
 from paralleljob.core.topology import Level, Topology
