@@ -11,10 +11,12 @@ hour), never onto GPUs held for another waiting job. When there is no plan, :cla
 
 The search follows domain-freeing preemption (``core/preemption``): each domain of each level is a candidate;
 its nodes are freed cheapest first (a node's price: the work its jobs would lose, or their GPUs x the time
-until they can move without loss) until the waiting job fits, tried on the real state inside a trial
-(``ClusterState.begin_trial``, rolled back), then trimmed of moves it does not need. The cheapest plan wins,
-then the one that touches fewest jobs. ``relocate=False`` stops the jobs in the way instead of moving them
-(what a preempting scheduler does; the simulator's baseline): same search, no placement elsewhere.
+until they can move without loss) until the waiting job fits inside that domain, tried on the real state
+inside a trial (``ClusterState.begin_trial``, rolled back), then trimmed of moves it does not need. The
+narrowest level with a plan wins (the job then runs inside one NVLink clique or rack, not over two for fewer
+moves), and in it the cheapest plan, then the one that touches fewest jobs. ``relocate=False`` stops the
+jobs in the way instead of moving them (what a preempting scheduler does; the simulator's baseline): same
+search, no placement elsewhere.
 
 Pure and synchronous: the operator and the simulator hand in values and carry out the plan.
 """
@@ -219,17 +221,17 @@ class _Search:
             else:
                 self.refused[job_id] = why
         self.failures: list[str] = []
-        self.tried: dict[frozenset[str], tuple[tuple[Move, ...], Placement] | None] = {}
+        self.tried: dict[tuple[frozenset[str], tuple[int, ...]], tuple[tuple[Move, ...], Placement] | None] = {}
 
-    def trial(self, victims: Sequence[str]) -> tuple[tuple[Move, ...], Placement] | None:
-        """Move (or stop) ``victims`` and place the waiting job, inside a trial rolled back after (once per
-        set: wider domains often come back to a set a narrower one tried)."""
-        key = frozenset(victims)
+    def trial(self, victims: Sequence[str], inside: Sequence[int]) -> tuple[tuple[Move, ...], Placement] | None:
+        """Move (or stop) ``victims`` and place the waiting job on the nodes ``inside`` (the domain being
+        freed), inside a trial rolled back after (once per set and domain)."""
+        key = (frozenset(victims), tuple(inside))
         if key not in self.tried:
-            self.tried[key] = self._trial(victims)
+            self.tried[key] = self._trial(victims, inside)
         return self.tried[key]
 
-    def _trial(self, victims: Sequence[str]) -> tuple[tuple[Move, ...], Placement] | None:
+    def _trial(self, victims: Sequence[str], inside: Sequence[int]) -> tuple[tuple[Move, ...], Placement] | None:
         state, request = self.state, self.request
         state.begin_trial()
         try:
@@ -243,7 +245,11 @@ class _Search:
                 moves.append(self._move(v, avoid))
                 if moves[-1].placement is None and moves[-1].when is not MoveWhen.AT_END and request.relocate:
                     return None
-            with closed_nodes(state, sorted(request.held_nodes)):
+            # In the freed domain, not wherever it fits: freeing 14 trays of a clique could otherwise start a
+            # 16-tray job over two cliques (its DP ring over the spine) with two free trays of another.
+            within = set(inside)
+            outside = (n for n in range(state.topology.num_nodes) if n not in within)
+            with closed_nodes(state, sorted({*request.held_nodes, *outside})):
                 try:
                     placement = self.placer.place(request.waiting, self.model)
                 except PlacementInfeasible:
@@ -366,7 +372,7 @@ def plan_moves(
         for estimate, dom, whole, units in ranked[:DOMAINS_PER_LEVEL]:
             if best is not None and estimate > best[0]:
                 break
-            found = _free_domain(search, whole, units, budget)
+            found = _free_domain(search, search.nodes_of[level][dom], whole, units, budget)
             if found is None:
                 continue
             moves, placement = found
@@ -379,8 +385,10 @@ def plan_moves(
             plan = _plan(request, f"{topo.levels[level].name} {name}", moves, placement, state, moved)
             if best is None or (price, len(moves)) < (best[0], best[1]):
                 best = (price, len(moves), plan)
-    if best is not None:
-        return best[2]
+        if best is not None:
+            # The narrowest level that can be freed wins: a wider domain lets the job start over two cliques
+            # (or racks) for fewer moves, and its steps then pay the slow level for as long as it runs.
+            return best[2]
     refused = sorted(search.refused.values())
     return no(
         "no domain can be freed for it within the bounds",
@@ -398,10 +406,14 @@ def _more(n: int) -> str:
 
 
 def _free_domain(
-    search: _Search, whole: int, units: Sequence[tuple[float, int, tuple[str, ...]]], budget: int
+    search: _Search,
+    nodes: Sequence[int],
+    whole: int,
+    units: Sequence[tuple[float, int, tuple[str, ...]]],
+    budget: int,
 ) -> tuple[tuple[Move, ...], Placement] | None:
-    """Free the domain's nodes cheapest first until the waiting job fits (tried once the freed nodes could hold
-    it), then drop the moves it does not need, dearest first."""
+    """Free the domain's ``nodes`` cheapest first until the waiting job fits in it (tried once the freed nodes
+    could hold it), then drop the moves it does not need, dearest first."""
     topo, need = search.state.topology, search.request.waiting.num_gpus
     victims: list[str] = []
     found = None
@@ -414,7 +426,7 @@ def _free_domain(
             return None
         if room < need:
             continue
-        found = search.trial(victims)
+        found = search.trial(victims, nodes)
         if found is not None:
             break
     if found is None:
@@ -423,7 +435,7 @@ def _free_domain(
     for v in sorted(victims, key=lambda v: (-search.eligible[v][3], v))[:TRIM_TRIES]:
         fewer = [x for x in victims if x != v]
         if fewer:
-            trimmed = search.trial(fewer)
+            trimmed = search.trial(fewer, nodes)
             if trimmed is not None:
                 victims, found = fewer, trimmed
     return found

@@ -64,9 +64,9 @@ def test_one_tray_jobs_move_so_a_tp8_dp8_job_fits(nvl72_kube: KubeSession, nvl72
     pjs.create("big", 8, 1, 8, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
     status = pjs.wait_phase("big", "Running", timeout_s=300)
     big = _nodes(status)
-    # 16 trays, as many in each clique as the plan priced: with 2 spares held per clique the cheapest plan
-    # need not empty a whole clique (the FakeCluster test without spares checks the one-clique case)
+    # 16 trays of one clique: the plan frees a clique and the job starts inside it (its DP ring on NVLink)
     assert len(big) == 16 and all(n in clique_of for n in big), status
+    assert len({clique_of[n] for n in big}) == 1, {n: clique_of[n] for n in big}
 
     def all_running_elsewhere() -> bool:
         statuses = {n: pjs.status(n) for n in kept}
