@@ -41,6 +41,12 @@ class PlacerConfig:
     exact_budget: int = 20_000  # search expansions (about 0.1 s); the structured layouts stand otherwise
 
 
+# The operator's budget. The exact search (up to 24 TP groups, 20k expansions by default) can take most of a
+# second on a mid-sized gang and rarely improves on the structured layouts; an operator that binds in well
+# under a second gives it a small budget. The simulator's NVL72 policies place with it too.
+OPERATOR_PLACER = PlacerConfig(exact_budget=1_000)
+
+
 class Placer:
     def __init__(self, state: ClusterState, config: PlacerConfig | None = None) -> None:
         self.state = state

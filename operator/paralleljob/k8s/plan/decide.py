@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.placer import Placer, PlacerConfig
+from paralleljob.core.placer import OPERATOR_PLACER, Placer
 from paralleljob.core.queueing import QueuePolicy, RunningJob
 from paralleljob.k8s.edge.computedomain import DomainInfo
 from paralleljob.k8s.edge.config import TopologyConfig
@@ -128,10 +128,6 @@ def holds_gpus(job: JobObject) -> bool:
     return job.record is not None and job.phase in ACTIVE and not job.deleting
 
 
-# The core's exact search (up to 24 TP groups, 20k expansions by default) can take most of a second on a
-# mid-sized gang and rarely improves on the structured layouts; an operator that binds in well under a
-# second gives it a small budget.
-OPERATOR_PLACER = PlacerConfig(exact_budget=1_000)
 
 
 def decide(

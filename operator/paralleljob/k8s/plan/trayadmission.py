@@ -27,7 +27,7 @@ from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
 from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import Placement
-from paralleljob.core.placer import PlacerConfig
+from paralleljob.core.placer import OPERATOR_PLACER
 from paralleljob.core.topology import Level, Topology
 from paralleljob.core.traypods import tray_pods
 from paralleljob.k8s.edge.queues import QueueInfo
@@ -37,8 +37,7 @@ from paralleljob.k8s.edge.trayenv import tray_pod_name
 from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.view.clusterview import ClusterView
 
-# The same small exact-search budget as the operator's core placer (plan/decide.OPERATOR_PLACER).
-TRAY_PLACER = PlacerConfig(exact_budget=1_000)
+TRAY_PLACER = OPERATOR_PLACER  # the same small exact-search budget as the operator's core placer
 
 
 def nvlink_topology(view: ClusterView) -> Topology | None:

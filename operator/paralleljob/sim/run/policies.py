@@ -27,7 +27,7 @@ from paralleljob.core.fifo import FifoPolicy
 from paralleljob.core.moves import MoveBounds
 from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import PlacerLike
-from paralleljob.core.placer import Placer
+from paralleljob.core.placer import OPERATOR_PLACER, Placer
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.sim.run.volcano import VolcanoTierPlacer
 
@@ -75,24 +75,24 @@ PLACEMENT_POLICIES: dict[str, PlacementPolicy] = {
     # with no warm spare and with 2 spare trays per clique. Ours repairs and moves back as the operator does by
     # default (strategy minimal, MigrateAtCheckpoint); the baseline re-places the whole job through its placer.
     "ours-nvl72": PlacementPolicy(
-        "ours-nvl72", NVLinkPlacer, RecoveryStrategy.MINIMAL,
+        "ours-nvl72", lambda state: NVLinkPlacer(state, OPERATOR_PLACER), RecoveryStrategy.MINIMAL,
         "core NVLink placer (cost-optimal on whole trays of cliques), no spares, minimal repair + move back",
         reoptimize=True,
     ),
     "ours-nvl72-spares2": PlacementPolicy(
-        "ours-nvl72-spares2", lambda state: NVLinkPlacer(state, spares=2), RecoveryStrategy.MINIMAL,
+        "ours-nvl72-spares2", lambda state: NVLinkPlacer(state, OPERATOR_PLACER, spares=2), RecoveryStrategy.MINIMAL,
         "core NVLink placer, 2 warm spare trays per clique, repairs inside the clique, moves back",
         reoptimize=True,
     ),
     # 16 usable trays per rack (2 warm spares, as providers guarantee) and moves that free room for a head
     # job (core.moves, sim/run/roommoves.py); the baseline stops the same jobs instead of moving them.
     "ours-nvl72-moves": PlacementPolicy(
-        "ours-nvl72-moves", lambda state: NVLinkPlacer(state, spares=2), RecoveryStrategy.MINIMAL,
+        "ours-nvl72-moves", lambda state: NVLinkPlacer(state, OPERATOR_PLACER, spares=2), RecoveryStrategy.MINIMAL,
         "core NVLink placer, 2 spare trays per clique, moves jobs at their checkpoints to free room (core.moves)",
         moves=MoveBounds(), reoptimize=True,
     ),
     "ours-nvl72-preempt": PlacementPolicy(
-        "ours-nvl72-preempt", lambda state: NVLinkPlacer(state, spares=2), RecoveryStrategy.MINIMAL,
+        "ours-nvl72-preempt", lambda state: NVLinkPlacer(state, OPERATOR_PLACER, spares=2), RecoveryStrategy.MINIMAL,
         "core NVLink placer, 2 spare trays per clique, stops and requeues the jobs in the way (preemption)",
         moves=MoveBounds(), relocate=False, reoptimize=True,
     ),
