@@ -16,6 +16,7 @@ from kubernetes_asyncio.client import CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, wait_for
 
+from paralleljob.core.moves import MoveBounds
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
 from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
@@ -77,7 +78,10 @@ def test_one_tray_jobs_move_so_a_tp8_dp8_job_fits(nvl72_kube: KubeSession, nvl72
     assert moved, "no job was moved"
     for name, moved_status in moved.items():
         last = moved_status["lastRoomMove"]
-        assert last["for"].endswith("/big") and 0 < last["lostGpuSeconds"] < 4 * 3600, last
+        assert last["for"].endswith("/big"), last
+        # the planner's rule, not a timing: a job moves at once only under this bound, else at its checkpoint
+        # (nothing lost), however long the busy machine let it run
+        assert 0 <= last["lostGpuSeconds"] <= MoveBounds().move_now_max_lost_gpu_s, last
         said = next(c for c in moved_status["conditions"] if c["type"] == "MovedForRoom")
         assert f"lost {last['lostGpuSeconds']:.0f} GPU-seconds" in said["message"], said
         pjs.wait_events(name, {"MovedForRoom"})
