@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from paralleljob.k8s.edge.dra import parse_claim, parse_slice
+from paralleljob.k8s.edge.moveplans import JobMoves, moves_of
 from paralleljob.k8s.edge.pods import PodInfo, parse_pod
 from paralleljob.k8s.edge.specs import parse_job
 
@@ -73,12 +74,14 @@ class JobDescription:
     last_failure: dict[str, Any]
     events: tuple[EventLine, ...]
     last_drain: dict[str, Any] = field(default_factory=dict)  # a drain's record (not a failure)
-    move_plan: dict[str, Any] = field(default_factory=dict)  # its plan to free a clique by moving jobs
-    move_check: dict[str, Any] = field(default_factory=dict)  # the last "no plan" or dropped plan, and why
-    last_room_move: dict[str, Any] = field(default_factory=dict)  # moved to free room for another job
+    # its plan to free a domain by moving jobs, the last "no plan" or dropped plan, a moved job's last move:
+    # parsed once (``moveplans.moves_of``), as the web view reads them
+    moves: JobMoves = field(default_factory=JobMoves)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["moves"] = self.moves.to_json()
+        return out
 
 
 def _event_time(event: Mapping[str, Any]) -> str:
@@ -261,7 +264,5 @@ def describe_job(
         last_failure=dict(status.get("lastFailure") or {}),
         events=tuple(event_lines),
         last_drain=dict(status.get("lastDrain") or {}),
-        move_plan=dict(status.get("movePlan") or {}),
-        move_check=dict(status.get("moveCheck") or {}),
-        last_room_move=dict(status.get("lastRoomMove") or {}),
+        moves=moves_of(status),
     )

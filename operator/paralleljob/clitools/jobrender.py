@@ -21,6 +21,7 @@ from rich.text import Text
 
 from paralleljob.clitools.describe import JobDescription, PodLine
 from paralleljob.clitools.render import spans
+from paralleljob.k8s.edge.queues import format_time
 from paralleljob.k8s.edge.records import rounded_ms
 
 COST_TERMS = (("TP ms", "tpMs"), ("PP ms", "ppMs"), ("DP ms", "dpMs"), ("total ms", "totalMs"))
@@ -218,25 +219,22 @@ def description_renderable(d: JobDescription) -> Group:
 
 def _moves(d: JobDescription) -> list[Any]:
     """The moves that free room: a waiting job's plan (each move: job, when, due, work it loses), the last
-    "no" or dropped plan, and a moved job's record."""
+    "no" or dropped plan, and a moved job's record (``d.moves``, the parse the web view reads too)."""
     parts: list[Any] = []
-    plan = d.move_plan
-    if plan:
-        parts.append(Text(f"move plan since {plan.get('createdAt', '')}: {plan.get('message', '')}", style="cyan"))
+    plan, check, last = d.moves.plan, d.moves.check, d.moves.last
+    if plan is not None:
+        parts.append(Text(f"move plan since {format_time(plan.created_s)}: {plan.message}", style="cyan"))
         columns = [("job", False), ("when", False), ("due", False), ("lost GPU-s", False)]
-        rows = [
-            [str(m.get("job", "")), str(m.get("when", "")), str(m.get("at", "")), str(m.get("lostGpuSeconds", ""))]
-            for m in plan.get("moves") or []
-        ]
-        parts.append(_fitting(f"planned moves (held: {', '.join(plan.get('heldNodes') or [])})", columns, rows))
-    if d.move_check:
-        parts.append(Text(f"moves checked at {d.move_check.get('checkedAt', '')}: {d.move_check.get('answer', '')}"))
-    last = d.last_room_move
-    if last:
+        rows = [[m.job, m.when.value, format_time(m.at_s), f"{m.lost_gpu_s:.0f}"] for m in plan.moves]
+        parts.append(_fitting(f"planned moves (held: {', '.join(plan.held_nodes)})", columns, rows))
+    if check is not None:
+        checked = format_time(check.checked_s) if check.checked_s is not None else ""
+        parts.append(Text(f"moves checked at {checked}: {check.answer}"))
+    if last is not None:
         parts.append(
             Text(
-                f"last moved for room: at {last.get('time', '')} for {last.get('for', '')} ({last.get('domain', '')}),"
-                f" lost {last.get('lostGpuSeconds', 0)} GPU-seconds",
+                f"last moved for room: at {format_time(last.time_s)} for {last.made_room_for} ({last.domain}),"
+                f" lost {last.lost_gpu_s:.0f} GPU-seconds",
                 style="yellow",
             )
         )

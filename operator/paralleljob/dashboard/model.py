@@ -10,7 +10,8 @@ a list with the holder of each GPU (an index into ``holders``, -1 for none). Job
 group on one pod, with its replica (DP), stage (PP), group (d x pp + p), pod, node, GPU indices and global
 ranks. A TP-group pod is one slot; a whole-tray pod (NVL72 trays) holds consecutive global ranks, part of a
 TP group or several whole ones, so it is cut into one slot per TP group its ranks belong to, each rank
-mapped back to its (replica, stage) by the job's rank order (``core.rankorder.coordinates``).
+mapped back to its (replica, stage) by the job's rank order (``core.rankorder.coordinates``). Each job also
+has a brief of its moves that free room (``moveplans.moves_of``, the parse ``describe`` shows).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from paralleljob.clitools.gpumap import (
 )
 from paralleljob.core.rankorder import coordinates
 from paralleljob.k8s.edge.jobstatus import JobStatus
+from paralleljob.k8s.edge.moveplans import moves_of
 from paralleljob.k8s.edge.queues import parse_queue
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import parse_job
@@ -99,6 +101,7 @@ def pack_job(body: Mapping[str, Any], colour: int) -> dict[str, Any]:
         "restarts": job.restarts,
         "why": "" if job.phase.value in PLACED_PHASES else (job.invalid or _waiting_reason(job.status)),
         "slots": pack_slots(record) if record else [],
+        "moves": moves_of(status).brief(),  # its plan to free room, or its last move for one (describe's parse)
     }
 
 

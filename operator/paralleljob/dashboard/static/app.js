@@ -184,6 +184,33 @@ function recount(racks) { for (const r of racks || (pj.layout ? pj.layout.racks 
 function ms(x) { return x == null ? "" : Number(x).toFixed(Math.abs(x) >= 100 ? 1 : Math.abs(x) >= 1 ? 2 : 4); }
 function esc(s) { return String(s ?? "").replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]); }
 
+// A job's moves that free room, from the snapshot's brief (edge/moveplans JobMoves.brief): its plan, or
+// the last time it was moved for another job and the work that lost.
+function movesBrief(m) {
+  if (!m) return "";
+  const out = [];
+  if (m.plan) out.push(`move plan: ${m.plan.moves} move(s) free ${m.plan.domain}, ${m.plan.heldNodes} node(s) held, planned loss ${m.plan.lostGpuSeconds} GPU-s`);
+  if (m.lastRoomMove) out.push(`moved for ${m.lastRoomMove.for} (${m.lastRoomMove.domain}) at ${m.lastRoomMove.time}, lost ${m.lastRoomMove.lostGpuSeconds} GPU-s`);
+  return out.map(t => `<div class="why moves">${esc(t)}</div>`).join("");
+}
+
+// The panel's moves (describe's JobMoves.to_json): the plan move by move, the last "no", the last move.
+function movesPanel(m) {
+  if (!m || (!m.plan && !m.check && !m.lastRoomMove)) return "";
+  let html = "<h2>Moves</h2>";
+  if (m.plan) {
+    html += `<p>${esc(m.plan.message)}</p><p class="why">since ${esc(m.plan.createdAt)}; held: ${esc(m.plan.heldNodes.join(", "))}</p>` +
+      "<table><tr><th>job</th><th>when</th><th>due</th><th>lost GPU-s</th></tr>" +
+      m.plan.moves.map(x => `<tr><td>${esc(x.job)}</td><td>${esc(x.when)}</td><td>${esc(x.at)}</td><td>${esc(x.lostGpuSeconds)}</td></tr>`).join("") + "</table>";
+  }
+  if (m.check) html += `<p class="why">checked ${esc(m.check.checkedAt)}: ${esc(m.check.answer)}</p>`;
+  if (m.lastRoomMove) {
+    const l = m.lastRoomMove;
+    html += `<p>last moved for room: at ${esc(l.time)} for ${esc(l.for)} (${esc(l.domain)}), lost ${esc(l.lostGpuSeconds)} GPU-seconds</p>`;
+  }
+  return html;
+}
+
 function panels() {
   const s = pj.state, t = s.totals, down = Object.values(s.nodes).filter(n => !n.ready).length;
   document.getElementById("summary").textContent =
@@ -192,7 +219,7 @@ function panels() {
   document.getElementById("jobs").innerHTML = "<tr><th></th><th>job</th><th>phase</th><th>TP×PP×DP</th><th>cost ms</th></tr>" +
     s.jobs.map(j => `<tr class="job${j.key === pj.selected ? " sel" : ""}" data-key="${esc(j.key)}">` +
       `<td><span class="sw" style="background:${j.colour >= 0 ? jobColour(j.colour) : "#fff"}"></span></td>` +
-      `<td>${esc(j.key)}${j.why ? `<div class="why">${esc(j.why)}</div>` : ""}</td><td>${esc(j.phase)}</td>` +
+      `<td>${esc(j.key)}${j.why ? `<div class="why">${esc(j.why)}</div>` : ""}${movesBrief(j.moves)}</td><td>${esc(j.phase)}</td>` +
       `<td>${j.shape.tp}×${j.shape.pp}×${j.shape.dp}</td><td>${ms(j.cost.totalMs)}</td></tr>`).join("");
   document.getElementById("queues").innerHTML = "<tr><th>queue</th><th>holding</th><th>guaranteed</th><th>waiting (why)</th></tr>" +
     s.queues.map(q => `<tr><td>${esc(q.name)}</td><td>${q.holding} GPUs, ${q.running} jobs</td><td>${q.guaranteed}` +
@@ -228,7 +255,7 @@ async function showDetail() {
   const events = (d.events || []).slice(-12).map(e => `<li>${esc(e.time)} <b>${esc(e.reason)}</b> ${esc(e.message)}</li>`).join("");
   document.getElementById("detail").innerHTML =
     `<table class="kv">${rows.map(([a, b]) => `<tr><td>${a}</td><td>${esc(b)}</td></tr>`).join("")}</table>` +
-    (pods ? `<h2>Ranks</h2><table>${pods}</table>` : "") + (conds ? `<h2>Conditions</h2><table>${conds}</table>` : "") +
+    (pods ? `<h2>Ranks</h2><table>${pods}</table>` : "") + movesPanel(d.moves) + (conds ? `<h2>Conditions</h2><table>${conds}</table>` : "") +
     `<h2>Repairs</h2><ul>${repairs || "<li>none</li>"}</ul><h2>Events</h2><ul>${events || "<li>none</li>"}</ul>`;
 }
 
