@@ -113,6 +113,7 @@ class JobActions:
     failure_action: FailureAction | None = None
     migrated: bool = False
     room_moved_gpu_s: float | None = None  # moved to free room for another job: the work it lost
+    room_plan_made_s: float | None = None  # admitted into room that moves freed: when its plan was made
     wake_at: float | None = None  # epoch seconds: decide again then even if nothing changes (a group's timeout)
     delete_job: JobDelete | None = None  # the ParallelJob itself goes (after its pods' writes, if any)
 

@@ -147,6 +147,22 @@ def queue_waits(
     return admitted, oldest
 
 
+def room_waits(jobs: Sequence[JobActions], now_s: float) -> list[tuple[str, float]]:
+    """Of every job this pass admitted into room that moves freed: how long it waited since it was queued
+    (``queued``, from ``status.queuedAt`` as :func:`queue_waits`) and since its plan was made (``planned``:
+    how long the moves took). The first says what moves are for, the second what they cost in time."""
+    out: list[tuple[str, float]] = []
+    for actions in jobs:
+        made = actions.room_plan_made_s
+        if made is None or actions.placed_cost is None:
+            continue
+        queued = parse_time(str(actions.draft.data.get("queuedAt") or actions.job.queued_at))
+        if queued is not None:
+            out.append(("queued", max(0.0, now_s - queued)))
+        out.append(("planned", max(0.0, now_s - made)))
+    return out
+
+
 def jain_index(values: Sequence[float]) -> float:
     """Jain's fairness index (sum x)^2 / (n sum x^2): 1.0 when everybody gets the same."""
     squares = sum(v * v for v in values)

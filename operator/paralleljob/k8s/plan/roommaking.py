@@ -380,5 +380,6 @@ def _admit(ctx: PassContext, head: JobObject, request: JobRequest, plan: MovePla
         return False
     ctx.view.state.allocate(Allocation(head.key, placement.groups, request.spec.memory_per_gpu_gb))
     actions.draft.set(movePlan=None)
+    actions.room_plan_made_s = plan.created_s  # for paralleljob_room_move_wait_seconds
     record_admission(ctx, head, request, placement, (f"placed in room freed by moves ({plan.domain})",))
     return True

@@ -113,6 +113,14 @@ class Metrics:
             "Work thrown away by those moves: GPUs x seconds since each moved job's last checkpoint",
             registry=r,
         )
+        self.room_wait = Histogram(
+            "paralleljob_room_move_wait_seconds",
+            "Jobs admitted into room that moves freed: their wait since queued (status.queuedAt) and since"
+            " their move plan was made",
+            ["since"],
+            buckets=(1, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600, 86400),
+            registry=r,
+        )
         self.lease_renewals = Counter(
             "paralleljob_lease_renewals_total",
             "The leader's attempts to renew its Lease, by outcome (renewed, conflict, failed, timeout)",

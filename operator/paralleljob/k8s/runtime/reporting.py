@@ -18,7 +18,7 @@ from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.plan.actions import Plan
-from paralleljob.k8s.plan.metrics_model import gauges, queue_waits
+from paralleljob.k8s.plan.metrics_model import gauges, queue_waits, room_waits
 from paralleljob.k8s.runtime.api import ApiError, Kube
 from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Outcome
@@ -102,9 +102,12 @@ class PassReport:
             self.metrics.api_requests_waiting.labels("background").set(background)
 
     def queue_waits(self, plan: Plan) -> None:
-        admitted, oldest = queue_waits(plan.seen(), time.time(), plan.quiet_oldest)
+        now = time.time()
+        admitted, oldest = queue_waits(plan.seen(), now, plan.quiet_oldest)
         for queue, seconds in admitted:
             self.metrics.queue_wait.labels(queue=queue).observe(seconds)
+        for since, seconds in room_waits(plan.seen(), now):
+            self.metrics.room_wait.labels(since=since).observe(seconds)
         self.metrics.set_oldest_queued(oldest)
 
     def queue_status(self, plan: Plan) -> None:
