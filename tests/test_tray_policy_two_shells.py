@@ -1,4 +1,4 @@
-"""One NVL72 tray-failure scenario through both shells: the operator's tray repair (``k8s/plan/trayrepair``)
+"""One NVL72 tray-failure scenario through both shells: the operator's tray repair (``k8s/plan/kinds/trayrepair``)
 and the simulator's NVL72 policy (``ours-nvl72``) must ask ``core.repair.decide_repair`` the same questions and
 get the same answers, decision by decision (issue 39: the operator's tray repair used to skip it).
 
@@ -20,7 +20,7 @@ from paralleljob.core.repair import FailureKind, FailurePolicy, GiveUpReason
 from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
 from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan import trayrepair
+from paralleljob.k8s.plan.kinds import trayrepair
 from paralleljob.k8s.plan.trayadmission import nvlink_topology
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import disruptions as sim_failures

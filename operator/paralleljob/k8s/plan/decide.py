@@ -38,12 +38,12 @@ from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.elastic import at_current_size, note_membership, rigid_waiting
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.fifo_admission import admit_all
-from paralleljob.k8s.plan.groupclaims import reservations
 from paralleljob.k8s.plan.jobdecision import ACTIVE, decide_job
+from paralleljob.k8s.plan.kinds import Gang, gang_of
 from paralleljob.k8s.plan.lazy import Lazy
 from paralleljob.k8s.plan.metrics_model import queue_book, queue_statuses
 from paralleljob.k8s.plan.nodenotes import node_warnings
-from paralleljob.k8s.plan.podgroups import GroupRequests, by_group, finish_group
+from paralleljob.k8s.plan.podgroups import GroupRequests, by_group
 from paralleljob.k8s.plan.podowners import adopted_pods, worker_pods
 from paralleljob.k8s.plan.podsync import gpu_holders
 from paralleljob.k8s.plan.policy_admission import admit_with_core
@@ -167,6 +167,7 @@ def decide(
         clock=clock or (lambda: 0.0),
         actions_for=book.actions_for,
         pods_of=book.pods_of,
+        gang_of=functools.partial(book.gang_of, observed.pod_groups),
         queues=observed.queues,
         jobs=jobs,
         holds=backoff.active(now_s),
@@ -199,12 +200,9 @@ def decide(
         note_membership(actions)
         expire(actions, now_s)  # a finished job whose TTL ran out is deleted; one still to run wakes the loop then
     for actions in plan.jobs:
-        if actions.job.request is not None and actions.job.request.pod_group:
+        if actions.job.request is not None:
             active = actions.draft.phase in ACTIVE and not actions.job.deleting
-            finish_group(actions, book.pods_of(actions.job), active, view.nodes, observed.now)
-            native = observed.pod_groups.get(actions.job.key)
-            if native is not None and native.resource_claims and actions.binds:
-                actions.reserves = reservations(native, observed.resource_claims)  # before the first bind
+            ctx.gang_of(actions.job).kind.finish(ctx, actions, book.pods_of(actions.job), active)
     plan.backoff = backoff.settle(now_s, jobs, {a.job.key for a in plan.jobs if a.gang_bound})
     plan.domain_deletes = stale_domains(observed.compute_domains, jobs, book.pods, view.nodes, observed.busy, plan.jobs)
     _wake_and_queues(plan, observed, view)
@@ -220,6 +218,7 @@ class _Book:
     pods: dict[str, list[PodInfo]]
     actions: dict[str, JobActions] = field(default_factory=dict)
     scratch: dict[str, JobActions] = field(default_factory=dict)
+    gangs: dict[str, Gang] = field(default_factory=dict)  # each decided job's kind, layout and sizing
 
     def actions_for(self, job: JobObject) -> JobActions:
         if job.key in self.scratch:
@@ -230,6 +229,14 @@ class _Book:
 
     def pods_of(self, job: JobObject) -> list[PodInfo]:
         return self.pods.get(job.key, [])
+
+    def gang_of(self, native: Mapping[str, NativeGroup], job: JobObject) -> Gang:
+        """``job``'s gang, picked the first time the pass asks (``job.request`` must be set)."""
+        gang = self.gangs.get(job.key)
+        if gang is None:
+            assert job.request is not None, f"{job.key}: an invalid job has no kind"
+            gang = self.gangs[job.key] = gang_of(job.request, job.record, job.key in native)
+        return gang
 
 
 def _fresh(job: JobObject) -> JobActions:
@@ -245,10 +252,10 @@ class _Memo:
     sorted_out: Triage
     untouchable: set[str]
 
-    def steady(self, job: JobObject, pods: Sequence[PodInfo]) -> JobActions | None:
-        """Last pass's (empty) decisions for a job running as it was, nothing of it changed. Elastic jobs are
-        always decided: GPUs freed anywhere may let them grow."""
-        if self.memo is None or (job.request is not None and job.request.elastic is not None):
+    def steady(self, job: JobObject, pods: Sequence[PodInfo], resizes: bool) -> JobActions | None:
+        """Last pass's (empty) decisions for a job running as it was, nothing of it changed. A job that
+        ``resizes`` (elastic) is always decided: GPUs freed anywhere may let it grow."""
+        if self.memo is None or resizes:
             return None
         steady = self.memo.running.get(job.key)
         if steady is None or steady.job is not job or steady.pods != pod_ids(pods) or job.key in self.untouchable:
@@ -297,7 +304,8 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, 
             if entry is not None:
                 line.queued.append(entry)
             continue
-        steady = memo.steady(job, book.pods_of(job))
+        resizes = job.request is not None and ctx.gang_of(job).sizing.resizes
+        steady = memo.steady(job, book.pods_of(job), resizes)
         if steady is not None:
             book.actions[job.key] = steady
             if job.request is not None:
@@ -320,7 +328,7 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, 
             line.hold(job, job.request, preemptible)
             if (
                 preemptible
-                and job.request.elastic is not None
+                and ctx.gang_of(job).sizing.resizes
                 and job.record is not None
                 and actions.draft.data.get("placement") == job.status.raw.get("placement")  # not resized this pass
             ):
@@ -376,7 +384,7 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
             if oldest := earliest([plan.quiet_oldest.get(queue, ""), *(job.queued_at for job in jobs)]):
                 plan.quiet_oldest[queue] = oldest
     if memo is not None and strict_fifo:
-        decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
+        decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo, ctx.gang_of)
         remember(memo, decided, lines.decisions, observed.queues, line.in_use, owner_before, lines.standing)
         remember_running(
             memo, book.actions.values(), book.pods_of, line.memo.untouchable, line.memo.sorted_out.finished
@@ -413,7 +421,11 @@ def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
 
 
 def _rememberable(
-    decided: Sequence[JobObject], actions_by_key: Mapping[str, JobActions], untouchable: set[str], memo: WaitingMemo
+    decided: Sequence[JobObject],
+    actions_by_key: Mapping[str, JobActions],
+    untouchable: set[str],
+    memo: WaitingMemo,
+    gang_of: Callable[[JobObject], Gang],
 ) -> dict[str, tuple[JobObject, bool]]:
     """Each job of a line this pass decided (waiting, or kept by the memo until now), and whether the memo may
     keep it: it ended Queued with nothing to write, and nothing outside its object (a hold, a busy chain, its
@@ -429,7 +441,7 @@ def _rememberable(
             and not actions.has_work
             and job.key not in untouchable
             and job.request is not None
-            and not job.request.pod_group
+            and gang_of(job).kind.renders_pods  # a pod group's fate is its pods', which another controller makes
         )
         out[job.key] = (job, keep)
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from paralleljob.core.cost import CostBreakdown, cost_model
 from paralleljob.core.elastic_failure import counts_as_restart, drop_instead
@@ -39,6 +40,9 @@ from paralleljob.k8s.plan.elastic import drop_on_failure
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.view.clusterview import ClusterView
+
+if TYPE_CHECKING:
+    from paralleljob.k8s.plan.kinds.base import Gang
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +120,13 @@ def _slots_from_groups(
 
 
 def handle(
-    ctx: PassContext, held: HeldJob, breakage: Breakage, node_filter: NodeFilter | None = None
+    ctx: PassContext, held: HeldJob, breakage: Breakage, node_filter: NodeFilter | None, gang: Gang
 ) -> PlacementRecord | None:
     """Decide the repair for ``breakage``; mutates the view's state (the job's GPUs move or are freed).
     Returns the repaired placement to bring the pods in line with, or None when the job left the cluster.
     ``node_filter``: the nodes the job's template allows (moved groups go only there). The caller (decide)
-    never hands a worker failure of a gang still being placed (a worker cannot fail before it runs)."""
+    never hands a worker failure of a gang still being placed (a worker cannot fail before it runs). ``gang``:
+    the job's kind, which says whether it may drop a replica instead and how its repair reads."""
     actions, job, request, record = held.actions, held.job, held.request, held.record
     view, placer, now = ctx.view, ctx.placer, ctx.now
     draft = actions.draft
@@ -149,7 +154,7 @@ def handle(
     with restricted(view.state, request.spec, within_domain(node_filter, in_use)):
         decision = decide_repair(view.state, placer, request.spec, cost_model(request.cost_model), policy, report)
     drop = drop_instead(
-        view.state, request.spec, held_groups, request.elastic, decision, breakage.hardware, breakage.slots
+        view.state, request.spec, held_groups, gang.sizing.range(request), decision, breakage.hardware, breakage.slots
     )
     restarts = job.restarts + counts_as_restart(breakage.kind, drop or decision)  # a drop is not a restart
     if drop is not None:
@@ -181,23 +186,13 @@ def handle(
             for g, s in enumerate(record.slots)
         ]
         cost = record.cost
-    moved = [s.name for s, old in zip(slots, record.slots, strict=True) if s != old]
     # The pods keep the rank order they started with: a replacement is numbered like its siblings.
     new_record = replace(
         record, epoch=epoch, cost_model=request.cost_model, slots=tuple(slots), cost=cost, reasons=decision.reasons
     )
     failure.update(action=decision.action.value, costAfterMs=round(cost.total_ms, 6) if cost else None)
-    if request.pod_group:
-        # The operator creates no pod of a group (docs/pod-groups.md): it can only move the slot and wait.
-        ranks = [f"node rank {record.node_rank(s)}" for s, old in zip(slots, record.slots, strict=True) if s != old]
-        message = (
-            f"{policy.strategy.value} repair: the slot of {', '.join(ranks)} moved to healthy GPUs; the operator"
-            " re-creates no pod of a group: it waits for the pods' owner to replace the pod(s) on the broken"
-            " hardware and binds the replacement to the new slot"
-        )
-    else:
-        what = "moved off the drained GPUs" if maintenance else f"{policy.strategy.value} repair"
-        message = f"{what}: {len(moved)} pod(s) re-created ({', '.join(moved)})"
+    moved = [s for s, old in zip(slots, record.slots, strict=True) if s != old]
+    message = gang.kind.repaired(record, moved, policy.strategy.value, maintenance)
     if cost is not None and record.cost is not None:
         message += f"; cost {record.cost.total_ms:.3f} -> {cost.total_ms:.3f} ms"
     draft.set(

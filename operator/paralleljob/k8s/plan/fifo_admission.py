@@ -16,13 +16,11 @@ assumed to be a failure that will be repaired. Every job is placed through its n
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from paralleljob.core.admission import Admit, PlaceOn, Wait
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.cost import CostBreakdown, CostModel, cost_model
-from paralleljob.core.elastic import resized
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.fifo import (
@@ -47,7 +45,6 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.checkpointing import checkpoint_status
 from paralleljob.k8s.plan.context import PassContext
-from paralleljob.k8s.plan.elastic import write_status
 from paralleljob.k8s.plan.elastic_admission import place_elastic, shrink_growth_replicas
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.podsync import sync_pods
@@ -136,7 +133,7 @@ def fifo_job(ctx: PassContext, job: JobObject, request: JobRequest) -> FifoJob:
         name=job.name,
         gate=entry_gate(entry_of(ctx, job, request)),
         ran_before=job.ever_ran,
-        min_gpus=None if request.elastic is None else request.spec.tp * request.spec.pp * request.elastic.min,
+        min_gpus=ctx.gang_of(job).sizing.min_gpus(request),
     )
 
 
@@ -232,12 +229,11 @@ def _carry_out(
 ) -> None:
     in_use, extra = held_and_reasons
     if isinstance(decision, Admit):
-        if request.elastic is not None:  # admitted at the size that fit
-            request = dataclasses.replace(request, spec=resized(request.spec, decision.placement.dp))
+        sizing = ctx.gang_of(job).sizing
+        request = sizing.at_admitted_size(request, decision.placement.dp)  # admitted at the size that fit
         in_use[request.queue] = in_use.get(request.queue, 0) + request.spec.num_gpus
         record_admission(ctx, job, request, decision.placement, extra)
-        if request.elastic is not None:
-            write_status(ctx.actions_for(job).draft, request.elastic, request.spec.dp, None)
+        sizing.admitted(ctx, ctx.actions_for(job), request)
         return
     actions = ctx.actions_for(job)
     message = "; ".join(decision.reasons)
@@ -286,7 +282,7 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
     actions, view, now, eligibility = ctx.actions_for(job), ctx.view, ctx.now, ctx.eligibility
     if not view.empty and not job.ever_ran:
         # an elastic job can never fit only when its minimum cannot
-        spec = request.spec if request.elastic is None else resized(request.spec, request.elastic.min)
+        spec = ctx.gang_of(job).sizing.smallest(request)
         node_filter = eligibility.filter_for(job.key, spec, with_usage=False) if eligibility else None
         reasons = never_fits(admission_topology(view, request), spec, node_filter)
         if reasons:

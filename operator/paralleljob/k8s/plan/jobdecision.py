@@ -11,24 +11,19 @@ talks to the API.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.queues import parse_time
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.draining import off_drained
-from paralleljob.k8s.plan.elastic import resize_running, write_status
-from paralleljob.k8s.plan.failures import detect, handle
-from paralleljob.k8s.plan.podgroups import hold_for_claims, hold_until_complete, live_pods, observe_group, slot_pods
-from paralleljob.k8s.plan.podsync import delete_all, observe, sync_pods
+from paralleljob.k8s.plan.kinds import Gang
+from paralleljob.k8s.plan.podgroups import slot_pods
+from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.preempting import continue_preemption
 from paralleljob.k8s.plan.reoptimizing import reconsider
 from paralleljob.k8s.plan.status import StatusDraft
-from paralleljob.k8s.plan.traygroups import tray_width
-from paralleljob.k8s.plan.trayrepair import broken_trays, repair_trays, restart_failed_trays
 from paralleljob.k8s.view.clusterview import ClusterView
 
 # A tuple, not a set: ``in`` then compares identities, where a set hashes the member (Enum's __hash__ is Python
@@ -36,7 +31,7 @@ from paralleljob.k8s.view.clusterview import ClusterView
 ACTIVE = (Phase.PLACING, Phase.RUNNING, Phase.RECOVERING)
 
 
-def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
+def _base_fields(draft: StatusDraft, job: JobObject, gang: Gang | None, now: str) -> None:
     draft.set(observedGeneration=job.generation)
     if any(c.get("type") == "ReconcileError" and c.get("status") == "True" for c in job.status.conditions):
         draft.condition("ReconcileError", "False", "Resolved", "handled normally again", now)
@@ -49,9 +44,9 @@ def _base_fields(draft: StatusDraft, job: JobObject, now: str) -> None:
             message = f"{spec.describe()} accepted into queue {job.request.queue}"
             draft.condition("Accepted", "True", "Valid", message, now)
     draft.data.setdefault("restarts", 0)
-    if job.request is not None and job.request.elastic is not None:
+    if job.request is not None and gang is not None:
         running = job.record.dp if job.record is not None and draft.phase in ACTIVE else 0
-        write_status(draft, job.request.elastic, running, None)
+        gang.sizing.write_status(draft, job.request, running)
 
 
 def _fail_invalid(actions: JobActions, why: str, now: str) -> None:
@@ -90,9 +85,11 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
     if job.deleting:
         delete_all(actions, pods, view.nodes, "ParallelJob is being deleted")
         return None
-    _base_fields(draft, job, now)
     request = job.request
-    if request is None:
+    # the job's kind, layout and sizing, read once from its request and record (plan/kinds)
+    gang = None if request is None else ctx.gang_of(job)
+    _base_fields(draft, job, gang, now)
+    if request is None or gang is None:
         if not draft.phase.terminal:
             _fail_invalid(actions, job.invalid, now)
             view.state.release(job.key)
@@ -118,17 +115,8 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
         draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue at its place", now)
         draft.set(queuedAt=job.status.queued_at or now)
     if draft.phase is Phase.QUEUED:
-        if request.pod_group:
-            since = parse_time(str(draft.data.get("queuedAt") or job.queued_at)) or now_s
-            if not hold_until_complete(actions, request, pods, now, now_s, since):
-                return None
-            native = ctx.pod_groups.get(job.key)
-            if native is not None and not hold_for_claims(actions, native, ctx.resource_claims, now):
-                return None
-            width = tray_width(request.spec, live_pods(pods))  # pods of a whole tray each: NVLink trays
-            return job, (replace(request, tray_pod_gpus=width) if width else request)
-        delete_all(actions, pods, view.nodes, "leftover of an earlier placement")
-        return job, request
+        ready = gang.kind.queued(ctx, actions, job, pods)
+        return None if ready is None else (job, ready)
     # Placing, Running, Recovering: hold the recorded placement
     record = job.record
     if record is None or job.record_error:
@@ -146,50 +134,23 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
         return None
     if continue_preemption(actions, pods, view.nodes, ctx.jobs, now, now_s):
         return None  # its GPUs stay held in this pass's view: its pods are still going away
-    seen = observe_group(record, pods) if request.pod_group else observe(record, pods, job.uid)
-    if request.pod_group and draft.phase is Phase.RUNNING and not pods:
-        # every pod of the group is gone (its owner was deleted or cleaned up): nothing holds the GPUs now
-        draft.apply(Event.COMPLETED, "PodGroupGone", "all pods of the group are gone", now)
-        draft.set(completionTime=now)
-        view.state.release(job.key)
-        return None
-    if record.trays and (broken := broken_trays(view, record)):
-        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
-        repaired = repair_trays(ctx, HeldJob(actions, job, request, record, pods), broken, node_filter)
-        if repaired is not None:
-            sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
-        return None
-    if record.trays and seen.failed and draft.phase is not Phase.PLACING:
-        restarted = restart_failed_trays(ctx, HeldJob(actions, job, request, record, pods), seen.failed)
-        if restarted is not None:
-            sync_pods(actions, job, request, restarted, pods, view.nodes, ctx.gpu_holders)
+    held = HeldJob(actions, job, request, record, pods)
+    seen = gang.kind.observe(record, pods, job.uid)
+    if gang.kind.owner_gone(ctx, actions, pods) or gang.layout.failure(ctx, held, seen, gang):
         return None
     names = {
         s.name: p.name for s, (_, p) in zip(record.pod_slots, slot_pods(record, pods), strict=True) if p is not None
     }
-    breakage = None if record.trays else detect(view, job, record, seen.failed, names if request.pod_group else None)
-    if breakage is not None and not (draft.phase is Phase.PLACING and not breakage.hardware):
-        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
-        repaired = handle(ctx, HeldJob(actions, job, request, record, pods), breakage, node_filter)
-        if repaired is not None:
-            sync_pods(actions, job, request, repaired, pods, view.nodes, ctx.gpu_holders)
+    if drained := off_drained(ctx, held, names):
+        gang.layout.move(ctx, held, drained, gang)
         return None
-    if drained := off_drained(ctx, HeldJob(actions, job, request, record, pods), names):
-        node_filter = eligibility.filter_for(job.key, request.spec, with_usage=False)
-        if record.trays:
-            moved = repair_trays(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
-        else:
-            moved = handle(ctx, HeldJob(actions, job, request, record, pods), drained, node_filter)
-        if moved is not None:
-            sync_pods(actions, job, request, moved, pods, view.nodes, ctx.gpu_holders)
-        return None
-    if seen.bound == seen.total and not request.pod_group:  # another controller's pods are not moved
+    if seen.bound == seen.total and gang.kind.renders_pods:  # another controller's pods are not moved
         node_filter = eligibility.filter_for(job.key, request.spec)
-        migrated = reconsider(ctx, HeldJob(actions, job, request, record, pods), node_filter)
+        migrated = reconsider(ctx, held, node_filter)
         if migrated is not None:
-            sync_pods(actions, job, request, migrated, pods, view.nodes, ctx.gpu_holders)
+            gang.kind.sync(ctx, held, migrated)
             return None
-    sync_pods(actions, job, request, record, pods, view.nodes, ctx.gpu_holders)
+    gang.kind.sync(ctx, held, record)
     if seen.bound == seen.total:
         if draft.phase is Phase.PLACING:
             draft.apply(Event.BOUND, "Running", f"all {seen.total} pods bound on {', '.join(record.nodes)}", now)
@@ -207,8 +168,6 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
             draft.set(completionTime=now)
             actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
             view.state.release(job.key)
-        elif draft.phase is Phase.RUNNING and request.elastic is not None and not request.pod_group:
-            resized = resize_running(ctx, HeldJob(actions, job, request, record, pods), ctx.rigid_waiting())
-            if resized is not None:
-                sync_pods(actions, job, request, resized, pods, view.nodes, ctx.gpu_holders)
+        elif draft.phase is Phase.RUNNING and (resized := gang.sizing.resize(ctx, held)) is not None:
+            gang.kind.sync(ctx, held, resized)
     return None

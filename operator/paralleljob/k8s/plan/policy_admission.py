@@ -21,7 +21,6 @@ with the reason, and the victims cannot be chosen twice. Nothing here talks to t
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
@@ -37,7 +36,6 @@ from paralleljob.core.admission import (
     schedule,
 )
 from paralleljob.core.cost import cost_model
-from paralleljob.core.elastic import resized
 from paralleljob.core.eligibility import FilteredPlacer
 from paralleljob.core.gates import WaitReason, entry_gate
 from paralleljob.core.queueing import PendingJob, QueuePolicy, RunningJob
@@ -45,7 +43,6 @@ from paralleljob.k8s.edge.queues import format_time, pending_job, queue_spec
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import PassContext
-from paralleljob.k8s.plan.elastic import write_status
 from paralleljob.k8s.plan.elastic_admission import commit_shrinks
 from paralleljob.k8s.plan.fifo_admission import (
     entry_of,
@@ -76,10 +73,9 @@ def admit_with_core(
     for job, request in queued:
         if refuse_before_queueing(ctx, job, request):
             continue
-        if request.elastic is not None:
-            # Gated and queued at its minimum (all its quota may count on); the core admits it at the
-            # largest size that fits (``ranges`` below) and it grows once running (plan/elastic.py).
-            request = dataclasses.replace(request, spec=resized(request.spec, request.elastic.min))
+        # an elastic job is gated and queued at its minimum; the core admits it at the largest size that fits
+        # (``ranges`` below)
+        request = ctx.gang_of(job).sizing.at_minimum(request)
         room = None
         if job.key in making_room:
             deadline, victims = making_room[job.key]
@@ -99,8 +95,10 @@ def admit_with_core(
     wrapped = TrayAwarePlacer(view, filtered, requests, node_filters(ctx.eligibility), queues)  # NVL72 trays
     specs = [queue_spec(q) for q in queues.values()]
     # Elastic: every waiting one (the core guarantees it min), and the running ones that may lose replicas.
-    ranges = {key: r.elastic for key, (_, r) in jobs.items() if r.elastic is not None}
-    ranges.update({key: h.request.elastic for key, h in ctx.shrinkable.items() if h.request.elastic is not None})
+    ranges = {key: rng for key, (job, r) in jobs.items() if (rng := ctx.gang_of(job).sizing.range(r)) is not None}
+    ranges.update(
+        {k: rng for k, h in ctx.shrinkable.items() if (rng := ctx.gang_of(h.job).sizing.range(h.request)) is not None}
+    )
     started = ctx.clock()
     plan = schedule(
         PlaceOn(view.state, wrapped, lambda spec: models[requests[spec.job_id].cost_model]),
@@ -112,11 +110,10 @@ def admit_with_core(
     for decision in plan.decisions:
         if isinstance(decision, Admit):
             job, request = jobs[decision.job_id]
-            if request.elastic is not None:
-                request = dataclasses.replace(request, spec=resized(request.spec, decision.placement.dp))
+            sizing = ctx.gang_of(job).sizing
+            request = sizing.at_admitted_size(request, decision.placement.dp)
             record_admission(ctx, job, request, decision.placement, decision.reasons)
-            if request.elastic is not None:
-                write_status(actions_for(job).draft, request.elastic, request.spec.dp, None)
+            sizing.admitted(ctx, actions_for(job), request)
         elif isinstance(decision, ShrinkReplicas):
             commit_shrinks(ctx, jobs[decision.for_job][0], decision.resizes)
         elif isinstance(decision, Wait):

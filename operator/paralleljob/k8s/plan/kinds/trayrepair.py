@@ -47,6 +47,7 @@ from paralleljob.k8s.edge.queues import requeue_stamp
 from paralleljob.k8s.edge.records import PlacementRecord, cost_to_status
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failures import Breakage
+from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
 from paralleljob.k8s.plan.traygroups import clique_trays
@@ -114,12 +115,14 @@ def _groups_on(view: ClusterView, key: str, nodes: Sequence[str]) -> tuple[int, 
 
 
 def repair_trays(
-    ctx: PassContext, held: HeldJob, breakage: Breakage, node_filter: NodeFilter | None = None
+    ctx: PassContext, held: HeldJob, breakage: Breakage, node_filter: NodeFilter | None, gang: Gang
 ) -> PlacementRecord | None:
     """Carry out the core's failure decision for ``breakage`` (``slots``: indices in ``record.trays``): the
     broken trays' pods move (or the job is re-placed), or the job goes back in the queue, or fails. Returns
     the new record, None when the job left the cluster. Mutates the view's state (the job's GPUs move, or are
-    freed). ``node_filter``: the nodes the job's template allows; moved trays go only there, as on HGX nodes."""
+    freed). ``node_filter``: the nodes the job's template allows; moved trays go only there, as on HGX nodes.
+    ``gang``: the job's kind; pods another controller made (a pod group's) name their clique's channel
+    template, so their repair stays inside that clique."""
     actions, job, request, record, view, now = held.actions, held.job, held.request, held.record, ctx.view, ctx.now
     draft, policy, kind = actions.draft, request.failure, breakage.kind
     maintenance = kind.maintenance
@@ -141,7 +144,7 @@ def repair_trays(
     topology = nvlink_topology(view)
     in_use = [view.node_index[t.node] for t in record.trays if t.node in view.node_index]
     allowed = within_domain(node_filter, in_use)
-    if topology is not None and request.pod_group:
+    if topology is not None and not gang.kind.renders_pods:
         allowed = _inside_clique(allowed, clique_trays(clique_index(topology).trays, in_use))
     if topology is None:
         decision = decide_repair(view.state, _NoCliques(), spec, model, policy, report)

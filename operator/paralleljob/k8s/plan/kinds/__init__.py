@@ -1,0 +1,25 @@
+"""One interface per kind of gang: the lifecycle driver asks a job's :class:`~.base.Gang`, never its fields.
+
+A gang is three answers, each from a small module of its own, composed by :func:`~.picker.gang_of` once per
+job from its parsed request and record:
+
+- its kind, who makes the pods: a ParallelJob's own (``operated``), an adopted pod group's (``adopted``: an
+  Indexed Job, JobSet or PyTorchJob), a native PodGroup's (``native``);
+- its layout, what one pod holds: a TP group on an HGX node (``hgx``), or a whole NVL72 tray (``nvl72``, with
+  ``trayrepair``);
+- its sizing: rigid (``rigid``) or elastic (``elasticity``).
+
+Why composed, not one class per combination: a tray breaks the same way under a ParallelJob's pod as under a
+JobSet's, and a JobSet's pods are another controller's whether they hold a tray or a TP group. A pod group on
+trays is therefore the adopted kind with the tray layout, not a kind of its own: its failure detection and
+repair are the tray layout's (held to its clique, since its pods name that clique's channel template), and
+what may be done to its pods is the pod group's. An elastic job is a ParallelJob with elastic sizing. What a
+combination cannot do is refused where it is chosen, with a reason: the parse refuses an elastic pod group
+(its size is its controller's), and elastic sizing never takes trays (``Gang.may_take_trays``), so an elastic
+job is placed on HGX nodes.
+"""
+
+from paralleljob.k8s.plan.kinds.base import Gang, GangKind, Layout, Sizing
+from paralleljob.k8s.plan.kinds.picker import GANGS, gang_of
+
+__all__ = ["GANGS", "Gang", "GangKind", "Layout", "Sizing", "gang_of"]

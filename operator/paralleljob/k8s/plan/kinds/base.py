@@ -1,0 +1,153 @@
+"""What every kind of gang answers, as three small protocols, and the :class:`Gang` that composes them.
+
+- :class:`GangKind`: who makes the pods. A ParallelJob renders its own; an adopted pod group's pods are another
+  controller's (Indexed Job, JobSet, PyTorchJob), which the operator only annotates and binds; a native
+  PodGroup's are too, and wait for their ResourceClaims as well.
+- :class:`Layout`: what a pod holds and so what breaks it: one TP group on an HGX node, or one whole NVL72 tray
+  of a clique (one ComputeDomain per clique).
+- :class:`Sizing`: rigid, or elastic between a minimum and a maximum of replicas.
+
+The lifecycle driver (``jobdecision``, ``decide``, the admission modules) asks the job's :class:`Gang` and never
+reads ``spec.podGroup``, the record's layout or the elastic range itself (``kinds/__init__`` says why the
+three are separate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from paralleljob.core.elastic import ElasticRange
+    from paralleljob.core.job import JobSpec
+    from paralleljob.k8s.edge.pods import PodInfo
+    from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+    from paralleljob.k8s.edge.specs import JobObject, JobRequest
+    from paralleljob.k8s.edge.trayrecords import TraySlot
+    from paralleljob.k8s.plan.actions import JobActions
+    from paralleljob.k8s.plan.context import HeldJob, PassContext
+    from paralleljob.k8s.plan.failures import Breakage
+    from paralleljob.k8s.plan.podsync import SyncResult
+    from paralleljob.k8s.plan.status import StatusDraft
+
+
+class GangKind(Protocol):
+    """Who makes the pods, and so what the operator may do to them."""
+
+    name: str
+    renders_pods: bool  # the operator creates, re-creates and deletes them (else it only annotates and binds)
+
+    def queued(
+        self, ctx: PassContext, actions: JobActions, job: JobObject, pods: Sequence[PodInfo]
+    ) -> JobRequest | None:
+        """What a queued job hands to admission this pass (None: it waits, and ``actions`` says why)."""
+        ...
+
+    def observe(self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> SyncResult:
+        """How many of the record's pods are bound, succeeded or failed."""
+        ...
+
+    def owner_gone(self, ctx: PassContext, actions: JobActions, pods: Sequence[PodInfo]) -> bool:
+        """A placed job whose pods all left with their owner completes (True: done with the job this pass)."""
+        ...
+
+    def pod_names(self, record: PlacementRecord, pods: Sequence[PodInfo]) -> Mapping[str, str] | None:
+        """Slot name -> the pod that holds it, where the pods are not named after their slots."""
+        ...
+
+    def sync(self, ctx: PassContext, held: HeldJob, record: PlacementRecord) -> None:
+        """Bring the job's pods in line with ``record`` (create, delete, bind; or only annotate and bind)."""
+        ...
+
+    def repaired(self, record: PlacementRecord, moved: Sequence[PodSlot], strategy: str, maintenance: bool) -> str:
+        """The repair's message once ``moved`` slots have new GPUs or a new incarnation (``maintenance``: a
+        drain's move, not a failure's repair)."""
+        ...
+
+    def may_take_trays(self, request: JobRequest) -> bool:
+        """Whether admission may place it over whole NVL72 trays (its pods then each hold one tray)."""
+        ...
+
+    def finish(self, ctx: PassContext, actions: JobActions, pods: Sequence[PodInfo], active: bool) -> None:
+        """Last word on the pass's actions for the job (a pod group's pods are never deleted or created)."""
+        ...
+
+
+class Layout(Protocol):
+    """What one pod of the gang holds, and how its failures and moves are carried out."""
+
+    name: str
+    on_trays: bool
+
+    def pods(self, record: PlacementRecord) -> Sequence[PodSlot | TraySlot]:
+        """The record's pods, in the order breakages index them."""
+        ...
+
+    def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
+        """Broken hardware or failed pods under the job, carried out through the failure policy and the pods
+        brought in line; False when nothing broke."""
+        ...
+
+    def move(self, ctx: PassContext, held: HeldJob, breakage: Breakage, gang: Gang) -> None:
+        """Move the pods ``breakage`` names (a drain) under the failure policy, and bring the pods in line."""
+        ...
+
+
+class Sizing(Protocol):
+    """Rigid or elastic: how many replicas the job may run, and what changes its size."""
+
+    name: str
+    resizes: bool  # its size may change while it runs, so it is decided on every pass
+
+    def write_status(self, draft: StatusDraft, request: JobRequest, running: int) -> None:
+        """The replica counts in the status (nothing for a rigid job)."""
+        ...
+
+    def smallest(self, request: JobRequest) -> JobSpec:
+        """The smallest spec admission may place the job at."""
+        ...
+
+    def at_minimum(self, request: JobRequest) -> JobRequest:
+        """``request`` as the queue policies gate and queue it: at the smallest size it may run at."""
+        ...
+
+    def min_gpus(self, request: JobRequest) -> int | None:
+        """The GPUs it needs at its smallest (None: all of ``spec``'s, it is rigid)."""
+        ...
+
+    def at_admitted_size(self, request: JobRequest, data: int) -> JobRequest:
+        """``request`` at the ``data`` replicas admission placed it with."""
+        ...
+
+    def admitted(self, ctx: PassContext, actions: JobActions, request: JobRequest) -> None:
+        """Status for a job just admitted at ``request.spec``'s size."""
+        ...
+
+    def resize(self, ctx: PassContext, held: HeldJob) -> PlacementRecord | None:
+        """A Running, fully bound job grown or scaled down; None when it stays."""
+        ...
+
+    def range(self, request: JobRequest) -> ElasticRange | None:
+        """The replicas the job may run between (None: rigid), for the core's resize and drop rules."""
+        ...
+
+    def may_take_trays(self, request: JobRequest) -> bool:
+        """Whether admission may place it over whole NVL72 trays."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """One job's kind, layout and sizing, picked once (``kinds.picker.gang_of``)."""
+
+    kind: GangKind
+    layout: Layout
+    sizing: Sizing
+
+    def may_take_trays(self, request: JobRequest) -> bool:
+        return self.kind.may_take_trays(request) and self.sizing.may_take_trays(request)
+
+    def describe(self) -> str:
+        return f"{self.sizing.name} {self.kind.name} on {self.layout.name}"
+

@@ -1,0 +1,64 @@
+"""Elastic sizing: the job runs between ``minData`` and ``maxData`` replicas (``core/elastic.py`` decides, the
+same functions the simulator calls; ``plan/elastic.py`` turns its resizes into records and statuses).
+
+It is admitted at the largest size that fits down to its minimum, grows toward its desired size while no rigid
+job at its priority or higher waits, drops a broken replica instead of a repair with no room, and is decided
+on every pass (GPUs freed anywhere may let it grow). It never takes NVL72 trays: a replica is added or dropped
+one TP-group pod at a time, which the tray layout's whole-tray pods cannot express.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from paralleljob.core.elastic import ElasticRange, resized
+from paralleljob.core.job import JobSpec
+from paralleljob.k8s.edge.records import PlacementRecord
+from paralleljob.k8s.edge.specs import JobRequest
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.elastic import resize_running, write_status
+from paralleljob.k8s.plan.status import StatusDraft
+
+
+def _range(request: JobRequest) -> ElasticRange:
+    rng = request.elastic
+    assert rng is not None, f"{request.queue}: an elastic sizing picked for a rigid request"
+    return rng
+
+
+class Elastic:
+    name = "elastic"
+    resizes = True
+
+    def write_status(self, draft: StatusDraft, request: JobRequest, running: int) -> None:
+        write_status(draft, _range(request), running, None)
+
+    def smallest(self, request: JobRequest) -> JobSpec:
+        return resized(request.spec, _range(request).min)
+
+    def at_minimum(self, request: JobRequest) -> JobRequest:
+        # Gated and queued at its minimum (all its quota may count on); the core admits it at the largest size
+        # that fits and it grows once running (plan/elastic.py).
+        return replace(request, spec=self.smallest(request))
+
+    def min_gpus(self, request: JobRequest) -> int | None:
+        return request.spec.tp * request.spec.pp * _range(request).min
+
+    def at_admitted_size(self, request: JobRequest, data: int) -> JobRequest:
+        return replace(request, spec=resized(request.spec, data))
+
+    def admitted(self, ctx: PassContext, actions: JobActions, request: JobRequest) -> None:
+        write_status(actions.draft, _range(request), request.spec.dp, None)  # admitted at the size that fit
+
+    def resize(self, ctx: PassContext, held: HeldJob) -> PlacementRecord | None:
+        return resize_running(ctx, held, ctx.rigid_waiting())
+
+    def range(self, request: JobRequest) -> ElasticRange | None:
+        return request.elastic
+
+    def may_take_trays(self, request: JobRequest) -> bool:
+        return False
+
+
+ELASTIC = Elastic()

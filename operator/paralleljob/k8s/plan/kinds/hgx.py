@@ -1,0 +1,42 @@
+"""The HGX layout: one pod per TP group, on one node whose GPUs are its NVLink domain.
+
+What breaks a pod is its node or one of its GPUs, or the pod itself failing (``failures.detect``); the failure
+policy (``core.repair.decide_repair``, through ``failures.handle``) moves the broken groups' pods, restarts the
+failed ones, requeues or fails the job, and an elastic job may drop the broken replica instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from paralleljob.core.lifecycle import Phase
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.failures import Breakage, detect, handle
+from paralleljob.k8s.plan.kinds.base import Gang
+from paralleljob.k8s.plan.podsync import SyncResult
+
+
+class HgxNodes:
+    name = "HGX nodes"
+    on_trays = False
+
+    def pods(self, record: PlacementRecord) -> Sequence[PodSlot]:
+        return record.slots
+
+    def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
+        names = gang.kind.pod_names(held.record, held.pods)
+        breakage = detect(ctx.view, held.job, held.record, seen.failed, names)
+        if breakage is None or (held.actions.draft.phase is Phase.PLACING and not breakage.hardware):
+            return False  # a worker cannot fail before the gang runs
+        self.move(ctx, held, breakage, gang)
+        return True
+
+    def move(self, ctx: PassContext, held: HeldJob, breakage: Breakage, gang: Gang) -> None:
+        node_filter = ctx.eligibility.filter_for(held.job.key, held.request.spec, with_usage=False)
+        repaired = handle(ctx, held, breakage, node_filter, gang)
+        if repaired is not None:
+            gang.kind.sync(ctx, held, repaired)
+
+
+HGX = HgxNodes()

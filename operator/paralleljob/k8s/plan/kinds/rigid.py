@@ -1,0 +1,46 @@
+"""Rigid sizing: the job runs at ``spec.parallelism.data`` replicas or not at all."""
+
+from __future__ import annotations
+
+from paralleljob.core.elastic import ElasticRange
+from paralleljob.core.job import JobSpec
+from paralleljob.k8s.edge.records import PlacementRecord
+from paralleljob.k8s.edge.specs import JobRequest
+from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.status import StatusDraft
+
+
+class Rigid:
+    name = "rigid"
+    resizes = False
+
+    def write_status(self, draft: StatusDraft, request: JobRequest, running: int) -> None:
+        return None  # no replica counts: the shape says the size
+
+    def smallest(self, request: JobRequest) -> JobSpec:
+        return request.spec
+
+    def at_minimum(self, request: JobRequest) -> JobRequest:
+        return request
+
+    def min_gpus(self, request: JobRequest) -> int | None:
+        return None
+
+    def at_admitted_size(self, request: JobRequest, data: int) -> JobRequest:
+        return request
+
+    def admitted(self, ctx: PassContext, actions: JobActions, request: JobRequest) -> None:
+        return None
+
+    def resize(self, ctx: PassContext, held: HeldJob) -> PlacementRecord | None:
+        return None
+
+    def range(self, request: JobRequest) -> ElasticRange | None:
+        return None
+
+    def may_take_trays(self, request: JobRequest) -> bool:
+        return True
+
+
+RIGID = Rigid()
