@@ -55,7 +55,7 @@ class PassContext:
     # (a call: worked out only in a pass where an elastic job might grow)
     rigid_waiting: Callable[[], Sequence[tuple[int, str]]] = tuple
     # Running elastic jobs whose growth replicas a higher-priority job may take this pass (filled as jobs are
-    # decided; plan/elastic_admission.py)
+    # decided; plan/kinds/elastic_admission.py)
     shrinkable: dict[str, HeldJob] = field(default_factory=dict)
     pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)  # Kubernetes PodGroups by namespace/name
     resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # ResourceClaims by namespace/name

@@ -35,11 +35,13 @@ from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.computedomains import stale_domains
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.elastic import at_current_size, note_membership, rigid_waiting
+from paralleljob.k8s.plan.elastic import at_current_size
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.fifo_admission import admit_all
 from paralleljob.k8s.plan.jobdecision import ACTIVE, decide_job
-from paralleljob.k8s.plan.kinds import Gang, gang_of
+from paralleljob.k8s.plan.kinds.base import Gang
+from paralleljob.k8s.plan.kinds.picker import gang_of
+from paralleljob.k8s.plan.kinds.resizing import note_membership, rigid_waiting
 from paralleljob.k8s.plan.lazy import Lazy
 from paralleljob.k8s.plan.metrics_model import queue_book, queue_statuses
 from paralleljob.k8s.plan.nodenotes import node_warnings

@@ -36,7 +36,6 @@ from paralleljob.k8s.edge.queues import requeue_stamp
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.elastic import drop_on_failure
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.view.clusterview import ClusterView
@@ -158,7 +157,7 @@ def handle(
     )
     restarts = job.restarts + counts_as_restart(breakage.kind, drop or decision)  # a drop is not a restart
     if drop is not None:
-        dropped = drop_on_failure(ctx, held, drop, f"after: {breakage.message}")
+        dropped = gang.sizing.dropped(ctx, held, drop, f"after: {breakage.message}")
         after = round(dropped.cost.total_ms, 6) if dropped.cost else None
         failure.update(action="DroppedReplica", costAfterMs=after)
         draft.set(restarts=restarts)

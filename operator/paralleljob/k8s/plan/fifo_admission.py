@@ -45,8 +45,8 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.checkpointing import checkpoint_status
 from paralleljob.k8s.plan.context import PassContext
-from paralleljob.k8s.plan.elastic_admission import place_elastic, shrink_growth_replicas
 from paralleljob.k8s.plan.eligibility import Eligibility
+from paralleljob.k8s.plan.kinds.elastic_admission import place_elastic, shrink_growth_replicas
 from paralleljob.k8s.plan.podsync import sync_pods
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.trayadmission import TrayAwarePlacer, admission_topology, spans_trays, tray_record
@@ -202,7 +202,7 @@ def _elastic_hooks(
     objects: Mapping[str, tuple[JobObject, JobRequest]],
     extra: dict[str, tuple[str, ...]],
 ) -> FifoHooks:
-    """The core pass's elastic hooks over ``plan/elastic_admission.py``; what they add to an admission's
+    """The core pass's elastic hooks over ``plan/kinds/elastic_admission.py``; what they add to an admission's
     message is kept in ``extra``."""
 
     def place(job: FifoJob, room: int | None) -> Placement:

@@ -18,7 +18,7 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.draining import off_drained
-from paralleljob.k8s.plan.kinds import Gang
+from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.podgroups import slot_pods
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.preempting import continue_preemption

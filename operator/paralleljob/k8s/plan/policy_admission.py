@@ -43,7 +43,6 @@ from paralleljob.k8s.edge.queues import format_time, pending_job, queue_spec
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import PassContext
-from paralleljob.k8s.plan.elastic_admission import commit_shrinks
 from paralleljob.k8s.plan.fifo_admission import (
     entry_of,
     fail_unschedulable,
@@ -51,6 +50,7 @@ from paralleljob.k8s.plan.fifo_admission import (
     record_admission,
     refuse_before_queueing,
 )
+from paralleljob.k8s.plan.kinds.elastic_admission import commit_shrinks
 from paralleljob.k8s.plan.preempting import request_checkpoint, start_preemption
 from paralleljob.k8s.plan.trayadmission import TrayAwarePlacer
 

@@ -1,13 +1,14 @@
 """One interface per kind of gang: the lifecycle driver asks a job's :class:`~.base.Gang`, never its fields.
 
 A gang is three answers, each from a small module of its own, composed by :func:`~.picker.gang_of` once per
-job from its parsed request and record:
+job per pass (``PassContext.gang_of``) from its parsed request and record:
 
 - its kind, who makes the pods: a ParallelJob's own (``operated``), an adopted pod group's (``adopted``: an
   Indexed Job, JobSet or PyTorchJob), a native PodGroup's (``native``);
-- its layout, what one pod holds: a TP group on an HGX node (``hgx``), or a whole NVL72 tray (``nvl72``, with
-  ``trayrepair``);
-- its sizing: rigid (``rigid``) or elastic (``elasticity``).
+- its layout, what one pod holds: a TP group on an HGX node (``hgx``), or a whole NVL72 tray (``nvl72``, its
+  repair in ``trayrepair``);
+- its sizing: rigid (``rigid``) or elastic (``elasticity``, its records in ``resizing``, its admission in
+  ``elastic_admission``).
 
 Why composed, not one class per combination: a tray breaks the same way under a ParallelJob's pod as under a
 JobSet's, and a JobSet's pods are another controller's whether they hold a tray or a TP group. A pod group on
@@ -17,9 +18,6 @@ what may be done to its pods is the pod group's. An elastic job is a ParallelJob
 combination cannot do is refused where it is chosen, with a reason: the parse refuses an elastic pod group
 (its size is its controller's), and elastic sizing never takes trays (``Gang.may_take_trays``), so an elastic
 job is placed on HGX nodes.
+
+The package imports nothing here, so a driver module may import one kind module without loading the others.
 """
-
-from paralleljob.k8s.plan.kinds.base import Gang, GangKind, Layout, Sizing
-from paralleljob.k8s.plan.kinds.picker import GANGS, gang_of
-
-__all__ = ["GANGS", "Gang", "GangKind", "Layout", "Sizing", "gang_of"]

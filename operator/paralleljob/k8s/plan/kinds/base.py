@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from paralleljob.core.elastic import ElasticRange
+    from paralleljob.core.elastic import ElasticRange, Resize
     from paralleljob.core.job import JobSpec
     from paralleljob.k8s.edge.pods import PodInfo
     from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
@@ -126,6 +126,14 @@ class Sizing(Protocol):
 
     def resize(self, ctx: PassContext, held: HeldJob) -> PlacementRecord | None:
         """A Running, fully bound job grown or scaled down; None when it stays."""
+        ...
+
+    def as_placed(self, job: JobObject, record: PlacementRecord) -> JobObject:
+        """``job`` with its request at the size ``record`` runs it with (the size every other step handles)."""
+        ...
+
+    def dropped(self, ctx: PassContext, held: HeldJob, drop: Resize, message: str) -> PlacementRecord:
+        """Carry out the core's drop of a broken replica (``core.elastic_failure.drop_instead``)."""
         ...
 
     def range(self, request: JobRequest) -> ElasticRange | None:

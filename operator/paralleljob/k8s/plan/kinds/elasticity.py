@@ -1,5 +1,5 @@
 """Elastic sizing: the job runs between ``minData`` and ``maxData`` replicas (``core/elastic.py`` decides, the
-same functions the simulator calls; ``plan/elastic.py`` turns its resizes into records and statuses).
+same functions the simulator calls; ``kinds/resizing`` turns its resizes into records and statuses).
 
 It is admitted at the largest size that fits down to its minimum, grows toward its desired size while no rigid
 job at its priority or higher waits, drops a broken replica instead of a repair with no room, and is decided
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from paralleljob.core.elastic import ElasticRange, resized
+from paralleljob.core.elastic import ElasticRange, Resize, resized
 from paralleljob.core.job import JobSpec
 from paralleljob.k8s.edge.records import PlacementRecord
-from paralleljob.k8s.edge.specs import JobRequest
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.elastic import resize_running, write_status
+from paralleljob.k8s.plan.kinds.resizing import drop_on_failure, resize_running, write_status
 from paralleljob.k8s.plan.status import StatusDraft
 
 
@@ -39,7 +39,7 @@ class Elastic:
 
     def at_minimum(self, request: JobRequest) -> JobRequest:
         # Gated and queued at its minimum (all its quota may count on); the core admits it at the largest size
-        # that fits and it grows once running (plan/elastic.py).
+        # that fits and it grows once running (kinds/resizing).
         return replace(request, spec=self.smallest(request))
 
     def min_gpus(self, request: JobRequest) -> int | None:
@@ -53,6 +53,19 @@ class Elastic:
 
     def resize(self, ctx: PassContext, held: HeldJob) -> PlacementRecord | None:
         return resize_running(ctx, held, ctx.rigid_waiting())
+
+    def as_placed(self, job: JobObject, record: PlacementRecord) -> JobObject:
+        request = job.request
+        assert request is not None
+        rng = _range(request)
+        if record.dp == request.spec.dp or record.pp != request.spec.pp:
+            return job
+        if not rng.min <= record.dp <= rng.max:
+            return job  # a record outside the range is not this job's: the usual checks report it
+        return replace(job, request=replace(request, spec=resized(request.spec, record.dp)))
+
+    def dropped(self, ctx: PassContext, held: HeldJob, drop: Resize, message: str) -> PlacementRecord:
+        return drop_on_failure(ctx, held, drop, message)
 
     def range(self, request: JobRequest) -> ElasticRange | None:
         return request.elastic

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from paralleljob.core.elastic import ElasticRange
+from paralleljob.core.elastic import ElasticRange, Resize
 from paralleljob.core.job import JobSpec
 from paralleljob.k8s.edge.records import PlacementRecord
-from paralleljob.k8s.edge.specs import JobRequest
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.status import StatusDraft
@@ -35,6 +35,12 @@ class Rigid:
 
     def resize(self, ctx: PassContext, held: HeldJob) -> PlacementRecord | None:
         return None
+
+    def as_placed(self, job: JobObject, record: PlacementRecord) -> JobObject:
+        return job
+
+    def dropped(self, ctx: PassContext, held: HeldJob, drop: Resize, message: str) -> PlacementRecord:
+        raise ValueError(f"{held.job.key}: a rigid job has no replica to drop (the core drops none without a range)")
 
     def range(self, request: JobRequest) -> ElasticRange | None:
         return None

@@ -1,6 +1,7 @@
-"""Admitting elastic jobs, and taking growth replicas for a waiting higher-priority job, in the operator's
-FIFO admission: thin shells over ``core/elastic.py`` (``place_largest``, ``shrink_for``); the queue policies'
-pass decides the same in the core (``core/admission.py``) and carries its shrinks out with :func:`commit_shrinks`."""
+"""The elastic sizing's admission: admitting elastic jobs, and taking growth replicas for a waiting
+higher-priority job, in the operator's FIFO admission: thin shells over ``core/elastic.py`` (``place_largest``,
+``shrink_for``); the queue policies' pass decides the same in the core (``core/admission.py``) and carries its
+shrinks out with :func:`commit_shrinks`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from paralleljob.core.elastic import ElasticHolding, Resize, place_largest, shri
 from paralleljob.core.placement import Placement, PlacerLike
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.context import PassContext
-from paralleljob.k8s.plan.elastic import commit_resize
+from paralleljob.k8s.plan.kinds.resizing import commit_resize
 from paralleljob.k8s.plan.podsync import sync_pods
 
 
