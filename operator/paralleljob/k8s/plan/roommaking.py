@@ -1,10 +1,13 @@
-"""Moving running jobs at their checkpoints to free a whole NVLink clique for a waiting tray job: the
-operator's half of :func:`paralleljob.core.moves.plan_moves` (the simulator's is ``sim/run/roommoves``).
+"""Moving running jobs at their checkpoints to free a whole domain for a waiting job: the operator's half of
+:func:`paralleljob.core.moves.plan_moves` (the simulator's is ``sim/run/roommoves``). On NVL72 the domain is
+an NVLink clique for a tray job; on HGX (a cluster without NVLink cliques) a node or a leaf for a ParallelJob
+whose TP groups find no whole node free although enough GPUs are free in all.
 
-After the FIFO admission, the first waiting tray job that was refused (``Unschedulable``), whose queue allows
-moves (``spec.moves.perHour`` > 0), is handed to the planner with every running job, over the NVLink topology
-and placer it is admitted with. A plan is recorded in its ``status.movePlan`` (``edge/moveplans``) and from
-then on every pass, this operator or one restarted, carries it out from there:
+After the FIFO admission, the first such job that was refused (``Unschedulable``), whose queue allows moves
+(``spec.moves.perHour`` > 0), is handed to the planner with every running job, over the topology and placer
+it is admitted with (the NVLink topology and placer for trays, the core placer on HGX). A plan is recorded
+in its ``status.movePlan`` (``edge/moveplans``) and from then on every pass, this operator or one restarted,
+carries it out from there:
 
 - the plan's nodes are *held*: closed to every other placement of the pass (``holding``), backfill included;
 - a job of the plan moves at once (``when: now``: its lost work is under the bound) or once it checkpointed
@@ -20,7 +23,8 @@ then on every pass, this operator or one restarted, carries it out from there:
 
 One plan at a time; the FIFO path only (``--queue-policy strict-fifo``, the default): the core's queueing
 pass has its own reservations and preemption. Jobs with a node filter, pod groups and elastic jobs are never
-moved (their filter or owner decides where they may go) and never planned for.
+moved (their filter or owner decides where they may go) and never planned for. An HGX job on a cluster
+that also has NVLink cliques is not planned for either: its ``status.moveCheck`` says so.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from paralleljob.core.evaluate import placement_cost
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.moves import MovableJob, MovePlan, MoveRequest, MoveWhen, place_elsewhere, plan_moves
 from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.placement import Placement, PlacerLike
+from paralleljob.core.placer import OPERATOR_PLACER, Placer
 from paralleljob.k8s.edge.moveplans import (
     MovePlanRecord,
     PlannedMove,
@@ -118,9 +124,13 @@ class RoomMaking:
         if self.in_flight:
             return
         for job, request in sorted(queued, key=lambda e: (-e[1].spec.priority, e[0].queued_at, e[0].key)):
-            if _refused_tray_job(ctx, self.skip, job, request):  # the first one only: one plan at a time
+            if _refused(ctx, self.skip, job, request):  # the first one only: one plan at a time
                 if _worth_asking(ctx, job, request):
-                    _plan(ctx, self.skip, job, request)
+                    why_not = _why_not_planned(ctx, request)
+                    if why_not is None:
+                        _plan(ctx, self.skip, job, request)
+                    else:
+                        ctx.actions_for(job).draft.set(moveCheck={"checkedAt": ctx.now, "answer": why_not})
                 return
 
 
@@ -142,14 +152,27 @@ def bounds_of(ctx: PassContext, request: JobRequest) -> QueueInfo:
     return ctx.queues.get(request.queue) or QueueInfo(request.queue)
 
 
-def _refused_tray_job(ctx: PassContext, skip: Collection[str], job: JobObject, request: JobRequest) -> bool:
-    """A tray job this pass refused for want of room, whose queue allows moves."""
+def _refused(ctx: PassContext, skip: Collection[str], job: JobObject, request: JobRequest) -> bool:
+    """A rigid ParallelJob this pass refused for want of room, whose queue allows moves: a tray job, or on
+    HGX any (one that would take no trays on an NVL72 cluster fits a single tray, and is not refused for
+    scattered room)."""
     draft = ctx.actions_for(job).draft
     if job.key in skip or draft.phase is not Phase.QUEUED or draft.data.get("reason") != UNSCHEDULABLE:
         return False
-    if request.pod_group or request.elastic is not None or wants_trays(ctx.view, request) is None:
+    if request.pod_group or request.elastic is not None:
         return False
     return bounds_of(ctx, request).moves.max_moves_per_hour > 0 and _unfiltered(ctx, job.key, request)
+
+
+def _why_not_planned(ctx: PassContext, request: JobRequest) -> str | None:
+    """Why moves are not planned for a refused job (None: they are): on a cluster with NVLink cliques only
+    a job that takes whole trays is planned for; an HGX job beside NVL72 racks is not (yet)."""
+    if nvlink_topology(ctx.view) is not None and wants_trays(ctx.view, request) is None:
+        return (
+            "no moves planned: on a cluster with NVLink cliques moves free room only for jobs that take whole"
+            " trays, and this one takes none (an HGX job beside NVL72 racks waits as before)"
+        )
+    return None
 
 
 def _worth_asking(ctx: PassContext, job: JobObject, request: JobRequest) -> bool:
@@ -169,13 +192,22 @@ def _unfiltered(ctx: PassContext, key: str, request: JobRequest) -> bool:
 
 
 @contextmanager
-def _planner(ctx: PassContext, request: JobRequest) -> Iterator[tuple[ClusterState, NVLinkPlacer]]:
-    """The waiting job's own NVLink topology and placer over the view's state (as its admission)."""
+def _planner(ctx: PassContext, request: JobRequest) -> Iterator[tuple[ClusterState, PlacerLike]]:
+    """The waiting job's own topology and placer over the view's state, as its admission's: the NVLink
+    topology and placer for a tray job, the view's state and the core placer on HGX."""
     topology = nvlink_topology(ctx.view)
-    assert topology is not None
-    spares = spares_for(ctx.view, ctx.queues.get(request.queue))
+    if topology is None:
+        yield ctx.view.state, Placer(ctx.view.state, OPERATOR_PLACER)
+        return
     with seen_as(ctx.view.state, topology) as state:
-        yield state, NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order)
+        yield state, _placer_on(ctx, request, state)
+
+
+def _placer_on(ctx: PassContext, request: JobRequest, state: ClusterState) -> PlacerLike:
+    if nvlink_topology(ctx.view) is None:
+        return Placer(state, OPERATOR_PLACER)
+    spares = spares_for(ctx.view, ctx.queues.get(request.queue))
+    return NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order)
 
 
 def scratch_state(state: ClusterState) -> ClusterState:
@@ -241,12 +273,9 @@ def move_request(ctx: PassContext, skip: Collection[str], job: JobObject, reques
 
 def _plan(ctx: PassContext, skip: Collection[str], job: JobObject, request: JobRequest) -> None:
     move = move_request(ctx, skip, job, request)
-    topology = nvlink_topology(ctx.view)
-    assert topology is not None
-    with seen_as(ctx.view.state, topology) as seen:
+    with _planner(ctx, request) as (seen, _):
         state = scratch_state(seen)
-    placer = NVLinkPlacer(state, TRAY_PLACER, spares_for(ctx.view, ctx.queues.get(request.queue)), request.rank_order)
-    decision = plan_moves(state, placer, cost_model(request.cost_model), move)
+    decision = plan_moves(state, _placer_on(ctx, request, state), cost_model(request.cost_model), move)
     actions = ctx.actions_for(job)
     if not isinstance(decision, MovePlan):
         actions.draft.set(moveCheck={"checkedAt": ctx.now, "answer": "; ".join(decision.reasons)})
@@ -364,17 +393,24 @@ def _wake(actions: JobActions, plan: MovePlanRecord, now_s: float) -> None:
     actions.wake_at = wake if actions.wake_at is None else min(actions.wake_at, wake)
 
 
+def _place_head(ctx: PassContext, head: JobObject, request: JobRequest) -> Placement:
+    """Where the waiting job goes now: on trays by the NVLink placer, on HGX by the core placer."""
+    topology = nvlink_topology(ctx.view)
+    if topology is None:
+        spec = replace(request.spec, job_id=head.key)
+        return Placer(ctx.view.state, OPERATOR_PLACER).place(spec, cost_model(request.cost_model))
+    if wants_trays(ctx.view, request) is None:
+        raise PlacementInfeasible(head.key, ["the cluster has NVLink cliques now, and the job takes no trays"])
+    spares = spares_for(ctx.view, ctx.queues.get(request.queue))
+    return place_on_trays(ctx.view, topology, request, head.key, None, spares)
+
+
 def _admit(ctx: PassContext, head: JobObject, request: JobRequest, plan: MovePlanRecord) -> bool:
     """Place the waiting job now that the held nodes are empty (anywhere: the planner's choice is the held
     nodes, but a cheaper room that came up meanwhile is taken as the simulator does)."""
     actions = ctx.actions_for(head)
-    topology = nvlink_topology(ctx.view)
-    if topology is None:
-        dropped(actions, plan, "the cluster has no NVLink cliques any more", ctx.now)
-        return False
-    spares = spares_for(ctx.view, ctx.queues.get(request.queue))
     try:
-        placement = place_on_trays(ctx.view, topology, request, head.key, None, spares)
+        placement = _place_head(ctx, head, request)
     except PlacementInfeasible as exc:
         dropped(actions, plan, f"the held room did not take it: {'; '.join(exc.reasons[:2])}", ctx.now)
         return False

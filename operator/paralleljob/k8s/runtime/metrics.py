@@ -105,7 +105,8 @@ class Metrics:
         )
         self.room_moves = Counter(
             "paralleljob_room_moves_total",
-            "Jobs moved (at once or at their checkpoint) to free an NVLink clique for a waiting job",
+            "Jobs moved (at once or at their checkpoint) to free a domain (NVLink clique, HGX node or leaf)"
+            " for a waiting job",
             registry=r,
         )
         self.room_move_lost = Counter(
