@@ -61,9 +61,9 @@ def stale_domains(
 
 def _wanted(job: JobObject) -> Collection[str]:
     record = job.record
-    if job.phase not in HOLDING or record is None or not record.trays:
+    if job.phase not in HOLDING or record is None:
         return ()
-    return job_domains(job.name, record).values()
+    return job_domains(job.name, record).values()  # none for a record without trays
 
 
 def _in_use(domain: DomainInfo, pods: Sequence[PodInfo], nodes: Mapping[str, NodeInfo]) -> bool:
@@ -79,6 +79,6 @@ def _in_use(domain: DomainInfo, pods: Sequence[PodInfo], nodes: Mapping[str, Nod
 
 def _why(job: JobObject, domain: DomainInfo) -> str:
     where = f"clique {domain.clique}" if domain.clique else "its clique"
-    if job.phase not in HOLDING or job.record is None or not job.record.trays:
+    if job.phase not in HOLDING or job.record is None or not job_domains(job.name, job.record):
         return f"{job.key} holds no trays ({job.phase.value}): its ComputeDomain of {where} is no longer used"
     return f"{job.key} no longer uses {where}: its placement moved"

@@ -40,7 +40,7 @@ from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.fifo_admission import admit_all
 from paralleljob.k8s.plan.jobdecision import ACTIVE, decide_job
 from paralleljob.k8s.plan.kinds.base import Gang
-from paralleljob.k8s.plan.kinds.picker import gang_of
+from paralleljob.k8s.plan.kinds.gangs import gang_of
 from paralleljob.k8s.plan.kinds.resizing import note_membership, rigid_waiting
 from paralleljob.k8s.plan.lazy import Lazy
 from paralleljob.k8s.plan.metrics_model import queue_book, queue_statuses

@@ -60,7 +60,7 @@ def drained_groups(view: ClusterView, record: PlacementRecord) -> tuple[tuple[in
 
 def _pods(record: PlacementRecord) -> Sequence[PodSlot | TraySlot]:
     """A record's pods: one per TP group, or one per whole tray (``layout: trays``)."""
-    return record.trays if record.trays else record.slots
+    return record.pod_slots
 
 
 def drain_of(status: Mapping[str, Any]) -> tuple[float, float] | None:

@@ -6,7 +6,7 @@ for an elastic job, not ``spec.parallelism.data``, the size it wants; a rigid jo
 from __future__ import annotations
 
 from paralleljob.k8s.edge.specs import JobObject
-from paralleljob.k8s.plan.kinds.picker import gang_of
+from paralleljob.k8s.plan.kinds.picker import sizing_of
 
 
 def at_current_size(job: JobObject) -> JobObject:
@@ -14,4 +14,4 @@ def at_current_size(job: JobObject) -> JobObject:
     request, record = job.request, job.record
     if request is None or record is None or job.record_error:
         return job
-    return gang_of(request, record).sizing.as_placed(job, record)
+    return sizing_of(request).as_placed(job, record)

@@ -347,4 +347,5 @@ def record_admission(
     actions.events = [e for e in actions.events if e.reason != "Accepted"]
     actions.note("Normal", "Placed", message)
     actions.placed_cost = {"tp": cost.tp_ms, "pp": cost.pp_ms, "dp": cost.dp_ms, "total": cost.total_ms}
-    sync_pods(actions, job, request, record, pods, view.nodes, ctx.gpu_holders)
+    if ctx.gang_of(job).kind.renders_pods:  # a pod group's pods are only annotated and bound (its kind's finish)
+        sync_pods(actions, job, request, record, pods, view.nodes, ctx.gpu_holders)

@@ -13,6 +13,7 @@ from paralleljob.k8s.edge.nodes import NodeInfo
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.actions import Plan, PodDelete
+from paralleljob.k8s.plan.kinds.picker import kind_of
 from paralleljob.k8s.plan.podgroups import GroupDeclarationError, adopting_manifest, successors
 from paralleljob.k8s.plan.podsync import must_force
 
@@ -68,7 +69,7 @@ def adopted_pods(
     adopted: dict[str, list[PodInfo]] = {}
     for key, group_pods in groups.items():
         job = jobs.get(key)
-        if job is not None and job.request is not None and job.request.pod_group:
+        if job is not None and job.request is not None and not kind_of(job.request).renders_pods:
             stale = successors(job.owners, group_pods)
             if stale:
                 plan.warnings.append(

@@ -100,8 +100,6 @@ def sync_pods(
 ) -> None:
     """Append the deletes, creates and binds that move the job's pods toward ``record``. ``holders``: the
     pass's :func:`gpu_holders` of every pod (default: of the job's own pods)."""
-    if request.pod_group:
-        return  # another controller's pods: only annotated and bound, by podgroups.finish_group
     by_name = {p.name: p for p in pods}
     wanted = {slot.name for slot in record.pod_slots}
     boundary = checkpointable_boundary(record.pp)

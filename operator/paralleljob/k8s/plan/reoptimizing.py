@@ -32,26 +32,22 @@ the record it returns.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from paralleljob.core.cluster import Allocation
-from paralleljob.core.cost import cost_model
-from paralleljob.core.eligibility import NodeFilter, restricted
+from paralleljob.core.eligibility import NodeFilter
 from paralleljob.core.lifecycle import Event, Phase
-from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.placement import Placement
 from paralleljob.core.reoptimize import MigrationDecision, decide_migration
-from paralleljob.core.repair import ReoptimizePolicy, best_placement_now, pods_to_move
-from paralleljob.core.traypods import tray_pods_to_move
+from paralleljob.core.repair import ReoptimizePolicy
 from paralleljob.k8s.edge.queues import format_time, last_checkpoint, parse_time
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
+from paralleljob.k8s.edge.records import PlacementRecord, cost_to_status
 from paralleljob.k8s.edge.specs import JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.draining import drained_away
 from paralleljob.k8s.plan.preempting import request_checkpoint
-from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, spares_for, tray_record
 
 # A trial placement per repaired job per pass would make a pass cost O(jobs x placement); once a minute is
 # plenty for something that only acts at checkpoint boundaries (minutes to hours apart).
@@ -96,34 +92,13 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
 
 
 def _best_now(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None) -> Placement | None:
-    """The placer's choice for the job now, its own GPUs counted free: over whole trays for a tray job (the
-    NVLink placer, warm spares held back as for a new gang), else the pass's placer."""
-    view, request = ctx.view, held.request
-    model = cost_model(request.cost_model)
-    if not held.record.trays:
-        with restricted(view.state, request.spec, node_filter):
-            return best_placement_now(view.state, ctx.placer, request.spec, model)
-    topology = nvlink_topology(view)
-    if topology is None:
-        return None
-    spares = spares_for(view, ctx.queues.get(request.queue))
-    spec = replace(request.spec, job_id=held.job.key)
-    with seen_as(view.state, topology) as state, restricted(state, spec, node_filter):
-        placer = NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order)
-        return best_placement_now(state, placer, spec, model)
+    """The placer's choice for the job now, its own GPUs counted free, as its layout places (plan/kinds)."""
+    return ctx.gang_of(held.job).layout.best_now(ctx, held, node_filter)
 
 
 def _pods_to_move(ctx: PassContext, held: HeldJob, best: Placement | None) -> int:
-    """Pods a move to ``best`` re-creates: TP groups whose GPUs change, or for a tray job its tray pods."""
-    if best is None:
-        return 0
-    current = ctx.view.state.allocations[held.job.key].groups
-    if not held.record.trays:
-        return pods_to_move(current, best.groups)
-    spec = held.request.spec
-    return tray_pods_to_move(
-        ctx.view.topology, (spec.tp, spec.pp, spec.dp), held.request.rank_order, current, best.groups
-    )
+    """Pods a move to ``best`` re-creates, as its layout counts them (TP groups, or tray pods)."""
+    return 0 if best is None else ctx.gang_of(held.job).layout.pods_to_move(ctx, held, best)
 
 
 def _ask_to_checkpoint(ctx: PassContext, held: HeldJob, proposed_at: float) -> bool:
@@ -225,15 +200,8 @@ def relocate(ctx: PassContext, held: HeldJob, best: Placement, message: str) -> 
     view.state.release(job.key)
     view.state.allocate(Allocation(job.key, best.groups, request.spec.memory_per_gpu_gb))
     epoch = job.placement_epoch + 1
-    if record.trays:  # every tray pod restarts from the checkpoint, on the trays of the new placement
-        new = tray_record(view, job, request, best.groups, epoch, (message, *best.reasons), best.cost)
-    else:
-        slots = []
-        for slot, gpus in zip(record.slots, best.groups, strict=True):
-            node, indices = view.locate(gpus)
-            # every pod restarts from the checkpoint: the collective groups are rebuilt with the moved ranks
-            slots.append(PodSlot(slot.name, slot.replica, slot.stage, node, indices, epoch))
-        new = replace(record, epoch=epoch, slots=tuple(slots), cost=best.cost, reasons=(message, *best.reasons))
+    # every pod restarts from the checkpoint, on the GPUs (or trays) of the new placement
+    new = ctx.gang_of(job).layout.moved(ctx, held, best, epoch, (message, *best.reasons))
     draft.apply(Event.MIGRATED, "Migrating", message, now)
     draft.set(
         placement=new.to_status(),

@@ -35,6 +35,7 @@ from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.trayenv import tray_pod_name
 from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.plan.kinds.picker import may_take_trays
 from paralleljob.k8s.view.clusterview import ClusterView
 
 TRAY_PLACER = OPERATOR_PLACER  # the same small exact-search budget as the operator's core placer
@@ -71,19 +72,15 @@ def admission_topology(view: ClusterView, request: JobRequest) -> Topology:
     may take trays, so a TP group larger than every node is not refused when whole trays of a clique hold it
     (an elastic job or a pod group of one TP group per pod never takes trays: for them the node stays the
     limit)."""
-    if not _may_take_trays(request):
+    if not may_take_trays(request):
         return view.topology
     return nvlink_topology(view) or view.topology
-
-
-def _may_take_trays(request: JobRequest) -> bool:
-    return request.elastic is None and (not request.pod_group or request.tray_pod_gpus > 0)
 
 
 def wants_trays(view: ClusterView, request: JobRequest) -> Topology | None:
     """The NVLink topology when ``request`` may take whole trays: rigid, TP larger than the smallest clique's
     trays, and not a pod group unless its pods take whole trays."""
-    if not _may_take_trays(request):
+    if not may_take_trays(request):
         return None
     topology = nvlink_topology(view)
     if topology is None:
@@ -206,7 +203,7 @@ def _hgx_first(
     nodes it admits count, and ``placer`` applies the rest of it. None: no cliques, no such room, or the
     placer refused."""
     topology = nvlink_topology(view)
-    if topology is None or request.elastic is not None or request.pod_group:
+    if topology is None or not may_take_trays(request):  # a pod group of whole-tray pods never comes here
         return None
     spec, state = request.spec, view.state
     index = clique_index(topology)

@@ -66,7 +66,7 @@ def slot_rank(record: PlacementRecord, slot: PodSlot | TraySlot) -> int:
 
 def group_domains(job: JobObject, record: PlacementRecord) -> list[dict[str, Any]]:
     """The group's ComputeDomain(s) for a tray record (none otherwise), with the channel template its pods name."""
-    return compute_domains(job, record, group_channel_template(job.name)) if record.trays else []
+    return compute_domains(job, record, group_channel_template(job.name))  # none without trays
 
 
 def clique_trays(cliques: Sequence[Sequence[int]], record_nodes: Iterable[int]) -> list[int] | None:

@@ -72,6 +72,7 @@ from paralleljob.k8s.edge.queues import QueueInfo, parse_time
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.fifo_admission import line_position
+from paralleljob.k8s.plan.kinds.picker import kind_of
 
 WAITING = (Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED)  # phases of a job that stands in a line (as ACTIVE)
 QueueFacts = tuple[int | None, tuple[str, ...]] | None  # a queue object's cap and namespaces (None: no object)
@@ -232,7 +233,7 @@ def triage(
             and request is not None
             and job.phase is Phase.PENDING
             and not job.deleting
-            and not request.pod_group
+            and kind_of(request).renders_pods  # a pod group's pods, not its line, decide when it goes
             and key not in untouchable
             and (line := lines.get(request.queue)) is not None
             and stands_behind(line, job, request)

@@ -19,6 +19,7 @@ from paralleljob.k8s.edge.queues import QueueInfo
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.fifo_admission import line_position
+from paralleljob.k8s.plan.kinds.picker import kind_of
 from paralleljob.k8s.plan.ttl import deadline
 from paralleljob.k8s.plan.waiting import (
     Done,
@@ -64,7 +65,7 @@ def remember_running(
             and "drain" not in actions.draft.data  # a drain's deadline is a time too
             and "lastDrain" not in actions.draft.data  # moved by a drain: re-priced like a repaired job
             and job.request is not None
-            and not job.request.pod_group
+            and kind_of(job.request).renders_pods  # a pod group's pods are decided elsewhere
             and not job.deleting
             and job.key not in untouchable
         ):

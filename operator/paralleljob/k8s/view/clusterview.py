@@ -261,7 +261,7 @@ def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
     claim = loaded.get(object_key(pod.namespace, pod.job)) if pod.job is not None else None
     if claim is None or claim.uid != pod.owner_uid:
         return False
-    slot = claim.record.slot_named(pod.name) or next((t for t in claim.record.trays if t.name == pod.name), None)
+    slot = next((s for s in claim.record.pod_slots if s.name == pod.name), None)
     return slot is not None and slot.node == pod.node and slot.gpu_indices == pod.gpu_indices
 
 

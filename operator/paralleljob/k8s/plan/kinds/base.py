@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from paralleljob.core.elastic import ElasticRange, Resize
+    from paralleljob.core.eligibility import NodeFilter
     from paralleljob.core.job import JobSpec
+    from paralleljob.core.placement import Placement
     from paralleljob.k8s.edge.pods import PodInfo
     from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
     from paralleljob.k8s.edge.specs import JobObject, JobRequest
@@ -91,6 +93,21 @@ class Layout(Protocol):
 
     def move(self, ctx: PassContext, held: HeldJob, breakage: Breakage, gang: Gang) -> None:
         """Move the pods ``breakage`` names (a drain) under the failure policy, and bring the pods in line."""
+        ...
+
+    def best_now(self, ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None) -> Placement | None:
+        """Where the placer would put the running job now, its own GPUs counted free (a move's candidate)."""
+        ...
+
+    def pods_to_move(self, ctx: PassContext, held: HeldJob, best: Placement) -> int:
+        """The pods a move to ``best`` re-creates."""
+        ...
+
+    def moved(
+        self, ctx: PassContext, held: HeldJob, best: Placement, epoch: int, reasons: tuple[str, ...]
+    ) -> PlacementRecord:
+        """The record after a move to ``best`` (already in the view's state): every pod restarts from its
+        checkpoint there, with a new incarnation."""
         ...
 
 

@@ -8,8 +8,13 @@ failed ones, requeues or fails the job, and an elastic job may drop the broken r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from paralleljob.core.cost import cost_model
+from paralleljob.core.eligibility import NodeFilter, restricted
 from paralleljob.core.lifecycle import Phase
+from paralleljob.core.placement import Placement
+from paralleljob.core.repair import best_placement_now, pods_to_move
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failures import Breakage, detect, handle
@@ -37,6 +42,24 @@ class HgxNodes:
         repaired = handle(ctx, held, breakage, node_filter, gang)
         if repaired is not None:
             gang.kind.sync(ctx, held, repaired)
+
+    def best_now(self, ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None) -> Placement | None:
+        spec = held.request.spec
+        with restricted(ctx.view.state, spec, node_filter):
+            return best_placement_now(ctx.view.state, ctx.placer, spec, cost_model(held.request.cost_model))
+
+    def pods_to_move(self, ctx: PassContext, held: HeldJob, best: Placement) -> int:
+        return pods_to_move(ctx.view.state.allocations[held.job.key].groups, best.groups)
+
+    def moved(
+        self, ctx: PassContext, held: HeldJob, best: Placement, epoch: int, reasons: tuple[str, ...]
+    ) -> PlacementRecord:
+        slots = []
+        for slot, gpus in zip(held.record.slots, best.groups, strict=True):
+            node, indices = ctx.view.locate(gpus)
+            # every pod restarts from the checkpoint: the collective groups are rebuilt with the moved ranks
+            slots.append(PodSlot(slot.name, slot.replica, slot.stage, node, indices, epoch))
+        return replace(held.record, epoch=epoch, slots=tuple(slots), cost=best.cost, reasons=reasons)
 
 
 HGX = HgxNodes()

@@ -9,8 +9,15 @@ healthy hardware restarts on its tray (``trayrepair.restart_failed_trays``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from paralleljob.core.cost import cost_model
+from paralleljob.core.eligibility import NodeFilter, restricted
 from paralleljob.core.lifecycle import Phase
+from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.placement import Placement
+from paralleljob.core.repair import best_placement_now
+from paralleljob.core.traypods import tray_pods_to_move
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
@@ -18,6 +25,7 @@ from paralleljob.k8s.plan.failures import Breakage
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.kinds.trayrepair import broken_trays, repair_trays, restart_failed_trays
 from paralleljob.k8s.plan.podsync import SyncResult
+from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, spares_for, tray_record
 
 
 class Nvl72Trays:
@@ -44,6 +52,28 @@ class Nvl72Trays:
         repaired = repair_trays(ctx, held, breakage, node_filter, gang)
         if repaired is not None:
             gang.kind.sync(ctx, held, repaired)
+
+    def best_now(self, ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None) -> Placement | None:
+        # over whole trays (the NVLink placer), warm spares held back as for a new gang
+        view, request = ctx.view, held.request
+        topology = nvlink_topology(view)
+        if topology is None:
+            return None
+        spares = spares_for(view, ctx.queues.get(request.queue))
+        spec = replace(request.spec, job_id=held.job.key)
+        with seen_as(view.state, topology) as state, restricted(state, spec, node_filter):
+            placer = NVLinkPlacer(state, TRAY_PLACER, spares, request.rank_order)
+            return best_placement_now(state, placer, spec, cost_model(request.cost_model))
+
+    def pods_to_move(self, ctx: PassContext, held: HeldJob, best: Placement) -> int:
+        spec, current = held.request.spec, ctx.view.state.allocations[held.job.key].groups
+        shape = (spec.tp, spec.pp, spec.dp)
+        return tray_pods_to_move(ctx.view.topology, shape, held.request.rank_order, current, best.groups)
+
+    def moved(
+        self, ctx: PassContext, held: HeldJob, best: Placement, epoch: int, reasons: tuple[str, ...]
+    ) -> PlacementRecord:
+        return tray_record(ctx.view, held.job, held.request, best.groups, epoch, reasons, best.cost)
 
 
 TRAYS = Nvl72Trays()
