@@ -65,7 +65,7 @@ class PlacementRecord:
 
     @property
     def nodes(self) -> list[str]:
-        return list(dict.fromkeys([*(slot.node for slot in self.slots), *(tray.node for tray in self.trays)]))
+        return list(dict.fromkeys(slot.node for slot in self.pod_slots))
 
     @property
     def pod_slots(self) -> tuple[PodSlot | TraySlot, ...]:
@@ -74,7 +74,7 @@ class PlacementRecord:
 
     @property
     def num_gpus(self) -> int:
-        return sum(len(s.gpu_indices) for s in self.slots) + sum(len(t.gpu_indices) for t in self.trays)
+        return sum(len(s.gpu_indices) for s in self.pod_slots)
 
     def slot_named(self, name: str) -> PodSlot | None:
         for slot in self.slots:
