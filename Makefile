@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: all venv lint test unit demo demo-down bench clean k8s-binaries helm chart-crds dashboard-tools dashboard-assets prereqs image
+.PHONY: all venv lint test test-k8s-1.36 unit demo demo-down bench clean k8s-binaries helm chart-crds dashboard-tools dashboard-assets prereqs image
 
 all: test
 
@@ -74,6 +74,15 @@ dashboard-assets: venv
 
 test: lint k8s-binaries helm dashboard-tools prereqs
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The older supported Kubernetes minor (docs/devcluster.md "Kubernetes versions"): its own binaries, cached
+# apart from the default's, and the e2e suites whose behaviour depends on the minor (Kubernetes' gang API, DRA
+# and its device taints, pod groups, JobSet). Not part of `make test`: its cold build would double that path.
+test-k8s-1.36: lint
+	PARALLELJOB_KUBERNETES=1.36 $(BIN)/paralleljob dev-cluster build
+	PARALLELJOB_KUBERNETES=1.36 $(BIN)/pytest tests/e2e/test_devcluster_smoke.py \
+	  tests/e2e/operator_e2e/test_operator_native_podgroups.py tests/e2e/operator_e2e/test_operator_pod_groups.py \
+	  tests/e2e/operator_e2e/test_operator_jobset.py tests/e2e/dra_e2e $(PYTEST_ARGS)
 
 demo: venv k8s-binaries
 	$(BIN)/paralleljob demo-cluster

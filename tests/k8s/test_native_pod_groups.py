@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from paralleljob.k8s.edge.constants import GPU_RESOURCE, NODE_RANK_ANNOTATION, PARALLELISM_ANNOTATION, SCHEDULER_NAME
-from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload
+from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload, workload_reference
 from paralleljob.k8s.edge.pods import parse_pod
 from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.plan.podgroups import GroupDeclarationError, adopting_manifest
@@ -53,16 +53,17 @@ def pod_group(
     shape: str | None = "4x2x2",
     topology_key: str | None = None,
     workload: str | None = None,
+    version: str = "v1beta1",
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
     if topology_key:
         spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
     if workload:
-        spec["podGroupTemplateRef"] = {"workload": {"workloadName": workload, "podGroupTemplateName": "workers"}}
+        spec.update(workload_reference(version, workload, "workers"))
     metadata: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-pg-{name}", "generation": 1}
     if shape:
         metadata["annotations"] = {PARALLELISM_ANNOTATION: shape}
-    return {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": metadata, "spec": spec}
+    return {"apiVersion": f"scheduling.k8s.io/{version}", "kind": "PodGroup", "metadata": metadata, "spec": spec}
 
 
 def cluster(nodes: int = 4, per_leaf: int = 2) -> FakeCluster:
@@ -96,8 +97,11 @@ def test_a_pod_joins_the_podgroup_it_names_only_when_it_asks_for_our_scheduler()
     assert (parse_pod(labelled).group, parse_pod(labelled).native) == ("mine", False)  # our label wins
 
 
-def test_a_podgroup_is_read_as_kube_scheduler_reads_it() -> None:
-    group = parse_pod_group(pod_group(topology_key=LEAF, workload="llm"))
+@pytest.mark.parametrize("version", ["v1beta1", "v1alpha2"])
+def test_a_podgroup_is_read_as_kube_scheduler_reads_it(version: str) -> None:
+    body = pod_group(topology_key=LEAF, workload="llm", version=version)
+    assert ("workloadRef" in body["spec"]) == (version == "v1beta1")  # 1.37 renamed the Workload reference
+    group = parse_pod_group(body)
     assert (group.min_count, group.topology_key, group.workload) == (4, LEAF, "llm")
     basic = pod_group()
     basic["spec"]["schedulingPolicy"] = {"basic": {}}
@@ -123,7 +127,7 @@ def test_the_shape_comes_from_the_podgroup_then_its_workload_then_the_pods_then_
     assert manifest["spec"]["parallelism"] == {"tensor": 4, "pipeline": 1, "data": 4}  # TP = the pod's GPUs
     assert manifest["metadata"]["ownerReferences"] == [
         {
-            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "apiVersion": "scheduling.k8s.io/v1beta1",
             "kind": "PodGroup",
             "name": "llm-workers",
             "uid": "uid-pg-llm-workers",
@@ -146,9 +150,14 @@ def test_a_group_is_not_adopted_without_its_podgroup_or_with_a_gang_size_that_is
 
 
 # ---- placement and status ------------------------------------------------------------------------------
-def test_a_podgroup_is_held_until_complete_then_bound_whole_and_its_status_says_so() -> None:
+@pytest.mark.parametrize(
+    ("version", "condition_type"), [("v1beta1", "PodGroupInitiallyScheduled"), ("v1alpha2", "PodGroupScheduled")]
+)
+def test_a_podgroup_is_held_until_complete_then_bound_whole_and_its_status_says_so(
+    version: str, condition_type: str
+) -> None:
     fc = cluster()
-    fc.pod_groups["ns/llm-workers"] = pod_group()
+    fc.pod_groups["ns/llm-workers"] = pod_group(version=version)
     add(fc, *(native_pod(r) for r in range(3)))
     adopt(fc)
     fc.step()
@@ -170,6 +179,7 @@ def test_a_podgroup_is_held_until_complete_then_bound_whole_and_its_status_says_
     assert (scheduled.status, scheduled.reason) == ("True", "Scheduled")
     assert "all 4 pods placed as one gang" in scheduled.message and "233.7 ms" in scheduled.message
     assert scheduled.condition("2024-01-01T00:00:00Z")["observedGeneration"] == 1
+    assert scheduled.condition("2024-01-01T00:00:00Z")["type"] == condition_type  # as that version's scheduler
     # written once: a PodGroup that says so already is left alone, and True is never turned back to False
     group["status"] = {"conditions": [scheduled.condition("2024-01-01T00:00:00Z")]}
     assert pod_group_conditions([parse_job(job)], {"ns/llm-workers": parse_pod_group(group)}) == []
@@ -246,9 +256,7 @@ def _claim(name: str, allocated_on: str | None, consumers: list[dict[str, str]] 
         status["allocation"] = {
             "devices": {"results": [{"driver": "imex.nvidia.com", "pool": "domain-0", "device": "channel-0"}]},
             "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": LEAF, "operator": "In", "values": [allocated_on]}]}
-                ]
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": LEAF, "operator": "In", "values": [allocated_on]}]}]
             },
         }
     if consumers:
@@ -323,7 +331,7 @@ def test_the_gang_api_version_watched_is_the_newest_the_server_serves() -> None:
     assert served_version(group("v1", "v1alpha2")) == "v1alpha2"  # 1.36 with the gang API on
     assert served_version(group("v1", "v1beta1")) == "v1beta1"  # 1.37
     assert served_version(group("v1", "v1beta1", "v1alpha2")) == "v1beta1"
-    assert served_version(group("v1")) == "v1alpha2"  # none served: the default, whose optional watch finds none
+    assert served_version(group("v1")) == "v1beta1"  # none served: the default, whose optional watch finds none
 
 
 def test_a_job_controllers_long_podgroup_name_is_the_adopting_jobs_name_without_a_label_that_cannot_hold_it() -> None:
@@ -341,3 +349,15 @@ def test_a_job_controllers_long_podgroup_name_is_the_adopting_jobs_name_without_
     for _ in range(3):
         fc.step()
     assert fc.job(f"ns/{long}")["status"]["phase"] == "Running" and len(fc.binds) == 4
+
+
+def test_a_basic_podgroup_is_not_placed_and_the_warning_says_how_a_job_asks_for_a_gang() -> None:
+    # Kubernetes 1.37's Job controller makes a basic PodGroup unless the Job sets spec.scheduling
+    fc = cluster()
+    basic = pod_group()
+    basic["spec"]["schedulingPolicy"] = {"basic": {}}
+    fc.pod_groups["ns/llm-workers"] = basic
+    add(fc, *(native_pod(r) for r in range(4)))
+    plan = fc.step()
+    assert not plan.adopt and not fc.binds
+    assert any("no gang policy" in w and "spec.scheduling.schedulingPolicy.gang.minCount" in w for w in plan.warnings)

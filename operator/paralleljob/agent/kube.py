@@ -30,6 +30,7 @@ class NodeClient:
         self.node = node
         self.core: Any = client.CoreV1Api(api)  # Any: dict bodies, raw responses
         self.custom: Any = client.CustomObjectsApi(api)
+        self.rules_version = ""  # DeviceTaintRules' API version, found by the first list (v1 from 1.37)
 
     @classmethod
     async def connect(cls, node: str, kubeconfig: str | None = None) -> NodeClient:
@@ -82,26 +83,48 @@ class NodeClient:
         return [i for i in body.get("items") or [] if isinstance(i, dict)]
 
     async def list_rules(self, label_selector: str) -> list[dict[str, Any]]:
-        body = await self._call(self.custom.list_cluster_custom_object, *RULES, label_selector=label_selector)
-        return [i for i in body.get("items") or [] if isinstance(i, dict)]
+        """This node's DeviceTaintRules, in the newest version the server serves (asked until one answers: a
+        404 of every version is the caller's "no DeviceTaintRules here")."""
+        versions = (self.rules_version,) if self.rules_version else RULES_VERSIONS
+        for version in versions:
+            try:
+                body = await self._call(
+                    self.custom.list_cluster_custom_object, RULES_GROUP, version, RULES, label_selector=label_selector
+                )
+            except NodeApiError as exc:
+                if exc.status == 404 and version != versions[-1]:
+                    continue
+                raise
+            self.rules_version = version
+            return [i for i in body.get("items") or [] if isinstance(i, dict)]
+        return []
+
+    def _rule(self, body: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        version = self.rules_version or RULES_VERSIONS[-1]
+        return version, {**body, "apiVersion": f"{RULES_GROUP}/{version}"}
 
     async def create_rule(self, body: Mapping[str, Any]) -> None:
-        await self._call(self.custom.create_cluster_custom_object, *RULES, dict(body))
+        version, sent = self._rule(body)
+        await self._call(self.custom.create_cluster_custom_object, RULES_GROUP, version, RULES, sent)
 
     async def replace_rule(self, body: Mapping[str, Any]) -> None:
         """A full update carrying the resourceVersion read (409 when someone else changed it meanwhile)."""
+        version, sent = self._rule(body)
         name = body["metadata"]["name"]
-        await self._call(self.custom.replace_cluster_custom_object, *RULES, name, dict(body))
+        await self._call(self.custom.replace_cluster_custom_object, RULES_GROUP, version, RULES, name, sent)
 
     async def delete_rule(self, name: str) -> None:
+        version = self.rules_version or RULES_VERSIONS[-1]
         try:
-            await self._call(self.custom.delete_cluster_custom_object, *RULES, name)
+            await self._call(self.custom.delete_cluster_custom_object, RULES_GROUP, version, RULES, name)
         except NodeApiError as exc:
             if exc.status != 404:  # already gone: what was wanted
                 raise
 
 
-RULES = ("resource.k8s.io", "v1beta2", "devicetaintrules")
+RULES_GROUP = "resource.k8s.io"
+RULES = "devicetaintrules"
+RULES_VERSIONS = ("v1", "v1beta2")  # GA in 1.37; beta behind DRADeviceTaintRules in 1.36
 
 
 def _message(body: str) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from paralleljob.agent.hysteresis import GpuTrack
 from paralleljob.core.cluster import GPUHealth
 
-API_VERSION = "resource.k8s.io/v1beta2"
+API_VERSION = "resource.k8s.io/v1beta2"  # as 1.36 serves it; the client sends the version the server serves
 TAINT_KEY = "paralleljob.dev/gpu-health"
 NODE_LABEL = "paralleljob.dev/gpu-health-node"
 UUID_ANNOTATION = "paralleljob.dev/gpu-uuid"

@@ -66,7 +66,9 @@ async def serve(args: argparse.Namespace) -> None:
     from paralleljob.dashboard.feed import Feed
     from paralleljob.dashboard.server import make_app
     from paralleljob.k8s.edge.config import DraConfig, TopologyConfig, load_topology_file
+    from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
     from paralleljob.k8s.runtime.api import Kube
+    from paralleljob.k8s.runtime.served import served_taint_rules_path
 
     config = load_topology_file(args.topology_config) if args.topology_config else TopologyConfig()
     # Each watch holds one connection of the client's pool for as long as it runs (eight with DRA on): the
@@ -80,7 +82,7 @@ async def serve(args: argparse.Namespace) -> None:
         await kube.close()
         raise
     feed = Feed(kube, config, DraConfig(driver=args.dra_driver.strip()))
-    reflectors = feed.reflectors()
+    reflectors = feed.reflectors(await served_taint_rules_path(kube) if feed.dra.enabled else TAINT_RULES_PATH)
     runner = web.AppRunner(make_app(feed), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, args.host, args.port).start()

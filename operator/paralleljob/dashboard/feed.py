@@ -101,7 +101,8 @@ class Feed:
         self.synced = asyncio.Event()
 
     # ---- way in ----------------------------------------------------------------------------------------
-    def reflectors(self) -> list[Reflector]:
+    def reflectors(self, rules_path: str = TAINT_RULES_PATH) -> list[Reflector]:
+        """One watch per kind shown; ``rules_path``: the DeviceTaintRules of the version the server serves."""
         paths = {
             "nodes": ("/api/v1/nodes", False),
             "pods": ("/api/v1/pods", False),
@@ -109,7 +110,7 @@ class Feed:
             "queues": (f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}", True),
         }
         if self.dra.enabled:  # optional: a cluster before resource.k8s.io/v1, or a role without the verbs
-            paths |= {"slices": (SLICES_PATH, True), "claims": (CLAIMS_PATH, True), "rules": (TAINT_RULES_PATH, True)}
+            paths |= {"slices": (SLICES_PATH, True), "claims": (CLAIMS_PATH, True), "rules": (rules_path, True)}
         out = [
             Reflector(
                 self.kube,

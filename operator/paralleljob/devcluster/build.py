@@ -31,8 +31,8 @@ from paralleljob.devcluster.versions import (
     addon_dir,
     addon_version,
     binaries_dir,
-    deploy_dir,
     ldflags,
+    module_path,
     node_binaries_dir,
     pinned_version,
     versions,
@@ -106,7 +106,7 @@ def ensure_node_binaries(report: Report = _stderr) -> dict[str, Path]:
     with _build_lock(target):
         for spec in NODE_BINARIES:
             if not paths[spec.name].is_file():
-                version = pinned_version(deploy_dir() / spec.module_dir, spec.pinned_module)
+                version = pinned_version(module_path(spec), spec.pinned_module)
                 _build_one(go, spec, version, target, report)
     return paths
 
@@ -139,7 +139,7 @@ def _copy_module_files(go: str, spec: BinarySpec, version: str, target: Path) ->
         return
     result = subprocess.run(
         [go, "mod", "download", "-json", f"{spec.pinned_module}@{version}"],
-        cwd=deploy_dir() / spec.module_dir, env=_go_env(), capture_output=True, text=True, check=False,
+        cwd=module_path(spec), env=_go_env(), capture_output=True, text=True, check=False,
     )  # fmt: skip
     if result.returncode != 0:
         raise RuntimeError(f"go mod download {spec.pinned_module}@{version} failed:\n{result.stdout}{result.stderr}")
@@ -153,7 +153,7 @@ def _copy_module_files(go: str, spec: BinarySpec, version: str, target: Path) ->
 
 
 def _build_one(go: str, spec: BinarySpec, version: str, target: Path, report: Report) -> None:
-    module = deploy_dir() / spec.module_dir
+    module = module_path(spec)
     temporary = target / f".{spec.name}.partial-{os.getpid()}"
     env = _go_env()
     command = [
@@ -191,3 +191,22 @@ def _build_one(go: str, spec: BinarySpec, version: str, target: Path, report: Re
 def _go_version(go: str) -> str:
     result = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False)
     return result.stdout.strip() or "go"
+
+
+def ensure_dra_node_binaries(report: Report = _stderr) -> dict[str, Path]:
+    """Return name -> path of what a real node with DRA runs besides the kubelet (containerd 2.x, its runc
+    shim and ctr, our fakedra plugin), building missing ones."""
+    # Imported here, not above: keeps this addition apart from the module's shared import block.
+    from paralleljob.devcluster.versions import DRA_NODE_BINARIES, deploy_dir, dra_node_binaries_dir
+
+    target = dra_node_binaries_dir()
+    paths = {spec.name: target / spec.name for spec in DRA_NODE_BINARIES}
+    if all(path.is_file() for path in paths.values()):
+        return paths
+    go = _go()
+    with _build_lock(target):
+        for spec in DRA_NODE_BINARIES:
+            if not paths[spec.name].is_file():
+                version = pinned_version(deploy_dir() / spec.module_dir, spec.pinned_module)
+                _build_one(go, spec, version, target, report)
+    return paths

@@ -14,7 +14,7 @@ import asyncio
 import sys
 from typing import Any
 
-from paralleljob.devcluster import process, state
+from paralleljob.devcluster import kubeline, process, state
 from paralleljob.devcluster.versions import ADDONS
 
 
@@ -31,7 +31,14 @@ def register(subparsers: Any) -> None:
         sub: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text)
         if name != "build":
             sub.add_argument("--name", default="default", help="which dev cluster (default: %(default)s)")
-        sub.set_defaults(handler=handler)
+        if name in ("build", "up"):
+            sub.add_argument(
+                "--kubernetes",
+                choices=sorted(kubeline.LINES),
+                default=None,
+                help=f"Kubernetes minor (default: ${kubeline.ENV}, else {kubeline.DEFAULT}; docs/devcluster.md)",
+            )
+        sub.set_defaults(handler=_with_line(handler))
         return sub
 
     up_parser = add("up", "start the cluster and wait until its GPU nodes are Ready", _up)
@@ -91,6 +98,18 @@ def register(subparsers: Any) -> None:
         " and those of the optional controllers (JobSet, Kueue)",
         _build,
     )
+
+
+def _with_line(handler: Any) -> Any:
+    """Run ``handler`` with the chosen Kubernetes minor in the environment, so children inherit it."""
+
+    def run(args: argparse.Namespace) -> int:
+        if getattr(args, "kubernetes", None):
+            kubeline.select(args.kubernetes)
+        result: int = handler(args)
+        return result
+
+    return run
 
 
 def _up(args: argparse.Namespace) -> int:

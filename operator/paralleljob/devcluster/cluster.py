@@ -30,6 +30,7 @@ from paralleljob.devcluster import (
     dra,
     gangapi,
     jobset,
+    kubeline,
     kueue,
     kwok,
     nodecleanup,
@@ -38,7 +39,7 @@ from paralleljob.devcluster import (
     realnodes,
     state,
 )
-from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_node_binaries
+from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_dra_node_binaries, ensure_node_binaries
 from paralleljob.devcluster.certs import JOBSET_USER, KUEUE_USER, Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
 from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes, wait_nodes_ready
@@ -122,6 +123,8 @@ def up(
     scheduler_binary = ensure_kube_scheduler(report) if kube_scheduler or "kueue" in controllers else None
     if real_nodes:
         ensure_node_binaries(report)
+        if dra_mode:  # containerd 2.x and the DRA plugin (devcluster/dranode.py)
+            ensure_dra_node_binaries(report)
     started = time.monotonic()
     run_dir = state.run_dir(name)
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -158,7 +161,7 @@ def up(
             die_with_caller,
             (
                 *(dra.APISERVER_ARGS if dra_mode else ()),
-                *(gangapi.APISERVER_ARGS if gang_api else ()),
+                *(gangapi.apiserver_args(kubeline.selected()) if gang_api else ()),
                 *apiserver_args_from_env(),
             ),
             service_account_admission=bool(real_nodes),
@@ -192,7 +195,7 @@ def up(
                 die_with_caller,
                 (
                     *(dra.CONTROLLER_MANAGER_ARGS if dra_mode else ()),
-                    *(gangapi.CONTROLLER_MANAGER_ARGS if gang_api else ()),
+                    *(gangapi.controller_manager_args(kubeline.selected()) if gang_api else ()),
                     *(realnodes.CONTROLLER_MANAGER_ARGS if real_nodes else ()),
                     *((f"--root-ca-file={pki.ca_cert}",) if real_nodes else ()),  # kube-root-ca.crt in pods
                 ),
@@ -210,7 +213,7 @@ def up(
             record.real_nodes = realnodes.start(
                 name, run_dir, pki, api_port, kubeconfig, real_nodes, real_node_gpus, shape,
                 lambda proc: _remember(record, proc), report, die_with_caller,
-                own_scheduler=scheduler_binary is None,
+                own_scheduler=scheduler_binary is None, dra=dra_mode,
             )  # fmt: skip
             state.save(record)
         if nvl72_racks:
@@ -229,11 +232,11 @@ def up(
         # drop them, and `down` would leave them running
         record = state.load(name) or record
         if scheduler_binary is not None:
-            gates = gangapi.SCHEDULER_GATES if kube_scheduler else ""
+            gates = kubeline.selected().scheduler_gates_flag if kube_scheduler else ""
             _remember(record, gangapi.start_scheduler(scheduler_binary, run_dir, kubeconfig, die_with_caller, gates))
         crd_note = f", CRDs {', '.join(installed)}" if installed else ""
         api_note = f", GPUs as DRA devices ({dra.DRIVER})" if dra_mode else ""
-        api_note += ", gang API (scheduling.k8s.io/v1alpha2)" if gang_api else ""
+        api_note += f", gang API (scheduling.k8s.io/{kubeline.selected().gang_api_version})" if gang_api else ""
         api_note += ", kube-scheduler with gang + topology gates" if kube_scheduler else ""
         api_note += ", stock kube-scheduler" if scheduler_binary is not None and not kube_scheduler else ""
         api_note += f", {nvl72_racks} NVL72 racks ({nvl72_racks * 18} trays)" if nvl72_racks else ""

@@ -70,6 +70,10 @@ def start_apiserver(
         f"--etcd-servers=http://127.0.0.1:{etcd_client_port}",
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",
+        # 1.37 refuses a loopback advertise address to the endpoint reconciler, which would only publish it as
+        # the ``kubernetes`` Service's endpoint; nothing here reads that (a real node's pods reach the API
+        # server through the node's DNAT to its relay), so the Service is kept without endpoints.
+        "--endpoint-reconciler-type=none",
         f"--secure-port={port}",
         f"--cert-dir={run_dir / 'pki'}",
         f"--tls-cert-file={pki.serving_cert}",

@@ -13,10 +13,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from paralleljob.devcluster import kubeline
+
 # operator/paralleljob/devcluster/versions.py -> the repository root is three levels above the package.
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 
 _VERSION_PACKAGE = "k8s.io/component-base/version"
+# The symbolic folder of the Kubernetes binaries: resolved per minor by module_path.
+KUBERNETES_MODULE = "kubernetes"
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,18 @@ NODE_BINARIES: tuple[BinarySpec, ...] = (
 )
 
 
+# What a real node runs instead when its GPUs are DRA devices (``up --gpu-api dra --real-nodes N``): containerd
+# 2.x from its own wrapper module, whose CRI plugin applies CDI specs (Debian 12's containerd 1.6 has no CDI),
+# with its runc shim and ctr of the same version, and our DRA kubelet plugin (deploy/devcluster/fakedra).
+_CONTAINERD = "github.com/containerd/containerd/v2"
+DRA_NODE_BINARIES: tuple[BinarySpec, ...] = (
+    BinarySpec("containerd", "containerd", f"{_CONTAINERD}/cmd/containerd", _CONTAINERD),
+    BinarySpec("containerd-shim-runc-v2", "containerd", f"{_CONTAINERD}/cmd/containerd-shim-runc-v2", _CONTAINERD),
+    BinarySpec("ctr", "containerd", f"{_CONTAINERD}/cmd/ctr", _CONTAINERD),
+    BinarySpec("fakedra", "fakedra", ".", "k8s.io/dynamic-resource-allocation"),
+)
+
+
 def repo_root() -> Path:
     return _REPO_ROOT
 
@@ -118,6 +134,13 @@ def cache_root() -> Path:
     return base / "paralleljob"
 
 
+def module_path(spec: BinarySpec) -> Path:
+    """The wrapper module that builds ``spec``: the Kubernetes binaries' follows the chosen minor
+    (:mod:`paralleljob.devcluster.kubeline`), every other is the folder it names."""
+    name = kubeline.selected().module_dir if spec.module_dir == KUBERNETES_MODULE else spec.module_dir
+    return deploy_dir() / name
+
+
 def pinned_version(module_dir: Path, module: str) -> str:
     """The version of ``module`` required by the go.mod in ``module_dir``."""
     go_mod = module_dir / "go.mod"
@@ -134,8 +157,7 @@ def pinned_version(module_dir: Path, module: str) -> str:
 
 def versions() -> dict[str, str]:
     """Binary name -> pinned version, e.g. ``{"kube-apiserver": "v1.36.4", ...}``."""
-    root = deploy_dir()
-    return {spec.name: pinned_version(root / spec.module_dir, spec.pinned_module) for spec in BINARIES}
+    return {spec.name: pinned_version(module_path(spec), spec.pinned_module) for spec in BINARIES}
 
 
 def binaries_dir(pins: dict[str, str] | None = None) -> Path:
@@ -148,7 +170,7 @@ def binaries_dir(pins: dict[str, str] | None = None) -> Path:
 def node_binaries_dir() -> Path:
     """``<cache>/k8s/realnode-<kubelet version>-<sources hash>/``: our own programs' sources and the module's
     go.sum are part of the key, so editing the device plugin rebuilds it."""
-    module = deploy_dir() / "kubernetes"
+    module = deploy_dir() / kubeline.selected().module_dir
     digest = hashlib.sha256()
     sources = [module / "go.sum", *module.glob("fakegpu/*.go"), *module.glob("pause/*.go")]
     coredns = deploy_dir() / "coredns"
@@ -158,9 +180,21 @@ def node_binaries_dir() -> Path:
     return cache_root() / "k8s" / f"realnode-{kubelet}-{digest.hexdigest()[:12]}"
 
 
+def dra_node_binaries_dir() -> Path:
+    """``<cache>/k8s/dranode-<containerd version>-<sources hash>/``: both modules' go.sum and the plugin's
+    sources are part of the key, so a bump or an edit of the plugin rebuilds."""
+    root = deploy_dir()
+    digest = hashlib.sha256()
+    sources = [root / "containerd" / "go.sum", root / "fakedra" / "go.sum", *(root / "fakedra").glob("*.go")]
+    for source in sorted(sources):
+        digest.update(str(source.relative_to(root)).encode() + b"\0" + source.read_bytes())
+    containerd = pinned_version(root / "containerd", _CONTAINERD)
+    return cache_root() / "k8s" / f"dranode-{containerd}-{digest.hexdigest()[:12]}"
+
+
 def addon_version(addon: str) -> str:
     spec = ADDONS[addon]
-    return pinned_version(deploy_dir() / spec.module_dir, spec.pinned_module)
+    return pinned_version(module_path(spec), spec.pinned_module)
 
 
 def addon_dir(addon: str, version: str | None = None) -> Path:

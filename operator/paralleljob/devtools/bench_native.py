@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from paralleljob.devcluster import kubeline
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import LEAF_LABEL, NodeShape
 from paralleljob.devtools.bench_kit import PodTracker
@@ -36,6 +37,7 @@ from paralleljob.devtools.native_set import Gang, background, llm_set, placement
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import API_VERSION, GPU_RESOURCE, JOB_LABEL, KIND
+from paralleljob.k8s.edge.nativegroups import SCHEDULING_GROUP
 from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
@@ -75,7 +77,7 @@ def job_manifest(gang: Gang) -> dict[str, Any]:
 
 def pod_group(namespace: str, gang: Gang) -> dict[str, Any]:
     return {
-        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "apiVersion": f"{SCHEDULING_GROUP}/{kubeline.selected().gang_api_version}",
         "kind": "PodGroup",
         "metadata": {"name": gang.name, "namespace": namespace},
         "spec": {
@@ -174,7 +176,7 @@ class KubeScheduler(Contender):
     async def submit(self, gangs: list[Gang]) -> None:
         self.submissions += 1
         ns = self.namespace
-        path = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"
+        path = f"/apis/{SCHEDULING_GROUP}/{kubeline.selected().gang_api_version}/namespaces/{ns}/podgroups"
         groups = [{**pod_group(ns, g), "metadata": {"name": self._group(g), "namespace": ns}} for g in gangs]
         await _gather_limited([self.kube.request("POST", path, group) for group in groups])
         pods = []
@@ -194,7 +196,8 @@ class KubeScheduler(Contender):
 
     async def clear(self, tracker: PodTracker) -> None:
         ns = self.namespace
-        await self.kube.request("DELETE", f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups")
+        version = kubeline.selected().gang_api_version
+        await self.kube.request("DELETE", f"/apis/{SCHEDULING_GROUP}/{version}/namespaces/{ns}/podgroups")
         await self.kube.request("DELETE", pod_path(ns), {"gracePeriodSeconds": 0})
         await tracker.wait(lambda: not tracker.pods, 300)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from paralleljob.devcluster.versions import BinarySpec, binaries_dir, deploy_dir, ldflags, versions
+from paralleljob.devcluster.versions import BinarySpec, binaries_dir, ldflags, module_path, versions
 
 SPEC = BinarySpec("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes")
 
@@ -46,7 +46,7 @@ def ensure_kube_scheduler(report: Callable[[str], None] = print) -> Path:
     log = target.with_name("kube-scheduler.build.log")
     with log.open("w") as out:
         result = subprocess.run(
-            command, cwd=deploy_dir() / SPEC.module_dir, env=env, stdout=out, stderr=subprocess.STDOUT, check=False
+            command, cwd=module_path(SPEC), env=env, stdout=out, stderr=subprocess.STDOUT, check=False
         )
     if result.returncode != 0:
         partial.unlink(missing_ok=True)

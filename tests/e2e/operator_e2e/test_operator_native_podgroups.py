@@ -1,12 +1,14 @@
-"""Kubernetes' own gang API against a real 1.36 control plane with its gates on (``up(kube_scheduler=True)``):
-kube-apiserver serving scheduling.k8s.io/v1alpha2, kube-controller-manager's Job controller making Workloads
-and PodGroups (``WorkloadWithJob``), and kube-scheduler with ``GangScheduling`` and
-``TopologyAwareWorkloadScheduling``. The module runs its own cluster: the alpha gates change what the Job
-controller does for every Indexed Job, which the other suites' clusters must not see.
+"""Kubernetes' own gang API against a real control plane with its gates on (``up(kube_scheduler=True)``), of
+the minor the dev cluster runs (1.37 by default: scheduling.k8s.io/v1beta1; ``PARALLELJOB_KUBERNETES=1.36``:
+v1alpha2): kube-controller-manager's Job controller making Workloads and PodGroups (``WorkloadWithJob``), and
+kube-scheduler with its gang and ``TopologyAwareWorkloadScheduling`` gates. The module runs its own cluster:
+the gates change what the Job controller does for every Indexed Job, which the other suites' clusters must not
+see.
 
 - A Workload + PodGroup + 4 bare pods (TP4xPP2xDP2 by the Workload's annotation) asking for our scheduler are
   held until the fourth exists, then bound whole at the cost of the twin ParallelJob, and the PodGroup says
-  ``PodGroupScheduled=True`` as kube-scheduler would;
+  its scheduling condition True as kube-scheduler would (``PodGroupInitiallyScheduled``, ``PodGroupScheduled``
+  on 1.36);
 - a topology key no single domain can satisfy leaves the group waiting, the PodGroup saying why;
 - an Indexed Job under ``WorkloadWithJob`` (no label of ours) is gang-placed through the PodGroup the Job
   controller made;
@@ -30,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio.client import BatchV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, OperatorProcess, running, wait_for
 from tests.e2e.conftest import E2E_CLUSTER_PREFIX, E2E_SHAPE
 
+from paralleljob.devcluster import kubeline
 from paralleljob.devcluster.cluster import DevCluster, down, get, up
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.constants import (
@@ -44,9 +48,11 @@ from paralleljob.k8s.edge.constants import (
     PARALLELISM_ANNOTATION,
     SCHEDULER_NAME,
 )
+from paralleljob.k8s.edge.nativegroups import scheduled_condition, workload_reference
 
 pytestmark = pytest.mark.e2e
-API = ("scheduling.k8s.io", "v1alpha2")
+API = ("scheduling.k8s.io", kubeline.selected().gang_api_version)
+SCHEDULED = scheduled_condition(API[1])
 LEAF = "network.topology.nvidia.com/leaf"  # the dev cluster's rack: four 8-GPU nodes each
 EXAMPLE = Path(__file__).parents[3] / "deploy" / "examples" / "pod-groups" / "native-podgroup.yaml"
 
@@ -92,9 +98,9 @@ def read(kube: KubeSession, namespace: str, plural: str, name: str) -> dict[str,
 
 
 def scheduled(kube: KubeSession, namespace: str, name: str) -> dict[str, Any]:
-    """The PodGroup's PodGroupScheduled condition ({} while it has none)."""
+    """The PodGroup's scheduling-cycle condition ({} while it has none)."""
     conditions = (read(kube, namespace, "podgroups", name).get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == "PodGroupScheduled"), {})
+    return next((c for c in conditions if c["type"] == SCHEDULED), {})
 
 
 def workload_and_group(
@@ -111,8 +117,7 @@ def workload_and_group(
     create(kube, namespace, "podgroups", {
         "apiVersion": "/".join(API), "kind": "PodGroup",
         "metadata": {"name": f"{name}-workers"},
-        "spec": {"podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": "workers"}},
-                 **gang},
+        "spec": {**workload_reference(API[1], name, "workers"), **gang},
     })  # fmt: skip
 
 
@@ -212,10 +217,14 @@ def test_an_indexed_job_under_workload_with_job_is_gang_placed_through_the_job_c
     # A name of the length people give Jobs: the Job controller's PodGroup is then 81 characters
     # (<job>-<hash>-<job>-pgt-0-<hash>), above the 45 a ParallelJob that makes its own pods may have.
     job = "llama-70b-pretrain-stage-2"
+    # 1.36's Job controller made every such Job a gang; 1.37's makes a basic (non-gang) PodGroup unless the Job
+    # asks for a gang in spec.scheduling, and a basic group is not ours to place as one
+    gang = {"scheduling": {"schedulingPolicy": {"gang": {"minCount": 4}}}} if API[1] != "v1alpha2" else {}
     kube.run(batch.create_namespaced_job(ns, {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": job},
         "spec": {
+            **gang,
             "completionMode": "Indexed", "completions": 4, "parallelism": 4,
             "template": {
                 "metadata": {"annotations": {PARALLELISM_ANNOTATION: "4x2x2"}},
@@ -244,7 +253,7 @@ def test_an_indexed_job_under_workload_with_job_is_gang_placed_through_the_job_c
     pods = pods_of(kube, ns, job)
     assert len(pods) == 4 and all(p.spec.scheduling_group.pod_group_name == group for p in pods)
     assert len(bound(pods)) == 4
-    assert wait_for("PodGroupScheduled=True", lambda: scheduled(kube, ns, group).get("status") == "True")
+    assert wait_for(f"{SCHEDULED}=True", lambda: scheduled(kube, ns, group).get("status") == "True")
     # the long name is allowed to an adopting ParallelJob only: one that makes its own pods is still refused
     with pytest.raises(ApiException) as refused:
         pjs.create("x" * 46, 1, 1, 1)
@@ -267,9 +276,7 @@ def test_the_same_podgroup_with_kube_schedulers_name_is_held_then_placed_by_kube
     nodes = set(bound(pods_of(kube, ns, "native-workers")))
     leaves = {kube.run(kube.core.read_node(n)).metadata.labels[LEAF] for n in nodes}
     assert len(leaves) == 1  # TopologyAwareWorkloadScheduling: inside one domain of the key
-    condition = wait_for(
-        "kube-scheduler's PodGroupScheduled=True", lambda: scheduled(kube, ns, "native-workers") or None
-    )
+    condition = wait_for(f"kube-scheduler's {SCHEDULED}=True", lambda: scheduled(kube, ns, "native-workers") or None)
     assert (condition["status"], condition["reason"]) == ("True", "Scheduled")
     # the operator did not adopt it: kube-scheduler's pods are not ours
     with pytest.raises(ApiException) as refused:
@@ -306,8 +313,25 @@ def test_a_deleted_podgroup_goes_away_once_its_pods_are_gone_and_its_parallel_jo
     wait_for("the adopting ParallelJob is collected with it", lambda: job_gone(pjs, "bye-workers"), timeout_s=120)
 
 
+def example_for_this_minor(tmp_path: Path) -> Path:
+    """The documented example (1.37's v1beta1), or on 1.36 the same objects in v1alpha2 as docs/pod-groups.md
+    tells 1.36 users to write them."""
+    if API[1] == "v1beta1":
+        return EXAMPLE
+    documents = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    for document in documents:
+        if document["apiVersion"].startswith(f"{API[0]}/"):
+            document["apiVersion"] = "/".join(API)
+        ref = document.get("spec", {}).pop("workloadRef", None)
+        if ref is not None:
+            document["spec"].update(workload_reference(API[1], ref["workloadName"], ref["templateName"]))
+    converted = tmp_path / EXAMPLE.name
+    converted.write_text(yaml.safe_dump_all(documents))
+    return converted
+
+
 def test_the_documented_native_podgroup_example_applied_and_deleted_with_kubectl(
-    pjs: Jobs, kube: KubeSession, dev_cluster: DevCluster
+    pjs: Jobs, kube: KubeSession, dev_cluster: DevCluster, tmp_path: Path
 ) -> None:
     binary = shutil.which("kubectl")
     assert binary is not None, "kubectl is part of the machine's image"
@@ -321,13 +345,14 @@ def test_the_documented_native_podgroup_example_applied_and_deleted_with_kubectl
         assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.returncode}\n{done.stderr}"
         return done.stdout
 
-    kubectl("apply", "-f", str(EXAMPLE))
+    example = example_for_this_minor(tmp_path)
+    kubectl("apply", "-f", str(example))
     status = pjs.wait_phase("llm-workers", "Running")
     assert status["communicationCost"]["totalMs"] == pytest.approx(233.71, abs=0.01)
     pods = pods_of(kube, ns, "llm-workers")
     assert len(bound(pods)) == 4
     leaves = {kube.run(kube.core.read_node(n)).metadata.labels[LEAF] for n in bound(pods)}
     assert len(leaves) == 1  # the Workload's topology key: one rack
-    assert wait_for("PodGroupScheduled=True", lambda: scheduled(kube, ns, "llm-workers").get("status") == "True")
-    kubectl("delete", "-f", str(EXAMPLE))  # waits until every object is gone, the PodGroup's finalizer included
+    assert wait_for(f"{SCHEDULED}=True", lambda: scheduled(kube, ns, "llm-workers").get("status") == "True")
+    kubectl("delete", "-f", str(example))  # waits until every object is gone, the PodGroup's finalizer included
     wait_for("the adopting ParallelJob is collected", lambda: job_gone(pjs, "llm-workers"), timeout_s=120)

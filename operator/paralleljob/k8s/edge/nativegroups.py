@@ -1,17 +1,20 @@
 """Kubernetes' own gang API, parsed at the edge: ``scheduling.k8s.io`` PodGroups and Workloads.
 
-Since 1.35 (``GenericWorkload``, ``GangScheduling``; ``v1alpha2`` in 1.36) a pod joins a gang through
+Since 1.35 (``GenericWorkload``; ``v1alpha2`` in 1.36, ``v1beta1`` in 1.37) a pod joins a gang through
 ``spec.schedulingGroup.podGroupName``; its PodGroup says how many pods make the gang
 (``schedulingPolicy.gang.minCount``) and may ask for one domain of a node label
 (``schedulingConstraints.topology[0].key``, at most one). A PodGroup either stands alone or is stamped from a
-Workload's ``podGroupTemplates`` (``podGroupTemplateRef.workload``), as the Job controller does for an
-Indexed Job under ``WorkloadWithJob``. Pods of such a group that ask for our scheduler are gang-placed like
-a labelled pod group (docs/pod-groups.md "Kubernetes PodGroups"); the TP x PP x DP shape is read from the
-``paralleljob.dev/*`` annotations of the PodGroup, else of its Workload, else of the pods.
+Workload's ``podGroupTemplates`` (``workloadRef`` in v1beta1, ``podGroupTemplateRef.workload`` in v1alpha2),
+as the Job controller does for an Indexed Job under ``WorkloadWithJob``. Pods of such a group that ask for
+our scheduler are gang-placed like a labelled pod group (docs/pod-groups.md "Kubernetes PodGroups"); the
+TP x PP x DP shape is read from the ``paralleljob.dev/*`` annotations of the PodGroup, else of its Workload,
+else of the pods.
 
-The field names were read from k8s.io/api scheduling/v1alpha2 (types.go) of 1.36; ``v1beta1`` is the same
-shape in 1.37. Status conditions follow kube-scheduler's (pkg/scheduler/schedule_one_podgroup.go): type
-``PodGroupScheduled``, reason ``Scheduled`` (True) or ``Unschedulable`` (False), never regressed from True.
+The field names were read from k8s.io/api scheduling/v1alpha2 (types.go) of 1.36 and scheduling/v1beta1 of
+1.37, which renamed the Workload reference and the condition. Status conditions follow kube-scheduler's
+(pkg/scheduler/schedule_one_podgroup.go): type ``PodGroupScheduled`` (v1alpha2) or
+``PodGroupInitiallyScheduled`` (v1beta1), reason ``Scheduled`` (True) or ``Unschedulable`` (False), never
+regressed from True.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from paralleljob.k8s.edge.pods import GROUP_DECLARATION_KEYS
 SCHEDULING_GROUP = "scheduling.k8s.io"
 # The served version of the gang API, by Kubernetes minor (the API moved; the PodGroup's fields did not).
 VERSION_BY_MINOR = {36: "v1alpha2", 37: "v1beta1"}
-DEFAULT_VERSION = "v1alpha2"
+DEFAULT_VERSION = "v1beta1"
 KNOWN_VERSIONS = ("v1beta1", "v1alpha2")  # newest first: the one watched when a server serves several
+# kube-scheduler's condition for a group's scheduling cycle, by API version (renamed with v1beta1)
+_SCHEDULED_CONDITIONS = {"v1alpha2": "PodGroupScheduled", "v1beta1": "PodGroupInitiallyScheduled"}
 
 
 def served_version(discovery: Mapping[str, Any]) -> str:
@@ -35,7 +40,20 @@ def served_version(discovery: Mapping[str, Any]) -> str:
     the newest of :data:`KNOWN_VERSIONS` it serves; :data:`DEFAULT_VERSION` when it serves none of them."""
     served = {str(v.get("version")) for v in discovery.get("versions") or [] if isinstance(v, Mapping)}
     return next((v for v in KNOWN_VERSIONS if v in served), DEFAULT_VERSION)
-SCHEDULED_CONDITION = "PodGroupScheduled"
+
+
+def scheduled_condition(version: str) -> str:
+    """The condition type kube-scheduler writes for a group's scheduling cycle in this API version."""
+    return _SCHEDULED_CONDITIONS.get(version.rpartition("/")[2], _SCHEDULED_CONDITIONS[DEFAULT_VERSION])
+
+
+def workload_reference(version: str, workload: str, template: str) -> dict[str, Any]:
+    """``spec`` fields that tie a PodGroup to the Workload template it was stamped from, in this version."""
+    if version.rpartition("/")[2] == "v1alpha2":
+        return {"podGroupTemplateRef": {"workload": {"workloadName": workload, "podGroupTemplateName": template}}}
+    return {"workloadRef": {"workloadName": workload, "templateName": template}}
+
+
 REASON_SCHEDULED = "Scheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
 
@@ -96,12 +114,16 @@ class NativeGroup:
     workload: str  # the Workload it was stamped from ("" for a standalone PodGroup)
     declaration: tuple[tuple[str, str], ...]  # its own paralleljob.dev/* annotations
     resource_claims: tuple[GroupClaim, ...]  # spec.resourceClaims: claims the whole group shares
-    scheduled: tuple[tuple[str, str], ...] = ()  # its PodGroupScheduled condition (status, reason, message)
+    scheduled: tuple[tuple[str, str], ...] = ()  # its scheduling-cycle condition (status, reason, message)
     generation: int = 0  # metadata.generation: the condition's observedGeneration, as kube-scheduler sets it
 
     @property
     def key(self) -> str:
         return object_key(self.namespace, self.name)
+
+    @property
+    def scheduled_condition(self) -> str:
+        return scheduled_condition(self.api_version)
 
     def scheduled_field(self, name: str) -> str:
         return dict(self.scheduled).get(name, "")
@@ -124,7 +146,7 @@ def parse_pod_group(body: Mapping[str, Any]) -> NativeGroup:
     key = ""
     if topology and isinstance(topology[0], Mapping):
         key = str(topology[0].get("key") or "")
-    ref = ((spec.get("podGroupTemplateRef") or {}).get("workload")) or {}
+    ref = spec.get("workloadRef") or ((spec.get("podGroupTemplateRef") or {}).get("workload")) or {}
     made = {
         str(c.get("name")): str(c.get("resourceClaimName") or "")
         for c in (body.get("status") or {}).get("resourceClaimStatuses") or []
@@ -139,15 +161,17 @@ def parse_pod_group(body: Mapping[str, Any]) -> NativeGroup:
         for c in spec.get("resourceClaims") or []
         if isinstance(c, Mapping) and c.get("name")
     )
+    api_version = str(body.get("apiVersion") or f"{SCHEDULING_GROUP}/{DEFAULT_VERSION}")
+    condition_type = scheduled_condition(api_version)
     scheduled: tuple[tuple[str, str], ...] = ()
     for condition in (body.get("status") or {}).get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == SCHEDULED_CONDITION:
+        if isinstance(condition, Mapping) and condition.get("type") == condition_type:
             scheduled = tuple((k, str(condition.get(k, ""))) for k in ("status", "reason", "message"))
     return NativeGroup(
         namespace=str(metadata.get("namespace", "")),
         name=str(metadata.get("name", "")),
         uid=str(metadata.get("uid", "")),
-        api_version=str(body.get("apiVersion") or f"{SCHEDULING_GROUP}/{DEFAULT_VERSION}"),
+        api_version=api_version,
         min_count=min_count,
         topology_key=key,
         workload=str(ref.get("workloadName") or "") if isinstance(ref, Mapping) else "",

@@ -21,8 +21,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# GA in 1.37 (resource.k8s.io/v1); v1beta2 behind DRADeviceTaintRules in 1.36. Newest first: the one read
+# when a server serves both.
+TAINT_RULES_VERSIONS = ("v1", "v1beta2")
+TAINT_RULES_RESOURCE = "devicetaintrules"
 TAINT_RULES_API = "/apis/resource.k8s.io/v1beta2"
-TAINT_RULES_PATH = f"{TAINT_RULES_API}/devicetaintrules"
+TAINT_RULES_PATH = f"{TAINT_RULES_API}/{TAINT_RULES_RESOURCE}"
+
+
+def taint_rules_path(version: str) -> str:
+    return f"/apis/resource.k8s.io/{version}/{TAINT_RULES_RESOURCE}"
+
+
+def serves_taint_rules(resource_list: Mapping[str, Any]) -> bool:
+    """Whether an API version's discovery document (``GET /apis/resource.k8s.io/<version>``) lists them."""
+    return any(
+        isinstance(r, Mapping) and r.get("name") == TAINT_RULES_RESOURCE for r in resource_list.get("resources") or []
+    )
+
+
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
 
 

@@ -99,7 +99,10 @@ def adopting_manifest(
         if native is None:
             raise GroupDeclarationError(f"its pods name PodGroup {group}, which does not exist (yet)")
         if native.min_count is None:
-            raise GroupDeclarationError(f"PodGroup {group} has no gang policy (schedulingPolicy.gang.minCount)")
+            raise GroupDeclarationError(
+                f"PodGroup {group} has no gang policy (schedulingPolicy.gang.minCount); since Kubernetes 1.37 a"
+                " Job's PodGroup is a gang only when the Job asks: spec.scheduling.schedulingPolicy.gang.minCount"
+            )
         declared = declaration_of(native, workloads or {}, pod.declaration)
         if PARALLELISM_ANNOTATION not in declared:
             declared[PARALLELISM_ANNOTATION] = f"{pod.first_container_gpus}x1x{native.min_count}"

@@ -1,6 +1,7 @@
 """The status the operator writes on a Kubernetes PodGroup it places (docs/pod-groups.md "Kubernetes PodGroups").
 
-kube-scheduler reports a pod group's scheduling cycle as the condition ``PodGroupScheduled``: ``True`` with
+kube-scheduler reports a pod group's scheduling cycle as a condition (``PodGroupScheduled`` in the v1alpha2
+API of 1.36, ``PodGroupInitiallyScheduled`` in v1beta1 of 1.37; the group's own version picks it): ``True`` with
 reason ``Scheduled`` once the gang is placed, ``False`` with reason ``Unschedulable`` and why not
 otherwise, and never turns a ``True`` back to ``False`` (pkg/scheduler/schedule_one_podgroup.go). We say the
 same from the adopting ParallelJob's state: ``True`` once every pod is bound (phase Running, Recovering or
@@ -20,8 +21,8 @@ from paralleljob.k8s.edge.constants import SCHEDULER_NAME
 from paralleljob.k8s.edge.nativegroups import (
     REASON_SCHEDULED,
     REASON_UNSCHEDULABLE,
-    SCHEDULED_CONDITION,
     NativeGroup,
+    scheduled_condition,
 )
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.podgroups import READY_CONDITION
@@ -41,9 +42,13 @@ class PodGroupCondition:
     message: str
     generation: int = 0
 
+    @property
+    def condition_type(self) -> str:
+        return scheduled_condition(self.api_version)
+
     def condition(self, now: str) -> dict[str, Any]:
         return {
-            "type": SCHEDULED_CONDITION,
+            "type": self.condition_type,
             "status": self.status,
             "reason": self.reason,
             "message": self.message,
@@ -92,7 +97,7 @@ def desired_condition(job: JobObject, group: NativeGroup) -> PodGroupCondition |
 
 
 def pod_group_conditions(jobs: Sequence[JobObject], groups: Mapping[str, NativeGroup]) -> list[PodGroupCondition]:
-    """Every PodGroup whose ``PodGroupScheduled`` condition is out of date, from its adopting ParallelJob."""
+    """Every PodGroup whose scheduling-cycle condition is out of date, from its adopting ParallelJob."""
     out: list[PodGroupCondition] = []
     if not groups:
         return out  # the common case, asked on every pass: no job list to walk

@@ -1,4 +1,5 @@
-"""Writes the ``PodGroupScheduled`` condition of the Kubernetes PodGroups the operator places (the decision is
+"""Writes the scheduling-cycle condition (``PodGroupScheduled``, or ``PodGroupInitiallyScheduled`` in v1beta1)
+of the Kubernetes PodGroups the operator places (the decision is
 ``plan/podgroupstatus.py``'s; docs/pod-groups.md "Kubernetes PodGroups").
 
 In the background, one batch at a time: a pass that finds the previous batch still going leaves the next to a
@@ -12,7 +13,7 @@ import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
 
-from paralleljob.k8s.edge.nativegroups import SCHEDULED_CONDITION, NativeGroup, pod_group_status_path
+from paralleljob.k8s.edge.nativegroups import NativeGroup, pod_group_status_path
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.podgroupstatus import PodGroupCondition, pod_group_conditions
 from paralleljob.k8s.runtime.api import ApiError, Kube
@@ -41,9 +42,8 @@ class PodGroupStatusWriter:
             path = pod_group_status_path(change.namespace, change.name, version)
             body = self.store.body(change.namespace, change.name) or {}
             # a merge patch replaces the list: keep the conditions others wrote (DisruptionTarget)
-            others = [
-                c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") != SCHEDULED_CONDITION
-            ]
+            conditions = (body.get("status") or {}).get("conditions") or []
+            others = [c for c in conditions if c.get("type") != change.condition_type]
             patch = {"metadata": {"uid": change.uid}, "status": {"conditions": [*others, change.condition(now)]}}
             try:
                 self.store.upsert(await self.kube.merge_patch(path, patch))

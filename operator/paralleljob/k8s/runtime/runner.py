@@ -38,6 +38,7 @@ from paralleljob.k8s.runtime.leaderthread import ElectionThread
 from paralleljob.k8s.runtime.metrics import Metrics, serve
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from paralleljob.k8s.runtime.reflector import Receiver, Reflector, Watched
+from paralleljob.k8s.runtime.served import served_taint_rules_path
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -117,7 +118,8 @@ async def run_operator(
         if election.lost.is_set():  # it returned because it stepped down: say so, not "returned"
             raise OperatorFailed(LEASE_LOST)
 
-    reflectors = _reflectors(kube, reconciler, config, health, loop, await _gang_api_version(kube))
+    rules_path = await served_taint_rules_path(kube) if config.dra.enabled else TAINT_RULES_PATH
+    reflectors = _reflectors(kube, reconciler, config, health, loop, await _gang_api_version(kube), rules_path)
 
     async def initial_sync() -> None:
         """The first pass waits until every kind has been listed once."""
@@ -221,6 +223,7 @@ def _reflectors(
     health: Health,
     loop: asyncio.AbstractEventLoop,
     gang_version: str = DEFAULT_VERSION,
+    rules_path: str = TAINT_RULES_PATH,
 ) -> list[Reflector]:
     """One list-and-watch per watched kind: the operator's only way in."""
     relist = config.relist_seconds
@@ -270,10 +273,10 @@ def _reflectors(
             _reflector(kube, reconciler, kind, Watched(path, optional=True, relist_seconds=relist, unavailable=no_dra))
             for kind, path in (("resourceslice", SLICES_PATH), ("resourceclaim", CLAIMS_PATH))
         ]
-        # DeviceTaintRules (resource.k8s.io/v1beta2 in 1.36, behind the DRADeviceTaintRules gate): a cluster
+        # DeviceTaintRules (v1 from 1.37; v1beta2 behind the DRADeviceTaintRules gate in 1.36): a cluster
         # without them, or a role without the verbs, leaves device taints to the ResourceSlices.
         without = "device taints are read from the ResourceSlices alone"
-        rules = Watched(TAINT_RULES_PATH, optional=True, unavailable=without, relist_seconds=relist)
+        rules = Watched(rules_path, optional=True, unavailable=without, relist_seconds=relist)
         found.append(_reflector(kube, reconciler, "devicetaintrule", rules))
     return found
 
