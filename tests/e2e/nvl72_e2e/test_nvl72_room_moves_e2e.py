@@ -3,8 +3,9 @@ leave 9 + 11 trays free (2 of each clique's held as warm spares: 7 + 9 usable), 
 (16 trays) in all but not for its eight two-tray TP groups (3 + 4). The operator plans moves
 (``core.moves.plan_moves``), moves one-tray jobs out of the way (at once: each has run a few minutes, far
 under the lost-work bound), holds the trays the plan priced, and admits the large job there: every one-tray
-job runs elsewhere, each moved one saying for whom and what it lost. Without the moves the
-large job waits (``Unschedulable``) for as long as the small ones run."""
+job runs elsewhere, each moved one saying for whom and what it lost. Without the moves (its queue's
+``spec.moves.perHour: 0``) the large job waits (``Unschedulable``, the usual reason) for as long as the small
+ones run, and nothing is planned or moved."""
 
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ def _nodes(status: dict[str, Any]) -> set[str]:
     return set(str(status.get("nodes") or "").split(",")) - {""}
 
 
-def test_one_tray_jobs_move_so_a_tp8_dp8_job_fits(nvl72_kube: KubeSession, nvl72_pjs: Jobs) -> None:
-    kube, pjs = nvl72_kube, nvl72_pjs
+def _scatter(kube: KubeSession, pjs: Jobs) -> tuple[dict[str, str], list[str]]:
+    """The HGX nodes taken, then one-tray jobs on every usable tray, then some deleted to leave ``FREE``
+    trays per rack; returns each tray's clique and the one-tray jobs kept."""
     clique_of = _cliques(kube)
     racks = sorted(set(clique_of.values()))
     assert len(racks) == 2 and all(sum(c == r for c in clique_of.values()) == TRAYS_PER_RACK for r in racks)
@@ -62,6 +64,12 @@ def test_one_tray_jobs_move_so_a_tp8_dp8_job_fits(nvl72_kube: KubeSession, nvl72
         pjs.delete(name)
     kept = [n for n in small if n not in gone]
     wait_for("the deleted one-tray jobs' pods gone", lambda: not any(pjs.pods(n) for n in gone), 120)
+    return clique_of, kept
+
+
+def test_one_tray_jobs_move_so_a_tp8_dp8_job_fits(nvl72_kube: KubeSession, nvl72_pjs: Jobs) -> None:
+    kube, pjs = nvl72_kube, nvl72_pjs
+    clique_of, kept = _scatter(kube, pjs)
     pjs.create("big", 8, 1, 8, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
     status = pjs.wait_phase("big", "Running", timeout_s=300)
     big = _nodes(status)
@@ -111,3 +119,29 @@ def test_the_queue_crd_checks_the_move_bounds_and_fills_their_defaults(nvl72_kub
         assert parse_queue(created).moves.max_moves_per_hour == 0
     finally:
         nvl72_kube.run(custom.delete_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, name))
+
+
+def test_with_moves_off_the_tp8_dp8_job_waits_with_the_usual_reason(nvl72_kube: KubeSession, nvl72_pjs: Jobs) -> None:
+    kube, pjs = nvl72_kube, nvl72_pjs
+    custom = CustomObjectsApi(kube.api)
+    queue = f"nomoves-{pjs.namespace}"[:63]
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ParallelJobQueue", "metadata": {"name": queue}}
+    kube.run(
+        custom.create_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, {**body, "spec": {"moves": {"perHour": 0}}})
+    )
+    try:
+        _, kept = _scatter(kube, pjs)
+        pjs.create("big", 8, 1, 8, gpuMemoryGiB=10, queue=queue, checkpoint={"intervalSeconds": 3600})
+        # with moves on, the pass that refuses it plans at once and says MovingJobs instead
+        status = pjs.wait_phase("big", "Queued", timeout_s=120, reason="Unschedulable")
+        assert "TP group" in status.get("message", ""), status
+        # a later job admitted from another queue: passes ran after the refusal, and planned nothing either
+        pjs.create("probe", 4, 1, 1, gpuMemoryGiB=10)
+        pjs.wait_phase("probe", "Running", timeout_s=120)
+        status = pjs.status("big")
+        assert status.get("phase") == "Queued" and status.get("reason") == "Unschedulable", status
+        assert "movePlan" not in status and "moveCheck" not in status, status
+        assert not any("lastRoomMove" in pjs.status(n) for n in kept)
+        assert all(pjs.status(n).get("phase") == "Running" for n in kept)
+    finally:
+        kube.run(custom.delete_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, queue))
