@@ -23,8 +23,9 @@ carries it out from there:
 
 One plan at a time; the FIFO path only (``--queue-policy strict-fifo``, the default): the core's queueing
 pass has its own reservations and preemption. Jobs with a node filter, pod groups and elastic jobs are never
-moved (their filter or owner decides where they may go) and never planned for. An HGX job on a cluster
-that also has NVLink cliques is not planned for either: its ``status.moveCheck`` says so.
+moved (their filter or owner decides where they may go) and never planned for. A job that takes no trays on
+a cluster with NVLink cliques (an HGX job beside NVL72 racks) is not planned for either: its
+``status.moveCheck`` says so.
 """
 
 from __future__ import annotations
@@ -153,9 +154,8 @@ def bounds_of(ctx: PassContext, request: JobRequest) -> QueueInfo:
 
 
 def _refused(ctx: PassContext, skip: Collection[str], job: JobObject, request: JobRequest) -> bool:
-    """A rigid ParallelJob this pass refused for want of room, whose queue allows moves: a tray job, or on
-    HGX any (one that would take no trays on an NVL72 cluster fits a single tray, and is not refused for
-    scattered room)."""
+    """A rigid ParallelJob this pass refused for want of room, whose queue allows moves (whether moves are
+    planned for it is :func:`_why_not_planned`'s)."""
     draft = ctx.actions_for(job).draft
     if job.key in skip or draft.phase is not Phase.QUEUED or draft.data.get("reason") != UNSCHEDULABLE:
         return False
@@ -166,11 +166,12 @@ def _refused(ctx: PassContext, skip: Collection[str], job: JobObject, request: J
 
 def _why_not_planned(ctx: PassContext, request: JobRequest) -> str | None:
     """Why moves are not planned for a refused job (None: they are): on a cluster with NVLink cliques only
-    a job that takes whole trays is planned for; an HGX job beside NVL72 racks is not (yet)."""
+    a job that takes whole trays is planned for (the planner works on the NVLink topology), not one that
+    takes none, such as an HGX job beside NVL72 racks."""
     if nvlink_topology(ctx.view) is not None and wants_trays(ctx.view, request) is None:
         return (
             "no moves planned: on a cluster with NVLink cliques moves free room only for jobs that take whole"
-            " trays, and this one takes none (an HGX job beside NVL72 racks waits as before)"
+            " trays, and this one takes none (it waits as before)"
         )
     return None
 
