@@ -26,11 +26,13 @@ from pathlib import Path
 from paralleljob.devcluster.versions import (
     ADDONS,
     BINARIES,
+    DRA_NODE_BINARIES,
     NODE_BINARIES,
     BinarySpec,
     addon_dir,
     addon_version,
     binaries_dir,
+    dra_node_binaries_dir,
     ldflags,
     module_path,
     node_binaries_dir,
@@ -196,9 +198,6 @@ def _go_version(go: str) -> str:
 def ensure_dra_node_binaries(report: Report = _stderr) -> dict[str, Path]:
     """Return name -> path of what a real node with DRA runs besides the kubelet (containerd 2.x, its runc
     shim and ctr, our fakedra plugin), building missing ones."""
-    # Imported here, not above: keeps this addition apart from the module's shared import block.
-    from paralleljob.devcluster.versions import DRA_NODE_BINARIES, deploy_dir, dra_node_binaries_dir
-
     target = dra_node_binaries_dir()
     paths = {spec.name: target / spec.name for spec in DRA_NODE_BINARIES}
     if all(path.is_file() for path in paths.values()):
@@ -207,6 +206,6 @@ def ensure_dra_node_binaries(report: Report = _stderr) -> dict[str, Path]:
     with _build_lock(target):
         for spec in DRA_NODE_BINARIES:
             if not paths[spec.name].is_file():
-                version = pinned_version(deploy_dir() / spec.module_dir, spec.pinned_module)
+                version = pinned_version(module_path(spec), spec.pinned_module)
                 _build_one(go, spec, version, target, report)
     return paths

@@ -227,7 +227,12 @@ async def _node_summary(kubeconfig: str) -> str:
 
 def _build(args: argparse.Namespace) -> int:
     from paralleljob.devcluster import hostcheck
-    from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_node_binaries
+    from paralleljob.devcluster.build import (
+        ensure_addon,
+        ensure_binaries,
+        ensure_dra_node_binaries,
+        ensure_node_binaries,
+    )
 
     try:
         paths = ensure_binaries()
@@ -237,6 +242,7 @@ def _build(args: argparse.Namespace) -> int:
             print(f"real-node binaries not built: {'; '.join(hostcheck.missing_features())}", file=sys.stderr)
         else:
             addons.update(ensure_node_binaries())
+            addons.update(ensure_dra_node_binaries())  # containerd 2.x and fakedra: `up --gpu-api dra --real-nodes`
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -101,9 +101,10 @@ def up(
     Kubernetes' own Workload/PodGroup API with its gates on (``gangapi.py``), and ``kube_scheduler`` (which
     implies it) also runs kube-scheduler of the same version with the gang and topology gates on;
     ``real_nodes`` kubelet nodes join beside the kwok ones (:mod:`paralleljob.devcluster.realnodes`), each
-    with ``real_node_gpus`` fake GPUs from our device plugin (and a kube-scheduler of their own unless the
-    gang-gated one runs); ``nvl72_racks`` GB200 NVL72 racks of 18 trays join as well, with the ComputeDomain
-    CRD and a stand-in for its controller (:mod:`paralleljob.devcluster.nvl72`)."""
+    with ``real_node_gpus`` fake GPUs from our device plugin, or from our DRA kubelet plugin through containerd
+    2.x and CDI when the shape's ``gpu_api`` is ``dra`` (:mod:`paralleljob.devcluster.dranode`), and a
+    kube-scheduler of their own unless the gang-gated one runs; ``nvl72_racks`` GB200 NVL72 racks of 18 trays
+    join as well, with the ComputeDomain CRD and a stand-in for its controller (:mod:`paralleljob.devcluster.nvl72`)."""
     gang_api = gang_api or kube_scheduler
     shape = shape or NodeShape()
     unknown = sorted(set(controllers) - set(ADDONS))

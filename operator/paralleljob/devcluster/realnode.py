@@ -201,7 +201,7 @@ def _corefile(node: RealNode) -> str:
 def start_coredns(node: RealNode, holder: ProcessRecord, coredns: Path, die_with_parent: bool) -> ProcessRecord:
     argv = [str(coredns), "-conf", str(node.directory / "Corefile")]
     return process.spawn(
-        f"{node.name}-coredns", _in_node(node, holder, argv), _log(node, "coredns"), die_with_parent=die_with_parent
+        f"{node.name}-coredns", in_node(node, holder, argv), node_log(node, "coredns"), die_with_parent=die_with_parent
     )
 
 
@@ -241,7 +241,7 @@ def _in_cgroup(node: RealNode, argv: list[str]) -> list[str]:
     return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *argv]
 
 
-def _in_node(node: RealNode, holder: ProcessRecord, argv: list[str]) -> list[str]:
+def in_node(node: RealNode, holder: ProcessRecord, argv: list[str]) -> list[str]:
     """Join the daemons' cgroup, the node's mount namespace (the relay's) and network namespace, run argv."""
     return _in_cgroup(
         node, ["nsenter", f"--mount=/proc/{holder.pid}/ns/mnt", f"--net={node.net.netns_path}", "--", *argv]
@@ -264,7 +264,7 @@ def start_relay(node: RealNode, apiserver_socket: Path, die_with_parent: bool) -
         "sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"', str(plugins), str(DEVICE_PLUGIN_DIR), *relay,
     ]  # fmt: skip
     return process.spawn(
-        f"{node.name}-relay", _in_cgroup(node, argv), _log(node, "relay"), die_with_parent=die_with_parent
+        f"{node.name}-relay", _in_cgroup(node, argv), node_log(node, "relay"), die_with_parent=die_with_parent
     )
 
 
@@ -272,8 +272,8 @@ def start_containerd(node: RealNode, holder: ProcessRecord, die_with_parent: boo
     argv = ["containerd", "--config", str(node.directory / "containerd.toml")]
     return process.spawn(
         f"{node.name}-containerd",
-        _in_node(node, holder, argv),
-        _log(node, "containerd"),
+        in_node(node, holder, argv),
+        node_log(node, "containerd"),
         die_with_parent=die_with_parent,
     )
 
@@ -292,16 +292,16 @@ def start_kubelet(node: RealNode, holder: ProcessRecord, kubelet: Path, die_with
         "--v=1",
     ]
     return process.spawn(
-        f"{node.name}-kubelet", _in_node(node, holder, argv), _log(node, "kubelet"), die_with_parent=die_with_parent
+        f"{node.name}-kubelet", in_node(node, holder, argv), node_log(node, "kubelet"), die_with_parent=die_with_parent
     )
 
 
 def start_device_plugin(node: RealNode, holder: ProcessRecord, fakegpu: Path, die_with_parent: bool) -> ProcessRecord:
     argv = [str(fakegpu), f"--plugin-dir={DEVICE_PLUGIN_DIR}", f"--count={(node.directory / 'gpus').read_text()}"]
     return process.spawn(
-        f"{node.name}-fakegpu", _in_node(node, holder, argv), _log(node, "fakegpu"), die_with_parent=die_with_parent
+        f"{node.name}-fakegpu", in_node(node, holder, argv), node_log(node, "fakegpu"), die_with_parent=die_with_parent
     )
 
 
-def _log(node: RealNode, what: str) -> Path:
+def node_log(node: RealNode, what: str) -> Path:
     return node.directory.parent.parent / "logs" / f"{node.name}-{what}.log"

@@ -6,7 +6,8 @@ from a unix socket in the run directory to the API server (a kubelet in its own 
 reach the host's 127.0.0.1), then per node containerd (with the pause image loaded), the kubelet (as
 ``system:node:<name>``, its own token, with the ``system:node`` ClusterRole bound to ``system:nodes``)
 and the fake GPU device plugin, and waits until every node is Ready with its GPUs allocatable and holds
-its Lease.
+its Lease. With ``dra`` (a cluster whose GPUs are DRA devices) each node runs containerd 2.x and our DRA
+kubelet plugin instead (:mod:`~paralleljob.devcluster.dranode`), and ``start`` waits for its ResourceSlice.
 
 :mod:`~paralleljob.devcluster.nodecleanup` undoes all of it on ``down``.
 """
@@ -20,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paralleljob.devcluster import hostcheck, nodecleanup, nodenet, process, realnode
-from paralleljob.devcluster.build import ensure_node_binaries
+from paralleljob.devcluster import dranode, hostcheck, nodecleanup, nodenet, process, realnode
+from paralleljob.devcluster.build import ensure_dra_node_binaries, ensure_node_binaries
 from paralleljob.devcluster.certs import COREDNS_USER, MAX_REAL_NODES, Pki
 from paralleljob.devcluster.nodeimages import import_archive, write_pause_archive
 from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL, GPU_RESOURCE, NodeShape
@@ -65,13 +66,17 @@ def labels(shape: NodeShape, gpus: int) -> dict[str, str]:
 def start(
     cluster: str, run_dir: Path, pki: Pki, api_port: int, kubeconfig: Path, count: int, gpus: int,
     shape: NodeShape, remember: Remember, report: Report, die_with_parent: bool, own_scheduler: bool = True,
+    dra: bool = False,
 ) -> list[str]:  # fmt: skip
+    """``dra``: GPUs as DRA devices of our kubelet plugin, through containerd 2.x (:mod:`dranode`), not the
+    device plugin's allocatable ``nvidia.com/gpu``."""
     if count > MAX_REAL_NODES:
         raise ValueError(f"at most {MAX_REAL_NODES} real nodes (one kubelet token each is made at start)")
     problems = hostcheck.missing()
     if problems:
         raise RealNodesUnavailable("real nodes cannot run on this machine: " + "; ".join(problems))
     binaries = ensure_node_binaries(report)
+    dra_binaries = ensure_dra_node_binaries(report) if dra else {}
     started = time.monotonic()
     nodecleanup.remember_host_paths(run_dir)
     nodes = node_objects(cluster, run_dir, count)
@@ -95,25 +100,40 @@ def start(
         )
     pause = write_pause_archive(binaries["pause"], run_dir / "images" / "pause.tar")
     asyncio.run(_bind_node_role(kubeconfig))
+    if dra:
+        asyncio.run(dranode.bind_plugin_role(kubeconfig))
     for node in nodes:
         realnode.write_configs(
             node, pki.ca_cert, pki.node_tokens[node.name], gpus, labels(shape, gpus), pki.coredns_token
         )
+        if dra:
+            dranode.write_configs(node, shape, gpus, dra_binaries["containerd-shim-runc-v2"])
         realnode.make_cgroups(node)
         realnode.mount_containerd_root(node)
         holder = realnode.start_relay(node, socket, die_with_parent)
         remember(holder)
         _wait_for(lambda holder=holder: _has_own_mount_ns(holder.pid), holder, 10)  # type: ignore[misc]
-        containerd = realnode.start_containerd(node, holder, die_with_parent)
+        if dra:
+            containerd = dranode.start_containerd(node, holder, dra_binaries, die_with_parent)
+        else:
+            containerd = realnode.start_containerd(node, holder, die_with_parent)
         remember(containerd)
         _wait_for(lambda node=node: node.containerd_socket.exists(), containerd, 30)  # type: ignore[misc]
         import_archive(node.containerd_socket, pause)
         remember(realnode.start_kubelet(node, holder, binaries["kubelet"], die_with_parent))
-        remember(realnode.start_device_plugin(node, holder, binaries["fakegpu"], die_with_parent))
+        if dra:
+            remember(dranode.start_plugin(node, holder, dra_binaries["fakedra"], die_with_parent))
+        else:
+            remember(realnode.start_device_plugin(node, holder, binaries["fakegpu"], die_with_parent))
         remember(realnode.start_coredns(node, holder, binaries["coredns"], die_with_parent))
     names = [node.name for node in nodes]
-    asyncio.run(wait_ready_with_gpus(kubeconfig, names, gpus))
-    report(f"{count} real node(s) Ready with {gpus} fake GPUs each ({time.monotonic() - started:.1f} s)")
+    if dra:  # no allocatable GPUs: Ready and holding its lease, and its pool published
+        asyncio.run(wait_ready_with_gpus(kubeconfig, names, 0))
+        asyncio.run(dranode.wait_for_slices(kubeconfig, names, gpus))
+    else:
+        asyncio.run(wait_ready_with_gpus(kubeconfig, names, gpus))
+    kind = "DRA devices" if dra else "GPUs"
+    report(f"{count} real node(s) Ready with {gpus} fake {kind} each ({time.monotonic() - started:.1f} s)")
     return names
 
 
