@@ -3,7 +3,7 @@
 ``PassContext`` is the same for every job of a pass: the cluster view (whose state the pass changes as it
 allocates and releases), the placer over it, the jobs' node filters, the time, the queues and the facts the
 runtime reported (holds, bind failures, refused pod templates), and the pass's own bookkeeping (each job's
-actions, pods and kind of gang). ``HeldJob`` is one job that holds a recorded placement, as the repair and
+actions, each job's pods). ``HeldJob`` is one job that holds a recorded placement, as the repair and
 re-optimisation steps see it. Both are frozen dataclasses, so a step cannot rebind the view or the time under
 the others; what they hold is not frozen: the view's state changes as the pass allocates and releases,
 ``shrinkable`` fills and empties as jobs are decided, and the actions ``actions_for`` hands out are written
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from paralleljob.core.gates import NEEDS_A_FIX
 from paralleljob.core.placer import Placer
@@ -29,9 +28,6 @@ from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.status import counted, wait_message
 from paralleljob.k8s.view.clusterview import ClusterView
 
-if TYPE_CHECKING:
-    from paralleljob.k8s.plan.kinds.base import Gang
-
 
 @dataclass(frozen=True, slots=True)
 class PassContext:
@@ -43,7 +39,6 @@ class PassContext:
     clock: Callable[[], float]  # for timing placement decisions only, never for deciding
     actions_for: Callable[[JobObject], JobActions]
     pods_of: Callable[[JobObject], Sequence[PodInfo]]
-    gang_of: Callable[[JobObject], Gang]  # the job's kind, layout and sizing (plan/kinds), picked once per pass
     queues: Mapping[str, QueueInfo] = field(default_factory=dict)
     jobs: Mapping[str, JobObject] = field(default_factory=dict)  # every ParallelJob of the pass, by key
     holds: Mapping[str, str] = field(default_factory=dict)  # job key -> why it must not be admitted just now

@@ -39,8 +39,7 @@ from paralleljob.k8s.plan.elastic import at_current_size
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.fifo_admission import admit_all
 from paralleljob.k8s.plan.jobdecision import ACTIVE, decide_job
-from paralleljob.k8s.plan.kinds.base import Gang
-from paralleljob.k8s.plan.kinds.gangs import gang_of
+from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
 from paralleljob.k8s.plan.kinds.resizing import note_membership, rigid_waiting
 from paralleljob.k8s.plan.lazy import Lazy
 from paralleljob.k8s.plan.metrics_model import queue_book, queue_statuses
@@ -169,7 +168,6 @@ def decide(
         clock=clock or (lambda: 0.0),
         actions_for=book.actions_for,
         pods_of=book.pods_of,
-        gang_of=functools.partial(book.gang_of, observed.pod_groups),
         queues=observed.queues,
         jobs=jobs,
         holds=backoff.active(now_s),
@@ -204,7 +202,8 @@ def decide(
     for actions in plan.jobs:
         if actions.job.request is not None:
             active = actions.draft.phase in ACTIVE and not actions.job.deleting
-            ctx.gang_of(actions.job).kind.finish(ctx, actions, book.pods_of(actions.job), active)
+            kind = kind_of(actions.job.request, actions.job.key in ctx.pod_groups)
+            kind.finish(ctx, actions, book.pods_of(actions.job), active)
     plan.backoff = backoff.settle(now_s, jobs, {a.job.key for a in plan.jobs if a.gang_bound})
     plan.domain_deletes = stale_domains(observed.compute_domains, jobs, book.pods, view.nodes, observed.busy, plan.jobs)
     _wake_and_queues(plan, observed, view)
@@ -220,7 +219,6 @@ class _Book:
     pods: dict[str, list[PodInfo]]
     actions: dict[str, JobActions] = field(default_factory=dict)
     scratch: dict[str, JobActions] = field(default_factory=dict)
-    gangs: dict[str, Gang] = field(default_factory=dict)  # each decided job's kind, layout and sizing
 
     def actions_for(self, job: JobObject) -> JobActions:
         if job.key in self.scratch:
@@ -231,14 +229,6 @@ class _Book:
 
     def pods_of(self, job: JobObject) -> list[PodInfo]:
         return self.pods.get(job.key, [])
-
-    def gang_of(self, native: Mapping[str, NativeGroup], job: JobObject) -> Gang:
-        """``job``'s gang, picked the first time the pass asks (``job.request`` must be set)."""
-        gang = self.gangs.get(job.key)
-        if gang is None:
-            assert job.request is not None, f"{job.key}: an invalid job has no kind"
-            gang = self.gangs[job.key] = gang_of(job.request, job.record, job.key in native)
-        return gang
 
 
 def _fresh(job: JobObject) -> JobActions:
@@ -306,7 +296,7 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, 
             if entry is not None:
                 line.queued.append(entry)
             continue
-        resizes = job.request is not None and ctx.gang_of(job).sizing.resizes
+        resizes = job.request is not None and sizing_of(job.request).resizes
         steady = memo.steady(job, book.pods_of(job), resizes)
         if steady is not None:
             book.actions[job.key] = steady
@@ -330,7 +320,7 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, 
             line.hold(job, job.request, preemptible)
             if (
                 preemptible
-                and ctx.gang_of(job).sizing.resizes
+                and sizing_of(job.request).resizes
                 and job.record is not None
                 and actions.draft.data.get("placement") == job.status.raw.get("placement")  # not resized this pass
             ):
@@ -386,7 +376,7 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
             if oldest := earliest([plan.quiet_oldest.get(queue, ""), *(job.queued_at for job in jobs)]):
                 plan.quiet_oldest[queue] = oldest
     if memo is not None and strict_fifo:
-        decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo, ctx.gang_of)
+        decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
         remember(memo, decided, lines.decisions, observed.queues, line.in_use, owner_before, lines.standing)
         remember_running(
             memo, book.actions.values(), book.pods_of, line.memo.untouchable, line.memo.sorted_out.finished
@@ -427,7 +417,6 @@ def _rememberable(
     actions_by_key: Mapping[str, JobActions],
     untouchable: set[str],
     memo: WaitingMemo,
-    gang_of: Callable[[JobObject], Gang],
 ) -> dict[str, tuple[JobObject, bool]]:
     """Each job of a line this pass decided (waiting, or kept by the memo until now), and whether the memo may
     keep it: it ended Queued with nothing to write, and nothing outside its object (a hold, a busy chain, its
@@ -443,7 +432,7 @@ def _rememberable(
             and not actions.has_work
             and job.key not in untouchable
             and job.request is not None
-            and gang_of(job).kind.renders_pods  # a pod group's fate is its pods', which another controller makes
+            and kind_of(job.request).renders_pods  # a pod group's fate is its pods', which another controller makes
         )
         out[job.key] = (job, keep)
     return out

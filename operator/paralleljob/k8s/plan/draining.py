@@ -34,8 +34,8 @@ from paralleljob.core.repair import FailureKind
 from paralleljob.k8s.edge.queues import format_time, last_checkpoint, parse_time
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.plan.breakage import Breakage
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.failures import Breakage
 from paralleljob.k8s.plan.preempting import request_checkpoint
 from paralleljob.k8s.view.clusterview import ClusterView
 

@@ -14,7 +14,7 @@ are not touched, and with no room left the job waits in line at its place.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from paralleljob.core.cost import CostBreakdown, cost_model
@@ -35,6 +35,7 @@ from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import requeue_stamp
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.plan.breakage import Breakage
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.status import StatusDraft
@@ -42,19 +43,6 @@ from paralleljob.k8s.view.clusterview import ClusterView
 
 if TYPE_CHECKING:
     from paralleljob.k8s.plan.kinds.base import Gang
-
-
-@dataclass(frozen=True, slots=True)
-class Breakage:
-    kind: FailureKind
-    slots: tuple[int, ...]  # affected TP groups
-    nodes: tuple[str, ...]
-    pods: tuple[str, ...]
-    message: str
-
-    @property
-    def hardware(self) -> bool:
-        return self.kind.hardware
 
 
 def detect(

@@ -47,6 +47,7 @@ from paralleljob.k8s.plan.checkpointing import checkpoint_status
 from paralleljob.k8s.plan.context import PassContext
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.kinds.elastic_admission import place_elastic, shrink_growth_replicas
+from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
 from paralleljob.k8s.plan.podsync import sync_pods
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.trayadmission import TrayAwarePlacer, admission_topology, spans_trays, tray_record
@@ -133,7 +134,7 @@ def fifo_job(ctx: PassContext, job: JobObject, request: JobRequest) -> FifoJob:
         name=job.name,
         gate=entry_gate(entry_of(ctx, job, request)),
         ran_before=job.ever_ran,
-        min_gpus=ctx.gang_of(job).sizing.min_gpus(request),
+        min_gpus=sizing_of(request).min_gpus(request),
     )
 
 
@@ -229,7 +230,7 @@ def _carry_out(
 ) -> None:
     in_use, extra = held_and_reasons
     if isinstance(decision, Admit):
-        sizing = ctx.gang_of(job).sizing
+        sizing = sizing_of(request)
         request = sizing.at_admitted_size(request, decision.placement.dp)  # admitted at the size that fit
         in_use[request.queue] = in_use.get(request.queue, 0) + request.spec.num_gpus
         record_admission(ctx, job, request, decision.placement, extra)
@@ -282,7 +283,7 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
     actions, view, now, eligibility = ctx.actions_for(job), ctx.view, ctx.now, ctx.eligibility
     if not view.empty and not job.ever_ran:
         # an elastic job can never fit only when its minimum cannot
-        spec = ctx.gang_of(job).sizing.smallest(request)
+        spec = sizing_of(request).smallest(request)
         node_filter = eligibility.filter_for(job.key, spec, with_usage=False) if eligibility else None
         reasons = never_fits(admission_topology(view, request), spec, node_filter)
         if reasons:
@@ -347,5 +348,5 @@ def record_admission(
     actions.events = [e for e in actions.events if e.reason != "Accepted"]
     actions.note("Normal", "Placed", message)
     actions.placed_cost = {"tp": cost.tp_ms, "pp": cost.pp_ms, "dp": cost.dp_ms, "total": cost.total_ms}
-    if ctx.gang_of(job).kind.renders_pods:  # a pod group's pods are only annotated and bound (its kind's finish)
+    if kind_of(request).renders_pods:  # a pod group's pods are only annotated and bound (its kind's finish)
         sync_pods(actions, job, request, record, pods, view.nodes, ctx.gpu_holders)

@@ -19,6 +19,7 @@ from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.draining import off_drained
 from paralleljob.k8s.plan.kinds.base import Gang
+from paralleljob.k8s.plan.kinds.gangs import gang_of
 from paralleljob.k8s.plan.podgroups import slot_pods
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.preempting import continue_preemption
@@ -87,7 +88,7 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
         return None
     request = job.request
     # the job's kind, layout and sizing, read once from its request and record (plan/kinds)
-    gang = None if request is None else ctx.gang_of(job)
+    gang = None if request is None else gang_of(request, job.record, job.key in ctx.pod_groups)
     _base_fields(draft, job, gang, now)
     if request is None or gang is None:
         if not draft.phase.terminal:

@@ -51,6 +51,7 @@ from paralleljob.k8s.plan.fifo_admission import (
     refuse_before_queueing,
 )
 from paralleljob.k8s.plan.kinds.elastic_admission import commit_shrinks
+from paralleljob.k8s.plan.kinds.picker import sizing_of
 from paralleljob.k8s.plan.preempting import request_checkpoint, start_preemption
 from paralleljob.k8s.plan.trayadmission import TrayAwarePlacer
 
@@ -75,7 +76,7 @@ def admit_with_core(
             continue
         # an elastic job is gated and queued at its minimum; the core admits it at the largest size that fits
         # (``ranges`` below)
-        request = ctx.gang_of(job).sizing.at_minimum(request)
+        request = sizing_of(request).at_minimum(request)
         room = None
         if job.key in making_room:
             deadline, victims = making_room[job.key]
@@ -95,9 +96,9 @@ def admit_with_core(
     wrapped = TrayAwarePlacer(view, filtered, requests, node_filters(ctx.eligibility), queues)  # NVL72 trays
     specs = [queue_spec(q) for q in queues.values()]
     # Elastic: every waiting one (the core guarantees it min), and the running ones that may lose replicas.
-    ranges = {key: rng for key, (job, r) in jobs.items() if (rng := ctx.gang_of(job).sizing.range(r)) is not None}
+    ranges = {key: rng for key, (job, r) in jobs.items() if (rng := sizing_of(r).range(r)) is not None}
     ranges.update(
-        {k: rng for k, h in ctx.shrinkable.items() if (rng := ctx.gang_of(h.job).sizing.range(h.request)) is not None}
+        {k: rng for k, h in ctx.shrinkable.items() if (rng := sizing_of(h.request).range(h.request)) is not None}
     )
     started = ctx.clock()
     plan = schedule(
@@ -110,7 +111,7 @@ def admit_with_core(
     for decision in plan.decisions:
         if isinstance(decision, Admit):
             job, request = jobs[decision.job_id]
-            sizing = ctx.gang_of(job).sizing
+            sizing = sizing_of(request)
             request = sizing.at_admitted_size(request, decision.placement.dp)
             record_admission(ctx, job, request, decision.placement, decision.reasons)
             sizing.admitted(ctx, actions_for(job), request)

@@ -47,6 +47,7 @@ from paralleljob.k8s.edge.specs import JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.draining import drained_away
+from paralleljob.k8s.plan.kinds.gangs import layout_of
 from paralleljob.k8s.plan.preempting import request_checkpoint
 
 # A trial placement per repaired job per pass would make a pass cost O(jobs x placement); once a minute is
@@ -93,12 +94,12 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
 
 def _best_now(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None) -> Placement | None:
     """The placer's choice for the job now, its own GPUs counted free, as its layout places (plan/kinds)."""
-    return ctx.gang_of(held.job).layout.best_now(ctx, held, node_filter)
+    return layout_of(held.record).best_now(ctx, held, node_filter)
 
 
 def _pods_to_move(ctx: PassContext, held: HeldJob, best: Placement | None) -> int:
     """Pods a move to ``best`` re-creates, as its layout counts them (TP groups, or tray pods)."""
-    return 0 if best is None else ctx.gang_of(held.job).layout.pods_to_move(ctx, held, best)
+    return 0 if best is None else layout_of(held.record).pods_to_move(ctx, held, best)
 
 
 def _ask_to_checkpoint(ctx: PassContext, held: HeldJob, proposed_at: float) -> bool:
@@ -201,7 +202,7 @@ def relocate(ctx: PassContext, held: HeldJob, best: Placement, message: str) -> 
     view.state.allocate(Allocation(job.key, best.groups, request.spec.memory_per_gpu_gb))
     epoch = job.placement_epoch + 1
     # every pod restarts from the checkpoint, on the GPUs (or trays) of the new placement
-    new = ctx.gang_of(job).layout.moved(ctx, held, best, epoch, (message, *best.reasons))
+    new = layout_of(record).moved(ctx, held, best, epoch, (message, *best.reasons))
     draft.apply(Event.MIGRATED, "Migrating", message, now)
     draft.set(
         placement=new.to_status(),

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from paralleljob.k8s.edge.specs import JobObject, JobRequest
     from paralleljob.k8s.edge.trayrecords import TraySlot
     from paralleljob.k8s.plan.actions import JobActions
+    from paralleljob.k8s.plan.breakage import Breakage
     from paralleljob.k8s.plan.context import HeldJob, PassContext
-    from paralleljob.k8s.plan.failures import Breakage
     from paralleljob.k8s.plan.podsync import SyncResult
     from paralleljob.k8s.plan.status import StatusDraft
 
@@ -164,7 +164,7 @@ class Sizing(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Gang:
-    """One job's kind, layout and sizing, picked once (``kinds.picker.gang_of``)."""
+    """One job's kind, layout and sizing (``kinds.gangs.gang_of``)."""
 
     kind: GangKind
     layout: Layout

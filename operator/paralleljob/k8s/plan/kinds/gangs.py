@@ -2,7 +2,8 @@
 
 A record of tray pods has the NVL72 layout; any other record, and a job not placed yet, the HGX layout until
 admission places it over trays. Every combination is one of :data:`GANGS`, built once, so picking is a
-dictionary look-up (``PassContext.gang_of`` keeps each job's for the rest of the pass).
+dictionary look-up: cheaper than keeping each job's for the pass (which would tie ``PassContext`` to this
+package's types, and this package's protocols already name ``PassContext``).
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placement import Placement
 from paralleljob.core.repair import best_placement_now, pods_to_move
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+from paralleljob.k8s.plan.breakage import Breakage
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.failures import Breakage, detect, handle
+from paralleljob.k8s.plan.failures import detect, handle
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.podsync import SyncResult
 

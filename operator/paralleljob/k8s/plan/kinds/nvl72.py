@@ -20,8 +20,8 @@ from paralleljob.core.repair import best_placement_now
 from paralleljob.core.traypods import tray_pods_to_move
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.plan.breakage import Breakage
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.failures import Breakage
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.kinds.trayrepair import broken_trays, repair_trays, restart_failed_trays
 from paralleljob.k8s.plan.podsync import SyncResult

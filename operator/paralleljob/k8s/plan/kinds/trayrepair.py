@@ -45,8 +45,8 @@ from paralleljob.core.repair import (
 from paralleljob.k8s.edge.pods import PodInfo
 from paralleljob.k8s.edge.queues import requeue_stamp
 from paralleljob.k8s.edge.records import PlacementRecord, cost_to_status
+from paralleljob.k8s.plan.breakage import Breakage
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.failures import Breakage
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
