@@ -224,6 +224,14 @@ def command(args: argparse.Namespace) -> int:
             with open(args.json, "w") as fh:
                 fh.write(json.dumps(measured, indent=2, sort_keys=True))
         return 0
+    if args.what == "kueue" and args.kueue_parts != "placement":
+        from paralleljob.devtools.bench_kueue_parts import run_parts
+        from paralleljob.devtools.flow_report import table as flow_table
+
+        measured = run_parts(args, set(args.kueue_parts.split(",")))
+        if "ceiling" in measured:
+            print(flow_table(measured))
+        return _emit(measured, args.json)
     if args.what == "kueue":
         from paralleljob.devtools.bench_kueue import run_kueue
         from paralleljob.devtools.kueue_report import table as kueue_table
@@ -340,6 +348,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--kueue-big-gangs", type=int, default=3, help="kueue: gangs larger than a half-full rack's free GPUs"
     )
+    parser.add_argument(
+        "--kueue-parts", default="placement", help="kueue: placement, or any of ceiling,throughput (one cluster)"
+    )
+    parser.add_argument("--ceiling-pods", type=int, default=2000, help="kueue ceiling: pods per pass")
+    parser.add_argument("--ceiling-concurrency", type=int, default=64, help="kueue ceiling: concurrent workers")
+    parser.add_argument("--flow-jobs", type=int, default=500, help="kueue throughput: jobs drained by each side")
+    parser.add_argument("--flow-queues", type=int, default=100, help="kueue throughput: queues (10 a cohort)")
+    parser.add_argument("--flow-run-min", type=float, default=1.0, help="kueue throughput: shortest run (s)")
+    parser.add_argument("--flow-run-max", type=float, default=10.0, help="kueue throughput: longest run (s)")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")
     parser.add_argument("--dashboard-jobs", type=int, default=40, help="dashboard: jobs placed before measuring")

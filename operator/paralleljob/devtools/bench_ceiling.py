@@ -1,0 +1,107 @@
+"""The ceiling any scheduler on this machine can reach (issue 41, item 3): the API server's own rate for
+pod create + bind, and create + bind + a status write, from a raw client at full concurrency beside the
+same kwok nodes, with no scheduler in the loop.
+
+The pods name a scheduler nobody runs (so kube-scheduler and the operator leave them alone), carry kwok's
+toleration and no resource requests (capacity is not what is measured), and are bound round-robin over the
+kwok nodes by POSTing their ``binding`` subresource, as kube-scheduler does. kwok then starts them as it
+starts any pod, so its status writes load the API server just as in the drains the ceiling is set against.
+Each pass creates ``pods`` pods from ``concurrency`` workers and is timed from the first create to the last
+call answered; the namespace's pods are deleted and gone before the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from paralleljob.devtools.bench_native import KWOK_TOLERATION
+from paralleljob.devtools.flow_report import rate
+from paralleljob.k8s.runtime.api import ApiError, Kube, pod_path
+
+NAMESPACE = "bench-ceiling"
+NO_SCHEDULER = "paralleljob-bench-nobody"  # no scheduler serves it: only this client binds these pods
+CONDITION = "paralleljob.dev/BenchCeiling"
+
+
+def pod_manifest(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": NO_SCHEDULER,
+            "restartPolicy": "Never",
+            "tolerations": [KWOK_TOLERATION],
+            "containers": [{"name": "c", "image": "bench:1"}],
+        },
+    }
+
+
+def binding(name: str, node: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": "Node", "name": node}}
+
+
+def status_patch() -> dict[str, Any]:
+    """A condition of our own: the write lands on pods/status as a kubelet's or scheduler's would."""
+    return {"status": {"conditions": [{"type": CONDITION, "status": "True"}]}}
+
+
+async def _retrying(call: Any) -> None:
+    """One call, retried while the API server sheds load (429, 5xx, a dropped connection)."""
+    while True:
+        try:
+            await call()
+            return
+        except ApiError as exc:
+            if exc.status not in (0, 429) and exc.status < 500:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def one_pass(kube: Kube, nodes: list[str], pods: int, concurrency: int, status: bool, tag: str) -> dict[str, Any]:
+    names = iter(range(pods))
+
+    async def worker() -> None:
+        for i in names:
+            name = f"{tag}-{i:06d}"
+            path = pod_path(NAMESPACE, name)
+            await _retrying(lambda n=name: kube.request("POST", pod_path(NAMESPACE), pod_manifest(n)))
+            target = binding(name, nodes[i % len(nodes)])
+            await _retrying(lambda p=path, b=target: kube.request("POST", f"{p}/binding", b))
+            if status:
+                await _retrying(
+                    lambda p=path: kube.request(
+                        "PATCH", f"{p}/status", status_patch(), content_type="application/strategic-merge-patch+json"
+                    )
+                )
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    seconds = time.monotonic() - started
+    return {"pods": pods, "concurrency": concurrency, "seconds": round(seconds, 1), "pods_per_s": rate(pods, seconds),
+            "requests_per_s": rate(pods * (3 if status else 2), seconds)}  # fmt: skip
+
+
+async def clear(kube: Kube, timeout_s: float = 600.0) -> None:
+    await kube.request("DELETE", pod_path(NAMESPACE), {"gracePeriodSeconds": 0})
+    deadline = time.monotonic() + timeout_s
+    while (await kube.list(pod_path(NAMESPACE)))[0]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"ceiling pods still there after {timeout_s:.0f} s")
+        await asyncio.sleep(1.0)
+
+
+async def ceiling(kube: Kube, pods: int, concurrency: int) -> dict[str, Any]:
+    """Both passes, each on an empty namespace: create + bind, then create + bind + status."""
+    with contextlib.suppress(ApiError):
+        await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+    items, _ = await kube.list("/api/v1/nodes")
+    nodes = sorted(str(n["metadata"]["name"]) for n in items)
+    out: dict[str, Any] = {}
+    for part, status in (("create_bind", False), ("create_bind_status", True)):
+        out[part] = await one_pass(kube, nodes, pods, concurrency, status, part.replace("_", "-"))
+        await clear(kube)
+    return out

@@ -1,0 +1,225 @@
+"""Throughput end to end (issue 41, item 2): the same N short jobs drained through Kueue + kube-scheduler and
+through ParallelJobs, one after the other on one dev cluster, each from the first create to the last job
+finished, with the API requests per job and each controller's CPU seconds and peak RSS.
+
+The jobs are ``bench jobs``' flood: TP 1-2 x DP 1-4, a random one of ``queues`` queues, a run time uniform
+in ``run_s`` that kwok ends the pods after (its ``complete-after`` annotation). For Kueue each is an Indexed
+Job (DP pods asking TP GPUs, kwok's toleration) labelled with its LocalQueue; the ClusterQueues sit in
+cohorts of ``COHORT_SIZE``, each with an equal share of the GPUs as nominal quota and borrowing within its
+cohort unlimited (Kueue's default), over a plain ResourceFlavor on the GPU nodes: no topology, so TAS is
+not in Kueue's path (the fastest Kueue configuration for jobs that ask for none). A Job is done when its
+``Complete`` condition is True. For us each is a ParallelJob in a ParallelJobQueue of the same name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from paralleljob.devcluster import state
+from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
+from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL
+from paralleljob.devtools import requestmix
+from paralleljob.devtools.bench_jobs import JobTracker
+from paralleljob.devtools.bench_kit import job_body
+from paralleljob.devtools.bench_kueue import _kueue
+from paralleljob.devtools.bench_native import KWOK_TOLERATION
+from paralleljob.devtools.flow_report import cpu_and_rss
+from paralleljob.devtools.operatorproc import process_cpu_seconds
+from paralleljob.devtools.tracker import WatchTracker
+from paralleljob.k8s.edge.constants import GPU_RESOURCE
+from paralleljob.k8s.runtime.api import ApiError, Kube, job_path
+
+KUEUE_NAMESPACE = "bench-flow-kueue"
+OURS_NAMESPACE = "bench-flow-pj"
+COHORT_SIZE = 10
+FLAVOR = "flow"
+BATCH_JOBS = f"/apis/batch/v1/namespaces/{KUEUE_NAMESPACE}/jobs"
+WATCHED = ("kueue-controller-manager", "kube-scheduler", "kube-apiserver", "kube-controller-manager", "kwok", "etcd")
+
+Shape = tuple[int, int, int, float]  # TP, DP, queue index, run seconds
+
+
+def shapes(count: int, queues: int, run_s: tuple[float, float], seed: int) -> list[Shape]:
+    rng = random.Random(seed)
+    return [(rng.choice((1, 2)), rng.choice((1, 2, 3, 4)), rng.randrange(queues), round(rng.uniform(*run_s), 1))
+            for _ in range(count)]  # fmt: skip
+
+
+def queue_name(index: int) -> str:
+    return f"q{index:04d}"
+
+
+def flow_kueue_objects(queues: int, gpus: int) -> list[tuple[str, dict[str, Any]]]:
+    """The flavor, ``queues`` ClusterQueues in cohorts and their LocalQueues, in creation order."""
+    quota = [{"name": GPU_RESOURCE, "nominalQuota": str(gpus // queues)}]
+    groups = [{"coveredResources": [GPU_RESOURCE], "flavors": [{"name": FLAVOR, "resources": quota}]}]
+    out = [_kueue("ResourceFlavor", FLAVOR, {"nodeLabels": {DEV_CLUSTER_LABEL: "true"}})]
+    for i in range(queues):
+        spec = {"namespaceSelector": {}, "cohortName": f"cohort-{i // COHORT_SIZE:03d}", "resourceGroups": groups}
+        out.append(_kueue("ClusterQueue", queue_name(i), spec))
+    out += [
+        _kueue("LocalQueue", queue_name(i), {"clusterQueue": queue_name(i)}, KUEUE_NAMESPACE) for i in range(queues)
+    ]
+    return out
+
+
+def indexed_job(name: str, shape: Shape) -> dict[str, Any]:
+    tp, dp, queue, run_s = shape
+    resources = {GPU_RESOURCE: str(tp)}
+    template = {
+        "metadata": {"annotations": {COMPLETE_AFTER_ANNOTATION: f"{run_s}s"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "tolerations": [KWOK_TOLERATION],
+            "containers": [
+                {"name": "c", "image": "bench:1", "resources": {"requests": resources, "limits": resources}}
+            ],
+        },
+    }
+    spec = {"completionMode": "Indexed", "parallelism": dp, "completions": dp, "suspend": True, "template": template}
+    labels = {"kueue.x-k8s.io/queue-name": queue_name(queue)}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def parallel_job(name: str, shape: Shape) -> dict[str, Any]:
+    tp, dp, queue, run_s = shape
+    body = job_body(name, tp, 1, dp)
+    body["spec"]["queue"] = queue_name(queue)
+    body["spec"]["template"]["metadata"] = {"annotations": {COMPLETE_AFTER_ANNOTATION: f"{run_s}s"}}
+    return body
+
+
+class BatchJobTracker(WatchTracker):
+    """Watches the Kueue namespace's Jobs: when each was first seen with ``Complete`` True."""
+
+    what = "batch job"
+
+    def __init__(self, kube: Kube) -> None:
+        super().__init__(kube, BATCH_JOBS)
+        self.done_at: dict[str, float] = {}
+
+    def relisted(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            self._apply(item)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") in ("ADDED", "MODIFIED"):
+            self._apply(event.get("object") or {})
+
+    def _apply(self, job: dict[str, Any]) -> None:
+        name = str((job.get("metadata") or {}).get("name", ""))
+        conditions = (job.get("status") or {}).get("conditions") or []
+        if name not in self.done_at and any(
+            c.get("type") == "Complete" and c.get("status") == "True" for c in conditions
+        ):
+            self.done_at[name] = time.monotonic()
+            self.changed.set()
+
+
+def controller_pids(cluster_name: str, operator_pid: int | None) -> dict[str, int]:
+    record = state.load(cluster_name)
+    pids = {p.name: p.pid for p in (record.processes if record else []) if p.name in WATCHED}
+    if operator_pid is not None:
+        pids["operator"] = operator_pid
+    return pids
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+async def _create(kube: Kube, path: str, bodies: list[dict[str, Any]], creators: int) -> float:
+    pending = iter(bodies)
+
+    async def creator() -> None:
+        for body in pending:
+            while True:
+                try:
+                    await kube.request("POST", path, body)
+                    break
+                except ApiError as exc:
+                    if exc.status not in (0, 429) and exc.status < 500:
+                        raise
+                    await asyncio.sleep(0.2)
+
+    started = time.monotonic()
+    await asyncio.gather(*(creator() for _ in range(creators)))
+    return time.monotonic() - started
+
+
+async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jobs: list[Shape], creators: int,
+                timeout_s: float) -> dict[str, Any]:  # fmt: skip
+    """Create every job of ``who`` (``kueue`` or ``ours``), wait until all finished, read what it cost."""
+    names = [f"f{i:05d}" for i in range(len(jobs))]
+    tracker: BatchJobTracker | JobTracker
+    if who == "kueue":
+        path, bodies, tracker = (
+            BATCH_JOBS,
+            [indexed_job(n, s) for n, s in zip(names, jobs, strict=True)],
+            BatchJobTracker(kube),
+        )
+    else:
+        path, bodies = job_path(OURS_NAMESPACE), [parallel_job(n, s) for n, s in zip(names, jobs, strict=True)]
+        tracker = JobTracker(kube, OURS_NAMESPACE)
+    served = requestmix.counter_by(
+        await asyncio.to_thread(requestmix.apiserver_metrics, kubeconfig),
+        requestmix.APISERVER_FAMILY,
+        requestmix.APISERVER_KEYS,
+    )
+    cpu_before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    peak = {name: rss_mb(pid) for name, pid in pids.items()}
+
+    async def sample() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            for name, pid in pids.items():
+                peak[name] = max(peak[name], rss_mb(pid))
+
+    sampler = asyncio.create_task(sample())
+    async with tracker:
+        started = time.monotonic()
+        try:
+            create_s = await _create(kube, path, bodies, creators)
+            await tracker.wait(lambda: len(tracker.done_at) >= len(names), timeout_s)
+        finally:
+            sampler.cancel()
+        drain_s = max(tracker.done_at.values()) - started
+    cpu_after = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    after = requestmix.counter_by(
+        await asyncio.to_thread(requestmix.apiserver_metrics, kubeconfig),
+        requestmix.APISERVER_FAMILY,
+        requestmix.APISERVER_KEYS,
+    )
+    return {
+        "jobs": len(jobs),
+        "pods": sum(s[1] for s in jobs),
+        "create_s": round(create_s, 1),
+        "drain_s": round(drain_s, 1),
+        "requests_per_job": requestmix.per_job(served, after, len(jobs)),
+        "processes": cpu_and_rss(cpu_before, cpu_after, peak),
+    }
+
+
+async def clear(kube: Kube, who: str, timeout_s: float = 600.0) -> None:
+    """A drain's jobs and pods gone (off the clock), so the next drain starts on an empty cluster."""
+    namespace = KUEUE_NAMESPACE if who == "kueue" else OURS_NAMESPACE
+    if who == "kueue":
+        await kube.request("DELETE", BATCH_JOBS, {"propagationPolicy": "Background"})
+    else:
+        await kube.request("DELETE", job_path(namespace))
+    deadline = time.monotonic() + timeout_s
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    while (await kube.list(pods))[0] or (await kube.list(BATCH_JOBS if who == "kueue" else job_path(namespace)))[0]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{who}'s jobs or pods still there after {timeout_s:.0f} s")
+        await asyncio.sleep(2.0)

@@ -1,0 +1,118 @@
+"""``paralleljob bench kueue --kueue-parts ceiling,throughput``: issue 41's ceiling and end-to-end drains,
+measured in one run on one dev cluster (kwok nodes, JobSet, Kueue, the stock kube-scheduler, the operator).
+
+In order: the ceiling (``bench_ceiling``: a raw client's pod create + bind, and + status, with no
+scheduler in the loop); the queues both sides drain through (``bench_flow``: ClusterQueues in cohorts with
+their LocalQueues, and ParallelJobQueues of the same names); Kueue's drain, then ours, of the same jobs,
+each on an emptied cluster. Every drain is also a share of the ceiling (``flow_report``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from paralleljob.devcluster.cluster import DevCluster, down, up
+from paralleljob.devcluster.nodes import NodeShape
+from paralleljob.devtools import bench_flow
+from paralleljob.devtools.bench_ceiling import ceiling
+from paralleljob.devtools.bench_kueue import NODES_PER_RACK
+from paralleljob.devtools.flow_report import against_ceiling, capacity_floor_s
+from paralleljob.devtools.operatorproc import OperatorProcess
+from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.runtime.api import ApiError, Kube
+
+PARTS = ("placement", "ceiling", "throughput")
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+async def queues(kube: Kube, count: int, gpus: int) -> None:
+    for path, body in bench_flow.flow_kueue_objects(count, gpus):
+        await kube.request("POST", path, body)
+    for i in range(count):
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ParallelJobQueue",
+            "metadata": {"name": bench_flow.queue_name(i)},
+        }
+        with contextlib.suppress(ApiError):
+            await kube.request("POST", f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}", body)
+
+
+async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="pj-bench-kueue-flow-"))
+    kube = await Kube.connect(str(cluster.kubeconfig), concurrency=max(48, args.ceiling_concurrency, args.creators))
+    operator = OperatorProcess(cluster.kubeconfig, workdir, identity="bench-kueue-flow", log_level="WARNING",
+                               log_name="{identity}.log")  # fmt: skip
+    operator.start()
+    out: dict[str, Any] = {
+        "nodes": args.kueue_nodes,
+        "gpus": args.kueue_nodes * 8,
+        "load_average_start": load_average(),
+    }
+    try:
+        for namespace in (bench_flow.KUEUE_NAMESPACE, bench_flow.OURS_NAMESPACE):
+            with contextlib.suppress(ApiError):
+                await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+        await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
+        if "ceiling" in parts:
+            out["ceiling"] = await ceiling(kube, args.ceiling_pods, args.ceiling_concurrency)
+            _say(f"ceiling: {out['ceiling']}; load {load_average()}")
+        if "throughput" in parts:
+            await queues(kube, args.flow_queues, args.kueue_nodes * 8)
+            jobs = bench_flow.shapes(
+                args.flow_jobs, args.flow_queues, (args.flow_run_min, args.flow_run_max), args.seed
+            )
+            pids = bench_flow.controller_pids(cluster.name, operator.proc.pid if operator.proc else None)
+            out["drains"] = {}
+            for who in ("kueue", "ours"):
+                operator.ensure_running()
+                drained = await bench_flow.drain(
+                    kube, cluster.kubeconfig, pids, who, jobs, args.creators, args.drain_timeout
+                )
+                drained["load_average_after"] = load_average()
+                drained["capacity_floor_s"] = capacity_floor_s(jobs, args.kueue_nodes * 8)
+                out["drains"][who] = drained
+                _say(f"{who}: {drained}")
+                await bench_flow.clear(kube, who)
+            if "ceiling" in out:
+                out["against_ceiling"] = against_ceiling(out["ceiling"], out["drains"])
+        out["operator_starts"] = operator.starts
+        out["load_average_end"] = load_average()
+        return out
+    finally:
+        await kube.close()
+        operator.stop()
+
+
+def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
+    name = f"kueue-flow-{os.getpid()}"
+    shape = NodeShape(count=args.kueue_nodes, gpus_per_node=8, nodes_per_rack=NODES_PER_RACK)
+    started = time.monotonic()
+    cluster = up(name, shape, die_with_caller=True, controllers=("jobset", "kueue"))
+    up_s = round(time.monotonic() - started, 1)
+    try:
+        result = asyncio.run(measure(cluster, args, parts))
+    finally:
+        down(name)
+    result["cluster_up_s"] = up_s
+    result["command"] = (
+        f"paralleljob bench kueue --kueue-parts {','.join(sorted(parts))} --kueue-nodes {args.kueue_nodes}"
+        f" --ceiling-pods {args.ceiling_pods} --ceiling-concurrency {args.ceiling_concurrency}"
+        f" --flow-jobs {args.flow_jobs} --flow-queues {args.flow_queues} --creators {args.creators}"
+        f" --flow-run-min {args.flow_run_min} --flow-run-max {args.flow_run_max} --seed {args.seed}"
+    )
+    return result

@@ -1,0 +1,102 @@
+"""The ceiling and drain arithmetic of ``bench kueue --kueue-parts ceiling,throughput`` and its table."""
+
+from __future__ import annotations
+
+from paralleljob.devtools.bench_ceiling import binding, pod_manifest
+from paralleljob.devtools.bench_flow import COHORT_SIZE, flow_kueue_objects, indexed_job, parallel_job, shapes
+from paralleljob.devtools.flow_report import against_ceiling, capacity_floor_s, cpu_and_rss, rate, share, table
+
+
+def _ceiling() -> dict:
+    return {
+        "create_bind": {"pods": 1000, "seconds": 4.0, "pods_per_s": 250.0},
+        "create_bind_status": {"pods": 1000, "seconds": 8.0, "pods_per_s": 125.0},
+    }
+
+
+def _drain(seconds: float, controller: str) -> dict:
+    return {
+        "jobs": 100,
+        "pods": 250,
+        "drain_s": seconds,
+        "capacity_floor_s": 5.0,
+        "requests_per_job": {"all": 30.5},
+        "processes": {
+            controller: {"cpu_s": 3.0, "peak_rss_mb": 90.0},
+            "kube-scheduler": {"cpu_s": 1.0, "peak_rss_mb": 70.0},
+        },
+    }
+
+
+def test_rate_and_share_refuse_to_divide_by_nothing() -> None:
+    assert rate(10, 4.0) == 2.5
+    assert rate(10, 0.0) == 0.0
+    assert share(50.0, 200.0) == 0.25
+    assert share(50.0, 0.0) is None
+
+
+def test_capacity_floor_is_gpu_seconds_over_gpus_or_the_longest_run() -> None:
+    # 2 x 4 GPUs for 10 s and 1 x 1 for 3 s: 83 GPU-s on 8 GPUs is 10.4 s
+    assert capacity_floor_s([(2, 4, 0, 10.0), (1, 1, 0, 3.0)], 8) == 10.4
+    # plenty of GPUs: the longest run bounds it
+    assert capacity_floor_s([(1, 1, 0, 7.0), (1, 1, 0, 2.0)], 1000) == 7.0
+    assert capacity_floor_s([], 8) == 0.0
+
+
+def test_each_drain_is_a_share_of_both_ceilings_and_the_ratio_says_who_was_faster() -> None:
+    shares = against_ceiling(
+        _ceiling(), {"kueue": _drain(20.0, "kueue-controller-manager"), "ours": _drain(10.0, "operator")}
+    )
+    assert shares["ours"]["pods_per_s"] == 25.0
+    assert shares["ours"]["share_of_create_bind"] == 0.1
+    assert shares["ours"]["share_of_create_bind_status"] == 0.2
+    assert shares["kueue"]["pods_per_s"] == 12.5
+    assert shares["ours"]["capacity_floor_over_drain"] == 0.5
+    assert shares["ours_over_kueue"] == 2.0  # ours drained twice as fast
+
+
+def test_cpu_is_the_difference_and_rss_the_sampled_peak() -> None:
+    got = cpu_and_rss({"a": 1.0, "b": 2.0}, {"a": 4.5, "b": 2.0}, {"a": 120.0})
+    assert got == {"a": {"cpu_s": 3.5, "peak_rss_mb": 120.0}, "b": {"cpu_s": 0.0, "peak_rss_mb": 0.0}}
+
+
+def test_table_has_the_ceilings_then_each_drain_with_its_own_controller() -> None:
+    measured = {
+        "ceiling": _ceiling(),
+        "drains": {"kueue": _drain(20.0, "kueue-controller-manager"), "ours": _drain(10.0, "operator")},
+    }
+    measured["against_ceiling"] = against_ceiling(measured["ceiling"], measured["drains"])
+    lines = table(measured).splitlines()
+    assert len(lines) == 6
+    assert lines[2].startswith("| ceiling: raw create + bind |")
+    assert lines[4] == "| kueue | 100 | 250 | 20.0 | 12.5 | 0.05 | 0.1 | 30.5 | 3.0, 1.0 | 90.0, 70.0 |"
+    assert lines[5].startswith("| ours | 100 | 250 | 10.0 | 25.0 | 0.1 | 0.2 |")
+
+
+def test_both_sides_get_the_same_jobs_in_the_same_queues() -> None:
+    jobs = shapes(50, 7, (1.0, 10.0), seed=3)
+    assert jobs == shapes(50, 7, (1.0, 10.0), seed=3)
+    for i, shape in enumerate(jobs):
+        tp, dp, queue, run_s = shape
+        kueue, ours = indexed_job(f"f{i}", shape), parallel_job(f"f{i}", shape)
+        assert kueue["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == ours["spec"]["queue"] == f"q{queue:04d}"
+        assert kueue["spec"]["parallelism"] == kueue["spec"]["completions"] == dp == ours["spec"]["parallelism"]["data"]
+        assert ours["spec"]["parallelism"]["tensor"] == tp
+        assert 1.0 <= run_s <= 10.0
+
+
+def test_cluster_queues_share_the_gpus_in_cohorts_each_with_a_local_queue() -> None:
+    objects = flow_kueue_objects(25, 800)
+    kinds = [body["kind"] for _, body in objects]
+    assert kinds == ["ResourceFlavor"] + ["ClusterQueue"] * 25 + ["LocalQueue"] * 25
+    queues = [body for _, body in objects if body["kind"] == "ClusterQueue"]
+    assert {q["spec"]["cohortName"] for q in queues} == {"cohort-000", "cohort-001", "cohort-002"}
+    assert sum(q["spec"]["cohortName"] == "cohort-000" for q in queues) == COHORT_SIZE
+    quota = queues[0]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"]
+    assert quota == "32"
+
+
+def test_ceiling_pods_are_left_to_the_raw_client() -> None:
+    pod = pod_manifest("p")
+    assert pod["spec"]["schedulerName"] not in ("default-scheduler", "")
+    assert binding("p", "n1")["target"] == {"kind": "Node", "name": "n1"}
