@@ -78,10 +78,9 @@ def test_every_kind_layout_and_sizing_answers_its_whole_protocol(
 def test_a_missing_method_is_caught() -> None:
     class Half:
         name = "half"
-        on_trays = False
 
-        def pods(self, record: PlacementRecord) -> tuple[PodSlot, ...]:
-            return record.slots
+        def move(self, ctx: object, held: object, breakage: object, gang: object) -> None:
+            return None
 
     assert any("failure is missing" in problem for problem in _check(Half(), base.Layout))
 
@@ -148,7 +147,6 @@ def test_every_combination_is_in_the_table() -> None:
 def test_which_gangs_may_take_trays(request_of: Callable[[], JobRequest], takes_trays: bool) -> None:
     request = request_of()
     assert may_take_trays(request) is takes_trays
-    assert gang_of(request).may_take_trays(request) is takes_trays
 
 
 def _field_reads_outside_the_kinds() -> list[str]:

@@ -18,7 +18,7 @@ trays is therefore the adopted kind with the tray layout, not a kind of its own:
 repair are the tray layout's (held to its clique, since its pods name that clique's channel template), and
 what may be done to its pods is the pod group's. An elastic job is a ParallelJob with elastic sizing. What a
 combination cannot do is refused where it is chosen, with a reason: the parse refuses an elastic pod group
-(its size is its controller's), and elastic sizing never takes trays (``Gang.may_take_trays``), so an elastic
+(its size is its controller's), and elastic sizing never takes trays (``picker.may_take_trays``), so an elastic
 job is placed on HGX nodes.
 
 The package imports nothing here, so a driver module may import one kind module without loading the others.

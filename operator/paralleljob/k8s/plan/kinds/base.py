@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from paralleljob.k8s.edge.pods import PodInfo
     from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
     from paralleljob.k8s.edge.specs import JobObject, JobRequest
-    from paralleljob.k8s.edge.trayrecords import TraySlot
     from paralleljob.k8s.plan.actions import JobActions
     from paralleljob.k8s.plan.breakage import Breakage
     from paralleljob.k8s.plan.context import HeldJob, PassContext
@@ -80,11 +79,6 @@ class Layout(Protocol):
     """What one pod of the gang holds, and how its failures and moves are carried out."""
 
     name: str
-    on_trays: bool
-
-    def pods(self, record: PlacementRecord) -> Sequence[PodSlot | TraySlot]:
-        """The record's pods, in the order breakages index them."""
-        ...
 
     def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
         """Broken hardware or failed pods under the job, carried out through the failure policy and the pods
@@ -169,10 +163,3 @@ class Gang:
     kind: GangKind
     layout: Layout
     sizing: Sizing
-
-    def may_take_trays(self, request: JobRequest) -> bool:
-        return self.kind.may_take_trays(request) and self.sizing.may_take_trays(request)
-
-    def describe(self) -> str:
-        return f"{self.sizing.name} {self.kind.name} on {self.layout.name}"
-

@@ -7,7 +7,6 @@ failed ones, requeues or fails the job, and an elastic job may drop the broken r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 
 from paralleljob.core.cost import cost_model
@@ -25,10 +24,6 @@ from paralleljob.k8s.plan.podsync import SyncResult
 
 class HgxNodes:
     name = "HGX nodes"
-    on_trays = False
-
-    def pods(self, record: PlacementRecord) -> Sequence[PodSlot]:
-        return record.slots
 
     def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
         names = gang.kind.pod_names(held.record, held.pods)

@@ -8,7 +8,6 @@ healthy hardware restarts on its tray (``trayrepair.restart_failed_trays``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 
 from paralleljob.core.cost import cost_model
@@ -19,7 +18,6 @@ from paralleljob.core.placement import Placement
 from paralleljob.core.repair import best_placement_now
 from paralleljob.core.traypods import tray_pods_to_move
 from paralleljob.k8s.edge.records import PlacementRecord
-from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.plan.breakage import Breakage
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.kinds.base import Gang
@@ -30,10 +28,6 @@ from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, see
 
 class Nvl72Trays:
     name = "NVL72 trays"
-    on_trays = True
-
-    def pods(self, record: PlacementRecord) -> Sequence[TraySlot]:
-        return record.trays
 
     def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
         broken = broken_trays(ctx.view, held.record)
