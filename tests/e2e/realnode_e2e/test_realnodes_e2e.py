@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from realhelpers import RealCluster, pod_log
 
 from paralleljob.devcluster.session import KubeSession
@@ -88,6 +89,9 @@ def test_pods_on_two_nodes_talk_over_tcp_and_see_their_gpus(
     assert len(set(ids)) == 2 and all(i.startswith("gpu-") for i in ids), said
 
 
+CONTAINERD_2_DEFAULTS = ("/var/run/nri", "/etc/cdi", "/var/run/cdi", "/var/lib/containerd")
+
+
 def _host_traces() -> dict[str, object]:
     """What a real node could leave on the host: namespaces, cgroups, mounts, files, iptables rules."""
     import subprocess
@@ -102,12 +106,14 @@ def _host_traces() -> dict[str, object]:
         "netns": sorted(p.name for p in netns.iterdir()) if netns.is_dir() else [],
         "cgroups": sorted(str(p) for h in hierarchies() for p in h.iterdir() if p.name.startswith("pj-")),
         "mounts": sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()),
-        "paths": {str(p): p.exists() for p in HOST_PATHS},
+        # and where containerd 2.x (DRA nodes) would write by default: NRI's socket, CDI specs, its root
+        "paths": {str(p): Path(p).exists() for p in (*HOST_PATHS, *CONTAINERD_2_DEFAULTS)},
         "iptables": [line.split(" [")[0] for line in rules.splitlines() if not line.startswith("#")],
     }
 
 
-def test_down_leaves_nothing_behind(tmp_path: object) -> None:
+@pytest.mark.parametrize("gpu_api", ["device-plugin", "dra"])  # dra: containerd 2.x and the DRA plugin
+def test_down_leaves_nothing_behind(tmp_path: object, gpu_api: str) -> None:
     import os
 
     from realhelpers import skip_unless_real_nodes_can_run
@@ -121,13 +127,16 @@ def test_down_leaves_nothing_behind(tmp_path: object) -> None:
     skip_unless_real_nodes_can_run()
     before = _host_traces()
     name = f"e2e-down-{os.getpid()}"
-    cluster = up(name, NodeShape(count=1), report=lambda _: None, die_with_caller=True, real_nodes=1, real_node_gpus=2)
+    shape = NodeShape(count=1, gpu_api=gpu_api)
+    cluster = up(name, shape, report=lambda _: None, die_with_caller=True, real_nodes=1, real_node_gpus=2)
     try:
         record = load(name)
         assert record is not None
         kube = KubeSession(cluster.kubeconfig)
         try:
-            kube.run(kube.core.create_namespaced_pod("default", _pod("p", "real-node-0", PAUSE_IMAGE, ["/pause"], 1)))
+            gpus = 1 if gpu_api == "device-plugin" else 0  # a DRA node has no nvidia.com/gpu
+            pod = _pod("p", "real-node-0", PAUSE_IMAGE, ["/pause"], gpus)
+            kube.run(kube.core.create_namespaced_pod("default", pod))
             wait_phase(kube, "default", "p", {"Running"})
         finally:
             kube.close()
