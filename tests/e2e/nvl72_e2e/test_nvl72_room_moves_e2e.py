@@ -5,11 +5,13 @@ leave 9 + 11 trays free (2 of each clique's held as warm spares: 7 + 9 usable), 
 under the lost-work bound), holds the trays the plan priced, and admits the large job there: every one-tray
 job runs elsewhere, each moved one saying for whom and what it lost. Without the moves (its queue's
 ``spec.moves.perHour: 0``) the large job waits (``Unschedulable``, the usual reason) for as long as the small
-ones run, and nothing is planned or moved."""
+ones run, and nothing is planned or moved. The web view (headless Chromium, as
+``operator_e2e/test_dashboard_browser.py``) shows a moved job's move in its list line and its panel."""
 
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +20,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, wait_for
 
 from paralleljob.core.moves import MoveBounds
+from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
+from paralleljob.devtools import systools
+from paralleljob.devtools.browser import Browser, DashboardProcess
 from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
 from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.queues import parse_queue
@@ -145,3 +150,42 @@ def test_with_moves_off_the_tp8_dp8_job_waits_with_the_usual_reason(nvl72_kube: 
         assert all(pjs.status(n).get("phase") == "Running" for n in kept)
     finally:
         kube.run(custom.delete_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, queue))
+
+
+def test_the_web_view_shows_whom_a_moved_job_made_room_for(
+    nvl72_cluster: DevCluster, nvl72_kube: KubeSession, nvl72_pjs: Jobs, tmp_path: Path
+) -> None:
+    reason = systools.ensure(systools.BROWSER)
+    if reason:
+        pytest.skip(f"no headless Chromium: {reason}")
+    kube, pjs = nvl72_kube, nvl72_pjs
+    _, kept = _scatter(kube, pjs)
+    pjs.create("big", 8, 1, 8, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
+    pjs.wait_phase("big", "Running", timeout_s=300)
+    moved = [n for n in kept if "lastRoomMove" in pjs.status(n)]
+    assert moved, "no job was moved"
+    name = moved[0]
+    last = pjs.status(name)["lastRoomMove"]
+    key, big = f"{pjs.namespace}/{name}", f"{pjs.namespace}/big"
+    dashboard = DashboardProcess(nvl72_cluster.kubeconfig, tmp_path / "dashboard.log")
+    dashboard.start()
+    browser = Browser()
+    try:
+        browser.open(dashboard.url)
+        brief = browser.wait(
+            "the moved job's list line with its move",
+            f"window.pj.state && (pj.state.jobs.find(j => j.key === {key!r}) || {{}}).moves"
+            f" && pj.state.jobs.find(j => j.key === {key!r}).moves.lastRoomMove",
+        )
+        assert brief["for"] == big and brief["lostGpuSeconds"] == last["lostGpuSeconds"], (brief, last)
+        row = browser.js(f"return document.querySelector(\"tr.job[data-key='{key}']\").innerText")
+        assert f"moved for {big}" in row and "GPU-s" in row, row
+        browser.driver.find_element("css selector", f"tr.job[data-key='{key}']").click()
+        detail = browser.wait("the moved job's panel", f"window.pj.detail && pj.detail.key === {key!r} && pj.detail")
+        assert detail["moves"]["lastRoomMove"] == brief
+        panel = browser.js("return document.getElementById('detail').innerText")
+        assert f"last moved for room: at {last['time']} for {big}" in panel, panel
+        assert browser.errors() == []
+    finally:
+        browser.close()
+        dashboard.stop()
