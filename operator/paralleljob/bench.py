@@ -349,7 +349,7 @@ def register(subparsers: Any) -> None:
         "--kueue-big-gangs", type=int, default=3, help="kueue: gangs larger than a half-full rack's free GPUs"
     )
     parser.add_argument(
-        "--kueue-parts", default="placement", help="kueue: placement, or any of ceiling,throughput (one cluster)"
+        "--kueue-parts", default="placement", help="kueue: placement, or any of ceiling,throughput,repair (one cluster)"
     )
     parser.add_argument("--ceiling-pods", type=int, default=2000, help="kueue ceiling: pods per pass")
     parser.add_argument("--ceiling-concurrency", type=int, default=64, help="kueue ceiling: concurrent workers")
@@ -357,6 +357,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--flow-queues", type=int, default=100, help="kueue throughput: queues (10 a cohort)")
     parser.add_argument("--flow-run-min", type=float, default=1.0, help="kueue throughput: shortest run (s)")
     parser.add_argument("--flow-run-max", type=float, default=10.0, help="kueue throughput: longest run (s)")
+    parser.add_argument("--repair-samples", type=int, default=5, help="kueue repair: node failures per side")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")
     parser.add_argument("--dashboard-jobs", type=int, default=40, help="dashboard: jobs placed before measuring")

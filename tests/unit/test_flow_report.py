@@ -100,3 +100,30 @@ def test_ceiling_pods_are_left_to_the_raw_client() -> None:
     pod = pod_manifest("p")
     assert pod["spec"]["schedulerName"] not in ("default-scheduler", "")
     assert binding("p", "n1")["target"] == {"kind": "Node", "name": "n1"}
+
+
+def test_a_gang_is_whole_again_only_with_every_pod_bound_off_the_failed_node() -> None:
+    from paralleljob.devtools.bench_kueue_repair import whole
+    from paralleljob.devtools.native_set import Gang
+
+    gang = Gang("g", 8, 2, 2, "seed")
+    assert whole({"a": "n1", "b": "n2", "c": "n3", "d": "n4"}, gang, "n9")
+    assert not whole({"a": "n1", "b": "n2", "c": "n3", "d": "n4"}, gang, "n4")  # still on the failed node
+    assert not whole({"a": "n1", "b": "n2", "c": "n3", "d": None}, gang, "n9")  # replacement not bound
+    assert not whole({"a": "n1", "b": "n2", "c": "n3"}, gang, "n9")  # replacement not made yet
+
+
+def test_repair_summary_takes_medians_over_the_repaired_samples_only() -> None:
+    from paralleljob.devtools.bench_kueue_repair import summary
+
+    rows = [
+        {"whole_again_s": 10.0, "pods_restarted": 1},
+        {"whole_again_s": None},
+        {"whole_again_s": 12.0, "pods_restarted": 1},
+        {"whole_again_s": 11.0, "pods_restarted": 4},
+    ]
+    got = summary(rows)
+    assert got["repaired"] == "3/4"
+    assert got["median_whole_again_s"] == 11.0
+    assert got["median_pods_restarted"] == 1.0
+    assert summary([{"whole_again_s": None}])["median_whole_again_s"] is None

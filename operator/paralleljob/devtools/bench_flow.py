@@ -213,10 +213,14 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
 async def clear(kube: Kube, who: str, timeout_s: float = 600.0) -> None:
     """A drain's jobs and pods gone (off the clock), so the next drain starts on an empty cluster."""
     namespace = KUEUE_NAMESPACE if who == "kueue" else OURS_NAMESPACE
-    if who == "kueue":
-        await kube.request("DELETE", BATCH_JOBS, {"propagationPolicy": "Background"})
-    else:
-        await kube.request("DELETE", job_path(namespace))
+    try:  # thousands of deletes can outlast the client's timeout; the API server goes on, so poll below
+        if who == "kueue":
+            await kube.request("DELETE", BATCH_JOBS, {"propagationPolicy": "Background"})
+        else:
+            await kube.request("DELETE", job_path(namespace))
+    except ApiError as exc:
+        if exc.status != 0:
+            raise
     deadline = time.monotonic() + timeout_s
     pods = f"/api/v1/namespaces/{namespace}/pods"
     while (await kube.list(pods))[0] or (await kube.list(BATCH_JOBS if who == "kueue" else job_path(namespace)))[0]:

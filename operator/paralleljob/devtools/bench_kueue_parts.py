@@ -1,10 +1,12 @@
-"""``paralleljob bench kueue --kueue-parts ceiling,throughput``: issue 41's ceiling and end-to-end drains,
-measured in one run on one dev cluster (kwok nodes, JobSet, Kueue, the stock kube-scheduler, the operator).
+"""``paralleljob bench kueue --kueue-parts ceiling,throughput,repair``: issue 41's ceiling, end-to-end
+drains and node repair, measured in one run on one dev cluster (kwok nodes, JobSet, Kueue, the stock
+kube-scheduler, the operator).
 
 In order: the ceiling (``bench_ceiling``: a raw client's pod create + bind, and + status, with no
 scheduler in the loop); the queues both sides drain through (``bench_flow``: ClusterQueues in cohorts with
 their LocalQueues, and ParallelJobQueues of the same names); Kueue's drain, then ours, of the same jobs,
-each on an emptied cluster. Every drain is also a share of the ceiling (``flow_report``).
+each on an emptied cluster; then the repair samples (``bench_kueue_repair``). Every drain is also a
+share of the ceiling (``flow_report``).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devtools import bench_flow
 from paralleljob.devtools.bench_ceiling import ceiling
 from paralleljob.devtools.bench_kueue import NODES_PER_RACK
+from paralleljob.devtools.bench_kueue_repair import repair
 from paralleljob.devtools.flow_report import against_ceiling, capacity_floor_s
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.runtime.api import ApiError, Kube
 
-PARTS = ("placement", "ceiling", "throughput")
+PARTS = ("placement", "ceiling", "throughput", "repair")
 
 
 def _say(message: str) -> None:
@@ -90,6 +93,10 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
                 await bench_flow.clear(kube, who)
             if "ceiling" in out:
                 out["against_ceiling"] = against_ceiling(out["ceiling"], out["drains"])
+        if "repair" in parts:
+            operator.ensure_running()
+            out["repair"] = await repair(kube, args.kueue_nodes, args.repair_samples)
+            _say(f"repair: {out['repair']}")
         out["operator_starts"] = operator.starts
         out["load_average_end"] = load_average()
         return out
@@ -113,6 +120,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         f"paralleljob bench kueue --kueue-parts {','.join(sorted(parts))} --kueue-nodes {args.kueue_nodes}"
         f" --ceiling-pods {args.ceiling_pods} --ceiling-concurrency {args.ceiling_concurrency}"
         f" --flow-jobs {args.flow_jobs} --flow-queues {args.flow_queues} --creators {args.creators}"
-        f" --flow-run-min {args.flow_run_min} --flow-run-max {args.flow_run_max} --seed {args.seed}"
+        f" --flow-run-min {args.flow_run_min} --flow-run-max {args.flow_run_max} --repair-samples"
+        f" {args.repair_samples} --seed {args.seed}"
     )
     return result
