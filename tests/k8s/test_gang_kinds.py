@@ -33,9 +33,9 @@ FIELD_READS = re.compile(r"\.trays|\.pod_group\b|\.elastic\b")
 # status (edge/records.py, edge/traymanifests.py), the worker pod's elastic rendezvous (edge/manifests.py),
 # the parse's import and a status field's name (edge/specs.py, edge/jobstatus.py), the import of
 # plan/elastic.py, the clique index's trays (core.cliques.CliqueIndex.trays, not a gang's), the pod group
-# module's own name reads (plan/podgroups.py), and room-making and pod group status (plan/roommaking.py,
-# plan/podgroupstatus.py).
-CEILING = 23
+# module's own name reads (plan/podgroups.py), room-making's check that an HGX job's pods cannot span trays
+# (plan/roommaking.py) and the pod group status writer (plan/podgroupstatus.py).
+CEILING = 21
 
 
 def _members(protocol: type) -> dict[str, Any]:

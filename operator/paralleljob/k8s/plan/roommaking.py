@@ -57,6 +57,7 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.fifo_admission import record_admission
+from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
 from paralleljob.k8s.plan.podsync import sync_pods
 from paralleljob.k8s.plan.reoptimizing import relocate
 from paralleljob.k8s.plan.roomsaying import dropped, moved_note, planned_message
@@ -159,7 +160,7 @@ def _refused(ctx: PassContext, skip: Collection[str], job: JobObject, request: J
     draft = ctx.actions_for(job).draft
     if job.key in skip or draft.phase is not Phase.QUEUED or draft.data.get("reason") != UNSCHEDULABLE:
         return False
-    if request.pod_group or request.elastic is not None:
+    if not kind_of(request).renders_pods or sizing_of(request).resizes:  # moves are for rigid ParallelJobs
         return False
     return bounds_of(ctx, request).moves.max_moves_per_hour > 0 and _unfiltered(ctx, job.key, request)
 
@@ -240,7 +241,7 @@ def movable(ctx: PassContext, skip: Collection[str], job: JobObject) -> MovableJ
     why = ""
     if actions.draft.phase is not Phase.RUNNING or actions.migrated or job.key in skip:
         why = "not running, or already being moved"
-    elif request.pod_group or request.elastic is not None or preemption_of(actions.draft.data) is not None:
+    elif not kind_of(request).renders_pods or sizing_of(request).resizes or preemption_of(actions.draft.data):
         why = "a pod group, an elastic job or one being preempted"
     elif not _unfiltered(ctx, job.key, request):
         why = "its node filter decides where it may run"
