@@ -88,17 +88,17 @@ async def one_pass(kube: Kube, nodes: list[str], pods: int, concurrency: int, st
 
 async def clear(kube: Kube, timeout_s: float = 600.0) -> None:
     """Every ceiling pod gone. A delete of thousands of pods can outlast the client's 30 s timeout on a
-    loaded machine; the API server goes on deleting regardless, so the pods are polled until gone."""
-    try:
-        await kube.request("DELETE", pod_path(NAMESPACE), {"gracePeriodSeconds": 0})
-    except ApiError as exc:
-        if exc.status != 0:
-            raise
+    loaded machine, and the API server stops deleting when the request is dropped: the delete is sent
+    again until no pod is left."""
     deadline = time.monotonic() + timeout_s
     while (await kube.list(pod_path(NAMESPACE)))[0]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"ceiling pods still there after {timeout_s:.0f} s")
-        await asyncio.sleep(1.0)
+        try:
+            await kube.request("DELETE", pod_path(NAMESPACE), {"gracePeriodSeconds": 0})
+        except ApiError as exc:
+            if exc.status != 0:
+                raise
 
 
 async def ceiling(kube: Kube, pods: int, concurrency: int) -> dict[str, Any]:

@@ -211,19 +211,19 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
 
 
 async def clear(kube: Kube, who: str, timeout_s: float = 600.0) -> None:
-    """A drain's jobs and pods gone (off the clock), so the next drain starts on an empty cluster."""
+    """A drain's jobs and pods gone (off the clock), so the next drain starts on an empty cluster. A bulk
+    delete dropped by the client's timeout stops on the server too, so it is sent again until all are gone."""
     namespace = KUEUE_NAMESPACE if who == "kueue" else OURS_NAMESPACE
-    try:  # thousands of deletes can outlast the client's timeout; the API server goes on, so poll below
-        if who == "kueue":
-            await kube.request("DELETE", BATCH_JOBS, {"propagationPolicy": "Background"})
-        else:
-            await kube.request("DELETE", job_path(namespace))
-    except ApiError as exc:
-        if exc.status != 0:
-            raise
-    deadline = time.monotonic() + timeout_s
+    jobs = BATCH_JOBS if who == "kueue" else job_path(namespace)
     pods = f"/api/v1/namespaces/{namespace}/pods"
-    while (await kube.list(pods))[0] or (await kube.list(BATCH_JOBS if who == "kueue" else job_path(namespace)))[0]:
+    deadline = time.monotonic() + timeout_s
+    while (await kube.list(jobs))[0] or (await kube.list(pods))[0]:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{who}'s jobs or pods still there after {timeout_s:.0f} s")
+        try:
+            await kube.request("DELETE", jobs, {"propagationPolicy": "Background"})
+            await kube.request("DELETE", pods, {"gracePeriodSeconds": 0})
+        except ApiError as exc:
+            if exc.status != 0:
+                raise
         await asyncio.sleep(2.0)
