@@ -24,21 +24,17 @@ from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, MANAGED_LABEL, MANAGED_VALUE, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH
 from paralleljob.k8s.edge.nativegroups import (
-    DEFAULT_VERSION,
-    SCHEDULING_GROUP,
     pod_groups_path,
-    served_version,
     workloads_path,
 )
-from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
 from paralleljob.k8s.runtime import gctuning, memtrim
-from paralleljob.k8s.runtime.api import ApiError, Kube
+from paralleljob.k8s.runtime.api import Kube
 from paralleljob.k8s.runtime.health import Health
 from paralleljob.k8s.runtime.leaderthread import ElectionThread
 from paralleljob.k8s.runtime.metrics import Metrics, serve
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from paralleljob.k8s.runtime.reflector import Receiver, Reflector, Watched
-from paralleljob.k8s.runtime.served import served_taint_rules_path
+from paralleljob.k8s.runtime.served import ServedApis, served_apis
 
 log = logging.getLogger("paralleljob.k8s")
 
@@ -118,8 +114,7 @@ async def run_operator(
         if election.lost.is_set():  # it returned because it stepped down: say so, not "returned"
             raise OperatorFailed(LEASE_LOST)
 
-    rules_path = await served_taint_rules_path(kube) if config.dra.enabled else TAINT_RULES_PATH
-    reflectors = _reflectors(kube, reconciler, config, health, loop, await _gang_api_version(kube), rules_path)
+    reflectors = _reflectors(kube, reconciler, config, health, loop, await served_apis(kube, config.dra.enabled))
 
     async def initial_sync() -> None:
         """The first pass waits until every kind has been listed once."""
@@ -204,26 +199,13 @@ def _reflector(
     return Reflector(kube, dataclasses.replace(watched, name=name), receiver)
 
 
-async def _gang_api_version(kube: Kube) -> str:
-    """scheduling.k8s.io's PodGroups and Workloads moved from v1alpha2 (1.36) to v1beta1 (1.37): watch what the
-    server serves (a server without the group: the default, whose optional reflectors then find nothing)."""
-    try:
-        discovery = await kube.request("GET", f"/apis/{SCHEDULING_GROUP}")
-    except ApiError:
-        return DEFAULT_VERSION
-    version = served_version(discovery)
-    log.info("gang API: watching %s/%s PodGroups and Workloads", SCHEDULING_GROUP, version)
-    return version
-
-
 def _reflectors(
     kube: Kube,
     reconciler: Reconciler,
     config: OperatorConfig,
     health: Health,
     loop: asyncio.AbstractEventLoop,
-    gang_version: str = DEFAULT_VERSION,
-    rules_path: str = TAINT_RULES_PATH,
+    served: ServedApis,
 ) -> list[Reflector]:
     """One list-and-watch per watched kind: the operator's only way in."""
     relist = config.relist_seconds
@@ -258,7 +240,10 @@ def _reflectors(
     gang_off = "pods of a Kubernetes PodGroup (scheduling.k8s.io) are not placed (docs/pod-groups.md)"
     found += [
         _reflector(kube, reconciler, kind, Watched(path, optional=True, relist_seconds=relist, unavailable=gang_off))
-        for kind, path in (("podgroup", pod_groups_path(gang_version)), ("workload", workloads_path(gang_version)))
+        for kind, path in (
+            ("podgroup", pod_groups_path(served.gang_version)),
+            ("workload", workloads_path(served.gang_version)),
+        )
     ]
     # Our ComputeDomains (NVL72 trays, docs/nvl72.md): a cluster without the driver's CRD has none.
     no_domains = "no ComputeDomains: a tray job's unused ones are left to the garbage collector"
@@ -276,7 +261,7 @@ def _reflectors(
         # DeviceTaintRules (v1 from 1.37; v1beta2 behind the DRADeviceTaintRules gate in 1.36): a cluster
         # without them, or a role without the verbs, leaves device taints to the ResourceSlices.
         without = "device taints are read from the ResourceSlices alone"
-        rules = Watched(rules_path, optional=True, unavailable=without, relist_seconds=relist)
+        rules = Watched(served.taint_rules_path, optional=True, unavailable=without, relist_seconds=relist)
         found.append(_reflector(kube, reconciler, "devicetaintrule", rules))
     return found
 
