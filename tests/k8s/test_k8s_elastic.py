@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paralleljob.k8s.edge.constants import MASTER_PORT
+from paralleljob.k8s.edge.constants import MASTER_PORT, REPLICA_GROUP_LABEL
 from paralleljob.k8s.edge.queues import queue_policy
 from paralleljob.k8s.edge.specs import parse_job
 from tests.k8s.factories import node, paralleljob
@@ -205,6 +205,8 @@ def test_workers_get_torchrun_elastic_env_and_a_stable_replica_group_id() -> Non
     assert all("PET_RDZV_CONF" not in p for p in pods.values())
     assert int(env["PET_MAX_RESTARTS"]) > 3 and "PET_NODE_RANK" not in env
     assert env["REPLICA_GROUP_ID"] == "1" and env["NUM_REPLICA_GROUPS"] == "3"
+    labels = {p["metadata"]["name"]: p["metadata"]["labels"] for p in fc.job_pods(KEY)}
+    assert labels["el-d1-p0"][REPLICA_GROUP_LABEL] == "1", "the rendezvous Service selects its host by it"
     assert memberships and memberships[-1]["data"]["replicaGroupIds"] == "0,1,2"
     # replica d1 dropped: d2 keeps its id (and pod), the ConfigMap lists 0 and 2
     victim = next(p["spec"]["nodeName"] for p in fc.job_pods(KEY) if p["metadata"]["name"] == "el-d1-p0")

@@ -18,6 +18,7 @@ from paralleljob.k8s.edge.nodes import parse_node
 from paralleljob.k8s.edge.pods import FAILURE_MESSAGE_CHARS, parse_pod
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_from_status
 from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.kinds.sizings import sizing_of
 from paralleljob.k8s.plan.metrics_model import jain_index
 from paralleljob.k8s.plan.status import StatusDraft, merge_patch
 from paralleljob.k8s.view.clusterview import build_view
@@ -147,7 +148,7 @@ def test_worker_pod_and_service_manifests() -> None:
     assert job.request is not None
     slots = tuple(PodSlot(f"llm-d{d}-p{p}", d, p, "n3", (4, 5, 6, 7), 1) for d in range(2) for p in range(2))
     record = PlacementRecord(1, "seed", 4, 2, 2, slots, RankOrder.TP_PP_DP)
-    pod = worker_pod(job, job.request, record, record.slots[2], 1)
+    pod = worker_pod(job, job.request, record, record.slots[2], 1, sizing_of(job.request))
     assert pod["spec"]["schedulerName"] == "paralleljob-scheduler" and "nodeName" not in pod["spec"]
     assert pod["metadata"]["annotations"]["paralleljob.dev/gpu-indices"] == "4,5,6,7"
     assert pod["metadata"]["labels"]["paralleljob.dev/replica"] == "1"

@@ -18,6 +18,7 @@ from paralleljob.core.rankorder import RankOrder, coordinates, global_ranks, nod
 from paralleljob.k8s.edge.manifests import worker_pod
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_from_status
 from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.plan.kinds.sizings import sizing_of
 from tests.k8s.factories import paralleljob
 
 
@@ -59,7 +60,7 @@ orders = st.sampled_from(["tp-dp-pp", "tp-pp-dp"])
 def test_env_and_status_ranks_follow_the_order_and_form_the_placers_groups(shape: tuple[int, int, int], order: str):
     tp, pp, dp = shape
     job, record = placed_job(tp, pp, dp, order)
-    pods = [worker_pod(job, job.request, record, slot, 0) for slot in record.slots]
+    pods = [worker_pod(job, job.request, record, slot, 0, sizing_of(job.request)) for slot in record.slots]
     envs = {pod["metadata"]["name"]: env_of(pod) for pod in pods}
     status = {item["name"]: item for item in record.to_status()["pods"]}
     owner: dict[int, tuple[int, int, int]] = {}  # global rank -> (replica, stage, tp rank) per the pod's env

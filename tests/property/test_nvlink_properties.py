@@ -57,7 +57,7 @@ def test_tp_groups_stay_in_one_nvlink_domain_on_whole_trays(state, shape, spares
     index = placer.index
     before = snapshot(state)
     whole_before = {n for n in range(topo.num_nodes) if whole_free(state, n)}
-    spares_before = {c: sum(1 for n in trays if n in whole_before) for c, trays in enumerate(index.trays)}
+    spares_before = {c: sum(1 for n in trays if n in whole_before) for c, trays in enumerate(index.tray_nodes)}
     try:
         placement = placer.place(job, cost_model(model_name))
     except PlacementInfeasible:
@@ -79,6 +79,6 @@ def test_tp_groups_stay_in_one_nvlink_domain_on_whole_trays(state, shape, spares
     if len(used) > 1 and all(index.clique_of(n) is not None for n in used):
         # a ComputeDomain job: whole trays only, so no tray ever serves two of them
         assert used <= whole_before
-        for c, trays in enumerate(index.trays):
+        for c, trays in enumerate(index.tray_nodes):
             left = sum(1 for n in trays if n in whole_before and n not in used)
             assert left >= min(spares, spares_before[c])

@@ -27,7 +27,7 @@ class CliqueIndex:
     topology: Topology
     level: int  # the topology's NVLink level
     cliques: tuple[int, ...]  # domains at ``level`` with more than one node, ascending
-    trays: tuple[tuple[int, ...], ...]  # [i] -> nodes of cliques[i], ascending
+    tray_nodes: tuple[tuple[int, ...], ...]  # [i] -> the trays (nodes) of cliques[i], ascending
     tray_gpus: tuple[int, ...]  # [i] -> GPUs per tray of cliques[i]
     position: dict[int, int]  # clique domain -> i
     single_nodes: tuple[int, ...]  # nodes outside every multi-node clique (NVLink = the node)
@@ -54,7 +54,7 @@ class CliqueIndex:
     def derived(self, unit: int) -> Topology:
         """The clique topology counted in units of ``unit`` GPUs (which must divide every tray's GPUs)."""
         if unit not in self._derived:
-            self._derived[unit] = _derived(self.topology, self.level, self.cliques, self.trays, unit)
+            self._derived[unit] = _derived(self.topology, self.level, self.cliques, self.tray_nodes, unit)
         return self._derived[unit]
 
     def clique_of(self, node: int) -> int | None:
@@ -63,7 +63,7 @@ class CliqueIndex:
 
     @property
     def clique_trays(self) -> tuple[int, ...]:
-        return tuple(n for trays in self.trays for n in trays)
+        return tuple(n for trays in self.tray_nodes for n in trays)
 
 
 def clique_index(topology: Topology) -> CliqueIndex:
@@ -90,7 +90,7 @@ def clique_index(topology: Topology) -> CliqueIndex:
         topology=topology,
         level=level,
         cliques=cliques,
-        trays=trays,
+        tray_nodes=trays,
         tray_gpus=tuple(tray_gpus),
         position={d: i for i, d in enumerate(cliques)},
         single_nodes=tuple(n for n in range(topology.num_nodes) if n not in in_clique),
@@ -145,7 +145,7 @@ def _never_fits(index: CliqueIndex, job: JobSpec, allowed: frozenset[int] | None
 
     capacity = sum(counts[n] // t for n in index.single_nodes if ok(n))
     largest = max((counts[n] for n in index.single_nodes if ok(n)), default=0)
-    for i, trays in enumerate(index.trays):
+    for i, trays in enumerate(index.tray_nodes):
         g = index.tray_gpus[i]
         usable = sum(1 for n in trays if ok(n))
         if t > g and t % g:

@@ -25,7 +25,7 @@ from paralleljob.core.placer import Placer
 from paralleljob.core.traffic import level_bytes_per_step
 from paralleljob.k8s.edge.records import record_groups
 from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan.elastic import at_current_size
+from paralleljob.k8s.plan.kinds.picker import at_current_size
 from paralleljob.k8s.plan.trayadmission import nvlink_topology
 from paralleljob.k8s.view.clusterview import ClusterView
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from paralleljob.k8s.edge.constants import (
     API_VERSION,
@@ -20,13 +20,12 @@ from paralleljob.k8s.edge.constants import (
     MANAGED_VALUE,
     MASTER_PORT,
     NODE_RANK_LABEL,
-    REPLICA_GROUP_LABEL,
     REPLICA_LABEL,
     SCHEDULER_NAME,
     STAGE_LABEL,
     TARGET_NODE_ANNOTATION,
 )
-from paralleljob.k8s.edge.elasticenv import elastic_env, membership_configmap, rendezvous_service, replica_group_id
+from paralleljob.k8s.edge.elasticenv import membership_configmap, rendezvous_service
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 
@@ -42,11 +41,28 @@ def owner_reference(job: JobObject) -> dict[str, Any]:
     }
 
 
+class PodSizing(Protocol):
+    """What a job's sizing (``plan/kinds``: rigid or elastic) adds to each of its TP-group pods."""
+
+    def pod_env(
+        self, job: JobObject, request: JobRequest, record: PlacementRecord, slot: PodSlot
+    ) -> Mapping[str, str | None]:
+        """Variables over :func:`worker_env`'s (None: the variable is left out)."""
+        ...
+
+    def pod_labels(self, job: JobObject, slot: PodSlot) -> Mapping[str, str]:
+        """Labels besides the job's, replica's, stage's and node rank's."""
+        ...
+
+
 # torchrun reads any of its flags from PET_<FLAG> (its argparse `env` action): with these a bare
 # `torchrun train.py` joins the job's static rendezvous as the right node. Kubeflow's PyTorchJob uses the
 # same names. The static backend is the only one that honours --node-rank; c10d sorts nodes its own way.
-def worker_env(job: JobObject, record: PlacementRecord, slot: PodSlot, boundary: int) -> list[dict[str, str]]:
-    """The environment every container of ``slot``'s pod gets; it overrides the template's own values."""
+def worker_env(
+    job: JobObject, record: PlacementRecord, slot: PodSlot, boundary: int, sized: Mapping[str, str | None]
+) -> list[dict[str, str]]:
+    """The environment every container of ``slot``'s pod gets, with its sizing's ``sized`` over it (None:
+    left out); it overrides the template's own values."""
     tp, pp, dp = record.tp, record.pp, record.dp
     master = f"{record.master_slot().name}.{job.name}.{job.namespace}.svc"
     rank = record.node_rank(slot)
@@ -74,39 +90,34 @@ def worker_env(job: JobObject, record: PlacementRecord, slot: PodSlot, boundary:
         "PET_MASTER_PORT": MASTER_PORT,
         "PET_RDZV_BACKEND": "static",
     }
-    request = job.request
-    if request is not None and request.elastic is not None:
-        # c10d numbers the nodes itself: no fixed node rank, MIN:MAX nodes, a rendezvous on a stable name
-        del values["PET_NODE_RANK"]
-        values.update(
-            elastic_env(
-                job.name, job.namespace, record, slot, request.elastic.min, request.elastic.max,
-                request.failure.max_restarts,
-            )
-        )
+    for name, value in sized.items():
+        if value is None:
+            values.pop(name, None)
+        else:
+            values[name] = value
     return [{"name": name, "value": str(value)} for name, value in values.items()]
 
 
 def worker_pod(
-    job: JobObject, request: JobRequest, record: PlacementRecord, slot: PodSlot, boundary: int
+    job: JobObject, request: JobRequest, record: PlacementRecord, slot: PodSlot, boundary: int, sizing: PodSizing
 ) -> dict[str, Any]:
-    """One worker: a TP group's ``tp`` GPUs on ``slot.node``, to be bound there by the operator."""
+    """One worker: a TP group's ``tp`` GPUs on ``slot.node``, to be bound there by the operator; its
+    ``sizing`` adds what a rigid or elastic job's worker needs."""
     labels = {
         JOB_LABEL: job.name,
         REPLICA_LABEL: str(slot.replica),
         STAGE_LABEL: str(slot.stage),
         NODE_RANK_LABEL: str(record.node_rank(slot)),
         MANAGED_LABEL: MANAGED_VALUE,
+        **sizing.pod_labels(job, slot),
     }
-    if request.elastic is not None:  # the rendezvous Service selects its host by these (elasticenv)
-        labels[REPLICA_GROUP_LABEL] = str(replica_group_id(slot, job.name))
     annotations = {
         GPU_INDICES_ANNOTATION: ",".join(str(i) for i in slot.gpu_indices),
         TARGET_NODE_ANNOTATION: slot.node,
         CHECKPOINT_BOUNDARY_ANNOTATION: str(boundary),
         INCARNATION_ANNOTATION: str(slot.incarnation),
     }
-    env = worker_env(job, record, slot, boundary)
+    env = worker_env(job, record, slot, boundary, sizing.pod_env(job, request, record, slot))
     return pod_from_template(job, request, slot.name, labels, annotations, env, record.tp)
 
 

@@ -99,7 +99,7 @@ class PlacementRecord:
     def to_status(self) -> dict[str, Any]:
         pp, dp = self.pp, self.dp
         if self.trays:
-            return self._status_of(trays_to_status(self.trays), tp_groups(self.trays, self.tp, pp, dp, self.rank_order))
+            return {**self._status_of(trays_to_status(self.trays), record_groups(self)), "layout": TRAY_LAYOUT}
         groups = [slot.gpu_names() for slot in self.slots]
         pods = []
         for slot in self.slots:
@@ -119,7 +119,7 @@ class PlacementRecord:
 
     def _status_of(self, pods: list[dict[str, Any]], groups: list[list[str]]) -> dict[str, Any]:
         pp, dp = self.pp, self.dp
-        out: dict[str, Any] = {
+        return {
             "epoch": self.epoch,
             "costModel": self.cost_model,
             "rankOrder": self.rank_order.value,
@@ -130,9 +130,6 @@ class PlacementRecord:
             "dpReplicas": [[g for p in range(pp) for g in groups[d * pp + p]] for d in range(dp)],
             "reasons": list(self.reasons),
         }
-        if self.trays:
-            out["layout"] = TRAY_LAYOUT
-        return out
 
 
 def record_groups(record: PlacementRecord) -> list[list[str]]:

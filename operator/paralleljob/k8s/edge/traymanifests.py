@@ -61,7 +61,7 @@ def tray_pod(job: JobObject, request: JobRequest, record: PlacementRecord, tray:
         record.pp,
         record.dp,
         record.rank_order,
-        len(record.trays),
+        len(record.pod_slots),
         tray.node_rank,
         nproc,
         tray.clique,

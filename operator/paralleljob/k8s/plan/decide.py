@@ -35,11 +35,10 @@ from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.backoff import Backoff
 from paralleljob.k8s.plan.computedomains import stale_domains
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.elastic import at_current_size
 from paralleljob.k8s.plan.eligibility import Eligibility
 from paralleljob.k8s.plan.fifo_admission import admit_all
 from paralleljob.k8s.plan.jobdecision import ACTIVE, decide_job
-from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
+from paralleljob.k8s.plan.kinds.picker import at_current_size, kind_of, sizing_of
 from paralleljob.k8s.plan.kinds.resizing import note_membership, rigid_waiting
 from paralleljob.k8s.plan.lazy import Lazy
 from paralleljob.k8s.plan.metrics_model import queue_book, queue_statuses
@@ -145,7 +144,7 @@ def decide(
     The pass changes the view's state as it decides (allocations, releases). ``memo``: what earlier passes
     decided for waiting jobs (``plan/waiting.py``), kept by the caller; with strict FIFO, lines nothing
     touched are left out. The pass updates it."""
-    # A placed elastic job is decided at the replicas it runs with, not the size it asks for (plan/elastic.py).
+    # A placed elastic job is decided at the replicas it runs with, not the size it asks for.
     observed = dataclasses.replace(observed, jobs=[at_current_size(j) for j in observed.jobs])
     now_s = observed.seconds
     jobs = {j.key: j for j in observed.jobs}

@@ -25,6 +25,8 @@ from paralleljob.k8s.edge.nativegroups import (
     scheduled_condition,
 )
 from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.plan.kinds.native import NATIVE_GROUP
+from paralleljob.k8s.plan.kinds.picker import kind_of
 from paralleljob.k8s.plan.podgroups import READY_CONDITION
 
 BOUND_PHASES = (Phase.RUNNING, Phase.RECOVERING, Phase.SUCCEEDED)
@@ -103,7 +105,8 @@ def pod_group_conditions(jobs: Sequence[JobObject], groups: Mapping[str, NativeG
         return out  # the common case, asked on every pass: no job list to walk
     for job in jobs:
         group = groups.get(job.key)
-        if group is None or job.request is None or not job.request.pod_group:
+        # a ParallelJob of the PodGroup's name stays a ParallelJob: only a pod group's adopter writes its status
+        if group is None or job.request is None or kind_of(job.request, native=True) is not NATIVE_GROUP:
             continue
         wanted = desired_condition(job, group)
         if wanted is not None:

@@ -25,6 +25,7 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.traymanifests import compute_domains, job_domains, tray_pod
 from paralleljob.k8s.edge.trayrecords import TraySlot
 from paralleljob.k8s.plan.actions import JobActions, PodBind, PodCreate, PodDelete, added
+from paralleljob.k8s.plan.kinds.sizings import sizing_of
 
 
 def matches(pod: PodInfo, slot: PodSlot | TraySlot, job_uid: str) -> bool:
@@ -178,7 +179,7 @@ def _create(
         if claim is not None:  # the GPUs' claim replaces the pod's claims: the channel claim goes back on
             manifest = with_channel_claim(with_claim(manifest, claim.name), job_domains(job.name, record)[slot.clique])
         return PodCreate(manifest, slot.node, claim)
-    manifest = worker_pod(job, request, record, slot, boundary)
+    manifest = worker_pod(job, request, record, slot, boundary, sizing_of(request))
     if claim is not None:
         manifest = with_claim(manifest, claim.name)
     return PodCreate(manifest, slot.node, claim)

@@ -57,6 +57,8 @@ from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.fifo_admission import record_admission
+from paralleljob.k8s.plan.kinds.gangs import layout_of
+from paralleljob.k8s.plan.kinds.hgx import HGX
 from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
 from paralleljob.k8s.plan.podsync import sync_pods
 from paralleljob.k8s.plan.reoptimizing import relocate
@@ -371,7 +373,7 @@ def _carry(
         best = place_elsewhere(state, placer, model, found, held, bounds_of(ctx, head.request).moves)
     if isinstance(best, str):
         return best
-    if not job.record.trays and spans_trays(ctx.view, best.groups):
+    if layout_of(job.record) is HGX and spans_trays(ctx.view, best.groups):
         return f"{job.key} would have a TP group over two trays, which its pods cannot take"
     lost = float(round(found.lost_now_gpu_s(ctx.now_s)))  # whole GPU-seconds: the message and record agree
     actions = ctx.actions_for(job)

@@ -175,13 +175,13 @@ def place_tray_group(
         why = f"its pods take {width} GPUs each, a slice of a TP{spec.tp} group: it needs NVLink cliques of trays"
         raise PlacementInfeasible(job_key, [f"{why}, and this cluster has none"])
     index = clique_index(topology)
-    fitting = [trays for i, trays in enumerate(index.trays) if index.tray_gpus[i] == width]
+    fitting = [trays for i, trays in enumerate(index.tray_nodes) if index.tray_gpus[i] == width]
     if not fitting:
         sizes = ", ".join(str(g) for g in sorted(set(index.tray_gpus)))
         raise PlacementInfeasible(job_key, [f"its pods take {width} GPUs each, and the cliques' trays have {sizes}"])
     state = view.state
     fitting.sort(key=lambda trays: -sum(state.usable_free(n) == topology.node_gpu_count[n] for n in trays))
-    every = [*index.single_nodes, *(n for trays in index.trays for n in trays)]
+    every = [*index.single_nodes, *(n for trays in index.tray_nodes for n in trays)]
     refusals: list[PlacementInfeasible] = []
     for trays in fitting:
         inside = set(trays)
@@ -224,7 +224,7 @@ def spare_trays(view: ClusterView, spares: int) -> list[int]:
     if topology is None:
         return []
     state, out = view.state, []
-    for trays in clique_index(topology).trays:
+    for trays in clique_index(topology).tray_nodes:
         whole = [n for n in trays if state.usable_free(n) == topology.node_gpu_count[n]]
         out.extend(whole[-spares:])
     return out

@@ -1,7 +1,7 @@
 """One interface per kind of gang: the lifecycle driver asks a job's :class:`~.base.Gang`, never its fields.
 
 A gang is three answers, each from a small module of its own, read from its parsed request and record by the
-one picker (``picker.kind_of``, ``picker.sizing_of``, ``gangs.layout_of``; ``gangs.gang_of`` composes them).
+one picker (``picker.kind_of``, ``sizings.sizing_of``, ``gangs.layout_of``; ``gangs.gang_of`` composes them).
 A step asks only for what it needs (admission its sizing, a move its layout); the job's step in the pass
 (``jobdecision.decide_job``) picks the whole gang once and hands it to the layout's and the kind's methods:
 

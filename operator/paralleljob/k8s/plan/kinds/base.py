@@ -155,6 +155,16 @@ class Sizing(Protocol):
         """Whether admission may place it over whole NVL72 trays."""
         ...
 
+    def pod_env(
+        self, job: JobObject, request: JobRequest, record: PlacementRecord, slot: PodSlot
+    ) -> Mapping[str, str | None]:
+        """What its TP-group pod's environment has over the static rendezvous's (None: a variable left out)."""
+        ...
+
+    def pod_labels(self, job: JobObject, slot: PodSlot) -> Mapping[str, str]:
+        """Labels its TP-group pod has besides the job's, replica's, stage's and node rank's."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Gang:

@@ -9,11 +9,14 @@ one TP-group pod at a time, which the tray layout's whole-tray pods cannot expre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from paralleljob.core.elastic import ElasticRange, Resize, resized
 from paralleljob.core.job import JobSpec
-from paralleljob.k8s.edge.records import PlacementRecord
+from paralleljob.k8s.edge.constants import REPLICA_GROUP_LABEL
+from paralleljob.k8s.edge.elasticenv import elastic_env, replica_group_id
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
@@ -72,6 +75,17 @@ class Elastic:
 
     def may_take_trays(self, request: JobRequest) -> bool:
         return False
+
+    def pod_env(
+        self, job: JobObject, request: JobRequest, record: PlacementRecord, slot: PodSlot
+    ) -> Mapping[str, str | None]:
+        # c10d numbers the nodes itself: no fixed node rank, MIN:MAX nodes, a rendezvous on a stable name
+        rng, restarts = _range(request), request.failure.max_restarts
+        return {"PET_NODE_RANK": None, **elastic_env(job.name, job.namespace, record, slot, rng.min, rng.max, restarts)}
+
+    def pod_labels(self, job: JobObject, slot: PodSlot) -> Mapping[str, str]:
+        # the rendezvous Service selects its host by these (``edge/elasticenv``)
+        return {REPLICA_GROUP_LABEL: str(replica_group_id(slot, job.name))}
 
 
 ELASTIC = Elastic()

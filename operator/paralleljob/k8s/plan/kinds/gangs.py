@@ -15,7 +15,8 @@ from paralleljob.k8s.edge.specs import JobRequest
 from paralleljob.k8s.plan.kinds.base import Gang, Layout
 from paralleljob.k8s.plan.kinds.hgx import HGX
 from paralleljob.k8s.plan.kinds.nvl72 import TRAYS
-from paralleljob.k8s.plan.kinds.picker import KINDS, SIZINGS, kind_of, sizing_of
+from paralleljob.k8s.plan.kinds.picker import KINDS, kind_of
+from paralleljob.k8s.plan.kinds.sizings import SIZINGS, sizing_of
 
 LAYOUTS: tuple[Layout, ...] = (HGX, TRAYS)
 GANGS: dict[tuple[str, str, str], Gang] = {

@@ -1,23 +1,28 @@
-"""The one place a job's kind and sizing are read from its parsed request: :func:`kind_of`, :func:`sizing_of`
-(``kinds/gangs`` adds the layout, read from the record, and composes the three).
+"""The one place a job's kind is read from its parsed request: :func:`kind_of` (``kinds/sizings`` reads its
+sizing, ``kinds/gangs`` adds the layout, read from the record, and composes the three).
 
-``spec.podGroup`` picks the kind (a native PodGroup when Kubernetes' own gang object declared it) and
-``minData``/``maxData`` pick elastic sizing. This module loads no layout, so the NVL72 admission
-(``plan/trayadmission``), which the tray layout itself builds on, may ask :func:`may_take_trays`.
+:func:`at_current_size` gives a placed job at the size its sizing says it runs with: what every step of the
+pass (repair, pods, quotas) and the web view handle it as (an elastic job: its record's replicas, not
+``spec.parallelism.data``, the size it wants).
+
+``spec.podGroup`` picks the kind (a native PodGroup when Kubernetes' own gang object declared it). This
+module loads no layout, so the NVL72 admission (``plan/trayadmission``), which the tray layout itself builds
+on, may ask :func:`may_take_trays`.
 """
 
 from __future__ import annotations
 
-from paralleljob.k8s.edge.specs import JobRequest
+from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.kinds.adopted import ADOPTED_GROUP
-from paralleljob.k8s.plan.kinds.base import GangKind, Sizing
-from paralleljob.k8s.plan.kinds.elasticity import ELASTIC
+from paralleljob.k8s.plan.kinds.base import GangKind
 from paralleljob.k8s.plan.kinds.native import NATIVE_GROUP
 from paralleljob.k8s.plan.kinds.operated import PARALLEL_JOB
-from paralleljob.k8s.plan.kinds.rigid import RIGID
+from paralleljob.k8s.plan.kinds.sizings import sizing_of
+
+# sizing_of is kinds/sizings'; the driver asks this one module for a job's kind and sizing
+__all__ = ["KINDS", "at_current_size", "kind_of", "may_take_trays", "sizing_of"]
 
 KINDS: tuple[GangKind, ...] = (PARALLEL_JOB, ADOPTED_GROUP, NATIVE_GROUP)
-SIZINGS: tuple[Sizing, ...] = (RIGID, ELASTIC)
 
 
 def kind_of(request: JobRequest, native: bool = False) -> GangKind:
@@ -27,10 +32,14 @@ def kind_of(request: JobRequest, native: bool = False) -> GangKind:
     return NATIVE_GROUP if native else ADOPTED_GROUP
 
 
-def sizing_of(request: JobRequest) -> Sizing:
-    return RIGID if request.elastic is None else ELASTIC
-
-
 def may_take_trays(request: JobRequest) -> bool:
     """Whether admission may place ``request`` over whole NVL72 trays: its kind's and its sizing's answer."""
     return kind_of(request).may_take_trays(request) and sizing_of(request).may_take_trays(request)
+
+
+def at_current_size(job: JobObject) -> JobObject:
+    """``job`` with its request at the replicas its record holds (unchanged when rigid or not placed)."""
+    request, record = job.request, job.record
+    if request is None or record is None or job.record_error:
+        return job
+    return sizing_of(request).as_placed(job, record)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from paralleljob.core.elastic import ElasticRange, Resize
 from paralleljob.core.job import JobSpec
-from paralleljob.k8s.edge.records import PlacementRecord
+from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
@@ -47,6 +49,14 @@ class Rigid:
 
     def may_take_trays(self, request: JobRequest) -> bool:
         return True
+
+    def pod_env(
+        self, job: JobObject, request: JobRequest, record: PlacementRecord, slot: PodSlot
+    ) -> Mapping[str, str | None]:
+        return {}  # torchrun's static rendezvous, as ``manifests.worker_env`` writes it
+
+    def pod_labels(self, job: JobObject, slot: PodSlot) -> Mapping[str, str]:
+        return {}
 
 
 RIGID = Rigid()

@@ -145,7 +145,7 @@ def repair_trays(
     in_use = [view.node_index[t.node] for t in record.trays if t.node in view.node_index]
     allowed = within_domain(node_filter, in_use)
     if topology is not None and not gang.kind.renders_pods:
-        allowed = _inside_clique(allowed, clique_trays(clique_index(topology).trays, in_use))
+        allowed = _inside_clique(allowed, clique_trays(clique_index(topology).tray_nodes, in_use))
     if topology is None:
         decision = decide_repair(view.state, _NoCliques(), spec, model, policy, report)
     else:
