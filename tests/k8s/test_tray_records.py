@@ -22,7 +22,7 @@ from paralleljob.k8s.edge.records import (
     record_groups,
 )
 from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.edge.trayenv import tray_env, tray_pod_name
+from paralleljob.k8s.edge.trayenv import TrayJob, tray_env, tray_pod_name
 from paralleljob.k8s.edge.traymanifests import compute_domains, job_domains, tray_pod
 from paralleljob.k8s.edge.trayrecords import TraySlot, tray_groups
 from paralleljob.k8s.view.clusterview import Claim, build_view
@@ -110,10 +110,10 @@ def test_tray_pods_carry_the_env_of_their_tray_and_the_claim_of_their_clique() -
         env = [
             e
             for e in container["env"]
-            if e["name"] in {x["name"] for x in tray_env("llm", "ns", 8, 4, 2, ORDER, core_pods, core)}
+            if e["name"] in {x["name"] for x in tray_env(TrayJob("llm", "ns", 8, 4, 2, ORDER), core_pods, core)}
         ]
         # The env from the record alone equals the env from the placer's tray pod.
-        assert env == tray_env("llm", "ns", 8, 4, 2, ORDER, core_pods, core)
+        assert env == tray_env(TrayJob("llm", "ns", 8, 4, 2, ORDER), core_pods, core)
         assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
         assert pod["spec"]["resourceClaims"][-1]["resourceClaimTemplateName"] == cd.claim_template_name(
             names[tray.clique]

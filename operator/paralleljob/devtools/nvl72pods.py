@@ -18,7 +18,7 @@ from paralleljob.core.cliques import nvl72_topology
 from paralleljob.core.nvlink import NVLinkPlacer
 from paralleljob.core.rankorder import RankOrder
 from paralleljob.core.traypods import tray_pods
-from paralleljob.k8s.edge.trayenv import tray_env, tray_pod_name
+from paralleljob.k8s.edge.trayenv import TrayJob, tray_env, tray_pod_name
 
 
 def pods_json(name: str, tp: int, pp: int, dp: int, racks: int, order: RankOrder) -> dict[str, object]:
@@ -28,7 +28,7 @@ def pods_json(name: str, tp: int, pp: int, dp: int, racks: int, order: RankOrder
     pods = tray_pods(topo, placement.groups, tp, pp, dp, order)
     items = []
     for pod in pods:
-        env = tray_env(name, "default", tp, pp, dp, order, pods, pod)
+        env = tray_env(TrayJob(name, "default", tp, pp, dp, order), pods, pod)
         items.append(
             {
                 "metadata": {"name": tray_pod_name(name, pod)},

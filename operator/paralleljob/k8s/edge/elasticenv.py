@@ -30,6 +30,7 @@ from typing import Any
 from paralleljob.core.rankorder import global_ranks
 from paralleljob.k8s.edge.constants import JOB_LABEL, MASTER_PORT, REPLICA_GROUP_LABEL, STAGE_LABEL
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+from paralleljob.k8s.edge.specs import JobObject
 
 SHRINKS_PER_REPLICA = 4
 
@@ -42,15 +43,11 @@ def replica_group_id(slot: PodSlot, job_name: str) -> int:
 
 
 def elastic_env(
-    job_name: str,
-    namespace: str,
-    record: PlacementRecord,
-    slot: PodSlot,
-    min_data: int,
-    max_data: int,
-    max_restarts: int,
+    job: JobObject, record: PlacementRecord, slot: PodSlot, min_data: int, max_data: int, max_restarts: int
 ) -> dict[str, str]:
-    pp = record.pp
+    """What an elastic worker of ``min_data`` to ``max_data`` replicas is told over the static rendezvous's
+    variables."""
+    job_name, namespace, pp = job.name, job.namespace, record.pp
     endpoint = f"{rendezvous_name(job_name)}.{namespace}.svc:{MASTER_PORT}"
     return {
         "PET_NNODES": f"{min_data * pp}:{max_data * pp}",

@@ -25,7 +25,7 @@ from paralleljob.k8s.edge.constants import (
 from paralleljob.k8s.edge.manifests import owner_reference, pod_from_template
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
-from paralleljob.k8s.edge.trayenv import tray_env_at
+from paralleljob.k8s.edge.trayenv import TrayJob, tray_env_at
 from paralleljob.k8s.edge.trayrecords import TraySlot
 
 
@@ -54,17 +54,7 @@ def tray_pod(job: JobObject, request: JobRequest, record: PlacementRecord, tray:
         cd.CLIQUE_ANNOTATION: tray.clique,
     }
     nproc = len(tray.gpu_indices)
-    env = tray_env_at(
-        job.name,
-        job.namespace,
-        record.tp,
-        record.pp,
-        record.dp,
-        record.rank_order,
-        len(record.pod_slots),
-        tray.node_rank,
-        nproc,
-        tray.clique,
-    )
+    shape = TrayJob(job.name, job.namespace, record.tp, record.pp, record.dp, record.rank_order)
+    env = tray_env_at(shape, len(record.pod_slots), tray.node_rank, nproc, tray.clique)
     pod = pod_from_template(job, request, tray.name, labels, annotations, env, nproc)
     return cd.with_channel_claim(pod, job_domains(job.name, record)[tray.clique])

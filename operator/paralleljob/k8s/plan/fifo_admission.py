@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from paralleljob.core.admission import Admit, PlaceOn, Wait
 from paralleljob.core.cluster import Allocation
-from paralleljob.core.cost import CostBreakdown, CostModel, cost_model
+from paralleljob.core.cost import CostModel, cost_model
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.fifo import (
@@ -73,17 +73,13 @@ def line_position(job: JobObject, request: JobRequest) -> LineKey:
 
 
 def new_record(
-    view: ClusterView,
-    job: JobObject,
-    request: JobRequest,
-    groups: Sequence[Sequence[int]],
-    epoch: int,
-    placement_reasons: Sequence[str],
-    cost: CostBreakdown,
+    view: ClusterView, job: JobObject, request: JobRequest, placement: Placement, epoch: int, reasons: Sequence[str]
 ) -> PlacementRecord:
+    """The record of ``placement`` (its TP groups and cost) on HGX nodes, one pod per TP group; ``reasons``:
+    the record's (the placer's, with what the caller adds)."""
     spec = request.spec
     slots = []
-    for g, gpus in enumerate(groups):
+    for g, gpus in enumerate(placement.groups):
         node, indices = view.locate(gpus)
         replica, stage = divmod(g, spec.pp)
         slots.append(PodSlot(pod_name(job.name, replica, stage), replica, stage, node, indices, epoch))
@@ -95,8 +91,8 @@ def new_record(
         spec.dp,
         tuple(slots),
         rank_order=request.rank_order,
-        cost=cost,
-        reasons=tuple(placement_reasons),
+        cost=placement.cost,
+        reasons=tuple(reasons),
     )
 
 
@@ -326,9 +322,9 @@ def record_admission(
     epoch = job.placement_epoch + 1
     reasons = (*extra_reasons, *placement.reasons)
     if spans_trays(view, placement.groups):
-        record = tray_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
+        record = tray_record(view, job, request, placement, epoch, reasons)
     else:
-        record = new_record(view, job, request, placement.groups, epoch, reasons, placement.cost)
+        record = new_record(view, job, request, placement, epoch, reasons)
     cost = placement.cost
     message = (
         f"{request.spec.describe()} on {', '.join(record.nodes)}; cost {cost.total_ms:.3f} ms"

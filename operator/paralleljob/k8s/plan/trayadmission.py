@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from paralleljob.core.cliques import clique_index
 from paralleljob.core.cluster import Allocation, ClusterState, closed_nodes
-from paralleljob.core.cost import CostBreakdown, CostModel, cost_model
+from paralleljob.core.cost import CostModel, cost_model
 from paralleljob.core.eligibility import FilteredPlacer, NodeFilter
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
@@ -237,19 +237,14 @@ def spans_trays(view: ClusterView, groups: Sequence[Sequence[int]]) -> bool:
 
 
 def tray_record(
-    view: ClusterView,
-    job: JobObject,
-    request: JobRequest,
-    groups: Sequence[Sequence[int]],
-    epoch: int,
-    reasons: Sequence[str],
-    cost: CostBreakdown,
+    view: ClusterView, job: JobObject, request: JobRequest, placement: Placement, epoch: int, reasons: Sequence[str]
 ) -> PlacementRecord:
-    """The record of a placement over whole trays: one pod per tray, in node-rank order, each naming its
-    clique by the node's clique label (``NodeInfo.clique``: what the ComputeDomain serves)."""
+    """The record of ``placement`` (its TP groups and cost) over whole trays: one pod per tray, in node-rank
+    order, each naming its clique by the node's clique label (``NodeInfo.clique``: what the ComputeDomain
+    serves); ``reasons``: the record's."""
     spec, topology = request.spec, view.topology
     trays = []
-    for pod in tray_pods(topology, groups, spec.tp, spec.pp, spec.dp, request.rank_order):
+    for pod in tray_pods(topology, placement.groups, spec.tp, spec.pp, spec.dp, request.rank_order):
         node = topology.node_names[pod.node]
         info = view.nodes.get(node)
         clique = (info.clique if info is not None else None) or pod.clique
@@ -264,7 +259,7 @@ def tray_record(
         spec.dp,
         (),
         rank_order=request.rank_order,
-        cost=cost,
+        cost=placement.cost,
         reasons=tuple(reasons),
         trays=tuple(trays),
     )

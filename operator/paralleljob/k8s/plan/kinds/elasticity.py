@@ -81,7 +81,7 @@ class Elastic:
     ) -> Mapping[str, str | None]:
         # c10d numbers the nodes itself: no fixed node rank, MIN:MAX nodes, a rendezvous on a stable name
         rng, restarts = _range(request), request.failure.max_restarts
-        return {"PET_NODE_RANK": None, **elastic_env(job.name, job.namespace, record, slot, rng.min, rng.max, restarts)}
+        return {"PET_NODE_RANK": None, **elastic_env(job, record, slot, rng.min, rng.max, restarts)}
 
     def pod_labels(self, job: JobObject, slot: PodSlot) -> Mapping[str, str]:
         # the rendezvous Service selects its host by these (``edge/elasticenv``)

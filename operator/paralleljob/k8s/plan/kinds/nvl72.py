@@ -67,7 +67,7 @@ class Nvl72Trays:
     def moved(
         self, ctx: PassContext, held: HeldJob, best: Placement, epoch: int, reasons: tuple[str, ...]
     ) -> PlacementRecord:
-        return tray_record(ctx.view, held.job, held.request, best.groups, epoch, reasons, best.cost)
+        return tray_record(ctx.view, held.job, held.request, best, epoch, reasons)
 
 
 TRAYS = Nvl72Trays()

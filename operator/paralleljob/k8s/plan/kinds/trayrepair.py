@@ -166,7 +166,7 @@ def repair_trays(
     if placement is None:  # a hardware decision always carries a placement; kept for the type
         raise ValueError(f"{job.key}: the core's tray repair came back without a placement")
     epoch = job.placement_epoch + 1
-    fresh = tray_record(view, job, request, placement.groups, epoch, placement.reasons, placement.cost)
+    fresh = tray_record(view, job, request, placement, epoch, placement.reasons)
     # minimal: a pod whose tray, GPUs and ranks are unchanged keeps running (same incarnation); full: all restart
     whole = policy.strategy is RecoveryStrategy.FULL
     old = {t.name: t for t in record.trays}
