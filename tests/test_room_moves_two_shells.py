@@ -58,9 +58,9 @@ def _spy(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[Asked]:
     asked: list[Asked] = []
 
     def recording(
-        state: ClusterState, placer: PlacerLike, model: CostModel, request: MoveRequest
+        state: ClusterState, placer: PlacerLike, model: CostModel, request: MoveRequest, **how: Any
     ) -> MovePlan | NoMovePlan:
-        decision = moves.plan_moves(state, placer, model, request)
+        decision = moves.plan_moves(state, placer, model, request, **how)
         asked.append(_question(state, request, decision))
         return decision
 

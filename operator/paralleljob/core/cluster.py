@@ -80,9 +80,11 @@ class ClusterState:
             doms = topology.num_domains(level)
             self.hist.append([[0] * (classes * self._width) for _ in range(doms)])
             self.buckets.append([[{} for _ in range(self._width)] for _ in range(doms)])
+        self._undo: list[Callable[[], object]] | None = None  # inverses of the mutations of a trial
+        # With begin_trial(keep_order=True): each bucket's order before a trial first took a node out of it
+        self._orders: dict[tuple[int, int, int], tuple[int, ...]] | None = None
         for node in range(topology.num_nodes):
             self._account(node, self.usable_free(node), +1)
-        self._undo: list[Callable[[], object]] | None = None  # inverses of the mutations of a trial
         # Totals kept as things change, so counts() never scans the GPUs (it is read after every pass).
         self._allocated = 0
         self._unhealthy = 0
@@ -93,22 +95,34 @@ class ClusterState:
     def in_trial(self) -> bool:
         return self._undo is not None
 
-    def begin_trial(self) -> None:
-        """Journal every mutation from now on, so :meth:`rollback` can take them all back."""
+    def begin_trial(self, keep_order: bool = False) -> None:
+        """Journal every mutation from now on, so :meth:`rollback` can take them all back. ``keep_order``:
+        the rollback lists every domain's nodes in their order before the trial too (each bucket a node
+        leaves is copied once, at C speed), so a question asked in a trial changes no later tie-break."""
         if self._undo is not None:
             raise InvalidRequest("a trial is already under way")
         self._undo = []
+        self._orders = {} if keep_order else None
 
     def rollback(self) -> int:
         """Undo every mutation since :meth:`begin_trial`, newest first; returns how many were undone.
 
-        Counters, owners, health and allocations come back exactly; only the order in which a domain's
-        nodes with the same free count are listed may differ (a node that moved comes back last)."""
+        Counters, owners, health and allocations come back exactly; without ``keep_order`` the order in
+        which a domain's nodes with the same free count are listed may differ (a node that moved comes back
+        last)."""
         undo, self._undo = self._undo, None
+        orders, self._orders = self._orders, None
         if undo is None:
             return 0
         for step in reversed(undo):
             step()
+        for (level, domain, free), before in (orders or {}).items():
+            bucket = self.buckets[level][domain][free]
+            if tuple(bucket) != before:  # the members it had, listed as they were (those it gained are gone)
+                members = dict(bucket)
+                bucket.clear()
+                bucket.update(dict.fromkeys(n for n in before if n in members))
+                bucket.update(members)  # none, unless a mutation escaped the journal: kept, listed last
         return len(undo)
 
     def _reinstate(self, allocation: Allocation, table: dict[str, Allocation] | None = None) -> None:
@@ -137,6 +151,7 @@ class ClusterState:
     def _account(self, node: int, free: int, sign: int) -> None:
         offset = self.index.node_memory_class[node] * self._width + free
         domain_of = self.topology.domain_of
+        orders = self._orders
         for level in range(1, self.topology.top + 1):
             dom = domain_of[level][node]
             self.hist[level][dom][offset] += sign
@@ -144,6 +159,8 @@ class ClusterState:
             if sign > 0:
                 bucket[node] = None
             else:
+                if orders is not None and (level, dom, free) not in orders:
+                    orders[(level, dom, free)] = tuple(bucket)
                 del bucket[node]
 
     def _change_node(self, node: int, free_delta: int = 0, schedulable: bool | None = None) -> None:

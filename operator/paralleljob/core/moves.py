@@ -28,8 +28,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from paralleljob.core import domainview
 from paralleljob.core.cluster import Allocation, ClusterState, closed_nodes
 from paralleljob.core.cost import CostModel
+from paralleljob.core.domainview import InsideAsker, PlacerFor, could_hold, domain_members
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
 from paralleljob.core.job import JobSpec
 from paralleljob.core.placement import Placement, PlacerLike
@@ -203,8 +205,12 @@ def eligibility(job: MovableJob, request: MoveRequest) -> str | None:
 class _Search:
     """One planning: the request, the state (changed only inside trials), the placer and cost model."""
 
-    def __init__(self, state: ClusterState, placer: PlacerLike, model: CostModel, request: MoveRequest) -> None:
+    def __init__(
+        self, state: ClusterState, placer: PlacerLike, model: CostModel, request: MoveRequest,
+        placer_for: PlacerFor | None = None, narrow: bool = True,
+    ) -> None:  # fmt: skip
         self.state, self.placer, self.model, self.request = state, placer, model, request
+        self.inside = InsideAsker(state, placer, model, placer_for, narrow)
         self.by_id = {j.job_id: j for j in request.running if j.job_id in state.allocations}
         self.refused: dict[str, str] = {}
         self.eligible: dict[str, tuple[MoveWhen, float, float, float]] = {}
@@ -223,42 +229,41 @@ class _Search:
         self.failures: list[str] = []
         self.tried: dict[tuple[frozenset[str], tuple[int, ...]], tuple[tuple[Move, ...], Placement] | None] = {}
 
-    def trial(self, victims: Sequence[str], inside: Sequence[int]) -> tuple[tuple[Move, ...], Placement] | None:
-        """Move (or stop) ``victims`` and place the waiting job on the nodes ``inside`` (the domain being
-        freed), inside a trial rolled back after (once per set and domain)."""
+    def trial(
+        self, victims: Sequence[str], inside: Sequence[int], level: int
+    ) -> tuple[tuple[Move, ...], Placement] | None:
+        """Move (or stop) ``victims`` and place the waiting job on the nodes ``inside`` (the level-``level``
+        domain being freed), inside a trial rolled back after (once per set and domain)."""
         key = (frozenset(victims), tuple(inside))
         if key not in self.tried:
-            self.tried[key] = self._trial(victims, inside)
+            self.tried[key] = self._trial(victims, inside, level)
         return self.tried[key]
 
-    def _trial(self, victims: Sequence[str], inside: Sequence[int]) -> tuple[tuple[Move, ...], Placement] | None:
+    def _trial(
+        self, victims: Sequence[str], inside: Sequence[int], level: int
+    ) -> tuple[tuple[Move, ...], Placement] | None:
         state, request = self.state, self.request
-        state.begin_trial()
+        # Nodes listed as before after the rollback: a try changes no later tie-break, asked alone or not
+        state.begin_trial(keep_order=True)
         try:
             for v in victims:
                 state.release(v)
             # The waiting job's nodes are unknown until it is placed, so victims avoid the nodes they leave.
-            left = sorted({state.topology.gpu_node[g] for v in victims for g in self._gpus(v)})
+            left = sorted({state.topology.gpu_node[g] for v in victims for g in self.gpus(v)})
             avoid = sorted({*left, *request.held_nodes})
             moves: list[Move] = []
             for v in sorted(victims, key=lambda v: (-self.by_id[v].job.num_gpus, v)):
                 moves.append(self._move(v, avoid))
                 if moves[-1].placement is None and moves[-1].when is not MoveWhen.AT_END and request.relocate:
                     return None
-            # In the freed domain, not wherever it fits: freeing 14 trays of a clique could otherwise start a
-            # 16-tray job over two cliques (its DP ring over the spine) with two free trays of another.
-            within = set(inside)
-            outside = (n for n in range(state.topology.num_nodes) if n not in within)
-            with closed_nodes(state, sorted({*request.held_nodes, *outside})):
-                try:
-                    placement = self.placer.place(request.waiting, self.model)
-                except PlacementInfeasible:
-                    return None
+            placement = self.inside.place(request.waiting, request.held_nodes, inside, level)
+            if placement is None:
+                return None
             return tuple(sorted(moves, key=lambda m: (m.at_s, m.job_id))), placement
         finally:
             state.rollback()
 
-    def _gpus(self, job_id: str) -> tuple[int, ...]:
+    def gpus(self, job_id: str) -> tuple[int, ...]:
         return self._allocations[job_id].gpus
 
     def _move(self, job_id: str, avoid: Sequence[int]) -> Move:
@@ -285,16 +290,26 @@ class _Search:
         state, topo = self.state, self.state.topology
         self._allocations = {j: state.allocations[j] for j in self.by_id}
         on: dict[int, set[str]] = {}
+        # GPUs per node that no move can free: a held or cordoned node's, those of jobs that may not move
+        stuck: dict[int, int] = {n: topo.node_gpu_count[n] for n in self.request.held_nodes}
+        stuck.update((n, topo.node_gpu_count[n]) for n, ok in enumerate(state.node_schedulable) if not ok)
         for job_id, allocation in state.allocations.items():
             for g in allocation.gpus:
-                on.setdefault(topo.gpu_node[g], set()).add(job_id)
+                node = topo.gpu_node[g]
+                on.setdefault(node, set()).add(job_id)
+                if job_id not in self.eligible and stuck.get(node, 0) < topo.node_gpu_count[node]:
+                    stuck[node] = stuck.get(node, 0) + 1
         self._jobs_on_node = on
-        self.nodes_of: list[dict[int, list[int]]] = []
-        for level in range(topo.top + 1):
-            by_domain: dict[int, list[int]] = {}
-            for node in range(topo.num_nodes):
-                by_domain.setdefault(topo.domain_of[level][node], []).append(node)
-            self.nodes_of.append(by_domain)
+        self._stuck = stuck
+
+    def nodes_of(self, level: int, domain: int) -> tuple[int, ...]:
+        return domain_members(self.state.topology, level)[domain]
+
+    def at_most(self, level: int) -> list[int]:
+        """Per domain of ``level``: the most GPUs moves could leave free there (its GPUs less those no move
+        frees), an upper bound of what :meth:`domain` counts, so a domain below the job's need is passed
+        over without looking at its nodes."""
+        return domainview.room_at_most(self.state.topology, level, self._stuck)
 
     def domain(self, level: int, domain: int) -> tuple[int, list[tuple[float, int, tuple[str, ...]]]]:
         """The GPUs of the domain's whole free nodes, and the nodes moves could free cheapest first:
@@ -303,7 +318,7 @@ class _Search:
         held = self.request.held_nodes
         whole = 0
         units = []
-        for node in self.nodes_of[level][domain]:
+        for node in self.nodes_of(level, domain):
             if node in held or not state.node_schedulable[node]:
                 continue
             jobs = self._jobs_on_node.get(node)
@@ -318,24 +333,31 @@ class _Search:
 
 
 def plan_moves(
-    state: ClusterState, placer: PlacerLike, model: CostModel, request: MoveRequest
-) -> MovePlan | NoMovePlan:
+    state: ClusterState, placer: PlacerLike, model: CostModel, request: MoveRequest,
+    placer_for: PlacerFor | None = None, narrow: bool = True,
+) -> MovePlan | NoMovePlan:  # fmt: skip
     """The cheapest plan that frees room for ``request.waiting``, or why there is none. ``state`` is changed
-    only inside trials and left as it was (call it outside any other trial)."""
+    only inside trials and left as it was, the order of its nodes' lists included (call it outside any other
+    trial). ``placer_for`` (a placer like ``placer`` over another state): each try places the waiting job on
+    the candidate domain alone, so a try costs the domain's size, not the cluster's (``narrow=False``: on the
+    whole state with the rest closed, the same answer; the property tests compare them)."""
     waiting, bounds = request.waiting, request.bounds
     held = sorted(request.held_nodes)
 
     def no(*reasons: str) -> NoMovePlan:
         return NoMovePlan(waiting.job_id, tuple(r for r in reasons if r))
 
-    with closed_nodes(state, held):
-        free = sum(state.usable_free(n) for n in range(state.topology.num_nodes))
-        try:
+    state.begin_trial(keep_order=True)  # the held nodes closed for the question, then listed as before
+    try:
+        with closed_nodes(state, held):
+            free = state.counts()["free"]
             placer.place(waiting, model)
             return no("it fits now: nothing needs to move")
-        except PlacementInfeasible as exc:
-            if exc.permanent:
-                return no("it never fits this cluster", *exc.reasons[:1])
+    except PlacementInfeasible as exc:
+        if exc.permanent:
+            return no("it never fits this cluster", *exc.reasons[:1])
+    finally:
+        state.rollback()
     if free < waiting.num_gpus:
         return no(
             f"only {free} GPUs are free (not held) of the {waiting.num_gpus} it needs:"
@@ -347,7 +369,7 @@ def plan_moves(
             f"the disruption budget is spent: {request.moves_last_hour} move(s) in the past hour,"
             f" {bounds.max_moves_per_hour} allowed"
         )
-    search = _Search(state, placer, model, request)
+    search = _Search(state, placer, model, request, placer_for, narrow)
     if not search.eligible:
         refused = sorted(search.refused.values())
         return no("no running job may be moved", *refused[:3], _more(len(refused) - 3))
@@ -358,7 +380,9 @@ def plan_moves(
     need = waiting.num_gpus
     for level in range(topo.top + 1):
         ranked = []
-        for dom in search.nodes_of[level]:
+        for dom, most in enumerate(search.at_most(level)):
+            if most < need:
+                continue  # even with every movable job gone it holds too few GPUs
             whole, units = search.domain(level, dom)
             estimate, room = 0.0, whole
             for unit_price, node, _ in units:
@@ -372,7 +396,7 @@ def plan_moves(
         for estimate, dom, whole, units in ranked[:DOMAINS_PER_LEVEL]:
             if best is not None and estimate > best[0]:
                 break
-            found = _free_domain(search, search.nodes_of[level][dom], whole, units, budget)
+            found = _free_domain(search, level, search.nodes_of(level, dom), whole, units, budget)
             if found is None:
                 continue
             moves, placement = found
@@ -407,6 +431,7 @@ def _more(n: int) -> str:
 
 def _free_domain(
     search: _Search,
+    level: int,
     nodes: Sequence[int],
     whole: int,
     units: Sequence[tuple[float, int, tuple[str, ...]]],
@@ -426,7 +451,7 @@ def _free_domain(
             return None
         if room < need:
             continue
-        found = search.trial(victims, nodes)
+        found = search.trial(victims, nodes, level)
         if found is not None:
             break
     if found is None:
@@ -434,8 +459,10 @@ def _free_domain(
     # the dearest few only: each try is a whole trial, and the cheapest-first order rarely takes a useless one
     for v in sorted(victims, key=lambda v: (-search.eligible[v][3], v))[:TRIM_TRIES]:
         fewer = [x for x in victims if x != v]
-        if fewer:
-            trimmed = search.trial(fewer, nodes)
+        # A found plan is the answer of this level whatever a trim says, so one that cannot fit is not tried
+        held, waiting = search.request.held_nodes, search.request.waiting
+        if fewer and could_hold(search.state, waiting.num_gpus, held, [search.gpus(x) for x in fewer], nodes):
+            trimmed = search.trial(fewer, nodes, level)
             if trimmed is not None:
                 victims, found = fewer, trimmed
     return found

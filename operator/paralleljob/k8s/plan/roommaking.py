@@ -279,7 +279,10 @@ def _plan(ctx: PassContext, skip: Collection[str], job: JobObject, request: JobR
     move = move_request(ctx, skip, job, request)
     with _planner(ctx, request) as (seen, _):
         state = scratch_state(seen)
-    decision = plan_moves(state, _placer_on(ctx, request, state), cost_model(request.cost_model), move)
+    decision = plan_moves(
+        state, _placer_on(ctx, request, state), cost_model(request.cost_model), move,
+        placer_for=lambda domain: _placer_on(ctx, request, domain),  # tries on each candidate domain alone
+    )  # fmt: skip
     actions = ctx.actions_for(job)
     if not isinstance(decision, MovePlan):
         actions.draft.set(moveCheck={"checkedAt": ctx.now, "answer": "; ".join(decision.reasons)})

@@ -91,7 +91,8 @@ def moves_pass(sim: Simulation) -> None:
         sim.jobs[head].spec, _running(sim, room, now), bounds, now, len(room.move_times),
         relocate=sim.policy.relocate,
     )  # fmt: skip
-    decision = plan_moves(sim.state, sim.placer, sim.model, request)
+    # the waiting job's tries on each candidate domain alone, by a placer of the policy's kind over it
+    decision = plan_moves(sim.state, sim.placer, sim.model, request, placer_for=sim.policy.make_placer)
     if not isinstance(decision, MovePlan):
         room.asked = (*key, now)
         return
