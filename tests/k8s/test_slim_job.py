@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from paralleljob.k8s.edge.manifests import pod_from_template
+from paralleljob.k8s.edge.manifests import PodParts, pod_from_template
 from paralleljob.k8s.edge.slim import LAST_APPLIED, Sharing, slim_job
 from paralleljob.k8s.edge.specs import parse_job
 from paralleljob.k8s.view.store import ObjectStore, Version
@@ -160,11 +160,9 @@ def test_building_pods_never_changes_a_shared_template() -> None:
         pod_from_template(
             job,
             request,
-            f"{job.name}-0",
-            {"l": job.name},
-            {"n": job.name},
-            [{"name": "MASTER_ADDR", "value": job.name}],
-            2,
+            PodParts(
+                f"{job.name}-0", {"l": job.name}, {"n": job.name}, [{"name": "MASTER_ADDR", "value": job.name}], 2
+            ),
         )
         for job, request in zip(jobs, requests, strict=True)
         if request is not None

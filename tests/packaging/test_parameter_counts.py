@@ -42,7 +42,6 @@ PENDING = {
     "core/elastic_failure.py:drop_instead",
     "core/search.py:exact_search",
     "dashboard/model.py:assemble",
-    "k8s/edge/manifests.py:pod_from_template",
     "k8s/plan/podsync.py:sync_pods",
     "k8s/plan/trayadmission.py:place_on_trays",
     "k8s/plan/waiting_remember.py:remember",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from paralleljob.k8s.edge.constants import (
@@ -118,22 +119,26 @@ def worker_pod(
         INCARNATION_ANNOTATION: str(slot.incarnation),
     }
     env = worker_env(job, record, slot, boundary, sizing.pod_env(job, request, record, slot))
-    return pod_from_template(job, request, slot.name, labels, annotations, env, record.tp)
+    return pod_from_template(job, request, PodParts(slot.name, labels, annotations, env, record.tp))
 
 
-def pod_from_template(
-    job: JobObject,
-    request: JobRequest,
-    name: str,
-    labels: Mapping[str, str],
-    annotations: Mapping[str, str],
-    env: list[dict[str, str]],
-    gpus: int,
-) -> dict[str, Any]:
-    """Pod ``name`` of ``job`` made from its pod template, the one way for a TP-group pod and a tray pod
+@dataclass(frozen=True, slots=True)
+class PodParts:
+    """What one worker pod has of its own over the job's pod template."""
+
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    env: list[dict[str, str]]  # overrides the template's own values in every container
+    gpus: int  # all on the first container
+
+
+def pod_from_template(job: JobObject, request: JobRequest, parts: PodParts) -> dict[str, Any]:
+    """Pod ``parts.name`` of ``job`` made from its pod template, the one way for a TP-group pod and a tray pod
     (``traymanifests``): the template's labels and annotations under ours, bound by the operator, ``env``
     overriding the template's own values in every container, and the pod's ``gpus`` GPUs all on the first
     container."""
+    name, env, gpus = parts.name, parts.env, parts.gpus
     template: Mapping[str, Any] = request.template
     meta = template.get("metadata") or {}
     spec: dict[str, Any] = copy.deepcopy(dict(template["spec"]))
@@ -161,8 +166,8 @@ def pod_from_template(
         "metadata": {
             "name": name,
             "namespace": job.namespace,
-            "labels": {**(meta.get("labels") or {}), **labels},
-            "annotations": {**(meta.get("annotations") or {}), **annotations},
+            "labels": {**(meta.get("labels") or {}), **parts.labels},
+            "annotations": {**(meta.get("annotations") or {}), **parts.annotations},
             "ownerReferences": [owner_reference(job)],
         },
         "spec": spec,

@@ -22,7 +22,7 @@ from paralleljob.k8s.edge.constants import (
     NODE_RANK_LABEL,
     TARGET_NODE_ANNOTATION,
 )
-from paralleljob.k8s.edge.manifests import owner_reference, pod_from_template
+from paralleljob.k8s.edge.manifests import PodParts, owner_reference, pod_from_template
 from paralleljob.k8s.edge.records import PlacementRecord
 from paralleljob.k8s.edge.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.trayenv import TrayJob, tray_env_at
@@ -56,5 +56,5 @@ def tray_pod(job: JobObject, request: JobRequest, record: PlacementRecord, tray:
     nproc = len(tray.gpu_indices)
     shape = TrayJob(job.name, job.namespace, record.tp, record.pp, record.dp, record.rank_order)
     env = tray_env_at(shape, len(record.pod_slots), tray.node_rank, nproc, tray.clique)
-    pod = pod_from_template(job, request, tray.name, labels, annotations, env, nproc)
+    pod = pod_from_template(job, request, PodParts(tray.name, labels, annotations, env, nproc))
     return cd.with_channel_claim(pod, job_domains(job.name, record)[tray.clique])
