@@ -357,6 +357,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--flow-queues", type=int, default=100, help="kueue throughput: queues (10 a cohort)")
     parser.add_argument("--flow-run-min", type=float, default=1.0, help="kueue throughput: shortest run (s)")
     parser.add_argument("--flow-run-max", type=float, default=10.0, help="kueue throughput: longest run (s)")
+    parser.add_argument(
+        "--flow-first", choices=("kueue", "ours"), default="kueue", help="kueue throughput: who drains first"
+    )
     parser.add_argument("--repair-samples", type=int, default=5, help="kueue repair: node failures per side")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")

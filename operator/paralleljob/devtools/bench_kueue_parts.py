@@ -4,9 +4,9 @@ kube-scheduler, the operator).
 
 In order: the ceiling (``bench_ceiling``: a raw client's pod create + bind, and + status, with no
 scheduler in the loop); the queues both sides drain through (``bench_flow``: ClusterQueues in cohorts with
-their LocalQueues, and ParallelJobQueues of the same names); Kueue's drain, then ours, of the same jobs,
-each on an emptied cluster; then the repair samples (``bench_kueue_repair``). Every drain is also a
-share of the ceiling (``flow_report``).
+their LocalQueues, and ParallelJobQueues of the same names); Kueue's drain and ours of the same jobs, in
+the order ``--flow-first`` says, each on an emptied cluster; then the repair samples
+(``bench_kueue_repair``). Every drain is also a share of the ceiling (``flow_report``).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
             )
             pids = bench_flow.controller_pids(cluster.name, operator.proc.pid if operator.proc else None)
             out["drains"] = {}
-            for who in ("kueue", "ours"):
+            for who in ("kueue", "ours") if args.flow_first == "kueue" else ("ours", "kueue"):
                 operator.ensure_running()
                 drained = await bench_flow.drain(
                     kube, cluster.kubeconfig, pids, who, jobs, args.creators, args.drain_timeout
@@ -121,6 +121,6 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         f" --ceiling-pods {args.ceiling_pods} --ceiling-concurrency {args.ceiling_concurrency}"
         f" --flow-jobs {args.flow_jobs} --flow-queues {args.flow_queues} --creators {args.creators}"
         f" --flow-run-min {args.flow_run_min} --flow-run-max {args.flow_run_max} --repair-samples"
-        f" {args.repair_samples} --seed {args.seed}"
+        f" {args.repair_samples} --flow-first {args.flow_first} --seed {args.seed}"
     )
     return result
