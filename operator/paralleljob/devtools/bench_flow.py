@@ -158,7 +158,7 @@ async def _create(kube: Kube, path: str, bodies: list[dict[str, Any]], creators:
 
 
 async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jobs: list[Shape], creators: int,
-                timeout_s: float) -> dict[str, Any]:  # fmt: skip
+                timeout_s: float) -> dict[str, Any]:  # fmt: skip  # params: one drain run, as the CLI sets it
     """Create every job of ``who`` (``kueue`` or ``ours``), wait until all finished, read what it cost."""
     names = [f"f{i:05d}" for i in range(len(jobs))]
     tracker: BatchJobTracker | JobTracker
