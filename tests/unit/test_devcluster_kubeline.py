@@ -11,7 +11,15 @@ import pytest
 
 from paralleljob.devcluster import cli, gangapi, kubeline
 from paralleljob.devcluster.cli import register
-from paralleljob.devcluster.versions import BINARIES, binaries_dir, deploy_dir, module_path, versions
+from paralleljob.devcluster.versions import (
+    BINARIES,
+    NODE_BINARIES,
+    binaries_dir,
+    deploy_dir,
+    module_path,
+    node_binaries_dir,
+    versions,
+)
 
 
 @pytest.mark.parametrize("minor", sorted(kubeline.LINES))
@@ -71,3 +79,14 @@ def test_build_and_up_take_kubernetes_and_pass_it_to_what_they_start(monkeypatch
     assert cli._with_line(handler)(args) == 0 and seen == ["1.36"]
     with pytest.raises(SystemExit):
         parser.parse_args(["dev-cluster", "up", "--kubernetes", "1.35"])
+
+
+def test_our_node_programs_live_once_and_only_the_kubelet_follows_the_minor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(kubeline.ENV, "1.36")
+    folders = {spec.name: module_path(spec).name for spec in NODE_BINARIES}
+    assert folders["kubelet"] == folders["kube-scheduler"] == "kubernetes-1.36"
+    assert folders["fakegpu"] == folders["pause"] == "kubernetes"  # the device plugin API is the same in both
+    assert not (deploy_dir() / "kubernetes-1.36" / "fakegpu").exists()
+    older = node_binaries_dir()
+    monkeypatch.setenv(kubeline.ENV, "1.37")
+    assert node_binaries_dir() != older  # each kubelet its own folder

@@ -19,8 +19,11 @@ from paralleljob.devcluster import kubeline
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 
 _VERSION_PACKAGE = "k8s.io/component-base/version"
-# The symbolic folder of the Kubernetes binaries: resolved per minor by module_path.
-KUBERNETES_MODULE = "kubernetes"
+# The symbolic folder of the Kubernetes binaries: resolved per minor by module_path. Our own programs beside
+# them (the fake device plugin, pause) are built from the default minor's folder whatever the minor: the
+# device plugin API they speak is the same in every supported kubelet, so their sources live once.
+KUBERNETES_MODULE = "kubernetes@minor"
+OUR_PROGRAMS_MODULE = "kubernetes"
 
 
 @dataclass(frozen=True)
@@ -37,9 +40,12 @@ class BinarySpec:
 
 BINARIES: tuple[BinarySpec, ...] = (
     BinarySpec("etcd", "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3"),
-    BinarySpec("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes"),
+    BinarySpec("kube-apiserver", KUBERNETES_MODULE, "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes"),
     BinarySpec(
-        "kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager", "k8s.io/kubernetes"
+        "kube-controller-manager",
+        KUBERNETES_MODULE,
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "k8s.io/kubernetes",
     ),
     BinarySpec("kwok", "kwok", "sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok"),
 )
@@ -92,11 +98,11 @@ ADDONS: dict[str, BinarySpec] = {
 # wrapper module as the API server, and two small programs of ours in that module (the fake GPU device
 # plugin and the pod sandbox's pause process, since no image may be pulled from a registry).
 NODE_BINARIES: tuple[BinarySpec, ...] = (
-    BinarySpec("kubelet", "kubernetes", "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes"),
-    BinarySpec("fakegpu", "kubernetes", "./fakegpu", "k8s.io/kubernetes"),
-    BinarySpec("pause", "kubernetes", "./pause", "k8s.io/kubernetes"),
+    BinarySpec("kubelet", KUBERNETES_MODULE, "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes"),
+    BinarySpec("fakegpu", OUR_PROGRAMS_MODULE, "./fakegpu", "k8s.io/kubernetes"),
+    BinarySpec("pause", OUR_PROGRAMS_MODULE, "./pause", "k8s.io/kubernetes"),
     # Pods that are not ParallelJob's (the chart's Deployment and DaemonSet) need the default scheduler.
-    BinarySpec("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes"),
+    BinarySpec("kube-scheduler", KUBERNETES_MODULE, "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes"),
     # Service names for pods (MASTER_ADDR is a headless Service's pod name), from its own wrapper module.
     BinarySpec("coredns", "coredns", "./cmd", "github.com/coredns/coredns"),
 )
@@ -171,8 +177,9 @@ def node_binaries_dir() -> Path:
     """``<cache>/k8s/realnode-<kubelet version>-<sources hash>/``: our own programs' sources and the module's
     go.sum are part of the key, so editing the device plugin rebuilds it."""
     module = deploy_dir() / kubeline.selected().module_dir
+    ours = deploy_dir() / OUR_PROGRAMS_MODULE
     digest = hashlib.sha256()
-    sources = [module / "go.sum", *module.glob("fakegpu/*.go"), *module.glob("pause/*.go")]
+    sources = [module / "go.sum", *ours.glob("fakegpu/*.go"), *ours.glob("pause/*.go")]
     coredns = deploy_dir() / "coredns"
     for source in sorted([*sources, coredns / "go.sum", *coredns.glob("cmd/*.go")]):
         digest.update(str(source.relative_to(deploy_dir())).encode() + b"\0" + source.read_bytes())

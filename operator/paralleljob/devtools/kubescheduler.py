@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from paralleljob.devcluster.versions import BinarySpec, binaries_dir, ldflags, module_path, versions
+from paralleljob.devcluster.versions import KUBERNETES_MODULE, BinarySpec, binaries_dir, ldflags, module_path, versions
 
-SPEC = BinarySpec("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes")
+SPEC = BinarySpec("kube-scheduler", KUBERNETES_MODULE, "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes")
 
 
 def ensure_kube_scheduler(report: Callable[[str], None] = print) -> Path:
