@@ -226,11 +226,14 @@ def command(args: argparse.Namespace) -> int:
         return 0
     if args.what == "kueue" and args.kueue_parts != "placement":
         from paralleljob.devtools.bench_kueue_parts import run_parts
+        from paralleljob.devtools.flow_report import repair_table
         from paralleljob.devtools.flow_report import table as flow_table
 
         measured = run_parts(args, set(args.kueue_parts.split(",")))
         if "ceiling" in measured:
             print(flow_table(measured))
+        if "repair" in measured:
+            print(repair_table(measured["repair"]))
         return _emit(measured, args.json)
     if args.what == "kueue":
         from paralleljob.devtools.bench_kueue import run_kueue

@@ -127,3 +127,13 @@ def test_repair_summary_takes_medians_over_the_repaired_samples_only() -> None:
     assert got["median_whole_again_s"] == 11.0
     assert got["median_pods_restarted"] == 1.0
     assert summary([{"whole_again_s": None}])["median_whole_again_s"] is None
+
+
+def test_repair_table_has_a_row_per_side_with_the_cost_of_a_repaired_sample() -> None:
+    from paralleljob.devtools.bench_kueue_repair import summary
+    from paralleljob.devtools.flow_report import repair_table
+
+    repaired = {"whole_again_s": 10.3, "pods_restarted": 1, "comm_ms_before": 2800.4, "comm_ms_after": 2900.1}
+    got = repair_table({"kueue": summary([repaired]), "ours": summary([{"whole_again_s": None}])}).splitlines()
+    assert got[2] == "| kueue | 1/1 | 10.3 | 1 | 2800.4 -> 2900.1 |"
+    assert got[3] == "| ours | 0/1 | None | None | - |"

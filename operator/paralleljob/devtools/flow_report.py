@@ -94,3 +94,21 @@ def table(measured: dict[str, Any]) -> str:
             f" | {requests} | {cpu} | {rss} |"
         )
     return "\n".join(lines)
+
+
+def repair_table(repair: dict[str, Any]) -> str:
+    """One row per side of the repair part: samples repaired, medians, and the placement cost before and
+    after of the first sample that was repaired."""
+    lines = [
+        "| side | repaired | median whole again s | median pods restarted | comm ms before -> after |",
+        "|---|---|---|---|---|",
+    ]
+    for who in DRAINS:
+        if who not in repair:
+            continue
+        side = repair[who]
+        done = [r for r in side["samples"] if r.get("whole_again_s") is not None]
+        cost = f"{done[0].get('comm_ms_before')} -> {done[0].get('comm_ms_after')}" if done else "-"
+        medians = f"{side['median_whole_again_s']} | {side['median_pods_restarted']}"
+        lines.append(f"| {who} | {side['repaired']} | {medians} | {cost} |")
+    return "\n".join(lines)
