@@ -23,7 +23,6 @@ from paralleljob.core.eligibility import NodeFilter, restricted, within_domain
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.recovery import RecoveryStrategy
 from paralleljob.core.repair import (
-    FailureAction,
     FailureKind,
     FailureReport,
     GiveUp,
@@ -32,13 +31,11 @@ from paralleljob.core.repair import (
     decide_repair,
 )
 from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.queues import requeue_stamp
 from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.edge.specs import JobObject
 from paralleljob.k8s.plan.breakage import Breakage
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.podsync import delete_all
-from paralleljob.k8s.plan.status import StatusDraft
+from paralleljob.k8s.plan.outcomes import give_up, record_failure, requeue
 from paralleljob.k8s.view.clusterview import ClusterView
 
 if TYPE_CHECKING:
@@ -149,18 +146,20 @@ def handle(
         after = round(dropped.cost.total_ms, 6) if dropped.cost else None
         failure.update(action="DroppedReplica", costAfterMs=after)
         draft.set(restarts=restarts)
-        _record(draft, failure, maintenance)
+        record_failure(draft, failure, maintenance)
         draft.condition("Placed", "True", "DroppedReplica", f"shrank to {dropped.dp} replicas", now)
         return dropped
     if isinstance(decision, GiveUp):
         why = "; ".join(decision.reasons)
         if decision.reason is GiveUpReason.MAX_RESTARTS:
-            _give_up(ctx, held, f"{breakage.message}; {why}", failure, restarts)
+            give_up(ctx, held, f"{breakage.message}; {why}", failure, restarts)
         else:
-            _give_up(ctx, held, f"no room to repair: {why}", failure, restarts)
+            give_up(ctx, held, f"no room to repair: {why}", failure, restarts)
         return None
     if isinstance(decision, Requeue):
-        _requeue(ctx, held, failure, "; ".join(decision.reasons), restarts, maintenance)
+        what = "move off the drained GPUs" if maintenance else "repair"
+        message = f"no room to {what}: {'; '.join(decision.reasons)}; back in the queue"
+        requeue(ctx, held, failure, message, restarts, maintenance)
         return None
     if decision.placement is not None:
         full = policy.strategy is RecoveryStrategy.FULL
@@ -189,7 +188,7 @@ def handle(
         nodes=",".join(new_record.nodes),
         restarts=restarts,
     )
-    _record(draft, failure, maintenance)
+    record_failure(draft, failure, maintenance)
     draft.condition("Bound", "False", "Repairing", message, now)
     draft.condition("Placed", "True", "Repaired", f"{message}; now on {', '.join(new_record.nodes)}", now)
     actions.note("Normal", "Rescheduled", message)
@@ -197,55 +196,3 @@ def handle(
     return new_record
 
 
-def _record(draft: StatusDraft, failure: dict[str, object], maintenance: bool) -> None:
-    """``status.lastFailure``, or ``status.lastDrain`` for a drain (which leaves the last failure as it was)."""
-    kept = {k: v for k, v in failure.items() if v is not None}
-    if maintenance:
-        draft.set(lastDrain=kept)
-    else:
-        draft.set(lastFailure=kept)
-
-
-def _requeue(
-    ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int, maintenance: bool = False
-) -> None:
-    """The core said Requeue (``onUnplaceable: Requeue``): its GPUs are already freed in the view. Its hardware
-    broke, not the job: it keeps its place in line (its ``queuedAt``) unless its queue's ``requeueOrder`` is
-    Back (``core.fifo.keeps_place``). A drained job (``maintenance``) always keeps it, as a preempted one does."""
-    actions, pods, view, now = held.actions, held.pods, ctx.view, ctx.now
-    draft = actions.draft
-    message = f"no room to {'move off the drained GPUs' if maintenance else 'repair'}: {why}; back in the queue"
-    failure.update(action=FailureAction.REQUEUED.value)
-    draft.apply(Event.REQUEUED, "Requeued", message, now)
-    draft.set(
-        placement=None,
-        communicationCost=None,
-        nodes=None,
-        restarts=restarts,
-        queuedAt=held.job.queued_at if maintenance else _requeued_at(ctx, held, failure),
-    )
-    _record(draft, failure, maintenance)
-    actions.note("Normal" if maintenance else "Warning", "Requeued", message)
-    actions.failure_action = None if maintenance else FailureAction.REQUEUED
-    delete_all(actions, pods, view.nodes, "job requeued after a failure")
-
-
-def _requeued_at(ctx: PassContext, held: HeldJob, failure: dict[str, object]) -> str:
-    """Broken hardware is not the job's fault: it keeps its place unless its queue's requeueOrder says Back."""
-    hardware = FailureKind(str(failure["kind"])).hardware
-    return requeue_stamp(ctx.queues.get(held.request.queue), hardware, held.job.queued_at, ctx.now)
-
-
-def _give_up(ctx: PassContext, held: HeldJob, why: str, failure: dict[str, object], restarts: int) -> None:
-    """The core said GiveUp: its GPUs are already freed in the view."""
-    actions, pods, view, now = held.actions, held.pods, ctx.view, ctx.now
-    failure.update(action=FailureAction.FAILED.value)
-    actions.draft.apply(Event.GAVE_UP, "GaveUp", why, now)
-    actions.draft.set(
-        restarts=restarts,
-        completionTime=now,
-        lastFailure={k: v for k, v in failure.items() if v is not None},
-    )
-    actions.note("Warning", "Failed", why)
-    actions.failure_action = FailureAction.FAILED
-    delete_all(actions, pods, view.nodes, "job failed")

@@ -43,11 +43,11 @@ from paralleljob.core.repair import (
     decide_repair,
 )
 from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.queues import requeue_stamp
 from paralleljob.k8s.edge.records import PlacementRecord, cost_to_status
 from paralleljob.k8s.plan.breakage import Breakage
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.kinds.base import Gang
+from paralleljob.k8s.plan.outcomes import give_up, record_failure, requeue
 from paralleljob.k8s.plan.podsync import delete_all
 from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
 from paralleljob.k8s.plan.traygroups import clique_trays
@@ -157,10 +157,12 @@ def repair_trays(
         why = "; ".join(decision.reasons)
         at_limit = decision.reason is GiveUpReason.MAX_RESTARTS
         text = f"{breakage.message}; {why}" if at_limit else f"no room to repair inside the NVLink cliques: {why}"
-        _give_up(ctx, held, text, failure, restarts)
+        give_up(ctx, held, text, failure, restarts)
         return None
     if isinstance(decision, Requeue):
-        _requeue(ctx, held, failure, "; ".join(decision.reasons), restarts, maintenance)
+        what = "move off the drained trays" if maintenance else "repair"
+        message = f"no room to {what} inside the NVLink cliques: {'; '.join(decision.reasons)}; back in the queue"
+        requeue(ctx, held, failure, message, restarts, maintenance)
         return None
     placement = decision.placement
     if placement is None:  # a hardware decision always carries a placement; kept for the type
@@ -188,51 +190,12 @@ def repair_trays(
         nodes=",".join(new.nodes),
         restarts=restarts,
     )
-    _record(held, failure, maintenance)
+    record_failure(held.actions.draft, failure, maintenance)
     draft.condition("Bound", "False", "Repairing", text, now)
     draft.condition("Placed", "True", "Repaired", f"{text}; now on {', '.join(new.nodes)}", now)
     actions.note("Normal", "Rescheduled", text)
     actions.failure_action = None if maintenance else FailureAction.RESCHEDULED
     return new
-
-
-def _record(held: HeldJob, failure: dict[str, object], maintenance: bool) -> None:
-    """``status.lastFailure``, or ``status.lastDrain`` for a drain (the last real failure stays)."""
-    kept = {k: v for k, v in failure.items() if v is not None}
-    held.actions.draft.set(**({"lastDrain": kept} if maintenance else {"lastFailure": kept}))
-
-
-def _requeue(
-    ctx: PassContext, held: HeldJob, failure: dict[str, object], why: str, restarts: int, maintenance: bool
-) -> None:
-    """The core said Requeue: the job's GPUs are already freed in the view. Broken hardware is not the job's
-    fault: it keeps its place unless its queue's requeueOrder says Back; a drained job always keeps it."""
-    actions, job, now = held.actions, held.job, ctx.now
-    draft = actions.draft
-    what = "move off the drained trays" if maintenance else "repair"
-    message = f"no room to {what} inside the NVLink cliques: {why}; back in the queue"
-    failure.update(action=FailureAction.REQUEUED.value)
-    draft.apply(Event.REQUEUED, "Requeued", message, now)
-    queued_at = (
-        job.queued_at if maintenance else requeue_stamp(ctx.queues.get(held.request.queue), True, job.queued_at, now)
-    )
-    draft.set(placement=None, communicationCost=None, nodes=None, restarts=restarts, queuedAt=queued_at)
-    _record(held, failure, maintenance)
-    actions.note("Normal" if maintenance else "Warning", "Requeued", message)
-    actions.failure_action = None if maintenance else FailureAction.REQUEUED
-    delete_all(actions, held.pods, ctx.view.nodes, "job requeued after a tray failed")
-
-
-def _give_up(ctx: PassContext, held: HeldJob, why: str, failure: dict[str, object], restarts: int) -> None:
-    """The core said GiveUp (maxRestarts reached, or no room with onUnplaceable: Fail): GPUs already freed."""
-    actions, now = held.actions, ctx.now
-    failure.update(action=FailureAction.FAILED.value)
-    actions.draft.apply(Event.GAVE_UP, "GaveUp", why, now)
-    actions.draft.set(restarts=restarts, completionTime=now)
-    _record(held, failure, False)
-    actions.note("Warning", "Failed", why)
-    actions.failure_action = FailureAction.FAILED
-    delete_all(actions, held.pods, ctx.view.nodes, "job failed")
 
 
 def restart_failed_trays(ctx: PassContext, held: HeldJob, failed: Sequence[PodInfo]) -> PlacementRecord | None:
