@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import sys
@@ -22,11 +21,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
-from realhelpers import REAL_NODE_GPUS, RealCluster, skip_unless_real_nodes_can_run
+from realhelpers import REAL_NODE_GPUS, RealCluster, real_cluster_up
 
-from paralleljob.devcluster.cluster import down, reap_abandoned, up
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.devcluster.realnodes import load_image
 from paralleljob.devcluster.session import KubeSession
 
 REAL_CLUSTER_PREFIX = "e2e-real-"
@@ -35,27 +32,8 @@ REAL_SHAPE = NodeShape(count=2, gpus_per_node=8, nodes_per_rack=2)
 
 @pytest.fixture(scope="session")
 def real_cluster(pytestconfig: pytest.Config) -> Iterator[RealCluster]:
-    skip_unless_real_nodes_can_run()
-    from paralleljob.packaging.image import build_worker_image
-
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-
-    def progress(message: str) -> None:
-        if capture is None:
-            print(message, flush=True)
-            return
-        with capture.global_and_fixture_disabled():
-            print(f"[real nodes] {message}", flush=True)
-
-    reap_abandoned(REAL_CLUSTER_PREFIX, report=progress)
-    worker_tag, worker_archive = build_worker_image(progress)
-    name = f"{REAL_CLUSTER_PREFIX}{os.getpid()}"
-    cluster = up(name, REAL_SHAPE, report=progress, die_with_caller=True, real_nodes=2, real_node_gpus=REAL_NODE_GPUS)
-    try:
-        load_image(name, cluster.run_dir, worker_archive)
-        yield RealCluster(cluster, worker_tag)
-    finally:
-        down(name, report=progress)
+    with real_cluster_up(pytestconfig, REAL_CLUSTER_PREFIX, REAL_SHAPE, REAL_NODE_GPUS, "real nodes") as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,8 +14,10 @@ from typing import Any
 import pytest
 
 from paralleljob.devcluster import hostcheck
-from paralleljob.devcluster.cluster import DevCluster
+from paralleljob.devcluster.cluster import DevCluster, down, reap_abandoned, up
 from paralleljob.devcluster.nodenet import NodeNet
+from paralleljob.devcluster.nodes import NodeShape
+from paralleljob.devcluster.realnodes import load_image
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.devtools.operatorproc import OperatorMetrics
 
@@ -115,3 +120,33 @@ class InClusterOperator(OperatorMetrics):
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.logs().splitlines()[-lines:])
+
+
+@contextmanager
+def real_cluster_up(
+    pytestconfig: pytest.Config, prefix: str, shape: NodeShape, gpus: int, label: str
+) -> Iterator[RealCluster]:
+    """A dev cluster with two real nodes of ``gpus`` fake GPUs each beside ``shape``'s kwok nodes, the worker
+    image built and loaded on both, torn down after; skipped where real nodes cannot run. Progress goes to the
+    terminal with pytest's capture lifted, prefixed ``[label]``."""
+    skip_unless_real_nodes_can_run()
+    from paralleljob.packaging.image import build_worker_image
+
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+
+    def progress(message: str) -> None:
+        if capture is None:
+            print(message, flush=True)
+            return
+        with capture.global_and_fixture_disabled():
+            print(f"[{label}] {message}", flush=True)
+
+    reap_abandoned(prefix, report=progress)
+    worker_tag, worker_archive = build_worker_image(progress)
+    name = f"{prefix}{os.getpid()}"
+    cluster = up(name, shape, report=progress, die_with_caller=True, real_nodes=2, real_node_gpus=gpus)
+    try:
+        load_image(name, cluster.run_dir, worker_archive)
+        yield RealCluster(cluster, worker_tag)
+    finally:
+        down(name, report=progress)

@@ -14,7 +14,6 @@ The cluster is this module's own (its API server runs with DRA's flags), up for 
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import sys
@@ -30,12 +29,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dra_e2e"))
 from drahelpers import assert_claims_match_placement, claim_devices, claims
 from pjhelpers import Jobs, OperatorProcess, jobs_in, running, wait_for
-from realhelpers import RealCluster, skip_unless_real_nodes_can_run, worker_template
+from realhelpers import RealCluster, real_cluster_up, worker_template
 
-from paralleljob.devcluster.cluster import down, reap_abandoned, up
 from paralleljob.devcluster.dra import DRIVER, device_uuid
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.devcluster.realnodes import load_image
 from paralleljob.devcluster.session import KubeSession
 
 pytestmark = pytest.mark.e2e
@@ -65,27 +62,8 @@ time.sleep(3600)
 
 @pytest.fixture(scope="module")
 def dra_real(pytestconfig: pytest.Config) -> Iterator[RealCluster]:
-    skip_unless_real_nodes_can_run()
-    from paralleljob.packaging.image import build_worker_image
-
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-
-    def progress(message: str) -> None:
-        if capture is None:
-            print(message, flush=True)
-            return
-        with capture.global_and_fixture_disabled():
-            print(f"[real DRA nodes] {message}", flush=True)
-
-    reap_abandoned(PREFIX, report=progress)
-    worker_tag, worker_archive = build_worker_image(progress)
-    name = f"{PREFIX}{os.getpid()}"
-    cluster = up(name, SHAPE, report=progress, die_with_caller=True, real_nodes=2, real_node_gpus=GPUS_PER_NODE)
-    try:
-        load_image(name, cluster.run_dir, worker_archive)
-        yield RealCluster(cluster, worker_tag)
-    finally:
-        down(name, report=progress)
+    with real_cluster_up(pytestconfig, PREFIX, SHAPE, GPUS_PER_NODE, "real DRA nodes") as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
