@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from paralleljob.core import repair
+from paralleljob.core.failure import repair
 
 
 def summary(decision: repair.RepairDecision) -> tuple[Any, ...]:

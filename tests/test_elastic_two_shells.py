@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from paralleljob.core import elastic as core_elastic
-from paralleljob.core import elastic_failure
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan import failures as operator_failures
+from paralleljob.core.failure import elastic_failure
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.plan.failure import failures as operator_failures
 from paralleljob.k8s.plan.kinds import elastic_admission as operator_admission
 from paralleljob.k8s.plan.kinds import resizing as operator_growth
 from paralleljob.sim.cluster.failures import Failure, Scope

@@ -1,5 +1,5 @@
 """The default strict FIFO through both shells: the operator's reconcile pass and the simulator's engine call
-the same core pass (core.fifo.schedule_fifo) and get the same decisions, job by job.
+the same core pass (core.admit.fifo.schedule_fifo) and get the same decisions, job by job.
 
 On two 8-GPU nodes: ``first`` (8 GPUs) fits, ``wide`` (16 GPUs) then does not and becomes the head, ``small``
 (1 GPU) waits behind it although it would fit; when ``first`` ends, ``wide`` runs and ``small`` waits for room.
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from paralleljob.core import fifo
-from paralleljob.core.admission import Admit
-from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER
-from paralleljob.k8s.edge.queues import parse_queue
-from paralleljob.k8s.plan import fifo_admission
+from paralleljob.core.admit import fifo
+from paralleljob.core.admit.admission import Admit
+from paralleljob.core.admit.fifo import DEFAULT_REQUEUE_ORDER
+from paralleljob.k8s.edge.parse.queues import parse_queue
+from paralleljob.k8s.plan.admission import fifo_admission
 from paralleljob.sim.run import engine
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation

@@ -1,5 +1,5 @@
 """One failure scenario through both shells: the operator's reconcile passes and the simulator's engine must
-ask the core the same questions and get the same answers (core.repair.decide_repair), decision by decision.
+ask the core the same questions and get the same answers (core.failure.repair.decide_repair), decision by decision.
 
 The scenario, on four 8-GPU nodes under one leaf, for a job of two 8-GPU TP groups (one per node) with
 ``maxRestarts: 2``: a GPU under group 0 breaks (minimal repair: group 0 moves to a spare node), then group 1's
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from paralleljob.core.repair import FailureKind, FailurePolicy, GiveUpReason
-from paralleljob.k8s.edge.records import record_from_status
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan import failures as operator_failures
+from paralleljob.core.failure.repair import FailureKind, FailurePolicy, GiveUpReason
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.status.records import record_from_status
+from paralleljob.k8s.plan.failure import failures as operator_failures
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import disruptions as sim_failures
 from paralleljob.sim.run.config import SimConfig

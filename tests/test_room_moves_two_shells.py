@@ -1,4 +1,4 @@
-"""A move plan through both shells: the operator (``k8s/plan/roommaking``) and the simulator's
+"""A move plan through both shells: the operator (``k8s/plan/moves/roommaking``) and the simulator's
 ``ours-nvl72-moves`` policy (``sim/run/roommoves``) must put the same question to ``core.moves.plan_moves``
 and get the same plan (issue 40: one rule for moves, carried out twice).
 
@@ -22,14 +22,14 @@ import pytest
 
 from paralleljob.core import moves
 from paralleljob.core.cluster import ClusterState
-from paralleljob.core.cost import CostModel
 from paralleljob.core.moves import MovePlan, MoveRequest, NoMovePlan
-from paralleljob.core.placement import PlacerLike
-from paralleljob.k8s.edge import computedomain as cd
-from paralleljob.k8s.edge.queues import QueueInfo
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan import roommaking
-from paralleljob.k8s.plan.trayadmission import nvlink_topology
+from paralleljob.core.placing.placement import PlacerLike
+from paralleljob.core.timing.cost import CostModel
+from paralleljob.k8s.edge.parse.queues import QueueInfo
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.plan.admission.trayadmission import nvlink_topology
+from paralleljob.k8s.plan.moves import roommaking
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import roommoves
 from paralleljob.sim.run.config import SimConfig

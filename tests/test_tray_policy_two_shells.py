@@ -1,5 +1,5 @@
 """One NVL72 tray-failure scenario through both shells: the operator's tray repair (``k8s/plan/kinds/trayrepair``)
-and the simulator's NVL72 policy (``ours-nvl72``) must ask ``core.repair.decide_repair`` the same questions and
+and the simulator's NVL72 policy (``ours-nvl72``) must ask ``core.failure.repair.decide_repair`` the same questions and
 get the same answers, decision by decision (issue 39: the operator's tray repair used to skip it).
 
 Two racks of 6 trays of 4 GPUs, a TP8xDP2 job (two TP groups of two whole trays) with ``maxRestarts: 1`` and
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.core.repair import FailureKind, FailurePolicy, GiveUpReason
-from paralleljob.k8s.edge import computedomain as cd
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.core.failure.recovery import RecoveryStrategy
+from paralleljob.core.failure.repair import FailureKind, FailurePolicy, GiveUpReason
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
+from paralleljob.k8s.plan.admission.trayadmission import nvlink_topology
 from paralleljob.k8s.plan.kinds import trayrepair
-from paralleljob.k8s.plan.trayadmission import nvlink_topology
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import disruptions as sim_failures
 from paralleljob.sim.run.config import SimConfig

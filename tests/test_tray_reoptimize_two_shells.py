@@ -1,4 +1,4 @@
-"""A tray job's move back through both shells: the operator (``k8s/plan/reoptimizing``) and the simulator's
+"""A tray job's move back through both shells: the operator (``k8s/plan/moves/reoptimizing``) and the simulator's
 ``ours-nvl72`` policy (``sim/run/disruptions``) must put the same question to ``core.reoptimize`` and get the
 same answer (issue 39: tray jobs were never re-optimised, then priced by a rule written twice).
 
@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from paralleljob.core.reoptimize import MigrationDecision, decide_migration
-from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan import reoptimizing
-from paralleljob.k8s.plan.reoptimizing import RECHECK_SECONDS
-from paralleljob.k8s.plan.trayadmission import nvlink_topology
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
+from paralleljob.k8s.plan.admission.trayadmission import nvlink_topology
+from paralleljob.k8s.plan.moves import reoptimizing
+from paralleljob.k8s.plan.moves.reoptimizing import RECHECK_SECONDS
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import disruptions
 from paralleljob.sim.run.config import SimConfig

@@ -8,7 +8,7 @@ import random
 import time
 
 from paralleljob.core import Allocation, ClusterState, GPUHealth, JobSpec, PlacementInfeasible, Placer, cost_model
-from paralleljob.core.placement import PlacerLike
+from paralleljob.core.placing.placement import PlacerLike
 
 FILL_SHAPES = ((1, 2, 4, 8), (1, 1, 2, 4), (1, 2, 4, 8))  # TP, PP, DP choices of the background jobs
 

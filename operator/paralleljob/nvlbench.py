@@ -14,8 +14,8 @@ from typing import Any
 
 from paralleljob.benchload import clock, fill
 from paralleljob.core import ClusterState, JobSpec, cost_model
-from paralleljob.core.cliques import nvl72_topology
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.cliques import nvl72_topology
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 
 # TP, PP, DP of the background jobs: single-tray ones among them, so that many trays are partly used
 NVL72_FILL_SHAPES = ((1, 2, 4, 4, 8, 16), (1, 1, 2, 4), (1, 2, 4, 8))

@@ -9,7 +9,7 @@ from typing import Any
 from paralleljob.agent.fake import FakeNvml, parse_script
 from paralleljob.agent.kube import NodeApiError
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.parse.nodes import NodeInfo, parse_node
 from tests.k8s.factories import node
 
 

@@ -1,7 +1,7 @@
 """The agent on a DRA node (agent/taintrules.py, Agent.publish_rules): one DeviceTaintRule per non-healthy
 GPU, selecting the device whose ``uuid`` attribute is the GPU's NVML UUID, deleted when the GPU recovers;
 none on a node without a slice of the driver. The rules it writes parse, on the operator's side, into
-exactly the taint the agent meant (k8s/edge/taintrules.py)."""
+exactly the taint the agent meant (k8s/edge/parse/taintrules.py)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from paralleljob.agent.taintrules import device_order as agent_device_order
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.devcluster.dra import device_uuid, resource_slice_manifest
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.k8s.edge.dra import device_order as operator_device_order
-from paralleljob.k8s.edge.taintrules import parse_taint_rule
+from paralleljob.k8s.edge.parse.dra import device_order as operator_device_order
+from paralleljob.k8s.edge.parse.taintrules import parse_taint_rule
 from tests.agent.fakes import FakeNode, fake_nvml
 
 NODE = "gpu-node-000"

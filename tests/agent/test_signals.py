@@ -1,5 +1,5 @@
 """What lands on the Node for each kind of fault, read back with the operator's own parser
-(``paralleljob.k8s.edge.nodes.parse_node``): Offline/Resetting GPUs are broken, Degraded ones are not."""
+(``paralleljob.k8s.edge.parse.nodes.parse_node``): Offline/Resetting GPUs are broken, Degraded ones are not."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from paralleljob.agent.monitor import Monitor
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.k8s.edge import constants
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.nodes import parse_indices, parse_node
+from paralleljob.k8s.edge.parse.nodes import parse_indices, parse_node
 from tests.k8s.factories import node
 
 

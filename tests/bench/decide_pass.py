@@ -14,9 +14,9 @@ import sys
 import time
 
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import parse_pod
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.pods import parse_pod
+from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.plan.decide import Observed, decide
 from tests.k8s.factories import foreign_pod, node, paralleljob
 

@@ -49,9 +49,9 @@ from typing import Any, cast
 from paralleljob.devtools.bench_jobs import flood_body
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import API_VERSION
-from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.parse.queues import QueueInfo
 from paralleljob.k8s.plan.actions import JobActions
-from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.observe.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from tests.bench.waiting_pass import queue_body
 from tests.k8s.factories import node

@@ -21,9 +21,9 @@ import sys
 import time
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, Topology, cost_model
-from paralleljob.core.evaluate import placement_cost
 from paralleljob.core.moves import MovableJob, MoveBounds, MovePlan, MoveRequest, plan_moves
-from paralleljob.core.placer import OPERATOR_PLACER, Placer
+from paralleljob.core.placing.placer import OPERATOR_PLACER, Placer
+from paralleljob.core.timing.evaluate import placement_cost
 
 
 def scenario(nodes: int) -> tuple[ClusterState, MoveRequest]:

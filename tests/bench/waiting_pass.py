@@ -46,8 +46,8 @@ from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, JOB_LABEL, VERSION
 from paralleljob.k8s.plan.actions import JobActions
-from paralleljob.k8s.runtime import gctuning
-from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.memory import gctuning
+from paralleljob.k8s.runtime.observe.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -59,7 +59,7 @@ _rv = itertools.count(10**9)
 
 def settled(waiting: int, queues: int, nodes: int) -> FakeCluster:
     names = [f"q{i:04d}" for i in range(queues)]
-    from paralleljob.k8s.edge.queues import QueueInfo
+    from paralleljob.k8s.edge.parse.queues import QueueInfo
 
     fc = FakeCluster(
         [node(f"gpu-node-{i:04d}", leaf=f"leaf-{i // 8:03d}") for i in range(nodes)],
@@ -145,7 +145,7 @@ async def measure(
     reconciler.on_list("job", [copy.deepcopy(b) for b in fc.jobs.values()], "1")
     reconciler.on_list("queue", [queue_body(name) for name in fc.queues], "1")
 
-    # the operator's garbage collection (runtime/gctuning.py): thresholds tuned, the heap frozen as its
+    # the operator's garbage collection (runtime/memory/gctuning.py): thresholds tuned, the heap frozen as its
     # scheduled collection leaves it
     gctuning.tune()
     gctuning.collect(whole=True)

@@ -14,7 +14,7 @@ from paralleljob.clitools.describe import describe_job
 from paralleljob.clitools.gpumap import build_map
 from paralleljob.clitools.jobrender import description_renderable, failure_text
 from paralleljob.clitools.render import gpu_map_renderable
-from paralleljob.k8s.edge import computedomain as cd
+from paralleljob.k8s.edge.render import computedomain as cd
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 

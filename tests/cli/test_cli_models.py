@@ -17,7 +17,7 @@ from paralleljob.clitools.jobrender import description_renderable
 from paralleljob.clitools.render import gpu_map_renderable
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.parse.nodes import parse_node
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 from tests.k8s.test_dra import dra_node, gpu, resource_slice

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from paralleljob.core.cost import CostBreakdown
-from paralleljob.k8s.edge.records import cost_from_status, cost_to_status, rounded_ms
+from paralleljob.core.timing.cost import CostBreakdown
+from paralleljob.k8s.edge.status.records import cost_from_status, cost_to_status, rounded_ms
 
 CRD = Path(__file__).parents[2] / "crds" / "paralleljob.yaml"
 

@@ -14,8 +14,8 @@ from paralleljob.dashboard.detail import job_detail
 from paralleljob.dashboard.feed import Feed
 from paralleljob.dashboard.model import STATE_LETTERS, picture
 from paralleljob.k8s.edge.config import DraConfig
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
+from paralleljob.k8s.edge.status.trayrecords import TraySlot
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 from tests.k8s.test_dra import claim, dra_node, gpu, resource_slice

@@ -1,5 +1,5 @@
 """The web view shows moves that free room (issue 40) as ``describe`` does: one parse of the status
-(``edge/moveplans.moves_of``) for the job list of every snapshot, the job's panel and the CLI.
+(``edge/status/moveplans.moves_of``) for the job list of every snapshot, the job's panel and the CLI.
 
 The scene is the room-moves FakeCluster test's: one-tray jobs scattered over two NVL72 racks, a TP8 x DP8
 job waiting for a clique while they move at their checkpoints; then the moves done and the job running."""
@@ -21,7 +21,7 @@ from paralleljob.dashboard.detail import job_detail
 from paralleljob.dashboard.feed import Feed
 from paralleljob.dashboard.model import picture
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
-from paralleljob.k8s.edge.moveplans import moves_of
+from paralleljob.k8s.edge.status.moveplans import moves_of
 from tests.k8s import test_tray_room_moves as room
 from tests.k8s.harness import FakeCluster
 

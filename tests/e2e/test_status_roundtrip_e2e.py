@@ -19,7 +19,7 @@ from tests.k8s.statuscorpus import statuses
 
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
-from paralleljob.k8s.edge.statuscheck import dropped_fields
+from paralleljob.k8s.edge.status.statuscheck import dropped_fields
 
 pytestmark = pytest.mark.e2e
 

@@ -11,23 +11,23 @@ import datetime as dt
 from typing import Any
 
 from paralleljob.clitools.drain import plan as drain_plan
-from paralleljob.core.queueing import QueuePolicy
-from paralleljob.k8s.edge.computedomain import parse_domain
+from paralleljob.core.admit.queueing import QueuePolicy
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.dra import parse_claim
-from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import PodInfo, parse_pod
-from paralleljob.k8s.edge.queues import QueueInfo
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.edge.parse.dra import parse_claim
+from paralleljob.k8s.edge.parse.nativegroups import parse_pod_group, parse_workload
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.parse.queues import QueueInfo
+from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
+from paralleljob.k8s.edge.render.computedomain import parse_domain
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
 from paralleljob.k8s.plan.actions import JobActions, Plan
-from paralleljob.k8s.plan.backoff import Backoff
+from paralleljob.k8s.plan.admission.waiting import WaitingMemo
 from paralleljob.k8s.plan.decide import Observed, decide
+from paralleljob.k8s.plan.failure.backoff import Backoff
 from paralleljob.k8s.plan.jobdecision import ACTIVE
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import wait_message_changed
-from paralleljob.k8s.plan.waiting import WaitingMemo
 from paralleljob.k8s.view.clusterview import ClusterView
 from tests.k8s.factories import pod_from_manifest
 

@@ -20,9 +20,9 @@ from typing import Any
 import paralleljob.k8s.plan as plan_package
 from paralleljob.clitools.drain import plan as drain_plan
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
-from paralleljob.k8s.edge.queues import queue_policy
-from paralleljob.k8s.edge.records import record_from_status
-from paralleljob.k8s.plan.reoptimizing import RECHECK_SECONDS
+from paralleljob.k8s.edge.parse.queues import queue_policy
+from paralleljob.k8s.edge.status.records import record_from_status
+from paralleljob.k8s.plan.moves.reoptimizing import RECHECK_SECONDS
 from tests.k8s import test_tray_room_moves as room
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -34,7 +34,7 @@ def written_status_fields() -> set[str]:
     """Top-level status fields the plan writes: keyword names of ``<draft>.set(...)`` calls and string
     subscripts assigned on ``<draft>.data``."""
     fields: set[str] = set()
-    for path in sorted(PLAN_DIR.glob("*.py")):
+    for path in sorted(PLAN_DIR.rglob("*.py")):
         for node_ in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node_, ast.Call)
@@ -180,7 +180,7 @@ def _drained_then_moved() -> Iterator[dict[str, Any]]:
 
 
 def _moved_for_room() -> Iterator[dict[str, Any]]:
-    """Moves that free a clique (``plan/roommaking``): the waiting job's plan (``status.movePlan``), the moved
+    """Moves that free a clique (``plan/moves/roommaking``): the waiting job's plan (``status.movePlan``), the moved
     jobs' record (``lastRoomMove``), and a job no plan helps (``moveCheck``)."""
     fc = room.scattered(interval=7200)
     rec = Recorder(fc)

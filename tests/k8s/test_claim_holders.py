@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.plan.decide import claims_of
-from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.observe.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster

@@ -1,11 +1,13 @@
-"""The operator's ResourceClaims (k8s/edge/claims.py) and how podsync asks for them on DRA nodes."""
+"""The operator's ResourceClaims (k8s/edge/render/claims.py) and how podsync asks for them on DRA nodes."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from paralleljob.k8s.edge.claims import (
+from paralleljob.k8s.edge.parse.nodes import DraGpus, parse_node
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render.claims import (
     DeviceClaim,
     allocation,
     claim_manifest,
@@ -14,10 +16,8 @@ from paralleljob.k8s.edge.claims import (
     state,
     with_claim,
 )
-from paralleljob.k8s.edge.nodes import DraGpus, parse_node
-from paralleljob.k8s.edge.records import PodSlot
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan.podsync import device_claim
+from paralleljob.k8s.edge.status.records import PodSlot
+from paralleljob.k8s.plan.pods.podsync import device_claim
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.test_dra import CONFIG
 

@@ -4,11 +4,11 @@ trays of a rack reach each other over the network, so the clique level costs wha
 from __future__ import annotations
 
 from paralleljob.core.cluster import ClusterState
-from paralleljob.core.cost import cost_model
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placer import Placer
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.cost import cost_model
 from paralleljob.k8s.edge.config import TopologyConfig, topology_from_mapping
-from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.parse.nodes import parse_node
 from paralleljob.k8s.view.clusterview import build_view
 from tests.k8s.factories import node
 

@@ -1,4 +1,4 @@
-"""DRA discovery: ResourceSlices and ResourceClaims parsed at the edge, and laid over the nodes (k8s/edge/dra.py).
+"""DRA discovery: ResourceSlices and ResourceClaims parsed at the edge, and laid over the nodes (k8s/edge/parse/dra.py).
 
 The slice dicts have the shape NVIDIA's driver publishes (and the dev cluster's ``--gpu-api dra`` copies):
 pool named after the node, ``gpu-<minor>`` devices with typed attributes and a ``memory`` capacity.
@@ -12,8 +12,15 @@ from typing import Any
 from paralleljob.devcluster.dra import resource_slice_manifest
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
-from paralleljob.k8s.edge.dra import device_order, held_devices, node_gpus, overlay_nodes, parse_claim, parse_slice
-from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.parse.dra import (
+    device_order,
+    held_devices,
+    node_gpus,
+    overlay_nodes,
+    parse_claim,
+    parse_slice,
+)
+from paralleljob.k8s.edge.parse.nodes import parse_node
 from paralleljob.k8s.view.clusterview import build_view
 from tests.k8s.factories import node
 

@@ -8,9 +8,9 @@ import itertools
 from typing import Any
 
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
-from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
-from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
-from paralleljob.k8s.edge.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.parse.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
+from paralleljob.k8s.edge.parse.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
 from paralleljob.k8s.view.clusterview import build_view
 from paralleljob.k8s.view.dranodes import OverlaidNodes
 from paralleljob.k8s.view.liveview import LiveView

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placer import Placer
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.cost import cost_model
 from paralleljob.devcluster.dra import resource_slice_manifest
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig, topology_from_mapping
-from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, overlay_nodes, parse_claim, parse_slice
-from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
-from paralleljob.k8s.edge.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.parse.dra import ClaimInfo, SliceInfo, overlay_nodes, parse_claim, parse_slice
+from paralleljob.k8s.edge.parse.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
 from paralleljob.k8s.view.clusterview import ClusterView, build_view
 from paralleljob.k8s.view.dranodes import OverlaidNodes
 from paralleljob.k8s.view.liveview import LiveView

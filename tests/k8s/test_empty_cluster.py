@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from paralleljob.core.queueing import QueuePolicy
+from paralleljob.core.admit.queueing import QueuePolicy
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.records import PodSlot
+from paralleljob.k8s.edge.status.records import PodSlot
 from paralleljob.k8s.view.clusterview import build_view
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster

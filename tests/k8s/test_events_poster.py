@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from paralleljob.k8s.edge.specs import JobObject, parse_job
-from paralleljob.k8s.runtime import events as events_module
-from paralleljob.k8s.runtime.events import MAX_WAIT_FOR_BINDS_S, EventPoster
+from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
+from paralleljob.k8s.runtime.observe import events as events_module
+from paralleljob.k8s.runtime.observe.events import MAX_WAIT_FOR_BINDS_S, EventPoster
 from tests.k8s import factories
 from tests.k8s.fakekube import FakeApi
 from tests.timings import record_time

@@ -1,4 +1,4 @@
-"""The failure policy's defaults live once, in core.repair.FailurePolicy: the CRD's schema defaults (what the
+"""The failure policy's defaults live once, in core.failure.repair.FailurePolicy: the CRD's schema defaults (what the
 API server fills in) and the operator's parsing of a spec that leaves the field out must agree with them."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, OnUnplaceable, ReoptimizePolicy
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.core.failure.recovery import RecoveryStrategy
+from paralleljob.core.failure.repair import DEFAULT_FAILURE_POLICY, OnUnplaceable, ReoptimizePolicy
+from paralleljob.k8s.edge.parse.specs import parse_job
 from tests.k8s.factories import paralleljob
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Job statuses kept as read-only records (edge/frozenjson.py, slim_job): they read and compare like the
+"""Job statuses kept as read-only records (edge/parse/frozenjson.py, slim_job): they read and compare like the
 dicts they came from, and what the operator writes from them is plain JSON."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from paralleljob.core.lifecycle import Event, Phase
-from paralleljob.k8s.edge.frozenjson import JsonRecord, record
-from paralleljob.k8s.edge.slim import Sharing, slim_job
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.frozenjson import JsonRecord, record
+from paralleljob.k8s.edge.parse.slim import Sharing, slim_job
+from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.plan.status import StatusDraft
 from tests.k8s.factories import paralleljob
 

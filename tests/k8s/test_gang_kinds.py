@@ -16,9 +16,9 @@ import pytest
 from paralleljob import k8s
 from paralleljob.core.elastic import ElasticRange
 from paralleljob.core.rankorder import RankOrder
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
-from paralleljob.k8s.edge.specs import JobRequest, parse_job
-from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.edge.parse.specs import JobRequest, parse_job
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
+from paralleljob.k8s.edge.status.trayrecords import TraySlot
 from paralleljob.k8s.plan.kinds import base
 from paralleljob.k8s.plan.kinds.gangs import GANGS, LAYOUTS, gang_of
 from paralleljob.k8s.plan.kinds.picker import KINDS, may_take_trays
@@ -30,12 +30,12 @@ KINDS_PACKAGE = K8S / "plan" / "kinds"
 # issue 39's measure: reads of the fields a gang's kind, layout and sizing answer for
 FIELD_READS = re.compile(r"\.trays|\.pod_group\b|\.elastic\b")
 # The lines outside plan/kinds that still match, at most; lower it as they go, never raise it. Issue 39's
-# target is 10; 106 matched before the package existed. What is left: the record's own fields (edge/records.py:
-# its pods whichever layout, its status and TP groups; edge/traymanifests.py: the cliques of its trays), the
-# parse's import of core.elastic's range and a status field's name in a comment (edge/specs.py,
-# edge/jobstatus.py), and plan/podgroups.py, which the adopted kinds build on, so it cannot ask the picker:
-# the group's name handed to its tray checks and whether a job is a group's at all. The NVL72 admission's
-# reads of core.cliques.CliqueIndex.tray_nodes (the topology's trays of each clique, beside tray_gpus) no
+# target is 10; 106 matched before the package existed. What is left: the record's own fields (edge/status/records.py:
+# its pods whichever layout, its status and TP groups; edge/render/traymanifests.py: the cliques of its trays), the
+# parse's import of core.elastic's range and a status field's name in a comment (edge/parse/specs.py,
+# edge/status/jobstatus.py), and plan/groups/podgroups.py, which the adopted kinds build on, so it cannot ask the
+# picker: the group's name handed to its tray checks and whether a job is a group's at all. The NVL72 admission's
+# reads of core.nvl72.cliques.CliqueIndex.tray_nodes (the topology's trays of each clique, beside tray_gpus) no
 # longer match since the field was named for what it holds; they never were a gang's.
 CEILING = 10
 

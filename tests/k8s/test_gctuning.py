@@ -1,4 +1,4 @@
-"""The operator's garbage collection schedule (runtime/gctuning.py): cycles are still found, recent ones at
+"""The operator's garbage collection schedule (runtime/memory/gctuning.py): cycles are still found, recent ones at
 every scheduled collection and those among frozen survivors at the whole-heap one; thresholds come back.
 And how long the reconcile loop leaves to I/O after a pass (reconciler.yield_after)."""
 
@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from paralleljob.k8s.runtime import gctuning
+from paralleljob.k8s.runtime.memory import gctuning
 
 
 class Node:

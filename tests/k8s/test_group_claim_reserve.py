@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from paralleljob.k8s.edge.dra import parse_claim
-from paralleljob.k8s.edge.nativegroups import parse_pod_group
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.dra import parse_claim
+from paralleljob.k8s.edge.parse.nativegroups import parse_pod_group
+from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.plan.actions import JobActions, PodBind
-from paralleljob.k8s.plan.groupclaims import reservations
+from paralleljob.k8s.plan.groups.groupclaims import reservations
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.runtime.executor import Executor, Outcome
 from paralleljob.k8s.view.store import ObjectStore

@@ -11,8 +11,8 @@ why."""
 
 from __future__ import annotations
 
-from paralleljob.k8s.edge import computedomain as cd
-from paralleljob.k8s.edge.queues import parse_queue
+from paralleljob.k8s.edge.parse.queues import parse_queue
+from paralleljob.k8s.edge.render import computedomain as cd
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 from tests.k8s.test_tray_room_moves import at, condition, described, nodes_of

@@ -1,5 +1,5 @@
 """A ParallelJob's status is parsed once into a frozen JobStatus: what each field reads as when the API
-object lacks it or holds garbage (the defaults live in one place, ``k8s/edge/jobstatus.py``)."""
+object lacks it or holds garbage (the defaults live in one place, ``k8s/edge/status/jobstatus.py``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from paralleljob.core.lifecycle import Phase
-from paralleljob.k8s.edge.jobstatus import JobStatus, parse_status
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.status.jobstatus import JobStatus, parse_status
 from tests.k8s.factories import paralleljob
 
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import parse_pod
-from paralleljob.k8s.edge.queues import QueueInfo
-from paralleljob.k8s.edge.records import record_from_status
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.pods import parse_pod
+from paralleljob.k8s.edge.parse.queues import QueueInfo
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.status.records import record_from_status
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.metrics_model import gauges, queue_statuses
-from paralleljob.k8s.plan.podsync import gpu_holders, sync_pods
+from paralleljob.k8s.plan.pods.podsync import gpu_holders, sync_pods
 from paralleljob.k8s.plan.status import StatusDraft
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
@@ -277,7 +277,7 @@ def test_malformed_template_fails_with_the_field_to_fix() -> None:
 
 
 def test_an_unexpected_error_is_reported_on_the_job_and_does_not_block_others(monkeypatch: pytest.MonkeyPatch) -> None:
-    import paralleljob.k8s.plan.fifo_admission as admission
+    import paralleljob.k8s.plan.admission.fifo_admission as admission
 
     fc = cluster(2)
     fc.queues["other"] = QueueInfo("other")
@@ -349,7 +349,7 @@ def test_degraded_gpus_keep_their_job_but_take_no_new_one() -> None:
 
 def test_malformed_gpu_health_is_ignored_with_a_warning() -> None:
     from paralleljob.k8s.edge.config import TopologyConfig
-    from paralleljob.k8s.edge.nodes import parse_node
+    from paralleljob.k8s.edge.parse.nodes import parse_node
 
     info = parse_node(degraded(node("n0"), "{not json"), TopologyConfig())
     assert info.degraded_gpus == frozenset()

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from paralleljob.k8s.edge.constants import MASTER_PORT, REPLICA_GROUP_LABEL
-from paralleljob.k8s.edge.queues import queue_policy
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.queues import queue_policy
+from paralleljob.k8s.edge.parse.specs import parse_job
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from paralleljob.core.queueing import QueuePolicy
+from paralleljob.core.admit.queueing import QueuePolicy
 from paralleljob.k8s.edge.constants import GPU_RESOURCE
-from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.parse.queues import QueueInfo
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 
@@ -284,7 +284,7 @@ def test_another_scheduler_name_is_refused_not_rewritten() -> None:
 
 def test_model_shapes_beyond_any_real_model_are_refused_with_the_crds_words() -> None:
     # Issue 22: hiddenDim/seqLen 2**40 and paramsBillions 1e5 were placed at a cost of 7e15 ms.
-    from paralleljob.k8s.edge.specs import MODEL_BOUNDS
+    from paralleljob.k8s.edge.parse.specs import MODEL_BOUNDS
 
     fc = FakeCluster(nodes(2))
     shapes = {"wide": {"hiddenDim": 2**40}, "long": {"seqLen": 2**40}, "huge": {"paramsBillions": 1e5}}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import GPU_RESOURCE
-from paralleljob.k8s.edge.matching import (
+from paralleljob.k8s.edge.parse.matching import (
     Requirement,
     Taint,
     Term,
@@ -22,11 +22,17 @@ from paralleljob.k8s.edge.matching import (
     tolerates,
     untolerated,
 )
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import parse_pod
-from paralleljob.k8s.edge.quantity import QuantityError, format_amount, parse_count, parse_quantity, scheduler_units
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.edge.template import InvalidTemplate, effective_requests, parse_constraints
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.pods import parse_pod
+from paralleljob.k8s.edge.parse.quantity import (
+    QuantityError,
+    format_amount,
+    parse_count,
+    parse_quantity,
+    scheduler_units,
+)
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.parse.template import InvalidTemplate, effective_requests, parse_constraints
 from tests.k8s.factories import foreign_pod, node, paralleljob
 
 # ---- quantities ---------------------------------------------------------------------------------------------

@@ -13,11 +13,11 @@ from paralleljob.core.rankorder import RankOrder
 from paralleljob.k8s.edge.config import LevelSource, TopologyConfig, topology_from_mapping
 from paralleljob.k8s.edge.constants import GPU_RESOURCE
 from paralleljob.k8s.edge.lease import verdict
-from paralleljob.k8s.edge.manifests import binding, headless_service, worker_pod
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import FAILURE_MESSAGE_CHARS, parse_pod
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_from_status
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.pods import FAILURE_MESSAGE_CHARS, parse_pod
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render.manifests import binding, headless_service, worker_pod
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot, record_from_status
 from paralleljob.k8s.plan.kinds.sizings import sizing_of
 from paralleljob.k8s.plan.metrics_model import jain_index
 from paralleljob.k8s.plan.status import StatusDraft, merge_patch
@@ -173,7 +173,7 @@ def test_the_crd_bounds_the_model_with_the_operators_numbers_and_words() -> None
 
     from paralleljob.core.errors import InvalidRequest
     from paralleljob.core.job import JobSpec, ModelShape
-    from paralleljob.k8s.edge.specs import MODEL_BOUNDS
+    from paralleljob.k8s.edge.parse.specs import MODEL_BOUNDS
 
     crd = yaml.safe_load((Path(__file__).parents[2] / "crds" / "paralleljob.yaml").read_text())
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]

@@ -22,11 +22,11 @@ from paralleljob.k8s.edge.constants import (
     RANK_ORDER_ANNOTATION,
     SCHEDULER_NAME,
 )
-from paralleljob.k8s.edge.pods import parse_pod
-from paralleljob.k8s.edge.queues import QueueInfo
-from paralleljob.k8s.edge.records import record_from_status
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan.podgroups import (
+from paralleljob.k8s.edge.parse.pods import parse_pod
+from paralleljob.k8s.edge.parse.queues import QueueInfo
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.status.records import record_from_status
+from paralleljob.k8s.plan.groups.podgroups import (
     GroupDeclarationError,
     adopting_manifest,
     by_group,

@@ -10,7 +10,7 @@ import pytest
 
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, JOB_LABEL, LAST_CHECKPOINT_ANNOTATION
-from paralleljob.k8s.edge.queues import (
+from paralleljob.k8s.edge.parse.queues import (
     QueueInfo,
     format_time,
     parse_queue,
@@ -20,8 +20,8 @@ from paralleljob.k8s.edge.queues import (
     queue_spec,
     running_job,
 )
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan.fifo_admission import line_position
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.plan.admission.fifo_admission import line_position
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 

@@ -12,7 +12,7 @@ import paralleljob.k8s.runtime.reconciler as reconciler_module
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.plan.decide import Observed
 from paralleljob.k8s.runtime.lanes import BACKGROUND, Lanes
-from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.observe.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from tests.k8s import factories
 from tests.k8s.fakekube import FakeApi

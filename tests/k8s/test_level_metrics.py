@@ -7,12 +7,12 @@ from hypothesis import strategies as st
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
 from paralleljob.core.topology import Level, NodeSpec, Topology
-from paralleljob.k8s.edge.queues import parse_time
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.queues import parse_time
+from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.metrics_model import LevelUse, gauges, level_use, queue_waits
 from paralleljob.k8s.plan.status import StatusDraft
-from paralleljob.k8s.runtime.metrics import Metrics, request_kind
+from paralleljob.k8s.runtime.observe.metrics import Metrics, request_kind
 from paralleljob.k8s.view.clusterview import ClusterView
 from tests.k8s import factories
 

@@ -10,7 +10,7 @@ import pytest
 from paralleljob.core.cluster import Allocation, GPUHealth
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.plan.metrics_model import fragmentation_ratio
-from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.observe.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from paralleljob.k8s.view import liveview
 from paralleljob.k8s.view.clusterview import build_view

@@ -1,4 +1,4 @@
-"""The operator gives its C heap's free pages back (runtime/memtrim.py): real glibc ``malloc_trim`` on
+"""The operator gives its C heap's free pages back (runtime/memory/memtrim.py): real glibc ``malloc_trim`` on
 memory this test frees, and the loop's report of what came back."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ctypes
 
 import pytest
 
-from paralleljob.k8s.runtime import memtrim
+from paralleljob.k8s.runtime.memory import memtrim
 
 
 def test_glibc_trim_gives_back_what_a_burst_of_large_buffers_left_resident() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from paralleljob.core.moves import MoveBounds
-from paralleljob.k8s.edge.queues import QueueInfo, parse_queue
+from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_queue
 from paralleljob.sim.run.policies import placement_policy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from paralleljob.k8s.edge.constants import GPU_RESOURCE, NODE_RANK_ANNOTATION, PARALLELISM_ANNOTATION, SCHEDULER_NAME
-from paralleljob.k8s.edge.nativegroups import parse_pod_group, parse_workload, workload_reference
-from paralleljob.k8s.edge.pods import parse_pod
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan.podgroups import GroupDeclarationError, adopting_manifest
-from paralleljob.k8s.plan.podgroupstatus import pod_group_conditions
+from paralleljob.k8s.edge.parse.nativegroups import parse_pod_group, parse_workload, workload_reference
+from paralleljob.k8s.edge.parse.pods import parse_pod
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.plan.groups.podgroups import GroupDeclarationError, adopting_manifest
+from paralleljob.k8s.plan.groups.podgroupstatus import pod_group_conditions
 from tests.k8s.factories import node
 from tests.k8s.harness import FakeCluster
 from tests.k8s.test_k8s_pod_groups import adopted
@@ -322,7 +322,7 @@ def test_a_claim_made_from_a_template_is_found_through_the_podgroups_status() ->
 
 
 def test_the_gang_api_version_watched_is_the_newest_the_server_serves() -> None:
-    from paralleljob.k8s.edge.nativegroups import served_version
+    from paralleljob.k8s.edge.parse.nativegroups import served_version
 
     def group(*versions: str) -> dict[str, Any]:
         listed = [{"groupVersion": f"scheduling.k8s.io/{v}", "version": v} for v in versions]

@@ -1,4 +1,4 @@
-"""The waits and node warnings the pass decides and hands back in its Plan (``plan/backoff.py``,
+"""The waits and node warnings the pass decides and hands back in its Plan (``plan/failure/backoff.py``,
 ``plan/nodenotes.py``), alone and through ``decide`` with the state carried from pass to pass."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.plan.backoff import API_TROUBLE_PAUSE, ROLLBACK_BACKOFF, Backoff
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.plan.failure.backoff import API_TROUBLE_PAUSE, ROLLBACK_BACKOFF, Backoff
 from paralleljob.k8s.plan.nodenotes import node_warnings
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster

@@ -1,10 +1,10 @@
-"""The per-pass tables a pass works out only when read (plan/lazy.py, plan/podgroups.GroupRequests)."""
+"""The per-pass tables a pass works out only when read (plan/lazy.py, plan/groups/podgroups.GroupRequests)."""
 
 from __future__ import annotations
 
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.plan.groups.podgroups import GroupRequests
 from paralleljob.k8s.plan.lazy import Lazy
-from paralleljob.k8s.plan.podgroups import GroupRequests
 from tests.k8s.factories import paralleljob
 
 

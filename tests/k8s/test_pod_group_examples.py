@@ -13,9 +13,9 @@ from typing import Any
 import yaml
 
 from paralleljob.k8s.edge.constants import SCHEDULER_NAME
-from paralleljob.k8s.edge.pods import PodInfo, parse_pod
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.plan.podgroups import adopting_manifest, by_group, group_state
+from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.plan.groups.podgroups import adopting_manifest, by_group, group_state
 
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples" / "pod-groups"
 _uid = itertools.count()

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from paralleljob.core.rankorder import RankOrder, coordinates, global_ranks, node_rank, slot_of
-from paralleljob.k8s.edge.manifests import worker_pod
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_from_status
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render.manifests import worker_pod
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot, record_from_status
 from paralleljob.k8s.plan.kinds.sizings import sizing_of
 from tests.k8s.factories import paralleljob
 

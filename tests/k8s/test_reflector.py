@@ -15,8 +15,8 @@ from kubernetes_asyncio import client
 
 from paralleljob.devcluster.nodes import NodeShape, gpu_node_manifest
 from paralleljob.k8s.edge.config import OperatorConfig
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.slim import slim_node, without_managed_fields
 from paralleljob.k8s.runtime.api import ApiError, Kube
 from paralleljob.k8s.runtime.reflector import RELIST_COST_FACTOR, Receiver, Reflector, Watched
 from paralleljob.k8s.view.store import ObjectStore
@@ -312,7 +312,7 @@ def test_a_job_deleted_while_the_operator_lists_jobs_is_not_brought_back_by_the_
     a list outlives it, so a 50,000-job list that took minutes no longer revived finished, deleted jobs with
     the placements they held when it began (newer jobs held those GPUs by then and lost them)."""
     from paralleljob.k8s.plan.decide import holds_gpus
-    from paralleljob.k8s.runtime.metrics import Metrics
+    from paralleljob.k8s.runtime.observe.metrics import Metrics
     from paralleljob.k8s.runtime.reconciler import Reconciler
     from paralleljob.k8s.runtime.runner import _reflector
     from tests.k8s.factories import node, paralleljob

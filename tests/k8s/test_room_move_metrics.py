@@ -5,10 +5,10 @@ once since it was queued and once since its plan was made; a job admitted any ot
 from __future__ import annotations
 
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
-from paralleljob.k8s.edge.queues import parse_time
+from paralleljob.k8s.edge.parse.queues import parse_time
 from paralleljob.k8s.plan.metrics_model import room_waits
-from paralleljob.k8s.runtime.metrics import Metrics
-from paralleljob.k8s.runtime.reporting import PassReport
+from paralleljob.k8s.runtime.observe.metrics import Metrics
+from paralleljob.k8s.runtime.observe.reporting import PassReport
 from tests.k8s import test_tray_room_moves as room
 from tests.k8s.factories import paralleljob
 

@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 
 from paralleljob.k8s.runtime.api import ApiError, Kube, NotLeading, parse_watch_line
 from paralleljob.k8s.runtime.election import LeaderElection
-from paralleljob.k8s.runtime.health import Health
+from paralleljob.k8s.runtime.observe.health import Health
 
 DURATION, DEADLINE, RETRY = 0.6, 0.4, 0.05
 

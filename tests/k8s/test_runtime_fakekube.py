@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 
 from paralleljob.k8s.edge.config import OperatorConfig, TopologyConfig
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import PodInfo, parse_pod
-from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
 from paralleljob.k8s.plan.actions import Plan
 from paralleljob.k8s.plan.decide import Observed, decide
 from paralleljob.k8s.runtime import reconciler as reconciler_module
 from paralleljob.k8s.runtime.api import NotLeading, job_path
 from paralleljob.k8s.runtime.election import LeaderElection
 from paralleljob.k8s.runtime.executor import Executor, Outcome
-from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.observe.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from paralleljob.k8s.view.store import ObjectStore
 from tests.k8s import factories

@@ -1,4 +1,4 @@
-"""What the operator keeps of a ParallelJob (edge/slim.py ``slim_job``): parsed exactly as the whole body (but for
+"""What the operator keeps of a ParallelJob (edge/parse/slim.py ``slim_job``): parsed exactly as the whole body (but for
 ``kubectl apply``'s copy of the manifest), idempotent, without managed fields, and with the parts equal across
 jobs shared; a shared pod template is never changed by building pods from it."""
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from paralleljob.k8s.edge.manifests import PodParts, pod_from_template
-from paralleljob.k8s.edge.slim import LAST_APPLIED, Sharing, slim_job
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.slim import LAST_APPLIED, Sharing, slim_job
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render.manifests import PodParts, pod_from_template
 from paralleljob.k8s.view.store import ObjectStore, Version
 from tests.bench.job_memory import fields_v1, managed_fields
 from tests.k8s.factories import node, paralleljob

@@ -1,4 +1,4 @@
-"""What the operator keeps of a pod (edge/slim.py ``slim_pod``): parsed exactly as the whole body, idempotent,
+"""What the operator keeps of a pod (edge/parse/slim.py ``slim_pod``): parsed exactly as the whole body, idempotent,
 pure, and without what nothing reads (a worker's env and command, probe times, IPs)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 from paralleljob.k8s.edge.constants import GPU_RESOURCE
-from paralleljob.k8s.edge.pods import parse_pod
-from paralleljob.k8s.edge.slim import slim_pod
+from paralleljob.k8s.edge.parse.pods import parse_pod
+from paralleljob.k8s.edge.parse.slim import slim_pod
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 from tests.k8s.test_k8s_pod_groups import group_pod

@@ -4,7 +4,7 @@ back finds what a CRD pruned."""
 
 from __future__ import annotations
 
-from paralleljob.k8s.edge.statuscheck import dropped_fields
+from paralleljob.k8s.edge.status.statuscheck import dropped_fields
 from tests.k8s.statuscorpus import statuses, written_status_fields
 
 

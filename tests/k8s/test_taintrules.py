@@ -1,4 +1,4 @@
-"""DeviceTaintRules as a health source (k8s/edge/taintrules.py): parsed at the edge, matched by driver, pool and
+"""DeviceTaintRules as a health source (k8s/edge/parse/taintrules.py): parsed at the edge, matched by driver, pool and
 device as kube-apiserver 1.36 defines the selector, laid over the GPUs of DRA pools exactly like a slice's
 own taints, and patched into the kept cluster view so that it stays equal to a rebuild."""
 
@@ -12,9 +12,9 @@ import pytest
 
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.k8s.edge.config import DraConfig, OperatorConfig
-from paralleljob.k8s.edge.dra import node_gpus, overlay_nodes, parse_slice
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.taintrules import (
+from paralleljob.k8s.edge.parse.dra import node_gpus, overlay_nodes, parse_slice
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.taintrules import (
     TAINT_RULES_PATH,
     DeviceSelector,
     DeviceTaint,
@@ -23,7 +23,7 @@ from paralleljob.k8s.edge.taintrules import (
 )
 from paralleljob.k8s.runtime import reflector as reflector_module
 from paralleljob.k8s.runtime.api import ApiError
-from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.observe.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from paralleljob.k8s.runtime.reflector import Watched
 from paralleljob.k8s.runtime.runner import _reflector

@@ -1,4 +1,4 @@
-"""The operator places jobs over the trays of NVLink cliques (plan/trayadmission): a TP group larger than
+"""The operator places jobs over the trays of NVLink cliques (plan/admission/trayadmission): a TP group larger than
 every node goes on whole trays of one clique, one pod per tray with its clique's ComputeDomain claim; jobs the
 core placer places stay as they were; a job no clique holds waits with a reason that names cliques."""
 
@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from paralleljob.core.queueing import QueuePolicy
-from paralleljob.k8s.edge import computedomain as cd
+from paralleljob.core.admit.queueing import QueuePolicy
 from paralleljob.k8s.edge.config import TopologyConfig, topology_from_mapping
-from paralleljob.k8s.edge.queues import parse_queue
-from paralleljob.k8s.edge.records import record_from_status
+from paralleljob.k8s.edge.parse.queues import parse_queue
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import record_from_status
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 

@@ -1,4 +1,4 @@
-"""A tray job keeps exactly the ComputeDomains of the cliques its placement uses (plan/computedomains.py):
+"""A tray job keeps exactly the ComputeDomains of the cliques its placement uses (plan/pods/computedomains.py):
 one of a clique it left is deleted once none of its pods is there any more, a requeued job keeps none, and
 no pass deletes a ComputeDomain whose claim template a pod of the job still references."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from paralleljob.k8s.edge import computedomain as cd
-from paralleljob.k8s.edge.records import record_from_status
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import record_from_status
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 

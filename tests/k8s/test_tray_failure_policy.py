@@ -1,4 +1,4 @@
-"""A tray job's broken or drained tray goes through the job's failure policy (core.repair.decide_repair), as an
+"""A tray job's broken or drained tray goes through the job's failure policy (core.failure.repair.decide_repair), as an
 HGX job's node does (issue 39): maxRestarts reached fails the job, ``onUnplaceable: Fail`` fails it when no
 clique has room, every repair counts one restart, the failure kind is typed (NodeFailure / GPUFailure), the
 strategy decides which pods are re-created, and a drained tray is maintenance (checkpoint first, no restart)."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, UNHEALTHY_GPUS_ANNOTATION
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
 from paralleljob.k8s.plan.actions import Plan
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster, drain_node

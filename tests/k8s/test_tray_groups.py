@@ -1,4 +1,4 @@
-"""Pod groups on NVL72 trays (plan/traygroups): a group whose pods each ask for a whole tray (fewer GPUs than
+"""Pod groups on NVL72 trays (plan/groups/traygroups): a group whose pods each ask for a whole tray (fewer GPUs than
 its TP) is placed by the NVLink placer on whole trays of one clique, never on an HGX node, gets that clique's
 ComputeDomain with the channel template its pods name, and is refused with the reason when they name none."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paralleljob.k8s.edge import computedomain as cd
-from paralleljob.k8s.edge.records import record_from_status
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import record_from_status
 from tests.k8s.factories import node
 from tests.k8s.harness import FakeCluster
 from tests.k8s.test_k8s_pod_groups import adopted, group_pod

@@ -7,24 +7,24 @@ from __future__ import annotations
 import pytest
 
 from paralleljob.core import ClusterState, JobSpec, cost_model
-from paralleljob.core.cliques import nvl72_topology
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.cliques import nvl72_topology
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.traypods import tray_pods
 from paralleljob.core.rankorder import RankOrder
-from paralleljob.core.traypods import tray_pods
-from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.records import (
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.render.trayenv import TrayJob, tray_env, tray_pod_name
+from paralleljob.k8s.edge.render.traymanifests import compute_domains, job_domains, tray_pod
+from paralleljob.k8s.edge.status.records import (
     MalformedRecord,
     PlacementRecord,
     PodSlot,
     record_from_status,
     record_groups,
 )
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.edge.trayenv import TrayJob, tray_env, tray_pod_name
-from paralleljob.k8s.edge.traymanifests import compute_domains, job_domains, tray_pod
-from paralleljob.k8s.edge.trayrecords import TraySlot, tray_groups
+from paralleljob.k8s.edge.status.trayrecords import TraySlot, tray_groups
 from paralleljob.k8s.view.clusterview import Claim, build_view
 from tests.k8s.factories import node, paralleljob
 

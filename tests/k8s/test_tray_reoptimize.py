@@ -1,6 +1,6 @@
 """A tray job is re-optimised at its checkpoint like an HGX job (issue 39: "tray records are never
 re-optimised"). A failed tray in a clique with no spare sends only the broken TP group to the other rack
-(``core/traymoves``), so the job's DP all-reduce crosses the spine; once the tray is back, the move to one
+(``core/nvl72/traymoves``), so the job's DP all-reduce crosses the spine; once the tray is back, the move to one
 clique is proposed, made at the job's next checkpoint (every tray pod restarts there), and the ComputeDomain
 of the clique it left goes."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.plan.reoptimizing import RECHECK_SECONDS
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
+from paralleljob.k8s.plan.moves.reoptimizing import RECHECK_SECONDS
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 

@@ -17,9 +17,9 @@ from rich.console import Console
 import paralleljob.k8s.plan.decide as decide_module
 from paralleljob.clitools.describe import describe_job
 from paralleljob.clitools.jobrender import description_renderable
-from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
-from paralleljob.k8s.edge.queues import QueueInfo, parse_queue
+from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_queue
+from paralleljob.k8s.edge.render import computedomain as cd
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 

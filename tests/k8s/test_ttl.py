@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.k8s.edge.queues import parse_time
-from paralleljob.k8s.edge.specs import parse_job, parse_request
+from paralleljob.k8s.edge.parse.queues import parse_time
+from paralleljob.k8s.edge.parse.specs import parse_job, parse_request
 from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.admission.waiting import WaitingMemo, triage
+from paralleljob.k8s.plan.admission.waiting_remember import remember_running
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.ttl import REASON, deadline, expire
-from paralleljob.k8s.plan.waiting import WaitingMemo, triage
-from paralleljob.k8s.plan.waiting_remember import remember_running
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from paralleljob.core.admit.fifo import RequeueOrder, room_refusal
 from paralleljob.core.cluster import Allocation, ClusterState
-from paralleljob.core.fifo import RequeueOrder, room_refusal
 from paralleljob.core.job import JobSpec
 from paralleljob.core.topology import Topology
-from paralleljob.k8s.edge.queues import QueueInfo, parse_queue
+from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_queue
 from paralleljob.k8s.plan.status import counted, wait_message
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster

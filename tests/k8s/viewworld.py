@@ -10,9 +10,9 @@ from typing import Any
 from paralleljob.core.rankorder import RankOrder
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import GPU_HEALTH_ANNOTATION, GPU_INDICES_ANNOTATION, GPU_RESOURCE, JOB_LABEL, KIND
-from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
-from paralleljob.k8s.edge.pods import PodInfo, parse_pod
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
+from paralleljob.k8s.edge.parse.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 from paralleljob.k8s.view.clusterview import Claim
 from paralleljob.k8s.view.store import ObjectStore
 from tests.k8s.factories import node

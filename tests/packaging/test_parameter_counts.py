@@ -26,7 +26,7 @@ REASONS = {
     "devtools/bench_operator.py:run_benchmark": OPTIONS,
     "devtools/bench_operator.py:bench_throughput": "one benchmark run's sizes and switches, set by two CLIs' arguments",
     "devtools/operatorproc.py:__init__": OPTIONS,
-    "k8s/edge/manifests.py:event": "one core/v1 Event's own fields, each written into it as given",
+    "k8s/edge/render/manifests.py:event": "one core/v1 Event's own fields, each written into it as given",
     "k8s/plan/decide.py:decide": OPTIONS,
     "k8s/plan/metrics_model.py:gauges": OPTIONS,
     "k8s/runtime/api.py:request": OPTIONS,
@@ -39,12 +39,12 @@ REASONS = {
 # when its function is fixed or given a reason; nothing may be added here.
 PENDING = {
     "core/elastic.py:plan_growth",
-    "core/elastic_failure.py:drop_instead",
-    "core/search.py:exact_search",
+    "core/failure/elastic_failure.py:drop_instead",
+    "core/placing/search.py:exact_search",
     "dashboard/model.py:assemble",
-    "k8s/plan/podsync.py:sync_pods",
-    "k8s/plan/trayadmission.py:place_on_trays",
-    "k8s/plan/waiting_remember.py:remember",
+    "k8s/plan/pods/podsync.py:sync_pods",
+    "k8s/plan/admission/trayadmission.py:place_on_trays",
+    "k8s/plan/admission/waiting_remember.py:remember",
     "k8s/runtime/executor.py:__init__",
 }
 

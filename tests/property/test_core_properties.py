@@ -22,7 +22,7 @@ from paralleljob.core import (
     rank_level_cost,
     recover,
 )
-from paralleljob.core.recovery import BROKEN, affected_groups
+from paralleljob.core.failure.recovery import BROKEN, affected_groups
 
 clusters = st.tuples(
     st.integers(2, 5),  # nodes

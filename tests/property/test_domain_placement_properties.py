@@ -1,4 +1,4 @@
-"""Hypothesis properties of the one-domain constraint (a PodGroup's topology key, ``core/eligibility.py``):
+"""Hypothesis properties of the one-domain constraint (a PodGroup's topology key, ``core/placing/eligibility.py``):
 a placement lies inside one domain, costs what the cheapest domain-restricted placement costs, a refusal
 means no domain can take the job now and is never permanent on its own, and the state is left as it was."""
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Placer, Topology, cost_model
-from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, restricted, within_domain
+from paralleljob.core.placing.eligibility import FilteredPlacer, NodeFilter, restricted, within_domain
 from tests.property.test_eligibility_properties import snapshot
 
 EPS = 1e-6

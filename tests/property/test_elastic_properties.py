@@ -19,7 +19,7 @@ from paralleljob.core.elastic import (
     shrink_for,
     trim_to_desired,
 )
-from paralleljob.core.steptime import StepTimeModel
+from paralleljob.core.timing.steptime import StepTimeModel
 
 SEED = cost_model("seed")
 STEP = StepTimeModel()

@@ -19,9 +19,9 @@ from paralleljob.core import (
     Topology,
     cost_model,
 )
-from paralleljob.core.admission import Admit, PlaceOn, Preempt, QueueSnapshot, ShrinkReplicas, schedule
+from paralleljob.core.admit.admission import Admit, PlaceOn, Preempt, QueueSnapshot, ShrinkReplicas, schedule
+from paralleljob.core.admit.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
 from paralleljob.core.elastic import ElasticHolding, ElasticRange, resized, shrink_for
-from paralleljob.core.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
 
 SEED = cost_model("seed")
 

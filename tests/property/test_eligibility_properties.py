@@ -1,4 +1,4 @@
-"""Hypothesis properties of the core's per-job node filter (``core/eligibility.py``)."""
+"""Hypothesis properties of the core's per-job node filter (``core/placing/eligibility.py``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Placer, Topology, cost_model
-from paralleljob.core.eligibility import FilteredPlacer, NodeFilter, never_fits, restricted
+from paralleljob.core.placing.eligibility import FilteredPlacer, NodeFilter, never_fits, restricted
 
 clusters = st.tuples(st.integers(2, 6), st.sampled_from([4, 8]), st.booleans())
 jobs = st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(1, 3), st.integers(1, 3))

@@ -16,11 +16,11 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from paralleljob.core.cost import cost_model
+from paralleljob.core.admit.fifo import line_key
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.fifo import line_key
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.placer import Placer
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.cost import cost_model
 from paralleljob.k8s.edge.constants import (
     COMPLETION_INDEX_KEY,
     GPU_RESOURCE,
@@ -29,20 +29,20 @@ from paralleljob.k8s.edge.constants import (
     PRIORITY_ANNOTATION,
     SCHEDULER_NAME,
 )
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import parse_pod
-from paralleljob.k8s.edge.queues import parse_time
-from paralleljob.k8s.edge.specs import JobObject, JobRequest, parse_job
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.pods import parse_pod
+from paralleljob.k8s.edge.parse.queues import parse_time
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest, parse_job
+from paralleljob.k8s.plan.admission.fifo_admission import tiebreak
 from paralleljob.k8s.plan.decide import claims_of
-from paralleljob.k8s.plan.fifo_admission import tiebreak
-from paralleljob.k8s.plan.podgroups import by_group, group_state
+from paralleljob.k8s.plan.groups.podgroups import by_group, group_state
 from paralleljob.k8s.view.clusterview import build_view
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import START, FakeCluster
 
 
 def queue_order(jobs: Sequence[tuple[JobObject, JobRequest]]) -> list[tuple[JobObject, JobRequest]]:
-    """The core FIFO pass's order (``core.fifo.line_key``) of ParallelJobs."""
+    """The core FIFO pass's order (``core.admit.fifo.line_key``) of ParallelJobs."""
     return sorted(
         jobs,
         key=lambda item: line_key(

@@ -1,4 +1,4 @@
-"""The move planner asks each candidate domain alone (``core/domainview``) and gets the plan it gets on the
+"""The move planner asks each candidate domain alone (``core/placing/domainview``) and gets the plan it gets on the
 whole state with every other node closed: on random NVL72-like clusters (the NVLink placer, with and without
 warm spares) and random HGX clusters (the core placer, nodes under leaves and spines, a cordoned node, a
 broken GPU), the plan, or the reasons for none, are the same both ways, and the state comes back exactly as
@@ -13,11 +13,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from paralleljob.core import Allocation, ClusterState, GPUHealth, JobSpec, Topology, cost_model
-from paralleljob.core.evaluate import placement_cost
 from paralleljob.core.moves import MovableJob, MoveBounds, MoveRequest, plan_moves
-from paralleljob.core.nvlink import NVLinkPlacer
-from paralleljob.core.placement import PlacerLike
-from paralleljob.core.placer import OPERATOR_PLACER, Placer
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.placing.placement import PlacerLike
+from paralleljob.core.placing.placer import OPERATOR_PLACER, Placer
+from paralleljob.core.timing.evaluate import placement_cost
 from tests.property.test_eligibility_properties import snapshot
 from tests.property.test_move_plan_properties import scenarios
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, Level, NodeSpec, Topology, cost_model
 from paralleljob.core.moves import MovableJob, MoveBounds, MovePlan, MoveRequest, MoveWhen, plan_moves
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from tests.property.test_eligibility_properties import snapshot
 
 

@@ -1,4 +1,4 @@
-"""Hypothesis properties of the NVLink placer (core/nvlink) on mixed HGX + clique topologies: every TP group
+"""Hypothesis properties of the NVLink placer (core/nvl72/nvlink) on mixed HGX + clique topologies: every TP group
 inside one NVLink domain, whole free trays for jobs that span trays (so no tray is in two ComputeDomains),
 TP above a tray on exactly TP / tray trays, warm spares untouched by new gangs, and the state unchanged."""
 
@@ -17,7 +17,7 @@ from paralleljob.core import (
     Topology,
     cost_model,
 )
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from tests.property.test_eligibility_properties import snapshot
 
 

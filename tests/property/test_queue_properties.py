@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Placer, Topology, cost_model
-from paralleljob.core.admission import Admit, PlaceOn, Preempt, QueueSnapshot, Reserve, schedule
-from paralleljob.core.queueing import PendingJob, QueueBook, QueuePolicy, QueueSpec, RunningJob, order
+from paralleljob.core.admit.admission import Admit, PlaceOn, Preempt, QueueSnapshot, Reserve, schedule
+from paralleljob.core.admit.queueing import PendingJob, QueueBook, QueuePolicy, QueueSpec, RunningJob, order
 
 SEED = cost_model("seed")
 QUEUES = ["a", "b", "c"]

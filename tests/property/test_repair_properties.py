@@ -1,17 +1,13 @@
-"""core.repair.decide_repair: the whole failure policy, checked on random clusters, jobs and failures."""
+"""core.failure.repair.decide_repair: the whole failure policy, checked on random clusters, jobs and failures."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paralleljob.core.baselines import BestFitDomainPlacer
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
-from paralleljob.core.cost import cost_model
-from paralleljob.core.job import JobSpec
-from paralleljob.core.placer import Placer
-from paralleljob.core.recovery import BROKEN, RecoveryStrategy
-from paralleljob.core.repair import (
+from paralleljob.core.failure.recovery import BROKEN, RecoveryStrategy
+from paralleljob.core.failure.repair import (
     FailureKind,
     FailurePolicy,
     FailureReport,
@@ -23,6 +19,10 @@ from paralleljob.core.repair import (
     best_placement_now,
     decide_repair,
 )
+from paralleljob.core.job import JobSpec
+from paralleljob.core.placing.baselines import BestFitDomainPlacer
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.cost import cost_model
 from paralleljob.core.topology import Topology
 
 MODEL = cost_model("seed")

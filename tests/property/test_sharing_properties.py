@@ -1,4 +1,5 @@
-"""Properties of GPU sharing (core/mig.py, core/sharing.py) over random sequences of slices, shares and releases."""
+"""Properties of GPU sharing (core/slices/mig.py, core/slices/sharing.py) over random sequences of slices, shares
+and releases."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.mig import GPU_80GB, MigProfile, offers
-from paralleljob.core.sharing import GpuState, MpsShare, NodeGpus, Placement, Request, WholeGpus, apply, pack
+from paralleljob.core.slices.mig import GPU_80GB, MigProfile, offers
+from paralleljob.core.slices.sharing import GpuState, MpsShare, NodeGpus, Placement, Request, WholeGpus, apply, pack
 from paralleljob.sim.run.sharing import check_gpu
 
 requests = st.one_of(

@@ -12,8 +12,8 @@ from collections import Counter
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from paralleljob.k8s.edge import computedomain as cd
-from paralleljob.k8s.edge.records import record_from_status, record_groups
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import record_from_status, record_groups
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
 

@@ -1,4 +1,4 @@
-"""Re-pricing a running tray job (``core.repair.best_placement_now`` through ``NVLinkPlacer.place_near``) on
+"""Re-pricing a running tray job (``core.failure.repair.best_placement_now`` through ``NVLinkPlacer.place_near``) on
 random NVL72 racks with random neighbours: keeping the job's cliques and trays never raises the price of the
 fresh placement and never moves more tray pods than it."""
 
@@ -7,15 +7,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paralleljob.core.cliques import nvl72_topology
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
-from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.failure.repair import FailureKind, FailurePolicy, FailureReport, best_placement_now, decide_repair
 from paralleljob.core.job import JobSpec
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.cliques import nvl72_topology
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.traypods import tray_pods_to_move
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
-from paralleljob.core.repair import FailureKind, FailurePolicy, FailureReport, best_placement_now, decide_repair
-from paralleljob.core.traypods import tray_pods_to_move
+from paralleljob.core.timing.cost import cost_model
 
 MODEL = cost_model("megatron")
 

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 
 from paralleljob.core import ClusterState, JobSpec, Level, NodeSpec, Topology, cost_model
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.traypods import tray_pods
 from paralleljob.core.rankorder import RankOrder
-from paralleljob.core.traypods import tray_pods
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status, record_groups
-from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status, record_groups
+from paralleljob.k8s.edge.status.trayrecords import TraySlot
 
 
 @st.composite

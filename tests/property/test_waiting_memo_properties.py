@@ -1,4 +1,4 @@
-"""The strict-FIFO pass that leaves quiet lines out (k8s/plan/waiting.py) against the full pass, on random
+"""The strict-FIFO pass that leaves quiet lines out (k8s/plan/admission/waiting.py) against the full pass, on random
 event sequences, as the view's kept-vs-rebuild check does for nodes: two in-memory clusters get the same
 jobs, finishes, deletions, queue caps and node cordons, one decided with the waiting memo and one without;
 after every pass every job has the same phase, the same Placed reason and the same placement, and the memo
@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from paralleljob.k8s.edge.queues import QueueInfo
+from paralleljob.k8s.edge.parse.queues import QueueInfo
 from paralleljob.k8s.plan.actions import Plan
 from paralleljob.k8s.plan.metrics_model import queue_waits
 from tests.k8s.factories import node, paralleljob

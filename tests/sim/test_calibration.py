@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from paralleljob.core.collectives import GB200_NVL72, HGX_H100, allreduce_busbw, allreduce_ms
+from paralleljob.core.timing.collectives import GB200_NVL72, HGX_H100, allreduce_busbw, allreduce_ms
 from paralleljob.sim.report.calibration import ANCHORS, GIB, TOLERANCE, Anchor, error, table
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "simulator.md"

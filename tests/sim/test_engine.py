@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from paralleljob.core.collectives import HGX_H100, allreduce_ms
-from paralleljob.core.fifo import RequeueOrder
+from paralleljob.core.admit.fifo import RequeueOrder
 from paralleljob.core.lifecycle import Phase
+from paralleljob.core.timing.collectives import HGX_H100, allreduce_ms
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run.config import SimConfig
@@ -71,7 +71,7 @@ def test_strict_fifo_gang_jcts_by_hand() -> None:
 
 def test_first_fit_split_stretches_the_job_by_the_calibrated_collectives() -> None:
     # J1 takes GPUs 0-6; first-fit gives J2 GPU 7 (node 0) and GPU 8 (node 1): its DP all-reduce is a ring over
-    # one NIC (47.5 GB/s effective) instead of NVLink in one node (370), as core.collectives times them: 7.79x
+    # one NIC (47.5 GB/s effective) instead of NVLink in one node (370), as core.timing.collectives times them: 7.79x
     # the (only) communication term. With 10% communication at the ideal placement the step takes
     # 0.9 + 0.1 * 7.79 = 1.68x as long (the slowest-link price, 50 against 600, would say 2.1x).
     trace = [job("J1", 0, 1000, (1, 1, 7)), job("J2", 1, 100, (1, 1, 2))]

@@ -1,4 +1,4 @@
-"""Pinned evidence (issue 23): under the operator's failure rules (core.repair), failures do not cost the
+"""Pinned evidence (issue 23): under the operator's failure rules (core.failure.repair), failures do not cost the
 default policy (minimal repair + move-back at a checkpoint) mean JCT against best-fit on the Alibaba trace's
 small heterogeneous nodes with mostly small jobs and strict FIFO. Ten fixed seeds at 10x the Llama 3 failure
 rate, the setting of docs/simulator.md's "Failures against best-fit" figure (40 seeds there), cut to fit the

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from paralleljob.cli import main
-from paralleljob.core.baselines import FirstFitPlacer
 from paralleljob.core.cluster import ClusterState
-from paralleljob.core.repair import FailurePolicy
+from paralleljob.core.failure.repair import FailurePolicy
+from paralleljob.core.placing.baselines import FirstFitPlacer
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.failures import Cause, Scope
 from paralleljob.sim.run.config import SimConfig

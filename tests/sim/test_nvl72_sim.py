@@ -8,8 +8,8 @@ from pathlib import Path
 
 from paralleljob.cli import main
 from paralleljob.core import ClusterState, JobSpec, cost_model
-from paralleljob.core.cliquebaseline import CliqueBestFitPlacer
-from paralleljob.core.cliques import nvl72_topology
+from paralleljob.core.nvl72.cliquebaseline import CliqueBestFitPlacer
+from paralleljob.core.nvl72.cliques import nvl72_topology
 from paralleljob.sim.workload.llmnvl import llm_nvl72_workload
 
 POLICIES = "ours-nvl72,clique-best-fit,ours-nvl72-spares2,clique-best-fit-spares2"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from paralleljob.core.baselines import BestFitDomainPlacer, FirstFitPlacer, tp_groups_across_nodes
 from paralleljob.core.cluster import Allocation, ClusterState
-from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
+from paralleljob.core.placing.baselines import BestFitDomainPlacer, FirstFitPlacer, tp_groups_across_nodes
+from paralleljob.core.timing.cost import cost_model
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.clusters import node_list_cluster
 from paralleljob.sim.run.config import SimConfig

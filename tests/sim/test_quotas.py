@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from paralleljob.cli import main
-from paralleljob.core.queueing import QueueSpec
+from paralleljob.core.admit.queueing import QueueSpec
 from paralleljob.core.topology import Topology
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation

@@ -5,8 +5,8 @@ work since their checkpoints."""
 
 from __future__ import annotations
 
-from paralleljob.core.cliques import nvl72_topology
 from paralleljob.core.job import ModelShape
+from paralleljob.core.nvl72.cliques import nvl72_topology
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import SimResult, Simulation
 from paralleljob.sim.workload.trace import TraceJob

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paralleljob.core.mig import GPU_80GB
-from paralleljob.core.sharing import MpsShare, WholeGpus
+from paralleljob.core.slices.mig import GPU_80GB
+from paralleljob.core.slices.sharing import MpsShare, WholeGpus
 from paralleljob.core.topology import Level, NodeSpec, Topology
 from paralleljob.sim.run.sharing import request_for, simulate
 from paralleljob.sim.workload.alibaba import read_pod_shares

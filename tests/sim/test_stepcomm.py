@@ -1,6 +1,6 @@
 """The simulator's step communication is the calibrated collective model applied to the actual layout.
 
-Each figure is checked against ``core.collectives`` directly (the model ``tests/sim/test_calibration.py``
+Each figure is checked against ``core.timing.collectives`` directly (the model ``tests/sim/test_calibration.py``
 pins to published NCCL-tests runs) and against the cost model's slowest-link price, so a step time that
 slid back to the placer's price fails here."""
 
@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from paralleljob.core.cliques import nvl72_topology
-from paralleljob.core.collectives import GB200_NVL72, HGX_H100, allreduce_ms
-from paralleljob.core.cost import MegatronCostModel, SeedCostModel
 from paralleljob.core.job import JobSpec, ModelShape
-from paralleljob.core.stepcomm import StepComm, one_domain_comm
+from paralleljob.core.nvl72.cliques import nvl72_topology
+from paralleljob.core.timing.collectives import GB200_NVL72, HGX_H100, allreduce_ms
+from paralleljob.core.timing.cost import MegatronCostModel, SeedCostModel
+from paralleljob.core.timing.stepcomm import StepComm, one_domain_comm
 from paralleljob.core.topology import Topology
 
 MEGATRON = MegatronCostModel()

@@ -1,15 +1,15 @@
 """The step-time model: compute from FLOPs plus the communication of the actual placement (the cost model's
-collectives timed by the calibrated ``core.collectives``), calibrated so that the ideal placement takes
+collectives timed by the calibrated ``core.timing.collectives``), calibrated so that the ideal placement takes
 exactly the trace's duration."""
 
 from __future__ import annotations
 
 import pytest
 
-from paralleljob.core.collectives import HGX_H100, allreduce_ms
-from paralleljob.core.cost import MegatronCostModel, SeedCostModel
 from paralleljob.core.job import JobSpec, ModelShape
-from paralleljob.core.steptime import StepTimeModel
+from paralleljob.core.timing.collectives import HGX_H100, allreduce_ms
+from paralleljob.core.timing.cost import MegatronCostModel, SeedCostModel
+from paralleljob.core.timing.steptime import StepTimeModel
 from paralleljob.core.topology import Topology
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
@@ -40,7 +40,7 @@ def test_compute_is_six_flops_per_parameter_per_token_over_the_shard() -> None:
 def test_first_fit_split_dp_ring_slows_the_job_by_the_calibrated_milliseconds() -> None:
     # J1 takes GPUs 0-6; first-fit gives J2 (DP2, 2B parameters) GPU 7 and GPU 8: its gradient all-reduce of
     # 4 GB is a ring over one NIC (47.5 GB/s effective: 84.2 ms) instead of NVLink inside the node (370 GB/s
-    # effective: 10.8 ms), as core.collectives times them; compute 248.5 ms. The cost model's own price
+    # effective: 10.8 ms), as core.timing.collectives times them; compute 248.5 ms. The cost model's own price
     # (50 and 600 GB/s: 80 and 6.67 ms) would give 1.287, so the figure fails if the step time stops
     # resting on the calibrated model.
     trace = [TraceJob("J1", 0, 10_000, 7, "t", (1, 1, 7)), TraceJob("J2", 1, 1000, 2, "t", (1, 1, 2))]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from paralleljob.core.collectives import HGX_H100, allreduce_ms
-from paralleljob.core.cost import SeedCostModel
 from paralleljob.core.job import JobSpec, ModelShape
+from paralleljob.core.timing.collectives import HGX_H100, allreduce_ms
+from paralleljob.core.timing.cost import SeedCostModel
+from paralleljob.core.timing.traffic import level_bytes_per_step
 from paralleljob.core.topology import Topology
-from paralleljob.core.traffic import level_bytes_per_step
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import SimResult, Simulation
 from paralleljob.sim.workload.trace import TraceJob

@@ -1,4 +1,4 @@
-"""An independent brute-force optimum for jobs on whole trays of NVLink cliques, used to check core/nvlink.
+"""An independent brute-force optimum for jobs on whole trays of NVLink cliques, used to check core/nvl72/nvlink.
 
 It enumerates every way to give each TP group ``TP / tray`` whole free trays of one clique (or, for TP
 below a tray, a clique whose whole free trays hold it), lays the GPUs out concretely and prices them pair

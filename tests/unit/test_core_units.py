@@ -28,7 +28,7 @@ from paralleljob.core import (
     transition,
     young_daly_interval_seconds,
 )
-from paralleljob.core.checkpoint import job_mtbf_seconds
+from paralleljob.core.failure.checkpoint import job_mtbf_seconds
 from paralleljob.core.lifecycle import TRANSITIONS
 
 
@@ -295,7 +295,7 @@ def test_minimal_recovery_with_no_spare_in_the_rack_goes_one_level_up():
 def test_a_minimal_repair_keeps_the_groups_it_moves_together_when_that_costs_no_more() -> None:
     # Issue 43's seed-3 case: a DP16 job of single GPUs on two 8-GPU nodes loses one node's 8 ranks. The cost
     # model prices the DP ring by its slowest link, so one spare GPU on one node and seven on another cost the
-    # same as eight on one node; NCCL's ring over one node's one NIC is 11x slower (core/stepcomm.py). The 8
+    # same as eight on one node; NCCL's ring over one node's one NIC is 11x slower (core/timing/stepcomm.py). The 8
     # moved ranks go to one node: spreading them one by one, tightest node first, split them 1 + 7.
     nodes = [NodeSpec(f"n{i}", 8, domains=("rack",)) for i in range(5)]
     state = ClusterState(Topology.from_nodes(nodes, [Level("node", 600.0), Level("rack", 50.0)]))

@@ -15,7 +15,7 @@ from paralleljob.devcluster import dra, dranode, realnode, versions
 from paralleljob.devcluster.nodeimages import PAUSE_IMAGE
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devcluster.realnodes import labels, node_objects
-from paralleljob.k8s.edge.dra import parse_slice
+from paralleljob.k8s.edge.parse.dra import parse_slice
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from paralleljob.core.elastic import (
     worth_adding,
 )
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.core.steptime import StepTimeModel
+from paralleljob.core.timing.steptime import StepTimeModel
 
 SEED = cost_model("seed")
 STEP = StepTimeModel()

@@ -1,4 +1,4 @@
-"""Elastic jobs through the queue policies' pass (``core.admission.schedule``): admitted at the largest size
+"""Elastic jobs through the queue policies' pass (``core.admit.admission.schedule``): admitted at the largest size
 that fits (quota counts min as the guarantee and caps the size), and growth replicas of lower-priority
 elastic jobs taken (highest replica first) before any whole gang is evicted: the same core functions as
 the FIFO path (``place_largest``, ``shrink_for``)."""
@@ -6,10 +6,19 @@ the FIFO path (``place_largest``, ``shrink_for``)."""
 from __future__ import annotations
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, ModelShape, Placer, Topology, cost_model
-from paralleljob.core.admission import Admit, PlaceOn, Preempt, QueueSnapshot, Reserve, ShrinkReplicas, Wait, schedule
+from paralleljob.core.admit.admission import (
+    Admit,
+    PlaceOn,
+    Preempt,
+    QueueSnapshot,
+    Reserve,
+    ShrinkReplicas,
+    Wait,
+    schedule,
+)
+from paralleljob.core.admit.gates import WaitReason
+from paralleljob.core.admit.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
 from paralleljob.core.elastic import ElasticRange, ResizeKind, place_largest
-from paralleljob.core.gates import WaitReason
-from paralleljob.core.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
 
 SEED = cost_model("seed")
 POLICY = QueuePolicy()  # priority, fair share, backfill, preemption

@@ -1,4 +1,4 @@
-"""The core's strict FIFO pass (core.fifo): the checks in their order, each with its typed reason, and
+"""The core's strict FIFO pass (core.admit.fifo): the checks in their order, each with its typed reason, and
 properties on random queues: a blocked head holds its line, queues never block each other, caps hold."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, Placer, Topology, cost_model
-from paralleljob.core.admission import Admit, PlaceOn, Wait
-from paralleljob.core.fifo import FifoJob, FifoLines, FifoPolicy, schedule_fifo
-from paralleljob.core.gates import Gate, WaitReason
+from paralleljob.core.admit.admission import Admit, PlaceOn, Wait
+from paralleljob.core.admit.fifo import FifoJob, FifoLines, FifoPolicy, schedule_fifo
+from paralleljob.core.admit.gates import Gate, WaitReason
 
 SEED = cost_model("seed")
 

@@ -1,4 +1,4 @@
-"""ComputeDomain manifests (k8s/edge/computedomain) and the dev cluster's NVL72 trays (devcluster/nvl72), pure:
+"""ComputeDomain manifests (k8s/edge/render/computedomain) and the dev cluster's NVL72 trays (devcluster/nvl72), pure:
 the shapes the real API server then accepts are checked in tests/e2e/nvl72_e2e."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from paralleljob.core.rankorder import RankOrder
 from paralleljob.devcluster import nvl72
 from paralleljob.devcluster.nodes import LEAF_LABEL, NodeShape, gpu_node_manifest
-from paralleljob.k8s.edge import computedomain as cd
+from paralleljob.k8s.edge.render import computedomain as cd
 
 
 def test_a_compute_domain_is_owned_by_its_job_and_names_its_claim_template():

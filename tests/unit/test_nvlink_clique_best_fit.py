@@ -5,8 +5,8 @@ domains as possible), so emptier cliques stay whole for TP groups larger than a 
 from __future__ import annotations
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, cost_model
-from paralleljob.core.cliques import nvl72_topology
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.cliques import nvl72_topology
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 
 
 def test_a_one_tray_job_goes_to_the_fuller_clique() -> None:

@@ -1,4 +1,4 @@
-"""The NVLink placer (core/nvlink) on clique topologies: the brute-force and MILP optimum on random small
+"""The NVLink placer (core/nvl72/nvlink) on clique topologies: the brute-force and MILP optimum on random small
 instances, the tiers of a mixed HGX + NVL72 cluster, warm spares, repairs inside the rack, and refusals that
 say what is missing."""
 
@@ -22,11 +22,11 @@ from paralleljob.core import (
     Topology,
     cost_model,
 )
-from paralleljob.core.cliques import clique_index, nvl72_topology, nvlink_never_fits
-from paralleljob.core.eligibility import FilteredPlacer, NodeFilter
-from paralleljob.core.nvlink import NVLinkPlacer, make_placer
+from paralleljob.core.nvl72.cliques import clique_index, nvl72_topology, nvlink_never_fits
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer, make_placer
+from paralleljob.core.nvl72.traypods import tray_pods
+from paralleljob.core.placing.eligibility import FilteredPlacer, NodeFilter
 from paralleljob.core.rankorder import RankOrder, node_rank
-from paralleljob.core.traypods import tray_pods
 
 from .cliquebrute import brute_force_cliques, whole_free_trays
 
@@ -88,7 +88,7 @@ def test_the_nvlink_placer_matches_the_brute_force_on_random_clique_instances():
 def test_the_nvlink_placer_equals_the_milp_optimum_of_its_tier_on_mixed_clusters():
     """Random partly used clusters of NVL72 racks and 0-4 HGX nodes: a job the HGX nodes take costs the MILP
     optimum over the HGX nodes; a job on cliques costs the MILP optimum of the clique topology."""
-    from paralleljob.core.nvlink import CliqueState
+    from paralleljob.core.nvl72.nvlink import CliqueState
     from paralleljob.milp import solve
 
     rng = random.Random(7)

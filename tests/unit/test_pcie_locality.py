@@ -8,11 +8,11 @@ import math
 import pytest
 
 from paralleljob.core.cluster import Allocation, ClusterState
-from paralleljob.core.cost import cost_model
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.core.evaluate import placement_cost, rank_level_cost
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placer import Placer
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.cost import cost_model
+from paralleljob.core.timing.evaluate import placement_cost, rank_level_cost
 from paralleljob.core.topology import Level, NodeSpec, Topology
 
 ROOTS = ("pci0000:00",) * 4 + ("pci0000:80",) * 4

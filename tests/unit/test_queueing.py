@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, Placer, Topology, cost_model
-from paralleljob.core.admission import Admit, PlaceOn, Preempt, QueueSnapshot, Reserve, Wait, schedule
-from paralleljob.core.queueing import PendingJob, QueueBook, QueuePolicy, QueueSpec, RunningJob, order
+from paralleljob.core.admit.admission import Admit, PlaceOn, Preempt, QueueSnapshot, Reserve, Wait, schedule
+from paralleljob.core.admit.queueing import PendingJob, QueueBook, QueuePolicy, QueueSpec, RunningJob, order
 
 SEED = cost_model("seed")
 

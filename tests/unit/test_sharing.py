@@ -1,12 +1,12 @@
-"""The MIG and MPS model and the packing rule (core/mig.py, core/sharing.py): concrete cases."""
+"""The MIG and MPS model and the packing rule (core/slices/mig.py, core/slices/sharing.py): concrete cases."""
 
 from __future__ import annotations
 
 import pytest
 
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
-from paralleljob.core.mig import A100_40GB, GPU_80GB, MigSlice, free_starts, offers, round_up
-from paralleljob.core.sharing import GpuState, MpsShare, NodeGpus, WholeGpus, apply, mps_share_for, pack
+from paralleljob.core.slices.mig import A100_40GB, GPU_80GB, MigSlice, free_starts, offers, round_up
+from paralleljob.core.slices.sharing import GpuState, MpsShare, NodeGpus, WholeGpus, apply, mps_share_for, pack
 
 P = GPU_80GB.profile
 

@@ -8,12 +8,8 @@ from __future__ import annotations
 import pytest
 
 from paralleljob.core import Allocation, ClusterState, GPUHealth, JobSpec, cost_model
-from paralleljob.core.cliques import nvl72_topology
-from paralleljob.core.nvlink import NVLinkPlacer
-from paralleljob.core.placement import Placement
-from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
-from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.core.repair import (
+from paralleljob.core.failure.recovery import RecoveryStrategy
+from paralleljob.core.failure.repair import (
     FailureKind,
     FailurePolicy,
     FailureReport,
@@ -22,8 +18,12 @@ from paralleljob.core.repair import (
     decide_repair,
     pods_to_move,
 )
+from paralleljob.core.nvl72.cliques import nvl72_topology
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.traypods import tray_pods_to_move
+from paralleljob.core.placing.placement import Placement
+from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
 from paralleljob.core.topology import Topology
-from paralleljob.core.traypods import tray_pods_to_move
 
 
 def a_full_clique() -> tuple[ClusterState, NVLinkPlacer, JobSpec]:

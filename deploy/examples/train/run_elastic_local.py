@@ -24,9 +24,9 @@ import threading
 import time
 from pathlib import Path
 
-from paralleljob.k8s.edge.manifests import worker_env
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, pod_name
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render.manifests import worker_env
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot, pod_name
 
 HERE = Path(__file__).resolve().parent
 TP, PP = 2, 2

@@ -1,6 +1,6 @@
 """What the agent writes on its Node (pure): annotations and the ``GPUHealthy`` condition.
 
-The operator reads two signals (``paralleljob.k8s.edge.nodes``): the annotation ``paralleljob.dev/unhealthy-gpus``
+The operator reads two signals (``paralleljob.k8s.edge.parse.nodes``): the annotation ``paralleljob.dev/unhealthy-gpus``
 (comma-separated indices; every listed GPU is taken out of service) and the condition ``GPUHealthy``
 (``False`` with an *empty* annotation means every GPU on the node is broken). Hence:
 

@@ -50,7 +50,7 @@ _NAME_NUMBER = re.compile(r"^gpu-(\d+)$")
 
 
 def device_order(name: str) -> tuple[int, int, str]:
-    """``gpu-<n>`` by n, other names after them: must equal ``paralleljob.k8s.edge.dra.device_order`` (a unit
+    """``gpu-<n>`` by n, other names after them: must equal ``paralleljob.k8s.edge.parse.dra.device_order`` (a unit
     test pins them), which numbers a DRA node's GPUs for the operator; the agent does not import it."""
     match = _NAME_NUMBER.match(name)
     return (0, int(match.group(1)), name) if match else (1, 0, name)

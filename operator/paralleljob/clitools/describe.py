@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from paralleljob.k8s.edge.dra import parse_claim, parse_slice
-from paralleljob.k8s.edge.moveplans import JobMoves, moves_of
-from paralleljob.k8s.edge.pods import PodInfo, parse_pod
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.dra import parse_claim, parse_slice
+from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.status.moveplans import JobMoves, moves_of
 
 
 @dataclass(frozen=True)

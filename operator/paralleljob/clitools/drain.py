@@ -3,7 +3,7 @@
 Draining a node cordons it and marks every GPU drained; draining one GPU only marks that GPU. A drain is
 maintenance, not a failure: the drained GPUs are listed in ``paralleljob.dev/drained-gpus``, which the
 operator reads as "take no new work, and move the jobs here after they checkpoint" (the preemption's
-checkpoint-now signal and grace period, ``k8s/plan/draining.py``), with no restart counted and no failure
+checkpoint-now signal and grace period, ``k8s/plan/failure/draining.py``), with no restart counted and no failure
 recorded. ``--now`` (the emergency) also lists them in ``paralleljob.dev/drain-now-gpus``: their jobs move at
 once, still without a restart counted (an admin's emergency is not the job's fault). The drained GPUs are
 also written into ``unhealthy-gpus`` as before, which the agent keeps when it rewrites it (so an operator
@@ -13,7 +13,7 @@ the agent makes it fail with a conflict (and the CLI retries) instead of silentl
 
 On a DRA node (one with a ResourceSlice pool of the configured driver) the GPUs are the pool's devices, not
 ``nvidia.com/gpu`` capacity (which the DRA driver does not publish): GPU index ``i`` is the i-th device in the
-operator's order (``k8s/edge/dra.py``), so the same indices mean the same GPUs to the operator, the agent and
+operator's order (``k8s/edge/parse/dra.py``), so the same indices mean the same GPUs to the operator, the agent and
 ``paralleljob status``.
 """
 
@@ -35,8 +35,8 @@ from paralleljob.agent.signals import (
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
 from paralleljob.k8s.edge.constants import DRAIN_NOW_ANNOTATION
-from paralleljob.k8s.edge.dra import overlay_nodes, parse_slice
-from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.parse.dra import overlay_nodes, parse_slice
+from paralleljob.k8s.edge.parse.nodes import parse_node
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Nothing is parsed here that the operator does not parse itself: nodes, pods and 
 ``paralleljob.k8s`` (``parse_node``, ``parse_pod``, ``parse_job``) and the occupancy through the operator's
 own ``build_view``, so the map shows the cluster exactly as the scheduler sees it. The agent's detail
 annotations (``gpu-health``, ``drained-gpus``) only add *why* a GPU is out. When ResourceSlices and
-ResourceClaims are given, DRA nodes are overlaid as the operator overlays them (``k8s/edge/dra.py``), and each of
+ResourceClaims are given, DRA nodes are overlaid as the operator overlays them (``k8s/edge/parse/dra.py``), and each of
 their GPUs shows its device name and UUID.
 """
 
@@ -21,10 +21,10 @@ from paralleljob.core.cluster import GPUHealth
 from paralleljob.core.topology import Topology
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
 from paralleljob.k8s.edge.constants import GPU_HEALTHY_CONDITION
-from paralleljob.k8s.edge.dra import NodeGpus, node_gpus, overlay_nodes, parse_claim, parse_slice
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.pods import parse_pod
-from paralleljob.k8s.edge.specs import JobObject, parse_job
+from paralleljob.k8s.edge.parse.dra import NodeGpus, node_gpus, overlay_nodes, parse_claim, parse_slice
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.pods import parse_pod
+from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
 from paralleljob.k8s.plan.decide import claims_of
 from paralleljob.k8s.view.clusterview import PLACEHOLDER_PREFIX, ClusterView, build_view
 

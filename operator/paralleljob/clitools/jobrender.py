@@ -21,8 +21,8 @@ from rich.text import Text
 
 from paralleljob.clitools.describe import JobDescription, PodLine
 from paralleljob.clitools.render import spans
-from paralleljob.k8s.edge.queues import format_time
-from paralleljob.k8s.edge.records import rounded_ms
+from paralleljob.k8s.edge.parse.queues import format_time
+from paralleljob.k8s.edge.status.records import rounded_ms
 
 COST_TERMS = (("TP ms", "tpMs"), ("PP ms", "ppMs"), ("DP ms", "dpMs"), ("total ms", "totalMs"))
 

@@ -21,7 +21,7 @@ from paralleljob.clitools.gpumap import (
     NodeRow,
     job_order,
 )
-from paralleljob.k8s.edge.records import rounded_ms
+from paralleljob.k8s.edge.status.records import rounded_ms
 
 JOB_COLOURS = ("cyan", "magenta", "blue", "green", "yellow", "bright_cyan", "bright_magenta", "bright_blue")
 GLYPHS = {FREE: ("·", "green"), CLOSED: ("-", "dim"), DEGRADED: ("!", "yellow"), DRAINED: ("D", "magenta")}

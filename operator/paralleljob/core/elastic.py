@@ -6,7 +6,7 @@ and the simulator) to carry out:
 - :func:`admission_size`: admit at the largest size from the desired one down to min that places now (never
   below min). ``gpu_room`` caps it (a queue's quota or fair-share headroom), so quotas count what it holds.
   :func:`place_largest` is the same as a placer call (raises when min does not fit): both admission paths,
-  the FIFO one and the queue policies' pass (``core/admission.py``), call it.
+  the FIFO one and the queue policies' pass (``core/admit/admission.py``), call it.
 - :func:`plan_growth`: add replicas one at a time while free room lets, each placed next to the existing
   replicas (stage ``p`` of the new replica goes to the node of stage ``p`` of the last replica when it has
   room, else to the spare that raises the cost least, searched outward from there: the placer's repair
@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
-from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
-from paralleljob.core.evaluate import node_level_cost, nodes_common_level
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placement import Placement, PlacerLike
-from paralleljob.core.placer import Placer
-from paralleljob.core.rootfit import pick_group
+from paralleljob.core.placing.placement import Placement, PlacerLike
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.placing.rootfit import pick_group
+from paralleljob.core.timing.cost import CostModel
+from paralleljob.core.timing.evaluate import node_level_cost, nodes_common_level
 
 Groups = tuple[tuple[int, ...], ...]
 

@@ -17,7 +17,7 @@ MAX_TOTAL_GPUS = 1_000_000
 MAX_TP = 64
 # Model shapes beyond any real model are typos (hidden 2**40 priced a step at 7e15 ms). Each bound admits every
 # published model with room to spare: hidden sizes reach 16384-25600, contexts 1-10M tokens, parameter counts
-# about 2 trillion. The CRD's CEL rules use the same numbers (k8s/edge/specs.py holds their messages).
+# about 2 trillion. The CRD's CEL rules use the same numbers (k8s/edge/parse/specs.py holds their messages).
 MAX_HIDDEN_DIM = 131_072
 MAX_SEQ_LEN = 10_000_000
 MAX_PARAMS_BILLIONS = 20_000.0

@@ -9,7 +9,7 @@ the shell keeps everything else off them until it starts. Never a job of higher 
 one, never one moved within ``cooldown_s``, never more than ``max_moves_per_hour`` (with the moves of the past
 hour), never onto GPUs held for another waiting job. When there is no plan, :class:`NoMovePlan` says why.
 
-The search follows domain-freeing preemption (``core/preemption``): each domain of each level is a candidate;
+The search follows domain-freeing preemption (``core/admit/preemption``): each domain of each level is a candidate;
 its nodes are freed cheapest first (a node's price: the work its jobs would lose, or their GPUs x the time
 until they can move without loss) until the waiting job fits inside that domain, tried on the real state
 inside a trial (``ClusterState.begin_trial``, rolled back), then trimmed of moves it does not need. The
@@ -28,13 +28,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paralleljob.core import domainview
 from paralleljob.core.cluster import Allocation, ClusterState, closed_nodes
-from paralleljob.core.cost import CostModel
-from paralleljob.core.domainview import InsideAsker, PlacerFor, could_hold, domain_members
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placement import Placement, PlacerLike
+from paralleljob.core.placing import domainview
+from paralleljob.core.placing.domainview import InsideAsker, PlacerFor, could_hold, domain_members
+from paralleljob.core.placing.placement import Placement, PlacerLike
+from paralleljob.core.timing.cost import CostModel
 
 DOMAINS_PER_LEVEL = 8  # candidate domains tried per level, cheapest first
 TRIM_TRIES = 3  # moves a found plan tries to do without

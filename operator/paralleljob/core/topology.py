@@ -55,7 +55,7 @@ class Topology:
     sub_level: Level | None = None  # a level below the node (see the module docstring), or none
     gpu_subdomain: tuple[int, ...] = field(default=(), repr=False)  # [gpu] -> sub-level domain in its node
     # The level whose domains are NVLink domains (cliques of trays, as on GB200/GB300 NVL72; see
-    # core/nvlink.py); 0: the node is the NVLink domain, as on HGX, and a TP group stays in one node.
+    # core/nvl72/nvlink.py); 0: the node is the NVLink domain, as on HGX, and a TP group stays in one node.
     nvlink_level: int = 0
 
     # ---- construction -------------------------------------------------------------------------

@@ -66,7 +66,7 @@ async def serve(args: argparse.Namespace) -> None:
     from paralleljob.dashboard.feed import Feed
     from paralleljob.dashboard.server import make_app
     from paralleljob.k8s.edge.config import DraConfig, TopologyConfig, load_topology_file
-    from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH
+    from paralleljob.k8s.edge.parse.taintrules import TAINT_RULES_PATH
     from paralleljob.k8s.runtime.api import Kube
     from paralleljob.k8s.runtime.served import served_taint_rules_path
 

@@ -3,7 +3,7 @@ description (placement by rank, cost, conditions, events, last failure) plus wha
 the bytes each step moves over every topology level (which levels its TP, PP and DP traffic crosses) and
 the cost no placement on this topology could beat, next to the recorded cost.
 
-Both numbers come from the core the scheduler decides with (``core.traffic``, ``Placer.lower_bound`` on an
+Both numbers come from the core the scheduler decides with (``core.timing.traffic``, ``Placer.lower_bound`` on an
 empty copy of the cluster), so the panel shows the scheduler's own arithmetic, not a second estimate. The
 bound is for the job as it was priced: the shape its record holds (an elastic job at its current replicas),
 with the record's cost model, on the topology the operator priced it on (for a whole-tray placement the
@@ -20,13 +20,13 @@ from typing import Any
 
 from paralleljob.clitools.describe import describe_job
 from paralleljob.core.cluster import ClusterState
-from paralleljob.core.cost import cost_model
-from paralleljob.core.placer import Placer
-from paralleljob.core.traffic import level_bytes_per_step
-from paralleljob.k8s.edge.records import record_groups
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.cost import cost_model
+from paralleljob.core.timing.traffic import level_bytes_per_step
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.status.records import record_groups
+from paralleljob.k8s.plan.admission.trayadmission import nvlink_topology
 from paralleljob.k8s.plan.kinds.picker import at_current_size
-from paralleljob.k8s.plan.trayadmission import nvlink_topology
 from paralleljob.k8s.view.clusterview import ClusterView
 
 REPAIR_REASONS = ("Repair", "Recover", "Failure", "Replace", "Migrat", "Reoptimi")

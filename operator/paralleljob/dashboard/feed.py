@@ -29,12 +29,12 @@ from paralleljob.core.topology import Topology
 from paralleljob.dashboard.model import FEED_LENGTH, RowTally, assemble, pack_job, pack_node, patch
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
-from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH, ClaimInfo, SliceInfo, parse_claim, parse_slice
-from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
-from paralleljob.k8s.edge.pods import PodInfo, parse_pod
-from paralleljob.k8s.edge.slim import slim_node, without_managed_fields
-from paralleljob.k8s.edge.specs import JobObject, parse_job
-from paralleljob.k8s.edge.taintrules import TAINT_RULES_PATH, TaintRuleInfo, parse_taint_rule
+from paralleljob.k8s.edge.parse.dra import CLAIMS_PATH, SLICES_PATH, ClaimInfo, SliceInfo, parse_claim, parse_slice
+from paralleljob.k8s.edge.parse.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
+from paralleljob.k8s.edge.parse.slim import slim_node, without_managed_fields
+from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
+from paralleljob.k8s.edge.parse.taintrules import TAINT_RULES_PATH, TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.plan.decide import claims_of
 from paralleljob.k8s.runtime.api import Kube
 from paralleljob.k8s.runtime.reflector import Receiver, Reflector, Watched

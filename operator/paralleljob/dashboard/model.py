@@ -32,11 +32,11 @@ from paralleljob.clitools.gpumap import (
     number_jobs,
 )
 from paralleljob.core.rankorder import coordinates
-from paralleljob.k8s.edge.jobstatus import JobStatus
-from paralleljob.k8s.edge.moveplans import moves_of
-from paralleljob.k8s.edge.queues import parse_queue
-from paralleljob.k8s.edge.records import PlacementRecord
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.queues import parse_queue
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.status.jobstatus import JobStatus
+from paralleljob.k8s.edge.status.moveplans import moves_of
+from paralleljob.k8s.edge.status.records import PlacementRecord
 
 STATE_LETTERS = {FREE: "f", USED: "u", CLOSED: "c", DEGRADED: "g", DRAINED: "d", UNHEALTHY: "x"}
 PLACED_PHASES = ("Placing", "Running", "Recovering")

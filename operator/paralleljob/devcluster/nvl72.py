@@ -10,7 +10,7 @@ the devices ``channel-0`` (type ``channel``, id 0: the only channel a node's sli
 ``daemon-0`` (type ``daemon``), as the driver's kubelet plugin publishes them when it manages IMEX itself.
 
 The ComputeDomain CRD is written here from the driver's API types (``resource.nvidia.com/v1beta1``; see
-``k8s/edge/computedomain``). The stand-in controller (``python -m paralleljob.devcluster.nvl72``) does the
+``k8s/edge/render/computedomain``). The stand-in controller (``python -m paralleljob.devcluster.nvl72``) does the
 one thing of the real controller a scheduler relies on: for each ComputeDomain it creates the
 ResourceClaimTemplate named in ``spec.channel.resourceClaimTemplate.name``, in the driver's shape, owned by
 the ComputeDomain (the real controller uses a finalizer; ownership lets the garbage collector do the same
@@ -25,7 +25,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from paralleljob.devcluster.nodes import LEAF_LABEL, SPINE_LABEL, ZONE_LABEL, NodeShape, gpu_node_manifest
-from paralleljob.k8s.edge.computedomain import (
+from paralleljob.k8s.edge.render.computedomain import (
     CHANNEL_DEVICE_CLASS,
     CLIQUE_LABEL,
     DRIVER,

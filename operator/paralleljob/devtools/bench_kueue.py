@@ -42,8 +42,8 @@ from paralleljob.devtools.native_set import COST_MODELS, Gang, background, llm_s
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import GPU_RESOURCE, JOB_LABEL
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.runtime.api import ApiError, Kube, pod_path
 
 NODES_PER_RACK = 32

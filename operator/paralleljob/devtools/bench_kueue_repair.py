@@ -31,7 +31,7 @@ from paralleljob.devtools.flow_report import median_or_none
 from paralleljob.devtools.native_set import COST_MODELS, Gang, placement_cost
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import JOB_LABEL
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.runtime.api import ApiError, Kube, pod_path
 
 WHOLE_WAIT_S = 180.0  # a gang not whole again after this counts as not repaired

@@ -37,9 +37,9 @@ from paralleljob.devtools.native_set import Gang, background, llm_set, placement
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import API_VERSION, GPU_RESOURCE, JOB_LABEL, KIND
-from paralleljob.k8s.edge.nativegroups import SCHEDULING_GROUP
-from paralleljob.k8s.edge.nodes import parse_node
-from paralleljob.k8s.edge.specs import parse_job
+from paralleljob.k8s.edge.parse.nativegroups import SCHEDULING_GROUP
+from paralleljob.k8s.edge.parse.nodes import parse_node
+from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 from paralleljob.k8s.view.clusterview import build_view
 

@@ -15,7 +15,7 @@ from paralleljob.core import Allocation, ClusterState, JobSpec, Placer, cost_mod
 from paralleljob.devcluster.nodes import NodeShape, gpu_node_manifest
 from paralleljob.devtools.native_set import background, llm_set
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.nodes import parse_node
+from paralleljob.k8s.edge.parse.nodes import parse_node
 from paralleljob.k8s.view.clusterview import build_view
 
 NODES_PER_RACK = 32  # bench_native's

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Placer, Topology, cost_model
-from paralleljob.core.evaluate import node_level_cost
-from paralleljob.core.steptime import StepTimeModel
+from paralleljob.core.timing.evaluate import node_level_cost
+from paralleljob.core.timing.steptime import StepTimeModel
 
 COST_MODELS = ("seed", "megatron")
 

@@ -2,7 +2,7 @@
 ``kubectl get pods -o json`` would list them, for ``deploy/examples/train/run_local.py`` (docs/nvl72.md).
 
 It places the job with the core's NVLink placer on an empty cluster of NVL72 racks, derives the tray pods
-(core/traypods) and writes each pod's name, node and environment (k8s/edge/trayenv), so that one
+(core/nvl72/traypods) and writes each pod's name, node and environment (k8s/edge/render/trayenv), so that one
 ``torchrun train.py`` per tray, run by hand on CPU with gloo, checks that the framework's TP/PP/DP groups
 are the placer's.
 """
@@ -14,11 +14,11 @@ import json
 import sys
 
 from paralleljob.core import ClusterState, JobSpec, cost_model
-from paralleljob.core.cliques import nvl72_topology
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.cliques import nvl72_topology
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.traypods import tray_pods
 from paralleljob.core.rankorder import RankOrder
-from paralleljob.core.traypods import tray_pods
-from paralleljob.k8s.edge.trayenv import TrayJob, tray_env, tray_pod_name
+from paralleljob.k8s.edge.render.trayenv import TrayJob, tray_env, tray_pod_name
 
 
 def pods_json(name: str, tp: int, pp: int, dp: int, racks: int, order: RankOrder) -> dict[str, object]:

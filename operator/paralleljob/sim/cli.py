@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from paralleljob.core.cliques import nvl72_topology
-from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
-from paralleljob.core.queueing import QueueSpec
-from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, OnUnplaceable
-from paralleljob.core.steptime import StepTimeModel
+from paralleljob.core.admit.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
+from paralleljob.core.admit.queueing import QueueSpec
+from paralleljob.core.failure.repair import DEFAULT_FAILURE_POLICY, OnUnplaceable
+from paralleljob.core.nvl72.cliques import nvl72_topology
+from paralleljob.core.timing.steptime import StepTimeModel
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.clusters import describe, node_list_cluster, oversubscribed, uniform_cluster
 from paralleljob.sim.cluster.failures import FailureStats, load_failure_stats, parse_rate

@@ -54,7 +54,7 @@ def test_script_gives_selected_nodes_gpus_and_topology(
     dev_cluster: DevCluster, kube: KubeSession, bare_nodes: tuple[str, list[str]]
 ) -> None:
     from paralleljob.k8s.edge.config import TopologyConfig
-    from paralleljob.k8s.edge.nodes import parse_node
+    from paralleljob.k8s.edge.parse.nodes import parse_node
 
     selector, names = bare_nodes
     result = _run(dev_cluster, "--selector", selector, "--gpus", "4", "--nodes-per-rack", "2")

@@ -15,11 +15,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tests.timings import record_time
 
 from paralleljob.core import ClusterState, JobSpec, Level, NodeSpec, Topology, cost_model
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.traypods import tray_pods
 from paralleljob.core.rankorder import RankOrder
-from paralleljob.core.traypods import tray_pods
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.edge import computedomain as cd
+from paralleljob.k8s.edge.render import computedomain as cd
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,7 @@
 """A tray job's failure policy on the real API (issue 39): a TP16 job (wider than every HGX node, so it takes
 4 whole trays of one clique) with ``maxRestarts: 0`` whose tray reports an unhealthy GPU fails with the
 reason, instead of being repaired onto a spare as it was before the tray repair went through
-``core.repair.decide_repair``; its pods are deleted and its trays freed."""
+``core.failure.repair.decide_repair``; its pods are deleted and its trays freed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from pjhelpers import Jobs, wait_for
 
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.edge.records import record_from_status
+from paralleljob.k8s.edge.status.records import record_from_status
 
 pytestmark = pytest.mark.e2e
 

@@ -10,8 +10,8 @@ from pjhelpers import Jobs
 
 from paralleljob.devcluster import nvl72
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.edge import computedomain as cd
-from paralleljob.k8s.edge.records import record_from_status
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import record_from_status
 
 pytestmark = pytest.mark.e2e
 

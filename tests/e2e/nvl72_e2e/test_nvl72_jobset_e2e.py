@@ -4,7 +4,7 @@ nodes of 8 GPUs beside 2 racks of 4-GPU trays): the documented example
 its one TP group over 2 whole trays of one clique, creates that clique's ComputeDomain, whose channel
 template the pods name, and binds JobSet's pods by node rank; kube-controller-manager makes each pod's
 channel claim from that template. A tray reporting an unhealthy GPU under the group goes through the failure
-policy (``core.repair.decide_repair``, as a ParallelJob's trays do): the default policy moves that tray's
+policy (``core.failure.repair.decide_repair``, as a ParallelJob's trays do): the default policy moves that tray's
 rank to a spare tray of the same clique (same ComputeDomain), counts one restart, and binds the owner's
 replacement pod there once the old pod is gone.
 
@@ -27,9 +27,9 @@ from pjhelpers import Jobs, wait_for
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.jobset import start_jobset
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import COMPLETION_INDEX_KEY, GPU_INDICES_ANNOTATION, POD_GROUP_LABEL
-from paralleljob.k8s.edge.records import record_from_status
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import record_from_status
 
 pytestmark = pytest.mark.e2e
 GROUP = "llm-nvl72"

@@ -18,8 +18,8 @@ from tests.timings import record_time
 
 from paralleljob.devcluster import nvl72
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.edge import computedomain as cd
-from paralleljob.k8s.edge.records import record_from_status, record_groups
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import record_from_status, record_groups
 
 pytestmark = pytest.mark.e2e
 REPAIR_TARGET_S = 2.0  # held by the benchmark (docs/benchmarks.md, "Timing targets"), recorded here

@@ -17,9 +17,9 @@ from pjhelpers import Jobs, wait_for
 from tests.timings import record_time
 
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import GROUP, LAST_CHECKPOINT_ANNOTATION, PLURAL, VERSION
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
 
 pytestmark = pytest.mark.e2e
 

@@ -24,9 +24,9 @@ from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.devtools import systools
 from paralleljob.devtools.browser import Browser, DashboardProcess
-from paralleljob.k8s.edge.computedomain import CLIQUE_LABEL
 from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
-from paralleljob.k8s.edge.queues import parse_queue
+from paralleljob.k8s.edge.parse.queues import parse_queue
+from paralleljob.k8s.edge.render.computedomain import CLIQUE_LABEL
 
 pytestmark = pytest.mark.e2e
 

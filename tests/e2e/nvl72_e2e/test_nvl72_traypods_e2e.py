@@ -1,6 +1,6 @@
 """A TP8xPP4xDP2 job's whole-tray objects against the real API server: the NVLink placer on the cluster's
 labels, the tray record written into a real ParallelJob's status (the CRD schema keeps it, it reads back
-equal), the job's ComputeDomains and tray pods from ``k8s/edge/traymanifests``, kube-controller-manager's
+equal), the job's ComputeDomains and tray pods from ``k8s/edge/render/traymanifests``, kube-controller-manager's
 claims from each clique's template, and nothing left once the job is deleted. The operator does not make
 these objects itself yet (docs/nvl72.md): this tests the pieces it will use, on the real programs."""
 
@@ -13,17 +13,17 @@ from tests.e2e.nvl72_e2e.test_nvl72_cluster_e2e import _list, cluster_topology, 
 from tests.k8s.factories import paralleljob
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, cost_model
-from paralleljob.core.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.traypods import tray_pods
 from paralleljob.core.rankorder import RankOrder
-from paralleljob.core.traypods import tray_pods
 from paralleljob.devcluster.session import KubeSession
-from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.edge.specs import parse_job
-from paralleljob.k8s.edge.trayenv import tray_pod_name
-from paralleljob.k8s.edge.traymanifests import compute_domains, job_domains, tray_pod
-from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.render.trayenv import tray_pod_name
+from paralleljob.k8s.edge.render.traymanifests import compute_domains, job_domains, tray_pod
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
+from paralleljob.k8s.edge.status.trayrecords import TraySlot
 
 ORDER = RankOrder.TP_PP_DP
 

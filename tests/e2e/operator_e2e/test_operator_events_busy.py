@@ -5,7 +5,7 @@ During the reconcile loop of issue 21 one job always had a chain in flight, and 
 operator but never reached the API. Here other jobs keep chains in flight the ordinary way (1-GPU jobs created
 and deleted back to back, each one a create, a bind and status writes) while a GPU under the job under test
 breaks: its repair's Events must land within seconds, with the churn still going. The poster waits for a
-gang's binds at most ``MAX_WAIT_FOR_BINDS_S`` (``k8s/runtime/events.py``), once for everything queued: with
+gang's binds at most ``MAX_WAIT_FOR_BINDS_S`` (``k8s/runtime/observe/events.py``), once for everything queued: with
 an unbounded wait, or a bounded wait per Event (one Event a second, so the churn's Placed Events queued ahead
 of the repair's: it failed so, landed only Placed in 10 s), it times out waiting for them.
 """

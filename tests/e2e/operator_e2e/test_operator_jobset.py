@@ -34,7 +34,7 @@ from paralleljob.k8s.edge.constants import (
     POD_GROUP_LABEL,
     POD_GROUP_TIMEOUT_ANNOTATION,
 )
-from paralleljob.k8s.edge.noderank import JOBSET_GLOBAL_INDEX
+from paralleljob.k8s.edge.parse.noderank import JOBSET_GLOBAL_INDEX
 
 pytestmark = pytest.mark.e2e
 GROUP = "llm-jobset"  # the example's JobSet and pod group

@@ -48,7 +48,7 @@ from paralleljob.k8s.edge.constants import (
     PARALLELISM_ANNOTATION,
     SCHEDULER_NAME,
 )
-from paralleljob.k8s.edge.nativegroups import scheduled_condition, workload_reference
+from paralleljob.k8s.edge.parse.nativegroups import scheduled_condition, workload_reference
 
 pytestmark = pytest.mark.e2e
 API = ("scheduling.k8s.io", kubeline.selected().gang_api_version)

@@ -184,7 +184,7 @@ function recount(racks) { for (const r of racks || (pj.layout ? pj.layout.racks 
 function ms(x) { return x == null ? "" : Number(x).toFixed(Math.abs(x) >= 100 ? 1 : Math.abs(x) >= 1 ? 2 : 4); }
 function esc(s) { return String(s ?? "").replace(/[&<>"]/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]); }
 
-// A job's moves that free room, from the snapshot's brief (edge/moveplans JobMoves.brief): its plan, or
+// A job's moves that free room, from the snapshot's brief (edge/status/moveplans JobMoves.brief): its plan, or
 // the last time it was moved for another job and the work that lost.
 function movesBrief(m) {
   if (!m) return "";

@@ -26,7 +26,7 @@ class LevelSource:
     bandwidth_gbps: float
     # A multi-node NVLink domain (the GB200/GB300 clique): its bandwidth is what a job gets across its trays
     # only through a ComputeDomain (IMEX channel), which the operator creates only for jobs on whole trays
-    # (plan/trayadmission); for any other job two trays of one clique talk over the network, and the view
+    # (plan/admission/trayadmission); for any other job two trays of one clique talk over the network, and the view
     # prices the level as the one above it.
     nvlink_domain: bool = False
 
@@ -131,8 +131,8 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     resync_seconds: float = 30.0  # a pass over everything at least this often, level-triggered
     relist_seconds: float = 300.0  # each reflector lists its kind again this often (a safety net under watches)
-    # young collections rarely, full ones once a minute (runtime/gctuning.py), and the C heap's free pages
-    # given back every 10 s (runtime/memtrim.py)
+    # young collections rarely, full ones once a minute (runtime/memory/gctuning.py), and the C heap's free pages
+    # given back every 10 s (runtime/memory/memtrim.py)
     tune_gc: bool = True
     pass_share: float = 0.5  # most of the event loop's time passes may take back to back (reconciler.yield_after)
     # Chains that only record a waiting job's status, in flight at once; more wait for a later pass undecided

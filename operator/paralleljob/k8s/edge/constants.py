@@ -58,7 +58,7 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 
 MASTER_PORT = 29500
 DEFAULT_QUEUE = "default"
-# --queue-policy values; "strict-fifo" keeps the operator's own per-queue FIFO (k8s/plan/fifo_admission.py).
+# --queue-policy values; "strict-fifo" keeps the operator's own per-queue FIFO (k8s/plan/admission/fifo_admission.py).
 QUEUE_POLICIES = ("strict-fifo", "fair", "fair-backfill", "fair-backfill-preempt")
 
 # Pod groups: pods another controller creates (an Indexed Job, a JobSet), gang-placed by the operator

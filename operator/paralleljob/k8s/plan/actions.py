@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from paralleljob.core.admit.queueing import QueueBook
+from paralleljob.core.failure.repair import FailureAction
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.queueing import QueueBook
-from paralleljob.core.repair import FailureAction
-from paralleljob.k8s.edge.claims import DeviceClaim
-from paralleljob.k8s.edge.specs import JobObject
-from paralleljob.k8s.plan.backoff import Backoff
-from paralleljob.k8s.plan.groupclaims import ClaimReserve
+from paralleljob.k8s.edge.parse.specs import JobObject
+from paralleljob.k8s.edge.render.claims import DeviceClaim
+from paralleljob.k8s.plan.failure.backoff import Backoff
+from paralleljob.k8s.plan.groups.groupclaims import ClaimReserve
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import StatusDraft
 
@@ -70,7 +70,7 @@ class JobDelete:
 @dataclass(frozen=True, slots=True)
 class DomainDelete:
     """Delete one of ``job``'s ComputeDomains, of a clique its placement no longer uses
-    (plan/computedomains.py). ``uid`` is the precondition: one re-created under that name is left alone."""
+    (plan/pods/computedomains.py). ``uid`` is the precondition: one re-created under that name is left alone."""
 
     job: JobObject
     namespace: str
@@ -177,7 +177,7 @@ class Plan:
     domain_deletes: list[DomainDelete] = field(default_factory=list)  # ComputeDomains of cliques left behind
     scheduling_seconds: list[float] = field(default_factory=list)
     queue_lengths: dict[str, int] = field(default_factory=dict)
-    # Queued jobs left out of this pass because nothing that could admit them changed (plan/waiting.py):
+    # Queued jobs left out of this pass because nothing that could admit them changed (plan/admission/waiting.py):
     # queue -> how many; they are counted in the gauges and queue statuses all the same.
     quiet_waiting: dict[str, int] = field(default_factory=dict)
     # queue -> when its longest-waiting left-out job entered it (status.queuedAt): the queue-wait gauge's too
@@ -187,7 +187,7 @@ class Plan:
     # New jobs not decided because their first status write could not start this pass (behind a blocked head,
     # beyond Observed.background_room): queue -> how many; counted as Pending, and as waiting in their queue
     skipped_pending: dict[str, int] = field(default_factory=dict)
-    # Finished jobs left out because neither they nor their pods changed (plan/waiting.py), by phase
+    # Finished jobs left out because neither they nor their pods changed (plan/admission/waiting.py), by phase
     quiet_finished: dict[str, int] = field(default_factory=dict)
     quiet_wake_at: float | None = None  # the earliest TTL deadline among those finished jobs
     warnings: list[str] = field(default_factory=list)

@@ -15,16 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from paralleljob.core.gates import NEEDS_A_FIX
-from paralleljob.core.placer import Placer
-from paralleljob.k8s.edge.dra import ClaimInfo
-from paralleljob.k8s.edge.nativegroups import NativeGroup
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.queues import QueueInfo
-from paralleljob.k8s.edge.records import PlacementRecord
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.core.admit.gates import NEEDS_A_FIX
+from paralleljob.core.placing.placer import Placer
+from paralleljob.k8s.edge.parse.dra import ClaimInfo
+from paralleljob.k8s.edge.parse.nativegroups import NativeGroup
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.parse.queues import QueueInfo
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.status.records import PlacementRecord
 from paralleljob.k8s.plan.actions import JobActions
-from paralleljob.k8s.plan.eligibility import Eligibility
+from paralleljob.k8s.plan.admission.eligibility import Eligibility
 from paralleljob.k8s.plan.status import counted, wait_message
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -64,7 +64,7 @@ class PassContext:
     def wait(self, actions: JobActions, reason: str, message: str) -> None:
         """Set why a job waits: its ``Placed=False`` condition and ``status.reason``/``message`` (the message
         kept while fresh: ``wait_message``; moving figures dated: ``counted``). A wait that only a change by
-        someone (:data:`~paralleljob.core.gates.NEEDS_A_FIX`) ends gets a Warning Event when it starts."""
+        someone (:data:`~paralleljob.core.admit.gates.NEEDS_A_FIX`) ends gets a Warning Event when it starts."""
         written = self.message_written.get(actions.job.key)
         fresh = written is not None and self.now_s - written < self.message_refresh_s
         current = actions.job.status.condition("Placed")

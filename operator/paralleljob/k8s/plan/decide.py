@@ -19,41 +19,41 @@ import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from paralleljob.core.admit.queueing import QueuePolicy, RunningJob
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.placer import OPERATOR_PLACER, Placer
-from paralleljob.core.queueing import QueuePolicy, RunningJob
-from paralleljob.k8s.edge.computedomain import DomainInfo
+from paralleljob.core.placing.placer import OPERATOR_PLACER, Placer
 from paralleljob.k8s.edge.config import TopologyConfig
-from paralleljob.k8s.edge.dra import ClaimInfo
-from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo
-from paralleljob.k8s.edge.nodes import NodeInfo
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.queues import QueueInfo, parse_time, preemption_of, running_job
-from paralleljob.k8s.edge.records import PlacementRecord
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.parse.dra import ClaimInfo
+from paralleljob.k8s.edge.parse.nativegroups import NativeGroup, WorkloadInfo
+from paralleljob.k8s.edge.parse.nodes import NodeInfo
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_time, preemption_of, running_job
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.render.computedomain import DomainInfo
+from paralleljob.k8s.edge.status.records import PlacementRecord
 from paralleljob.k8s.plan.actions import JobActions, Plan
-from paralleljob.k8s.plan.backoff import Backoff
-from paralleljob.k8s.plan.computedomains import stale_domains
+from paralleljob.k8s.plan.admission.eligibility import Eligibility
+from paralleljob.k8s.plan.admission.fifo_admission import admit_all
+from paralleljob.k8s.plan.admission.policy_admission import admit_with_core
+from paralleljob.k8s.plan.admission.waiting import WAITING, Triage, WaitingMemo, earliest, pod_ids, triage
+from paralleljob.k8s.plan.admission.waiting_lines import LinesPass, admit_lines
+from paralleljob.k8s.plan.admission.waiting_remember import remember, remember_running
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.eligibility import Eligibility
-from paralleljob.k8s.plan.fifo_admission import admit_all
+from paralleljob.k8s.plan.failure.backoff import Backoff
+from paralleljob.k8s.plan.groups.podgroups import GroupRequests, by_group
 from paralleljob.k8s.plan.jobdecision import ACTIVE, decide_job
 from paralleljob.k8s.plan.kinds.picker import at_current_size, kind_of, sizing_of
 from paralleljob.k8s.plan.kinds.resizing import note_membership, rigid_waiting
 from paralleljob.k8s.plan.lazy import Lazy
 from paralleljob.k8s.plan.metrics_model import queue_book, queue_statuses
+from paralleljob.k8s.plan.moves.preempting import making_room, pending_deadlines
+from paralleljob.k8s.plan.moves.roommaking import RoomMaking
 from paralleljob.k8s.plan.nodenotes import node_warnings
-from paralleljob.k8s.plan.podgroups import GroupRequests, by_group
-from paralleljob.k8s.plan.podowners import adopted_pods, worker_pods
-from paralleljob.k8s.plan.podsync import gpu_holders
-from paralleljob.k8s.plan.policy_admission import admit_with_core
-from paralleljob.k8s.plan.preempting import making_room, pending_deadlines
-from paralleljob.k8s.plan.roommaking import RoomMaking
+from paralleljob.k8s.plan.pods.computedomains import stale_domains
+from paralleljob.k8s.plan.pods.podowners import adopted_pods, worker_pods
+from paralleljob.k8s.plan.pods.podsync import gpu_holders
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.ttl import expire
-from paralleljob.k8s.plan.waiting import WAITING, Triage, WaitingMemo, earliest, pod_ids, triage
-from paralleljob.k8s.plan.waiting_lines import LinesPass, admit_lines
-from paralleljob.k8s.plan.waiting_remember import remember, remember_running
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
 
 
@@ -80,13 +80,13 @@ class Observed:
     # reported about nodes (``Plan.node_warnings`` of the previous pass).
     changed_nodes: Mapping[str, NodeInfo | None] = field(default_factory=dict)
     node_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # Kubernetes' own gang API (edge/nativegroups.py): PodGroups and Workloads by namespace/name.
+    # Kubernetes' own gang API (edge/parse/nativegroups.py): PodGroups and Workloads by namespace/name.
     pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)
     workloads: Mapping[str, WorkloadInfo] = field(default_factory=dict)
-    # ResourceClaims by namespace/name (watched with DRA on): a PodGroup's shared claims (plan/groupclaims.py)
+    # ResourceClaims by namespace/name (watched with DRA on): a PodGroup's shared claims (plan/groups/groupclaims.py)
     resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)
     # How many more status-only chains the runtime would start now (OperatorConfig.background_chains less those
-    # in flight); None: no limit. New jobs behind a blocked head beyond it are not decided (plan/waiting.py).
+    # in flight); None: no limit. New jobs behind a blocked head beyond it are not decided (plan/admission/waiting.py).
     background_room: int | None = None
     # job key -> when this operator last wrote its waiting message (epoch seconds), and how long such a
     # message stands for a wait that only restates it with other figures (0: rewritten every time)
@@ -94,7 +94,7 @@ class Observed:
     message_refresh_s: float = 0.0
     # A job's time to checkpoint before a preemption or a drain moves it (--preemption-grace-seconds).
     checkpoint_grace_s: float = 30.0
-    compute_domains: Sequence[DomainInfo] = ()  # ours, watched by our label (plan/computedomains.py)
+    compute_domains: Sequence[DomainInfo] = ()  # ours, watched by our label (plan/pods/computedomains.py)
 
     @property
     def seconds(self) -> float:
@@ -142,7 +142,7 @@ def decide(
     """``policy`` None: strict (or best-effort) FIFO per queue; else the core's queueing pass with it.
     ``view``: the cluster as of ``observed`` (the reconciler's kept one); built from ``observed`` when None.
     The pass changes the view's state as it decides (allocations, releases). ``memo``: what earlier passes
-    decided for waiting jobs (``plan/waiting.py``), kept by the caller; with strict FIFO, lines nothing
+    decided for waiting jobs (``plan/admission/waiting.py``), kept by the caller; with strict FIFO, lines nothing
     touched are left out. The pass updates it."""
     # A placed elastic job is decided at the replicas it runs with, not the size it asks for.
     observed = dataclasses.replace(observed, jobs=[at_current_size(j) for j in observed.jobs])
@@ -347,7 +347,7 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
     whose gang was refused waits out its back-off (condition BackingOff) instead of being placed again on the
     very next pass."""
     memo, book = line.memo.memo, line.book
-    # moves that free an NVLink clique for a waiting tray job (plan/roommaking.py): the plan in flight goes
+    # moves that free an NVLink clique for a waiting tray job (plan/moves/roommaking.py): the plan in flight goes
     # first (its job may be admitted now), its nodes take nothing else while the lines are admitted
     room = RoomMaking(ctx, line.memo.untouchable)
     queued = room.before(line.queued)

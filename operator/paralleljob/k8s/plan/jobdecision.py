@@ -13,17 +13,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paralleljob.core.lifecycle import Event, Phase
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.draining import off_drained
+from paralleljob.k8s.plan.failure.draining import off_drained
+from paralleljob.k8s.plan.groups.podgroups import slot_pods
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.kinds.gangs import gang_of
-from paralleljob.k8s.plan.podgroups import slot_pods
-from paralleljob.k8s.plan.podsync import delete_all
-from paralleljob.k8s.plan.preempting import continue_preemption
-from paralleljob.k8s.plan.reoptimizing import reconsider
+from paralleljob.k8s.plan.moves.preempting import continue_preemption
+from paralleljob.k8s.plan.moves.reoptimizing import reconsider
+from paralleljob.k8s.plan.pods.podsync import delete_all
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.view.clusterview import ClusterView
 

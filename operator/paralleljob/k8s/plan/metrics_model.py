@@ -6,10 +6,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from paralleljob.core.admit.queueing import QueueBook, QueueSpec
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.queueing import QueueBook, QueueSpec
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
-from paralleljob.k8s.edge.queues import QueueInfo, parse_time
+from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_time
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.view.clusterview import ClusterView
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from paralleljob.k8s.edge.nodes import NodeInfo
+from paralleljob.k8s.edge.parse.nodes import NodeInfo
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ precondition (a job re-created under the same name is another job). Pure: no API
 
 from __future__ import annotations
 
-from paralleljob.k8s.edge.queues import parse_time
+from paralleljob.k8s.edge.parse.queues import parse_time
 from paralleljob.k8s.plan.actions import JobActions, JobDelete
 
 REASON = "TTLExpired"

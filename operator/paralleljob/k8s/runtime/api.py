@@ -24,7 +24,7 @@ import aiohttp
 from kubernetes_asyncio import client
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from paralleljob.k8s.edge.manifests import binding
+from paralleljob.k8s.edge.render.manifests import binding
 from paralleljob.k8s.runtime.lanes import Lanes
 from paralleljob.shellkit.kubeconfig import load_configuration, unreachable
 

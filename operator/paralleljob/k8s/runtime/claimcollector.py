@@ -9,10 +9,10 @@ import functools
 import logging
 from collections.abc import Callable, Collection, Sequence
 
-from paralleljob.k8s.edge.claims import claim_path
 from paralleljob.k8s.edge.constants import object_key
-from paralleljob.k8s.edge.dra import ClaimInfo
-from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.parse.dra import ClaimInfo
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.render.claims import claim_path
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, retrying
 from paralleljob.k8s.runtime.supervision import supervised
 from paralleljob.k8s.view.store import ObjectStore

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from paralleljob.k8s.edge import claims
-from paralleljob.k8s.edge import computedomain as cd
 from paralleljob.k8s.edge.constants import object_key
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.specs import JobObject
-from paralleljob.k8s.edge.statuscheck import dropped_fields
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.parse.specs import JobObject
+from paralleljob.k8s.edge.render import claims
+from paralleljob.k8s.edge.render import computedomain as cd
+from paralleljob.k8s.edge.status.statuscheck import dropped_fields
 from paralleljob.k8s.plan.actions import (
     DomainDelete,
     JobActions,
@@ -91,7 +91,7 @@ class Executor:
         await self._delete(delete, outcome)
 
     async def delete_domain(self, delete: DomainDelete, outcome: Outcome) -> None:
-        """Delete a ComputeDomain of a clique the job left (plan/computedomains.py), on the UID the decision
+        """Delete a ComputeDomain of a clique the job left (plan/pods/computedomains.py), on the UID the decision
         saw. Gone (404) or another one by now (409) is done: the next pass judges what exists then. It is
         forgotten as made, so a job placed in that clique again gets a new one."""
         path = f"/apis/{cd.GROUP}/{cd.VERSION}/namespaces/{delete.namespace}/{cd.PLURAL}/{delete.name}"

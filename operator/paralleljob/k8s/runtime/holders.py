@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from paralleljob.k8s.edge.records import PlacementRecord
-from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.edge.parse.specs import JobObject
+from paralleljob.k8s.edge.status.records import PlacementRecord
 from paralleljob.k8s.plan.decide import claims_of, holds_gpus
 from paralleljob.k8s.view.clusterview import Claim
 from paralleljob.k8s.view.store import ObjectStore

@@ -1,6 +1,6 @@
 """Writes the scheduling-cycle condition (``PodGroupScheduled``, or ``PodGroupInitiallyScheduled`` in v1beta1)
 of the Kubernetes PodGroups the operator places (the decision is
-``plan/podgroupstatus.py``'s; docs/pod-groups.md "Kubernetes PodGroups").
+``plan/groups/podgroupstatus.py``'s; docs/pod-groups.md "Kubernetes PodGroups").
 
 In the background, one batch at a time: a pass that finds the previous batch still going leaves the next to a
 later pass, which finds the condition still stale if a write failed (level-triggered, nothing to remember).
@@ -13,9 +13,9 @@ import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
 
-from paralleljob.k8s.edge.nativegroups import NativeGroup, pod_group_status_path
-from paralleljob.k8s.edge.specs import JobObject
-from paralleljob.k8s.plan.podgroupstatus import PodGroupCondition, pod_group_conditions
+from paralleljob.k8s.edge.parse.nativegroups import NativeGroup, pod_group_status_path
+from paralleljob.k8s.edge.parse.specs import JobObject
+from paralleljob.k8s.plan.groups.podgroupstatus import PodGroupCondition, pod_group_conditions
 from paralleljob.k8s.runtime.api import ApiError, Kube
 from paralleljob.k8s.view.store import ObjectStore
 

@@ -23,33 +23,33 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from paralleljob.k8s.edge.computedomain import DomainInfo, parse_domain
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import JOB_LABEL, POD_GROUP_LABEL, object_key
-from paralleljob.k8s.edge.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
-from paralleljob.k8s.edge.nativegroups import NativeGroup, WorkloadInfo, parse_pod_group, parse_workload
-from paralleljob.k8s.edge.nodes import NodeInfo, parse_node
-from paralleljob.k8s.edge.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
-from paralleljob.k8s.edge.queues import QueueInfo, parse_queue, queue_policy
-from paralleljob.k8s.edge.records import PlacementRecord, record_from_status
-from paralleljob.k8s.edge.slim import slim_job, slim_node, slim_pod, without_managed_fields
-from paralleljob.k8s.edge.specs import JobObject, parse_job
-from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
+from paralleljob.k8s.edge.parse.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
+from paralleljob.k8s.edge.parse.nativegroups import NativeGroup, WorkloadInfo, parse_pod_group, parse_workload
+from paralleljob.k8s.edge.parse.nodes import NodeInfo, parse_node
+from paralleljob.k8s.edge.parse.pods import TERMINAL_PHASES, PodInfo, parse_pod, pod_gpu_request
+from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_queue, queue_policy
+from paralleljob.k8s.edge.parse.slim import slim_job, slim_node, slim_pod, without_managed_fields
+from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
+from paralleljob.k8s.edge.parse.taintrules import TaintRuleInfo, parse_taint_rule
+from paralleljob.k8s.edge.render.computedomain import DomainInfo, parse_domain
+from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
 from paralleljob.k8s.plan.actions import JobActions
-from paralleljob.k8s.plan.backoff import Backoff
+from paralleljob.k8s.plan.admission.waiting import WaitingMemo
 from paralleljob.k8s.plan.decide import Observed, decide
+from paralleljob.k8s.plan.failure.backoff import Backoff
 from paralleljob.k8s.plan.jobdecision import ACTIVE
 from paralleljob.k8s.plan.status import wait_message_changed
-from paralleljob.k8s.plan.waiting import WaitingMemo
 from paralleljob.k8s.runtime.api import Kube
 from paralleljob.k8s.runtime.claimcollector import ClaimCollector
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
-from paralleljob.k8s.runtime.events import EventPoster
 from paralleljob.k8s.runtime.executor import Executor, Outcome
 from paralleljob.k8s.runtime.holders import HolderClaims
-from paralleljob.k8s.runtime.metrics import Metrics
+from paralleljob.k8s.runtime.observe.events import EventPoster
+from paralleljob.k8s.runtime.observe.metrics import Metrics
+from paralleljob.k8s.runtime.observe.reporting import PassReport
 from paralleljob.k8s.runtime.podgroupwriter import PodGroupStatusWriter
-from paralleljob.k8s.runtime.reporting import PassReport
 from paralleljob.k8s.runtime.supervision import supervised
 from paralleljob.k8s.view.clusterview import ClusterView
 from paralleljob.k8s.view.dranodes import OverlaidNodes
@@ -81,7 +81,7 @@ def relevant_pod(body: Mapping[str, Any]) -> bool:
 
 # What may change whether a waiting job fits without a node object or a job's own GPUs changing: DRA devices
 # (slices, their taint rules, claims held by others) and Kubernetes' gang objects. A change to any clears the
-# waiting memo (plan/waiting.py), so every waiting line is looked at again; a DeviceTaintRule deleted while a
+# waiting memo (plan/admission/waiting.py), so every waiting line is looked at again; a DeviceTaintRule deleted while a
 # job waited for the device used to leave it Queued until something else moved its line.
 FORGETS_WAITING = frozenset({"resourceslice", "devicetaintrule", "resourceclaim", "podgroup", "workload"})
 
@@ -120,7 +120,7 @@ class Reconciler:
         # Kubernetes' own gang API (nativegroups.py): empty unless the API server serves scheduling.k8s.io.
         self.pod_groups: ObjectStore[NativeGroup] = ObjectStore(parse_pod_group, slim=lean)
         self.workloads: ObjectStore[WorkloadInfo] = ObjectStore(parse_workload, slim=lean)
-        # Our ComputeDomains (NVL72 trays): those of cliques a job left are deleted (plan/computedomains.py).
+        # Our ComputeDomains (NVL72 trays): those of cliques a job left are deleted (plan/pods/computedomains.py).
         self.compute_domains: ObjectStore[DomainInfo] = ObjectStore(parse_domain, slim=lean)
         self.pod_group_status = PodGroupStatusWriter(kube, self.pod_groups)
         self.by_kind: dict[str, ObjectStore[Any]] = {  # each store by the kind its reflector reports

@@ -5,7 +5,7 @@ Every long-lived task is supervised: one that ends while the operator should be 
 unexpected return or cancellation) stops the whole process with a log line naming it, and
 :class:`OperatorFailed` makes the command exit non-zero, so the Deployment restarts a clean replica instead
 of keeping one that looks alive and does nothing. ``/healthz`` reports the same, and also a reconcile loop
-that has not passed for too long or a pod watch cut off for too long (:mod:`paralleljob.k8s.runtime.health`).
+that has not passed for too long or a pod watch cut off for too long (:mod:`paralleljob.k8s.runtime.observe.health`).
 Losing the lease cancels every write in flight at once and stops the process too.
 """
 
@@ -19,19 +19,19 @@ import signal
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from paralleljob.k8s.edge.computedomain import DOMAINS_PATH
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, MANAGED_LABEL, MANAGED_VALUE, PLURAL, QUEUE_PLURAL, VERSION
-from paralleljob.k8s.edge.dra import CLAIMS_PATH, SLICES_PATH
-from paralleljob.k8s.edge.nativegroups import (
+from paralleljob.k8s.edge.parse.dra import CLAIMS_PATH, SLICES_PATH
+from paralleljob.k8s.edge.parse.nativegroups import (
     pod_groups_path,
     workloads_path,
 )
-from paralleljob.k8s.runtime import gctuning, memtrim
+from paralleljob.k8s.edge.render.computedomain import DOMAINS_PATH
 from paralleljob.k8s.runtime.api import Kube
-from paralleljob.k8s.runtime.health import Health
 from paralleljob.k8s.runtime.leaderthread import ElectionThread
-from paralleljob.k8s.runtime.metrics import Metrics, serve
+from paralleljob.k8s.runtime.memory import gctuning, memtrim
+from paralleljob.k8s.runtime.observe.health import Health
+from paralleljob.k8s.runtime.observe.metrics import Metrics, serve
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from paralleljob.k8s.runtime.reflector import Receiver, Reflector, Watched
 from paralleljob.k8s.runtime.served import ServedApis, served_apis

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from paralleljob.k8s.edge.nativegroups import DEFAULT_VERSION, SCHEDULING_GROUP, served_version
-from paralleljob.k8s.edge.taintrules import (
+from paralleljob.k8s.edge.parse.nativegroups import DEFAULT_VERSION, SCHEDULING_GROUP, served_version
+from paralleljob.k8s.edge.parse.taintrules import (
     TAINT_RULES_PATH,
     TAINT_RULES_VERSIONS,
     serves_taint_rules,

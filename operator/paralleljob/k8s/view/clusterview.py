@@ -28,10 +28,10 @@ from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.topology import Level, NodeSpec, Topology
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import object_key
-from paralleljob.k8s.edge.nodes import NodeInfo
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, record_groups
-from paralleljob.k8s.edge.trayrecords import TraySlot
+from paralleljob.k8s.edge.parse.nodes import NodeInfo
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot, record_groups
+from paralleljob.k8s.edge.status.trayrecords import TraySlot
 
 CLUSTER_DOMAIN = "cluster"
 # A node without a label for a level gets a domain of its own there, named "~<node>/...": a placeholder, not
@@ -62,7 +62,7 @@ class ClusterView:
     occupants: dict[str, list[str]] = field(default_factory=dict)  # node -> pods not explained by a record
     node_warnings: dict[str, list[str]] = field(default_factory=dict)  # node -> what is wrong with it
     # NVLink-domain levels present (the clique: name -> its own bandwidth, which ``priced_levels`` lowers to
-    # the network's until a ComputeDomain is used; plan/trayadmission prices it so for whole-tray jobs)
+    # the network's until a ComputeDomain is used; plan/admission/trayadmission prices it so for whole-tray jobs)
     nvlink_levels: dict[str, float] = field(default_factory=dict)
     nvlink_spares: int = 0  # whole free trays per clique that take no new gang (TopologyConfig)
 

@@ -13,9 +13,9 @@ the four stores makes the view start over, as a node re-list does.
 from __future__ import annotations
 
 from paralleljob.k8s.edge.config import DraConfig
-from paralleljob.k8s.edge.dra import ClaimInfo, NodeGpus, SliceInfo, held_devices, node_gpus, overlay_node
-from paralleljob.k8s.edge.nodes import NodeInfo
-from paralleljob.k8s.edge.taintrules import TaintRuleInfo, parse_taint_rule
+from paralleljob.k8s.edge.parse.dra import ClaimInfo, NodeGpus, SliceInfo, held_devices, node_gpus, overlay_node
+from paralleljob.k8s.edge.parse.nodes import NodeInfo
+from paralleljob.k8s.edge.parse.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.view.store import ObjectStore
 
 

@@ -25,8 +25,8 @@ from typing import Protocol
 from paralleljob.core.cluster import GPUHealth
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import object_key
-from paralleljob.k8s.edge.nodes import NodeInfo
-from paralleljob.k8s.edge.pods import PodInfo
+from paralleljob.k8s.edge.parse.nodes import NodeInfo
+from paralleljob.k8s.edge.parse.pods import PodInfo
 from paralleljob.k8s.view.clusterview import (
     Claim,
     ClusterView,

@@ -1,7 +1,7 @@
 """The collective model against published NCCL-tests runs: ``python -m paralleljob.sim.report.calibration``.
 
 Prints docs/simulator.md's calibration table: for each published run (fabric, GPUs, message size, what was
-measured, where) the bus bandwidth ``core.collectives`` models, its error, and what the placer's cost model
+measured, where) the bus bandwidth ``core.timing.collectives`` models, its error, and what the placer's cost model
 charges for the same all-reduce today (a ring at the bandwidth of the slowest level it crosses, on the
 simulator's default topologies). ``tests/sim/test_calibration.py`` holds every modelled figure within
 ``TOLERANCE`` of its anchor and the docs' table to this printout.
@@ -12,9 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from paralleljob.core.cliques import nvl72_topology
-from paralleljob.core.collectives import GB200_NVL72, HGX_H100, Fabric, allreduce_busbw, allreduce_ms, sendrecv_busbw
-from paralleljob.core.evaluate import nodes_common_level
+from paralleljob.core.nvl72.cliques import nvl72_topology
+from paralleljob.core.timing.collectives import (
+    GB200_NVL72,
+    HGX_H100,
+    Fabric,
+    allreduce_busbw,
+    allreduce_ms,
+    sendrecv_busbw,
+)
+from paralleljob.core.timing.evaluate import nodes_common_level
 from paralleljob.core.topology import Topology
 
 TOLERANCE = 0.20

@@ -8,7 +8,7 @@
 * ``reopt-sweep``: the re-optimisation rule's thresholds.
 * ``failures-vs-best-fit``: ours (each recovery setting) against best-fit on the Alibaba trace's heterogeneous
   2-8 GPU nodes, mostly small jobs, strict FIFO, with no failures and at 1x and 10x the Llama 3 rate, under
-  the operator's failure rules (core.repair).
+  the operator's failure rules (core.failure.repair).
 * ``small-nodes``: ours against best-fit on issue 43's Philly-like setting: 88 GPUs on nodes of 8, 4 and 2,
   1,000 mostly single-GPU jobs at load 0.9, strict FIFO, at 1x and 10x the Llama 3 failure rate.
 * ``sharing``: whole GPUs vs MIG slices vs MPS shares for the Alibaba trace's fractional pods, on node
@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
+from paralleljob.core.admit.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
 from paralleljob.core.reoptimize import ReoptimizeRule
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.clusters import mixed_node_cluster, node_list_cluster, oversubscribed, uniform_cluster
@@ -208,10 +208,10 @@ def small_nodes(
 def validate(seeds: Sequence[int]) -> None:
     """The Megatron model on Megatron-LM's published layouts, with A100-era figures (docs/simulator.md)."""
     from paralleljob.core.cluster import ClusterState
-    from paralleljob.core.cost import MegatronCostModel
     from paralleljob.core.job import JobSpec
-    from paralleljob.core.placer import Placer
-    from paralleljob.core.steptime import StepTimeModel
+    from paralleljob.core.placing.placer import Placer
+    from paralleljob.core.timing.cost import MegatronCostModel
+    from paralleljob.core.timing.steptime import StepTimeModel
     from paralleljob.sim.workload.overlay import PUBLISHED_LAYOUTS, model_of
 
     model, peak, kernel_eff = MegatronCostModel(), StepTimeModel(gpu_tflops=312.0, mfu=1.0), 0.6

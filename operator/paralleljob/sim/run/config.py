@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from paralleljob.core import queueing
-from paralleljob.core.cost import COST_MODELS
-from paralleljob.core.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
+from paralleljob.core.admit import queueing
+from paralleljob.core.admit.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
+from paralleljob.core.failure.repair import DEFAULT_FAILURE_POLICY, FailurePolicy
 from paralleljob.core.reoptimize import DEFAULT_RULE, ReoptimizeRule
-from paralleljob.core.repair import DEFAULT_FAILURE_POLICY, FailurePolicy
-from paralleljob.core.steptime import STEP_MODELS
+from paralleljob.core.timing.cost import COST_MODELS
+from paralleljob.core.timing.steptime import STEP_MODELS
 from paralleljob.sim.cluster.failures import Cause, Failure
 from paralleljob.sim.workload.trace import PARAMS_BILLIONS_PER_SHARD
 
@@ -52,7 +52,7 @@ class SimConfig:
         "flops", "--step-model",
         "flops: compute from FLOPs + the cost model's ms (default); fraction: a fixed share scaled by the cost",
         STEP_MODELS,
-    )  # fmt: skip  (see core/steptime.py)
+    )  # fmt: skip  (see core/timing/steptime.py)
     gpu_tflops: float = option(989.0, "--gpu-tflops", "peak dense TFLOPS per GPU (flops model)")
     mfu: float = option(0.40, "--mfu", "achieved share of that peak (flops model)")
     comm_overlap: float = option(0.0, "--comm-overlap", "share of communication hidden by compute")

@@ -1,4 +1,4 @@
-"""The core's queue policies (``core.queueing`` + ``core.admission``) in the simulator.
+"""The core's queue policies (``core.admit.queueing`` + ``core.admit.admission``) in the simulator.
 
 The core plans a whole scheduling pass at once: ordering (starvation guard, DRF fair share over tenants,
 priority with aging), a reservation for the first blocked job, backfill that cannot delay it, and
@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 
-from paralleljob.core import queueing
-from paralleljob.core.queueing import PendingJob, QueueSpec
+from paralleljob.core.admit import queueing
+from paralleljob.core.admit.queueing import PendingJob, QueueSpec
 from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.policies import WaitingJob
 

@@ -1,7 +1,7 @@
 """What interrupts a running job in the simulation: failures and repairs, preemption, and moving a repaired job
 back at a checkpoint (re-optimisation).
 
-Each failure is handed to the core's failure policy (:func:`paralleljob.core.repair.decide_repair`, the function
+Each failure is handed to the core's failure policy (:func:`paralleljob.core.failure.repair.decide_repair`, the function
 the operator calls) and its decision carried out with events; the move-back asks the core for the best
 placement now and :func:`paralleljob.core.reoptimize.decide_migration` whether it pays. Not a mixin: module
 functions the engine calls with its :class:`~paralleljob.sim.run.engine.Simulation` as ``sim``, which read and
@@ -14,17 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from paralleljob.core.admit.fifo import keeps_place
 from paralleljob.core.cluster import Allocation, GPUHealth
-from paralleljob.core.elastic_failure import counts_as_restart
-from paralleljob.core.fifo import keeps_place
-from paralleljob.core.lifecycle import Event as Step
-from paralleljob.core.lifecycle import Phase
-from paralleljob.core.nvlink import NVLinkPlacer
-from paralleljob.core.placement import Placement
-from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
-from paralleljob.core.recovery import affected_groups
-from paralleljob.core.reoptimize import decide_migration
-from paralleljob.core.repair import (
+from paralleljob.core.failure.elastic_failure import counts_as_restart
+from paralleljob.core.failure.recovery import affected_groups
+from paralleljob.core.failure.repair import (
     FailureKind,
     FailureReport,
     GiveUp,
@@ -33,7 +27,13 @@ from paralleljob.core.repair import (
     decide_repair,
     pods_to_move,
 )
-from paralleljob.core.traypods import tray_pods_to_move
+from paralleljob.core.lifecycle import Event as Step
+from paralleljob.core.lifecycle import Phase
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.traypods import tray_pods_to_move
+from paralleljob.core.placing.placement import Placement
+from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
+from paralleljob.core.reoptimize import decide_migration
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import elastic
 from paralleljob.sim.run.events import Event, Kind
@@ -120,7 +120,7 @@ def recover(sim: Simulation, job: SimJob, kind: FailureKind) -> None:
 
 
 def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, ...]) -> None:
-    """Carry out the core's failure decision (core.repair), the one the operator carries out too."""
+    """Carry out the core's failure decision (core.failure.repair), the one the operator carries out too."""
     old = sim.state.allocations[job.job_id]
     report = FailureReport(kind, groups, job.restarts)
     decision = decide_repair(sim.state, sim.placer, job.spec, sim.model, sim.failure_policy, report)
@@ -131,7 +131,7 @@ def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, .
         if new is not None:
             sim._count(new, +1)
     drop = elastic.drop_on_failure(sim, job, old, decision, kind, groups)
-    job.restarts += counts_as_restart(kind, drop or decision)  # the operator's count (core.elastic_failure)
+    job.restarts += counts_as_restart(kind, drop or decision)  # the operator's count (core.failure.elastic_failure)
     if drop is not None:
         restart(sim, job)  # the kept replicas' workers restart where they are, at the smaller size
         return
@@ -144,7 +144,7 @@ def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, .
         sim._request_schedule()
         return
     if isinstance(decision, Requeue):
-        if not keeps_place(sim.config.requeue_order, kind.hardware):  # the operator's rule (core.fifo)
+        if not keeps_place(sim.config.requeue_order, kind.hardware):  # the operator's rule (core.admit.fifo)
             job.order, job.queued_s = sim._next_rank, sim.clock.now()  # the back of the line
             sim._next_rank += 1
         job.step(Step.REQUEUED)

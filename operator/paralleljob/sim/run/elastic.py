@@ -39,15 +39,15 @@ from paralleljob.core.elastic import (
     resized,
     shrink_for,
 )
-from paralleljob.core.elastic_failure import drop_instead
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.evaluate import node_level_cost
+from paralleljob.core.failure.elastic_failure import drop_instead
+from paralleljob.core.failure.repair import FailureKind, RepairDecision
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.placement import Placement
-from paralleljob.core.placer import Placer
-from paralleljob.core.repair import FailureKind, RepairDecision
+from paralleljob.core.placing.placement import Placement
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.evaluate import node_level_cost
 
 if TYPE_CHECKING:
     from paralleljob.sim.run.core_queue import CoreQueue
@@ -190,7 +190,7 @@ def drop_on_failure(
     sim._allocate(Allocation(job.job_id, resize.groups, job.spec.memory_per_gpu_gb))
     job.spec = resized(job.spec, resize.after)
     job.resizes += 1
-    job.drops += 1  # not a restart (core.elastic_failure.counts_as_restart), as in the operator
+    job.drops += 1  # not a restart (core.failure.elastic_failure.counts_as_restart), as in the operator
     job.step(Step.REPAIRED)
     sim._placed(job, resize.groups, _cost(sim, job, resize.groups))
     return resize

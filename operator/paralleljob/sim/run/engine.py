@@ -15,22 +15,22 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
 
-from paralleljob.core import admission, queueing
-from paralleljob.core.baselines import tp_groups_across_nodes
+from paralleljob.core.admit import admission, queueing
+from paralleljob.core.admit.fifo import FifoHooks, FifoJob, FifoLines, schedule_fifo
+from paralleljob.core.admit.gates import WaitReason
 from paralleljob.core.cluster import Allocation, ClusterState
-from paralleljob.core.cost import cost_model
 from paralleljob.core.elastic import resized
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.core.evaluate import nodes_common_level
-from paralleljob.core.fifo import FifoHooks, FifoJob, FifoLines, schedule_fifo
-from paralleljob.core.gates import WaitReason
+from paralleljob.core.failure.recovery import RecoveryStrategy
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
-from paralleljob.core.placer import Placer
-from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.core.steptime import StepTimeModel
+from paralleljob.core.placing.baselines import tp_groups_across_nodes
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.cost import cost_model
+from paralleljob.core.timing.evaluate import nodes_common_level
+from paralleljob.core.timing.steptime import StepTimeModel
+from paralleljob.core.timing.traffic import level_bytes_per_step
 from paralleljob.core.topology import Topology
-from paralleljob.core.traffic import level_bytes_per_step
 from paralleljob.sim.cluster.failures import FailureConfig, FailureProcess
 from paralleljob.sim.run import disruptions, elastic, roommoves
 from paralleljob.sim.run.config import SimConfig
@@ -233,7 +233,7 @@ class Simulation:
             roommoves.moves_pass(self)
 
     def _fifo_pass(self, queue: FifoQueue) -> None:
-        """One pass of the operator's FIFO (``core.fifo.schedule_fifo``, one line for the whole trace, no
+        """One pass of the operator's FIFO (``core.admit.fifo.schedule_fifo``, one line for the whole trace, no
         caps); the engine carries out its decisions as the operator does."""
         now = self.clock.now()
         waiting = [

@@ -8,17 +8,17 @@ against every transfer at NVLink speed.
 
 Two figures per shape: ``total_ms``, the cost model's price of that placement (what the placer minimises
 and what a repair or move-back is judged against), and ``comm_ms``, the time its communication takes under
-the calibrated collective model (``core.stepcomm``), which the step-time model divides by.
+the calibrated collective model (``core.timing.stepcomm``), which the step-time model divides by.
 """
 
 from __future__ import annotations
 
 from paralleljob.core.cluster import ClusterState
-from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placer import Placer
-from paralleljob.core.stepcomm import StepComm, one_domain_comm
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.cost import CostModel
+from paralleljob.core.timing.stepcomm import StepComm, one_domain_comm
 from paralleljob.core.topology import Topology
 
 

@@ -1,14 +1,14 @@
 """The policies a simulation selects by name: a placement policy and a queue policy.
 
 Placement policies wrap placers from the core, imported, never copied: ``ours`` is the core
-:class:`~paralleljob.core.placer.Placer` with minimal recovery (``ours-full``: with full recovery, to
+:class:`~paralleljob.core.placing.placer.Placer` with minimal recovery (``ours-full``: with full recovery, to
 measure what the minimal repair buys or costs); ``first-fit`` and ``best-fit`` are the
-baselines of :mod:`paralleljob.core.baselines`, ``volcano`` the tier-scoring one of
+baselines of :mod:`paralleljob.core.placing.baselines`, ``volcano`` the tier-scoring one of
 :mod:`paralleljob.sim.run.volcano`; the baselines re-place the whole job on failure (the job restarts
 elsewhere, as a plain gang scheduler would do it).
 
 Queue policies keep the waiting jobs for one of the core's two passes, which decide order, admission and
-preemption: :class:`FifoQueue` for the operator's own strict FIFO pass (``core.fifo``, called by the engine
+preemption: :class:`FifoQueue` for the operator's own strict FIFO pass (``core.admit.fifo``, called by the engine
 exactly as the operator calls it), one line for the whole trace; ``sim/run/core_queue.py`` for the core's
 queueing planner. There is no plug-in queue: a policy the operator does not run would measure nothing it
 ships.
@@ -20,15 +20,15 @@ import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from paralleljob.core.baselines import BestFitDomainPlacer, FirstFitPlacer
-from paralleljob.core.cliquebaseline import CliqueBestFitPlacer
+from paralleljob.core.admit.fifo import FifoPolicy
 from paralleljob.core.cluster import ClusterState
-from paralleljob.core.fifo import FifoPolicy
+from paralleljob.core.failure.recovery import RecoveryStrategy
 from paralleljob.core.moves import MoveBounds
-from paralleljob.core.nvlink import NVLinkPlacer
-from paralleljob.core.placement import PlacerLike
-from paralleljob.core.placer import OPERATOR_PLACER, Placer
-from paralleljob.core.recovery import RecoveryStrategy
+from paralleljob.core.nvl72.cliquebaseline import CliqueBestFitPlacer
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.placing.baselines import BestFitDomainPlacer, FirstFitPlacer
+from paralleljob.core.placing.placement import PlacerLike
+from paralleljob.core.placing.placer import OPERATOR_PLACER, Placer
 from paralleljob.sim.run.volcano import VolcanoTierPlacer
 
 
@@ -135,7 +135,7 @@ class RunningJob:
 
 
 class FifoQueue:
-    """The waiting jobs of the core's FIFO pass (``core.fifo``): by arrival, a requeued job back at its
+    """The waiting jobs of the core's FIFO pass (``core.admit.fifo``): by arrival, a requeued job back at its
     original place. Strict by default: the head blocks everyone behind it (no backfill), and nobody is
     preempted; ``blocking`` False skips a head that does not fit."""
 

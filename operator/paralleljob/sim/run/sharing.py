@@ -5,11 +5,11 @@ gangs of whole GPUs through the core placer and models steps, checkpoints and fa
 one-pod job on a fraction of one GPU has; teaching it slices would touch its allocation, metrics and every
 policy for a comparison that needs none of them. So this loop reuses the trace reader
 (``workload.alibaba.read_pod_shares``), the cluster sampler and the core's sharing model and packing rule
-(``core.sharing``, ``core.mig``), and keeps the engine's queue discipline ``fifo-skip``: waiting pods in
+(``core.slices.sharing``, ``core.slices.mig``), and keeps the engine's queue discipline ``fifo-skip``: waiting pods in
 arrival order, each started when it fits, the ones that do not fit skipped. No failures.
 
 Modes. ``whole``: every pod holds whole GPUs (today's simulator and operator). ``mig``: a pod of one GPU with
-``gpu_milli < 1000`` gets the smallest MIG profile whose compute covers it (core.mig.round_up), or a whole
+``gpu_milli < 1000`` gets the smallest MIG profile whose compute covers it (core.slices.mig.round_up), or a whole
 GPU when only the 7g profile would. ``mps``: such a pod gets an MPS share of ``ceil(milli / 10)`` percent and
 as much of the GPU's memory. Whole-GPU pods stay whole in every mode. Every GPU is modelled as an 80 GB
 MIG-capable one: the trace's own GPUs (T4, P100, V100, anonymised G2/G3) cannot be sliced, so this answers
@@ -31,8 +31,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.mig import COMPUTE_SLICES, GPU_80GB, MEMORY_SLICES, MigShape, MigSlice, round_up
-from paralleljob.core.sharing import GpuState, NodeGpus, Placement, Request, WholeGpus, apply, mps_share_for, pack
+from paralleljob.core.slices.mig import COMPUTE_SLICES, GPU_80GB, MEMORY_SLICES, MigShape, MigSlice, round_up
+from paralleljob.core.slices.sharing import (
+    GpuState,
+    NodeGpus,
+    Placement,
+    Request,
+    WholeGpus,
+    apply,
+    mps_share_for,
+    pack,
+)
 from paralleljob.core.topology import Topology
 from paralleljob.sim.workload.trace import TraceJob
 

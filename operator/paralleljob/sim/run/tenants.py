@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from paralleljob.core.queueing import QueueSpec
+from paralleljob.core.admit.queueing import QueueSpec
 from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.metrics import summary
 

@@ -11,13 +11,13 @@ Volcano's code. Tiers are the topology's levels (node, then every switch level);
 
 from __future__ import annotations
 
-from paralleljob.core.baselines import _placement
 from paralleljob.core.cluster import Allocation, ClusterState
-from paralleljob.core.cost import CostModel
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
-from paralleljob.core.placement import Placement
-from paralleljob.core.placer import Placer
+from paralleljob.core.placing.baselines import _placement
+from paralleljob.core.placing.placement import Placement
+from paralleljob.core.placing.placer import Placer
+from paralleljob.core.timing.cost import CostModel
 
 
 class VolcanoTierPlacer:

@@ -1,7 +1,7 @@
 """How a running job turns wall time into work, with checkpoints, and how much a failure throws away.
 
 Work is measured in trace seconds: a job's trace duration is its total work, done at rate 1 on the best
-placement the cluster allows. On a worse placement the rate is ``1 / slowdown`` (see ``core/steptime.py``).
+placement the cluster allows. On a worse placement the rate is ``1 / slowdown`` (see ``core/timing/steptime.py``).
 
 A run segment (from a start or restart to the next interruption) alternates ``interval`` wall seconds of
 computing with ``cost`` wall seconds of writing a checkpoint, which makes no progress. Work counts as saved
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from paralleljob.core.checkpoint import job_mtbf_seconds, young_daly_interval_seconds
+from paralleljob.core.failure.checkpoint import job_mtbf_seconds, young_daly_interval_seconds
 
 NO_CHECKPOINTS = math.inf
 

@@ -1,6 +1,6 @@
 """Per-team quotas for the simulator's core queues, from the trace's tenants (``--quotas``).
 
-A tenant becomes one core ``QueueSpec``, as a ParallelJobQueue does in the operator (k8s/edge/queues.py): a weight
+A tenant becomes one core ``QueueSpec``, as a ParallelJobQueue does in the operator (k8s/edge/parse/queues.py): a weight
 for DRF fair share, a guarantee it can reclaim from borrowers by preemption, and a maximum it never exceeds.
 The rules that use them (admission refuses a job above its queue's maximum; a queue below its guarantee may
 preempt a queue that borrows above its own) are the core's, imported by the engine, never restated here.
@@ -30,8 +30,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from paralleljob.core.admit.queueing import QueueSpec
 from paralleljob.core.errors import InvalidRequest
-from paralleljob.core.queueing import QueueSpec
 from paralleljob.sim.workload.trace import TraceJob, open_csv
 
 DEFAULT_BORROW = 2.0

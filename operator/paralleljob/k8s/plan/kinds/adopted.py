@@ -16,15 +16,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from paralleljob.core.lifecycle import Event, Phase
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.queues import parse_time
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.parse.queues import parse_time
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.podgroups import finish_group, hold_until_complete, live_pods, observe_group, slot_pods
-from paralleljob.k8s.plan.podsync import SyncResult
-from paralleljob.k8s.plan.traygroups import tray_width
+from paralleljob.k8s.plan.groups.podgroups import finish_group, hold_until_complete, live_pods, observe_group, slot_pods
+from paralleljob.k8s.plan.groups.traygroups import tray_width
+from paralleljob.k8s.plan.pods.podsync import SyncResult
 
 
 class AdoptedGroup:

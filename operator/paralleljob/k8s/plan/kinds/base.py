@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from paralleljob.core.elastic import ElasticRange, Resize
-    from paralleljob.core.eligibility import NodeFilter
     from paralleljob.core.job import JobSpec
-    from paralleljob.core.placement import Placement
-    from paralleljob.k8s.edge.pods import PodInfo
-    from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
-    from paralleljob.k8s.edge.specs import JobObject, JobRequest
+    from paralleljob.core.placing.eligibility import NodeFilter
+    from paralleljob.core.placing.placement import Placement
+    from paralleljob.k8s.edge.parse.pods import PodInfo
+    from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
+    from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
     from paralleljob.k8s.plan.actions import JobActions
-    from paralleljob.k8s.plan.breakage import Breakage
     from paralleljob.k8s.plan.context import HeldJob, PassContext
-    from paralleljob.k8s.plan.podsync import SyncResult
+    from paralleljob.k8s.plan.failure.breakage import Breakage
+    from paralleljob.k8s.plan.pods.podsync import SyncResult
     from paralleljob.k8s.plan.status import StatusDraft
 
 
@@ -144,7 +144,7 @@ class Sizing(Protocol):
         ...
 
     def dropped(self, ctx: PassContext, held: HeldJob, drop: Resize, message: str) -> PlacementRecord:
-        """Carry out the core's drop of a broken replica (``core.elastic_failure.drop_instead``)."""
+        """Carry out the core's drop of a broken replica (``core.failure.elastic_failure.drop_instead``)."""
         ...
 
     def range(self, request: JobRequest) -> ElasticRange | None:

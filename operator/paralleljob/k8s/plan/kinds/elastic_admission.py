@@ -1,6 +1,6 @@
 """The elastic sizing's admission: admitting elastic jobs, and taking growth replicas for a waiting
 higher-priority job, in the operator's FIFO admission: thin shells over ``core/elastic.py`` (``place_largest``,
-``shrink_for``); the queue policies' pass decides the same in the core (``core/admission.py``) and carries its
+``shrink_for``); the queue policies' pass decides the same in the core (``core/admit/admission.py``) and carries its
 shrinks out with :func:`commit_shrinks`."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paralleljob.core.cluster import ClusterState
-from paralleljob.core.cost import cost_model
 from paralleljob.core.elastic import ElasticHolding, Resize, place_largest, shrink_for
-from paralleljob.core.placement import Placement, PlacerLike
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.core.placing.placement import Placement, PlacerLike
+from paralleljob.core.timing.cost import cost_model
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.context import PassContext
 from paralleljob.k8s.plan.kinds.resizing import commit_resize
-from paralleljob.k8s.plan.podsync import sync_pods
+from paralleljob.k8s.plan.pods.podsync import sync_pods
 
 
 def place_elastic(

@@ -15,9 +15,9 @@ from dataclasses import replace
 from paralleljob.core.elastic import ElasticRange, Resize, resized
 from paralleljob.core.job import JobSpec
 from paralleljob.k8s.edge.constants import REPLICA_GROUP_LABEL
-from paralleljob.k8s.edge.elasticenv import elastic_env, replica_group_id
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.render.elasticenv import elastic_env, replica_group_id
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.kinds.resizing import drop_on_failure, resize_running, write_status
@@ -84,7 +84,7 @@ class Elastic:
         return {"PET_NODE_RANK": None, **elastic_env(job, record, slot, rng.min, rng.max, restarts)}
 
     def pod_labels(self, job: JobObject, slot: PodSlot) -> Mapping[str, str]:
-        # the rendezvous Service selects its host by these (``edge/elasticenv``)
+        # the rendezvous Service selects its host by these (``edge/render/elasticenv``)
         return {REPLICA_GROUP_LABEL: str(replica_group_id(slot, job.name))}
 
 

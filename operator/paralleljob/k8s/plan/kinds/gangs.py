@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from itertools import product
 
-from paralleljob.k8s.edge.records import PlacementRecord
-from paralleljob.k8s.edge.specs import JobRequest
+from paralleljob.k8s.edge.parse.specs import JobRequest
+from paralleljob.k8s.edge.status.records import PlacementRecord
 from paralleljob.k8s.plan.kinds.base import Gang, Layout
 from paralleljob.k8s.plan.kinds.hgx import HGX
 from paralleljob.k8s.plan.kinds.nvl72 import TRAYS

@@ -1,7 +1,7 @@
 """The HGX layout: one pod per TP group, on one node whose GPUs are its NVLink domain.
 
 What breaks a pod is its node or one of its GPUs, or the pod itself failing (``failures.detect``); the failure
-policy (``core.repair.decide_repair``, through ``failures.handle``) moves the broken groups' pods, restarts the
+policy (``core.failure.repair.decide_repair``, through ``failures.handle``) moves the broken groups' pods, restarts the
 failed ones, requeues or fails the job, and an elastic job may drop the broken replica instead.
 """
 
@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from paralleljob.core.cost import cost_model
-from paralleljob.core.eligibility import NodeFilter, restricted
+from paralleljob.core.failure.repair import best_placement_now, pods_to_move
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.placement import Placement
-from paralleljob.core.repair import best_placement_now, pods_to_move
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
-from paralleljob.k8s.plan.breakage import Breakage
+from paralleljob.core.placing.eligibility import NodeFilter, restricted
+from paralleljob.core.placing.placement import Placement
+from paralleljob.core.timing.cost import cost_model
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.failures import detect, handle
+from paralleljob.k8s.plan.failure.breakage import Breakage
+from paralleljob.k8s.plan.failure.failures import detect, handle
 from paralleljob.k8s.plan.kinds.base import Gang
-from paralleljob.k8s.plan.podsync import SyncResult
+from paralleljob.k8s.plan.pods.podsync import SyncResult
 
 
 class HgxNodes:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.parse.specs import JobObject
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import PassContext
-from paralleljob.k8s.plan.groupclaims import reservations
+from paralleljob.k8s.plan.groups.groupclaims import reservations
+from paralleljob.k8s.plan.groups.podgroups import hold_for_claims
 from paralleljob.k8s.plan.kinds.adopted import AdoptedGroup
-from paralleljob.k8s.plan.podgroups import hold_for_claims
 
 
 class NativeGroup(AdoptedGroup):

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from paralleljob.core.cost import cost_model
-from paralleljob.core.eligibility import NodeFilter, restricted
+from paralleljob.core.failure.repair import best_placement_now
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.nvlink import NVLinkPlacer
-from paralleljob.core.placement import Placement
-from paralleljob.core.repair import best_placement_now
-from paralleljob.core.traypods import tray_pods_to_move
-from paralleljob.k8s.edge.records import PlacementRecord
-from paralleljob.k8s.plan.breakage import Breakage
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.nvl72.traypods import tray_pods_to_move
+from paralleljob.core.placing.eligibility import NodeFilter, restricted
+from paralleljob.core.placing.placement import Placement
+from paralleljob.core.timing.cost import cost_model
+from paralleljob.k8s.edge.status.records import PlacementRecord
+from paralleljob.k8s.plan.admission.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, spares_for, tray_record
 from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.failure.breakage import Breakage
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.kinds.trayrepair import broken_trays, repair_trays, restart_failed_trays
-from paralleljob.k8s.plan.podsync import SyncResult
-from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, spares_for, tray_record
+from paralleljob.k8s.plan.pods.podsync import SyncResult
 
 
 class Nvl72Trays:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.podsync import SyncResult, delete_all, observe, sync_pods
+from paralleljob.k8s.plan.pods.podsync import SyncResult, delete_all, observe, sync_pods
 
 
 class ParallelJobPods:

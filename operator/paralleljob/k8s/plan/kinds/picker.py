@@ -6,13 +6,13 @@ pass (repair, pods, quotas) and the web view handle it as (an elastic job: its r
 ``spec.parallelism.data``, the size it wants).
 
 ``spec.podGroup`` picks the kind (a native PodGroup when Kubernetes' own gang object declared it). This
-module loads no layout, so the NVL72 admission (``plan/trayadmission``), which the tray layout itself builds
+module loads no layout, so the NVL72 admission (``plan/admission/trayadmission``), which the tray layout itself builds
 on, may ask :func:`may_take_trays`.
 """
 
 from __future__ import annotations
 
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.kinds.adopted import ADOPTED_GROUP
 from paralleljob.k8s.plan.kinds.base import GangKind
 from paralleljob.k8s.plan.kinds.native import NATIVE_GROUP

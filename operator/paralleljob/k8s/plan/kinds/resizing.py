@@ -20,7 +20,6 @@ import dataclasses
 from collections.abc import Sequence
 
 from paralleljob.core.cluster import Allocation
-from paralleljob.core.cost import cost_model
 from paralleljob.core.elastic import (
     ElasticRange,
     Resize,
@@ -28,15 +27,16 @@ from paralleljob.core.elastic import (
     resized,
     trim_to_desired,
 )
-from paralleljob.core.eligibility import restricted
-from paralleljob.core.evaluate import node_level_cost
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.steptime import StepTimeModel
-from paralleljob.k8s.edge.elasticenv import replica_group_id
-from paralleljob.k8s.edge.manifests import membership, rendezvous
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot, cost_to_status, pod_name, record_from_status
-from paralleljob.k8s.edge.specs import JobObject
+from paralleljob.core.placing.eligibility import restricted
+from paralleljob.core.timing.cost import cost_model
+from paralleljob.core.timing.evaluate import node_level_cost
+from paralleljob.core.timing.steptime import StepTimeModel
+from paralleljob.k8s.edge.parse.specs import JobObject
+from paralleljob.k8s.edge.render.elasticenv import replica_group_id
+from paralleljob.k8s.edge.render.manifests import membership, rendezvous
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot, cost_to_status, pod_name, record_from_status
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.status import StatusDraft
@@ -163,7 +163,7 @@ def resize_running(ctx: PassContext, held: HeldJob, waiting: Sequence[tuple[int,
 
 
 def drop_on_failure(ctx: PassContext, held: HeldJob, drop: Resize, message: str) -> PlacementRecord:
-    """Carry out the core's drop (``core/elastic_failure.drop_instead``: the policy would take the job off its
+    """Carry out the core's drop (``core/failure/elastic_failure.drop_instead``: the policy would take the job off its
     GPUs and it stays at or above min): the kept replicas keep their pods and GPUs. Counted in
     ``status.elastic.drops``, not in ``status.restarts`` (``counts_as_restart``)."""
     new = commit_resize(ctx, held, drop, "DroppedReplica", message)

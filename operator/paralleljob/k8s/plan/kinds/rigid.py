@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 from paralleljob.core.elastic import ElasticRange, Resize
 from paralleljob.core.job import JobSpec
-from paralleljob.k8s.edge.records import PlacementRecord, PodSlot
-from paralleljob.k8s.edge.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.status import StatusDraft

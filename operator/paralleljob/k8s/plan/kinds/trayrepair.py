@@ -2,18 +2,18 @@
 
 A tray record's pods are whole trays (``layout: trays``), so a tray that is gone, NotReady or under a NoExecute
 taint (``FailureKind.NODE``), or has a GPU reported unhealthy (``FailureKind.GPU``), breaks the pod on it; a
-tray an admin drained (``FailureKind.DRAINED``) is handed in by the drain step (``plan/draining.py``) once the
+tray an admin drained (``FailureKind.DRAINED``) is handed in by the drain step (``plan/failure/draining.py``) once the
 job had its checkpoint signal and grace period. What happens is the core's failure decision,
-:func:`paralleljob.core.repair.decide_repair`, as for a job on HGX nodes and as in the simulator: maxRestarts
+:func:`paralleljob.core.failure.repair.decide_repair`, as for a job on HGX nodes and as in the simulator: maxRestarts
 reached gives up, no room gives up or requeues by ``onUnplaceable``, a drain counts no restart and never
-gives up. The placer it is handed is the NVLink placer on the view's NVLink topology (``core/nvlink``), whose
+gives up. The placer it is handed is the NVLink placer on the view's NVLink topology (``core/nvl72/nvlink``), whose
 repair keeps each clique the job used where the clique's whole free trays (spares included) can take the
 broken trays' ranks, so the clique's ComputeDomain stays the same; when a clique has no whole free tray left
 the job is placed afresh over every clique. ``strategy``: minimal re-creates only the pods whose tray changed,
 full re-creates every pod of the job (docs/nvl72.md, "Failures"). A tray pod that fails on healthy hardware
 is restarted on its tray (:func:`restart_failed_trays`). A gone tray keeps its clique in the view
 (``clusterview``: the domains of a live tray with the same label), which is what lets the repair stay inside it.
-A pod group on trays (``plan/traygroups``) goes through the same decision; its repair is held to its clique,
+A pod group on trays (``plan/groups/traygroups``) goes through the same decision; its repair is held to its clique,
 whose channel template its pods name, and its pods are the owner's to replace (``podgroups.finish_group``).
 """
 
@@ -22,18 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from paralleljob.core.cliques import clique_index
 from paralleljob.core.cluster import Allocation, GPUHealth
-from paralleljob.core.cost import CostModel, cost_model
-from paralleljob.core.elastic_failure import counts_as_restart
-from paralleljob.core.eligibility import NodeFilter, restricted, within_domain
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.job import JobSpec
-from paralleljob.core.lifecycle import Event
-from paralleljob.core.nvlink import NVLinkPlacer
-from paralleljob.core.placement import Placement
-from paralleljob.core.recovery import RecoveryStrategy
-from paralleljob.core.repair import (
+from paralleljob.core.failure.elastic_failure import counts_as_restart
+from paralleljob.core.failure.recovery import RecoveryStrategy
+from paralleljob.core.failure.repair import (
     FailureAction,
     FailureKind,
     FailureReport,
@@ -42,15 +35,22 @@ from paralleljob.core.repair import (
     Requeue,
     decide_repair,
 )
-from paralleljob.k8s.edge.pods import PodInfo
-from paralleljob.k8s.edge.records import PlacementRecord, cost_to_status
-from paralleljob.k8s.plan.breakage import Breakage
+from paralleljob.core.job import JobSpec
+from paralleljob.core.lifecycle import Event
+from paralleljob.core.nvl72.cliques import clique_index
+from paralleljob.core.nvl72.nvlink import NVLinkPlacer
+from paralleljob.core.placing.eligibility import NodeFilter, restricted, within_domain
+from paralleljob.core.placing.placement import Placement
+from paralleljob.core.timing.cost import CostModel, cost_model
+from paralleljob.k8s.edge.parse.pods import PodInfo
+from paralleljob.k8s.edge.status.records import PlacementRecord, cost_to_status
+from paralleljob.k8s.plan.admission.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
 from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.failure.breakage import Breakage
+from paralleljob.k8s.plan.failure.outcomes import give_up, record_failure, requeue
+from paralleljob.k8s.plan.groups.traygroups import clique_trays
 from paralleljob.k8s.plan.kinds.base import Gang
-from paralleljob.k8s.plan.outcomes import give_up, record_failure, requeue
-from paralleljob.k8s.plan.podsync import delete_all
-from paralleljob.k8s.plan.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
-from paralleljob.k8s.plan.traygroups import clique_trays
+from paralleljob.k8s.plan.pods.podsync import delete_all
 from paralleljob.k8s.view.clusterview import ClusterView
 
 _BROKEN = (GPUHealth.OFFLINE, GPUHealth.RESETTING)
@@ -68,7 +68,7 @@ class _NoCliques:
 def broken_trays(view: ClusterView, record: PlacementRecord) -> Breakage | None:
     """The record's trays that can no longer run their pod (``slots``: their indices in ``record.trays``),
     typed: NODE when a tray is gone or may not run work, else GPU. Drained trays are not broken: the drain
-    step moves them (``plan/draining.py``)."""
+    step moves them (``plan/failure/draining.py``)."""
     hit: list[int] = []
     by_cause: dict[str, list[str]] = {}
     node_down = False
@@ -199,7 +199,7 @@ def repair_trays(
 
 
 def restart_failed_trays(ctx: PassContext, held: HeldJob, failed: Sequence[PodInfo]) -> PlacementRecord | None:
-    """Worker pods of a tray record that failed (the hardware is fine): core.repair.decide_repair applies the
+    """Worker pods of a tray record that failed (the hardware is fine): core.failure.repair.decide_repair applies the
     failure policy (maxRestarts, restart only the failed pods or the whole gang); the restarted trays' pods
     get a new incarnation and are re-created on the same trays. None when the job gave up."""
     actions, job, request, record, view, now = held.actions, held.job, held.request, held.record, ctx.view, ctx.now

@@ -1,0 +1,2 @@
+"""Admission: queues and quotas, the strict FIFO pass and the queueing pass, the entry gates both apply, and
+preemption victims."""

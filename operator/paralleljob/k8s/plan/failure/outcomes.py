@@ -1,0 +1,60 @@
+"""What a job's status, Events and pods become when the failure policy's answer is Requeue or GiveUp, or when
+a repair is written down: one home for the HGX failure handler (``failures.py``) and the NVL72 tray repair
+(``kinds/trayrepair.py``), which differ in how they repair, not in how an outcome is recorded.
+
+``failure`` is the ``status.lastFailure`` draft the handler filled (time, kind, reason, message, nodes,
+pods); a drain (``maintenance``) writes ``status.lastDrain`` instead, keeps the job's place in line, posts
+Normal Events and counts no failure.
+"""
+
+from __future__ import annotations
+
+from paralleljob.core.failure.repair import FailureAction, FailureKind
+from paralleljob.core.lifecycle import Event
+from paralleljob.k8s.edge.parse.queues import requeue_stamp
+from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.pods.podsync import delete_all
+from paralleljob.k8s.plan.status import StatusDraft
+
+
+def record_failure(draft: StatusDraft, failure: dict[str, object], maintenance: bool) -> None:
+    """``status.lastFailure``, or ``status.lastDrain`` for a drain (which leaves the last failure as it was)."""
+    kept = {k: v for k, v in failure.items() if v is not None}
+    if maintenance:
+        draft.set(lastDrain=kept)
+    else:
+        draft.set(lastFailure=kept)
+
+
+def requeue(
+    ctx: PassContext, held: HeldJob, failure: dict[str, object], message: str, restarts: int, maintenance: bool
+) -> None:
+    """The core said Requeue (``onUnplaceable: Requeue``): its GPUs are already freed in the view. Its hardware
+    broke, not the job: it keeps its place in line (its ``queuedAt``) unless its queue's ``requeueOrder`` is
+    Back (``core.admit.fifo.keeps_place``). A drained job always keeps it, as a preempted one does."""
+    actions, now = held.actions, ctx.now
+    draft = actions.draft
+    failure.update(action=FailureAction.REQUEUED.value)
+    draft.apply(Event.REQUEUED, "Requeued", message, now)
+    if maintenance:
+        queued_at = held.job.queued_at
+    else:
+        hardware = FailureKind(str(failure["kind"])).hardware
+        queued_at = requeue_stamp(ctx.queues.get(held.request.queue), hardware, held.job.queued_at, now)
+    draft.set(placement=None, communicationCost=None, nodes=None, restarts=restarts, queuedAt=queued_at)
+    record_failure(draft, failure, maintenance)
+    actions.note("Normal" if maintenance else "Warning", "Requeued", message)
+    actions.failure_action = None if maintenance else FailureAction.REQUEUED
+    delete_all(actions, held.pods, ctx.view.nodes, "job requeued after a failure")
+
+
+def give_up(ctx: PassContext, held: HeldJob, why: str, failure: dict[str, object], restarts: int) -> None:
+    """The core said GiveUp (maxRestarts reached, or no room with ``onUnplaceable: Fail``): GPUs already freed."""
+    actions, now = held.actions, ctx.now
+    failure.update(action=FailureAction.FAILED.value)
+    actions.draft.apply(Event.GAVE_UP, "GaveUp", why, now)
+    actions.draft.set(restarts=restarts, completionTime=now)
+    record_failure(actions.draft, failure, False)
+    actions.note("Warning", "Failed", why)
+    actions.failure_action = FailureAction.FAILED
+    delete_all(actions, held.pods, ctx.view.nodes, "job failed")
