@@ -12,8 +12,8 @@ them: a slice or a share goes first to a GPU that is already sliced or shared, t
 node that is already partly used (the node with the fewest free GPUs first), then to a node in a domain
 that is partly used; only when none of those fits does it break a whole node, and a whole domain last.
 Whole-GPU requests (all on one node) follow the same order with best fit. Every refusal says, per node,
-why. It scans every GPU it is given: right for the simulator's clusters; the operator would keep per-node
-counts the way the placer's index does (not built yet, see docs/sharing.md).
+why. It scans every GPU it is given: the simulator's clusters, and in the operator only the GPUs of nodes
+that publish MIG devices (``k8s/plan/slices/book.py``), a small part of a cluster of whole-GPU gangs.
 """
 
 from __future__ import annotations
@@ -103,10 +103,12 @@ class GpuState:
         if isinstance(request, MigProfile):
             if self.shares:
                 return "shared by MPS clients"
-            if self.shape is None or request not in self.shape.profiles:
+            # by name: a profile is what users ask for, and each GPU model places it its own way
+            own = next((p for p in self.shape.profiles if p.name == request.name), None) if self.shape else None
+            if self.shape is None or own is None:
                 return f"no MIG {request.name} on this GPU model"
-            start = best_start(self.shape, self.slices, request)
-            return why_not(self.slices, request) if start is None else MigSlice(request, start)
+            start = best_start(self.shape, self.slices, own)
+            return why_not(self.slices, own) if start is None else MigSlice(own, start)
         if self.slices:
             return "sliced by MIG"
         if len(self.shares) >= self.max_clients:

@@ -1,0 +1,85 @@
+"""The failure policy for a job of MIG slices: which ranks restart, move or end the job, as one decision.
+
+A slice job runs one rank per pod, each on one slice of one GPU (``sharing.Placement``). What breaks it is a
+GPU or node under a slice (hardware) or a pod failing (worker). The policy is the job's ``failurePolicy``, read
+the way ``repair.decide_repair`` reads it for whole-GPU gangs: ``maxRestarts`` ends the job; a crashed worker
+restarts on its own slice (``minimal``: that rank, ``full``: every rank); broken hardware moves the broken
+ranks' slices (``minimal``) or every rank's (``full``) under the packing rule (``sharing.pack``); with no room
+the job is requeued or failed (``onUnplaceable``). A slice job has no communication cost to keep low, so a
+move is only a new slice, never a re-optimised layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.failure.recovery import RecoveryStrategy
+from paralleljob.core.failure.repair import (
+    FailurePolicy,
+    FailureReport,
+    GiveUp,
+    GiveUpReason,
+    OnUnplaceable,
+    Requeue,
+)
+from paralleljob.core.slices.mig import MigProfile
+from paralleljob.core.slices.sharing import NodeGpus, Placement, apply, pack
+
+
+@dataclass(frozen=True, slots=True)
+class SlicesRestarted:
+    """The ranks restart where they are (a worker failure): their pods are made again."""
+
+    ranks: tuple[int, ...]
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SlicesMoved:
+    """``ranks`` go to ``placements`` (one each, same order); the other ranks keep their slices."""
+
+    ranks: tuple[int, ...]
+    placements: tuple[Placement, ...]
+    reasons: tuple[str, ...]
+
+
+SliceRepair = SlicesRestarted | SlicesMoved | Requeue | GiveUp
+
+
+def decide_slice_repair(
+    nodes: Sequence[NodeGpus],
+    held: Sequence[Placement | None],
+    profile: MigProfile | None,
+    policy: FailurePolicy,
+    failure: FailureReport,
+) -> SliceRepair:
+    """``held``: the job's slices by rank, as they are in ``nodes`` (which already show the broken hardware
+    unhealthy; None for a rank whose slice ``nodes`` do not show, its node gone); ``failure.groups`` the ranks
+    it hit; ``profile`` the slices' profile as some node offers it (None: no node offers it any more)."""
+    if failure.restarts >= policy.max_restarts and not failure.kind.maintenance:
+        return GiveUp(GiveUpReason.MAX_RESTARTS, (f"maxRestarts {policy.max_restarts} reached",))
+    whole = policy.strategy is RecoveryStrategy.FULL
+    ranks = tuple(range(len(held))) if whole else tuple(sorted(set(failure.groups)))
+    if not failure.kind.hardware:
+        what = "every rank" if whole else f"{len(ranks)} rank(s)"
+        return SlicesRestarted(ranks, (f"{what} restarted on the same MIG slices",))
+    free = list(nodes)
+    for rank in ranks:
+        if (slice_ := held[rank]) is not None:
+            free = list(apply(free, slice_, release=True))
+    placements = []
+    try:
+        if profile is None:
+            raise PlacementInfeasible("slices", ["no node offers the job's MIG profile any more"])
+        for rank in ranks:
+            placement = pack(profile, free, f"rank {rank}")
+            free = list(apply(free, placement))
+            placements.append(placement)
+    except PlacementInfeasible as exc:
+        if policy.on_unplaceable is OnUnplaceable.REQUEUE or failure.kind.maintenance:
+            return Requeue(tuple(exc.reasons))
+        return GiveUp(GiveUpReason.NO_ROOM, tuple(exc.reasons))
+    reasons = tuple(f"rank {rank}: {p.why}" for rank, p in zip(ranks, placements, strict=True))
+    return SlicesMoved(ranks, tuple(placements), reasons)
