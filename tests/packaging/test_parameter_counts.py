@@ -40,12 +40,8 @@ REASONS = {
 PENDING = {
     "core/elastic.py:plan_growth",
     "core/failure/elastic_failure.py:drop_instead",
-    "core/placing/search.py:exact_search",
-    "dashboard/model.py:assemble",
     "k8s/plan/pods/podsync.py:sync_pods",
     "k8s/plan/admission/trayadmission.py:place_on_trays",
-    "k8s/plan/admission/waiting_remember.py:remember",
-    "k8s/runtime/executor.py:__init__",
 }
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from paralleljob.clitools.gpumap import node_row
 from paralleljob.core.topology import Topology
-from paralleljob.dashboard.model import FEED_LENGTH, RowTally, assemble, pack_job, pack_node, patch
+from paralleljob.dashboard.model import FEED_LENGTH, Listed, PackedRows, RowTally, assemble, pack_job, pack_node, patch
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.edge.parse.dra import CLAIMS_PATH, SLICES_PATH, ClaimInfo, SliceInfo, parse_claim, parse_slice
@@ -211,9 +211,10 @@ class Feed:
         self.job_nodes = {job.key: set(job.record.nodes) if job.record else set() for job in jobs}
         self._packed = {k: v for k, v in self._packed.items() if k[0] in self._job_uids()}
         warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
-        new = assemble(level, self.rows, list(self.domain_ids), list(self.holder_ids), bodies,
-                       [b for k, _ in self.queues.items() if (b := self.queues.body(*k)) is not None],
-                       self.failures, warnings, pack=self._pack_job, tally=self.tally)
+        queues = [b for k, _ in self.queues.items() if (b := self.queues.body(*k)) is not None]
+        listed = Listed(bodies, queues, self.failures, warnings)
+        new = assemble(level, PackedRows(self.rows, list(self.domain_ids), list(self.holder_ids)), listed,
+                       pack=self._pack_job, tally=self.tally)
         return new, view
 
     def _pack_job(self, body: Body, colour: int) -> dict[str, Any]:

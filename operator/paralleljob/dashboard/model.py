@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from paralleljob.clitools.gpumap import (
@@ -150,32 +151,46 @@ def picture(
     domains: dict[str, int] = {}
     holders = {h: i for i, h in enumerate(sorted({c.holder for r in gpu_map.nodes for c in r.gpus if c.holder}))}
     rows = {row.name: pack_node(row, domains.setdefault(row.domain, len(domains)), holders) for row in gpu_map.nodes}
-    return assemble(gpu_map.domain_level, rows, list(domains), list(holders), jobs, queues, failures,
-                    gpu_map.warnings)
+    listed = Listed(jobs, queues, failures, gpu_map.warnings)
+    return assemble(gpu_map.domain_level, PackedRows(rows, list(domains), list(holders)), listed)
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """The GPU rows as the browser gets them: each node's packed row, and the names its indices stand for."""
+
+    rows: Mapping[str, dict[str, Any]]
+    domains: list[str]
+    holders: list[str]  # holders[i] is the key a row's holder index i names
+
+
+@dataclass(frozen=True)
+class Listed:
+    """What the picture lists beside the GPU rows: job and queue bodies, failure Events, warnings."""
+
+    jobs: Iterable[Mapping[str, Any]]
+    queues: Iterable[Mapping[str, Any]]
+    failures: Iterable[Mapping[str, Any]]
+    warnings: Iterable[str]
 
 
 def assemble(
     level: str,
-    rows: Mapping[str, dict[str, Any]],
-    domains: list[str],
-    holders: list[str],
-    jobs: Iterable[Mapping[str, Any]],
-    queues: Iterable[Mapping[str, Any]],
-    failures: Iterable[Mapping[str, Any]],
-    warnings: Iterable[str],
+    packed: PackedRows,
+    listed: Listed,
     pack: Callable[[Mapping[str, Any], int], dict[str, Any]] = pack_job,
     tally: RowTally | None = None,
 ) -> dict[str, Any]:
-    """The picture from packed rows (``holders[i]`` is the key the rows' holder index i names); ``pack`` is
-    ``pack_job`` or a memo of it; ``tally``: the rows' GPU states and holders counted as they changed (the
-    feed's), instead of counted here over every row."""
+    """The picture from packed rows and what it lists; ``pack`` is ``pack_job`` or a memo of it; ``tally``: the
+    rows' GPU states and holders counted as they changed (the feed's), instead of counted here over every row."""
+    rows, domains, holders = packed.rows, packed.domains, packed.holders
     if tally is None:
         tally = RowTally()
         for row in rows.values():
             tally.add(row)
     in_use = {i for i, n in tally.holders.items() if n > 0 and i >= 0}
     colours = number_jobs(holders[i] for i in in_use)
-    packed_jobs = sorted((pack(body, colours.get(_key(body), -1)) for body in jobs), key=lambda j: str(j["key"]))
+    packed_jobs = sorted((pack(body, colours.get(_key(body), -1)) for body in listed.jobs), key=lambda j: str(j["key"]))
     counts = tally.states
     totals = {state: counts.get(letter, 0) for state, letter in STATE_LETTERS.items()}
     totals["total"] = sum(totals.values())
@@ -185,10 +200,10 @@ def assemble(
         "holders": [{"key": h, "colour": colours.get(h, -1)} for h in holders],
         "nodes": dict(rows),
         "jobs": packed_jobs,
-        "queues": pack_queues(queues, packed_jobs),
-        "failures": [failure_line(e) for e in failures][-FEED_LENGTH:],
+        "queues": pack_queues(listed.queues, packed_jobs),
+        "failures": [failure_line(e) for e in listed.failures][-FEED_LENGTH:],
         "totals": totals,
-        "warnings": list(warnings),
+        "warnings": list(listed.warnings),
     }
 
 

@@ -27,7 +27,7 @@ class SearchResult:
     complete: bool  # False when the expansion budget ran out before the search finished
 
 
-def exact_search(
+def exact_search(  # params: the question (job, model, cluster), the placer's two candidate arrays, two bounds
     topology: Topology,
     job: JobSpec,
     model: CostModel,

@@ -376,7 +376,7 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
                 plan.quiet_oldest[queue] = oldest
     if memo is not None and strict_fifo:
         decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
-        remember(memo, decided, lines.decisions, observed.queues, line.in_use, owner_before, lines.standing)
+        remember(memo, decided, lines, observed.queues, line.in_use, owner_before)
         remember_running(
             memo, book.actions.values(), book.pods_of, line.memo.untouchable, line.memo.sorted_out.finished
         )

@@ -62,7 +62,7 @@ class Outcome:
 
 
 class Executor:
-    def __init__(
+    def __init__(  # params: the executor's collaborators, each injected so the FakeKube tests run it unchanged
         self,
         kube: Kube,
         jobs: ObjectStore[JobObject],

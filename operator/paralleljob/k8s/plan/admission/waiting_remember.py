@@ -30,6 +30,7 @@ from paralleljob.k8s.plan.admission.waiting import (
     queue_facts,
     stands_behind_at,
 )
+from paralleljob.k8s.plan.admission.waiting_lines import Lines
 from paralleljob.k8s.plan.kinds.picker import kind_of
 from paralleljob.k8s.plan.ttl import deadline
 
@@ -84,17 +85,18 @@ def remember_running(
 def remember(
     memo: WaitingMemo,
     decided: Mapping[str, tuple[JobObject, bool]],
-    decisions: Sequence[Admit | Wait],
+    lines: Lines,
     queues: Mapping[str, QueueInfo],
     in_use: Mapping[str, int],
     owner: list[str | None],
-    standing: Collection[str] = (),
 ) -> None:
     """After a pass: ``decided`` maps each job of the lines it looked at to (the object, whether it may be
-    remembered: it ended Queued with nothing to write); ``decisions`` are the core FIFO pass's, in order;
-    ``owner`` the view's GPU owners before admission. A line is remembered only when all its jobs are, but
-    a ``standing`` line (its remembered head still holds it: ``waiting_lines.Lines.standing``) keeps what it was and
-    takes in the arrivals that may be remembered; the others are decided again next pass, as arrivals."""
+    remembered: it ended Queued with nothing to write); ``lines`` are the pass's (the core FIFO pass's
+    decisions, in order, and the standing lines); ``owner`` the view's GPU owners before admission. A line is
+    remembered only when all its jobs are, but a standing line (its remembered head still holds it) keeps
+    what it was and takes in the arrivals that may be remembered; the others are decided again next pass,
+    as arrivals."""
+    decisions, standing = lines.decisions, lines.standing
     grown: dict[str, list[tuple[str, JobObject, bool]]] = {}
     others: dict[str, tuple[JobObject, bool]] = {}
     for key, (job, keep) in decided.items():
