@@ -73,7 +73,7 @@ class DevCluster:
         return self.run_dir / "logs" / f"{process_name}.log"
 
 
-def is_running(record: state.ClusterState) -> bool:
+def is_running(record: state.ClusterRecord) -> bool:
     return bool(record.processes) and all(process.is_alive(p) for p in record.processes)
 
 
@@ -130,7 +130,7 @@ def up(
     run_dir = state.run_dir(name)
     shutil.rmtree(run_dir, ignore_errors=True)
     (run_dir / "logs").mkdir(parents=True)
-    record = state.ClusterState(name=name, run_dir=str(run_dir), versions=versions(), owner_pid=os.getpid())
+    record = state.ClusterRecord(name=name, run_dir=str(run_dir), versions=versions(), owner_pid=os.getpid())
     state.save(record)
     try:
         etcd_port, etcd_peer_port, api_port, kcm_port = process.free_loopback_ports(4)
@@ -255,7 +255,7 @@ def up(
     return DevCluster(name, kubeconfig, server, run_dir, tuple(record.nodes), shape, tuple(record.real_nodes))
 
 
-def _remember(record: state.ClusterState, proc: state.ProcessRecord) -> None:
+def _remember(record: state.ClusterRecord, proc: state.ProcessRecord) -> None:
     record.processes.append(proc)
     state.save(record)
 

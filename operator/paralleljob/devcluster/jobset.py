@@ -53,7 +53,7 @@ def crd_dir(folder: Path) -> Path:
     return folder / _MODULE / "crd" / "bases"
 
 
-def running_jobset(record: state.ClusterState) -> state.ProcessRecord | None:
+def running_jobset(record: state.ClusterRecord) -> state.ProcessRecord | None:
     return next((p for p in record.processes if p.name == PROCESS_NAME and process.is_alive(p)), None)
 
 

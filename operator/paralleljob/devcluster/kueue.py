@@ -68,7 +68,7 @@ def crd_documents(folder: Path, webhook_port: int, ca_bundle: bytes) -> list[dic
     return kueuemanifests.crd_documents(folder, webhook_port, ca_bundle)
 
 
-def running_kueue(record: state.ClusterState) -> state.ProcessRecord | None:
+def running_kueue(record: state.ClusterRecord) -> state.ProcessRecord | None:
     return next((p for p in record.processes if p.name == PROCESS_NAME and process.is_alive(p)), None)
 
 

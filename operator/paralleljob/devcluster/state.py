@@ -34,7 +34,7 @@ class ProcessRecord:
 
 
 @dataclass
-class ClusterState:
+class ClusterRecord:
     name: str
     run_dir: str
     kubeconfig: str = ""
@@ -48,7 +48,7 @@ class ClusterState:
     owner_pid: int = 0  # the process that ran `up` (lets the test fixture find runs it abandoned)
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> ClusterState:
+    def from_json(cls, data: dict[str, object]) -> ClusterRecord:
         raw_processes = data.pop("processes", [])
         assert isinstance(raw_processes, list)
         # A cluster started by another version of this tool may record more: what this one does not know
@@ -73,7 +73,7 @@ def state_path(name: str) -> Path:
     return run_dir(name) / "state.json"
 
 
-def save(state: ClusterState) -> None:
+def save(state: ClusterRecord) -> None:
     """Write atomically: a reader never sees half a record."""
     path = Path(state.run_dir) / "state.json"
     temporary = path.with_suffix(".json.tmp")
@@ -81,11 +81,11 @@ def save(state: ClusterState) -> None:
     os.replace(temporary, path)
 
 
-def load(name: str) -> ClusterState | None:
+def load(name: str) -> ClusterRecord | None:
     path = state_path(name)
     if not path.is_file():
         return None
-    return ClusterState.from_json(json.loads(path.read_text()))
+    return ClusterRecord.from_json(json.loads(path.read_text()))
 
 
 def known_names() -> list[str]:

@@ -195,6 +195,8 @@ class Plan:
     queue_book: QueueBook | None = None  # the queues' usage after the pass (queue statuses and gauges read it)
     wake_after: float | None = None  # seconds until the next deadline (a preemption's, a wait's): pass again then
     adopt: list[dict[str, Any]] = field(default_factory=list)  # ParallelJobs to create for pod groups
+    # Kubernetes PodGroups whose pods ask for us but which are not adopted, and why (their condition says it)
+    refused_groups: dict[str, str] = field(default_factory=dict)
     queue_statuses: dict[str, dict[str, float]] = field(default_factory=dict)  # queues whose status is stale
     backoff: Backoff = field(default_factory=Backoff)  # the waits the next pass starts from
     node_events: list[NodeEvent] = field(default_factory=list)  # Warning events to post on nodes

@@ -15,7 +15,11 @@ from collections.abc import Mapping, Sequence
 
 from paralleljob.k8s.edge.parse.nativegroups import NativeGroup, pod_group_status_path
 from paralleljob.k8s.edge.parse.specs import JobObject
-from paralleljob.k8s.plan.groups.podgroupstatus import PodGroupCondition, pod_group_conditions
+from paralleljob.k8s.plan.groups.podgroupstatus import (
+    PodGroupCondition,
+    pod_group_conditions,
+    refusal_conditions,
+)
 from paralleljob.k8s.runtime.api import ApiError, Kube
 from paralleljob.k8s.view.store import ObjectStore
 
@@ -28,10 +32,10 @@ class PodGroupStatusWriter:
         self.store = store
         self.task: asyncio.Task[None] | None = None
 
-    def update(self, jobs: Sequence[JobObject], groups: Mapping[str, NativeGroup]) -> None:
+    def update(self, jobs: Sequence[JobObject], groups: Mapping[str, NativeGroup], refused: Mapping[str, str]) -> None:
         if self.task is not None and not self.task.done():
             return
-        changes = pod_group_conditions(jobs, groups)
+        changes = pod_group_conditions(jobs, groups) + refusal_conditions(refused, groups)
         if changes:
             self.task = asyncio.create_task(self._write(changes), name="podgroup-status")
 

@@ -390,7 +390,7 @@ class Reconciler:
         self.report.figures(plan, view, observed.queues, held_back, getattr(self.kube, "limit", None))
         self.report.queue_waits(plan)
         self.report.queue_status(plan)
-        self.pod_group_status.update(observed.jobs, observed.pod_groups)
+        self.pod_group_status.update(observed.jobs, observed.pod_groups, plan.refused_groups)
         # after the gauges and queue statuses: they are part of what every pass costs
         self.metrics.pass_duration.observe(time.monotonic() - started)
         log.debug(

@@ -36,7 +36,7 @@ from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
 from paralleljob.core.reoptimize import decide_migration
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import elastic
-from paralleljob.sim.run.events import Event, Kind
+from paralleljob.sim.run.events import Kind, SimEvent
 from paralleljob.sim.run.jobs import SimJob
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def push_failure(sim: Simulation, failure: Failure) -> None:
         sim.events.push(failure.time, Kind.FAILURE, payload=(failure, True))
 
 
-def on_failure(sim: Simulation, event: Event) -> None:
+def on_failure(sim: Simulation, event: SimEvent) -> None:
     failure, from_process = event.payload
     assert isinstance(failure, Failure)
     if from_process:
@@ -161,7 +161,7 @@ def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, .
     restart(sim, job)
 
 
-def on_repair(sim: Simulation, event: Event) -> None:
+def on_repair(sim: Simulation, event: SimEvent) -> None:
     token, gpus = event.payload
     assert isinstance(gpus, tuple)
     repaired = 0
@@ -244,7 +244,7 @@ def migrate(sim: Simulation, job: SimJob) -> None:
     restart(sim, job, move_back=True)
 
 
-def on_preempt(sim: Simulation, event: Event) -> None:
+def on_preempt(sim: Simulation, event: SimEvent) -> None:
     job = sim.jobs[event.job_id]
     if event.payload and isinstance(event.payload[0], MoveBack):
         if event.payload[0].epoch == job.epoch and job.phase is Phase.RUNNING:

@@ -35,13 +35,13 @@ from paralleljob.sim.cluster.failures import FailureConfig, FailureProcess
 from paralleljob.sim.run import disruptions, elastic, roommoves
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
-from paralleljob.sim.run.events import Event, EventQueue, Kind, SimClock
+from paralleljob.sim.run.events import EventQueue, Kind, SimClock, SimEvent
 from paralleljob.sim.run.ideal import IdealCosts
 from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
 from paralleljob.sim.run.policies import (
     FifoQueue,
-    RunningJob,
+    SimRunningJob,
     WaitingJob,
     placement_policy,
     queue_policy,
@@ -102,7 +102,7 @@ class Simulation:
             raise ValueError("trace job ids must be unique")
         self.specs = [_spec(t, config) for t in self.trace]
         self.jobs: dict[str, SimJob] = {}
-        self.running: dict[str, RunningJob] = {}  # jobs in phase Running, for queue policies
+        self.running: dict[str, SimRunningJob] = {}  # jobs in phase Running, for queue policies
         self.expected_end: dict[str, float] = {}  # when each running job finishes if nothing interrupts it
         self._preempting: set[str] = set()
         self._dearer: set[str] = set()  # running jobs placed above their ideal cost (after a repair)
@@ -156,7 +156,7 @@ class Simulation:
         self.events.push(0.0, Kind.SAMPLE)
         if self.config.horizon_s is not None:
             self.events.push(self.config.horizon_s, Kind.END)
-        handlers: dict[Kind, Callable[[Event], None]] = {
+        handlers: dict[Kind, Callable[[SimEvent], None]] = {
             Kind.ARRIVAL: self._on_arrival,
             Kind.START: self._on_start,
             Kind.FINISH: self._on_finish,
@@ -199,7 +199,7 @@ class Simulation:
             self.events.push(self.clock.now(), Kind.SCHEDULE)
 
     # ---- jobs arrive, start, finish ---------------------------------------------------------------
-    def _on_arrival(self, event: Event) -> None:
+    def _on_arrival(self, event: SimEvent) -> None:
         order = self._next_arrival
         trace = self.trace[order]
         self._next_arrival += 1
@@ -219,7 +219,7 @@ class Simulation:
         queued = t.submit_s if job.queued_s is None else job.queued_s
         return WaitingJob(job.job_id, job.order, queued, job.num_gpus, t.tenant, job.spec.priority)
 
-    def _on_schedule(self, event: Event) -> None:
+    def _on_schedule(self, event: SimEvent) -> None:
         self._schedule_pending = False
         if isinstance(self.queue, CoreQueue):
             self._core_pass(self.queue)
@@ -356,7 +356,7 @@ class Simulation:
             return elastic.slowdown(self, job)
         return self.steptime.slowdown(job.spec, job.comm_ms, self.ideal.comm_ms(job.spec))
 
-    def _on_start(self, event: Event) -> None:
+    def _on_start(self, event: SimEvent) -> None:
         job = self.jobs[event.job_id]
         if event.payload != (job.epoch,):
             return  # the job was interrupted between placement and start
@@ -373,11 +373,11 @@ class Simulation:
         if job.first_start is None:
             job.first_start = start
         t = job.trace
-        self.running[job.job_id] = RunningJob(job.job_id, job.num_gpus, t.tenant, job.spec.priority, start)
+        self.running[job.job_id] = SimRunningJob(job.job_id, job.num_gpus, t.tenant, job.spec.priority, start)
         self.expected_end[job.job_id] = finish
         self.events.push(finish, Kind.FINISH, job.job_id, (job.epoch,))
 
-    def _on_finish(self, event: Event) -> None:
+    def _on_finish(self, event: SimEvent) -> None:
         job = self.jobs[event.job_id]
         if event.payload != (job.epoch,):
             return
@@ -416,7 +416,7 @@ class Simulation:
         self.tenants.add(self.jobs[allocation.job_id].trace.tenant, sign * len(allocation.gpus), self.clock.now())
 
     # ---- observation ------------------------------------------------------------------------------
-    def _on_sample(self, event: Event) -> None:
+    def _on_sample(self, event: SimEvent) -> None:
         self._sample()
         self.events.push(self.clock.now() + self.sample_every, Kind.SAMPLE)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 
 class Kind(enum.IntEnum):
-    """Event kinds; the value is the tie-break rank at equal times (lower runs first)."""
+    """Kinds of simulator events; the value is the tie-break rank at equal times (lower runs first)."""
 
     FINISH = 0  # a job's work is done: free its GPUs first so everything after sees them
     REPAIR = 1  # hardware comes back
@@ -28,7 +28,9 @@ class Kind(enum.IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class SimEvent:
+    """One event on the simulated clock (not a lifecycle event: those are ``core.lifecycle.Event``)."""
+
     time: float
     kind: Kind
     seq: int
@@ -55,16 +57,16 @@ class EventQueue:
     """A min-heap of events with a total, deterministic order."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, int, Event]] = []
+        self._heap: list[tuple[float, int, int, SimEvent]] = []
         self._seq = 0
 
-    def push(self, time: float, kind: Kind, job_id: str = "", payload: tuple[object, ...] = ()) -> Event:
-        event = Event(time, kind, self._seq, job_id, payload)
+    def push(self, time: float, kind: Kind, job_id: str = "", payload: tuple[object, ...] = ()) -> SimEvent:
+        event = SimEvent(time, kind, self._seq, job_id, payload)
         self._seq += 1
         heapq.heappush(self._heap, (time, int(kind), event.seq, event))
         return event
 
-    def pop(self) -> Event:
+    def pop(self) -> SimEvent:
         return heapq.heappop(self._heap)[3]
 
     def __len__(self) -> int:

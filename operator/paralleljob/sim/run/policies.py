@@ -126,7 +126,9 @@ class WaitingJob:
 
 
 @dataclass(frozen=True, slots=True)
-class RunningJob:
+class SimRunningJob:
+    """A running job as the simulator's queue policies see it (the core's queueing pass has its own ``RunningJob``)."""
+
     job_id: str
     num_gpus: int
     tenant: str

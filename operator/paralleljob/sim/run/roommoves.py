@@ -26,7 +26,7 @@ from paralleljob.core.lifecycle import Phase
 from paralleljob.core.moves import MovableJob, MovePlan, MoveRequest, MoveWhen, place_elsewhere, plan_moves
 from paralleljob.sim.run import disruptions
 from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at
-from paralleljob.sim.run.events import Event, Kind
+from paralleljob.sim.run.events import Kind, SimEvent
 
 if TYPE_CHECKING:
     from paralleljob.sim.run.engine import Simulation
@@ -232,7 +232,7 @@ def held_free(sim: Simulation) -> int:
     return sum(sim.state.node_free[n] for n in room.plan.held_nodes)
 
 
-def on_preempt(sim: Simulation, event: Event) -> None:
+def on_preempt(sim: Simulation, event: SimEvent) -> None:
     """PREEMPT events: a plan's move at a checkpoint here, everything else to ``disruptions``."""
     if event.payload and isinstance(event.payload[0], RoomMove):
         room = book(sim)

@@ -44,7 +44,13 @@ from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot, cost_to_status, pod_name
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.admission.eligibility import Eligibility
-from paralleljob.k8s.plan.admission.trayadmission import TrayAwarePlacer, admission_topology, spans_trays, tray_record
+from paralleljob.k8s.plan.admission.trayadmission import (
+    TrayAwarePlacer,
+    admission_topology,
+    spans_trays,
+    tray_record,
+    trays_refused,
+)
 from paralleljob.k8s.plan.context import PassContext
 from paralleljob.k8s.plan.kinds.elastic_admission import place_elastic, shrink_growth_replicas
 from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
@@ -283,6 +289,7 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
         node_filter = eligibility.filter_for(job.key, spec, with_usage=False) if eligibility else None
         reasons = never_fits(admission_topology(view, request), spec, node_filter)
         if reasons:
+            reasons += trays_refused(view, request, spec, node_filter)  # only trays would hold it: say why not
             fail_unschedulable(actions, "; ".join(reasons), now)
             return True
     missing = unknown_queue(request, ctx.queues)

@@ -25,7 +25,7 @@ from paralleljob.core.job import JobSpec
 from paralleljob.core.nvl72.cliques import clique_index
 from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from paralleljob.core.nvl72.traypods import tray_pods
-from paralleljob.core.placing.eligibility import FilteredPlacer, NodeFilter
+from paralleljob.core.placing.eligibility import FilteredPlacer, NodeFilter, never_fits
 from paralleljob.core.placing.placement import Placement
 from paralleljob.core.placing.placer import OPERATOR_PLACER
 from paralleljob.core.timing.cost import CostModel, cost_model
@@ -35,7 +35,7 @@ from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.render.trayenv import tray_pod_name
 from paralleljob.k8s.edge.status.records import PlacementRecord
 from paralleljob.k8s.edge.status.trayrecords import TraySlot
-from paralleljob.k8s.plan.kinds.picker import may_take_trays
+from paralleljob.k8s.plan.kinds.picker import may_take_trays, why_no_trays
 from paralleljob.k8s.view.clusterview import ClusterView
 
 TRAY_PLACER = OPERATOR_PLACER  # the same small exact-search budget as the operator's core placer
@@ -75,6 +75,17 @@ def admission_topology(view: ClusterView, request: JobRequest) -> Topology:
     if not may_take_trays(request):
         return view.topology
     return nvlink_topology(view) or view.topology
+
+
+def trays_refused(view: ClusterView, request: JobRequest, spec: JobSpec, node_filter: NodeFilter | None) -> list[str]:
+    """Why a job that can never fit is not placed over the cluster's NVL72 trays when whole trays of a clique
+    would hold it (its kind or sizing takes none): the refusal says that, not only that the nodes are too
+    small. Empty when it may take trays, or they would not hold it either."""
+    why = why_no_trays(request)
+    topology = nvlink_topology(view) if why else None
+    if topology is None or never_fits(topology, spec, node_filter):
+        return []
+    return [f"whole trays of an NVLink clique would hold it, but {why}"]
 
 
 def wants_trays(view: ClusterView, request: JobRequest) -> Topology | None:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.constants import (
     API_VERSION,
@@ -109,11 +110,8 @@ def adopting_manifest(
     if PARALLELISM_ANNOTATION not in declared:
         raise GroupDeclarationError(f"pod {pod.name} has no {PARALLELISM_ANNOTATION} annotation (TPxPPxDP)")
     tp, pp, dp = parse_parallelism(declared[PARALLELISM_ANNOTATION])
-    if native is not None and native.min_count != pp * dp:
-        raise GroupDeclarationError(
-            f"PodGroup {group}: gang.minCount {native.min_count} is not PP x DP = {pp * dp}"
-            f" of {PARALLELISM_ANNOTATION}={declared[PARALLELISM_ANNOTATION]} (one pod per TP group)"
-        )
+    if native is not None:
+        _check_min_count(group, native, JobSpec(group, tp, pp, dp, 0.0), live, declared[PARALLELISM_ANNOTATION])
     # Never a preemption victim: preempting a group means deleting pods the operator does not own.
     spec: dict[str, Any] = {
         "podGroup": group,
@@ -149,6 +147,29 @@ def adopting_manifest(
     if owner.get("uid"):
         metadata["ownerReferences"] = [{**owner, "controller": False, "blockOwnerDeletion": False}]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+
+
+def _check_min_count(group: str, native: NativeGroup, spec: JobSpec, pods: Sequence[PodInfo], declared: str) -> None:
+    """A PodGroup's gang is the whole group: ``minCount`` must be its pod count, one per TP group or, on NVLink
+    trays, one per tray (``traygroups``). A smaller one is kube-scheduler's elastic gang (at least ``minCount``
+    of more pods), which paralleljob-scheduler does not place: it binds a gang only whole."""
+    width = tray_width(spec, pods)
+    wanted = expected_pods(spec, width)
+    if native.min_count == wanted:
+        return
+    if width:
+        count = f"TP x PP x DP / {width} = {wanted} (one pod per tray of {width} GPUs)"
+    else:
+        count = f"PP x DP = {wanted} (one pod per TP group)"
+    elastic = (
+        "; a gang smaller than its pods (an elastic gang) is not placed: paralleljob-scheduler binds a gang only whole"
+        if native.min_count is not None and native.min_count < wanted
+        else ""
+    )
+    raise GroupDeclarationError(
+        f"PodGroup {group}: gang.minCount {native.min_count} is not {count} of {PARALLELISM_ANNOTATION}={declared}"
+        f"{elastic}"
+    )
 
 
 def successors(owners: Sequence[tuple[str, str, str]], pods: Sequence[PodInfo]) -> list[PodInfo]:

@@ -29,6 +29,7 @@ from paralleljob.k8s.plan.groups.podgroups import READY_CONDITION
 from paralleljob.k8s.plan.kinds.native import NATIVE_GROUP
 from paralleljob.k8s.plan.kinds.picker import kind_of
 
+REFUSED = f"{SCHEDULER_NAME} does not place this PodGroup: "
 BOUND_PHASES = (Phase.RUNNING, Phase.RECOVERING, Phase.SUCCEEDED)
 WAITING_PHASES = (Phase.PENDING, Phase.QUEUED)
 
@@ -111,4 +112,21 @@ def pod_group_conditions(jobs: Sequence[JobObject], groups: Mapping[str, NativeG
         wanted = desired_condition(job, group)
         if wanted is not None:
             out.append(wanted)
+    return out
+
+
+def refusal_conditions(refused: Mapping[str, str], groups: Mapping[str, NativeGroup]) -> list[PodGroupCondition]:
+    """``Unschedulable`` with the reason for each PodGroup whose pods ask for our scheduler but which is not
+    adopted (``pods/podowners``: a gang smaller than its pods, no gang policy, a shape that does not add up),
+    where ``kubectl describe podgroup`` shows it; only those that do not say it already."""
+    out: list[PodGroupCondition] = []
+    for key, why in refused.items():
+        group = groups.get(key)
+        if group is None or group.scheduled_field("status") == "True":
+            continue
+        message = REFUSED + why
+        if (group.scheduled_field("reason"), group.scheduled_field("message")) == (REASON_UNSCHEDULABLE, message):
+            continue
+        named = (group.namespace, group.name, group.uid, group.api_version)
+        out.append(PodGroupCondition(*named, "False", REASON_UNSCHEDULABLE, message, group.generation))
     return out

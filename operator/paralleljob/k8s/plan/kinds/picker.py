@@ -20,7 +20,7 @@ from paralleljob.k8s.plan.kinds.operated import PARALLEL_JOB
 from paralleljob.k8s.plan.kinds.sizings import sizing_of
 
 # sizing_of is kinds/sizings'; the driver asks this one module for a job's kind and sizing
-__all__ = ["KINDS", "at_current_size", "kind_of", "may_take_trays", "sizing_of"]
+__all__ = ["KINDS", "at_current_size", "kind_of", "may_take_trays", "sizing_of", "why_no_trays"]
 
 KINDS: tuple[GangKind, ...] = (PARALLEL_JOB, ADOPTED_GROUP, NATIVE_GROUP)
 
@@ -35,6 +35,24 @@ def kind_of(request: JobRequest, native: bool = False) -> GangKind:
 def may_take_trays(request: JobRequest) -> bool:
     """Whether admission may place ``request`` over whole NVL72 trays: its kind's and its sizing's answer."""
     return kind_of(request).may_take_trays(request) and sizing_of(request).may_take_trays(request)
+
+
+def why_no_trays(request: JobRequest) -> str:
+    """Why admission may not place ``request`` over whole NVL72 trays ("" when it may): what its refusal says
+    when only trays could hold it."""
+    kind = kind_of(request)
+    if not kind.may_take_trays(request):
+        return (
+            f"a {kind.name} takes NVL72 trays only when each of its pods asks for one whole tray, fewer GPUs than"
+            ' its TP (docs/pod-groups.md "On NVL72 racks")'
+        )
+    if not sizing_of(request).may_take_trays(request):
+        return (
+            "an elastic job is not placed over NVL72 trays: each of its TP groups must fit one node or tray (a TP"
+            " group across trays needs its clique's ComputeDomain, which replicas that come and go do not keep);"
+            " a rigid job of this shape is"
+        )
+    return ""
 
 
 def at_current_size(job: JobObject) -> JobObject:

@@ -92,4 +92,6 @@ def adopted_pods(
                 plan.adopt.append(manifest)
             except GroupDeclarationError as exc:
                 plan.warnings.append(f"pod group {key} cannot be adopted: {exc}")
+                if first.native:  # the PodGroup's own condition says it too: a log line is not where users look
+                    plan.refused_groups[key] = str(exc)
     return adopted
