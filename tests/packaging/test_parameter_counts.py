@@ -40,8 +40,6 @@ REASONS = {
 PENDING = {
     "core/elastic.py:plan_growth",
     "core/failure/elastic_failure.py:drop_instead",
-    "k8s/plan/pods/podsync.py:sync_pods",
-    "k8s/plan/admission/trayadmission.py:place_on_trays",
 }
 
 

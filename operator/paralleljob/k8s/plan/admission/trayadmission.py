@@ -115,7 +115,7 @@ def seen_as(state: ClusterState, topology: Topology) -> Iterator[ClusterState]:
         state.topology = original
 
 
-def place_on_trays(
+def place_on_trays(  # params: one NVLink placer question: what (request, key), on what (view, topology), where not
     view: ClusterView,
     topology: Topology,
     request: JobRequest,

@@ -90,7 +90,7 @@ def observe(record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> S
     return SyncResult(bound, succeeded, tuple(failed), len(record.pod_slots))
 
 
-def sync_pods(
+def sync_pods(  # params: the job, what it should be (request, record) and what is (pods, nodes, GPU holders)
     actions: JobActions,
     job: JobObject,
     request: JobRequest,
