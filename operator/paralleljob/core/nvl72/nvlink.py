@@ -250,6 +250,13 @@ class NVLinkPlacer:
         nodes = {self.topology.gpu_node[g] for g in allocation.gpus}
         return len(nodes) > 1 and all(self.index.clique_of(n) is not None for n in nodes)
 
+    def held_back_gpus(self, memory_gb: float) -> int:
+        """Free GPUs no new job may take: the warm spare trays' (``core.moveplan.HoldsBack``)."""
+        if not self.spares:
+            return 0
+        idx = self.index
+        return sum(min(self.spares, self.whole_free_count(i, memory_gb)) * g for i, g in enumerate(idx.tray_gpus))
+
     def _spare_trays(self, memory_gb: float) -> list[int]:
         """The trays held as warm spares: the last ``spares`` whole free trays of each clique."""
         if not self.spares:
