@@ -9,15 +9,18 @@ import re
 
 import pytest
 
-from paralleljob.devcluster import cli, gangapi, kubeline
+from paralleljob.devcluster import cli, cluster, gangapi, kubeline
 from paralleljob.devcluster.cli import register
 from paralleljob.devcluster.versions import (
+    ADDONS,
     BINARIES,
     NODE_BINARIES,
     binaries_dir,
     deploy_dir,
+    go_toolchain,
     module_path,
     node_binaries_dir,
+    pinned_version,
     versions,
 )
 
@@ -32,7 +35,7 @@ def test_each_minor_is_pinned_by_its_own_wrapper_module_and_cached_apart(
         assert pins[name].startswith(f"v{minor}."), (name, pins[name])
     go_mod = (module_path(BINARIES[1]) / "go.mod").read_text()
     staging = set(re.findall(r"^\s+(k8s\.io/[a-z-]+) => k8s\.io/[a-z-]+ (v\S+)", go_mod, re.MULTILINE))
-    patch = pins["kube-apiserver"].split(".")[2]
+    patch = pins["kube-apiserver"].split(".", 2)[2]  # "2", or "0-beta.0" for a pre-release
     assert staging and {version for _, version in staging} == {f"v0.{minor.split('.')[1]}.{patch}"}
     assert f"kube-apiserver-{pins['kube-apiserver']}" in binaries_dir().name
 
@@ -90,3 +93,39 @@ def test_our_node_programs_live_once_and_only_the_kubelet_follows_the_minor(monk
     older = node_binaries_dir()
     monkeypatch.setenv(kubeline.ENV, "1.37")
     assert node_binaries_dir() != older  # each kubelet its own folder
+
+
+def test_1_38_turns_on_composite_pod_groups_and_its_gates_are_the_ones_its_source_names() -> None:
+    line = kubeline.line("1.38")
+    assert gangapi.apiserver_args(line)[0] == "--runtime-config=scheduling.k8s.io/v1beta1=true"  # no v1 gang API
+    assert "CompositePodGroup=true" in line.gates_flag and "CompositePodGroup=true" in line.scheduler_gates_flag
+    assert line.composite_groups and not kubeline.line("1.37").composite_groups
+    assert pinned_version(deploy_dir() / line.module_dir, "k8s.io/kubernetes") == "v1.38.0-beta.0"
+    # as named in v1.38.0-beta.0's pkg/features/kube_features.go (a gate a binary does not know stops it)
+    assert set(line.gang_gates) >= {"GenericWorkload", "TopologyAwareWorkloadScheduling", "CompositePodGroup"}
+    assert "GangScheduling" not in line.gates_flag + line.scheduler_gates_flag
+
+
+def test_only_the_1_38_kubernetes_binaries_are_built_with_go_1_27(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(kubeline.ENV, "1.38")
+    assert module_path(BINARIES[1]) == deploy_dir() / "kubernetes-1.38"
+    assert go_toolchain(BINARIES[1]) == "go1.27.3"  # k8s.io/kubernetes v1.38.0-beta.0 says go 1.27.0
+    assert "go 1.27" in (deploy_dir() / "kubernetes-1.38" / "go.mod").read_text()
+    etcd, kwok = (spec for spec in BINARIES if spec.name in ("etcd", "kwok"))
+    assert go_toolchain(etcd) == go_toolchain(kwok) == go_toolchain(ADDONS["jobset"]) == "local"
+    monkeypatch.setenv(kubeline.ENV, "1.37")
+    assert {go_toolchain(spec) for spec in BINARIES} == {"local"}  # the default keeps the machine's Go
+    monkeypatch.setenv(kubeline.ENV, "1.36")
+    assert {go_toolchain(spec) for spec in BINARIES} == {"local"}
+
+
+def test_1_38_refuses_real_nodes_before_building_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(kubeline.ENV, "1.38")
+
+    def no_build(*_: object, **__: object) -> None:
+        raise AssertionError("nothing may be built for a cluster that is refused")
+
+    monkeypatch.setattr(cluster, "ensure_binaries", no_build)
+    with pytest.raises(ValueError, match=r"Kubernetes 1\.38 has no kubelet here .*real nodes need 1\.36 or 1\.37"):
+        cluster.up("never-started", real_nodes=2)
+    assert not kubeline.line("1.38").kubelet and kubeline.line("1.37").kubelet

@@ -33,6 +33,7 @@ from paralleljob.devcluster.versions import (
     addon_version,
     binaries_dir,
     dra_node_binaries_dir,
+    go_toolchain,
     ldflags,
     module_path,
     node_binaries_dir,
@@ -130,8 +131,8 @@ def _build_lock(target: Path) -> Iterator[None]:
         yield
 
 
-def _go_env() -> dict[str, str]:
-    return dict(os.environ, CGO_ENABLED="0", GOFLAGS="-trimpath", GOTOOLCHAIN="local")
+def _go_env(spec: BinarySpec) -> dict[str, str]:
+    return dict(os.environ, CGO_ENABLED="0", GOFLAGS="-trimpath", GOTOOLCHAIN=go_toolchain(spec))
 
 
 def _copy_module_files(go: str, spec: BinarySpec, version: str, target: Path) -> None:
@@ -141,7 +142,7 @@ def _copy_module_files(go: str, spec: BinarySpec, version: str, target: Path) ->
         return
     result = subprocess.run(
         [go, "mod", "download", "-json", f"{spec.pinned_module}@{version}"],
-        cwd=module_path(spec), env=_go_env(), capture_output=True, text=True, check=False,
+        cwd=module_path(spec), env=_go_env(spec), capture_output=True, text=True, check=False,
     )  # fmt: skip
     if result.returncode != 0:
         raise RuntimeError(f"go mod download {spec.pinned_module}@{version} failed:\n{result.stdout}{result.stderr}")
@@ -157,7 +158,7 @@ def _copy_module_files(go: str, spec: BinarySpec, version: str, target: Path) ->
 def _build_one(go: str, spec: BinarySpec, version: str, target: Path, report: Report) -> None:
     module = module_path(spec)
     temporary = target / f".{spec.name}.partial-{os.getpid()}"
-    env = _go_env()
+    env = _go_env(spec)
     command = [
         go,
         "build",
@@ -171,7 +172,7 @@ def _build_one(go: str, spec: BinarySpec, version: str, target: Path, report: Re
         spec.package,
     ]
     log_path = target / f"{spec.name}.build.log"
-    report(f"building {spec.name} {version} with {_go_version(go)} (cold builds take minutes)...")
+    report(f"building {spec.name} {version} with {_go_version(go, env)} (cold builds take minutes)...")
     started = time.monotonic()
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=module, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -190,8 +191,8 @@ def _build_one(go: str, spec: BinarySpec, version: str, target: Path, report: Re
     report(f"built {spec.name} in {elapsed:.0f} s")
 
 
-def _go_version(go: str) -> str:
-    result = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False)
+def _go_version(go: str, env: dict[str, str]) -> str:
+    result = subprocess.run([go, "env", "GOVERSION"], env=env, capture_output=True, text=True, check=False)
     return result.stdout.strip() or "go"
 
 

@@ -112,6 +112,9 @@ def up(
         raise ValueError(f"unknown controllers {', '.join(unknown)} (known: {', '.join(sorted(ADDONS))})")
     if "kueue" in controllers:
         kueue.require_root()  # before anything is built or started
+    if real_nodes and not kubeline.selected().kubelet:
+        minor = kubeline.selected().minor
+        raise ValueError(f"Kubernetes {minor} has no kubelet here (docs/devcluster.md): real nodes need 1.36 or 1.37")
     existing = state.load(name)
     if existing is not None:
         if is_running(existing):

@@ -1,8 +1,9 @@
-"""Which Kubernetes minor the dev cluster runs: 1.37 by default, 1.36 on request.
+"""Which Kubernetes minor the dev cluster runs: 1.37 by default, 1.36 or the 1.38 beta on request.
 
 Each supported minor is a wrapper Go module of its own under ``deploy/devcluster/`` (``kubernetes`` pins the
-default, ``kubernetes-1.36`` the older one) and a few facts that differ between them, read from each
-release's k8s.io/kubernetes (pkg/features/kube_features.go, pkg/scheduler) and k8s.io/api (scheduling):
+default, ``kubernetes-1.36`` the older one, ``kubernetes-1.38`` the next) and a few facts that differ between
+them, read from each release's k8s.io/kubernetes (pkg/features/kube_features.go, pkg/scheduler) and k8s.io/api
+(scheduling):
 
 - the gang API (Workload, PodGroup) is ``scheduling.k8s.io/v1alpha2`` in 1.36 and ``v1beta1`` in 1.37; as a
   beta API of a beta gate it is still served only when asked for, in both;
@@ -10,7 +11,13 @@ release's k8s.io/kubernetes (pkg/features/kube_features.go, pkg/scheduler) and k
   gate the binary does not know stops it at start, so each minor gets its own list;
 - DeviceTaintRules are ``resource.k8s.io/v1beta2`` behind ``DRADeviceTaintRules`` in 1.36 and GA in 1.37
   (``resource.k8s.io/v1``); the dev cluster serves v1beta2 as well in both, so clients of either version
-  find them, and the operator and agent ask the server which it serves.
+  find them, and the operator and agent ask the server which it serves;
+- 1.38 (v1.38.0-beta.0, the newest the Go module proxy serves) keeps the gang API at ``v1beta1`` (its
+  ``scheduling/v1`` has only PriorityClass and the Job's scheduling types) and makes ``CompositePodGroup`` and
+  ``TopologyAwareWorkloadScheduling`` beta, both still off by default: the CompositePodGroup gate serves
+  ``compositepodgroups`` and a PodGroup's ``parentCompositePodGroupName``, and gives kube-scheduler its
+  composite cycle. Its module needs Go 1.27 (``go_toolchain``), and its kubelet cannot be built here (it needs
+  ``sigs.k8s.io/iptables-wrappers``, which the module proxy does not serve), so it has no real nodes.
 
 The choice travels in ``PARALLELJOB_KUBERNETES`` (``dev-cluster build/up --kubernetes`` sets it), so the
 binaries' cache folder, the processes ``up`` starts and the e2e tests that spawn a cluster all agree.
@@ -33,6 +40,9 @@ class KubernetesLine:
     gang_api_version: str  # scheduling.k8s.io's Workload/PodGroup version
     gang_gates: tuple[str, ...]  # control-plane gates for the gang API and the Job controller's Workloads
     scheduler_gates: tuple[str, ...]  # kube-scheduler's gates for gang and topology-aware workload scheduling
+    go_toolchain: str = ""  # GOTOOLCHAIN for its module's builds when it needs a newer Go than the machine's
+    composite_groups: bool = False  # CompositePodGroups served at gang_api_version (the operator reads them)
+    kubelet: bool = True  # a kubelet can be built from its module (real nodes)
 
     @property
     def gates_flag(self) -> str:
@@ -57,6 +67,16 @@ LINES: dict[str, KubernetesLine] = {
         "v1alpha2",
         ("GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling", "WorkloadWithJob"),
         ("GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling"),
+    ),
+    "1.38": KubernetesLine(
+        "1.38",
+        "kubernetes-1.38",
+        "v1beta1",
+        ("GenericWorkload", "TopologyAwareWorkloadScheduling", "WorkloadWithJob", "CompositePodGroup"),
+        ("GenericWorkload", "TopologyAwareWorkloadScheduling", "CompositePodGroup"),
+        go_toolchain="go1.27.3",
+        composite_groups=True,
+        kubelet=False,
     ),
 }
 DEFAULT = "1.37"

@@ -147,6 +147,14 @@ def module_path(spec: BinarySpec) -> Path:
     return deploy_dir() / name
 
 
+def go_toolchain(spec: BinarySpec) -> str:
+    """GOTOOLCHAIN for building ``spec``: the minor's own where its module needs a newer Go than the machine's
+    (1.38: go1.27.3, which the go command takes from the module proxy), else ``local`` (never fetch one), so
+    the default minor and everything else keep the machine's Go."""
+    chosen = kubeline.selected().go_toolchain
+    return chosen if spec.module_dir == KUBERNETES_MODULE and chosen else "local"
+
+
 def pinned_version(module_dir: Path, module: str) -> str:
     """The version of ``module`` required by the go.mod in ``module_dir``."""
     go_mod = module_dir / "go.mod"

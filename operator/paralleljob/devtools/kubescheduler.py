@@ -14,7 +14,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from paralleljob.devcluster.versions import KUBERNETES_MODULE, BinarySpec, binaries_dir, ldflags, module_path, versions
+from paralleljob.devcluster.versions import (
+    KUBERNETES_MODULE,
+    BinarySpec,
+    binaries_dir,
+    go_toolchain,
+    ldflags,
+    module_path,
+    versions,
+)
 
 SPEC = BinarySpec("kube-scheduler", KUBERNETES_MODULE, "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes")
 
@@ -28,7 +36,7 @@ def ensure_kube_scheduler(report: Callable[[str], None] = print) -> Path:
         raise RuntimeError("Go is needed to build kube-scheduler and `go` is not on PATH")
     version = versions()["kube-apiserver"]
     partial = target.with_name(f".kube-scheduler.partial-{os.getpid()}")
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-trimpath", GOTOOLCHAIN="local")
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-trimpath", GOTOOLCHAIN=go_toolchain(SPEC))
     command = [
         go,
         "build",
