@@ -21,8 +21,10 @@ from paralleljob.core.cluster import ClusterState
 from paralleljob.core.elastic import ElasticRange, Groups, Resize, drop_broken
 from paralleljob.core.failure.repair import FailureKind, GiveUp, GiveUpReason, RepairDecision, Rescheduled
 from paralleljob.core.job import JobSpec
+from paralleljob.core.slices.slicerepair import SliceRepair
 
-FailureOutcome = RepairDecision | Resize  # what the shells carry out: the policy's decision, or a drop
+# what the shells carry out: the policy's decision (a gang's, or a MIG-slice job's), or a drop
+FailureOutcome = RepairDecision | SliceRepair | Resize
 
 
 def drop_instead(

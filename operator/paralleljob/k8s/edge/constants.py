@@ -31,6 +31,7 @@ MANAGED_VALUE = "paralleljob-operator"
 
 # Annotations on worker pods.
 GPU_INDICES_ANNOTATION = "paralleljob.dev/gpu-indices"
+MIG_SLICE_ANNOTATION = "paralleljob.dev/mig-slice"  # a rank's MIG slice on its one GPU: <profile>@<start>
 TARGET_NODE_ANNOTATION = "paralleljob.dev/node"
 CHECKPOINT_BOUNDARY_ANNOTATION = "paralleljob.dev/checkpoint-boundary"
 INCARNATION_ANNOTATION = "paralleljob.dev/incarnation"  # bumped when a pod must be re-created in place

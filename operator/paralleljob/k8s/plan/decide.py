@@ -33,7 +33,6 @@ from paralleljob.k8s.edge.render.computedomain import DomainInfo
 from paralleljob.k8s.edge.status.records import PlacementRecord
 from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.admission.eligibility import Eligibility
-from paralleljob.k8s.plan.admission.fifo_admission import admit_all
 from paralleljob.k8s.plan.admission.policy_admission import admit_with_core
 from paralleljob.k8s.plan.admission.waiting import WAITING, Triage, WaitingMemo, earliest, pod_ids, triage
 from paralleljob.k8s.plan.admission.waiting_lines import LinesPass, admit_lines
@@ -52,6 +51,7 @@ from paralleljob.k8s.plan.nodenotes import node_warnings
 from paralleljob.k8s.plan.pods.computedomains import stale_domains
 from paralleljob.k8s.plan.pods.podowners import adopted_pods, worker_pods
 from paralleljob.k8s.plan.pods.podsync import gpu_holders
+from paralleljob.k8s.plan.slices.admission import admit_slices, admit_with_slices, asks_for_slices, split
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.ttl import expire
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
@@ -333,13 +333,17 @@ def _admit(
     if policy is None:
         _admit_fifo(ctx, plan, line, strict_fifo, observed)
         return
+    # a slice job holds no GPU of its own in the state (its GPU is shared): preempting it would free nothing
+    held = [(job, request, ok and not asks_for_slices(request)) for job, request, ok in line.held]
     running: dict[str, RunningJob] = {
-        job.key: running_job(job, request, ctx.now_s, preemptible) for job, request, preemptible in line.held
+        job.key: running_job(job, request, ctx.now_s, preemptible) for job, request, preemptible in held
     }
     room = making_room(observed.jobs)
-    plan.scheduling_seconds, core_plan = admit_with_core(ctx, line.queued, line.held, running, policy, room)
+    whole, sliced = split(line.queued)
+    plan.scheduling_seconds, core_plan = admit_with_core(ctx, whole, held, running, policy, room)
     if core_plan is not None:
         plan.fairness = core_plan.jain_index
+    admit_slices(ctx, sliced, line.in_use, {}, strict=False)  # the queueing pass has no blocked lines
 
 
 def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, observed: Observed) -> None:
@@ -357,7 +361,7 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
         lambda queue: (observed.queues.get(queue), line.in_use.get(queue, 0)),
         ctx.view.state,
         lambda job: decide_job(ctx, book.actions_for(job), job),
-        lambda entries, blocked: admit_all(ctx, entries, line.in_use, strict_fifo, blocked),
+        lambda entries, blocked: admit_with_slices(ctx, entries, line.in_use, strict_fifo, blocked),
         observed.background_room,
     )
     with room.holding():
@@ -432,6 +436,7 @@ def _rememberable(
             and job.key not in untouchable
             and job.request is not None
             and kind_of(job.request).renders_pods  # a pod group's fate is its pods', which another controller makes
+            and not asks_for_slices(job.request)  # a slice freed on a GPU still sliced changes no owner the memo sees
         )
         out[job.key] = (job, keep)
     return out

@@ -5,7 +5,8 @@ happened while it was away, the next view is derived from the objects alone. The
 1. topology from the GPU nodes, plus *ghost* nodes that recorded placements still name after the Node
    object is gone (so the job's allocation can be loaded and its groups found broken); with
    ``pcieRootBandwidthGbps`` set, a DRA node's GPUs are grouped by PCIe root in a level below the node;
-2. every recorded placement is allocated (the operator's own claims);
+2. every recorded placement is allocated (the operator's own claims); a record of MIG slices holds each of
+   its GPUs by a ``sliced:`` holder instead, shared by every job with a slice there (``load_slices``);
 3. bound pods the records do not explain — other schedulers' GPU pods, our stale workers — take GPUs too,
    and so do DRA devices allocated in other ResourceClaims (``NodeInfo.held_gpus``, see ``dra.py``);
 4. only then health and schedulability are applied, so broken hardware under a job shows up as broken
@@ -227,6 +228,8 @@ def apply_health(view: ClusterView, n: int) -> None:
 
 def load_claim(view: ClusterView, claim: Claim) -> bool:
     """Step 2 for one claim: all of its GPUs, or none and the reason in ``conflicts``."""
+    if claim.record.sliced:
+        return load_slices(view, claim)
     groups = []
     for slot in claim.record.pod_slots:
         if view.slot_gpus(slot) is None:
@@ -248,6 +251,47 @@ def load_claim(view: ClusterView, claim: Claim) -> bool:
         return False
     view.loaded[claim.key] = claim
     return True
+
+
+def load_slices(view: ClusterView, claim: Claim) -> bool:
+    """Step 2 for a claim of MIG slices: their GPUs are held by one ``sliced:`` holder each, never by the job,
+    since several jobs share a sliced GPU (which slices are there is read from the loaded records,
+    ``plan/slices/book.py``). A GPU another claim owns whole is a conflict, as for any record."""
+    gpus = []
+    for slot in claim.record.slots:
+        gpu = view.gpu_id(slot.node, slot.gpu_indices[0]) if len(slot.gpu_indices) == 1 else None
+        if gpu is None:
+            view.conflicts[claim.key] = f"pod {slot.name} is recorded on GPUs {slot.gpu_names()} that do not exist"
+            return False
+        owner = view.state.owner[gpu]
+        if owner is not None and not is_sliced_holder(owner):
+            view.conflicts[claim.key] = f"GPU {gpu} is recorded for this job's MIG slices and for {owner} whole"
+            return False
+        gpus.append((slot.node, slot.gpu_indices[0]))
+    for node, index in gpus:
+        hold_slice(view, node, index)
+    view.loaded[claim.key] = claim
+    return True
+
+
+SLICED_PREFIX = "sliced:"
+
+
+def sliced_holder_id(node: str, index: int) -> str:
+    """The holder of a GPU that MIG slices of the operator's records are on (one per GPU)."""
+    return f"{SLICED_PREFIX}{node}/{index}"
+
+
+def is_sliced_holder(owner: str) -> bool:
+    return owner.startswith(SLICED_PREFIX)
+
+
+def hold_slice(view: ClusterView, node: str, index: int) -> None:
+    """GPU ``index`` of ``node`` has a slice now: held by its ``sliced:`` holder (once), so no whole-GPU job
+    gets it. Its slices leave with the records that place them: the next pass's view rebuilds without them."""
+    gpu = view.gpu_id(node, index)
+    if gpu is not None and view.state.owner[gpu] is None:
+        view.state.assume(sliced_holder_id(node, index), (gpu,))
 
 
 def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:

@@ -6,8 +6,9 @@ kept view must equal a rebuild from the same nodes, pods and claims, and the per
 (``viewcheck.py``) holds it to that. The patching follows the rebuild's own order, per node:
 
 * a GPU node added, removed, or changed in what the topology is made of (GPU count, memory, product,
-  domain labels), a ghost appearing or going, a full re-list, or a claim change while any claim is in
-  conflict (older claims win, so one change can reshuffle the winners): **rebuild**;
+  domain labels), a ghost appearing or going, a full re-list, a claim change while any claim is in
+  conflict (older claims win, so one change can reshuffle the winners), or a claim of MIG slices coming or
+  going (its GPUs are shared with other slices' records): **rebuild**;
 * otherwise every *dirty* node (its Node changed, a GPU-holding pod on it came, went or changed, or a
   changed claim or that job's pods touch it) is redone the way the rebuild does it: health lifted, its
   foreign pods let go, changed claims released and loaded, its unexplained pods placed again in the
@@ -157,6 +158,9 @@ class LiveView:
         if gone or new_claims or reordered:
             if view.conflicts:
                 raise NeedsRebuild("conflict")
+            if any(claim.record.sliced for claim in [*(self._claims[key] for key in gone), *new_claims]):
+                # a sliced GPU is shared: its holder goes only with the last slice, which a rebuild works out
+                raise NeedsRebuild("slices")
             if _ghosts(view, claims) != _ghosts_now(view):
                 raise NeedsRebuild("topology")
             for claim in [self._claims[key] for key in gone] + new_claims:

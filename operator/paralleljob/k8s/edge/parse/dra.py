@@ -16,7 +16,9 @@ that disappears shifts the ones after it, exactly as a lower allocatable count w
 
 **What counts as a GPU.** A device of the configured driver whose ``type`` attribute is ``gpu`` (the
 driver also publishes MIG devices and VFIO devices with other types); the DeviceClass's CEL selector is
-not evaluated here. Only slices bound to one node (``spec.nodeName``) are read, and only the newest
+not evaluated here. MIG devices (``type`` ``mig``) are read too, into the node's ``NodeInfo.mig``
+(``migdevices.py``): a GPU whose MIG device some claim holds is held, so it is never given whole.
+Only slices bound to one node (``spec.nodeName``) are read, and only the newest
 generation of a pool: a driver replacing its slices leaves older ones behind until it deletes them.
 
 **Taints.** A device taint — in the slice, or from a DeviceTaintRule that selects the device
@@ -39,6 +41,7 @@ from typing import Any
 from paralleljob.k8s.edge.config import DraConfig
 from paralleljob.k8s.edge.constants import JOB_LABEL, POD_LABEL
 from paralleljob.k8s.edge.parse.matching import Term
+from paralleljob.k8s.edge.parse.migdevices import MIG_TYPE, MigDevice, counter_set_of, dra_offer, parse_mig_device
 from paralleljob.k8s.edge.parse.nodes import DraGpus, NodeInfo, indices_beyond
 from paralleljob.k8s.edge.parse.quantity import QuantityError, parse_quantity
 from paralleljob.k8s.edge.parse.taintrules import TAINT_EFFECTS, DeviceTaint, TaintRuleInfo, taints_for
@@ -66,11 +69,13 @@ class GpuDevice:
     pci_bus_id: str
     pcie_root: str
     taints: tuple[DeviceTaint, ...] = ()
+    counter_set: str = ""  # the counter set it consumes from: its MIG devices consume from the same one
 
 
 @dataclass(frozen=True, slots=True)
 class SliceInfo:
-    """The part of one ResourceSlice that matters here; ``devices`` keeps only full GPUs."""
+    """The part of one ResourceSlice that matters here; ``devices`` keeps only full GPUs, ``mig`` the MIG
+    devices (``migdevices.py``)."""
 
     name: str
     driver: str
@@ -80,6 +85,7 @@ class SliceInfo:
     slice_count: int
     devices: tuple[GpuDevice, ...]
     warnings: tuple[str, ...] = ()
+    mig: tuple[MigDevice, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +125,7 @@ class NodeGpus:
     pool: str
     devices: tuple[GpuDevice, ...]
     warnings: tuple[str, ...] = ()
+    mig: tuple[MigDevice, ...] = ()  # the MIG devices of its pool (dynamic MIG: every one its GPUs could hold)
 
 
 def _string(attributes: Mapping[str, Any], name: str) -> str:
@@ -177,11 +184,16 @@ def parse_slice(body: Mapping[str, Any]) -> SliceInfo:
     pool = spec.get("pool") or {}
     warnings: list[str] = []
     devices = []
+    mig = []
     for raw in spec.get("devices") or []:
         if not isinstance(raw, Mapping) or not raw.get("name"):
             continue
         name = str(raw["name"])
         attributes = raw.get("attributes") or {}
+        if isinstance(attributes, Mapping) and _string(attributes, "type") == MIG_TYPE:
+            if (device := parse_mig_device(raw, warnings)) is not None:
+                mig.append(device)
+            continue
         if not isinstance(attributes, Mapping) or _string(attributes, "type") != GPU_TYPE:
             continue
         devices.append(
@@ -193,6 +205,7 @@ def parse_slice(body: Mapping[str, Any]) -> SliceInfo:
                 pci_bus_id=_string(attributes, PCI_BUS_ID_ATTRIBUTE),
                 pcie_root=_string(attributes, PCIE_ROOT_ATTRIBUTE),
                 taints=_taints(raw.get("taints"), name, warnings),
+                counter_set=counter_set_of(raw)[0],
             )
         )
     return SliceInfo(
@@ -204,6 +217,7 @@ def parse_slice(body: Mapping[str, Any]) -> SliceInfo:
         slice_count=max(1, _int(pool.get("resourceSliceCount"), 1)),
         devices=tuple(devices),
         warnings=tuple(warnings),
+        mig=tuple(mig),
     )
 
 
@@ -272,7 +286,8 @@ def node_gpus(slices: Iterable[SliceInfo], driver: str, rules: Iterable[TaintRul
             warnings.append(f"node {node} has more than one pool of driver {driver}; using {out[node].pool}")
             out[node] = replace(out[node], warnings=out[node].warnings + tuple(warnings))
             continue
-        out[node] = NodeGpus(node, driver, pool, tuple(devices), tuple(warnings))
+        mig = tuple({d.name: d for m in current for d in m.mig}.values())
+        out[node] = NodeGpus(node, driver, pool, tuple(devices), tuple(warnings), mig)
     return out
 
 
@@ -311,6 +326,8 @@ def overlay_node(
     memory = min(memories) if memories else default_memory_gib
     # drained GPUs (maintenance) take no new work: the parse could not count them against the pool yet
     unhealthy, degraded = set(node.unhealthy_gpus), set(node.degraded_gpus) | node.drained_gpus
+    # a GPU some claim holds a MIG device of is not whole for anyone (the full device shares its counters)
+    mig, sliced = dra_offer([(d.name, d.uuid, d.counter_set) for d in gpus.devices], gpus.mig, held)
     for index, device in enumerate(gpus.devices):
         effects = {t.effect for t in device.taints}
         if "NoExecute" in effects:
@@ -332,7 +349,8 @@ def overlay_node(
             tuple(d.name for d in gpus.devices),
             tuple(d.pcie_root for d in gpus.devices),
         ),
-        held_gpus=frozenset(i for i, d in enumerate(gpus.devices) if d.name in held),
+        held_gpus=frozenset(i for i, d in enumerate(gpus.devices) if d.name in held) | sliced,
+        mig=mig,
     )
 
 

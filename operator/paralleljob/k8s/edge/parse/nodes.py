@@ -14,6 +14,10 @@ A GPU an admin drained (``paralleljob.dev/drained-gpus``, written by ``parallelj
 a failure: unless the health agent's own detail reports it Offline or Resetting, it is not counted broken
 (its job keeps running it until the drain moves the job, ``plan/failure/draining.py``) but it takes no new work, as a
 Degraded GPU.
+
+MIG (``migdevices.py``): a node of the GPU Operator's mixed strategy offers its slices as
+``nvidia.com/mig-<profile>`` (``NodeInfo.mig``); its ``nvidia.com/gpu`` are only the GPUs not in MIG mode.
+With the single strategy its ``nvidia.com/gpu`` *are* MIG slices, so it counts no whole GPU.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from paralleljob.k8s.edge.constants import (
     UNHEALTHY_GPUS_ANNOTATION,
 )
 from paralleljob.k8s.edge.parse.matching import FILTER_EFFECTS, Taint
+from paralleljob.k8s.edge.parse.migdevices import MigOffer, device_plugin_offer, single_strategy
 from paralleljob.k8s.edge.parse.quantity import parse_count, parse_resources
 
 MIB_PER_GIB = 1024.0
@@ -87,6 +92,9 @@ class NodeInfo:
     drained_gpus: frozenset[int] = frozenset()
     drain_now_gpus: frozenset[int] = frozenset()
     clique: str | None = None  # the NVLink clique (``config.nvlink_clique``); None on an HGX node
+    # The MIG slices it offers (``migdevices.py``): its DRA driver's MIG devices (set by ``dra.overlay_node``),
+    # or the GPU Operator's nvidia.com/mig-<profile> resources. None: no MIG.
+    mig: MigOffer | None = None
 
     @property
     def takes_new_work(self) -> bool:
@@ -190,6 +198,13 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         raw_allocatable = {}
     gpu_count, gpu_warnings = _gpu_count(raw_allocatable.get(GPU_RESOURCE), labels, name, config)
     warnings.extend(gpu_warnings)
+    if single_strategy(labels) and gpu_count:
+        # its nvidia.com/gpu are MIG slices (mig.strategy single): a job asking for whole GPUs must not get them
+        warnings.append(f"node {name} offers MIG slices as {GPU_RESOURCE} (mig.strategy single): no whole GPU there")
+        gpu_count = 0
+    mig, mig_warning = device_plugin_offer(labels, raw_allocatable)
+    if mig_warning:
+        warnings.append(f"node {name}: {mig_warning}")
     allocatable, bad = parse_resources({k: v for k, v in raw_allocatable.items() if k != GPU_RESOURCE})
     warnings.extend(f"ignored malformed allocatable {item}" for item in bad)
 
@@ -280,6 +295,7 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         drained_gpus=maintenance,
         drain_now_gpus=drain_now & maintenance,
         clique=nvlink_clique(labels, config.levels),
+        mig=mig,
     )
 
 

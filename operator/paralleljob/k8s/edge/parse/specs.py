@@ -5,6 +5,7 @@ policies, the status into a phase and a placement record. Parsing never raises: 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -18,6 +19,7 @@ from paralleljob.core.job import MAX_HIDDEN_DIM, MAX_PARAMS_BILLIONS, MAX_SEQ_LE
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, RankOrder
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, object_key
+from paralleljob.k8s.edge.parse.migdevices import PROFILE_PATTERN
 from paralleljob.k8s.edge.parse.template import InvalidTemplate, PodConstraints, parse_constraints
 from paralleljob.k8s.edge.status.jobstatus import JobStatus, parse_status
 from paralleljob.k8s.edge.status.records import MalformedRecord, PlacementRecord, record_from_status
@@ -73,6 +75,8 @@ class JobRequest:
     tray_pod_gpus: int = 0
     # spec.parallelism.minData..maxData: an elastic job (``spec.dp`` is then ``data``, the size wanted now)
     elastic: ElasticRange | None = None
+    # spec.gpuSharing.migProfile: each rank (tp 1) on one MIG slice of this profile instead of a whole GPU
+    mig_profile: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +251,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         raise InvalidRequest(f"spec.preemptible must be true or false, got {preemptible!r}")
     if pod_group:
         preemptible = False  # preempting a group would mean deleting pods the operator does not own
+    mig_profile = _gpu_sharing(spec.get("gpuSharing"), job.tp, bool(pod_group) or elastic is not None)
     return JobRequest(
         spec=job,
         cost_model=cost,
@@ -262,7 +267,33 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         constraints=constraints,
         pod_group=pod_group,
         elastic=elastic,
+        mig_profile=mig_profile,
     )
+
+
+# The CRD's CEL messages for spec.gpuSharing, word for word (a test compares them with crds/).
+SHARING_MESSAGES = {
+    "profile": "gpuSharing.migProfile must be a MIG profile name such as 1g.10gb, 2g.20gb, 3g.40gb"
+    " (<compute slices 1-7>g.<memory>gb)",
+    "tensor": "gpuSharing gives each rank one MIG slice of one GPU: only for jobs of one GPU per rank"
+    " (parallelism.tensor 1)",
+    "sized": "gpuSharing is for ParallelJobs that make their own pods at one size: not with spec.podGroup or"
+    " parallelism.minData/maxData",
+}
+
+
+def _gpu_sharing(data: object, tp: int, not_rigid: bool) -> str:
+    """``spec.gpuSharing.migProfile`` ("" when the job takes whole GPUs), checked as the CRD checks it."""
+    if data is None:
+        return ""
+    profile = data.get("migProfile") if isinstance(data, Mapping) else None
+    if not isinstance(profile, str) or not re.match(PROFILE_PATTERN, profile):
+        raise InvalidRequest(SHARING_MESSAGES["profile"])
+    if tp != 1:
+        raise InvalidRequest(SHARING_MESSAGES["tensor"])
+    if not_rigid:
+        raise InvalidRequest(SHARING_MESSAGES["sized"])
+    return profile
 
 
 def parse_ttl(spec: object, strict: bool = False) -> int | None:

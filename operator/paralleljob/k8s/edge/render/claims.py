@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from paralleljob.k8s.edge.constants import GPU_RESOURCE, JOB_LABEL, MANAGED_LABEL, MANAGED_VALUE, POD_LABEL
+from paralleljob.k8s.edge.parse.migdevices import MIG_RESOURCE_PREFIX
 from paralleljob.k8s.edge.parse.specs import JobObject
 from paralleljob.k8s.edge.render.manifests import owner_reference
 
@@ -123,6 +124,21 @@ def is_ours(body: Mapping[str, Any], job: JobObject, pod_name: str) -> bool:
     labels = metadata.get("labels") or {}
     owners = [str(r.get("uid")) for r in metadata.get("ownerReferences") or [] if isinstance(r, Mapping)]
     return labels.get(JOB_LABEL) == job.name and labels.get(POD_LABEL) == pod_name and job.uid in owners
+
+
+def with_mig_resource(pod: Mapping[str, Any], profile: str) -> dict[str, Any]:
+    """``pod`` asking the device plugin for one MIG slice (``nvidia.com/mig-<profile>``, the GPU Operator's
+    mixed strategy) instead of a whole ``nvidia.com/gpu``."""
+    out = copy.deepcopy(dict(pod))
+    for i, container in enumerate(out["spec"].get("containers") or []):
+        resources = container.setdefault("resources", {})
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if isinstance(values, dict):
+                values.pop(GPU_RESOURCE, None)
+                if i == 0:
+                    values[f"{MIG_RESOURCE_PREFIX}{profile}"] = "1"
+    return out
 
 
 def with_claim(pod: Mapping[str, Any], name: str) -> dict[str, Any]:

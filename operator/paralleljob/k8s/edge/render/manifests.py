@@ -20,6 +20,7 @@ from paralleljob.k8s.edge.constants import (
     MANAGED_LABEL,
     MANAGED_VALUE,
     MASTER_PORT,
+    MIG_SLICE_ANNOTATION,
     NODE_RANK_LABEL,
     REPLICA_LABEL,
     SCHEDULER_NAME,
@@ -117,6 +118,7 @@ def worker_pod(
         TARGET_NODE_ANNOTATION: slot.node,
         CHECKPOINT_BOUNDARY_ANNOTATION: str(boundary),
         INCARNATION_ANNOTATION: str(slot.incarnation),
+        **({MIG_SLICE_ANNOTATION: str(slot.mig)} if slot.mig is not None else {}),
     }
     env = worker_env(job, record, slot, boundary, sizing.pod_env(job, request, record, slot))
     return pod_from_template(job, request, PodParts(slot.name, labels, annotations, env, record.tp))

@@ -35,8 +35,22 @@ def pod_name(job: str, replica: int, stage: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class MigGrant:
+    """A rank's MIG slice on its slot's one GPU: the profile and the placement start (in memory slices)."""
+
+    profile: str
+    start: int
+
+    def to_status(self) -> dict[str, Any]:
+        return {"profile": self.profile, "start": self.start}
+
+    def __str__(self) -> str:
+        return f"{self.profile}@{self.start}"
+
+
+@dataclass(frozen=True, slots=True)
 class PodSlot:
-    """One TP group: one pod on one node."""
+    """One TP group: one pod on one node; or, with ``mig``, one rank on one MIG slice of one GPU."""
 
     name: str
     replica: int
@@ -44,6 +58,7 @@ class PodSlot:
     node: str
     gpu_indices: tuple[int, ...]
     incarnation: int = 0
+    mig: MigGrant | None = None
 
     def gpu_names(self) -> list[str]:
         return [f"{self.node}/{i}" for i in self.gpu_indices]
@@ -75,6 +90,11 @@ class PlacementRecord:
     @property
     def num_gpus(self) -> int:
         return sum(len(s.gpu_indices) for s in self.pod_slots)
+
+    @property
+    def sliced(self) -> bool:
+        """Its pods hold MIG slices of GPUs, not whole GPUs (``spec.gpuSharing``)."""
+        return any(s.mig is not None for s in self.slots)
 
     def slot_named(self, name: str) -> PodSlot | None:
         for slot in self.slots:
@@ -113,6 +133,7 @@ class PlacementRecord:
                     "gpuIndices": list(slot.gpu_indices),
                     "ranks": global_ranks(self.rank_order, slot.replica, slot.stage, self.tp, pp, dp),
                     "incarnation": slot.incarnation,
+                    **({"migSlice": slot.mig.to_status()} if slot.mig is not None else {}),
                 }
             )
         return self._status_of(pods, groups)
@@ -227,6 +248,7 @@ def slots_from_status(items: Sequence[Mapping[str, Any]], tp: int, pp: int, dp: 
             node=str(item["node"]),
             gpu_indices=tuple(int(i) for i in item["gpuIndices"]),
             incarnation=int(item.get("incarnation", 0)),
+            mig=_mig_grant(item.get("migSlice")),
         )
         for item in items
     )
@@ -234,4 +256,14 @@ def slots_from_status(items: Sequence[Mapping[str, Any]], tp: int, pp: int, dp: 
         raise MalformedRecord(f"status.placement lists {len(slots)} pods; TP{tp}xPP{pp}xDP{dp} needs {pp * dp}")
     if [(s.replica, s.stage) for s in slots] != [(d, p) for d in range(dp) for p in range(pp)]:
         raise MalformedRecord(f"status.placement must list the pods of PP{pp}xDP{dp} in order d·pp + p")
+    if len({s.mig is None for s in slots}) > 1:
+        raise MalformedRecord("status.placement mixes pods on MIG slices (migSlice) with pods on whole GPUs")
     return slots
+
+
+def _mig_grant(data: object) -> MigGrant | None:
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise MalformedRecord("status.placement.pods[].migSlice is not an object")
+    return MigGrant(str(data["profile"]), int(data["start"]))

@@ -56,6 +56,7 @@ from paralleljob.k8s.plan.kinds.elastic_admission import place_elastic, shrink_g
 from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
 from paralleljob.k8s.plan.moves.checkpointing import checkpoint_status
 from paralleljob.k8s.plan.pods.podsync import sync_pods
+from paralleljob.k8s.plan.slices.book import sliced_note
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -243,6 +244,8 @@ def _carry_out(
     if decision.permanent:
         fail_unschedulable(actions, message, ctx.now)
     else:
+        if decision.reason is WaitReason.UNSCHEDULABLE:
+            message += sliced_note(ctx.view)  # GPUs that slices hold are not whole: say so, or the count lies
         ctx.wait(actions, decision.reason, message)
 
 

@@ -54,6 +54,7 @@ from paralleljob.k8s.plan.context import PassContext
 from paralleljob.k8s.plan.kinds.elastic_admission import commit_shrinks
 from paralleljob.k8s.plan.kinds.picker import sizing_of
 from paralleljob.k8s.plan.moves.preempting import request_checkpoint, start_preemption
+from paralleljob.k8s.plan.slices.book import sliced_note
 
 
 def admit_with_core(
@@ -138,6 +139,8 @@ def _wait(ctx: PassContext, actions: JobActions, job: JobObject, decision: Wait)
     if decision.permanent and not job.ever_ran:
         fail_unschedulable(actions, message, ctx.now)
         return
+    if decision.reason is WaitReason.UNSCHEDULABLE:
+        message += sliced_note(ctx.view)
     ctx.wait(actions, decision.reason, message)
 
 

@@ -18,7 +18,7 @@ from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.parse.nodes import NodeInfo
 from paralleljob.k8s.edge.parse.pods import PodInfo
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
-from paralleljob.k8s.edge.render.claims import DeviceClaim, claim_name, with_claim
+from paralleljob.k8s.edge.render.claims import DeviceClaim, claim_name, with_claim, with_mig_resource
 from paralleljob.k8s.edge.render.computedomain import with_channel_claim
 from paralleljob.k8s.edge.render.manifests import headless_service, worker_pod
 from paralleljob.k8s.edge.render.traymanifests import compute_domains, job_domains, tray_pod
@@ -150,6 +150,8 @@ def _waits_for_gpus(slot: PodSlot | TraySlot, namespace: str, holders: Mapping[t
     now being deleted to another slot or job (a repair releases a job's GPUs for the rest of its pass);
     a kubelet gives a device to a new pod only once the pod holding it has terminated, and refuses the new
     pod at admission otherwise, so the slot's pod is created in the pass after that pod is gone."""
+    if isinstance(slot, PodSlot) and slot.mig is not None:
+        return False  # a slice shares its GPU with the other slices' pods: its claim names its own MIG device
     own = object_key(namespace, slot.name)
     return any(holders.get((slot.node, index), own) != own for index in slot.gpu_indices)
 
@@ -159,10 +161,25 @@ def device_claim(slot: PodSlot | TraySlot, nodes: Mapping[str, NodeInfo]) -> Dev
     info = nodes.get(slot.node)
     if info is None or info.dra is None:
         return None
+    if isinstance(slot, PodSlot) and slot.mig is not None:
+        return mig_claim(slot, info)
     devices = info.dra.device_names(slot.gpu_indices)
     if devices is None:
         return None  # the record names GPUs the node no longer has; the view reports that job as broken
     return DeviceClaim(claim_name(slot.name), info.dra.driver, info.dra.pool, info.dra.device_class, devices)
+
+
+def mig_claim(slot: PodSlot, info: NodeInfo) -> DeviceClaim | None:
+    """The claim of a rank's MIG slice: the exact MIG device its driver publishes for the slot's GPU, profile
+    and start (None: the node publishes no such device any more; the pod then asks the device plugin's
+    resource, which such a node lacks, and fails, which the failure policy repairs)."""
+    offer, grant = info.mig, slot.mig
+    if info.dra is None or offer is None or grant is None or not 0 <= slot.gpu_indices[0] < len(offer.gpus):
+        return None
+    device = offer.gpus[slot.gpu_indices[0]].device(grant.profile, grant.start)
+    if device is None:
+        return None
+    return DeviceClaim(claim_name(slot.name), info.dra.driver, info.dra.pool, offer.device_class, (device,))
 
 
 def _create(
@@ -182,6 +199,8 @@ def _create(
     manifest = worker_pod(job, request, record, slot, boundary, sizing_of(request))
     if claim is not None:
         manifest = with_claim(manifest, claim.name)
+    elif slot.mig is not None:
+        manifest = with_mig_resource(manifest, slot.mig.profile)
     return PodCreate(manifest, slot.node, claim)
 
 

@@ -1,0 +1,53 @@
+"""The MIG-slice layout: one pod per rank, each on one MIG slice of one GPU (``spec.gpuSharing.migProfile``).
+
+What breaks a pod is its node or its GPU (an unhealthy GPU fails every slice on it), or the pod itself failing
+(``failure/failures.detect``, as on HGX nodes: a slice's slot names its one GPU). The failure policy is the
+core's ``slicerepair.decide_slice_repair``, carried out by ``slices/repair.py``: the broken ranks (``minimal``)
+or all (``full``) get new slices under the packing rule, a crashed worker restarts on its slice, and with no
+room or at ``maxRestarts`` the job is requeued or fails. A slice job is never moved for a lower communication
+cost (it has none), so ``best_now`` offers nothing.
+"""
+
+from __future__ import annotations
+
+from paralleljob.core.lifecycle import Phase
+from paralleljob.core.placing.eligibility import NodeFilter
+from paralleljob.core.placing.placement import Placement
+from paralleljob.k8s.edge.status.records import PlacementRecord
+from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.failure.breakage import Breakage
+from paralleljob.k8s.plan.failure.failures import detect
+from paralleljob.k8s.plan.kinds.base import Gang
+from paralleljob.k8s.plan.pods.podsync import SyncResult
+from paralleljob.k8s.plan.slices.repair import repair_slices
+
+
+class MigSlices:
+    name = "MIG slices"
+
+    def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
+        names = gang.kind.pod_names(held.record, held.pods)
+        breakage = detect(ctx.view, held.job, held.record, seen.failed, names)
+        if breakage is None or (held.actions.draft.phase is Phase.PLACING and not breakage.hardware):
+            return False  # a worker cannot fail before the gang runs
+        self.move(ctx, held, breakage, gang)
+        return True
+
+    def move(self, ctx: PassContext, held: HeldJob, breakage: Breakage, gang: Gang) -> None:
+        repaired = repair_slices(ctx, held, breakage, gang.kind)
+        if repaired is not None:
+            gang.kind.sync(ctx, held, repaired)
+
+    def best_now(self, ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None) -> Placement | None:
+        return None  # a slice has no communication cost to lower
+
+    def pods_to_move(self, ctx: PassContext, held: HeldJob, best: Placement) -> int:
+        return 0  # never asked: best_now offers no move
+
+    def moved(
+        self, ctx: PassContext, held: HeldJob, best: Placement, epoch: int, reasons: tuple[str, ...]
+    ) -> PlacementRecord:
+        return held.record  # never asked: best_now offers no move
+
+
+SLICES = MigSlices()

@@ -1,0 +1,112 @@
+"""Carrying out a slice job's failure policy: the core's answer (``core.slices.slicerepair``) written as status,
+Events and pods, as ``failure/failures.py`` writes a gang's.
+
+The job's slices and the cluster's are read from the pass's view (``book.py``); a slice on a broken GPU or on
+a node that is gone is released first, so the ranks that move are packed where the packing rule says, the
+others keep their slices. A move holds its new GPU sliced in the view's state at once, so nothing else of the
+pass takes it whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from paralleljob.core.failure.elastic_failure import counts_as_restart
+from paralleljob.core.failure.repair import FailureAction, FailureReport, GiveUp, GiveUpReason, Requeue
+from paralleljob.core.lifecycle import Event, Phase
+from paralleljob.core.slices.mig import MigProfile, MigSlice
+from paralleljob.core.slices.sharing import NodeGpus, Placement
+from paralleljob.core.slices.slicerepair import SlicesMoved, decide_slice_repair
+from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord
+from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.failure.breakage import Breakage
+from paralleljob.k8s.plan.failure.outcomes import give_up, record_failure, requeue
+from paralleljob.k8s.plan.kinds.base import GangKind
+from paralleljob.k8s.plan.slices.book import named_profile, shared_nodes
+from paralleljob.k8s.view.clusterview import hold_slice
+
+
+def held_slices(nodes: list[NodeGpus], record: PlacementRecord) -> list[Placement | None]:
+    """The record's slices as the core's placements, each profile as its GPU's shape names it (None: the
+    nodes no longer show that GPU or profile: a node gone, or no longer publishing MIG devices)."""
+    by_name = {n.name: n for n in nodes}
+    out: list[Placement | None] = []
+    for slot in record.slots:
+        node, index, grant = by_name.get(slot.node), slot.gpu_indices[0], slot.mig
+        shape = node.gpus[index].shape if node is not None and index < len(node.gpus) else None
+        profile = named_profile(shape, grant.profile) if shape is not None and grant is not None else None
+        if profile is None or grant is None:
+            out.append(None)
+        else:
+            out.append(Placement(slot.node, (index,), MigSlice(profile, grant.start), ""))
+    return out
+
+
+def offered_profile(nodes: list[NodeGpus], name: str) -> MigProfile | None:
+    """``name`` as some node's GPU shapes it (the first found), None when no node offers it."""
+    for node in nodes:
+        for gpu in node.gpus:
+            if gpu.shape is not None and (profile := named_profile(gpu.shape, name)) is not None:
+                return profile
+    return None
+
+
+def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: GangKind) -> PlacementRecord | None:
+    """Carry out the failure policy for ``breakage``; the repaired record, or None when the job left."""
+    actions, job, request, record, now = held.actions, held.job, held.request, held.record, ctx.now
+    draft, policy, maintenance = actions.draft, request.failure, breakage.kind.maintenance
+    event = Event.DRAINED if maintenance else Event.HARDWARE_FAILED if breakage.hardware else Event.WORKER_FAILED
+    if draft.phase is not Phase.RECOVERING or event is not Event.WORKER_FAILED:
+        draft.apply(event, breakage.kind, breakage.message, now)
+    actions.note("Normal" if maintenance else "Warning", breakage.kind, breakage.message)
+    actions.recovery_started = not maintenance
+    failure: dict[str, object] = {
+        "time": now,
+        "kind": breakage.kind.value,
+        "reason": breakage.kind.value,
+        "message": breakage.message,
+        "nodes": list(breakage.nodes),
+        "pods": list(breakage.pods),
+    }
+    node_filter = ctx.eligibility.filter_for(job.key, request.spec, with_usage=False)
+    nodes = shared_nodes(ctx.view, lambda n: node_filter is None or node_filter.admits(n))
+    report = FailureReport(breakage.kind, breakage.slots, job.restarts)
+    profile = offered_profile(nodes, request.mig_profile)
+    decision = decide_slice_repair(nodes, held_slices(nodes, record), profile, policy, report)
+    restarts = job.restarts + counts_as_restart(breakage.kind, decision)
+    if isinstance(decision, GiveUp):
+        prefix = breakage.message if decision.reason is GiveUpReason.MAX_RESTARTS else "no room to repair"
+        give_up(ctx, held, f"{prefix}; {'; '.join(decision.reasons)}", failure, restarts)
+        return None
+    if isinstance(decision, Requeue):
+        what = "move off the drained GPUs" if maintenance else "repair"
+        message = f"no room to {what}: {'; '.join(decision.reasons)}; back in the queue"
+        requeue(ctx, held, failure, message, restarts, maintenance)
+        return None
+    epoch = job.placement_epoch + 1
+    slots = list(record.slots)
+    for i, rank in enumerate(decision.ranks):
+        slot = replace(slots[rank], incarnation=epoch)
+        if isinstance(decision, SlicesMoved):
+            moved = decision.placements[i]
+            assert isinstance(moved.grant, MigSlice), "a slice placement grants a MIG slice"
+            hold_slice(ctx.view, moved.node, moved.gpus[0])
+            grant = MigGrant(moved.grant.profile.name, moved.grant.start)
+            slot = replace(slot, node=moved.node, gpu_indices=moved.gpus, mig=grant)
+        slots[rank] = slot
+    new_record = replace(record, epoch=epoch, slots=tuple(slots), reasons=decision.reasons)
+    changed = [s for s, old in zip(slots, record.slots, strict=True) if s != old]
+    message = kind.repaired(record, changed, policy.strategy.value, maintenance)
+    failure.update(action=FailureAction.RESCHEDULED.value)
+    draft.set(
+        placement=new_record.to_status(),
+        placementEpoch=epoch,
+        nodes=",".join(new_record.nodes),
+        restarts=restarts,
+    )
+    record_failure(draft, failure, maintenance)
+    draft.condition("Bound", "False", "Repairing", message, now)
+    draft.condition("Placed", "True", "Repaired", f"{message}; now on {', '.join(new_record.nodes)}", now)
+    actions.note("Normal", "Rescheduled", message)
+    actions.failure_action = None if maintenance else FailureAction.RESCHEDULED
+    return new_record
