@@ -13,6 +13,7 @@ from typing import Any
 from paralleljob.clitools.drain import plan as drain_plan
 from paralleljob.core.admit.queueing import QueuePolicy
 from paralleljob.k8s.edge.config import TopologyConfig
+from paralleljob.k8s.edge.parse.compositegroups import parse_composite_group
 from paralleljob.k8s.edge.parse.dra import parse_claim
 from paralleljob.k8s.edge.parse.nativegroups import parse_pod_group, parse_workload
 from paralleljob.k8s.edge.parse.nodes import parse_node
@@ -25,6 +26,7 @@ from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.admission.waiting import WaitingMemo
 from paralleljob.k8s.plan.decide import Observed, decide
 from paralleljob.k8s.plan.failure.backoff import Backoff
+from paralleljob.k8s.plan.groups.composites import fold_composites
 from paralleljob.k8s.plan.jobdecision import ACTIVE
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import wait_message_changed
@@ -81,6 +83,7 @@ class FakeCluster:
         # Kubernetes' gang API objects (scheduling.k8s.io PodGroups and Workloads) by namespace/name, as bodies
         self.pod_groups: dict[str, dict[str, Any]] = {}
         self.workloads: dict[str, dict[str, Any]] = {}
+        self.composite_groups: dict[str, dict[str, Any]] = {}  # CompositePodGroups, folded as the reconciler does
         self.resource_claims: dict[str, dict[str, Any]] = {}  # ResourceClaims by namespace/name, as bodies
         self.compute_domains: dict[tuple[str, str], dict[str, Any]] = {}  # ComputeDomains made, as bodies
         # Observed.background_room of every pass: how many status-only chains the runtime could start (None: any)
@@ -125,9 +128,16 @@ class FakeCluster:
             changed = {n.name: n for n in nodes if self._node_bodies.get(n.name) is not self.nodes[n.name]}
             changed.update({name: None for name in self._node_bodies if name not in self.nodes})  # type: ignore[misc]
             self._node_bodies = dict(self.nodes)
+        workloads = {k: parse_workload(b) for k, b in self.workloads.items()}
+        pods, pod_groups = fold_composites(
+            [self._pod(key, body) for key, body in self.pods.items()],
+            [parse_pod_group(b) for b in self.pod_groups.values()],
+            [parse_composite_group(b) for b in self.composite_groups.values()],
+            workloads,
+        )
         observed = Observed(
             jobs=[self._job(key, body) for key, body in self.jobs.items()],
-            pods=[self._pod(key, body) for key, body in self.pods.items()],
+            pods=pods,
             nodes=nodes,
             now=now,
             queues=self.queues,
@@ -139,8 +149,8 @@ class FakeCluster:
             changed_nodes=changed,
             node_warnings=self.node_warnings,
             busy=self.busy(),
-            pod_groups={k: parse_pod_group(b) for k, b in self.pod_groups.items()},
-            workloads={k: parse_workload(b) for k, b in self.workloads.items()},
+            pod_groups=pod_groups,
+            workloads=workloads,
             resource_claims={k: parse_claim(b) for k, b in self.resource_claims.items()},
             background_room=self.room,
             message_written=dict(self.message_written),

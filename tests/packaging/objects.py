@@ -21,6 +21,7 @@ CLUSTER_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("resource.k8s.io", "devicetaintrules"): frozenset({"list", "watch"}),  # DRA: device taints as GPU health
     ("scheduling.k8s.io", "podgroups"): frozenset({"list", "watch"}),  # Kubernetes' gang API: groups we place
     ("scheduling.k8s.io", "workloads"): frozenset({"list", "watch"}),  # and the shape their Workload declares
+    ("scheduling.k8s.io", "compositepodgroups"): frozenset({"list", "watch"}),  # 1.38: children as one gang
     ("resource.nvidia.com", "computedomains"): frozenset({"list", "watch"}),  # NVL72: ours, by our label
 }
 # What it does to jobs and their workers: cluster-wide, or per namespace when operator.namespaces is set.
@@ -33,6 +34,7 @@ WORKLOAD_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("paralleljob.dev", "paralleljobs"): frozenset({"get", "list", "watch", "create"}),
     ("paralleljob.dev", "paralleljobs/status"): frozenset({"patch"}),
     ("scheduling.k8s.io", "podgroups/status"): frozenset({"patch"}),  # PodGroupScheduled, as kube-scheduler
+    ("scheduling.k8s.io", "compositepodgroups/status"): frozenset({"patch"}),  # CompositePodGroupInitiallyScheduled
     # NVL72: one per clique a job's trays use; deleted when its placement leaves the clique
     ("resource.nvidia.com", "computedomains"): frozenset({"create", "delete"}),
     ("resource.k8s.io", "resourceclaims"): frozenset({"get", "create", "delete"}),  # DRA: a claim per worker

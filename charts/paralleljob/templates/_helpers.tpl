@@ -120,9 +120,10 @@ topology:
 - apiGroups: ["paralleljob.dev"]
   resources: ["paralleljobs/status"]
   verbs: ["patch"]
-# A Kubernetes PodGroup we place says so in its status (PodGroupScheduled), as kube-scheduler's would.
+# A Kubernetes PodGroup we place says so in its status (PodGroupScheduled), as kube-scheduler's would; so
+# does a CompositePodGroup placed as one gang (CompositePodGroupInitiallyScheduled).
 - apiGroups: ["scheduling.k8s.io"]
-  resources: ["podgroups/status"]
+  resources: ["podgroups/status", "compositepodgroups/status"]
   verbs: ["patch"]
 # NVLink across the trays of a GB200/GB300 clique (docs/nvl72.md): one ComputeDomain per clique a job's
 # trays use, owned by the job (the garbage collector deletes it, and the driver its claim template, with it);

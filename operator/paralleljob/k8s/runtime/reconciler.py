@@ -25,6 +25,7 @@ from typing import Any
 
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import JOB_LABEL, POD_GROUP_LABEL, object_key
+from paralleljob.k8s.edge.parse.compositegroups import CompositeGroup, parse_composite_group
 from paralleljob.k8s.edge.parse.dra import ClaimInfo, SliceInfo, parse_claim, parse_slice
 from paralleljob.k8s.edge.parse.nativegroups import NativeGroup, WorkloadInfo, parse_pod_group, parse_workload
 from paralleljob.k8s.edge.parse.nodes import NodeInfo, parse_node
@@ -39,6 +40,7 @@ from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.admission.waiting import WaitingMemo
 from paralleljob.k8s.plan.decide import Observed, decide
 from paralleljob.k8s.plan.failure.backoff import Backoff
+from paralleljob.k8s.plan.groups.composites import fold_composites
 from paralleljob.k8s.plan.jobdecision import ACTIVE
 from paralleljob.k8s.plan.status import wait_message_changed
 from paralleljob.k8s.runtime.api import Kube
@@ -78,12 +80,13 @@ def relevant_pod(body: Mapping[str, Any]) -> bool:
     return any((c.get("resources") or {}) for c in spec.get("containers") or [] if isinstance(c, Mapping))
 
 
-
 # What may change whether a waiting job fits without a node object or a job's own GPUs changing: DRA devices
 # (slices, their taint rules, claims held by others) and Kubernetes' gang objects. A change to any clears the
 # waiting memo (plan/admission/waiting.py), so every waiting line is looked at again; a DeviceTaintRule deleted while a
 # job waited for the device used to leave it Queued until something else moved its line.
-FORGETS_WAITING = frozenset({"resourceslice", "devicetaintrule", "resourceclaim", "podgroup", "workload"})
+FORGETS_WAITING = frozenset(
+    {"resourceslice", "devicetaintrule", "resourceclaim", "podgroup", "workload", "compositepodgroup"}
+)
 
 
 def yield_after(seconds: float, share: float) -> float:
@@ -120,12 +123,14 @@ class Reconciler:
         # Kubernetes' own gang API (nativegroups.py): empty unless the API server serves scheduling.k8s.io.
         self.pod_groups: ObjectStore[NativeGroup] = ObjectStore(parse_pod_group, slim=lean)
         self.workloads: ObjectStore[WorkloadInfo] = ObjectStore(parse_workload, slim=lean)
+        self.composites: ObjectStore[CompositeGroup] = ObjectStore(parse_composite_group, slim=lean)
         # Our ComputeDomains (NVL72 trays): those of cliques a job left are deleted (plan/pods/computedomains.py).
         self.compute_domains: ObjectStore[DomainInfo] = ObjectStore(parse_domain, slim=lean)
-        self.pod_group_status = PodGroupStatusWriter(kube, self.pod_groups)
+        self.pod_group_status = PodGroupStatusWriter(kube, self.pod_groups, self.composites)
         self.by_kind: dict[str, ObjectStore[Any]] = {  # each store by the kind its reflector reports
             "podgroup": self.pod_groups,
             "workload": self.workloads,
+            "compositepodgroup": self.composites,
             "node": self.nodes,
             "pod": self.pods,
             "job": self.jobs,
@@ -288,9 +293,14 @@ class Reconciler:
         running is left out of the next decisions, and the placement it is writing already holds its GPUs.
         Finished chains wake the loop themselves (when they changed something), and a deadline wakes it by a
         timer, so a pass never asks for the next one."""
+        workloads = {w.key: w for w in self.workloads.values()}
+        # a CompositePodGroup's children are one gang: their pods one group of the root's name (composites.py)
+        pods, pod_groups = fold_composites(
+            self.pods.values(), self.pod_groups.values(), self.composites.values(), workloads
+        )
         observed = Observed(
             jobs=jobs,
-            pods=self.pods.values(),
+            pods=pods,
             nodes=list(view.nodes.values()),  # as the kept view sees them (DRA pools laid over)
             now=now_rfc3339(),
             now_s=time.time(),
@@ -304,8 +314,8 @@ class Reconciler:
             # as the view sees them: a DRA node's GPU indices are its pool's, so are the warnings about them
             changed_nodes={name: view.nodes.get(name) or self.nodes.get("", name) for name in self.changed_nodes},
             node_warnings=self.node_warnings,
-            pod_groups={g.key: g for g in self.pod_groups.values()},
-            workloads={w.key: w for w in self.workloads.values()},
+            pod_groups=pod_groups,
+            workloads=workloads,
             resource_claims=self._group_claims(),
             # new jobs behind a blocked head beyond this are not decided: their first write could not start
             background_room=max(0, self.config.background_chains - len(self.background)),
@@ -415,9 +425,7 @@ class Reconciler:
 
     def _group_claims(self) -> dict[str, ClaimInfo]:
         """The ResourceClaims PodGroups share, by namespace/name (none looked up when no group has any)."""
-        wanted = {
-            f"{g.namespace}/{c.claim}" for g in self.pod_groups.values() for c in g.resource_claims if c.claim
-        }
+        wanted = {f"{g.namespace}/{c.claim}" for g in self.pod_groups.values() for c in g.resource_claims if c.claim}
         if not wanted:
             return {}
         return {key: c for c in self.claims.values() if (key := f"{c.namespace}/{c.name}") in wanted}

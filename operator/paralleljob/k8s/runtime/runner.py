@@ -21,6 +21,7 @@ from typing import Any
 
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import GROUP, MANAGED_LABEL, MANAGED_VALUE, PLURAL, QUEUE_PLURAL, VERSION
+from paralleljob.k8s.edge.parse.compositegroups import composite_groups_path
 from paralleljob.k8s.edge.parse.dra import CLAIMS_PATH, SLICES_PATH
 from paralleljob.k8s.edge.parse.nativegroups import (
     pod_groups_path,
@@ -245,6 +246,13 @@ def _reflectors(
             ("workload", workloads_path(served.gang_version)),
         )
     ]
+    # CompositePodGroups (beta in 1.38, where the gang API version serves them with the CompositePodGroup gate):
+    # a root and its child PodGroups are placed as one gang (plan/groups/composites.py). Elsewhere: none.
+    no_composites = "CompositePodGroups are not served: a PodGroup naming one as its parent is not placed"
+    composites = Watched(
+        composite_groups_path(served.gang_version), optional=True, relist_seconds=relist, unavailable=no_composites
+    )
+    found.append(_reflector(kube, reconciler, "compositepodgroup", composites))
     # Our ComputeDomains (NVL72 trays, docs/nvl72.md): a cluster without the driver's CRD has none.
     no_domains = "no ComputeDomains: a tray job's unused ones are left to the garbage collector"
     ours = {"labelSelector": f"{MANAGED_LABEL}={MANAGED_VALUE}"}

@@ -1,10 +1,12 @@
 """Which version of an API the server serves, asked once at start: APIs we read moved between Kubernetes
-minors (PodGroups and Workloads: ``scheduling.k8s.io/v1alpha2`` in 1.36, ``v1beta1`` in 1.37;
-DeviceTaintRules: ``resource.k8s.io/v1beta2`` in 1.36, ``v1`` from 1.37), and a cluster of either minor is
-ours to read. The operator and the web view ask the same questions here."""
+minors (PodGroups and Workloads: ``scheduling.k8s.io/v1alpha2`` in 1.36, ``v1beta1`` in 1.37 and 1.38, ``v1``
+in a later release that lists them there; DeviceTaintRules: ``resource.k8s.io/v1beta2`` in 1.36, ``v1`` from
+1.37), and a cluster of any of these minors is ours to read. The operator and the web view ask the same
+questions here."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -41,7 +43,12 @@ async def served_gang_version(kube: Kube) -> str:
         discovery = await kube.request("GET", f"/apis/{SCHEDULING_GROUP}")
     except ApiError:
         return DEFAULT_VERSION
-    version = served_version(discovery)
+    # v1 is served everywhere (PriorityClasses): it counts only where its own resource list names PodGroups
+    v1 = None
+    if any(isinstance(v, dict) and v.get("version") == "v1" for v in discovery.get("versions") or []):
+        with contextlib.suppress(ApiError):
+            v1 = await kube.request("GET", f"/apis/{SCHEDULING_GROUP}/v1")
+    version = served_version(discovery, v1)
     log.info("gang API: watching %s/%s PodGroups and Workloads", SCHEDULING_GROUP, version)
     return version
 

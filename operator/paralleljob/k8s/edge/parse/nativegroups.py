@@ -1,6 +1,6 @@
 """Kubernetes' own gang API, parsed at the edge: ``scheduling.k8s.io`` PodGroups and Workloads.
 
-Since 1.35 (``GenericWorkload``; ``v1alpha2`` in 1.36, ``v1beta1`` in 1.37) a pod joins a gang through
+Since 1.35 (``GenericWorkload``; ``v1alpha2`` in 1.36, ``v1beta1`` in 1.37 and 1.38) a pod joins a gang through
 ``spec.schedulingGroup.podGroupName``; its PodGroup says how many pods make the gang
 (``schedulingPolicy.gang.minCount``) and may ask for one domain of a node label
 (``schedulingConstraints.topology[0].key``, at most one). A PodGroup either stands alone or is stamped from a
@@ -11,10 +11,13 @@ TP x PP x DP shape is read from the ``paralleljob.dev/*`` annotations of the Pod
 else of the pods.
 
 The field names were read from k8s.io/api scheduling/v1alpha2 (types.go) of 1.36 and scheduling/v1beta1 of
-1.37, which renamed the Workload reference and the condition. Status conditions follow kube-scheduler's
-(pkg/scheduler/schedule_one_podgroup.go): type ``PodGroupScheduled`` (v1alpha2) or
-``PodGroupInitiallyScheduled`` (v1beta1), reason ``Scheduled`` (True) or ``Unschedulable`` (False), never
-regressed from True.
+1.37, which renamed the Workload reference and the condition, and of 1.38 (v0.38.0-beta.0), which adds a
+PodGroup's ``parentCompositePodGroupName`` (its CompositePodGroup, ``compositegroups.py``) and keeps the gang API
+at v1beta1: its ``scheduling/v1`` holds only PriorityClass and the Job's scheduling types. When a release serves
+PodGroups as ``v1`` the operator reads that version (the same fields as v1beta1 are assumed, and unit-tested).
+Status conditions follow kube-scheduler's (pkg/scheduler/schedule_one_podgroup.go): type ``PodGroupScheduled``
+(v1alpha2) or ``PodGroupInitiallyScheduled`` (v1beta1 and v1), reason ``Scheduled`` (True) or ``Unschedulable``
+(False), never regressed from True.
 """
 
 from __future__ import annotations
@@ -28,17 +31,31 @@ from paralleljob.k8s.edge.parse.pods import GROUP_DECLARATION_KEYS
 
 SCHEDULING_GROUP = "scheduling.k8s.io"
 # The served version of the gang API, by Kubernetes minor (the API moved; the PodGroup's fields did not).
-VERSION_BY_MINOR = {36: "v1alpha2", 37: "v1beta1"}
+VERSION_BY_MINOR = {36: "v1alpha2", 37: "v1beta1", 38: "v1beta1"}
 DEFAULT_VERSION = "v1beta1"
-KNOWN_VERSIONS = ("v1beta1", "v1alpha2")  # newest first: the one watched when a server serves several
+# newest first: the one watched when a server serves several (``v1`` serves PriorityClasses in every release, so
+# it counts only where it lists podgroups: see :func:`served_version`)
+KNOWN_VERSIONS = ("v1", "v1beta1", "v1alpha2")
 # kube-scheduler's condition for a group's scheduling cycle, by API version (renamed with v1beta1)
-_SCHEDULED_CONDITIONS = {"v1alpha2": "PodGroupScheduled", "v1beta1": "PodGroupInitiallyScheduled"}
+_SCHEDULED_CONDITIONS = {
+    "v1alpha2": "PodGroupScheduled",
+    "v1beta1": "PodGroupInitiallyScheduled",
+    "v1": "PodGroupInitiallyScheduled",
+}
 
 
-def served_version(discovery: Mapping[str, Any]) -> str:
+def lists_pod_groups(resource_list: Mapping[str, Any]) -> bool:
+    """Whether an API version's discovery document (``GET /apis/scheduling.k8s.io/<version>``) lists PodGroups."""
+    return any(isinstance(r, Mapping) and r.get("name") == "podgroups" for r in resource_list.get("resources") or [])
+
+
+def served_version(discovery: Mapping[str, Any], v1_resources: Mapping[str, Any] | None = None) -> str:
     """The gang API version to watch, from the API group's discovery document (``GET /apis/scheduling.k8s.io``):
-    the newest of :data:`KNOWN_VERSIONS` it serves; :data:`DEFAULT_VERSION` when it serves none of them."""
+    the newest of :data:`KNOWN_VERSIONS` it serves; :data:`DEFAULT_VERSION` when it serves none of them.
+    ``v1`` (served everywhere for PriorityClasses) counts only when its own resource list names PodGroups."""
     served = {str(v.get("version")) for v in discovery.get("versions") or [] if isinstance(v, Mapping)}
+    if not lists_pod_groups(v1_resources or {}):
+        served.discard("v1")
     return next((v for v in KNOWN_VERSIONS if v in served), DEFAULT_VERSION)
 
 
@@ -75,7 +92,7 @@ def pod_group_status_path(namespace: str, name: str, version: str = DEFAULT_VERS
     return f"/apis/{SCHEDULING_GROUP}/{version}/namespaces/{namespace}/podgroups/{name}/status"
 
 
-def _declaration(metadata: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def declaration(metadata: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     annotations = metadata.get("annotations") or {}
     return tuple(sorted((k, str(v)) for k, v in annotations.items() if k in GROUP_DECLARATION_KEYS))
 
@@ -85,6 +102,8 @@ class WorkloadInfo:
     namespace: str
     name: str
     declaration: tuple[tuple[str, str], ...] = ()
+    # each compositePodGroupTemplate's name with its child podGroupTemplates' names, in the Workload's order
+    composite_templates: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def key(self) -> str:
@@ -116,6 +135,13 @@ class NativeGroup:
     resource_claims: tuple[GroupClaim, ...]  # spec.resourceClaims: claims the whole group shares
     scheduled: tuple[tuple[str, str], ...] = ()  # its scheduling-cycle condition (status, reason, message)
     generation: int = 0  # metadata.generation: the condition's observedGeneration, as kube-scheduler sets it
+    parent: str = ""  # spec.parentCompositePodGroupName: its CompositePodGroup ("" for a standalone group)
+    template: str = ""  # the Workload template it was stamped from
+    # A CompositePodGroup folded into one gang (plan/groups/composites.py) is one of these too: its kind, its
+    # child PodGroups with the first node rank of each, and why it cannot be placed as one gang ("" if it can)
+    kind: str = "PodGroup"
+    members: tuple[Member, ...] = ()
+    problem: str = ""
 
     @property
     def key(self) -> str:
@@ -129,9 +155,27 @@ class NativeGroup:
         return dict(self.scheduled).get(name, "")
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A child PodGroup of a composite placed as one gang, and the first node rank of its contiguous range."""
+
+    group: NativeGroup
+    first_rank: int
+
+
+def _names(templates: Any) -> tuple[str, ...]:
+    return tuple(str(t.get("name")) for t in templates or [] if isinstance(t, Mapping) and t.get("name"))
+
+
 def parse_workload(body: Mapping[str, Any]) -> WorkloadInfo:
     metadata = body.get("metadata") or {}
-    return WorkloadInfo(str(metadata.get("namespace", "")), str(metadata.get("name", "")), _declaration(metadata))
+    composites = tuple(
+        (str(t.get("name")), _names(t.get("podGroupTemplates")))
+        for t in (body.get("spec") or {}).get("compositePodGroupTemplates") or []
+        if isinstance(t, Mapping) and t.get("name")
+    )
+    namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+    return WorkloadInfo(namespace, name, declaration(metadata), composites)
 
 
 def parse_pod_group(body: Mapping[str, Any]) -> NativeGroup:
@@ -147,6 +191,7 @@ def parse_pod_group(body: Mapping[str, Any]) -> NativeGroup:
     if topology and isinstance(topology[0], Mapping):
         key = str(topology[0].get("key") or "")
     ref = spec.get("workloadRef") or ((spec.get("podGroupTemplateRef") or {}).get("workload")) or {}
+    ref_ok = isinstance(ref, Mapping)
     made = {
         str(c.get("name")): str(c.get("resourceClaimName") or "")
         for c in (body.get("status") or {}).get("resourceClaimStatuses") or []
@@ -174,11 +219,13 @@ def parse_pod_group(body: Mapping[str, Any]) -> NativeGroup:
         api_version=api_version,
         min_count=min_count,
         topology_key=key,
-        workload=str(ref.get("workloadName") or "") if isinstance(ref, Mapping) else "",
-        declaration=_declaration(metadata),
+        workload=str(ref.get("workloadName") or "") if ref_ok else "",
+        declaration=declaration(metadata),
         resource_claims=claims,
         scheduled=scheduled,
         generation=int(metadata.get("generation") or 0),
+        parent=str(spec.get("parentCompositePodGroupName") or ""),
+        template=str(ref.get("templateName") or ref.get("podGroupTemplateName") or "") if ref_ok else "",
     )
 
 

@@ -92,13 +92,16 @@ def adopting_manifest(
     annotations; owned (not controlled) by the pods' controller, so deleting the Job deletes it too.
     A Kubernetes PodGroup (``native``) declares the group instead: its annotations, then its Workload's, then
     the pods'; without a parallelism annotation the shape is TP = the pod's GPUs, PP = 1, DP = minCount.
-    Such a ParallelJob is owned by the PodGroup, which the Job controller (or the user) owns in turn."""
+    Such a ParallelJob is owned by the PodGroup (or the CompositePodGroup whose children it places as one
+    gang), which the Job controller (or the user) owns in turn."""
     live = sorted((p for p in pods if not p.deleting), key=lambda p: p.name) or sorted(pods, key=lambda p: p.name)
     pod = live[0]
     declared = dict(pod.declaration)
     if pod.native:
         if native is None:
             raise GroupDeclarationError(f"its pods name PodGroup {group}, which does not exist (yet)")
+        if native.problem:  # a composite that is not one gang we place (plan/groups/composites.py)
+            raise GroupDeclarationError(native.problem)
         if native.min_count is None:
             raise GroupDeclarationError(
                 f"PodGroup {group} has no gang policy (schedulingPolicy.gang.minCount); since Kubernetes 1.37 a"
@@ -143,7 +146,7 @@ def adopting_manifest(
         metadata["annotations"] = {POD_GROUP_TIMEOUT_ANNOTATION: declared[POD_GROUP_TIMEOUT_ANNOTATION]}
     owner = dict(pod.controller)
     if native is not None and native.uid:
-        owner = {"apiVersion": native.api_version, "kind": "PodGroup", "name": native.name, "uid": native.uid}
+        owner = {"apiVersion": native.api_version, "kind": native.kind, "name": native.name, "uid": native.uid}
     if owner.get("uid"):
         metadata["ownerReferences"] = [{**owner, "controller": False, "blockOwnerDeletion": False}]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
