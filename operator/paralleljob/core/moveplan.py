@@ -205,9 +205,11 @@ def usable_free(state: ClusterState, placer: PlacerLike, waiting: JobSpec) -> in
     return max(0, free)
 
 
+def ends_in_time(expected_end_at: float | None, now: float, bounds: MoveBounds) -> bool:
+    """A running job expected to end within ``max_wait_s``: a plan may wait for it."""
+    return expected_end_at is not None and expected_end_at <= now + bounds.max_wait_s
+
+
 def ending_soon_gpus(request: MoveRequest) -> int:
-    """GPUs of the running jobs expected to end within ``max_wait_s``: a plan may wait for them."""
-    horizon = request.now + request.bounds.max_wait_s
-    return sum(
-        j.job.num_gpus for j in request.running if j.expected_end_at is not None and j.expected_end_at <= horizon
-    )
+    """GPUs of the running jobs a plan may wait for (:func:`ends_in_time`)."""
+    return sum(j.job.num_gpus for j in request.running if ends_in_time(j.expected_end_at, request.now, request.bounds))

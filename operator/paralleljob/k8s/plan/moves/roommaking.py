@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth, closed_nodes
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Phase
+from paralleljob.core.moveplan import ends_in_time
 from paralleljob.core.moves import MovableJob, MovePlan, MoveRequest, MoveWhen, place_elsewhere, plan_moves
 from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from paralleljob.core.placing.placement import Placement, PlacerLike
@@ -180,14 +181,28 @@ def _why_not_planned(ctx: PassContext, request: JobRequest) -> str | None:
 
 
 def _worth_asking(ctx: PassContext, job: JobObject, request: JobRequest) -> bool:
-    """Enough GPUs are free in all (else moving frees nothing and the job waits as before, nothing written),
-    and the last "no" is older than ``ASK_EVERY_S`` (each ask tries placements)."""
+    """Enough GPUs are free in all, or will be once the jobs a plan may wait for end (``core.moveplan``'s
+    rule; else moving frees nothing and the job waits as before, nothing written), and the last "no" is older
+    than ``ASK_EVERY_S`` (each ask tries placements)."""
     state = ctx.view.state
-    if sum(state.usable_free(n) for n in range(state.topology.num_nodes)) < request.spec.num_gpus:
+    free = sum(state.usable_free(n) for n in range(state.topology.num_nodes))
+    if free < request.spec.num_gpus and free + _ending_soon(ctx, request) < request.spec.num_gpus:
         return False
     check = ctx.actions_for(job).draft.data.get("moveCheck")
     checked = parse_time(check.get("checkedAt")) if isinstance(check, dict) else None
     return checked is None or ctx.now_s - checked >= ASK_EVERY_S
+
+
+def _ending_soon(ctx: PassContext, request: JobRequest) -> int:
+    """GPUs of the running jobs with an ``expectedRuntime`` that a plan for ``request`` may wait for."""
+    bounds, state, total = bounds_of(ctx, request).moves, ctx.view.state, 0
+    for other in ctx.jobs.values():
+        allocation = state.allocations.get(other.key)
+        runtime = other.request.expected_runtime_s if other.request is not None else None
+        started = parse_time(other.status.start_time)
+        if allocation is not None and runtime is not None and started is not None:
+            total += len(allocation.gpus) if ends_in_time(started + runtime, ctx.now_s, bounds) else 0
+    return total
 
 
 def _unfiltered(ctx: PassContext, key: str, request: JobRequest) -> bool:
