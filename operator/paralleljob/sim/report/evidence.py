@@ -13,6 +13,8 @@
   1,000 mostly single-GPU jobs at load 0.9, strict FIFO, at 1x and 10x the Llama 3 failure rate.
 * ``sharing``: whole GPUs vs MIG slices vs MPS shares for the Alibaba trace's fractional pods, on node
   samples (one a seed), at the arrival speed-ups of ``--speedups`` (issue 44; ``report/sharing.py``).
+* ``moves``: issue 40's moves that free room on 64 NVL72 racks against no moves, clique best-fit and
+  preemption (``report/movesevidence.py``; ``--first-seed 0 --seeds 3`` is docs/simulator.md's table).
 * ``validate``: the Megatron cost model on Megatron-LM's published layouts, for comparison with the paper.
 
 Each prints Markdown tables (mean ± 95% half-width over the seeds, and per-seed ratios). Same arguments,
@@ -35,6 +37,7 @@ from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.clusters import mixed_node_cluster, node_list_cluster, oversubscribed, uniform_cluster
 from paralleljob.sim.cluster.failures import load_failure_stats
 from paralleljob.sim.report.compare import fmt_ci, mean_ci, metric, summarize
+from paralleljob.sim.report.movesevidence import POLICIES, moves_table
 from paralleljob.sim.report.sharing import sharing_table
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
@@ -245,10 +248,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "what",
         choices=[
             "placement", "recovery", "recovery-why", "reopt-sweep", "failures-vs-best-fit", "small-nodes", "validate",
-            "sharing",
+            "sharing", "moves",
         ],
     )
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=1, help="the seeds run are this one and the next ones")
+    parser.add_argument("--racks", type=int, default=64, help="moves: NVL72 racks")
+    parser.add_argument("--jobs", type=int, default=1500, help="moves: jobs of the LLM workload")
+    parser.add_argument("--policies", default=",".join(POLICIES[:3]), help="moves: the policies compared")
+    parser.add_argument("--keep", type=Path, help="moves: keep each run's metrics here, and reuse those kept")
     parser.add_argument("--loads", default="0.7,0.9", help="recovery: offered loads")
     parser.add_argument("--factors", default="1,10", help="recovery, small-nodes: multiples of Llama 3's failure rate")
     parser.add_argument(
@@ -258,7 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--speedups", default="1,4", help="sharing: arrival times divided by each of these")
     parser.add_argument("--sharing-nodes", type=int, default=16, help="sharing: nodes sampled from the node list")
     args = parser.parse_args(argv)
-    seeds = list(range(1, args.seeds + 1))
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    if args.what == "moves":
+        print(moves_table(seeds, TRACES, args.racks, args.jobs, args.policies.split(","), args.keep))
+        return 0
     if args.what == "sharing":
         for speedup in (float(x) for x in args.speedups.split(",")):
             print("\n" + sharing_table(TRACES, seeds, speedup, args.sharing_nodes) + "\n")
