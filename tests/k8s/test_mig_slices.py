@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from paralleljob.core.slices.mig import GPU_80GB
 from paralleljob.devcluster.migslices import mig_device_name, mig_slice_manifests
@@ -197,3 +198,38 @@ def test_ranks_of_one_job_pack_onto_one_gpu_before_the_next(dra_world: list[dict
     # seven 1g slices fill a GPU's compute: the eighth rank goes to a second GPU
     assert sorted(gpus.count(g) for g in set(gpus)) == [1, 7]
     assert len({(p["gpuIndices"][0], p["migSlice"]["start"]) for p in pods}) == 8
+
+
+def test_the_gpu_map_and_describe_show_the_slices(dra_world: list[dict[str, Any]]) -> None:
+    from paralleljob.clitools.describe import describe_job
+    from paralleljob.clitools.gpumap import DraObjects, build_map
+    from paralleljob.clitools.jobrender import description_renderable
+    from paralleljob.clitools.render import gpu_map_renderable, print_renderable
+
+    cluster = FakeCluster([dra_node(MIG_NODE)])
+    for name in ("a", "b"):
+        cluster.add_job(slice_job(name))
+    cluster.settle(4)
+    gpu = placement(cluster, "ns/a")[0]["gpuIndices"][0]
+    starts = sorted(placement(cluster, f"ns/{n}")[0]["migSlice"]["start"] for n in ("a", "b"))
+    gpu_map = build_map(
+        list(cluster.nodes.values()), list(cluster.pods.values()), list(cluster.jobs.values()),
+        dra_objects=DraObjects(slices=slices_of(MIG_NODE)),
+    )  # fmt: skip
+    (row,) = gpu_map.nodes
+    cell = row.gpus[gpu]
+    assert cell.state == "used" and cell.holder == f"sliced:{MIG_NODE}/{gpu}"
+    assert {text.split()[0] for text in cell.slices} == {"ns/a", "ns/b"}
+    assert [text.split()[1] for text in cell.slices] == [f"1g.10gb@{s}" for s in starts]
+    assert gpu_map.totals["used"] == 1  # one GPU, however many slices
+    console = Console(width=160, record=True)
+    print_renderable(gpu_map_renderable(gpu_map), console)
+    text = console.export_text()
+    assert f"s [{gpu}] MIG ns/" in text and "s MIG slices of jobs" in text
+
+    described = describe_job(cluster.job("ns/a"), cluster.job_pods("ns/a"))
+    assert described.mig_profile == "1g.10gb" and described.pods[0].mig.startswith("1g.10gb@")
+    console = Console(width=160, record=True)
+    print_renderable(description_renderable(described), console)
+    shown = console.export_text()
+    assert "1 MIG 1g.10gb slices" in shown and "MIG slice" in shown

@@ -40,6 +40,7 @@ class PodLine:
     devices: tuple[str, ...] = ()  # DRA: the devices allocated in the pod's claims, in their order
     uuids: tuple[str, ...] = ()  # their UUIDs ("" where no slice publishes the device)
     claims: tuple[str, ...] = ()  # DRA: the ResourceClaims whose allocation holds them
+    mig: str = ""  # a rank on a MIG slice (spec.gpuSharing): its profile and placement start, "1g.10gb@2"
     note: str = ""  # a pod group's slot during a repair: the old pod that must go
 
 
@@ -77,6 +78,7 @@ class JobDescription:
     # its plan to free a domain by moving jobs, the last "no plan" or dropped plan, a moved job's last move:
     # parsed once (``moveplans.moves_of``), as the web view reads them
     moves: JobMoves = field(default_factory=JobMoves)
+    mig_profile: str = ""  # spec.gpuSharing.migProfile: each rank on one MIG slice of it ("": whole GPUs)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -182,6 +184,13 @@ def _group_lines(
     return sorted(lines, key=lambda line: line.node_rank)
 
 
+def _mig(data: object) -> str:
+    """A record's ``migSlice`` as people read it: ``1g.10gb@2`` (profile at placement start)."""
+    if not isinstance(data, Mapping):
+        return ""
+    return f"{data.get('profile', '')}@{data.get('start', '')}"
+
+
 def describe_job(
     body: Mapping[str, Any],
     pods: Iterable[Mapping[str, Any]] = (),
@@ -221,6 +230,7 @@ def describe_job(
                     devices=devices.get(item["name"], NONE).devices,
                     uuids=devices.get(item["name"], NONE).uuids,
                     claims=devices.get(item["name"], NONE).claims,
+                    mig=_mig(item.get("migSlice")),
                 )
             )
         lines.sort(key=lambda line: line.node_rank)
@@ -265,4 +275,5 @@ def describe_job(
         events=tuple(event_lines),
         last_drain=dict(status.get("lastDrain") or {}),
         moves=moves_of(status),
+        mig_profile=request.mig_profile if request else "",
     )

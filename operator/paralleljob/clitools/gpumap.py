@@ -26,10 +26,18 @@ from paralleljob.k8s.edge.parse.nodes import parse_node
 from paralleljob.k8s.edge.parse.pods import parse_pod
 from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
 from paralleljob.k8s.plan.decide import claims_of
-from paralleljob.k8s.view.clusterview import PLACEHOLDER_PREFIX, ClusterView, build_view
+from paralleljob.k8s.plan.slices.book import recorded
+from paralleljob.k8s.view.clusterview import (
+    PLACEHOLDER_PREFIX,
+    SLICED_PREFIX,
+    ClusterView,
+    build_view,
+    is_sliced_holder,
+)
 
-# Holders that are not ParallelJobs: a pod no job explains, or a DRA node's devices in others' claims.
-OTHERS = ("pod:", "claims:")
+# Holders that are not ParallelJobs: a pod no job explains, a DRA node's devices in others' claims, or a GPU
+# that MIG slices of several jobs share (``GpuCell.slices`` names them).
+OTHERS = ("pod:", "claims:", SLICED_PREFIX)
 # What a GPU cell shows, from best to worst.
 FREE, USED, CLOSED, DEGRADED, DRAINED, UNHEALTHY = "free", "used", "closed", "degraded", "drained", "unhealthy"
 
@@ -43,6 +51,7 @@ class GpuCell:
     reason: str = ""
     device: str = ""  # on a DRA node: the device name in the pool (what a claim names) ...
     uuid: str = ""  # ... and its UUID
+    slices: tuple[str, ...] = ()  # a GPU MIG slices share: "<job key> <profile>@<start>" each, by start
 
 
 @dataclass(frozen=True)
@@ -207,6 +216,8 @@ def node_row(
             cell = GpuCell(index, FREE)
         if pool is not None and index < len(pool.devices):
             cell = replace(cell, device=pool.devices[index].name, uuid=pool.devices[index].uuid)
+        if owner is not None and is_sliced_holder(owner):
+            cell = replace(cell, slices=slices_on(view, name, index))
         cells.append(cell)
     level, domain = home_domain(topology, n)
     return NodeRow(
@@ -219,6 +230,16 @@ def node_row(
         condition=_condition(body),
         gpus=tuple(cells),
     )
+
+
+def slices_on(view: ClusterView, node: str, index: int) -> tuple[str, ...]:
+    """The MIG slices the operator's records place on GPU ``index`` of ``node``, by placement start."""
+    found = [
+        (r.grant.start, f"{r.job} {r.grant}")
+        for r in recorded(view)
+        if r.slot.node == node and r.slot.gpu_indices == (index,)
+    ]
+    return tuple(text for _, text in sorted(found))
 
 
 def home_domain(topology: Topology, n: int) -> tuple[str, str]:

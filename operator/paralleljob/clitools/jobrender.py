@@ -121,7 +121,8 @@ def _placement(d: JobDescription) -> RenderableType:
     columns += [("clique", False)] if cliques else []
     columns += [("node", False), ("GPUs", False), ("ranks", False), ("phase", True)]
     rows = [_pod_cells(p, cliques) for p in d.pods]
-    extras: list[Column] = [(name, True) for name, on in (("devices", _any_devices(d)), ("note", _any_note(d))) if on]
+    shown = (("MIG slice", any(p.mig for p in d.pods)), ("devices", _any_devices(d)), ("note", _any_note(d)))
+    extras: list[Column] = [(name, True) for name, on in shown if on]
     extra_rows = [_extra_cells(p, [name for name, _ in extras]) for p in d.pods]
     full = [[*row, *extra] for row, extra in zip(rows, extra_rows, strict=True)]
     below = [
@@ -165,10 +166,19 @@ def _pod_cells(p: PodLine, cliques: list[str]) -> list[str]:
 
 def _extra_cells(p: PodLine, names: list[str]) -> list[str]:
     cells = {
+        "MIG slice": p.mig,
         "devices": " ".join(f"{n}={u}" if u else n for n, u in zip(p.devices, p.uuids, strict=True)),
         "note": p.note,
     }
     return [cells[name] for name in names]
+
+
+def _shape(d: JobDescription) -> str:
+    if not d.shape:
+        return d.invalid
+    if d.mig_profile:
+        return f"{d.shape}  = {d.gpus} MIG {d.mig_profile} slices (one per rank, GPUs shared)"
+    return f"{d.shape}  = {d.gpus} GPUs"
 
 
 def description_renderable(d: JobDescription) -> Group:
@@ -178,7 +188,7 @@ def description_renderable(d: JobDescription) -> Group:
     for key, value in (
         ("job", d.key),
         ("phase", d.phase + (f" ({d.message})" if d.message else "")),
-        ("shape", f"{d.shape}  = {d.gpus} GPUs" if d.shape else d.invalid),
+        ("shape", _shape(d)),
         ("queue / priority", f"{d.queue} / {d.priority}"),
         ("rank order", d.rank_order),
         ("recovery", f"{d.strategy}, {d.restarts} restarts"),

@@ -36,6 +36,8 @@ def _glyph(cell: GpuCell, letters: dict[str, str]) -> Text:
     if cell.state == UNHEALTHY:
         return Text("x", style="bold red")
     if cell.state == USED and cell.holder:
+        if cell.slices:
+            return Text("s", style="bold cyan")
         if cell.holder.startswith(OTHERS):
             return Text("#", style="grey50")
         letter = letters.get(cell.holder, "?")
@@ -89,9 +91,11 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
                 bar.append_text(_glyph(cell, letters))
             held: dict[str, list[int]] = {}
             for cell in row.gpus:
-                if cell.holder:
+                if cell.holder and not cell.slices:
                     held.setdefault(cell.holder, []).append(cell.index)
             jobs = ", ".join(f"{letters.get(h, '#')} {h} [{','.join(map(str, ix))}]" for h, ix in held.items())
+            sliced = "; ".join(f"s [{cell.index}] MIG {', '.join(cell.slices)}" for cell in row.gpus if cell.slices)
+            jobs = ", ".join(filter(None, (jobs, sliced)))
             notes = _problems(row) or ("" if row.schedulable else row.why_closed)
             table.add_row(row.name, state, bar, Text("  ".join(filter(None, (jobs, f"({notes})" if notes else "")))))
         parts.append(table)
@@ -105,7 +109,8 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
     )
     parts.append(
         Text(
-            "legend: A-Z job  · free  x unhealthy  ! degraded  D drained  - closed node  # other pod or claim;"
+            "legend: A-Z job  · free  x unhealthy  ! degraded  D drained  - closed node  # other pod or claim"
+            "  s MIG slices of jobs (listed);"
             " DRA: GPUs are ResourceSlice devices (-o json: names and UUIDs)",
             "dim",
         )

@@ -37,6 +37,8 @@ RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSION = "v1"
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = "gpu.nvidia.com"  # the name NVIDIA's chart gives its full-GPU class
+MIG_DEVICE_CLASS = "mig.nvidia.com"  # ... and its MIG devices' class
+_OF_DRIVER = f"device.driver == '{DRIVER}'"
 PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
 PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
 
@@ -125,14 +127,15 @@ def resource_slice_manifest(shape: GpuShape, node: str, node_uid: str) -> dict[s
     }
 
 
-def device_class_manifest() -> dict[str, Any]:
+def device_class_manifest(name: str = DEVICE_CLASS, device_type: str = "gpu") -> dict[str, Any]:
+    """A DeviceClass of the driver's devices of one ``type`` (NVIDIA's chart: gpu.nvidia.com, mig.nvidia.com)."""
     return {
         "apiVersion": f"{RESOURCE_GROUP}/{RESOURCE_VERSION}",
         "kind": "DeviceClass",
-        "metadata": {"name": DEVICE_CLASS},
+        "metadata": {"name": name},
         "spec": {
             "selectors": [
-                {"cel": {"expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"}}
+                {"cel": {"expression": f"{_OF_DRIVER} && device.attributes['{DRIVER}'].type == '{device_type}'"}}
             ]
         },
     }
@@ -152,6 +155,7 @@ async def _create(api: ApiClient, plural: str, body: dict[str, Any]) -> None:
 
 async def publish_device_class(api: ApiClient) -> None:
     await _create(api, "deviceclasses", device_class_manifest())
+    await _create(api, "deviceclasses", device_class_manifest(MIG_DEVICE_CLASS, "mig"))
 
 
 async def publish_slices(api: ApiClient, shape: GpuShape, nodes: list[str]) -> None:
@@ -165,7 +169,7 @@ async def publish_slices(api: ApiClient, shape: GpuShape, nodes: list[str]) -> N
 
 
 async def count_slice_gpus(api: ApiClient) -> int:
-    """Devices of the driver in all ResourceSlices (0 where the API is not served)."""
+    """Full GPUs of the driver in all ResourceSlices, MIG devices not counted (0 where the API is not served)."""
     from kubernetes_asyncio.client import CustomObjectsApi
     from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -174,4 +178,10 @@ async def count_slice_gpus(api: ApiClient) -> int:
         listed = await custom.list_cluster_custom_object(RESOURCE_GROUP, RESOURCE_VERSION, "resourceslices")
     except ApiException:
         return 0
-    return sum(len(item["spec"].get("devices") or []) for item in listed["items"] if item["spec"]["driver"] == DRIVER)
+    return sum(
+        1
+        for item in listed["items"]
+        if item["spec"]["driver"] == DRIVER
+        for device in item["spec"].get("devices") or []
+        if (device.get("attributes") or {}).get("type", {}).get("string") == "gpu"
+    )

@@ -14,12 +14,21 @@ reports on an H100 80GB. The DeviceClass ``mig.nvidia.com`` selects the MIG devi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paralleljob.core.slices.mig import GPU_80GB, MEMORY_SLICES, MigProfile
-from paralleljob.devcluster.dra import DRIVER, RESOURCE_GROUP, RESOURCE_VERSION, GpuShape, gpu_device, slice_name
+from paralleljob.devcluster.dra import (
+    DRIVER,
+    RESOURCE_GROUP,
+    RESOURCE_VERSION,
+    GpuShape,
+    _create,
+    gpu_device,
+    slice_name,
+)
 
-MIG_DEVICE_CLASS = "mig.nvidia.com"
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import ApiClient
 # NVML's GPU-instance profile id and the SMs of each profile on an H100 80GB (nvidia-smi mig -lgip)
 _PROFILE_IDS = {
     "1g.10gb": (19, 16),
@@ -119,14 +128,12 @@ def mig_slice_manifests(shape: GpuShape, node: str, node_uid: str) -> list[dict[
     return out
 
 
-def mig_device_class_manifest() -> dict[str, Any]:
-    return {
-        "apiVersion": f"{RESOURCE_GROUP}/{RESOURCE_VERSION}",
-        "kind": "DeviceClass",
-        "metadata": {"name": MIG_DEVICE_CLASS},
-        "spec": {
-            "selectors": [
-                {"cel": {"expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig'"}}
-            ]
-        },
-    }
+async def publish_mig_slices(api: ApiClient, shape: GpuShape, nodes: list[str]) -> None:
+    """Each node's MIG pool, its slices owned by the Node object (read for its UID), as ``dra.publish_slices``."""
+    from kubernetes_asyncio.client import CoreV1Api
+
+    core = CoreV1Api(api)
+    for node in nodes:
+        current = await core.read_node(node)
+        for body in mig_slice_manifests(shape, node, str(current.metadata.uid)):
+            await _create(api, "resourceslices", body)

@@ -4,7 +4,8 @@ create them and wait until kwok reports them Ready.
 Topology: ``nodes_per_rack`` nodes share a leaf switch (rack), ``racks_per_spine`` racks a spine, and
 ``spines_per_zone`` spines a zone, so even a small cluster has every level the placer understands.
 With ``gpu_api="dra"`` a node carries no GPU resource or GFD labels; its GPUs are a ResourceSlice
-(:mod:`paralleljob.devcluster.dra`), published right after the node is created.
+(:mod:`paralleljob.devcluster.dra`), published right after the node is created; the first ``mig_nodes`` of
+them publish their GPUs in the partitionable MIG shape instead (:mod:`paralleljob.devcluster.migslices`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from paralleljob.devcluster.dra import publish_slices
 from paralleljob.devcluster.kwok import MANAGED_ANNOTATION
+from paralleljob.devcluster.migslices import publish_mig_slices
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
@@ -46,10 +48,14 @@ class NodeShape:
     name_prefix: str = "gpu-node"
     # "device-plugin": allocatable nvidia.com/gpu and GFD labels; "dra": ResourceSlices (devcluster/dra.py)
     gpu_api: str = "device-plugin"
+    # DRA only: the first this many nodes are set up for MIG (every MIG device their GPUs could hold published)
+    mig_nodes: int = 0
 
     def __post_init__(self) -> None:
         if self.gpu_api not in ("device-plugin", "dra"):
             raise ValueError(f"gpu_api must be 'device-plugin' or 'dra', not {self.gpu_api!r}")
+        if self.mig_nodes and (self.gpu_api != "dra" or not 0 <= self.mig_nodes <= self.count):
+            raise ValueError(f"mig_nodes needs gpu_api 'dra' and at most {self.count} nodes, got {self.mig_nodes}")
 
     def node_name(self, index: int) -> str:
         return f"{self.name_prefix}-{index:03d}"
@@ -117,7 +123,9 @@ async def create_gpu_nodes(api: ApiClient, shape: NodeShape, indices: list[int] 
                 raise
         created.append(shape.node_name(index))
     if shape.gpu_api == "dra":
-        await publish_slices(api, shape, created)
+        mig = {shape.node_name(i) for i in range(shape.mig_nodes)}
+        await publish_slices(api, shape, [name for name in created if name not in mig])
+        await publish_mig_slices(api, shape, [name for name in created if name in mig])
     return created
 
 
