@@ -233,3 +233,19 @@ def test_the_gpu_map_and_describe_show_the_slices(dra_world: list[dict[str, Any]
     print_renderable(description_renderable(described), console)
     shown = console.export_text()
     assert "1 MIG 1g.10gb slices" in shown and "MIG slice" in shown
+
+
+def test_the_gauges_count_slices_and_a_sliced_gpu_is_not_free(dra_world: list[dict[str, Any]]) -> None:
+    from paralleljob.k8s.plan.metrics_model import gauges
+
+    cluster = FakeCluster([dra_node(MIG_NODE), node("hgx-1")])
+    for name in ("a", "b"):
+        cluster.add_job(slice_job(name))
+    cluster.settle(4)
+    plan, view = cluster.step(), cluster.last_view
+    assert view is not None
+    g = gauges(view, plan.jobs, {})
+    assert g.sliced_gpus == 1 and g.mig_slices == {"1g.10gb": 2}
+    assert g.gpus["allocated"] == 1 and g.gpus["free"] == 15
+    # the MIG node is partly used now: its 7 free GPUs are stranded for a gang wanting whole nodes
+    assert g.fragmentation == pytest.approx(7 / 15)

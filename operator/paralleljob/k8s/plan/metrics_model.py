@@ -11,6 +11,7 @@ from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
 from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_time
 from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.slices.book import recorded, sliced_gpus
 from paralleljob.k8s.view.clusterview import ClusterView
 
 RUNNING = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
@@ -27,6 +28,10 @@ class Gauges:
     queue_gpus: dict[str, int] = field(default_factory=dict)
     reoptimizable: int = 0  # running jobs with Reoptimizable=True: a cheaper placement is worth moving to
     levels: tuple[LevelUse, ...] = ()
+    # MIG (spec.gpuSharing): GPUs that slices hold (never offered whole; counted "allocated" in ``gpus`` and
+    # not free in ``fragmentation``), and the slices the operator's jobs hold, by profile
+    sliced_gpus: int = 0
+    mig_slices: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -253,6 +258,8 @@ def gauges(
         queue_gpus,
         reoptimizable,
         level_use(view),
+        sum(len(indices) for indices in sliced_gpus(view).values()),
+        dict(Counter(item.grant.profile for item in recorded(view))),
     )
 
 

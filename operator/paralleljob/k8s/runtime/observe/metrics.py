@@ -54,6 +54,17 @@ class Metrics:
         self.fragmentation = Gauge(
             "paralleljob_fragmentation_ratio", "Share of free GPUs stranded on partly used nodes", registry=r
         )
+        self.sliced_gpus = Gauge(
+            "paralleljob_sliced_gpus",
+            "GPUs that MIG slices hold (never offered whole; allocated in paralleljob_gpus)",
+            registry=r,
+        )
+        self.mig_slices = Gauge(
+            "paralleljob_mig_slices",
+            "MIG slices the operator's jobs hold (spec.gpuSharing), by profile",
+            ["profile"],
+            registry=r,
+        )
         self.fairness = Gauge(
             "paralleljob_fairness_jain", "Jain's index of weighted GPU shares across queues", registry=r
         )
@@ -204,6 +215,7 @@ class Metrics:
         )
         self._queues: set[str] = set()
         self._waiting_queues: set[str] = set()
+        self._profiles: set[str] = set()  # MIG profiles with a paralleljob_mig_slices series
         self._last: dict[tuple[int, tuple[str, ...]], float] = {}  # (gauge, labels) -> the value last set
 
     def _set(self, gauge: Gauge, value: float, *labels: str) -> None:
@@ -232,6 +244,12 @@ class Metrics:
                 self.queue_wait.labels(queue=queue)  # the series exists from 0, so a rate sees its first admission
         self._queues = set(g.queue_length)
         self.fragmentation.set(g.fragmentation)
+        self.sliced_gpus.set(g.sliced_gpus)
+        for profile in self._profiles - g.mig_slices.keys():
+            self.mig_slices.labels(profile=profile).set(0)  # none held now; the series stays, read 0
+        for profile, count in g.mig_slices.items():
+            self.mig_slices.labels(profile=profile).set(count)
+        self._profiles |= set(g.mig_slices)
         self.fairness.set(g.fairness)
         self.reoptimizable.set(g.reoptimizable)
         for use in g.levels:
