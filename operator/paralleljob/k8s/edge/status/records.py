@@ -93,8 +93,9 @@ class PlacementRecord:
 
     @property
     def sliced(self) -> bool:
-        """Its pods hold MIG slices of GPUs, not whole GPUs (``spec.gpuSharing``)."""
-        return any(s.mig is not None for s in self.slots)
+        """Its pods hold MIG slices of GPUs, not whole GPUs (``spec.gpuSharing``). A record never mixes the two
+        (``slots_from_status`` refuses it), so the first pod says: asked for every record of every pass."""
+        return bool(self.slots) and self.slots[0].mig is not None
 
     def slot_named(self, name: str) -> PodSlot | None:
         for slot in self.slots:

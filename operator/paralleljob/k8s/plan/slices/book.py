@@ -22,6 +22,8 @@ from paralleljob.k8s.edge.parse.migdevices import GpuSlices
 from paralleljob.k8s.edge.status.records import MigGrant, PodSlot
 from paralleljob.k8s.view.clusterview import SLICED_PREFIX, ClusterView, claims_holder_id, is_sliced_holder
 
+CLAIMS_PREFIX = claims_holder_id("")
+
 
 @dataclass(frozen=True, slots=True)
 class RecordedSlice:
@@ -53,24 +55,31 @@ def named_profile(shape: MigShape, name: str) -> MigProfile | None:
 def recorded(view: ClusterView) -> Iterable[RecordedSlice]:
     """Every slice the loaded records place (a job whose record could not be loaded places none)."""
     for key, claim in view.loaded.items():
+        if not claim.record.sliced:
+            continue
         for slot in claim.record.slots:
             if slot.mig is not None:
                 yield RecordedSlice(key, slot, slot.mig)
 
 
 def sliced_gpus(view: ClusterView) -> dict[str, list[int]]:
-    """node -> the indices of its GPUs that MIG slices hold (the operator's records' and any claim's)."""
+    """node -> the indices of its GPUs that MIG slices hold (the operator's records' and any claim's). From
+    the state's assumed holders alone (``sliced:`` ones, and each node's ``claims:`` one where its MIG offer
+    shows a held device), so the gauges of a pass cost no scan of every GPU."""
     out: dict[str, list[int]] = {}
-    for n, name in enumerate(view.topology.node_names):
-        first = view.topology.node_first_gpu[n]
-        info = view.nodes.get(name)
-        offer = info.mig.gpus if info is not None and info.mig is not None else ()
-        for i in range(view.topology.node_gpu_count[n]):
-            owner = view.state.owner[first + i]
-            foreign = owner == claims_holder_id(name) and i < len(offer) and bool(offer[i].held)
-            if owner is not None and (is_sliced_holder(owner) or foreign):
-                out.setdefault(name, []).append(i)
-    return out
+    topology = view.topology
+    for holder, gpus in view.state.assumed.items():
+        node = holder.removeprefix(CLAIMS_PREFIX) if holder.startswith(CLAIMS_PREFIX) else None
+        info = view.nodes.get(node) if node is not None else None
+        if not is_sliced_holder(holder) and (info is None or info.mig is None):
+            continue
+        for gpu in gpus:
+            n = topology.gpu_node[gpu]
+            index = gpu - topology.node_first_gpu[n]
+            offer = info.mig.gpus if info is not None and info.mig is not None else ()
+            if is_sliced_holder(holder) or (index < len(offer) and offer[index].held):
+                out.setdefault(topology.node_names[n], []).append(index)
+    return {node: sorted(indices) for node, indices in out.items()}
 
 
 def shared_nodes(view: ClusterView, admits: Callable[[int], bool] = lambda n: True) -> list[NodeGpus]:
