@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from paralleljob.core.admit.queueing import QueuePolicy
 from paralleljob.core.slices.mig import GPU_80GB
 from paralleljob.devcluster.migslices import mig_device_name, mig_slice_manifests
 from paralleljob.devcluster.nodes import NodeShape
@@ -102,10 +103,11 @@ def claim(name: str, results: list[tuple[str, str, str]]) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("policy", [None, QueuePolicy()], ids=["fifo", "queueing pass"])
 def test_two_slice_jobs_share_one_gpu_with_claims_naming_the_exact_mig_devices(
-    dra_world: list[dict[str, Any]],
+    dra_world: list[dict[str, Any]], policy: QueuePolicy | None
 ) -> None:
-    cluster = FakeCluster([dra_node(MIG_NODE), node("hgx-1")])
+    cluster = FakeCluster([dra_node(MIG_NODE), node("hgx-1")], policy=policy)
     cluster.add_job(slice_job("a"))
     cluster.step()
     cluster.step()
