@@ -53,6 +53,13 @@ def register(subparsers: Any) -> None:
         " gpu.nvidia.com (default: %(default)s)",
     )
     up_parser.add_argument(
+        "--mig-nodes",
+        type=int,
+        default=0,
+        help="with --gpu-api dra: the first N nodes are set up for MIG, publishing every MIG device their GPUs could"
+        " hold in NVIDIA's partitionable shape, and the mig.nvidia.com DeviceClass (default: %(default)s)",
+    )
+    up_parser.add_argument(
         "--gang-api",
         action="store_true",
         help="serve Kubernetes' own Workload/PodGroup API (scheduling.k8s.io/v1alpha2) with its feature gates on",
@@ -119,8 +126,15 @@ def _up(args: argparse.Namespace) -> int:
     if args.nodes < 1 or args.gpus_per_node < 1 or args.nodes_per_rack < 1:
         print("--nodes, --gpus-per-node and --nodes-per-rack must be at least 1", file=sys.stderr)
         return 2
+    if args.mig_nodes and (args.gpu_api != "dra" or args.mig_nodes > args.nodes):
+        print("--mig-nodes needs --gpu-api dra and at most --nodes nodes", file=sys.stderr)
+        return 2
     shape = NodeShape(
-        count=args.nodes, gpus_per_node=args.gpus_per_node, nodes_per_rack=args.nodes_per_rack, gpu_api=args.gpu_api
+        count=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        nodes_per_rack=args.nodes_per_rack,
+        gpu_api=args.gpu_api,
+        mig_nodes=args.mig_nodes,
     )
     controllers = tuple(name.strip() for name in args.controllers.split(",") if name.strip())
     unknown = sorted(set(controllers) - set(ADDONS))
