@@ -76,6 +76,7 @@ def test_device_plugin_mig_resources_and_labels_are_one_offer() -> None:
     assert info.mig.counts == (("1g.10gb", 14), ("3g.40gb", 4)) and info.mig.config == "custom"
     assert info.mig.count("1g.10gb") == 14 and info.mig.profiles == ("1g.10gb", "3g.40gb")
     assert info.gpu_count == 4  # only the whole GPUs are whole
+    assert not info.warnings  # fewer nvidia.com/gpu than GFD counted is the mixed strategy, not a sick plugin
     body["metadata"]["labels"]["nvidia.com/mig.config.state"] = "pending"
     pending = parse_node(body, TopologyConfig())
     assert pending.mig is not None and not pending.mig.ready

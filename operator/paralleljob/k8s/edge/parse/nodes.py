@@ -144,9 +144,10 @@ def parse_indices(value: str) -> tuple[frozenset[int], str]:
 
 
 def _gpu_count(
-    allocatable: object, labels: Mapping[str, str], name: str, config: TopologyConfig
+    allocatable: object, labels: Mapping[str, str], name: str, config: TopologyConfig, in_mig: bool = False
 ) -> tuple[int, list[str]]:
-    """Allocatable GPUs, capped at what GFD counted and at the configured maximum, with a warning for each cap."""
+    """Allocatable GPUs, capped at what GFD counted and at the configured maximum, with a warning for each cap
+    (none for fewer than GFD counted when ``in_mig``: the node's other GPUs are MIG slices)."""
     warnings: list[str] = []
     count = 0
     offered = False  # allocatable is there and readable (a malformed one has its own warning)
@@ -167,7 +168,7 @@ def _gpu_count(
                 f" node {name} is used with {label_count} GPUs"
             )
             count = label_count
-        elif offered and count < label_count:
+        elif offered and count < label_count and not in_mig:
             # The other way round is as worth a word: GFD counted GPUs the device plugin does not offer (not
             # running, not ready, or GPUs it took out as unhealthy), so the node takes less work than it looks.
             warnings.append(
@@ -196,15 +197,17 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
     raw_allocatable = status.get("allocatable") or {}
     if not isinstance(raw_allocatable, Mapping):
         raw_allocatable = {}
-    gpu_count, gpu_warnings = _gpu_count(raw_allocatable.get(GPU_RESOURCE), labels, name, config)
-    warnings.extend(gpu_warnings)
-    if single_strategy(labels) and gpu_count:
-        # its nvidia.com/gpu are MIG slices (mig.strategy single): a job asking for whole GPUs must not get them
-        warnings.append(f"node {name} offers MIG slices as {GPU_RESOURCE} (mig.strategy single): no whole GPU there")
-        gpu_count = 0
     mig, mig_warning = device_plugin_offer(labels, raw_allocatable)
     if mig_warning:
         warnings.append(f"node {name}: {mig_warning}")
+    if single_strategy(labels):
+        # its nvidia.com/gpu are MIG slices (mig.strategy single): a job asking for whole GPUs must not get them
+        warnings.append(f"node {name} offers MIG slices as {GPU_RESOURCE} (mig.strategy single): no whole GPU there")
+        gpu_count = 0
+    else:
+        # the mixed strategy offers only the GPUs not in MIG mode as nvidia.com/gpu: fewer than GFD counted
+        gpu_count, gpu_warnings = _gpu_count(raw_allocatable.get(GPU_RESOURCE), labels, name, config, mig is not None)
+        warnings.extend(gpu_warnings)
     allocatable, bad = parse_resources({k: v for k, v in raw_allocatable.items() if k != GPU_RESOURCE})
     warnings.extend(f"ignored malformed allocatable {item}" for item in bad)
 
