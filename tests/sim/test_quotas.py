@@ -214,10 +214,24 @@ def test_a_generic_trace_without_tenants_runs_with_trace_quotas(tmp_path: Path) 
     assert metrics["policies"]["ours"]["jobs"]["completed"] == 3
 
 
+def test_the_fifo_queue_caps_each_tenant_at_its_quota(tmp_path: Path) -> None:
+    # The operator's FIFO caps a queue at its maxGPUs; the simulator's FIFO does too, one line per tenant
+    # (--check-invariants fails the run if a tenant ever holds more than its maximum).
+    trace = tmp_path / "trace.csv"
+    quotas = tmp_path / "quotas.csv"
+    trace.write_text("submit_s,duration_s,num_gpus,tenant\n0,100,8,a\n1,100,8,a\n2,100,8,b\n")
+    quotas.write_text("tenant,weight,guaranteed,max\na,1,0,8\n")
+    out = tmp_path / "out"
+    args = ["simulate", "--trace", str(trace), "--nodes", "2", "--queue", "fifo", "--quotas", str(quotas)]
+    assert main([*args, "--out", str(out), "--no-plots", "--check-invariants"]) == 0
+    tenants = json.loads((out / "metrics.json").read_text())["policies"]["ours"]["tenants"]
+    assert tenants["a"]["peak_gpus"] == 8 and tenants["b"]["peak_gpus"] == 8
+    assert tenants["a"]["queueing_delay_s"]["max"] >= 99.0  # a's second job waited for its first
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--quotas", "trace"], "quotas need a core queue policy"),
         (["--queue", "core-fair", "--compare-quotas"], "--compare-quotas compares with"),
         (["--queue", "core-fair", "--quotas", "trace", "--quota-borrow", "0.5"], "--quota-borrow must be >= 1"),
     ],

@@ -11,9 +11,13 @@ and the simulator) to carry out:
   replicas (stage ``p`` of the new replica goes to the node of stage ``p`` of the last replica when it has
   room, else to the spare that raises the cost least, searched outward from there: the placer's repair
   search). The existing replicas never move. Growth stops when a rigid job at equal or higher priority waits
-  (those GPUs are its), and see :func:`worth_adding` for a replica that widens the DP ring.
+  (those GPUs are its: :func:`growth_blocker` over the shell's :func:`rigid_line`), and see
+  :func:`worth_adding` for a replica that widens the DP ring. Both shells grow a running job before the
+  pass's admissions, so a lower-priority waiting job never takes the GPUs a higher-priority one grows into.
 - :func:`shrink_for`: preemption of the cheapest kind: growth replicas (those above min), highest replica
-  first, lowest-priority job first, taken until the waiting job places; only then would whole gangs go.
+  first, lowest-priority job first, taken until the waiting job places; only then would whole gangs go. Which
+  running jobs are offered: :func:`offers_growth_replicas`.
+- :func:`min_gpus`: what an elastic job's queue cap and the free count must allow before it is placed.
 - :func:`drop_broken`: a replica on broken hardware with no room to repair it is dropped when the job stays
   at or above min; the kept replicas keep their GPUs and are renumbered in order (``None`` below min: the
   failure policy applies as for a rigid job).
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -92,6 +96,12 @@ class StepTime(Protocol):
 
 def resized(job: JobSpec, dp: int) -> JobSpec:
     return dataclasses.replace(job, dp=dp)
+
+
+def min_gpus(job: JobSpec, rng: ElasticRange) -> int:
+    """The GPUs an elastic job is guaranteed, all its queue's cap and the free count must allow for it to be
+    admitted: ``rng.min`` replicas of ``tp x pp`` (``job`` at any size)."""
+    return job.tp * job.pp * rng.min
 
 
 def dp_level(state: ClusterState, job: JobSpec, groups: Groups) -> int:
@@ -197,6 +207,21 @@ def add_replica(
             state.allocate(released)
 
 
+NO_ROOM_TO_GROW = "no free room for another replica"
+
+
+def rigid_line(waiting: Iterable[tuple[int, str]]) -> tuple[tuple[int, str], ...]:
+    """The rigid jobs waiting for GPUs, ``(priority, name)``, in the order :func:`growth_blocker` reads them
+    (highest priority first); each shell lists its own waiting jobs, this orders them once per pass."""
+    return tuple(sorted(waiting, reverse=True))
+
+
+def growth_blocker(line: Sequence[tuple[int, str]], priority: int) -> str:
+    """The rigid job that holds back the growth of an elastic job at ``priority``: the first of ``line``
+    (:func:`rigid_line`) at equal or higher priority, those GPUs being its; "" when none is."""
+    return next((name for p, name in line if p >= priority), "")
+
+
 @dataclass(frozen=True, slots=True)
 class Growth:
     resize: Resize | None  # None: stays at its size
@@ -224,6 +249,8 @@ def plan_growth(
         return Growth(None, f"{rigid_waiting} waits for GPUs at equal or higher priority")
     if any(state.health[g] is not GPUHealth.HEALTHY for group in groups for g in group):
         return Growth(None, "a replica is on broken hardware: repaired or dropped before growing")
+    if state.counts()["free"] < job.tp * job.pp:  # a count first: no placer call while the cluster is full
+        return Growth(None, NO_ROOM_TO_GROW)
     current, cur = job, groups
     reasons: list[str] = []
     held = ""
@@ -231,7 +258,7 @@ def plan_growth(
     while current.dp < rng.desired:
         nxt = add_replica(state, placer, current, cur, model)
         if nxt is None:
-            held = "no free room for another replica"
+            held = NO_ROOM_TO_GROW
             break
         grown = resized(current, current.dp + 1)
         node = topo.gpu_node
@@ -267,6 +294,13 @@ class ElasticHolding:
     groups: Groups
     rng: ElasticRange
     preemptible: bool = True
+
+
+def offers_growth_replicas(*, running: bool, being_preempted: bool, resized_this_pass: bool, preemptible: bool) -> bool:
+    """Whether a running elastic job is offered to :func:`shrink_for` in this pass: all its pods run, no
+    preemption of it is under way, nothing resized it already in this pass (a growth, a shrink for another job
+    or a drop is being carried out), and it may be preempted at all."""
+    return running and not being_preempted and not resized_this_pass and preemptible
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,8 +86,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--queue", default="fifo", choices=sorted([*QUEUE_POLICIES, *CORE_QUEUES]))
     p.add_argument(
         "--quotas", default="none",
-        help="per-tenant queues for a core-* queue: none; trace (guarantee from each tenant's share of the trace's"
-        " GPU-hours, see --quota-floor, --quota-borrow); or a CSV tenant,weight,guaranteed,max",
+        help="per-tenant queues (a core-* queue's; under fifo, a line per tenant capped at its max): none; trace"
+        " (guarantee from each tenant's share of the trace's GPU-hours, see --quota-floor, --quota-borrow); or a"
+        " CSV tenant,weight,guaranteed,max",
     )  # fmt: skip
     p.add_argument("--quota-floor", type=int, default=DEFAULT_FLOOR_GPUS,
                    help="--quotas trace: GPUs guaranteed to every tenant before the demand shares (default 8)")

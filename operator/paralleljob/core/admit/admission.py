@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from paralleljob.core.admit.gates import WaitReason
+from paralleljob.core.admit.gates import WaitReason, fails_for_good
 from paralleljob.core.admit.preemption import PreemptionChoice, PreemptionTrial, choose_victims
 from paralleljob.core.admit.queueing import (
     PendingJob,
@@ -60,7 +60,7 @@ class Wait:
     job_id: str
     queue: str
     reasons: tuple[str, ...]
-    permanent: bool = False  # can never fit: the shell should fail the job
+    permanent: bool = False  # can never fit and never ran (gates.fails_for_good): the shell fails the job
     reason: WaitReason = WaitReason.UNSCHEDULABLE
 
 
@@ -180,7 +180,7 @@ def schedule(place_on: PlaceOn, seen: QueueSnapshot, policy: QueuePolicy) -> Sch
         try:
             placement, why = _try_place(state, place, job, head, now)
         except PlacementInfeasible as exc:
-            if exc.permanent:
+            if fails_for_good(exc.permanent, job.ran_before):
                 decisions.append(Wait(spec.job_id, job.queue, exc.reasons, permanent=True))
                 continue
             shrunk = None

@@ -17,9 +17,9 @@ line waits behind it, so a large job is never starved by a stream of small ones.
 room is taken for broken hardware that will be repaired, and it waits at the head like any other.
 
 An elastic job (``FifoJob.min_gpus`` set) is checked against its cap and the free count at its minimum, and
-placed by ``FifoHooks.place_elastic`` at the largest size that fits (capped by its queue's room); a job that
-does not fit may take lower-priority jobs' growth replicas through ``FifoHooks.take_growth`` before it waits
-(``core/elastic.py`` decides both; the hooks let the shell carry out the shrinks it implies).
+placed by ``FifoHooks.place_elastic`` at the largest size that fits (capped by its queue's room); a rigid job
+that does not fit may take lower-priority jobs' growth replicas through ``FifoHooks.take_growth`` before it
+waits (``core/elastic.py`` decides both; the hooks let the shell carry out the shrinks it implies).
 
 The operator (``k8s/plan/admission/fifo_admission.py``) and the simulator (``sim/run/engine.py``) both call
 :func:`schedule_fifo` with the lines to decide (:class:`FifoLines`); it allocates every admission in the
@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.admit.admission import Admit, PlaceOn, Wait
-from paralleljob.core.admit.gates import Gate, WaitReason, quota_refusal
+from paralleljob.core.admit.gates import Gate, WaitReason, fails_for_good, quota_refusal
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
@@ -247,12 +247,14 @@ def _decide(line: _Pass, job: FifoJob) -> Admit | Wait:
         try:
             placement = line.place(job)
         except PlacementInfeasible as exc:
-            if exc.permanent and not job.ran_before:
+            if fails_for_good(exc.permanent, job.ran_before):
                 return Wait(spec.job_id, queue, exc.reasons, permanent=True)
             reasons = exc.reasons
     if placement is None:
-        # Before it waits: growth replicas of lower-priority elastic jobs, the cheapest preemption.
-        placement = line.hooks.take_growth(job) if line.hooks.take_growth is not None else None
+        # Before it waits: growth replicas of lower-priority elastic jobs, the cheapest preemption. Only a rigid
+        # job takes them: an elastic one is admitted at its minimum when that fits, and waits otherwise.
+        take = line.hooks.take_growth if job.min_gpus is None else None
+        placement = take(job) if take is not None else None
         if placement is None:
             blocked.setdefault(queue, job.label)
             return Wait(spec.job_id, queue, tuple(reasons), reason=WaitReason.UNSCHEDULABLE)

@@ -100,6 +100,16 @@ def entry_gate(entry: Entry) -> Gate | None:
     return None
 
 
+def fails_for_good(permanent: bool, ran_before: bool) -> bool:
+    """Whether a "no" fails the job now instead of making it wait: only a "never fits" verdict (a placer's
+    ``PlacementInfeasible.permanent``, ``placing.eligibility.never_fits``) for a job that never ran. A job that
+    ran before misses room that broken hardware took, which will be repaired: it waits like any other. The
+    one rule behind every rejection: both core passes (``fifo``, ``admission``), the operator's check of every
+    queued job before its line is decided (``fifo_admission.refuse_before_queueing``), and the simulator, which
+    fails a job only on the core passes' word."""
+    return permanent and not ran_before
+
+
 def quota_refusal(queue: str, used_gpus: int, job_gpus: int, max_gpus: int | None) -> str | None:
     """Why admitting a job of ``job_gpus`` would break its queue's ``maxGPUs``, or None."""
     if max_gpus is None or used_gpus + job_gpus <= max_gpus:

@@ -46,6 +46,7 @@ class PendingJob:
     queue: str
     submitted_at: float
     expected_runtime_s: float | None = None
+    ran_before: bool = False  # a "never fits" verdict then waits for repairs (``gates.fails_for_good``)
 
 
 @dataclass(frozen=True, slots=True)

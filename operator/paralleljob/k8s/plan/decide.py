@@ -19,6 +19,7 @@ import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from paralleljob.core import elastic as elastic_rules
 from paralleljob.core.admit.queueing import QueuePolicy, RunningJob
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placing.placer import OPERATOR_PLACER, Placer
@@ -318,10 +319,14 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, 
             preemptible = actions.draft.phase is Phase.RUNNING and preemption_of(actions.draft.data) is None
             line.hold(job, job.request, preemptible)
             if (
-                preemptible
-                and sizing_of(job.request).resizes
+                sizing_of(job.request).resizes
                 and job.record is not None
-                and actions.draft.data.get("placement") == job.status.raw.get("placement")  # not resized this pass
+                and elastic_rules.offers_growth_replicas(
+                    running=actions.draft.phase is Phase.RUNNING,
+                    being_preempted=preemption_of(actions.draft.data) is not None,
+                    resized_this_pass=actions.draft.data.get("placement") != job.status.raw.get("placement"),
+                    preemptible=job.request.preemptible,
+                )
             ):
                 ctx.shrinkable[job.key] = HeldJob(actions, job, job.request, job.record, book.pods_of(job))
     return line

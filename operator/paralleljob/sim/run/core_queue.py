@@ -55,7 +55,7 @@ class CoreQueue:
         out = []
         for waiting in self.candidates(0.0):
             job = jobs[waiting.job_id]
-            out.append(PendingJob(job.spec, waiting.tenant, waiting.submit_s, job.work_left))
+            out.append(PendingJob(job.spec, waiting.tenant, waiting.submit_s, job.work_left, job.ran_before))
         return out
 
 

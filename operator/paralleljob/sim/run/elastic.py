@@ -34,12 +34,14 @@ from paralleljob.core.elastic import (
     ElasticHolding,
     ElasticRange,
     Resize,
-    admission_size,
+    growth_blocker,
+    offers_growth_replicas,
+    place_largest,
     plan_growth,
     resized,
+    rigid_line,
     shrink_for,
 )
-from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.failure.elastic_failure import drop_instead
 from paralleljob.core.failure.repair import FailureKind, RepairDecision
 from paralleljob.core.job import JobSpec
@@ -61,18 +63,12 @@ def elastic_range(spec: JobSpec, fraction: float) -> ElasticRange | None:
     return ElasticRange(max(1, math.ceil(fraction * spec.dp)), spec.dp, spec.dp)
 
 
-def min_gpus(job: SimJob) -> int:
-    if job.elastic is None or job.full_spec is None:
-        return job.num_gpus
-    return job.full_spec.tp * job.full_spec.pp * job.elastic.min
-
-
-def admit(sim: Simulation, job: SimJob) -> Placement:
-    """The placement at the largest size that fits; :class:`PlacementInfeasible` when min does not."""
+def admit(sim: Simulation, job: SimJob, gpu_room: int | None = None) -> Placement:
+    """The placement at the largest size that fits within ``gpu_room`` GPUs of its queue (None: no cap), by
+    the core's ``place_largest`` as the operator's FIFO path asks it; :class:`PlacementInfeasible` when min
+    does not fit."""
     assert job.elastic is not None and job.full_spec is not None
-    placement, reasons = admission_size(sim.state, sim.placer, job.full_spec, job.elastic, sim.model)
-    if placement is None:
-        raise PlacementInfeasible(job.job_id, list(reasons))
+    placement, _ = place_largest(sim.state, sim.placer, job.full_spec, job.elastic, sim.model, gpu_room)
     job.spec = resized(job.full_spec, placement.dp)
     return placement
 
@@ -85,26 +81,23 @@ def slowdown(sim: Simulation, job: SimJob) -> float:
 
 
 def grow_pass(sim: Simulation) -> None:
-    """Grow every running elastic job below max that free GPUs and the rigid waiting jobs allow."""
+    """Grow every running elastic job below max that free GPUs and the rigid waiting jobs allow (the core's
+    ``plan_growth`` decides, held back by ``growth_blocker`` over the waiting rigid jobs, as in the operator).
+    The engine calls it before the pass's admissions, as the operator's pass grows a job before it admits."""
     if not isinstance(sim.placer, Placer):
         return  # the baselines place whole jobs only
     now = sim.clock.now()
-    waiting = sorted(
-        ((w.priority, w.job_id) for w in sim.queue.candidates(now) if sim.jobs[w.job_id].elastic is None),
-        reverse=True,
-    )
+    candidates = sim.queue.candidates(now)
+    waiting = rigid_line((w.priority, w.job_id) for w in candidates if sim.jobs[w.job_id].elastic is None)
     for job_id in sorted(sim.running, key=lambda j: sim.jobs[j].order):
         job = sim.jobs[job_id]
-        if job.elastic is None or job.phase is not Phase.RUNNING or job.spec.dp >= job.elastic.desired:
+        if job.elastic is None or job.phase is not Phase.RUNNING:
             continue
-        free = sim.topology.num_gpus - sim.allocated_gpus - sim.gpus_down
-        if free < job.spec.tp * job.spec.pp:
-            return
-        blocker = next((key for p, key in waiting if p >= job.spec.priority), "")
         groups = sim.state.allocations[job_id].groups
         growth = plan_growth(
-            sim.state, sim.placer, job.spec, groups, job.elastic, sim.model, sim.steptime, rigid_waiting=blocker
-        )
+            sim.state, sim.placer, job.spec, groups, job.elastic, sim.model, sim.steptime,
+            rigid_waiting=growth_blocker(waiting, job.spec.priority),
+        )  # fmt: skip
         if growth.resize is None:
             continue
         apply_resize(sim, job, growth.resize)
@@ -129,6 +122,7 @@ def apply_resize(sim: Simulation, job: SimJob, resize: Resize, planned: Allocati
         sim._room_epoch += 1
     job.spec = resized(job.spec, resize.after)
     job.resizes += 1
+    job.resized_at = now
     sim._placed(job, resize.groups, _cost(sim, job, resize.groups))
     sim.running.pop(job.job_id, None)
     sim.expected_end.pop(job.job_id, None)
@@ -137,21 +131,29 @@ def apply_resize(sim: Simulation, job: SimJob, resize: Resize, planned: Allocati
 
 
 def _holdings(sim: Simulation) -> list[ElasticHolding]:
-    """Running elastic jobs that may give growth replicas (not already being preempted), as the operator's
-    pass offers its Running ones."""
+    """Running elastic jobs that may give growth replicas in this pass, by the operator's rule
+    (``core.elastic.offers_growth_replicas``: running, not being preempted, not resized already at this
+    instant; a trace job may always be preempted)."""
     out = []
+    now = sim.clock.now()
     for job_id in sorted(sim.running):
         job = sim.jobs[job_id]
-        if job.elastic is None or job.phase is not Phase.RUNNING or job_id in sim._preempting:
-            continue
-        out.append(ElasticHolding(job.spec, sim.state.allocations[job_id].groups, job.elastic))
+        offered = offers_growth_replicas(
+            running=job.phase is Phase.RUNNING,
+            being_preempted=job_id in sim._preempting,
+            resized_this_pass=job.resized_at == now,
+            preemptible=True,
+        )
+        if job.elastic is not None and offered:
+            out.append(ElasticHolding(job.spec, sim.state.allocations[job_id].groups, job.elastic))
     return out
 
 
 def take_growth_replicas(sim: Simulation, job: SimJob) -> Placement | None:
     """The built-in queues' path: a rigid job that does not fit takes lower-priority growth replicas when that
-    lets it place now (``shrink_for``, the operator's FIFO rule); its placement, or None."""
-    if job.elastic is not None or not isinstance(sim.placer, Placer):
+    lets it place now (``shrink_for``, the operator's FIFO rule; the core pass asks for rigid jobs only); its
+    placement, or None."""
+    if not isinstance(sim.placer, Placer):
         return None
     holdings = _holdings(sim)
     if not holdings:
@@ -190,6 +192,7 @@ def drop_on_failure(
     sim._allocate(Allocation(job.job_id, resize.groups, job.spec.memory_per_gpu_gb))
     job.spec = resized(job.spec, resize.after)
     job.resizes += 1
+    job.resized_at = sim.clock.now()
     job.drops += 1  # not a restart (core.failure.elastic_failure.counts_as_restart), as in the operator
     job.step(Step.REPAIRED)
     sim._placed(job, resize.groups, _cost(sim, job, resize.groups))

@@ -16,8 +16,7 @@ from functools import partial
 from typing import Any, cast
 
 from paralleljob.core.admit import admission, queueing
-from paralleljob.core.admit.fifo import FifoHooks, FifoJob, FifoLines, schedule_fifo
-from paralleljob.core.admit.gates import WaitReason
+from paralleljob.core.admit.fifo import FifoHooks, schedule_fifo
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.elastic import resized
 from paralleljob.core.errors import InvalidRequest
@@ -38,6 +37,7 @@ from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at, make_c
 from paralleljob.sim.run.events import EventQueue, Kind, SimClock, SimEvent
 from paralleljob.sim.run.ideal import IdealCosts
 from paralleljob.sim.run.jobs import SimJob
+from paralleljob.sim.run.lines import QueueLines
 from paralleljob.sim.run.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
 from paralleljob.sim.run.policies import (
     FifoQueue,
@@ -92,8 +92,6 @@ class Simulation:
         )
         core = make_core_queue(config.queue, config.quotas)  # None unless it names a core queue policy
         self.queue: CoreQueue | FifoQueue = core if core is not None else queue_policy(config.queue)
-        if config.quotas and not isinstance(self.queue, CoreQueue):
-            raise ValueError(f"quotas need a core queue policy (core-fair, ...), not {config.queue!r}")
         self.clock = SimClock()
         self.events = EventQueue()
         horizon = config.horizon_s
@@ -221,54 +219,47 @@ class Simulation:
 
     def _on_schedule(self, event: SimEvent) -> None:
         self._schedule_pending = False
+        if self.config.elastic > 0:
+            # Before admission, as the operator's pass grows a running job before it admits the queued ones: a
+            # lower-priority waiting job does not take the GPUs a higher-priority elastic job would grow into.
+            elastic.grow_pass(self)
         if isinstance(self.queue, CoreQueue):
             self._core_pass(self.queue)
         else:
             self._fifo_pass(self.queue)
         if self.policy.reoptimize and self._dearer:
             disruptions.reoptimize_pass(self)
-        if self.config.elastic > 0:
-            elastic.grow_pass(self)
         if self.policy.moves is not None:
             roommoves.moves_pass(self)
 
     def _fifo_pass(self, queue: FifoQueue) -> None:
-        """One pass of the operator's FIFO (``core.admit.fifo.schedule_fifo``, one line for the whole trace, no
-        caps); the engine carries out its decisions as the operator does."""
+        """One pass of the operator's FIFO (``core.admit.fifo.schedule_fifo``) with the operator's inputs: a line
+        per queue (one for the whole trace, or one per tenant under ``--quotas``), each queue's GPUs in use and
+        its cap, every job's entry gate and whether it ran before; the engine carries out its decisions as the
+        operator does."""
         now = self.clock.now()
-        waiting = [
-            # the arrival rank orders the line as queue time does (a requeued job keeps or ends its rank)
-            FifoJob(
-                self.jobs[w.job_id].spec,
-                queue.name,
-                float(w.order),
-                name=w.job_id,
-                min_gpus=elastic.min_gpus(self.jobs[w.job_id]) if self.jobs[w.job_id].elastic else None,
-            )
-            for w in queue.candidates(now)
-        ]
-        # an elastic job is admitted at the largest size that fits, by the operator's rule (core/elastic.py)
-        # and a rigid job that does not fit takes lower-priority growth replicas first (the operator's rule too)
+        lines = QueueLines(self.tenants, queue.name, self.topology.num_gpus > 0)
+        # the arrival rank orders a line as queue time does (a requeued job keeps or ends its rank)
+        waiting = [lines.fifo_job(self.jobs[w.job_id], float(w.order)) for w in queue.candidates(now)]
+        # an elastic job is admitted at the largest size that fits its queue's room, by the operator's rule
+        # (core/elastic.py), and a rigid job that does not fit takes lower-priority growth replicas first
         hooks = FifoHooks(
-            place_elastic=lambda fifo_job, _room: elastic.admit(self, self.jobs[fifo_job.spec.job_id]),
+            place_elastic=lambda fifo_job, room: elastic.admit(self, self.jobs[fifo_job.spec.job_id], room),
             take_growth=lambda fifo_job: elastic.take_growth_replicas(self, self.jobs[fifo_job.spec.job_id]),
         )
         # The planner is typed for the core Placer; the baselines have its place() shape, which is all it calls.
         placer = cast(Placer, self.placer)
-        idle = not self.running and not self.state.allocations and not self.gpus_down
         place_on = admission.PlaceOn(self.state, placer, self.model)
-        decisions = schedule_fifo(place_on, FifoLines(waiting), queue.policy, hooks)
+        decisions = schedule_fifo(place_on, lines.of(waiting), queue.policy, hooks)
         for decision in decisions:
             job = self.jobs[decision.job_id]
             if isinstance(decision, admission.Admit):
-                idle = False  # later verdicts were taken with this job on the cluster
                 queue.remove(job.job_id)
                 self._count(self.state.allocations[job.job_id], +1)  # the pass allocated it
                 job.step(Step.ADMITTED)
                 self._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
                 self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
-            elif decision.permanent or (idle and decision.reason is WaitReason.UNSCHEDULABLE):
-                # Permanent, or the cluster is empty and healthy and it still does not fit: it never will.
+            elif decision.permanent:  # never fits and never ran: the core's rule (core.admit.gates.fails_for_good)
                 queue.remove(job.job_id)
                 job.step(Step.REJECTED)
                 self._reject_done(job, "; ".join(decision.reasons))
@@ -277,7 +268,6 @@ class Simulation:
     def _core_pass(self, queue: CoreQueue) -> None:
         """One pass of the core's admission planner; the engine carries out its decisions."""
         now = self.clock.now()
-        idle = not self.state.allocations and not self.gpus_down
         running = []
         for job_id in sorted(self.running):
             job = self.jobs[job_id]
@@ -309,7 +299,6 @@ class Simulation:
                     elastic.apply_resize(self, self.jobs[resize.job_id], resize, planned=held[resize.job_id])
                     self.jobs[resize.job_id].shrinks += 1
             elif isinstance(decision, admission.Admit):
-                idle = False  # later verdicts in this plan were taken with this job on the cluster
                 job = self.jobs[decision.job_id]
                 if job.elastic is not None and job.full_spec is not None:
                     job.spec = resized(job.full_spec, decision.placement.dp)
@@ -318,10 +307,8 @@ class Simulation:
                 job.step(Step.ADMITTED)
                 self._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
                 self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
-            elif (isinstance(decision, admission.Wait) and decision.permanent) or (
-                isinstance(decision, admission.Reserve) and idle and math.isinf(decision.start_by)
-            ):
-                # Permanent, or blocked on an empty, healthy cluster: it never fits.
+            elif isinstance(decision, admission.Wait) and decision.permanent:
+                # never fits and never ran: the core's rule (core.admit.gates.fails_for_good)
                 job = self.jobs[decision.job_id]
                 queue.remove(job.job_id)
                 job.step(Step.REJECTED)
@@ -418,7 +405,10 @@ class Simulation:
     # ---- observation ------------------------------------------------------------------------------
     def _on_sample(self, event: SimEvent) -> None:
         self._sample()
-        self.events.push(self.clock.now() + self.sample_every, Kind.SAMPLE)
+        # Nothing else is due: whoever still waits would wait for ever (a job the empty cluster cannot place,
+        # not "never" by the core's rule: the operator would keep it waiting too). The run ends there.
+        if self.events:
+            self.events.push(self.clock.now() + self.sample_every, Kind.SAMPLE)
 
     def _sample(self) -> None:
         free = self.state.node_free

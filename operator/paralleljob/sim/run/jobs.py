@@ -61,6 +61,7 @@ class SimJob:
     shrinks: int = 0  # growth replicas taken for a higher-priority job
     drops: int = 0  # broken replicas dropped with no room to repair (after a failure)
     resize_gpu_s: float = 0.0  # GPU-seconds held while growing or shrinking (no failure: not goodput lost)
+    resized_at: float | None = None  # when it last grew, shrank or dropped: not offered for a shrink then
 
     def __post_init__(self) -> None:
         self.work_left = self.trace.duration_s
@@ -72,6 +73,11 @@ class SimJob:
     @property
     def num_gpus(self) -> int:
         return self.spec.num_gpus
+
+    @property
+    def ran_before(self) -> bool:
+        """It started once (the operator's ``status.startTime``): a "never fits" then waits for repairs."""
+        return self.first_start is not None
 
     def step(self, *events: Event) -> None:
         for event in events:

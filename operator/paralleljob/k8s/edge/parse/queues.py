@@ -157,9 +157,10 @@ def queue_spec(info: QueueInfo) -> QueueSpec:
 
 
 def pending_job(job: JobObject, request: JobRequest, now_s: float) -> PendingJob:
-    """A queued job keeps its place: it was submitted when it (re)entered the queue (``queuedAt``)."""
+    """A queued job keeps its place: it was submitted when it (re)entered the queue (``queuedAt``); one that ran
+    before is never failed as unplaceable (the room it misses is broken hardware, to be repaired)."""
     submitted = parse_time(job.queued_at) or now_s
-    return PendingJob(request.spec, request.queue, submitted, request.expected_runtime_s)
+    return PendingJob(request.spec, request.queue, submitted, request.expected_runtime_s, ran_before=job.ever_ran)
 
 
 def last_checkpoint(job: JobObject, request: JobRequest, started: float, now_s: float) -> float | None:

@@ -30,7 +30,7 @@ from paralleljob.core.admit.fifo import (
     line_key,
     schedule_fifo,
 )
-from paralleljob.core.admit.gates import Entry, WaitReason, entry_gate
+from paralleljob.core.admit.gates import Entry, WaitReason, entry_gate, fails_for_good
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.job import JobSpec
@@ -286,12 +286,12 @@ def refuse_before_queueing(ctx: PassContext, job: JobObject, request: JobRequest
     """What is decided for every queued job whatever its place in line: a job that can never fit fails now,
     a job whose queue does not exist waits with the reason. True when the job goes no further this pass."""
     actions, view, now, eligibility = ctx.actions_for(job), ctx.view, ctx.now, ctx.eligibility
-    if not view.empty and not job.ever_ran:
+    if not view.empty and not job.ever_ran:  # a job that ran before is never failed here: no count needed
         # an elastic job can never fit only when its minimum cannot
         spec = sizing_of(request).smallest(request)
         node_filter = eligibility.filter_for(job.key, spec, with_usage=False) if eligibility else None
         reasons = never_fits(admission_topology(view, request), spec, node_filter)
-        if reasons:
+        if fails_for_good(bool(reasons), job.ever_ran):  # the core passes' rule, applied before the queue
             reasons += trays_refused(view, request, spec, node_filter)  # only trays would hold it: say why not
             fail_unschedulable(actions, "; ".join(reasons), now)
             return True

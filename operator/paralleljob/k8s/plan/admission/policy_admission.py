@@ -120,7 +120,7 @@ def admit_with_core(
             commit_shrinks(ctx, jobs[decision.for_job][0], decision.resizes)
         elif isinstance(decision, Wait):
             job, _ = jobs[decision.job_id]
-            _wait(ctx, actions_for(job), job, decision)
+            _wait(ctx, actions_for(job), decision)
         elif isinstance(decision, Reserve):
             job, _ = jobs[decision.job_id]
             if decision.job_id in preempting:
@@ -134,9 +134,9 @@ def admit_with_core(
     return durations, plan
 
 
-def _wait(ctx: PassContext, actions: JobActions, job: JobObject, decision: Wait) -> None:
+def _wait(ctx: PassContext, actions: JobActions, decision: Wait) -> None:
     message = "; ".join(decision.reasons)
-    if decision.permanent and not job.ever_ran:
+    if decision.permanent:  # never fits, and never ran (the core's rule, core.admit.gates.fails_for_good)
         fail_unschedulable(actions, message, ctx.now)
         return
     if decision.reason is WaitReason.UNSCHEDULABLE:

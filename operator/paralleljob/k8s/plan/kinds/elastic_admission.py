@@ -30,14 +30,16 @@ def shrink_growth_replicas(
 ) -> tuple[Placement, tuple[str, ...]] | None:
     """Shrink lower-priority elastic jobs by their growth replicas (highest first) when that lets ``job``
     place now: their records, statuses and Events are written here; the caller admits ``job`` on the
-    returned placement. None when growth replicas would not do (the job waits, as before)."""
+    returned placement. None when growth replicas would not do (the job waits, as before). The core FIFO pass
+    asks this for a rigid job only; the jobs offered are the pass's ``shrinkable`` ones
+    (``core.elastic.offers_growth_replicas``, in ``decide``)."""
     view, placer = ctx.view, ctx.placer
-    if request.elastic is not None or view.state is None or placer is None or not ctx.shrinkable:
+    if view.state is None or placer is None or not ctx.shrinkable:
         return None
     holdings = []
     for held in ctx.shrinkable.values():
         allocation = view.state.allocations.get(held.job.key)
-        if allocation is not None and held.request.elastic is not None and held.request.preemptible:
+        if allocation is not None and held.request.elastic is not None:
             holdings.append(ElasticHolding(held.request.spec, allocation.groups, held.request.elastic))
     shrink = shrink_for(view.state, placer, cost_model(request.cost_model), request.spec, holdings)
     if shrink is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from paralleljob.core.elastic import ElasticRange, Resize, resized
+from paralleljob.core.elastic import ElasticRange, Resize, min_gpus, resized
 from paralleljob.core.job import JobSpec
 from paralleljob.k8s.edge.constants import REPLICA_GROUP_LABEL
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
@@ -46,7 +46,7 @@ class Elastic:
         return replace(request, spec=self.smallest(request))
 
     def min_gpus(self, request: JobRequest) -> int | None:
-        return request.spec.tp * request.spec.pp * _range(request).min
+        return min_gpus(request.spec, _range(request))
 
     def at_admitted_size(self, request: JobRequest, data: int) -> JobRequest:
         return replace(request, spec=resized(request.spec, data))

@@ -23,8 +23,10 @@ from paralleljob.core.cluster import Allocation
 from paralleljob.core.elastic import (
     ElasticRange,
     Resize,
+    growth_blocker,
     plan_growth,
     resized,
+    rigid_line,
     trim_to_desired,
 )
 from paralleljob.core.job import JobSpec
@@ -45,17 +47,13 @@ STEP_TIME = StepTimeModel()  # prices a replica that would widen the DP ring (co
 WAITING = frozenset({Phase.PENDING, Phase.QUEUED, Phase.PREEMPTED})
 
 
-def rigid_waiting(jobs: Sequence[JobObject]) -> list[tuple[int, str]]:
-    """(priority, key) of every rigid job waiting for GPUs; growth holds back for those at >= its priority."""
-    return sorted(
-        ((j.request.priority, j.key) for j in jobs
-         if j.request is not None and j.request.elastic is None and j.phase in WAITING and not j.deleting),
-        reverse=True,
+def rigid_waiting(jobs: Sequence[JobObject]) -> tuple[tuple[int, str], ...]:
+    """The core's line of rigid jobs waiting for GPUs (``core.elastic.rigid_line``): every ParallelJob not
+    elastic, waiting to be placed and not being deleted, as (priority, key)."""
+    return rigid_line(
+        (j.request.priority, j.key) for j in jobs
+        if j.request is not None and j.request.elastic is None and j.phase in WAITING and not j.deleting
     )
-
-
-def blocker_for(waiting: Sequence[tuple[int, str]], priority: int) -> str:
-    return next((key for p, key in waiting if p >= priority), "")
 
 
 def write_status(draft: StatusDraft, rng: ElasticRange, current: int, held_back: str | None) -> None:
@@ -149,7 +147,7 @@ def resize_running(ctx: PassContext, held: HeldJob, waiting: Sequence[tuple[int,
     trim = trim_to_desired(spec, groups, rng)
     if trim is not None:
         return commit_resize(ctx, held, trim, "ScaledDown")
-    blocker = blocker_for(waiting, spec.priority)
+    blocker = growth_blocker(waiting, spec.priority)
     node_filter = ctx.eligibility.filter_for(job.key, spec)
     with restricted(view.state, spec, node_filter):
         growth = plan_growth(
