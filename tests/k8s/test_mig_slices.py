@@ -251,3 +251,34 @@ def test_the_gauges_count_slices_and_a_sliced_gpu_is_not_free(dra_world: list[di
     assert g.gpus["allocated"] == 1 and g.gpus["free"] == 15
     # the MIG node is partly used now: its 7 free GPUs are stranded for a gang wanting whole nodes
     assert g.fragmentation == pytest.approx(7 / 15)
+
+
+def test_slices_moved_in_one_pass_never_take_the_same_placement(dra_world: list[dict[str, Any]]) -> None:
+    # each job's repair sees the slices the pass placed before it, though no record has them yet
+    cluster = FakeCluster([dra_node(MIG_NODE)])
+    for name in ("a", "b"):
+        cluster.add_job(slice_job(name))
+    cluster.settle(4)
+    gpu = placement(cluster, "ns/a")[0]["gpuIndices"][0]
+    broken = dra_node(MIG_NODE)
+    broken["metadata"]["annotations"]["paralleljob.dev/unhealthy-gpus"] = str(gpu)
+    cluster.nodes[MIG_NODE] = broken
+    cluster.settle(4)
+    moved = [placement(cluster, f"ns/{n}")[0] for n in ("a", "b")]
+    assert all(cluster.phase(f"ns/{n}") == "Running" for n in ("a", "b"))
+    assert moved[0]["gpuIndices"] == moved[1]["gpuIndices"] != [gpu], "packed together again"
+    assert moved[0]["migSlice"]["start"] != moved[1]["migSlice"]["start"]
+
+
+def test_slice_jobs_of_two_queues_admitted_in_one_pass_take_different_slices(
+    dra_world: list[dict[str, Any]],
+) -> None:
+    from paralleljob.k8s.edge.parse.queues import QueueInfo
+
+    cluster = FakeCluster([dra_node(MIG_NODE)], queues={q: QueueInfo(q) for q in ("q1", "q2")})
+    for name, queue in (("a", "q1"), ("b", "q2")):
+        cluster.add_job(slice_job(name, queue=queue))
+    cluster.step()
+    cluster.step()  # accepted, then both admitted in one pass, each queue's line in its own call
+    a, b = (placement(cluster, f"ns/{n}")[0] for n in ("a", "b"))
+    assert (a["gpuIndices"], a["migSlice"]["start"]) != (b["gpuIndices"], b["migSlice"]["start"])

@@ -22,7 +22,7 @@ from paralleljob.k8s.edge.parse.nativegroups import NativeGroup
 from paralleljob.k8s.edge.parse.pods import PodInfo
 from paralleljob.k8s.edge.parse.queues import QueueInfo
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
-from paralleljob.k8s.edge.status.records import PlacementRecord
+from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.admission.eligibility import Eligibility
 from paralleljob.k8s.plan.status import counted, wait_message
@@ -52,6 +52,9 @@ class PassContext:
     # Running elastic jobs whose growth replicas a higher-priority job may take this pass (filled as jobs are
     # decided; plan/kinds/elastic_admission.py)
     shrinkable: dict[str, HeldJob] = field(default_factory=dict)
+    # MIG slices this pass placed (admissions, repairs), by (node, GPU index): the view's records do not have
+    # them until their status is written, and every later placement of the pass must see them
+    slices_placed: dict[tuple[str, int], list[MigGrant]] = field(default_factory=dict)
     pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)  # Kubernetes PodGroups by namespace/name
     resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # ResourceClaims by namespace/name
     # job key -> when (epoch seconds) this operator last wrote its waiting message; within

@@ -122,7 +122,7 @@ def admit_slices(
             if strict:
                 heads.setdefault(queue, at)
             continue
-        nodes = shared_nodes(ctx.view) if nodes is None else nodes
+        nodes = shared_nodes(ctx.view, placed=ctx.slices_placed) if nodes is None else nodes
         node_filter = ctx.eligibility.filter_for(job.key, request.spec, with_usage=False)
         eligible = [n for n in nodes if node_filter is None or node_filter.admits(ctx.view.node_index[n.name])]
         try:
@@ -164,6 +164,8 @@ def record_slices(ctx: PassContext, job: JobObject, request: JobRequest, placeme
     record = slice_record(job, request, placements, epoch)
     for slot in record.slots:
         hold_slice(view, slot.node, slot.gpu_indices[0])
+        if slot.mig is not None:
+            ctx.slices_placed.setdefault((slot.node, slot.gpu_indices[0]), []).append(slot.mig)
     where = ", ".join(f"{s.node} GPU {s.gpu_indices[0]} ({s.mig})" for s in record.slots)
     message = f"{len(record.slots)} x MIG {request.mig_profile} on {where}: {placements[0].why.partition(': ')[2]}"
     actions.draft.apply(Event.ADMITTED, "Placed", message, now)

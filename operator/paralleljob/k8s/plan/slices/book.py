@@ -12,7 +12,7 @@ GPU offers are the MIG devices its driver publishes (:func:`mig_shape`), so the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from paralleljob.core.cluster import GPUHealth
@@ -82,10 +82,15 @@ def sliced_gpus(view: ClusterView) -> dict[str, list[int]]:
     return {node: sorted(indices) for node, indices in out.items()}
 
 
-def shared_nodes(view: ClusterView, admits: Callable[[int], bool] = lambda n: True) -> list[NodeGpus]:
+def shared_nodes(
+    view: ClusterView,
+    admits: Callable[[int], bool] = lambda n: True,
+    placed: Mapping[tuple[str, int], list[MigGrant]] | None = None,
+) -> list[NodeGpus]:
     """The DRA nodes that publish MIG devices, as :class:`NodeGpus`; a node ``admits`` refuses (by topology
-    index), or that takes no new work, is unhealthy: its slices stay in the book, nothing new goes there."""
-    ours: dict[tuple[str, int], list[MigGrant]] = {}
+    index), or that takes no new work, is unhealthy: its slices stay in the book, nothing new goes there.
+    ``placed``: the slices placed earlier in the pass (``PassContext.slices_placed``), not in a record yet."""
+    ours: dict[tuple[str, int], list[MigGrant]] = {key: list(grants) for key, grants in (placed or {}).items()}
     for item in recorded(view):
         ours.setdefault((item.slot.node, item.slot.gpu_indices[0]), []).append(item.grant)
     out = []

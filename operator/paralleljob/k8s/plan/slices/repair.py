@@ -69,7 +69,7 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
         "pods": list(breakage.pods),
     }
     node_filter = ctx.eligibility.filter_for(job.key, request.spec, with_usage=False)
-    nodes = shared_nodes(ctx.view, lambda n: node_filter is None or node_filter.admits(n))
+    nodes = shared_nodes(ctx.view, lambda n: node_filter is None or node_filter.admits(n), ctx.slices_placed)
     report = FailureReport(breakage.kind, breakage.slots, job.restarts)
     profile = offered_profile(nodes, request.mig_profile)
     decision = decide_slice_repair(nodes, held_slices(nodes, record), profile, policy, report)
@@ -92,6 +92,7 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
             assert isinstance(moved.grant, MigSlice), "a slice placement grants a MIG slice"
             hold_slice(ctx.view, moved.node, moved.gpus[0])
             grant = MigGrant(moved.grant.profile.name, moved.grant.start)
+            ctx.slices_placed.setdefault((moved.node, moved.gpus[0]), []).append(grant)
             slot = replace(slot, node=moved.node, gpu_indices=moved.gpus, mig=grant)
         slots[rank] = slot
     new_record = replace(record, epoch=epoch, slots=tuple(slots), reasons=decision.reasons)
