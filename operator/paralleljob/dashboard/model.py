@@ -47,6 +47,7 @@ FEED_LENGTH = 200  # failures kept for the feed, newest last
 
 def pack_node(row: NodeRow, domain: int, holder_index: Mapping[str, int]) -> dict[str, Any]:
     notes = [f"{c.index}: {c.reason}" for c in row.gpus if c.state in (UNHEALTHY, DEGRADED, DRAINED) and c.reason]
+    notes += [f"{c.index}: MIG {', '.join(c.slices)}" for c in row.gpus if c.slices]  # whose slices share it
     return {
         "name": row.name,
         "domain": domain,

@@ -149,6 +149,8 @@ def test_slices_share_a_gpu_whole_jobs_avoid_it_and_a_gpu_failure_fails_them_by_
     described = surfaces.described[f"{dra_pjs.namespace}/sturdy"]
     assert described["mig_profile"] == ONE.name
     assert described["pods"][0]["mig"] == f"{ONE.name}@{sturdy['migSlice']['start']}"
+    shown = surfaces.snapshot["nodes"][mig_node]["notes"]
+    assert any(note.startswith(f"{gpu}: MIG ") and "/sturdy" in note for note in shown), shown
     panel = surfaces.panels[f"{dra_pjs.namespace}/sturdy"]
     assert json.dumps(panel).count(f"{ONE.name}@") >= 1, "the web view's panel names the slice"
     assert "MIG" in paralleljob_cli(dra_cluster.kubeconfig, "describe", f"{dra_pjs.namespace}/sturdy")
