@@ -14,20 +14,9 @@ import paralleljob
 
 ROOT = Path(paralleljob.__file__).parent
 
-# Known cycles, each with the reason it is still here. Remove an entry when its cycle goes.
-KNOWN = {
-    # disruptions.py, elastic.py and roommoves.py (issue 40's moves, written the same way and calling
-    # disruptions) type their ``sim`` argument as the engine's Simulation (under TYPE_CHECKING) and reach into
-    # its private members; the engine calls them. Goes with the public Simulation surface of issue 39's item 5.
-    frozenset(
-        {
-            "paralleljob.sim.run.engine",
-            "paralleljob.sim.run.disruptions",
-            "paralleljob.sim.run.elastic",
-            "paralleljob.sim.run.roommoves",
-        }
-    ),
-}
+# Known cycles, each with the reason it is still here. Remove an entry when its cycle goes. (The last, the
+# simulator's engine and its handler modules, went with its public surface, sim/run/surface.py.)
+KNOWN: set[frozenset[str]] = set()
 
 
 def module_name(path: Path) -> str:

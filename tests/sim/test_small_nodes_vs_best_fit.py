@@ -8,7 +8,7 @@ measurement over 30 seeds (``python -m paralleljob.sim.report.evidence small-nod
 of it, about 5 s.
 
 A failure here means the failure path now chooses differently from best-fit on jobs where both choices cost
-the same: find the first placement that differs between the two runs (wrap ``Simulation._placed`` to
+the same: find the first placement that differs between the two runs (wrap ``Simulation.placed`` to
 record them) before accepting the change."""
 
 from __future__ import annotations

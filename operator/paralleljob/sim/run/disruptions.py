@@ -3,16 +3,15 @@ back at a checkpoint (re-optimisation).
 
 Each failure is handed to the core's failure policy (:func:`paralleljob.core.failure.repair.decide_repair`, the function
 the operator calls) and its decision carried out with events; the move-back asks the core for the best
-placement now and :func:`paralleljob.core.reoptimize.decide_migration` whether it pays. Not a mixin: module
-functions the engine calls with its :class:`~paralleljob.sim.run.engine.Simulation` as ``sim``, which read and
-write its members, private ones included; split out so the engine's loop stays readable.
+placement now and :func:`paralleljob.core.reoptimize.decide_migration` whether it pays. Module functions the
+engine calls with itself as ``sim``, through its public surface (``sim/run/surface.py``); split out so the
+engine's loop stays readable.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from paralleljob.core.admit.fifo import keeps_place
 from paralleljob.core.cluster import Allocation, GPUHealth
@@ -38,20 +37,17 @@ from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import elastic
 from paralleljob.sim.run.events import Kind, SimEvent
 from paralleljob.sim.run.jobs import SimJob
-
-if TYPE_CHECKING:
-    from paralleljob.sim.run.engine import Simulation
-
+from paralleljob.sim.run.surface import SimulationSurface
 
 # ---- failures, repairs, preemption --------------------------------------------------------------
 
 
-def push_failure(sim: Simulation, failure: Failure) -> None:
+def push_failure(sim: SimulationSurface, failure: Failure) -> None:
     if failure.time < sim.failure_horizon:
         sim.events.push(failure.time, Kind.FAILURE, payload=(failure, True))
 
 
-def on_failure(sim: Simulation, event: SimEvent) -> None:
+def on_failure(sim: SimulationSurface, event: SimEvent) -> None:
     failure, from_process = event.payload
     assert isinstance(failure, Failure)
     if from_process:
@@ -71,18 +67,18 @@ def on_failure(sim: Simulation, event: SimEvent) -> None:
     if not broken:
         sim.tally.on_broken_hardware += 1
         return
-    sim._tokens += 1
+    sim.outage_tokens += 1
     for gpu in broken:
         sim.state.set_health(gpu, GPUHealth.OFFLINE)
-        sim.down_token[gpu] = sim._tokens
+        sim.down_token[gpu] = sim.outage_tokens
     sim.gpus_down += len(broken)
-    sim.events.push(sim.clock.now() + failure.repair_s, Kind.REPAIR, payload=(sim._tokens, tuple(broken)))
+    sim.events.push(sim.clock.now() + failure.repair_s, Kind.REPAIR, payload=(sim.outage_tokens, tuple(broken)))
     kind = FailureKind.NODE if failure.scope is Scope.NODE else FailureKind.GPU
     for job_id in sim.state.jobs_on(broken):
         recover(sim, sim.jobs[job_id], kind)
 
 
-def interrupt(sim: Simulation, job: SimJob, *, graceful: bool) -> None:
+def interrupt(sim: SimulationSurface, job: SimJob, *, graceful: bool) -> None:
     if job.phase is Phase.RUNNING:
         job.interrupt(sim.clock.now(), save_all=graceful)
         sim.running.pop(job.job_id, None)
@@ -91,7 +87,7 @@ def interrupt(sim: Simulation, job: SimJob, *, graceful: bool) -> None:
         job.epoch += 1  # placed but not started: cancel the pending START
 
 
-def software_restart(sim: Simulation, job: SimJob, node_gpus: set[int]) -> None:
+def software_restart(sim: SimulationSurface, job: SimJob, node_gpus: set[int]) -> None:
     if job.phase is not Phase.RUNNING:
         return  # nothing runs yet, so nothing crashes
     sim.tally.jobs_interrupted += 1
@@ -101,7 +97,7 @@ def software_restart(sim: Simulation, job: SimJob, node_gpus: set[int]) -> None:
     repair(sim, job, FailureKind.WORKER, tuple(g for g, group in enumerate(groups) if node_gpus & set(group)))
 
 
-def restart(sim: Simulation, job: SimJob, *, move_back: bool = False) -> None:
+def restart(sim: SimulationSurface, job: SimJob, *, move_back: bool = False) -> None:
     """Run again after ``--restart-overhead``, its GPUs held meanwhile: goodput lost to a failure, or the price
     of a move back (``move_back``), which no failure caused and the report counts apart."""
     overhead = sim.config.restart_overhead_s
@@ -109,27 +105,27 @@ def restart(sim: Simulation, job: SimJob, *, move_back: bool = False) -> None:
         job.move_gpu_s += overhead * job.num_gpus
     else:
         job.restart_gpu_s += overhead * job.num_gpus
-    sim._begin(job, sim.clock.now() + overhead)
+    sim.begin(job, sim.clock.now() + overhead)
 
 
-def recover(sim: Simulation, job: SimJob, kind: FailureKind) -> None:
+def recover(sim: SimulationSurface, job: SimJob, kind: FailureKind) -> None:
     sim.tally.jobs_interrupted += 1
     interrupt(sim, job, graceful=False)
     job.step(Step.HARDWARE_FAILED)
     repair(sim, job, kind, tuple(affected_groups(sim.state, sim.state.allocations[job.job_id])))
 
 
-def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, ...]) -> None:
+def repair(sim: SimulationSurface, job: SimJob, kind: FailureKind, groups: tuple[int, ...]) -> None:
     """Carry out the core's failure decision (core.failure.repair), the one the operator carries out too."""
     old = sim.state.allocations[job.job_id]
     report = FailureReport(kind, groups, job.restarts)
     decision = decide_repair(sim.state, sim.placer, job.spec, sim.model, sim.failure_policy, report)
     new = sim.state.allocations.get(job.job_id)
     if new is not old:
-        sim._count(old, -1)
-        sim._room_epoch += 1  # its healthy GPUs may have been freed
+        sim.count_allocation(old, -1)
+        sim.room_epoch += 1  # its healthy GPUs may have been freed
         if new is not None:
-            sim._count(new, +1)
+            sim.count_allocation(new, +1)
     drop = elastic.drop_on_failure(sim, job, old, decision, kind, groups)
     job.restarts += counts_as_restart(kind, drop or decision)  # the operator's count (core.failure.elastic_failure)
     if drop is not None:
@@ -140,28 +136,28 @@ def repair(sim: Simulation, job: SimJob, kind: FailureKind, groups: tuple[int, .
         job.gave_up = "; ".join(decision.reasons)
         sim.tally.gave_up += 1
         sim.unfinished -= 1
-        sim._dearer.discard(job.job_id)
-        sim._request_schedule()
+        sim.dearer.discard(job.job_id)
+        sim.request_schedule()
         return
     if isinstance(decision, Requeue):
         if not keeps_place(sim.config.requeue_order, kind.hardware):  # the operator's rule (core.admit.fifo)
-            job.order, job.queued_s = sim._next_rank, sim.clock.now()  # the back of the line
-            sim._next_rank += 1
+            job.order, job.queued_s = sim.next_rank, sim.clock.now()  # the back of the line
+            sim.next_rank += 1
         job.step(Step.REQUEUED)
         job.requeues += 1
         sim.tally.requeued += 1
-        sim._dearer.discard(job.job_id)
-        sim.queue.add(sim._waiting(job), sim.clock.now())
-        sim._request_schedule()
+        sim.dearer.discard(job.job_id)
+        sim.queue.add(sim.waiting_job(job), sim.clock.now())
+        sim.request_schedule()
         return
     job.step(Step.REPAIRED)
     if decision.placement is not None:
-        sim._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
+        sim.placed(job, decision.placement.groups, decision.placement.cost.total_ms)
     sim.tally.recovered_in_place += 1
     restart(sim, job)
 
 
-def on_repair(sim: Simulation, event: SimEvent) -> None:
+def on_repair(sim: SimulationSurface, event: SimEvent) -> None:
     token, gpus = event.payload
     assert isinstance(gpus, tuple)
     repaired = 0
@@ -172,14 +168,14 @@ def on_repair(sim: Simulation, event: SimEvent) -> None:
             repaired += 1
     sim.gpus_down -= repaired
     if repaired:
-        sim._room_epoch += 1
-        sim._request_schedule()
+        sim.room_epoch += 1
+        sim.request_schedule()
 
 
 # ---- re-optimisation: moving a repaired job back -------------------------------------------------
 
 
-def best_now(sim: Simulation, job: SimJob) -> tuple[Placement, int] | None:
+def best_now(sim: SimulationSurface, job: SimJob) -> tuple[Placement, int] | None:
     """The placer's choice now, the job's own GPUs counted as free, and the pods a move there re-creates."""
     best = best_placement_now(sim.state, sim.placer, job.spec, sim.model)
     if best is None:
@@ -195,17 +191,17 @@ def best_now(sim: Simulation, job: SimJob) -> tuple[Placement, int] | None:
     return best, pods_to_move(current.groups, best.groups)
 
 
-def reoptimize_pass(sim: Simulation) -> None:
+def reoptimize_pass(sim: SimulationSurface) -> None:
     """For every running job above its ideal cost, ask core.reoptimize whether to move back; if so, at
     the end of its next checkpoint write (no work is lost), as the operator would."""
     now = sim.clock.now()
-    for job_id in sorted(sim._dearer - sim._migrating):
+    for job_id in sorted(sim.dearer - sim.migrating):
         job = sim.jobs[job_id]
         if job.phase is not Phase.RUNNING or now < job.segment_start:
             continue  # restarting: decide once it runs
-        if sim._asked_at.get(job_id) == sim._room_epoch:
+        if sim.asked_at.get(job_id) == sim.room_epoch:
             continue  # nothing was freed since the last "no": the answer is the same
-        sim._asked_at[job_id] = sim._room_epoch
+        sim.asked_at[job_id] = sim.room_epoch
         best = best_now(sim, job)
         if best is None:
             continue
@@ -215,7 +211,7 @@ def reoptimize_pass(sim: Simulation) -> None:
         if decision.migrate:
             period = job.plan.period_s
             boundary = job.segment_start + (math.floor((now - job.segment_start) / period) + 1) * period
-            sim._migrating.add(job_id)
+            sim.migrating.add(job_id)
             sim.events.push(boundary, Kind.PREEMPT, job_id, (MoveBack(job.epoch),))
 
 
@@ -227,37 +223,37 @@ class MoveBack:
     epoch: int
 
 
-def migrate(sim: Simulation, job: SimJob) -> None:
-    sim._migrating.discard(job.job_id)
+def migrate(sim: SimulationSurface, job: SimJob) -> None:
+    sim.migrating.discard(job.job_id)
     best = best_now(sim, job)
     if best is None or best[0].cost.total_ms >= job.cost_ms:
         return  # the room went meanwhile: keep running where it is
     interrupt(sim, job, graceful=True)  # right after a checkpoint: nothing is lost
-    sim._release(job.job_id)
+    sim.release(job.job_id)
     # To the placement just priced, as the operator moves it: handing the NVLink placer the old trays as a
     # previous placement would read as a repair and keep every healthy tray, a restart that moves nothing.
     placement = best[0]
-    sim._allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
+    sim.allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
     job.step(Step.MIGRATED, Step.REPAIRED)  # as the operator records it: Running -> Recovering -> Running
     sim.migrations += 1
-    sim._placed(job, placement.groups, placement.cost.total_ms)
+    sim.placed(job, placement.groups, placement.cost.total_ms)
     restart(sim, job, move_back=True)
 
 
-def on_preempt(sim: Simulation, event: SimEvent) -> None:
+def on_preempt(sim: SimulationSurface, event: SimEvent) -> None:
     job = sim.jobs[event.job_id]
     if event.payload and isinstance(event.payload[0], MoveBack):
         if event.payload[0].epoch == job.epoch and job.phase is Phase.RUNNING:
             migrate(sim, job)
         else:
-            sim._migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
+            sim.migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
         return
-    sim._preempting.discard(job.job_id)
+    sim.preempting.discard(job.job_id)
     if job.phase is not Phase.RUNNING:
         return
     interrupt(sim, job, graceful=True)  # the grace period lets it checkpoint: nothing is lost
     job.step(Step.PREEMPTED, Step.REQUEUED)
     job.preemptions += 1
-    sim._release(job.job_id)
-    sim.queue.add(sim._waiting(job), sim.clock.now())
-    sim._request_schedule()
+    sim.release(job.job_id)
+    sim.queue.add(sim.waiting_job(job), sim.clock.now())
+    sim.request_schedule()

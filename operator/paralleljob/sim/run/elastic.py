@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.elastic import (
@@ -50,11 +50,9 @@ from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placing.placement import Placement
 from paralleljob.core.placing.placer import Placer
 from paralleljob.core.timing.evaluate import node_level_cost
-
-if TYPE_CHECKING:
-    from paralleljob.sim.run.core_queue import CoreQueue
-    from paralleljob.sim.run.engine import Simulation
-    from paralleljob.sim.run.jobs import SimJob
+from paralleljob.sim.run.core_queue import CoreQueue
+from paralleljob.sim.run.jobs import SimJob
+from paralleljob.sim.run.surface import SimulationSurface
 
 
 def elastic_range(spec: JobSpec, fraction: float) -> ElasticRange | None:
@@ -63,7 +61,7 @@ def elastic_range(spec: JobSpec, fraction: float) -> ElasticRange | None:
     return ElasticRange(max(1, math.ceil(fraction * spec.dp)), spec.dp, spec.dp)
 
 
-def admit(sim: Simulation, job: SimJob, gpu_room: int | None = None) -> Placement:
+def admit(sim: SimulationSurface, job: SimJob, gpu_room: int | None = None) -> Placement:
     """The placement at the largest size that fits within ``gpu_room`` GPUs of its queue (None: no cap), by
     the core's ``place_largest`` as the operator's FIFO path asks it; :class:`PlacementInfeasible` when min
     does not fit."""
@@ -73,14 +71,14 @@ def admit(sim: Simulation, job: SimJob, gpu_room: int | None = None) -> Placemen
     return placement
 
 
-def slowdown(sim: Simulation, job: SimJob) -> float:
+def slowdown(sim: SimulationSurface, job: SimJob) -> float:
     """Wall time per trace second at the job's current size and cost (see the module docstring)."""
     assert job.full_spec is not None
     full = job.full_spec
     return full.dp / job.spec.dp * sim.steptime.slowdown(full, job.comm_ms, sim.ideal.comm_ms(full))
 
 
-def grow_pass(sim: Simulation) -> None:
+def grow_pass(sim: SimulationSurface) -> None:
     """Grow every running elastic job below max that free GPUs and the rigid waiting jobs allow (the core's
     ``plan_growth`` decides, held back by ``growth_blocker`` over the waiting rigid jobs, as in the operator).
     The engine calls it before the pass's admissions, as the operator's pass grows a job before it admits."""
@@ -104,7 +102,7 @@ def grow_pass(sim: Simulation) -> None:
         job.grows += 1
 
 
-def apply_resize(sim: Simulation, job: SimJob, resize: Resize, planned: Allocation | None = None) -> None:
+def apply_resize(sim: SimulationSurface, job: SimJob, resize: Resize, planned: Allocation | None = None) -> None:
     """Run ``job`` at ``resize``'s size from now on: checkpoint-free (the kept replicas carry the state over),
     ``--resize-overhead`` seconds of restart with its GPUs held. ``planned``: the allocation it had when a
     core pass already rewrote the state (only the engine's tallies are left to move)."""
@@ -114,23 +112,23 @@ def apply_resize(sim: Simulation, job: SimJob, resize: Resize, planned: Allocati
     else:
         job.epoch += 1  # placed, not started: its pending START is for the old size
     if planned is None:
-        sim._release(job.job_id)
-        sim._allocate(Allocation(job.job_id, resize.groups, job.spec.memory_per_gpu_gb))
+        sim.release(job.job_id)
+        sim.allocate(Allocation(job.job_id, resize.groups, job.spec.memory_per_gpu_gb))
     else:
-        sim._count(planned, -1)
-        sim._count(sim.state.allocations[job.job_id], +1)
-        sim._room_epoch += 1
+        sim.count_allocation(planned, -1)
+        sim.count_allocation(sim.state.allocations[job.job_id], +1)
+        sim.room_epoch += 1
     job.spec = resized(job.spec, resize.after)
     job.resizes += 1
     job.resized_at = now
-    sim._placed(job, resize.groups, _cost(sim, job, resize.groups))
+    sim.placed(job, resize.groups, _cost(sim, job, resize.groups))
     sim.running.pop(job.job_id, None)
     sim.expected_end.pop(job.job_id, None)
     job.resize_gpu_s += sim.config.resize_overhead_s * job.num_gpus  # no failure: not goodput lost to one
-    sim._begin(job, now + sim.config.resize_overhead_s)
+    sim.begin(job, now + sim.config.resize_overhead_s)
 
 
-def _holdings(sim: Simulation) -> list[ElasticHolding]:
+def _holdings(sim: SimulationSurface) -> list[ElasticHolding]:
     """Running elastic jobs that may give growth replicas in this pass, by the operator's rule
     (``core.elastic.offers_growth_replicas``: running, not being preempted, not resized already at this
     instant; a trace job may always be preempted)."""
@@ -140,7 +138,7 @@ def _holdings(sim: Simulation) -> list[ElasticHolding]:
         job = sim.jobs[job_id]
         offered = offers_growth_replicas(
             running=job.phase is Phase.RUNNING,
-            being_preempted=job_id in sim._preempting,
+            being_preempted=job_id in sim.preempting,
             resized_this_pass=job.resized_at == now,
             preemptible=True,
         )
@@ -149,7 +147,7 @@ def _holdings(sim: Simulation) -> list[ElasticHolding]:
     return out
 
 
-def take_growth_replicas(sim: Simulation, job: SimJob) -> Placement | None:
+def take_growth_replicas(sim: SimulationSurface, job: SimJob) -> Placement | None:
     """The built-in queues' path: a rigid job that does not fit takes lower-priority growth replicas when that
     lets it place now (``shrink_for``, the operator's FIFO rule; the core pass asks for rigid jobs only); its
     placement, or None."""
@@ -168,7 +166,7 @@ def take_growth_replicas(sim: Simulation, job: SimJob) -> Placement | None:
     return shrink.placement
 
 
-def ranges_for_pass(sim: Simulation, queue: CoreQueue) -> dict[str, ElasticRange]:
+def ranges_for_pass(sim: SimulationSurface, queue: CoreQueue) -> dict[str, ElasticRange]:
     """The core queue pass's ``elastic``: every waiting elastic job, and the running ones that may shrink."""
     ranges = {
         w.job_id: rng for w in queue.candidates(sim.clock.now()) if (rng := sim.jobs[w.job_id].elastic) is not None
@@ -179,7 +177,7 @@ def ranges_for_pass(sim: Simulation, queue: CoreQueue) -> dict[str, ElasticRange
 
 
 def drop_on_failure(
-    sim: Simulation, job: SimJob, held: Allocation, decision: RepairDecision, kind: FailureKind,
+    sim: SimulationSurface, job: SimJob, held: Allocation, decision: RepairDecision, kind: FailureKind,
     broken_groups: tuple[int, ...],
 ) -> Resize | None:
     """Drop the broken replicas instead of ``decision`` (the operator's rule, ``drop_instead``); the drop, or
@@ -189,17 +187,17 @@ def drop_on_failure(
     )
     if resize is None:
         return None
-    sim._allocate(Allocation(job.job_id, resize.groups, job.spec.memory_per_gpu_gb))
+    sim.allocate(Allocation(job.job_id, resize.groups, job.spec.memory_per_gpu_gb))
     job.spec = resized(job.spec, resize.after)
     job.resizes += 1
     job.resized_at = sim.clock.now()
     job.drops += 1  # not a restart (core.failure.elastic_failure.counts_as_restart), as in the operator
     job.step(Step.REPAIRED)
-    sim._placed(job, resize.groups, _cost(sim, job, resize.groups))
+    sim.placed(job, resize.groups, _cost(sim, job, resize.groups))
     return resize
 
 
-def _cost(sim: Simulation, job: SimJob, groups: tuple[tuple[int, ...], ...]) -> float:
+def _cost(sim: SimulationSurface, job: SimJob, groups: tuple[tuple[int, ...], ...]) -> float:
     nodes = [sim.topology.gpu_node[g[0]] for g in groups]
     return node_level_cost(sim.topology, job.spec, nodes, sim.model).total_ms
 

@@ -46,6 +46,7 @@ from paralleljob.sim.run.policies import (
     placement_policy,
     queue_policy,
 )
+from paralleljob.sim.run.roombook import RoomBook
 from paralleljob.sim.run.tenants import TenantBook
 from paralleljob.sim.run.work import plan_for
 from paralleljob.sim.workload.trace import TraceJob
@@ -102,13 +103,13 @@ class Simulation:
         self.jobs: dict[str, SimJob] = {}
         self.running: dict[str, SimRunningJob] = {}  # jobs in phase Running, for queue policies
         self.expected_end: dict[str, float] = {}  # when each running job finishes if nothing interrupts it
-        self._preempting: set[str] = set()
-        self._dearer: set[str] = set()  # running jobs placed above their ideal cost (after a repair)
-        self._migrating: set[str] = set()  # a migration back is scheduled at their next checkpoint
+        self.preempting: set[str] = set()
+        self.dearer: set[str] = set()  # running jobs placed above their ideal cost (after a repair)
+        self.migrating: set[str] = set()  # a migration back is scheduled at their next checkpoint
         self.migrations = 0
         # Bumped whenever GPUs are freed or come back: a job found not worth moving is asked again only then.
-        self._room_epoch = 0
-        self._asked_at: dict[str, int] = {}
+        self.room_epoch = 0
+        self.asked_at: dict[str, int] = {}
         self.node_allocated = [0] * topology.num_nodes
         self.allocated_gpus = 0
         self.tenants = TenantBook(config.quotas)
@@ -118,12 +119,12 @@ class Simulation:
         self.tally = FailureTally()
         self.series = Series()
         self._next_arrival = 0
-        self._next_rank = len(self.trace)  # queue ranks of jobs requeued at the back of the line
+        self.next_rank = len(self.trace)  # queue ranks of jobs requeued at the back of the line
         self._schedule_pending = False
         self._last_time = 0.0
         self._allocated_gpu_s = 0.0
         self._unhealthy_gpu_s = 0.0
-        self._tokens = 0
+        self.outage_tokens = 0
         self._processed = 0
         span = horizon or max((t.submit_s + t.duration_s for t in self.trace), default=1.0)
         self.span = max(span, 1.0)
@@ -136,6 +137,7 @@ class Simulation:
         self.busy_from = self.trace[0].submit_s if self.trace else 0.0
         self.busy_to = self.trace[-1].submit_s if self.trace else 0.0
         self._busy_gpu_s = 0.0
+        self.room = RoomBook()  # the room-making moves' plan and tallies (roommoves; idle without policy.moves)
         self.failures = FailureProcess(
             FailureConfig(config.failure_rate, config.causes, config.gpu_repair_hours, config.node_repair_hours),
             topology.num_nodes,
@@ -191,7 +193,7 @@ class Simulation:
             self._last_time = to
         self.clock.advance(to)
 
-    def _request_schedule(self) -> None:
+    def request_schedule(self) -> None:
         if not self._schedule_pending:
             self._schedule_pending = True
             self.events.push(self.clock.now(), Kind.SCHEDULE)
@@ -209,10 +211,10 @@ class Simulation:
             job.full_spec = job.spec
         self.jobs[trace.job_id] = job
         job.step(Step.ACCEPTED)
-        self.queue.add(self._waiting(job), self.clock.now())
-        self._request_schedule()
+        self.queue.add(self.waiting_job(job), self.clock.now())
+        self.request_schedule()
 
-    def _waiting(self, job: SimJob) -> WaitingJob:
+    def waiting_job(self, job: SimJob) -> WaitingJob:
         t = job.trace
         queued = t.submit_s if job.queued_s is None else job.queued_s
         return WaitingJob(job.job_id, job.order, queued, job.num_gpus, t.tenant, job.spec.priority)
@@ -227,7 +229,7 @@ class Simulation:
             self._core_pass(self.queue)
         else:
             self._fifo_pass(self.queue)
-        if self.policy.reoptimize and self._dearer:
+        if self.policy.reoptimize and self.dearer:
             disruptions.reoptimize_pass(self)
         if self.policy.moves is not None:
             roommoves.moves_pass(self)
@@ -255,15 +257,15 @@ class Simulation:
             job = self.jobs[decision.job_id]
             if isinstance(decision, admission.Admit):
                 queue.remove(job.job_id)
-                self._count(self.state.allocations[job.job_id], +1)  # the pass allocated it
+                self.count_allocation(self.state.allocations[job.job_id], +1)  # the pass allocated it
                 job.step(Step.ADMITTED)
-                self._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
+                self.placed(job, decision.placement.groups, decision.placement.cost.total_ms)
                 self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
             elif decision.permanent:  # never fits and never ran: the core's rule (core.admit.gates.fails_for_good)
                 queue.remove(job.job_id)
                 job.step(Step.REJECTED)
                 self._reject_done(job, "; ".join(decision.reasons))
-                self._request_schedule()  # it held its line this pass: the jobs behind it are tried again now
+                self.request_schedule()  # it held its line this pass: the jobs behind it are tried again now
 
     def _core_pass(self, queue: CoreQueue) -> None:
         """One pass of the core's admission planner; the engine carries out its decisions."""
@@ -303,9 +305,9 @@ class Simulation:
                 if job.elastic is not None and job.full_spec is not None:
                     job.spec = resized(job.full_spec, decision.placement.dp)
                 queue.remove(job.job_id)
-                self._count(self.state.allocations[job.job_id], +1)  # the planner allocated it
+                self.count_allocation(self.state.allocations[job.job_id], +1)  # the planner allocated it
                 job.step(Step.ADMITTED)
-                self._placed(job, decision.placement.groups, decision.placement.cost.total_ms)
+                self.placed(job, decision.placement.groups, decision.placement.cost.total_ms)
                 self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
             elif isinstance(decision, admission.Wait) and decision.permanent:
                 # never fits and never ran: the core's rule (core.admit.gates.fails_for_good)
@@ -315,15 +317,15 @@ class Simulation:
                 self._reject_done(job, "; ".join(decision.reasons))
             elif isinstance(decision, admission.Preempt):
                 for victim in decision.victims:
-                    if victim not in self._preempting:
-                        self._preempting.add(victim)
+                    if victim not in self.preempting:
+                        self.preempting.add(victim)
                         self.events.push(now + decision.grace_period_s, Kind.PREEMPT, victim)
 
-    def _placed(self, job: SimJob, groups: tuple[tuple[int, ...], ...], cost_ms: float) -> None:
+    def placed(self, job: SimJob, groups: tuple[tuple[int, ...], ...], cost_ms: float) -> None:
         if cost_ms > self.ideal.total_ms(job.spec) * (1 + 1e-9):
-            self._dearer.add(job.job_id)
+            self.dearer.add(job.job_id)
         else:
-            self._dearer.discard(job.job_id)
+            self.dearer.discard(job.job_id)
         job.placements += 1
         if job.num_gpus > 1:
             job.bytes_per_step = level_bytes_per_step(self.topology, job.spec, groups, self.model)
@@ -348,9 +350,9 @@ class Simulation:
         if event.payload != (job.epoch,):
             return  # the job was interrupted between placement and start
         job.step(Step.BOUND)
-        self._begin(job, self.clock.now())
+        self.begin(job, self.clock.now())
 
-    def _begin(self, job: SimJob, start: float) -> None:
+    def begin(self, job: SimJob, start: float) -> None:
         """Run (or resume) ``job`` on its current allocation from ``start``."""
         cfg = self.config
         gpu_node = self.topology.gpu_node
@@ -368,8 +370,8 @@ class Simulation:
         job = self.jobs[event.job_id]
         if event.payload != (job.epoch,):
             return
-        self._dearer.discard(job.job_id)
-        self._release(job.job_id)
+        self.dearer.discard(job.job_id)
+        self.release(job.job_id)
         self.running.pop(job.job_id, None)
         self.expected_end.pop(job.job_id, None)
         job.step(Step.COMPLETED)
@@ -377,25 +379,25 @@ class Simulation:
         job.charge_traffic(job.work_left)
         job.work_left = 0.0
         self.unfinished -= 1
-        self._request_schedule()
+        self.request_schedule()
 
     def _reject_done(self, job: SimJob, reason: str) -> None:
         job.rejected_reason = reason or "rejected"
         self.unfinished -= 1
 
     # ---- allocation bookkeeping -------------------------------------------------------------------
-    def _allocate(self, allocation: Allocation) -> None:
+    def allocate(self, allocation: Allocation) -> None:
         self.state.allocate(allocation)
-        self._count(allocation, +1)
+        self.count_allocation(allocation, +1)
 
-    def _release(self, job_id: str) -> Allocation | None:
+    def release(self, job_id: str) -> Allocation | None:
         allocation = self.state.release(job_id)
         if allocation is not None:
-            self._count(allocation, -1)
-            self._room_epoch += 1
+            self.count_allocation(allocation, -1)
+            self.room_epoch += 1
         return allocation
 
-    def _count(self, allocation: Allocation, sign: int) -> None:
+    def count_allocation(self, allocation: Allocation, sign: int) -> None:
         gpu_node = self.topology.gpu_node
         for gpu in allocation.gpus:
             self.node_allocated[gpu_node[gpu]] += sign

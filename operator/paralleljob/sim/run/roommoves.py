@@ -9,15 +9,16 @@ where the plan's rule allows (``core.moves.place_elsewhere``, asked again since 
 at a checkpoint is the move-back machinery's: an event at the job's next checkpoint boundary, after which
 nothing is lost. ``relocate`` False (``ours-nvl72-preempt``) stops the jobs in the way and requeues them
 instead, the baseline. One plan at a time; a plan whose waiting job left, or whose move cannot be carried
-out any more, is dropped and its GPUs reopened. Module functions over the engine's
-:class:`~paralleljob.sim.run.engine.Simulation`, like ``disruptions``.
+out any more, is dropped and its GPUs reopened. Module functions over the engine's public surface
+(``sim/run/surface.py``), like ``disruptions``; the plan and tallies are the engine's ``room``
+(``sim/run/roombook.py``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.errors import PlacementInfeasible
@@ -27,32 +28,10 @@ from paralleljob.core.moves import MovableJob, MovePlan, MoveRequest, MoveWhen, 
 from paralleljob.sim.run import disruptions
 from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at
 from paralleljob.sim.run.events import Kind, SimEvent
-
-if TYPE_CHECKING:
-    from paralleljob.sim.run.engine import Simulation
-
+from paralleljob.sim.run.roombook import RoomBook
+from paralleljob.sim.run.surface import SimulationSurface
 
 ASK_EVERY_S = 300.0
-
-
-@dataclass
-class RoomBook:
-    """The simulation's moves: the plan in flight, what was asked, what was done."""
-
-    plan: MovePlan | None = None
-    pending: set[str] = field(default_factory=set)  # jobs of the plan not moved or ended yet
-    # (head, room epoch, time) of the last "no": asked again when the head or the room changed, not sooner
-    # than ASK_EVERY_S for the same head (every finish changes the room; the planner tries placements)
-    asked: tuple[str, int, float] | None = None
-    moved_at: dict[str, float] = field(default_factory=dict)
-    move_times: list[float] = field(default_factory=list)
-    plans: int = 0
-    moves: int = 0
-    stopped: int = 0  # relocate False: jobs stopped and requeued
-    dropped: int = 0  # plans given up (a move no longer possible, their GPUs taken by a repair)
-    overtaken: int = 0  # plans whose job a pass placed first (room came up elsewhere)
-    lost_gpu_s: float = 0.0  # work thrown away by moves now (or stops)
-    restart_gpu_s: float = 0.0  # GPUs held while the moved jobs restart
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +41,11 @@ class RoomMove:
     epoch: int
 
 
-def book(sim: Simulation) -> RoomBook:
-    found = getattr(sim, "room", None)
-    if found is None:
-        found = RoomBook()
-        sim.room = found  # type: ignore[attr-defined]
-    return found
+def book(sim: SimulationSurface) -> RoomBook:
+    return sim.room
 
 
-def moves_pass(sim: Simulation) -> None:
+def moves_pass(sim: SimulationSurface) -> None:
     room = book(sim)
     if room.plan is not None:
         _advance(sim, room)
@@ -78,7 +53,7 @@ def moves_pass(sim: Simulation) -> None:
     head = _head(sim)
     if head is None:
         return
-    key = (head, sim._room_epoch)
+    key = (head, sim.room_epoch)
     now = sim.clock.now()
     if room.asked is not None and (
         room.asked[:2] == key or (room.asked[0] == head and now - room.asked[2] < ASK_EVERY_S)
@@ -112,7 +87,7 @@ def moves_pass(sim: Simulation) -> None:
         _advance(sim, room)
 
 
-def _head(sim: Simulation) -> str | None:
+def _head(sim: SimulationSurface) -> str | None:
     if isinstance(sim.queue, CoreQueue):
         return None  # the core queue's own preemption frees room there
     for waiting in sim.queue.candidates(sim.clock.now()):
@@ -120,12 +95,12 @@ def _head(sim: Simulation) -> str | None:
     return None
 
 
-def _running(sim: Simulation, room: RoomBook, now: float) -> tuple[MovableJob, ...]:
+def _running(sim: SimulationSurface, room: RoomBook, now: float) -> tuple[MovableJob, ...]:
     out = []
     for job_id in sorted(sim.state.allocations):
         job = sim.jobs[job_id]
         started = job.phase is Phase.RUNNING and now >= job.segment_start and job_id in sim.running
-        busy = job_id in sim._migrating or job_id in sim._preempting
+        busy = job_id in sim.migrating or job_id in sim.preempting
         out.append(
             MovableJob(
                 job.spec, job.cost_ms, job.segment_start if started else now,
@@ -137,7 +112,7 @@ def _running(sim: Simulation, room: RoomBook, now: float) -> tuple[MovableJob, .
     return tuple(out)
 
 
-def _carry_out(sim: Simulation, room: RoomBook, job_id: str, *, graceful: bool) -> None:
+def _carry_out(sim: SimulationSurface, room: RoomBook, job_id: str, *, graceful: bool) -> None:
     """Move (or stop) one job of the plan; a move no longer possible drops the plan."""
     plan = room.plan
     job = sim.jobs[job_id]
@@ -151,9 +126,9 @@ def _carry_out(sim: Simulation, room: RoomBook, job_id: str, *, graceful: bool) 
         sim.expected_end.pop(job_id, None)
         job.step(Step.PREEMPTED, Step.REQUEUED)
         job.preemptions += 1
-        sim._release(job_id)
-        sim._dearer.discard(job_id)
-        sim.queue.add(sim._waiting(job), now)  # keeps its place in the line
+        sim.release(job_id)
+        sim.dearer.discard(job_id)
+        sim.queue.add(sim.waiting_job(job), now)  # keeps its place in the line
         room.stopped += 1
         room.lost_gpu_s += lost
         room.move_times.append(now)  # a stop spends the disruption budget and starts the cool-down too
@@ -168,10 +143,10 @@ def _carry_out(sim: Simulation, room: RoomBook, job_id: str, *, graceful: bool) 
     lost = job.interrupt(now, save_all=graceful) / job.rate * job.num_gpus
     sim.running.pop(job_id, None)
     sim.expected_end.pop(job_id, None)
-    sim._release(job_id)
-    sim._allocate(Allocation(job_id, placement.groups, job.spec.memory_per_gpu_gb))
+    sim.release(job_id)
+    sim.allocate(Allocation(job_id, placement.groups, job.spec.memory_per_gpu_gb))
     job.step(Step.MIGRATED, Step.REPAIRED)  # as the operator records a move: Running -> Recovering -> Running
-    sim._placed(job, placement.groups, placement.cost.total_ms)
+    sim.placed(job, placement.groups, placement.cost.total_ms)
     disruptions.restart(sim, job, move_back=True)
     room.moves += 1
     room.move_times.append(now)
@@ -180,7 +155,7 @@ def _carry_out(sim: Simulation, room: RoomBook, job_id: str, *, graceful: bool) 
     room.restart_gpu_s += sim.config.restart_overhead_s * job.num_gpus
 
 
-def _advance(sim: Simulation, room: RoomBook) -> None:
+def _advance(sim: SimulationSurface, room: RoomBook) -> None:
     """Admit the waiting job once nothing of the plan is left on its GPUs; drop a plan whose job left."""
     plan = room.plan
     if plan is None:
@@ -204,35 +179,35 @@ def _advance(sim: Simulation, room: RoomBook) -> None:
         return
     now = sim.clock.now()
     sim.queue.remove(waiting.job_id)
-    sim._allocate(Allocation(waiting.job_id, placement.groups, waiting.spec.memory_per_gpu_gb))
+    sim.allocate(Allocation(waiting.job_id, placement.groups, waiting.spec.memory_per_gpu_gb))
     waiting.step(Step.ADMITTED)
-    sim._placed(waiting, placement.groups, placement.cost.total_ms)
+    sim.placed(waiting, placement.groups, placement.cost.total_ms)
     sim.events.push(now + sim.config.start_latency_s, Kind.START, waiting.job_id, (waiting.epoch,))
-    sim._request_schedule()
+    sim.request_schedule()
 
 
-def _reopen(sim: Simulation, room: RoomBook) -> None:
+def _reopen(sim: SimulationSurface, room: RoomBook) -> None:
     if room.plan is not None:
         for node in room.plan.held_nodes:
             sim.state.set_node_schedulable(node, True)
     room.plan, room.pending = None, set()
 
 
-def _drop(sim: Simulation, room: RoomBook) -> None:
+def _drop(sim: SimulationSurface, room: RoomBook) -> None:
     room.dropped += 1
     _reopen(sim, room)
-    sim._request_schedule()
+    sim.request_schedule()
 
 
-def held_free(sim: Simulation) -> int:
+def held_free(sim: SimulationSurface) -> int:
     """Free healthy GPUs on the nodes a plan holds (closed, so the state does not count them free)."""
-    room = getattr(sim, "room", None)
-    if room is None or room.plan is None:
+    room = sim.room
+    if room.plan is None:
         return 0
     return sum(sim.state.node_free[n] for n in room.plan.held_nodes)
 
 
-def on_preempt(sim: Simulation, event: SimEvent) -> None:
+def on_preempt(sim: SimulationSurface, event: SimEvent) -> None:
     """PREEMPT events: a plan's move at a checkpoint here, everything else to ``disruptions``."""
     if event.payload and isinstance(event.payload[0], RoomMove):
         room = book(sim)
@@ -247,15 +222,14 @@ def on_preempt(sim: Simulation, event: SimEvent) -> None:
     disruptions.on_preempt(sim, event)
 
 
-def metrics(sim: Simulation) -> dict[str, Any]:
+def metrics(sim: SimulationSurface) -> dict[str, Any]:
     """Waits of the large jobs (TP 8 and up) for every policy; the moves' tallies for policies that move."""
     large = sorted(
         j.first_start - j.trace.submit_s for j in sim.jobs.values() if j.spec.tp >= 8 and j.first_start is not None
     )
     out: dict[str, Any] = {"large_job_wait_s": {"p50": _pct(large, 0.5), "p95": _pct(large, 0.95), "n": len(large)}}
-    room = getattr(sim, "room", None)
+    room = sim.room
     if sim.policy.moves is not None:
-        room = room or RoomBook()
         out["room_moves"] = {
             "plans": room.plans, "moves": room.moves, "stopped": room.stopped, "dropped": room.dropped,
             "overtaken": room.overtaken,
