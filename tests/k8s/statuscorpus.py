@@ -26,6 +26,7 @@ from paralleljob.k8s.plan.moves.reoptimizing import RECHECK_SECONDS
 from tests.k8s import test_tray_room_moves as room
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
+from tests.k8s.migworld import MIG_NODE, dra_node, mig_overlay
 
 PLAN_DIR = Path(plan_package.__file__).parent
 
@@ -199,6 +200,23 @@ def _moved_for_room() -> Iterator[dict[str, Any]]:
     yield from refused.written
 
 
+def _on_mig_slices() -> Iterator[dict[str, Any]]:
+    """Slice jobs packed on one GPU of a MIG node (``status.placement.pods[].migSlice``), and the GPU failing
+    under them: one fails (maxRestarts 0), the other's slice moves."""
+    with mig_overlay():
+        rec = Recorder(FakeCluster([dra_node()]))
+        sharing = {"gpuSharing": {"migProfile": "1g.10gb"}}
+        rec.fc.add_job(paralleljob("s0", 1, 1, 2, memory=0, max_restarts=0, created=at(0), extra_spec=sharing))
+        rec.fc.add_job(paralleljob("s1", 1, 1, 1, memory=0, created=at(1), extra_spec=sharing))
+        for second in range(3):
+            rec.step(at(second))
+        gpu = rec.fc.job("ns/s1")["status"]["placement"]["pods"][0]["gpuIndices"][0]
+        rec.fc.nodes[MIG_NODE] = dra_node(unhealthy=str(gpu))
+        for second in range(3, 6):
+            rec.step(at(second))
+    yield from rec.written
+
+
 SCENARIOS = (
     _completed_and_queued,
     _repaired_then_migrated,
@@ -207,6 +225,7 @@ SCENARIOS = (
     _elastic_grew_and_shrank,
     _drained_then_moved,
     _moved_for_room,
+    _on_mig_slices,
 )
 
 

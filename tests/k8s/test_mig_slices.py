@@ -13,46 +13,26 @@ from rich.console import Console
 
 from paralleljob.core.admit.queueing import QueuePolicy
 from paralleljob.core.slices.mig import GPU_80GB
-from paralleljob.devcluster.migslices import mig_device_name, mig_slice_manifests
-from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
-from paralleljob.k8s.edge.parse import nodes as node_parsing
-from paralleljob.k8s.edge.parse.dra import overlay_nodes, parse_claim, parse_slice
-from paralleljob.k8s.edge.parse.nodes import NodeInfo
+from paralleljob.devcluster.migslices import mig_device_name
+from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.plan.actions import PodCreate
 from tests.k8s import harness
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
+from tests.k8s.migworld import MIG_NODE, dra_node, mig_overlay, mig_pool
 
-SHAPE = NodeShape(count=1, gpu_api="dra")
-MIG_NODE = "mig-0"
 ONE = GPU_80GB.profile("1g.10gb")
 
 
 def slices_of(name: str) -> list[dict[str, Any]]:
-    return mig_slice_manifests(SHAPE, name, f"uid-{name}")
-
-
-def dra_node(name: str) -> dict[str, Any]:
-    """A Node of a DRA cluster: no nvidia.com/gpu, no GFD labels (its GPUs are its pool's)."""
-    body = node(name, 0, labels={"kubernetes.io/hostname": name})
-    for key in ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count"):
-        del body["metadata"]["labels"][key]
-    return body
+    return mig_pool(name)
 
 
 @pytest.fixture
-def dra_world(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+def dra_world() -> Iterator[list[dict[str, Any]]]:
     """Nodes parsed through the DRA overlay with ``mig-0``'s pool (and the claims a test appends)."""
-    claims: list[dict[str, Any]] = []
-    parsed = [parse_slice(body) for body in slices_of(MIG_NODE)]
-
-    def parse(body: dict[str, Any], config: TopologyConfig) -> NodeInfo:
-        info = node_parsing.parse_node(body, config)
-        return overlay_nodes([info], parsed, [parse_claim(c) for c in claims], DraConfig(), 80.0)[0]
-
-    monkeypatch.setattr(harness, "parse_node", parse)
-    yield claims
+    with mig_overlay() as claims:
+        yield claims
 
 
 def slice_job(name: str, dp: int = 1, **policy: Any) -> dict[str, Any]:

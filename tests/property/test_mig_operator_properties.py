@@ -5,45 +5,20 @@ slice nor take more than its seven compute slices, and every recorded slice is a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
-from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paralleljob.core.slices.mig import COMPUTE_SLICES, GPU_80GB
-from paralleljob.devcluster.migslices import mig_slice_manifests
-from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
-from paralleljob.k8s.edge.parse import nodes as node_parsing
-from paralleljob.k8s.edge.parse.dra import overlay_nodes, parse_slice
-from paralleljob.k8s.edge.parse.nodes import NodeInfo
+from paralleljob.k8s.edge.config import TopologyConfig
 from tests.k8s import harness
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
+from tests.k8s.migworld import MIG_NODE, dra_node, mig_overlay
 
-MIG = "mig-0"
-POOL = [parse_slice(body) for body in mig_slice_manifests(NodeShape(count=1, gpu_api="dra"), MIG, "uid-mig-0")]
+MIG = MIG_NODE
 PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb")
-
-
-def mig_node(unhealthy: str = "") -> dict[str, Any]:
-    body = node(MIG, 0, labels={"kubernetes.io/hostname": MIG}, unhealthy=unhealthy or None)
-    for key in ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count"):
-        del body["metadata"]["labels"][key]
-    return body
-
-
-@contextmanager
-def dra_nodes() -> Iterator[None]:
-    def parse(body: dict[str, Any], config: TopologyConfig) -> NodeInfo:
-        info = node_parsing.parse_node(body, config)
-        return overlay_nodes([info], POOL, [], DraConfig(), 80.0)[0]
-
-    with mock.patch.object(harness, "parse_node", parse):
-        yield
 
 
 actions = st.one_of(
@@ -84,8 +59,8 @@ def check(cluster: FakeCluster) -> None:
 @settings(max_examples=50, deadline=None)
 @given(st.lists(actions, min_size=1, max_size=12))
 def test_slices_and_whole_gpus_never_meet(steps: list[tuple[str, Any, Any]]) -> None:
-    with dra_nodes():
-        cluster = FakeCluster([mig_node(), node("hgx-1")])
+    with mig_overlay():
+        cluster = FakeCluster([dra_node(MIG), node("hgx-1")])
         made: list[str] = []
         for i, (what, a, b) in enumerate(steps):
             name = f"j{i}"
@@ -102,9 +77,9 @@ def test_slices_and_whole_gpus_never_meet(steps: list[tuple[str, Any, Any]]) -> 
             elif what == "delete" and made:
                 cluster.jobs.pop(f"ns/{made[a % len(made)]}", None)
             elif what == "break":
-                cluster.nodes[MIG] = mig_node(str(a))
+                cluster.nodes[MIG] = dra_node(MIG, str(a))
             elif what == "heal":
-                cluster.nodes[MIG] = mig_node()
+                cluster.nodes[MIG] = dra_node(MIG)
             for _ in range(3):
                 cluster.step()
                 check(cluster)
