@@ -35,15 +35,28 @@ def dra_node(name: str = MIG_NODE, unhealthy: str = "") -> dict[str, Any]:
 
 
 @contextmanager
-def mig_overlay(claims: list[dict[str, Any]] | None = None, name: str = MIG_NODE) -> Iterator[list[dict[str, Any]]]:
+def mig_overlay(
+    claims: list[dict[str, Any]] | None = None, name: str = MIG_NODE, dropped: set[str] | None = None
+) -> Iterator[list[dict[str, Any]]]:
     """The harness parsing nodes through the DRA overlay with ``name``'s MIG pool and ``claims`` (bodies a
-    test may append to while it runs)."""
+    test may append to while it runs); device names in ``dropped`` (a set the test may change) are left out
+    of the pool, as a driver that no longer publishes them."""
     held = claims if claims is not None else []
-    pool = [parse_slice(body) for body in mig_pool(name)]
+    gone = dropped if dropped is not None else set()
+    bodies = mig_pool(name)
+    whole_pool = [parse_slice(item) for item in bodies]
 
     def parse(body: dict[str, Any], config: TopologyConfig) -> NodeInfo:
         info = node_parsing.parse_node(body, config)
+        pool = [parse_slice(_without(item, gone)) for item in bodies] if gone else whole_pool
         return overlay_nodes([info], pool, [parse_claim(c) for c in held], DraConfig(), 80.0)[0]
 
     with mock.patch.object(harness, "parse_node", parse):
         yield held
+
+
+def _without(body: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    if not names or "devices" not in body["spec"]:
+        return body
+    devices = [d for d in body["spec"]["devices"] if d["name"] not in names]
+    return {**body, "spec": {**body["spec"], "devices": devices}}

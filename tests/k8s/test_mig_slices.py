@@ -262,3 +262,25 @@ def test_slice_jobs_of_two_queues_admitted_in_one_pass_take_different_slices(
     cluster.step()  # accepted, then both admitted in one pass, each queue's line in its own call
     a, b = (placement(cluster, f"ns/{n}")[0] for n in ("a", "b"))
     assert (a["gpuIndices"], a["migSlice"]["start"]) != (b["gpuIndices"], b["migSlice"]["start"])
+
+
+def test_a_slice_whose_mig_device_is_no_longer_published_moves() -> None:
+    dropped: set[str] = set()
+    with mig_overlay(dropped=dropped):
+        cluster = FakeCluster([dra_node(MIG_NODE)])
+        cluster.add_job(slice_job("a"))
+        cluster.settle(3)
+        before = placement(cluster, "ns/a")[0]
+        dropped.add(mig_device_name(before["gpuIndices"][0], ONE, before["migSlice"]["start"]))
+        cluster.nodes[MIG_NODE] = dra_node(MIG_NODE)  # the node's pool changed: a new body, as a watch brings
+        made = []
+        for _ in range(4):
+            cluster.step()
+            made += creates(cluster)
+        status = cluster.job("ns/a")["status"]
+    after = status["placement"]["pods"][0]
+    assert status["phase"] == "Running" and status["restarts"] == 1
+    assert "no longer published" in status["lastFailure"]["message"]
+    assert (after["gpuIndices"], after["migSlice"]) != (before["gpuIndices"], before["migSlice"])
+    (create,) = made
+    assert create.claim is not None and create.claim.devices[0] not in dropped

@@ -10,6 +10,7 @@ cost (it has none), so ``best_now`` offers nothing.
 
 from __future__ import annotations
 
+from paralleljob.core.failure.repair import FailureKind
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placing.eligibility import NodeFilter
 from paralleljob.core.placing.placement import Placement
@@ -19,6 +20,7 @@ from paralleljob.k8s.plan.failure.breakage import Breakage
 from paralleljob.k8s.plan.failure.failures import detect
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.pods.podsync import SyncResult
+from paralleljob.k8s.plan.slices.book import unpublished
 from paralleljob.k8s.plan.slices.repair import repair_slices
 
 
@@ -27,7 +29,7 @@ class MigSlices:
 
     def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
         names = gang.kind.pod_names(held.record, held.pods)
-        breakage = detect(ctx.view, held.job, held.record, seen.failed, names)
+        breakage = detect(ctx.view, held.job, held.record, seen.failed, names) or _unpublished(ctx, held)
         if breakage is None or (held.actions.draft.phase is Phase.PLACING and not breakage.hardware):
             return False  # a worker cannot fail before the gang runs
         self.move(ctx, held, breakage, gang)
@@ -48,6 +50,18 @@ class MigSlices:
         self, ctx: PassContext, held: HeldJob, best: Placement, epoch: int, reasons: tuple[str, ...]
     ) -> PlacementRecord:
         return held.record  # never asked: best_now offers no move
+
+
+def _unpublished(ctx: PassContext, held: HeldJob) -> Breakage | None:
+    """The slices whose MIG device their node no longer publishes, as a GPU failure under them."""
+    ranks = unpublished(ctx.view, held.record)
+    if not ranks:
+        return None
+    slots = [held.record.slots[rank] for rank in ranks]
+    gone = ", ".join(f"{s.node} GPU {s.gpu_indices[0]} {s.mig}" for s in slots)
+    message = f"MIG devices no longer published: {gone} (pods {', '.join(s.name for s in slots)})"
+    nodes = tuple(dict.fromkeys(s.node for s in slots))
+    return Breakage(FailureKind.GPU, ranks, nodes, tuple(s.name for s in slots), message)
 
 
 SLICES = MigSlices()

@@ -171,8 +171,8 @@ def device_claim(slot: PodSlot | TraySlot, nodes: Mapping[str, NodeInfo]) -> Dev
 
 def mig_claim(slot: PodSlot, info: NodeInfo) -> DeviceClaim | None:
     """The claim of a rank's MIG slice: the exact MIG device its driver publishes for the slot's GPU, profile
-    and start (None: the node publishes no such device any more; the pod then asks the device plugin's
-    resource, which such a node lacks, and fails, which the failure policy repairs)."""
+    and start (None: the node publishes no such device any more, which the slice layout repairs as a GPU
+    failure in the same pass, ``kinds/migslices``)."""
     offer, grant = info.mig, slot.mig
     if info.dra is None or offer is None or grant is None or not 0 <= slot.gpu_indices[0] < len(offer.gpus):
         return None

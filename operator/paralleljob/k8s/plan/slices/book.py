@@ -19,7 +19,7 @@ from paralleljob.core.cluster import GPUHealth
 from paralleljob.core.slices.mig import MigProfile, MigShape, MigSlice
 from paralleljob.core.slices.sharing import GpuState, NodeGpus
 from paralleljob.k8s.edge.parse.migdevices import GpuSlices
-from paralleljob.k8s.edge.status.records import MigGrant, PodSlot
+from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord, PodSlot
 from paralleljob.k8s.view.clusterview import SLICED_PREFIX, ClusterView, claims_holder_id, is_sliced_holder
 
 CLAIMS_PREFIX = claims_holder_id("")
@@ -124,6 +124,21 @@ def gpu_state(
         )
         return GpuState(shape.memory_gb, shape, slices=slices, healthy=healthy)
     return GpuState(shape.memory_gb, shape, whole=True, healthy=healthy)
+
+
+def unpublished(view: ClusterView, record: PlacementRecord) -> tuple[int, ...]:
+    """The record's ranks whose MIG device their node, still there, no longer publishes (a driver that
+    re-partitioned the GPU, a pool replaced): their slices are gone, as if their GPU broke."""
+    out = []
+    for rank, slot in enumerate(record.slots):
+        info, grant = view.nodes.get(slot.node), slot.mig
+        if info is None or grant is None or info.dra is None:
+            continue  # a node that is gone is the failure handler's (its GPUs are offline)
+        gpus = info.mig.gpus if info.mig is not None else ()
+        index = slot.gpu_indices[0]
+        if index >= len(gpus) or gpus[index].device(grant.profile, grant.start) is None:
+            out.append(rank)
+    return tuple(out)
 
 
 def sliced_note(view: ClusterView) -> str:
