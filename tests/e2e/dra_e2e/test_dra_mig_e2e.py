@@ -149,6 +149,8 @@ def test_slices_share_a_gpu_whole_jobs_avoid_it_and_a_gpu_failure_fails_them_by_
     described = surfaces.described[f"{dra_pjs.namespace}/sturdy"]
     assert described["mig_profile"] == ONE.name
     assert described["pods"][0]["mig"] == f"{ONE.name}@{sturdy['migSlice']['start']}"
+    row_wide = next(line for line in surfaces.kubectl_wide.splitlines() if line.split()[:1] == ["sturdy"])
+    assert ONE.name in row_wide.split(), f"kubectl get pj -o wide shows the MIG profile:\n{surfaces.kubectl_wide}"
     shown = surfaces.snapshot["nodes"][mig_node]["notes"]
     assert any(note.startswith(f"{gpu}: MIG ") and "/sturdy" in note for note in shown), shown
     panel = surfaces.panels[f"{dra_pjs.namespace}/sturdy"]
