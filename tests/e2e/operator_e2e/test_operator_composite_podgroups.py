@@ -18,20 +18,18 @@ child PodGroup per ReplicatedJob, and bare pods naming their child and their nod
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CustomObjectsApi
+from gangapi import API, create, own_cluster, read
 from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, OperatorProcess, running, wait_for
-from tests.e2e.conftest import E2E_CLUSTER_PREFIX, E2E_SHAPE
 
 from paralleljob.devcluster import kubeline
-from paralleljob.devcluster.cluster import DevCluster, down, get, up
+from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.constants import GPU_RESOURCE, NODE_RANK_ANNOTATION, PARALLELISM_ANNOTATION, SCHEDULER_NAME
 from paralleljob.k8s.edge.status.records import record_from_status
@@ -44,25 +42,14 @@ pytestmark = [
         " operator reads: `make test-k8s-1.38` runs this module",
     ),
 ]
-API = ("scheduling.k8s.io", kubeline.selected().gang_api_version)
 LEAF = "network.topology.nvidia.com/leaf"
 CHILDREN = ("leader", "followers")  # template order; "followers" sorts first by name
 
 
 @pytest.fixture(scope="module")
 def dev_cluster() -> Iterator[DevCluster]:
-    reuse = os.environ.get("PARALLELJOB_E2E_NATIVE_CLUSTER")
-    if reuse:  # a running `paralleljob dev-cluster up --kubernetes 1.38 --gang-api --nodes 8`
-        cluster = get(reuse)
-        assert cluster is not None, f"PARALLELJOB_E2E_NATIVE_CLUSTER={reuse} but no such dev cluster is running"
-        yield cluster
-        return
-    name = f"{E2E_CLUSTER_PREFIX}composite-{os.getpid()}"
-    cluster = up(name, E2E_SHAPE, report=lambda _: None, die_with_caller=True, gang_api=True)
-    try:
-        yield cluster
-    finally:
-        down(name, report=lambda _: None)
+    # to reuse one: `paralleljob dev-cluster up --kubernetes 1.38 --gang-api --nodes 8`
+    yield from own_cluster("composite", gang_api=True)
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +62,6 @@ def kube(dev_cluster: DevCluster) -> Iterator[KubeSession]:
 def pj_operator(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     with running(OperatorProcess(dev_cluster.kubeconfig, tmp_path_factory.mktemp("operator"))) as proc:
         yield proc
-
-
-def create(kube: KubeSession, namespace: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-    custom: Any = CustomObjectsApi(kube.api)
-    return dict(kube.run(custom.create_namespaced_custom_object(*API, namespace, plural, body)))
-
-
-def read(kube: KubeSession, namespace: str, plural: str, name: str) -> dict[str, Any]:
-    custom: Any = CustomObjectsApi(kube.api)
-    return dict(kube.run(custom.get_namespaced_custom_object(*API, namespace, plural, name)))
 
 
 def condition(kube: KubeSession, namespace: str, plural: str, name: str, kind: str) -> dict[str, Any]:

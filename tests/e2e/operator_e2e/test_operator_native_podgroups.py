@@ -23,7 +23,6 @@ see.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -33,13 +32,12 @@ from typing import Any
 
 import pytest
 import yaml
+from gangapi import API, create, own_cluster, read
 from kubernetes_asyncio.client import BatchV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, OperatorProcess, running, wait_for
-from tests.e2e.conftest import E2E_CLUSTER_PREFIX, E2E_SHAPE
 
-from paralleljob.devcluster import kubeline
-from paralleljob.devcluster.cluster import DevCluster, down, get, up
+from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.k8s.edge.constants import (
     GPU_INDICES_ANNOTATION,
@@ -51,7 +49,6 @@ from paralleljob.k8s.edge.constants import (
 from paralleljob.k8s.edge.parse.nativegroups import scheduled_condition, workload_reference
 
 pytestmark = pytest.mark.e2e
-API = ("scheduling.k8s.io", kubeline.selected().gang_api_version)
 SCHEDULED = scheduled_condition(API[1])
 LEAF = "network.topology.nvidia.com/leaf"  # the dev cluster's rack: four 8-GPU nodes each
 EXAMPLE = Path(__file__).parents[3] / "deploy" / "examples" / "pod-groups" / "native-podgroup.yaml"
@@ -60,18 +57,8 @@ EXAMPLE = Path(__file__).parents[3] / "deploy" / "examples" / "pod-groups" / "na
 # ---- this module's own cluster (overrides the session's fixtures of the same names) ----------------------
 @pytest.fixture(scope="module")
 def dev_cluster() -> Iterator[DevCluster]:
-    reuse = os.environ.get("PARALLELJOB_E2E_NATIVE_CLUSTER")
-    if reuse:  # a running `paralleljob dev-cluster up --kube-scheduler --nodes 8` (faster when iterating)
-        cluster = get(reuse)
-        assert cluster is not None, f"PARALLELJOB_E2E_NATIVE_CLUSTER={reuse} but no such dev cluster is running"
-        yield cluster
-        return
-    name = f"{E2E_CLUSTER_PREFIX}native-{os.getpid()}"
-    cluster = up(name, E2E_SHAPE, report=lambda _: None, die_with_caller=True, kube_scheduler=True)
-    try:
-        yield cluster
-    finally:
-        down(name, report=lambda _: None)
+    # to reuse one: `paralleljob dev-cluster up --kube-scheduler --nodes 8`
+    yield from own_cluster("native", kube_scheduler=True)
 
 
 @pytest.fixture(scope="module")
@@ -87,16 +74,6 @@ def pj_operator(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactor
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------
-def create(kube: KubeSession, namespace: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-    custom: Any = CustomObjectsApi(kube.api)
-    return dict(kube.run(custom.create_namespaced_custom_object(*API, namespace, plural, body)))
-
-
-def read(kube: KubeSession, namespace: str, plural: str, name: str) -> dict[str, Any]:
-    custom: Any = CustomObjectsApi(kube.api)
-    return dict(kube.run(custom.get_namespaced_custom_object(*API, namespace, plural, name)))
-
-
 def scheduled(kube: KubeSession, namespace: str, name: str) -> dict[str, Any]:
     """The PodGroup's scheduling-cycle condition ({} while it has none)."""
     conditions = (read(kube, namespace, "podgroups", name).get("status") or {}).get("conditions") or []
