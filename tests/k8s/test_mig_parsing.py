@@ -114,3 +114,17 @@ def test_a_mig_devices_placement_is_read_from_its_memory_slice_counters() -> Non
     broken["consumesCounters"][0]["counters"]["memory-slice-5"] = {"value": "1"}
     warnings = []
     assert parse_mig_device(broken, warnings) is None and "not one run" in warnings[0]
+
+
+def test_the_dev_clusters_device_plugin_mig_node_is_parsed_as_the_gpu_operator_leaves_it() -> None:
+    from paralleljob.devcluster.nodes import gpu_node_manifest
+
+    shape = NodeShape(count=2, mig_nodes=1)
+    mig = parse_node(gpu_node_manifest(shape, 0), TopologyConfig())
+    assert mig.gpu_count == 0 and not mig.warnings  # every GPU in MIG mode: none is whole
+    assert mig.mig is not None and mig.mig.api == "device-plugin" and mig.mig.ready
+    assert mig.mig.counts == (("1g.10gb", 56),) and mig.mig.config == "all-1g.10gb"
+    plain = parse_node(gpu_node_manifest(shape, 1), TopologyConfig())
+    assert plain.gpu_count == 8 and plain.mig is None
+    with pytest.raises(ValueError, match="mig_nodes"):
+        NodeShape(count=1, mig_nodes=2)

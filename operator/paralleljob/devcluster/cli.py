@@ -56,8 +56,9 @@ def register(subparsers: Any) -> None:
         "--mig-nodes",
         type=int,
         default=0,
-        help="with --gpu-api dra: the first N nodes are set up for MIG, publishing every MIG device their GPUs could"
-        " hold in NVIDIA's partitionable shape, and the mig.nvidia.com DeviceClass (default: %(default)s)",
+        help="the first N nodes are set up for MIG: with --gpu-api dra every MIG device their GPUs could hold is"
+        " published in NVIDIA's partitionable shape; with the device plugin each GPU is seven nvidia.com/mig-1g.10gb"
+        " (the GPU Operator's mixed strategy, mig.config all-1g.10gb) (default: %(default)s)",
     )
     up_parser.add_argument(
         "--gang-api",
@@ -126,8 +127,8 @@ def _up(args: argparse.Namespace) -> int:
     if args.nodes < 1 or args.gpus_per_node < 1 or args.nodes_per_rack < 1:
         print("--nodes, --gpus-per-node and --nodes-per-rack must be at least 1", file=sys.stderr)
         return 2
-    if args.mig_nodes and (args.gpu_api != "dra" or args.mig_nodes > args.nodes):
-        print("--mig-nodes needs --gpu-api dra and at most --nodes nodes", file=sys.stderr)
+    if not 0 <= args.mig_nodes <= args.nodes:
+        print("--mig-nodes must be between 0 and --nodes", file=sys.stderr)
         return 2
     shape = NodeShape(
         count=args.nodes,

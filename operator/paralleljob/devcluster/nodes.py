@@ -6,6 +6,9 @@ Topology: ``nodes_per_rack`` nodes share a leaf switch (rack), ``racks_per_spine
 With ``gpu_api="dra"`` a node carries no GPU resource or GFD labels; its GPUs are a ResourceSlice
 (:mod:`paralleljob.devcluster.dra`), published right after the node is created; the first ``mig_nodes`` of
 them publish their GPUs in the partitionable MIG shape instead (:mod:`paralleljob.devcluster.migslices`).
+With the device plugin, the first ``mig_nodes`` are as the GPU Operator leaves a node that mig-manager set up
+with ``all-1g.10gb`` under the mixed strategy: every GPU in MIG mode, so no ``nvidia.com/gpu``, seven
+``nvidia.com/mig-1g.10gb`` per GPU, and the ``nvidia.com/mig.*`` labels.
 """
 
 from __future__ import annotations
@@ -29,6 +32,15 @@ GPU_RESOURCE = "nvidia.com/gpu"
 UNHEALTHY_GPUS_ANNOTATION = "paralleljob.dev/unhealthy-gpus"
 GPU_HEALTHY_CONDITION = "GPUHealthy"  # node condition the health agent writes
 DEV_CLUSTER_LABEL = "paralleljob.dev/dev-cluster"
+# A device-plugin node mig-manager set up with all-1g.10gb (mig-parted's example config) under the mixed strategy
+MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
+MIG_PER_GPU = 7
+MIG_MIXED_LABELS = {
+    "nvidia.com/mig.capable": "true",
+    "nvidia.com/mig.strategy": "mixed",
+    "nvidia.com/mig.config": "all-1g.10gb",
+    "nvidia.com/mig.config.state": "success",
+}
 
 
 @dataclass(frozen=True)
@@ -48,14 +60,15 @@ class NodeShape:
     name_prefix: str = "gpu-node"
     # "device-plugin": allocatable nvidia.com/gpu and GFD labels; "dra": ResourceSlices (devcluster/dra.py)
     gpu_api: str = "device-plugin"
-    # DRA only: the first this many nodes are set up for MIG (every MIG device their GPUs could hold published)
+    # the first this many nodes are set up for MIG: with DRA every MIG device their GPUs could hold is published,
+    # with the device plugin every GPU is seven 1g.10gb slices (mig-manager's all-1g.10gb, mixed strategy)
     mig_nodes: int = 0
 
     def __post_init__(self) -> None:
         if self.gpu_api not in ("device-plugin", "dra"):
             raise ValueError(f"gpu_api must be 'device-plugin' or 'dra', not {self.gpu_api!r}")
-        if self.mig_nodes and (self.gpu_api != "dra" or not 0 <= self.mig_nodes <= self.count):
-            raise ValueError(f"mig_nodes needs gpu_api 'dra' and at most {self.count} nodes, got {self.mig_nodes}")
+        if not 0 <= self.mig_nodes <= self.count:
+            raise ValueError(f"mig_nodes must be between 0 and {self.count} nodes, got {self.mig_nodes}")
 
     def node_name(self, index: int) -> str:
         return f"{self.name_prefix}-{index:03d}"
@@ -80,6 +93,10 @@ def gpu_node_manifest(shape: NodeShape, index: int) -> dict[str, Any]:
         # A DRA node has no device plugin: its GPUs are known only from its ResourceSlice, so the operator
         # has nothing else to fall back on (no nvidia.com/gpu allocatable, no GFD GPU labels).
         gpu_labels = {}
+    elif index < shape.mig_nodes:
+        gpu_labels.update(MIG_MIXED_LABELS)
+        resources[GPU_RESOURCE] = "0"  # the mixed strategy offers only the GPUs not in MIG mode as nvidia.com/gpu
+        resources[MIG_RESOURCE] = str(MIG_PER_GPU * shape.gpus_per_node)
     else:
         resources[GPU_RESOURCE] = str(shape.gpus_per_node)
     key, value = MANAGED_ANNOTATION
