@@ -284,3 +284,11 @@ def test_a_slice_whose_mig_device_is_no_longer_published_moves() -> None:
     assert (after["gpuIndices"], after["migSlice"]) != (before["gpuIndices"], before["migSlice"])
     (create,) = made
     assert create.claim is not None and create.claim.devices[0] not in dropped
+
+
+def test_a_slice_jobs_messages_count_slices_not_gpus(dra_world: list[dict[str, Any]]) -> None:
+    cluster = FakeCluster([dra_node(MIG_NODE)])
+    cluster.add_job(slice_job("a", dp=2))
+    cluster.settle(3)
+    conditions = {c["type"]: c for c in cluster.job("ns/a")["status"]["conditions"]}
+    assert conditions["Accepted"]["message"] == "TP1xPP1xDP2 (2 x MIG 1g.10gb) accepted into queue default"

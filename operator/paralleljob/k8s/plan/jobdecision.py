@@ -42,7 +42,7 @@ def _base_fields(draft: StatusDraft, job: JobObject, gang: Gang | None, now: str
         accepted = job.status.condition("Accepted")
         if accepted and accepted.get("status") == "True" and "waits for room" in str(accepted.get("message")):
             # accepted by an older operator, whose Accepted condition said "waits for room" for the job's life
-            message = f"{spec.describe()} accepted into queue {job.request.queue}"
+            message = f"{job.request.describe()} accepted into queue {job.request.queue}"
             draft.condition("Accepted", "True", "Valid", message, now)
     draft.data.setdefault("restarts", 0)
     if job.request is not None and gang is not None:
@@ -102,15 +102,15 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
     if draft.phase is Phase.SUCCEEDED:
         return None
     if draft.phase is Phase.PENDING:
-        draft.apply(Event.ACCEPTED, "Queued", f"{request.spec.describe()} waits for room in queue {request.queue}", now)
+        draft.apply(Event.ACCEPTED, "Queued", f"{request.describe()} waits for room in queue {request.queue}", now)
         # The Accepted condition outlives the wait (it stays True while the job runs): it says what was
         # accepted, not "waits for room", which a Running job would otherwise show for good.
-        accepted = f"{request.spec.describe()} accepted into queue {request.queue}"
+        accepted = f"{request.describe()} accepted into queue {request.queue}"
         draft.condition("Accepted", "True", "Valid", accepted, now)
         # Its place in line is its creation, the order it already had before this first write: stamping the
         # pass time here moved a new job from ahead of a just-accepted head to behind it between two passes.
         draft.set(queuedAt=job.created or now)
-        actions.note("Normal", "Accepted", f"{request.spec.describe()} accepted")
+        actions.note("Normal", "Accepted", f"{request.describe()} accepted")
     if draft.phase is Phase.PREEMPTED:
         # back in line at its old place (queuedAt unchanged), with its restart count
         draft.apply(Event.REQUEUED, "Requeued", "preempted; back in the queue at its place", now)

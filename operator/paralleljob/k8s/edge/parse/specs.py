@@ -78,6 +78,13 @@ class JobRequest:
     # spec.gpuSharing.migProfile: each rank (tp 1) on one MIG slice of this profile instead of a whole GPU
     mig_profile: str = ""
 
+    def describe(self) -> str:
+        """The job's shape as its messages say it; a job on MIG slices says its ranks are slices, not GPUs."""
+        if not self.mig_profile:
+            return self.spec.describe()
+        ranks = self.spec.pp * self.spec.dp
+        return f"TP1xPP{self.spec.pp}xDP{self.spec.dp} ({ranks} x MIG {self.mig_profile})"
+
 
 @dataclass(frozen=True, slots=True)
 class JobObject:
