@@ -13,10 +13,14 @@ import pytest
 
 from paralleljob.core.admit import fifo
 from paralleljob.core.admit.admission import Admit
-from paralleljob.core.admit.fifo import DEFAULT_REQUEUE_ORDER
-from paralleljob.k8s.edge.parse.queues import parse_queue
+from paralleljob.core.admit.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder
+from paralleljob.core.failure.repair import FailureKind
+from paralleljob.k8s.edge.parse import queues
+from paralleljob.k8s.edge.parse.queues import parse_queue, requeue_stamp
 from paralleljob.k8s.plan.admission import fifo_admission
-from paralleljob.sim.run import engine
+from paralleljob.sim.cluster.clusters import uniform_cluster
+from paralleljob.sim.cluster.failures import Failure, Scope
+from paralleljob.sim.run import disruptions, engine
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.trace import TraceJob
@@ -82,3 +86,36 @@ def test_a_job_requeued_after_its_hardware_broke_stands_where_the_operator_puts_
     # The simulator's evidence is only the operator's if a requeued job waits at the same place by default.
     operator_default = parse_queue({"metadata": {"name": "q"}, "spec": {}}).requeue_order
     assert SimConfig().requeue_order is operator_default is DEFAULT_REQUEUE_ORDER
+
+
+@pytest.mark.parametrize("order", list(RequeueOrder))
+def test_both_shells_stamp_a_requeued_job_by_the_one_rule(
+    order: RequeueOrder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A drain keeps the job's place, a crashed worker goes to the back, broken hardware follows the queue's
+    # requeueOrder: the operator's queuedAt stamp and the simulator's rank both read core.admit.fifo.keeps_place.
+    expected = {
+        FailureKind.DRAINED: True, FailureKind.WORKER: False, FailureKind.NODE: order is RequeueOrder.KEEP_PLACE,
+    }  # fmt: skip
+    queue = parse_queue({"metadata": {"name": "q"}, "spec": {"requeueOrder": order.value}})
+    for kind, keeps in expected.items():
+        stamp = requeue_stamp(queue, kind, "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z")
+        assert (stamp == "2024-01-01T00:00:00Z") is keeps is fifo.keeps_place(order, kind)
+    asked: list[tuple[RequeueOrder, FailureKind]] = []
+
+    def rule(order: RequeueOrder, kind: FailureKind) -> bool:
+        asked.append((order, kind))
+        return fifo.keeps_place(order, kind)
+
+    monkeypatch.setattr(queues, "keeps_place", rule)
+    monkeypatch.setattr(disruptions, "keeps_place", rule)
+    requeue_stamp(queue, FailureKind.GPU, "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z")
+    assert asked == [(order, FailureKind.GPU)]  # the operator asks the core, not a copy of the rule
+    asked.clear()
+    # the simulator: a node failure with no spare and onUnplaceable Requeue puts the job back in line
+    topology = uniform_cluster(1, 8)
+    trace = [TraceJob("j", 0.0, 10_000.0, 8, shape=(8, 1, 1))]
+    failure = Failure(1_000.0, node=0, cause="NIC", scope=Scope.NODE, gpu_index=0, repair_s=500.0)
+    config = SimConfig(requeue_order=order, scripted_failures=(failure,), check_invariants=True)
+    Simulation(topology, trace, config).run()
+    assert asked == [(order, FailureKind.NODE)]

@@ -37,6 +37,7 @@ from paralleljob.core.admit.admission import Admit, PlaceOn, Wait
 from paralleljob.core.admit.gates import Gate, WaitReason, fails_for_good, quota_refusal
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.failure.repair import FailureKind
 from paralleljob.core.job import JobSpec
 from paralleljob.core.placing.placement import Placement
 
@@ -57,11 +58,11 @@ class RequeueOrder(enum.StrEnum):
 DEFAULT_REQUEUE_ORDER = RequeueOrder.KEEP_PLACE
 
 
-def keeps_place(order: RequeueOrder, hardware: bool) -> bool:
-    """Whether a job requeued with no room after a failure keeps its queue time (else it is stamped now): a
-    crashed worker is the job's own failure and always goes to the back; broken or drained hardware is not,
-    and the queue's ``order`` says."""
-    return hardware and order is RequeueOrder.KEEP_PLACE
+def keeps_place(order: RequeueOrder, kind: FailureKind) -> bool:
+    """Whether a job requeued with no room after ``kind`` keeps its queue time (else it is stamped now, the
+    back of the line): a drain is maintenance and always keeps it, as a preemption does; a crashed worker is
+    the job's own failure and always goes to the back; for broken hardware the queue's ``order`` says."""
+    return kind.maintenance or (kind.hardware and order is RequeueOrder.KEEP_PLACE)
 
 
 @dataclass(frozen=True, slots=True)

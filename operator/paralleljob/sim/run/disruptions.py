@@ -140,7 +140,7 @@ def repair(sim: SimulationSurface, job: SimJob, kind: FailureKind, groups: tuple
         sim.request_schedule()
         return
     if isinstance(decision, Requeue):
-        if not keeps_place(sim.config.requeue_order, kind.hardware):  # the operator's rule (core.admit.fifo)
+        if not keeps_place(sim.config.requeue_order, kind):  # the operator's rule (core.admit.fifo)
             job.order, job.queued_s = sim.next_rank, sim.clock.now()  # the back of the line
             sim.next_rank += 1
         job.step(Step.REQUEUED)

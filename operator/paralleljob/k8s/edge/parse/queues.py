@@ -19,6 +19,7 @@ from typing import Any
 from paralleljob.core.admit.fifo import DEFAULT_REQUEUE_ORDER, RequeueOrder, keeps_place
 from paralleljob.core.admit.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
 from paralleljob.core.errors import InvalidRequest
+from paralleljob.core.failure.repair import FailureKind
 from paralleljob.core.moves import MoveBounds
 from paralleljob.k8s.edge.constants import DEFAULT_QUEUE, LAST_CHECKPOINT_ANNOTATION, QUEUE_POLICIES
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
@@ -95,12 +96,12 @@ def move_bounds(moves: object) -> MoveBounds:
     )
 
 
-def requeue_stamp(queue: QueueInfo | None, hardware: bool, queued_at: str, now: str) -> str:
-    """``status.queuedAt`` of a job requeued with no room after a failure: its old stamp when it keeps its
-    place (broken or drained hardware, and its queue's ``requeueOrder`` is KeepPlace, the default: a queue
-    without an object too), else ``now``, the back of the line."""
+def requeue_stamp(queue: QueueInfo | None, kind: FailureKind, queued_at: str, now: str) -> str:
+    """``status.queuedAt`` of a job requeued with no room after a failure of ``kind``: its old stamp when it
+    keeps its place (``core.admit.fifo.keeps_place``: a drain always, broken hardware when its queue's
+    ``requeueOrder`` is KeepPlace, the default, a queue without an object too), else ``now``, the back."""
     order = queue.requeue_order if queue is not None else DEFAULT_REQUEUE_ORDER
-    return queued_at if queued_at and keeps_place(order, hardware) else now
+    return queued_at if queued_at and keeps_place(order, kind) else now
 
 
 def parse_time(value: object) -> float | None:

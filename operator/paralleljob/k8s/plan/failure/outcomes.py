@@ -31,16 +31,13 @@ def requeue(
 ) -> None:
     """The core said Requeue (``onUnplaceable: Requeue``): its GPUs are already freed in the view. Its hardware
     broke, not the job: it keeps its place in line (its ``queuedAt``) unless its queue's ``requeueOrder`` is
-    Back (``core.admit.fifo.keeps_place``). A drained job always keeps it, as a preempted one does."""
+    Back; a drained job always keeps it, as a preempted one does (``core.admit.fifo.keeps_place``, both)."""
     actions, now = held.actions, ctx.now
     draft = actions.draft
     failure.update(action=FailureAction.REQUEUED.value)
     draft.apply(Event.REQUEUED, "Requeued", message, now)
-    if maintenance:
-        queued_at = held.job.queued_at
-    else:
-        hardware = FailureKind(str(failure["kind"])).hardware
-        queued_at = requeue_stamp(ctx.queues.get(held.request.queue), hardware, held.job.queued_at, now)
+    kind = FailureKind(str(failure["kind"]))
+    queued_at = requeue_stamp(ctx.queues.get(held.request.queue), kind, held.job.queued_at, now)
     draft.set(placement=None, communicationCost=None, nodes=None, restarts=restarts, queuedAt=queued_at)
     record_failure(draft, failure, maintenance)
     actions.note("Normal" if maintenance else "Warning", "Requeued", message)
