@@ -228,7 +228,7 @@ class Growth:
     held_back: str  # why it is not at max ("" when it is)
 
 
-def plan_growth(
+def plan_growth(  # params: the job as placed (spec, groups, range), where (state, placer), its price, who waits
     state: ClusterState,
     placer: Placer,
     job: JobSpec,

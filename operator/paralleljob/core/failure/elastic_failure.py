@@ -27,7 +27,7 @@ from paralleljob.core.slices.slicerepair import SliceRepair
 FailureOutcome = RepairDecision | SliceRepair | Resize
 
 
-def drop_instead(
+def drop_instead(  # params: the job as placed (spec, groups, range) on the state, and the failure as decided
     state: ClusterState,
     job: JobSpec,
     groups: Groups,
