@@ -197,13 +197,15 @@ def _worth_asking(ctx: PassContext, job: JobObject, request: JobRequest) -> bool
 
 def _ending_soon(ctx: PassContext, request: JobRequest) -> int:
     """GPUs of the running jobs with an ``expectedRuntime`` that a plan for ``request`` may wait for."""
-    bounds, state, total = bounds_of(ctx, request).moves, ctx.view.state, 0
-    for other in ctx.jobs.values():
-        allocation = state.allocations.get(other.key)
-        runtime = other.request.expected_runtime_s if other.request is not None else None
+    bounds, total = bounds_of(ctx, request).moves, 0
+    for key, allocation in ctx.view.state.allocations.items():  # the running jobs, not every job of the pass
+        other = ctx.jobs.get(key)
+        runtime = other.request.expected_runtime_s if other is not None and other.request is not None else None
+        if other is None or runtime is None:
+            continue
         started = parse_time(other.status.start_time)
-        if allocation is not None and runtime is not None and started is not None:
-            total += len(allocation.gpus) if ends_in_time(started + runtime, ctx.now_s, bounds) else 0
+        if started is not None and ends_in_time(started + runtime, ctx.now_s, bounds):
+            total += len(allocation.gpus)
     return total
 
 
