@@ -27,7 +27,6 @@ from paralleljob.core.failure.repair import (
     Requeue,
     decide_repair,
 )
-from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placing.eligibility import NodeFilter, restricted, within_domain
 from paralleljob.core.timing.cost import CostBreakdown, cost_model
 from paralleljob.k8s.edge.parse.pods import PodInfo
@@ -35,7 +34,7 @@ from paralleljob.k8s.edge.parse.specs import JobObject
 from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
-from paralleljob.k8s.plan.failure.outcomes import give_up, record_failure, requeue
+from paralleljob.k8s.plan.failure.outcomes import give_up, open_failure, record_failure, requeue, rescheduled
 from paralleljob.k8s.view.clusterview import ClusterView
 
 if TYPE_CHECKING:
@@ -116,21 +115,7 @@ def handle(
     draft = actions.draft
     policy = request.failure
     maintenance = breakage.kind.maintenance
-    event = Event.HARDWARE_FAILED if breakage.hardware else Event.WORKER_FAILED
-    event = Event.DRAINED if maintenance else event
-    if draft.phase is not Phase.RECOVERING or event is not Event.WORKER_FAILED:
-        draft.apply(event, breakage.kind, breakage.message, now)
-    actions.note("Normal" if maintenance else "Warning", breakage.kind, breakage.message)
-    actions.recovery_started = not maintenance  # the recovery-time metric is about failures
-    failure: dict[str, object] = {
-        "time": now,
-        "kind": breakage.kind.value,
-        "reason": breakage.kind.value,
-        "message": breakage.message,
-        "nodes": list(breakage.nodes),
-        "pods": list(breakage.pods),
-        "costBeforeMs": round(record.cost.total_ms, 6) if record.cost else None,
-    }
+    failure = open_failure(ctx, held, breakage)
     epoch = job.placement_epoch + 1
     report = FailureReport(breakage.kind, breakage.slots, job.restarts)
     held_groups = view.state.allocations[job.key].groups if job.key in view.state.allocations else ()
@@ -181,18 +166,8 @@ def handle(
     message = gang.kind.repaired(record, moved, policy.strategy.value, maintenance)
     if cost is not None and record.cost is not None:
         message += f"; cost {record.cost.total_ms:.3f} -> {cost.total_ms:.3f} ms"
-    draft.set(
-        placement=new_record.to_status(),
-        placementEpoch=epoch,
-        communicationCost=cost_to_status(cost, request.cost_model) if cost else None,
-        nodes=",".join(new_record.nodes),
-        restarts=restarts,
-    )
-    record_failure(draft, failure, maintenance)
-    draft.condition("Bound", "False", "Repairing", message, now)
-    draft.condition("Placed", "True", "Repaired", f"{message}; now on {', '.join(new_record.nodes)}", now)
-    actions.note("Normal", "Rescheduled", message)
-    actions.failure_action = None if maintenance else decision.action
+    draft.set(communicationCost=cost_to_status(cost, request.cost_model) if cost else None)
+    rescheduled(ctx, held, new_record, message, failure, restarts)
     return new_record
 
 

@@ -1,6 +1,7 @@
-"""What a job's status, Events and pods become when the failure policy's answer is Requeue or GiveUp, or when
-a repair is written down: one home for the HGX failure handler (``failures.py``) and the NVL72 tray repair
-(``kinds/trayrepair.py``), which differ in how they repair, not in how an outcome is recorded.
+"""What a job's status, Events and pods become when hardware breaks under it (:func:`open_failure`) and when the
+failure policy's answer is carried out (:func:`rescheduled`, :func:`requeue`, :func:`give_up`): one home for
+the HGX failure handler (``failures.py``), the NVL72 tray repair (``kinds/trayrepair.py``) and the MIG-slice
+repair (``slices/repair.py``), which differ in how they repair, not in how an outcome is recorded.
 
 ``failure`` is the ``status.lastFailure`` draft the handler filled (time, kind, reason, message, nodes,
 pods); a drain (``maintenance``) writes ``status.lastDrain`` instead, keeps the job's place in line, posts
@@ -10,11 +11,58 @@ Normal Events and counts no failure.
 from __future__ import annotations
 
 from paralleljob.core.failure.repair import FailureAction, FailureKind
-from paralleljob.core.lifecycle import Event
+from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.k8s.edge.parse.queues import requeue_stamp
+from paralleljob.k8s.edge.status.records import PlacementRecord
 from paralleljob.k8s.plan.context import HeldJob, PassContext
+from paralleljob.k8s.plan.failure.breakage import Breakage
 from paralleljob.k8s.plan.pods.podsync import delete_all
 from paralleljob.k8s.plan.status import StatusDraft
+
+
+def open_failure(ctx: PassContext, held: HeldJob, breakage: Breakage) -> dict[str, object]:
+    """The job learns what broke: its phase event (a drain is not a failure; a worker failing again while the
+    job recovers changes no phase), an Event, the recovery clock started; returns the ``status.lastFailure``
+    draft the outcome completes."""
+    actions, record, now, maintenance = held.actions, held.record, ctx.now, breakage.kind.maintenance
+    event = Event.DRAINED if maintenance else Event.HARDWARE_FAILED if breakage.hardware else Event.WORKER_FAILED
+    if actions.draft.phase is not Phase.RECOVERING or event is not Event.WORKER_FAILED:
+        actions.draft.apply(event, breakage.kind, breakage.message, now)
+    actions.note("Normal" if maintenance else "Warning", breakage.kind, breakage.message)
+    actions.recovery_started = not maintenance  # the recovery-time metric is about failures
+    return {
+        "time": now,
+        "kind": breakage.kind.value,
+        "reason": breakage.kind.value,
+        "message": breakage.message,
+        "nodes": list(breakage.nodes),
+        "pods": list(breakage.pods),
+        "costBeforeMs": round(record.cost.total_ms, 6) if record.cost else None,
+    }
+
+
+def rescheduled(
+    ctx: PassContext,
+    held: HeldJob,
+    new_record: PlacementRecord,
+    message: str,
+    failure: dict[str, object],
+    restarts: int,
+) -> None:
+    """The repair worked: the new record in the status, the job Repairing until its pods are bound again."""
+    actions, now = held.actions, ctx.now
+    maintenance = FailureKind(str(failure["kind"])).maintenance
+    actions.draft.set(
+        placement=new_record.to_status(),
+        placementEpoch=new_record.epoch,
+        nodes=",".join(new_record.nodes),
+        restarts=restarts,
+    )
+    record_failure(actions.draft, failure, maintenance)
+    actions.draft.condition("Bound", "False", "Repairing", message, now)
+    actions.draft.condition("Placed", "True", "Repaired", f"{message}; now on {', '.join(new_record.nodes)}", now)
+    actions.note("Normal", "Rescheduled", message)
+    actions.failure_action = None if maintenance else FailureAction.RESCHEDULED
 
 
 def record_failure(draft: StatusDraft, failure: dict[str, object], maintenance: bool) -> None:

@@ -47,7 +47,7 @@ from paralleljob.k8s.edge.status.records import PlacementRecord, cost_to_status
 from paralleljob.k8s.plan.admission.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
-from paralleljob.k8s.plan.failure.outcomes import give_up, record_failure, requeue
+from paralleljob.k8s.plan.failure.outcomes import give_up, open_failure, requeue, rescheduled
 from paralleljob.k8s.plan.groups.traygroups import clique_trays
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.pods.podsync import delete_all
@@ -123,21 +123,10 @@ def repair_trays(
     freed). ``node_filter``: the nodes the job's template allows; moved trays go only there, as on HGX nodes.
     ``gang``: the job's kind; pods another controller made (a pod group's) name their clique's channel
     template, so their repair stays inside that clique."""
-    actions, job, request, record, view, now = held.actions, held.job, held.request, held.record, ctx.view, ctx.now
+    actions, job, request, record, view = held.actions, held.job, held.request, held.record, ctx.view
     draft, policy, kind = actions.draft, request.failure, breakage.kind
     maintenance = kind.maintenance
-    draft.apply(Event.DRAINED if maintenance else Event.HARDWARE_FAILED, kind, breakage.message, now)
-    actions.note("Normal" if maintenance else "Warning", kind, breakage.message)
-    actions.recovery_started = not maintenance  # the recovery-time metric is about failures
-    failure: dict[str, object] = {
-        "time": now,
-        "kind": kind.value,
-        "reason": kind.value,
-        "message": breakage.message,
-        "nodes": list(breakage.nodes),
-        "pods": list(breakage.pods),
-        "costBeforeMs": round(record.cost.total_ms, 6) if record.cost else None,
-    }
+    failure = open_failure(ctx, held, breakage)
     spec = replace(request.spec, job_id=job.key)
     model = cost_model(request.cost_model)
     report = FailureReport(kind, _groups_on(view, job.key, breakage.nodes), job.restarts)
@@ -183,18 +172,8 @@ def repair_trays(
     note = placement.reasons[-1] if placement.reasons else ""  # the NVLink placer's repair note comes last
     text = f"{what}: {len(moved)} pod(s) re-created ({', '.join(moved)})" + (f"; {note}" if note else "")
     failure.update(action=FailureAction.RESCHEDULED.value, costAfterMs=round(placement.cost.total_ms, 6))
-    draft.set(
-        placement=new.to_status(),
-        placementEpoch=epoch,
-        communicationCost=cost_to_status(placement.cost, request.cost_model),
-        nodes=",".join(new.nodes),
-        restarts=restarts,
-    )
-    record_failure(held.actions.draft, failure, maintenance)
-    draft.condition("Bound", "False", "Repairing", text, now)
-    draft.condition("Placed", "True", "Repaired", f"{text}; now on {', '.join(new.nodes)}", now)
-    actions.note("Normal", "Rescheduled", text)
-    actions.failure_action = None if maintenance else FailureAction.RESCHEDULED
+    draft.set(communicationCost=cost_to_status(placement.cost, request.cost_model))
+    rescheduled(ctx, held, new, text, failure, restarts)
     return new
 
 

@@ -13,14 +13,13 @@ from dataclasses import replace
 
 from paralleljob.core.failure.elastic_failure import counts_as_restart
 from paralleljob.core.failure.repair import FailureAction, FailureReport, GiveUp, GiveUpReason, Requeue
-from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.slices.mig import MigProfile, MigSlice
 from paralleljob.core.slices.sharing import NodeGpus, Placement
 from paralleljob.core.slices.slicerepair import SlicesMoved, decide_slice_repair
 from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
-from paralleljob.k8s.plan.failure.outcomes import give_up, record_failure, requeue
+from paralleljob.k8s.plan.failure.outcomes import give_up, open_failure, requeue, rescheduled
 from paralleljob.k8s.plan.kinds.base import GangKind
 from paralleljob.k8s.plan.slices.book import named_profile, shared_nodes
 from paralleljob.k8s.view.clusterview import hold_slice
@@ -53,21 +52,9 @@ def offered_profile(nodes: list[NodeGpus], name: str) -> MigProfile | None:
 
 def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: GangKind) -> PlacementRecord | None:
     """Carry out the failure policy for ``breakage``; the repaired record, or None when the job left."""
-    actions, job, request, record, now = held.actions, held.job, held.request, held.record, ctx.now
-    draft, policy, maintenance = actions.draft, request.failure, breakage.kind.maintenance
-    event = Event.DRAINED if maintenance else Event.HARDWARE_FAILED if breakage.hardware else Event.WORKER_FAILED
-    if draft.phase is not Phase.RECOVERING or event is not Event.WORKER_FAILED:
-        draft.apply(event, breakage.kind, breakage.message, now)
-    actions.note("Normal" if maintenance else "Warning", breakage.kind, breakage.message)
-    actions.recovery_started = not maintenance
-    failure: dict[str, object] = {
-        "time": now,
-        "kind": breakage.kind.value,
-        "reason": breakage.kind.value,
-        "message": breakage.message,
-        "nodes": list(breakage.nodes),
-        "pods": list(breakage.pods),
-    }
+    job, request, record = held.job, held.request, held.record
+    policy, maintenance = request.failure, breakage.kind.maintenance
+    failure = open_failure(ctx, held, breakage)
     node_filter = ctx.eligibility.filter_for(job.key, request.spec, with_usage=False)
     nodes = shared_nodes(ctx.view, lambda n: node_filter is None or node_filter.admits(n), ctx.slices_placed)
     report = FailureReport(breakage.kind, breakage.slots, job.restarts)
@@ -99,15 +86,5 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
     changed = [s for s, old in zip(slots, record.slots, strict=True) if s != old]
     message = kind.repaired(record, changed, policy.strategy.value, maintenance)
     failure.update(action=FailureAction.RESCHEDULED.value)
-    draft.set(
-        placement=new_record.to_status(),
-        placementEpoch=epoch,
-        nodes=",".join(new_record.nodes),
-        restarts=restarts,
-    )
-    record_failure(draft, failure, maintenance)
-    draft.condition("Bound", "False", "Repairing", message, now)
-    draft.condition("Placed", "True", "Repaired", f"{message}; now on {', '.join(new_record.nodes)}", now)
-    actions.note("Normal", "Rescheduled", message)
-    actions.failure_action = None if maintenance else FailureAction.RESCHEDULED
+    rescheduled(ctx, held, new_record, message, failure, restarts)
     return new_record
