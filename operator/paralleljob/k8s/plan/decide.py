@@ -368,10 +368,14 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
         lambda job: decide_job(ctx, book.actions_for(job), job),
         lambda entries, blocked: admit_with_slices(ctx, entries, line.in_use, strict_fifo, blocked),
         observed.background_room,
+        room.would_ask,
     )
     with room.holding():
         lines = admit_lines(memo, line.memo.sorted_out, this_pass)
-    room.after([*queued, *((job, job.request) for job in lines.decided if job.request is not None)])
+    decided_keys = {job.key for job in lines.decided}
+    heads = [memo.lines[queue].head_key for queue in lines.left_out] if memo is not None else []
+    quiet_heads = [ctx.jobs[head] for head in heads if head in ctx.jobs and head not in decided_keys]
+    room.after([*queued, *((job, job.request) for job in lines.decided if job.request is not None)], quiet_heads)
     plan.scheduling_seconds = lines.durations
     plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
     plan.skipped_pending = {queue: len(jobs) for queue, jobs in lines.skipped.items()}

@@ -116,7 +116,9 @@ class LinesPass:
     always looked at); ``facts``, a queue's object and the GPUs its jobs hold now; ``state``, the view's (None:
     no GPU nodes); ``decide_job``, the pass's per-job decision (None: the job does not try admission);
     ``admit``, the core FIFO pass over some entries of one line; ``room``, how many deferred arrivals of the
-    lines left out a first status write can start for now (None: all)."""
+    lines left out a first status write can start for now (None: all); ``asks_room``, whether the pass would
+    ask the move planner for a line's blocked head (``moves/roommaking``): such a head is looked at, as a
+    pass without the memo would."""
 
     queued: Sequence[Entry]
     facts: Callable[[str], tuple[QueueInfo | None, int]]
@@ -124,6 +126,7 @@ class LinesPass:
     decide_job: Callable[[JobObject], Entry | None]
     admit: Admitter
     room: int | None = None
+    asks_room: Callable[[JobObject], bool] = lambda head: False
 
 
 def admit_lines(memo: WaitingMemo | None, sorted_out: Triage, this_pass: LinesPass) -> Lines:
@@ -167,6 +170,9 @@ def admit_lines(memo: WaitingMemo | None, sorted_out: Triage, this_pass: LinesPa
             verdict = look(memo, queue, info, in_use, freed, state)
             if not behind_head(line, entries):
                 verdict = Look.ALL  # an arrival sorts ahead of the head, or no head blocks the line
+            head = next((job for job in members if job.key == line.head_key), None)
+            if verdict is Look.NOTHING and head is not None and this_pass.asks_room(head):
+                verdict = Look.HEAD  # the planner would be asked for it: decided, so it is asked
             if verdict is Look.HEAD:
                 rest = [job for job in members if job.key != line.head_key]
                 decisions = run(decided([job for job in members if job.key == line.head_key]), {})

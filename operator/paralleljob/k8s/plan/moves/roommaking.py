@@ -31,14 +31,15 @@ a cluster with NVLink cliques (an HGX job beside NVL72 racks) is not planned for
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth, closed_nodes
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.moveplan import ends_in_time
+from paralleljob.core.moveplan import MoveBounds, ends_in_time
 from paralleljob.core.moves import MovableJob, MovePlan, MoveRequest, MoveWhen, place_elsewhere, plan_moves
 from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from paralleljob.core.placing.placement import Placement, PlacerLike
@@ -92,6 +93,7 @@ class RoomMaking:
     plan: MovePlanRecord | None = None
     held: tuple[int, ...] = ()
     in_flight: bool = False
+    counted: _Counted | None = None  # GPUs free and ending soon as the admission found them (:meth:`would_ask`)
 
     def before(self, queued: Sequence[tuple[JobObject, JobRequest]]) -> list[tuple[JobObject, JobRequest]]:
         """Advance the plan in flight; returns ``queued`` less its waiting job when it was admitted here."""
@@ -116,8 +118,30 @@ class RoomMaking:
         with closed_nodes(self.ctx.view.state, self.held):
             yield
 
-    def after(self, queued: Sequence[tuple[JobObject, JobRequest]]) -> None:
-        """Say the plan in flight on its waiting job, or look for a plan for the first refused tray job."""
+    def would_ask(self, head: JobObject) -> bool:
+        """Whether :meth:`after` would ask the planner for ``head``, a line's blocked head the waiting memo
+        would leave out, were it the first refused job (read from its object: the memo then looks at it, so a
+        pass with the memo asks as one without)."""
+        request = head.request
+        if self.in_flight or self.head is not None or request is None:
+            return False
+        data = head.status.raw
+        if head.phase is not Phase.QUEUED or data.get("reason") != UNSCHEDULABLE:
+            return False
+        if self.counted is None:  # admissions only take GPUs: a count before them never says "no" too soon
+            self.counted = _Counted(self.ctx)
+        # the counts first: on a full cluster they say no at once, before the job's kind and filter are read
+        return _worth_asking(self.ctx, request, data, self.counted) and _refused_as(
+            self.ctx, self.skip, head, request, head.phase, data
+        )
+
+    def after(
+        self, queued: Sequence[tuple[JobObject, JobRequest]], quiet_heads: Sequence[JobObject] = ()
+    ) -> None:
+        """Say the plan in flight on its waiting job, or look for a plan for the first refused tray job.
+        ``quiet_heads``: the blocked heads of lines the waiting memo left out; they stand in the order as a
+        pass without the memo would decide them (one that :meth:`would_ask` for was looked at, so here it is
+        one the planner is not asked for: it still comes first)."""
         ctx = self.ctx
         if self.head is not None and self.plan is not None:
             actions = ctx.actions_for(self.head)
@@ -128,9 +152,15 @@ class RoomMaking:
             return
         if self.in_flight:
             return
-        for job, request in sorted(queued, key=lambda e: (-e[1].spec.priority, e[0].queued_at, e[0].key)):
+        candidates = [(job, request, False) for job, request in queued]
+        candidates += [(job, job.request, True) for job in quiet_heads if job.request is not None]
+        for job, request, quiet in sorted(candidates, key=lambda e: (-e[1].spec.priority, e[0].queued_at, e[0].key)):
+            if quiet:
+                if _refused_as(ctx, self.skip, job, request, job.phase, job.status.raw):
+                    return
+                continue
             if _refused(ctx, self.skip, job, request):  # the first one only: one plan at a time
-                if _worth_asking(ctx, job, request):
+                if _worth_asking(ctx, request, ctx.actions_for(job).draft.data):
                     why_not = _why_not_planned(ctx, request)
                     if why_not is None:
                         _plan(ctx, self.skip, job, request)
@@ -161,7 +191,14 @@ def _refused(ctx: PassContext, skip: Collection[str], job: JobObject, request: J
     """A rigid ParallelJob this pass refused for want of room, whose queue allows moves (whether moves are
     planned for it is :func:`_why_not_planned`'s)."""
     draft = ctx.actions_for(job).draft
-    if job.key in skip or draft.phase is not Phase.QUEUED or draft.data.get("reason") != UNSCHEDULABLE:
+    return _refused_as(ctx, skip, job, request, draft.phase, draft.data)
+
+
+def _refused_as(
+    ctx: PassContext, skip: Collection[str], job: JobObject, request: JobRequest, phase: Phase, data: Mapping[str, Any]
+) -> bool:
+    """:func:`_refused` on a phase and status given: this pass's draft, or a left-out job's object."""
+    if job.key in skip or phase is not Phase.QUEUED or data.get("reason") != UNSCHEDULABLE:
         return False
     if not kind_of(request).renders_pods or sizing_of(request).resizes:  # moves are for rigid ParallelJobs
         return False
@@ -182,17 +219,37 @@ def _why_not_planned(ctx: PassContext, request: JobRequest) -> str | None:
     return None
 
 
-def _worth_asking(ctx: PassContext, job: JobObject, request: JobRequest) -> bool:
+def _worth_asking(
+    ctx: PassContext, request: JobRequest, data: Mapping[str, Any], counted: _Counted | None = None
+) -> bool:
     """Enough GPUs are free in all, or will be once the jobs a plan may wait for end (``core.moveplan``'s
     rule; else moving frees nothing and the job waits as before, nothing written), and the last "no" is older
-    than ``ASK_EVERY_S`` (each ask tries placements)."""
-    state = ctx.view.state
-    free = sum(state.usable_free(n) for n in range(state.topology.num_nodes))
-    if free < request.spec.num_gpus and free + _ending_soon(ctx, request) < request.spec.num_gpus:
-        return False
-    check = ctx.actions_for(job).draft.data.get("moveCheck")
+    than ``ASK_EVERY_S`` (each ask tries placements). ``counted``: those counts, kept over many asks."""
+    check = data.get("moveCheck")
     checked = parse_time(check.get("checkedAt")) if isinstance(check, dict) else None
-    return checked is None or ctx.now_s - checked >= ASK_EVERY_S
+    if checked is not None and ctx.now_s - checked < ASK_EVERY_S:
+        return False
+    counted = _Counted(ctx) if counted is None else counted
+    need = request.spec.num_gpus
+    return counted.free >= need or counted.free + counted.ending_soon(request) >= need
+
+
+class _Counted:
+    """The free GPUs and the GPUs ending soon (per queue bounds), counted once: :meth:`RoomMaking.would_ask`
+    asks for each line left out, on the state before the admission took GPUs, so the counts never say "no"
+    where the admission's end would say "yes"."""
+
+    def __init__(self, ctx: PassContext) -> None:
+        state = ctx.view.state
+        self.ctx = ctx
+        self.free = sum(state.usable_free(n) for n in range(state.topology.num_nodes))
+        self.ending: dict[MoveBounds, int] = {}
+
+    def ending_soon(self, request: JobRequest) -> int:
+        bounds = bounds_of(self.ctx, request).moves
+        if bounds not in self.ending:
+            self.ending[bounds] = _ending_soon(self.ctx, request)
+        return self.ending[bounds]
 
 
 def _ending_soon(ctx: PassContext, request: JobRequest) -> int:
