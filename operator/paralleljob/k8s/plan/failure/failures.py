@@ -23,7 +23,6 @@ from paralleljob.core.failure.repair import (
     FailureKind,
     FailureReport,
     GiveUp,
-    GiveUpReason,
     Requeue,
     decide_repair,
 )
@@ -34,7 +33,7 @@ from paralleljob.k8s.edge.parse.specs import JobObject
 from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot, cost_to_status
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
-from paralleljob.k8s.plan.failure.outcomes import give_up, open_failure, record_failure, requeue, rescheduled
+from paralleljob.k8s.plan.failure.outcomes import open_failure, record_failure, rescheduled, unrepaired
 from paralleljob.k8s.view.clusterview import ClusterView
 
 if TYPE_CHECKING:
@@ -134,17 +133,8 @@ def handle(
         record_failure(draft, failure, maintenance)
         draft.condition("Placed", "True", "DroppedReplica", f"shrank to {dropped.dp} replicas", now)
         return dropped
-    if isinstance(decision, GiveUp):
-        why = "; ".join(decision.reasons)
-        if decision.reason is GiveUpReason.MAX_RESTARTS:
-            give_up(ctx, held, f"{breakage.message}; {why}", failure, restarts)
-        else:
-            give_up(ctx, held, f"no room to repair: {why}", failure, restarts)
-        return None
-    if isinstance(decision, Requeue):
-        what = "move off the drained GPUs" if maintenance else "repair"
-        message = f"no room to {what}: {'; '.join(decision.reasons)}; back in the queue"
-        requeue(ctx, held, failure, message, restarts, maintenance)
+    if isinstance(decision, GiveUp | Requeue):
+        unrepaired(ctx, held, decision, failure, restarts)
         return None
     if decision.placement is not None:
         full = policy.strategy is RecoveryStrategy.FULL

@@ -10,7 +10,7 @@ Normal Events and counts no failure.
 
 from __future__ import annotations
 
-from paralleljob.core.failure.repair import FailureAction, FailureKind
+from paralleljob.core.failure.repair import FailureAction, FailureKind, GiveUp, GiveUpReason, Requeue
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.k8s.edge.parse.queues import requeue_stamp
 from paralleljob.k8s.edge.status.records import PlacementRecord
@@ -63,6 +63,33 @@ def rescheduled(
     actions.draft.condition("Placed", "True", "Repaired", f"{message}; now on {', '.join(new_record.nodes)}", now)
     actions.note("Normal", "Rescheduled", message)
     actions.failure_action = None if maintenance else FailureAction.RESCHEDULED
+
+
+def unrepaired(
+    ctx: PassContext,
+    held: HeldJob,
+    decision: GiveUp | Requeue,
+    failure: dict[str, object],
+    restarts: int,
+    inside: str = "",
+) -> None:
+    """Carry out the core's GiveUp or Requeue for a broken job. ``inside``: where room was looked for, as
+    the messages say it (" inside the NVLink cliques")."""
+    if isinstance(decision, GiveUp):
+        why = "; ".join(decision.reasons)
+        at_limit = decision.reason is GiveUpReason.MAX_RESTARTS
+        give_up(
+            ctx,
+            held,
+            f"{failure['message']}; {why}" if at_limit else f"no room to repair{inside}: {why}",
+            failure,
+            restarts,
+        )
+        return
+    maintenance = FailureKind(str(failure["kind"])).maintenance
+    what = "move off the drained GPUs" if maintenance else "repair"
+    message = f"no room to {what}{inside}: {'; '.join(decision.reasons)}; back in the queue"
+    requeue(ctx, held, failure, message, restarts, maintenance)
 
 
 def record_failure(draft: StatusDraft, failure: dict[str, object], maintenance: bool) -> None:

@@ -31,7 +31,6 @@ from paralleljob.core.failure.repair import (
     FailureKind,
     FailureReport,
     GiveUp,
-    GiveUpReason,
     Requeue,
     decide_repair,
 )
@@ -47,7 +46,7 @@ from paralleljob.k8s.edge.status.records import PlacementRecord, cost_to_status
 from paralleljob.k8s.plan.admission.trayadmission import TRAY_PLACER, nvlink_topology, seen_as, tray_record
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
-from paralleljob.k8s.plan.failure.outcomes import give_up, open_failure, requeue, rescheduled
+from paralleljob.k8s.plan.failure.outcomes import open_failure, rescheduled, unrepaired
 from paralleljob.k8s.plan.groups.traygroups import clique_trays
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.pods.podsync import delete_all
@@ -142,16 +141,8 @@ def repair_trays(
             placer = NVLinkPlacer(state, TRAY_PLACER, 0, request.rank_order)
             decision = decide_repair(state, placer, spec, model, policy, report)
     restarts = job.restarts + counts_as_restart(kind, decision)  # the one rule, as on HGX (failures.handle)
-    if isinstance(decision, GiveUp):
-        why = "; ".join(decision.reasons)
-        at_limit = decision.reason is GiveUpReason.MAX_RESTARTS
-        text = f"{breakage.message}; {why}" if at_limit else f"no room to repair inside the NVLink cliques: {why}"
-        give_up(ctx, held, text, failure, restarts)
-        return None
-    if isinstance(decision, Requeue):
-        what = "move off the drained trays" if maintenance else "repair"
-        message = f"no room to {what} inside the NVLink cliques: {'; '.join(decision.reasons)}; back in the queue"
-        requeue(ctx, held, failure, message, restarts, maintenance)
+    if isinstance(decision, GiveUp | Requeue):
+        unrepaired(ctx, held, decision, failure, restarts, " inside the NVLink cliques")
         return None
     placement = decision.placement
     if placement is None:  # a hardware decision always carries a placement; kept for the type

@@ -39,14 +39,13 @@ from typing import Any
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth, closed_nodes
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Phase
-from paralleljob.core.moveplan import MoveBounds, ends_in_time
 from paralleljob.core.moves import MovableJob, MovePlan, MoveRequest, MoveWhen, place_elsewhere, plan_moves
 from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from paralleljob.core.placing.placement import Placement, PlacerLike
 from paralleljob.core.placing.placer import OPERATOR_PLACER, Placer
 from paralleljob.core.timing.cost import cost_model
 from paralleljob.core.timing.evaluate import placement_cost
-from paralleljob.k8s.edge.parse.queues import QueueInfo, format_time, last_checkpoint, parse_time, preemption_of
+from paralleljob.k8s.edge.parse.queues import format_time, last_checkpoint, parse_time, preemption_of
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.status.moveplans import (
     MovePlanRecord,
@@ -72,11 +71,11 @@ from paralleljob.k8s.plan.kinds.gangs import layout_of
 from paralleljob.k8s.plan.kinds.hgx import HGX
 from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
 from paralleljob.k8s.plan.moves.reoptimizing import relocate
+from paralleljob.k8s.plan.moves.roomasking import ASK_EVERY_S, Counted, bounds_of, worth_asking
 from paralleljob.k8s.plan.moves.roomsaying import dropped, moved_note, planned_message
 from paralleljob.k8s.plan.pods.podsync import sync_pods
 from paralleljob.k8s.view.clusterview import ClusterView
 
-ASK_EVERY_S = 300.0  # a "no" is asked again this much later at the soonest (as the simulator's)
 HOUR_S = 3600.0
 MOVING = "MovingJobs"  # the waiting job's reason while a plan is carried out
 UNSCHEDULABLE = "Unschedulable"
@@ -93,7 +92,7 @@ class RoomMaking:
     plan: MovePlanRecord | None = None
     held: tuple[int, ...] = ()
     in_flight: bool = False
-    counted: _Counted | None = None  # GPUs free and ending soon as the admission found them (:meth:`would_ask`)
+    counted: Counted | None = None  # GPUs free and ending soon as the admission found them (:meth:`would_ask`)
 
     def before(self, queued: Sequence[tuple[JobObject, JobRequest]]) -> list[tuple[JobObject, JobRequest]]:
         """Advance the plan in flight; returns ``queued`` less its waiting job when it was admitted here."""
@@ -129,9 +128,9 @@ class RoomMaking:
         if head.phase is not Phase.QUEUED or data.get("reason") != UNSCHEDULABLE:
             return False
         if self.counted is None:  # admissions only take GPUs: a count before them never says "no" too soon
-            self.counted = _Counted(self.ctx)
+            self.counted = Counted(self.ctx)
         # the counts first: on a full cluster they say no at once, before the job's kind and filter are read
-        return _worth_asking(self.ctx, request, data, self.counted) and _refused_as(
+        return worth_asking(self.ctx, request, data, self.counted) and _refused_as(
             self.ctx, self.skip, head, request, head.phase, data
         )
 
@@ -160,7 +159,7 @@ class RoomMaking:
                     return
                 continue
             if _refused(ctx, self.skip, job, request):  # the first one only: one plan at a time
-                if _worth_asking(ctx, request, ctx.actions_for(job).draft.data):
+                if worth_asking(ctx, request, ctx.actions_for(job).draft.data):
                     why_not = _why_not_planned(ctx, request)
                     if why_not is None:
                         _plan(ctx, self.skip, job, request)
@@ -181,10 +180,6 @@ def _in_flight(ctx: PassContext) -> tuple[JobObject, MovePlanRecord] | None:
 def _indices(view: ClusterView, names: Sequence[str]) -> tuple[int, ...]:
     index = {name: i for i, name in enumerate(view.topology.node_names)}
     return tuple(index[n] for n in names if n in index)
-
-
-def bounds_of(ctx: PassContext, request: JobRequest) -> QueueInfo:
-    return ctx.queues.get(request.queue) or QueueInfo(request.queue)
 
 
 def _refused(ctx: PassContext, skip: Collection[str], job: JobObject, request: JobRequest) -> bool:
@@ -217,53 +212,6 @@ def _why_not_planned(ctx: PassContext, request: JobRequest) -> str | None:
             " trays, and this one takes none (it waits as before)"
         )
     return None
-
-
-def _worth_asking(
-    ctx: PassContext, request: JobRequest, data: Mapping[str, Any], counted: _Counted | None = None
-) -> bool:
-    """Enough GPUs are free in all, or will be once the jobs a plan may wait for end (``core.moveplan``'s
-    rule; else moving frees nothing and the job waits as before, nothing written), and the last "no" is older
-    than ``ASK_EVERY_S`` (each ask tries placements). ``counted``: those counts, kept over many asks."""
-    check = data.get("moveCheck")
-    checked = parse_time(check.get("checkedAt")) if isinstance(check, dict) else None
-    if checked is not None and ctx.now_s - checked < ASK_EVERY_S:
-        return False
-    counted = _Counted(ctx) if counted is None else counted
-    need = request.spec.num_gpus
-    return counted.free >= need or counted.free + counted.ending_soon(request) >= need
-
-
-class _Counted:
-    """The free GPUs and the GPUs ending soon (per queue bounds), counted once: :meth:`RoomMaking.would_ask`
-    asks for each line left out, on the state before the admission took GPUs, so the counts never say "no"
-    where the admission's end would say "yes"."""
-
-    def __init__(self, ctx: PassContext) -> None:
-        state = ctx.view.state
-        self.ctx = ctx
-        self.free = sum(state.usable_free(n) for n in range(state.topology.num_nodes))
-        self.ending: dict[MoveBounds, int] = {}
-
-    def ending_soon(self, request: JobRequest) -> int:
-        bounds = bounds_of(self.ctx, request).moves
-        if bounds not in self.ending:
-            self.ending[bounds] = _ending_soon(self.ctx, request)
-        return self.ending[bounds]
-
-
-def _ending_soon(ctx: PassContext, request: JobRequest) -> int:
-    """GPUs of the running jobs with an ``expectedRuntime`` that a plan for ``request`` may wait for."""
-    bounds, total = bounds_of(ctx, request).moves, 0
-    for key, allocation in ctx.view.state.allocations.items():  # the running jobs, not every job of the pass
-        other = ctx.jobs.get(key)
-        runtime = other.request.expected_runtime_s if other is not None and other.request is not None else None
-        if other is None or runtime is None:
-            continue
-        started = parse_time(other.status.start_time)
-        if started is not None and ends_in_time(started + runtime, ctx.now_s, bounds):
-            total += len(allocation.gpus)
-    return total
 
 
 def _unfiltered(ctx: PassContext, key: str, request: JobRequest) -> bool:

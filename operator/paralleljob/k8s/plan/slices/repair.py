@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paralleljob.core.failure.elastic_failure import counts_as_restart
-from paralleljob.core.failure.repair import FailureAction, FailureReport, GiveUp, GiveUpReason, Requeue
+from paralleljob.core.failure.repair import FailureAction, FailureReport, GiveUp, Requeue
 from paralleljob.core.slices.mig import MigProfile, MigSlice
 from paralleljob.core.slices.sharing import NodeGpus, Placement
 from paralleljob.core.slices.slicerepair import SlicesMoved, decide_slice_repair
 from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
-from paralleljob.k8s.plan.failure.outcomes import give_up, open_failure, requeue, rescheduled
+from paralleljob.k8s.plan.failure.outcomes import open_failure, rescheduled, unrepaired
 from paralleljob.k8s.plan.kinds.base import GangKind
 from paralleljob.k8s.plan.slices.book import named_profile, shared_nodes
 from paralleljob.k8s.view.clusterview import hold_slice
@@ -61,14 +61,8 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
     profile = offered_profile(nodes, request.mig_profile)
     decision = decide_slice_repair(nodes, held_slices(nodes, record), profile, policy, report)
     restarts = job.restarts + counts_as_restart(breakage.kind, decision)
-    if isinstance(decision, GiveUp):
-        prefix = breakage.message if decision.reason is GiveUpReason.MAX_RESTARTS else "no room to repair"
-        give_up(ctx, held, f"{prefix}; {'; '.join(decision.reasons)}", failure, restarts)
-        return None
-    if isinstance(decision, Requeue):
-        what = "move off the drained GPUs" if maintenance else "repair"
-        message = f"no room to {what}: {'; '.join(decision.reasons)}; back in the queue"
-        requeue(ctx, held, failure, message, restarts, maintenance)
+    if isinstance(decision, GiveUp | Requeue):
+        unrepaired(ctx, held, decision, failure, restarts)
         return None
     epoch = job.placement_epoch + 1
     slots = list(record.slots)
