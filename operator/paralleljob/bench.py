@@ -363,6 +363,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--flow-first", choices=("kueue", "ours"), default="kueue", help="kueue throughput: who drains first"
     )
+    parser.add_argument(
+        "--kueue-qps",
+        type=int,
+        default=0,
+        help="kueue parts: Kueue's API client limit (burst twice that); default 0: its shipped 50/100",
+    )
     parser.add_argument("--repair-samples", type=int, default=5, help="kueue repair: node failures per side")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")

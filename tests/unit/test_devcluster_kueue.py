@@ -168,6 +168,17 @@ def test_configuration_is_upstreams_with_only_the_loopback_changes(tmp_path: Pat
     assert config["namespace"] == "kueue-system"
 
 
+def test_a_benchmark_may_set_kueues_client_limit_and_nothing_else_changes(tmp_path: Path) -> None:
+    write_module(tmp_path)
+    shipped = configuration(tmp_path, tmp_path / "certs", 1001, 1002, 1003)
+    raised = configuration(tmp_path, tmp_path / "certs", 1001, 1002, 1003, client_qps=400)
+
+    assert raised["clientConnection"] == {"qps": 400, "burst": 800}
+    assert {k: v for k, v in raised.items() if k != "clientConnection"} == {
+        k: v for k, v in shipped.items() if k != "clientConnection"
+    }
+
+
 def test_roles_are_renamed_and_bound_to_kueues_user(tmp_path: Path) -> None:
     write_module(tmp_path)
     documents = rbac(tmp_path)

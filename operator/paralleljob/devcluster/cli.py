@@ -78,6 +78,13 @@ def register(subparsers: Any) -> None:
         help=f"optional controllers to run too, comma-separated ({', '.join(sorted(ADDONS))}); default: none",
     )
     up_parser.add_argument(
+        "--kueue-qps",
+        type=int,
+        default=0,
+        metavar="QPS",
+        help="with --controllers kueue: its API client's limit (burst twice that); default: Kueue's shipped 50/100",
+    )
+    up_parser.add_argument(
         "--real-nodes",
         type=int,
         default=0,
@@ -152,6 +159,7 @@ def _up(args: argparse.Namespace) -> int:
             real_nodes=args.real_nodes,
             real_node_gpus=args.real_node_gpus,
             nvl72_racks=args.nvl72_racks,
+            kueue_qps=args.kueue_qps,
         )
     except AlreadyRunning as exc:
         print(f"{exc}; run `paralleljob dev-cluster down --name {args.name}` first", file=sys.stderr)

@@ -94,6 +94,7 @@ def up(
     real_nodes: int = 0,
     real_node_gpus: int = 8,
     nvl72_racks: int = 0,
+    kueue_qps: int = 0,
 ) -> DevCluster:
     """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests);
     ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``, ``kueue``; Kueue brings
@@ -104,7 +105,8 @@ def up(
     with ``real_node_gpus`` fake GPUs from our device plugin, or from our DRA kubelet plugin through containerd
     2.x and CDI when the shape's ``gpu_api`` is ``dra`` (:mod:`paralleljob.devcluster.dranode`), and a
     kube-scheduler of their own unless the gang-gated one runs; ``nvl72_racks`` GB200 NVL72 racks of 18 trays
-    join as well, with the ComputeDomain CRD and a stand-in for its controller (:mod:`paralleljob.devcluster.nvl72`)."""
+    join as well, with the ComputeDomain CRD and a stand-in for its controller (:mod:`paralleljob.devcluster.nvl72`);
+    ``kueue_qps`` > 0 sets Kueue's API client limit (QPS, burst twice that) instead of its shipped 50/100."""
     gang_api = gang_api or kube_scheduler
     shape = shape or NodeShape()
     unknown = sorted(set(controllers) - set(ADDONS))
@@ -231,7 +233,7 @@ def up(
         if "jobset" in controllers:
             jobset.start_jobset(name, report, die_with_caller)
         if "kueue" in controllers:
-            kueue.start_kueue(name, report, die_with_caller)
+            kueue.start_kueue(name, report, die_with_caller, client_qps=kueue_qps)
         # the add-ons recorded their processes and ports in the saved state: saving this copy as it was would
         # drop them, and `down` would leave them running
         record = state.load(name) or record

@@ -73,10 +73,15 @@ def running_kueue(record: state.ClusterRecord) -> state.ProcessRecord | None:
 
 
 def start_kueue(
-    name: str, report: Report = _stderr, die_with_caller: bool = False, timeout_s: float = 180.0
+    name: str,
+    report: Report = _stderr,
+    die_with_caller: bool = False,
+    timeout_s: float = 180.0,
+    client_qps: int = 0,
 ) -> state.ProcessRecord:
     """Start Kueue on the running cluster ``name`` (a no-op when it already runs there) and return once its
-    webhooks are registered. The process is recorded in the cluster's state, so ``down`` stops it."""
+    webhooks are registered; ``client_qps`` > 0 raises (or lowers) its API client's limit. The process is
+    recorded in the cluster's state, so ``down`` stops it."""
     record = state.load(name)
     if record is None or not record.kubeconfig:
         raise RuntimeError(f"no dev cluster named {name!r} is running")
@@ -92,7 +97,7 @@ def start_kueue(
     ports = {n: record.ports[n] for n in PORT_NAMES} if installed else allocate_ports()
     webhook_port, metrics_port, health_port = (ports[n] for n in PORT_NAMES)
     certs = _serving_certs(run_dir)
-    config = kueuemanifests.configuration(folder, certs, webhook_port, metrics_port, health_port)
+    config = kueuemanifests.configuration(folder, certs, webhook_port, metrics_port, health_port, client_qps)
     config_path = run_dir / "kueue" / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     ca_bundle = (run_dir / "pki" / "ca.crt").read_bytes()

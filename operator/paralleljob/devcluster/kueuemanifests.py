@@ -8,8 +8,9 @@ certificate coming from the cluster's CA; webhooks, metrics and probes on 127.0.
 (``VisibilityOnDemand``, an aggregated API for listing pending workloads) off, since it would need an
 APIService and a certificate at a fixed path; and only the integrations the benchmarks use (``FRAMEWORKS``),
 with the webhooks of the others left unregistered: their handlers would be no-ops, but the pod one would
-still sit in front of every pod's create, ParallelJob's included. Everything else (client QPS, concurrency,
-feature gates, TAS among them) is upstream's shipped configuration or Kueue's own default.
+still sit in front of every pod's create, ParallelJob's included. Everything else (concurrency, feature
+gates, TAS among them) is upstream's shipped configuration or Kueue's own default, and so is the client's
+request limit unless a benchmark asks for another (``client_qps``: QPS, with a burst of twice that).
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ def documents(path: Path) -> list[dict[str, Any]]:
 
 
 def configuration(
-    folder: Path, cert_dir: Path, webhook_port: int, metrics_port: int, health_port: int
+    folder: Path, cert_dir: Path, webhook_port: int, metrics_port: int, health_port: int, client_qps: int = 0
 ) -> dict[str, Any]:
-    """Upstream's shipped Configuration (config/components/manager) with the loopback changes above."""
+    """Upstream's shipped Configuration (config/components/manager) with the loopback changes above; a
+    ``client_qps`` above 0 replaces its ``clientConnection`` limit."""
     config = documents(folder / MODULE / "manager" / "controller_manager_config.yaml")[0]
     config.update(
         namespace=NAMESPACE,
@@ -53,6 +55,8 @@ def configuration(
         integrations={**config.get("integrations", {}), "frameworks": list(FRAMEWORKS)},
         featureGates={**config.get("featureGates", {}), "VisibilityOnDemand": False},
     )
+    if client_qps > 0:
+        config["clientConnection"] = {**config.get("clientConnection", {}), "qps": client_qps, "burst": 2 * client_qps}
     return config
 
 

@@ -109,18 +109,21 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
     name = f"kueue-flow-{os.getpid()}"
     shape = NodeShape(count=args.kueue_nodes, gpus_per_node=8, nodes_per_rack=NODES_PER_RACK)
     started = time.monotonic()
-    cluster = up(name, shape, die_with_caller=True, controllers=("jobset", "kueue"))
+    kueue_qps = args.kueue_qps
+    cluster = up(name, shape, die_with_caller=True, controllers=("jobset", "kueue"), kueue_qps=kueue_qps)
     up_s = round(time.monotonic() - started, 1)
     try:
         result = asyncio.run(measure(cluster, args, parts))
     finally:
         down(name)
     result["cluster_up_s"] = up_s
+    result["kueue_client"] = {"qps": kueue_qps, "burst": 2 * kueue_qps} if kueue_qps else "shipped (50/100)"
     result["command"] = (
         f"paralleljob bench kueue --kueue-parts {','.join(sorted(parts))} --kueue-nodes {args.kueue_nodes}"
         f" --ceiling-pods {args.ceiling_pods} --ceiling-concurrency {args.ceiling_concurrency}"
         f" --flow-jobs {args.flow_jobs} --flow-queues {args.flow_queues} --creators {args.creators}"
         f" --flow-run-min {args.flow_run_min} --flow-run-max {args.flow_run_max} --repair-samples"
         f" {args.repair_samples} --flow-first {args.flow_first} --seed {args.seed}"
+        + (f" --kueue-qps {kueue_qps}" if kueue_qps else "")
     )
     return result
