@@ -235,7 +235,7 @@ def node_row(
 def slices_on(view: ClusterView, node: str, index: int) -> tuple[str, ...]:
     """The MIG slices the operator's records place on GPU ``index`` of ``node``, by placement start."""
     found = [
-        (r.grant.start, f"{r.job} {r.grant}")
+        (r.grant.start or 0, f"{r.job} {r.grant}")
         for r in recorded(view)
         if r.slot.node == node and r.slot.gpu_indices == (index,)
     ]

@@ -6,7 +6,8 @@ the way ``repair.decide_repair`` reads it for whole-GPU gangs: ``maxRestarts`` e
 restarts on its own slice (``minimal``: that rank, ``full``: every rank); broken hardware moves the broken
 ranks' slices (``minimal``) or every rank's (``full``) under the packing rule (``sharing.pack``); with no room
 the job is requeued or failed (``onUnplaceable``). A slice job has no communication cost to keep low, so a
-move is only a new slice, never a re-optimised layout.
+move is only a new slice, never a re-optimised layout. Slices the device plugin hands out (``pools.py``: the
+operator knows node and profile, not the GPU) follow the same policy, moved by node (:func:`decide_pool_repair`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from paralleljob.core.failure.repair import (
     Requeue,
 )
 from paralleljob.core.slices.mig import MigProfile
+from paralleljob.core.slices.pools import PoolPlacement, ProfilePool, place_ranks, take
 from paralleljob.core.slices.sharing import NodeGpus, Placement, apply, pack
 
 
@@ -41,11 +43,30 @@ class SlicesMoved:
     """``ranks`` go to ``placements`` (one each, same order); the other ranks keep their slices."""
 
     ranks: tuple[int, ...]
-    placements: tuple[Placement, ...]
+    placements: tuple[Placement, ...] | tuple[PoolPlacement, ...]
     reasons: tuple[str, ...]
 
 
 SliceRepair = SlicesRestarted | SlicesMoved | Requeue | GiveUp
+
+
+def _unmoved(count: int, policy: FailurePolicy, failure: FailureReport) -> SliceRepair | tuple[int, ...]:
+    """The decision when no slice moves (at ``maxRestarts``, or a worker restarting where it is), else the
+    ranks to move: the broken ones (``minimal``) or all ``count`` (``full``)."""
+    if failure.restarts >= policy.max_restarts and not failure.kind.maintenance:
+        return GiveUp(GiveUpReason.MAX_RESTARTS, (f"maxRestarts {policy.max_restarts} reached",))
+    whole = policy.strategy is RecoveryStrategy.FULL
+    ranks = tuple(range(count)) if whole else tuple(sorted(set(failure.groups)))
+    if not failure.kind.hardware:
+        what = "every rank" if whole else f"{len(ranks)} rank(s)"
+        return SlicesRestarted(ranks, (f"{what} restarted on the same MIG slices",))
+    return ranks
+
+
+def _no_room(policy: FailurePolicy, failure: FailureReport, exc: PlacementInfeasible) -> Requeue | GiveUp:
+    if policy.on_unplaceable is OnUnplaceable.REQUEUE or failure.kind.maintenance:
+        return Requeue(tuple(exc.reasons))
+    return GiveUp(GiveUpReason.NO_ROOM, tuple(exc.reasons))
 
 
 def decide_slice_repair(
@@ -58,13 +79,9 @@ def decide_slice_repair(
     """``held``: the job's slices by rank, as they are in ``nodes`` (which already show the broken hardware
     unhealthy; None for a rank whose slice ``nodes`` do not show, its node gone); ``failure.groups`` the ranks
     it hit; ``profile`` the slices' profile as some node offers it (None: no node offers it any more)."""
-    if failure.restarts >= policy.max_restarts and not failure.kind.maintenance:
-        return GiveUp(GiveUpReason.MAX_RESTARTS, (f"maxRestarts {policy.max_restarts} reached",))
-    whole = policy.strategy is RecoveryStrategy.FULL
-    ranks = tuple(range(len(held))) if whole else tuple(sorted(set(failure.groups)))
-    if not failure.kind.hardware:
-        what = "every rank" if whole else f"{len(ranks)} rank(s)"
-        return SlicesRestarted(ranks, (f"{what} restarted on the same MIG slices",))
+    ranks = _unmoved(len(held), policy, failure)
+    if not isinstance(ranks, tuple):
+        return ranks
     free = list(nodes)
     for rank in ranks:
         if (slice_ := held[rank]) is not None:
@@ -78,8 +95,32 @@ def decide_slice_repair(
             free = list(apply(free, placement))
             placements.append(placement)
     except PlacementInfeasible as exc:
-        if policy.on_unplaceable is OnUnplaceable.REQUEUE or failure.kind.maintenance:
-            return Requeue(tuple(exc.reasons))
-        return GiveUp(GiveUpReason.NO_ROOM, tuple(exc.reasons))
+        return _no_room(policy, failure, exc)
+    reasons = tuple(f"rank {rank}: {p.why}" for rank, p in zip(ranks, placements, strict=True))
+    return SlicesMoved(ranks, tuple(placements), reasons)
+
+
+def decide_pool_repair(
+    pools: Sequence[ProfilePool],
+    held: Sequence[PoolPlacement | None],
+    profile: str,
+    policy: FailurePolicy,
+    failure: FailureReport,
+) -> SliceRepair:
+    """The same policy for slices the device plugin placed (``pools.py``): ``held`` by rank as ``pools``
+    count them (None: not counted there, its node gone); the broken ranks' slices are given back and they
+    move to nodes with ``profile`` free. ``pools`` show a node under the failure closed, so nothing moves
+    back onto it while the operator cannot tell which slices its broken GPU held."""
+    ranks = _unmoved(len(held), policy, failure)
+    if not isinstance(ranks, tuple):
+        return ranks
+    free: Sequence[ProfilePool] = pools
+    for rank in ranks:
+        if (slice_ := held[rank]) is not None:
+            free = take(free, slice_, release=True)
+    try:
+        placements = place_ranks(profile, len(ranks), free, "slices")
+    except PlacementInfeasible as exc:
+        return _no_room(policy, failure, exc)
     reasons = tuple(f"rank {rank}: {p.why}" for rank, p in zip(ranks, placements, strict=True))
     return SlicesMoved(ranks, tuple(placements), reasons)

@@ -55,6 +55,10 @@ class PassContext:
     # MIG slices this pass placed (admissions, repairs), by (node, GPU index): the view's records do not have
     # them until their status is written, and every later placement of the pass must see them
     slices_placed: dict[tuple[str, int], list[MigGrant]] = field(default_factory=dict)
+    # MIG slices this pass placed on device-plugin nodes: node -> a profile per slice (the GPU is the device
+    # plugin's pick); and what other pods hold there, node -> profile -> slices (``slices/poolbook.foreign_use``)
+    pool_slices_placed: dict[str, list[str]] = field(default_factory=dict)
+    foreign_mig: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)  # Kubernetes PodGroups by namespace/name
     resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # ResourceClaims by namespace/name
     # job key -> when (epoch seconds) this operator last wrote its waiting message; within

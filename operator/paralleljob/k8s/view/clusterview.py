@@ -66,6 +66,9 @@ class ClusterView:
     # the network's until a ComputeDomain is used; plan/admission/trayadmission prices it so for whole-tray jobs)
     nvlink_levels: dict[str, float] = field(default_factory=dict)
     nvlink_spares: int = 0  # whole free trays per clique that take no new gang (TopologyConfig)
+    # Device-plugin nodes that offer MIG slices as nvidia.com/mig-<profile> (``NodeInfo.mig``), whole GPUs or
+    # not: a node whose every GPU is in MIG mode has no nvidia.com/gpu, so it is in no topology
+    pools: dict[str, NodeInfo] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
@@ -141,7 +144,9 @@ def build_view(
     nodes: Iterable[NodeInfo], pods: Iterable[PodInfo], claims: Sequence[Claim], config: TopologyConfig
 ) -> ClusterView:
     """The cluster view; ``claims`` in the order they were made (older claims win a contested GPU)."""
+    nodes = list(nodes)
     live = {n.name: n for n in nodes if n.gpu_count > 0}
+    pools = {n.name: n for n in nodes if is_pool(n)}
     ghost_counts: dict[str, int] = {}
     ghost_cliques: dict[str, str] = {}  # a gone tray -> the NVLink clique its record says it was in
     for claim in claims:
@@ -154,7 +159,11 @@ def build_view(
     # inside that clique, where the job's ComputeDomain is; without a live peer it is alone.
     peers: dict[str | None, NodeInfo] = {info.clique: info for info in live.values() if info.clique}
     if not live and not ghost_counts:
-        return empty_view()
+        view = empty_view(pools)
+        for claim in claims:
+            if claim.record.pooled:
+                load_claim(view, claim)
+        return view
     present = [i for i, _ in enumerate(config.levels) if any(n.domains[i] for n in live.values())]
     levels = priced_levels(config, present)
     specs = []
@@ -187,6 +196,7 @@ def build_view(
             config.levels[i].name: config.levels[i].bandwidth_gbps for i in present if config.levels[i].nvlink_domain
         },
         nvlink_spares=config.nvlink_spares_per_clique,
+        pools=pools,
     )
     for claim in claims:
         load_claim(view, claim)
@@ -203,10 +213,16 @@ def build_view(
     return view
 
 
-def empty_view() -> ClusterView:
-    """The view of a cluster without GPU nodes: an empty topology and state, never None."""
+def empty_view(pools: dict[str, NodeInfo] | None = None) -> ClusterView:
+    """The view of a cluster without whole-GPU nodes: an empty topology and state, never None (``pools``:
+    its device-plugin MIG nodes, if any)."""
     topology = Topology.empty()
-    return ClusterView(topology, ClusterState(topology), {}, {}, [], frozenset())
+    return ClusterView(topology, ClusterState(topology), {}, {}, [], frozenset(), pools=pools or {})
+
+
+def is_pool(info: NodeInfo) -> bool:
+    """A device-plugin node offering MIG slices (``ClusterView.pools``)."""
+    return info.mig is not None and info.mig.api == "device-plugin"
 
 
 def apply_health(view: ClusterView, n: int) -> None:
@@ -256,7 +272,11 @@ def load_claim(view: ClusterView, claim: Claim) -> bool:
 def load_slices(view: ClusterView, claim: Claim) -> bool:
     """Step 2 for a claim of MIG slices: their GPUs are held by one ``sliced:`` holder each, never by the job,
     since several jobs share a sliced GPU (which slices are there is read from the loaded records,
-    ``plan/slices/book.py``). A GPU another claim owns whole is a conflict, as for any record."""
+    ``plan/slices/book.py``). A GPU another claim owns whole is a conflict, as for any record. Slices the
+    device plugin picks name no GPU: nothing is held, the record alone counts them (``book.pool_nodes``)."""
+    if claim.record.pooled:
+        view.loaded[claim.key] = claim
+        return True
     gpus = []
     for slot in claim.record.slots:
         gpu = view.gpu_id(slot.node, slot.gpu_indices[0]) if len(slot.gpu_indices) == 1 else None

@@ -35,6 +35,7 @@ from paralleljob.k8s.view.clusterview import (
     build_view,
     claims_holder_id,
     hold_claimed_devices,
+    is_pool,
     load_claim,
     occupant_id,
     occupy_node,
@@ -140,6 +141,10 @@ class LiveView:
         dirty: set[str] = set()
         for _, name in node_keys:
             info = self.nodes.get("", name)
+            if info is not None and is_pool(info):
+                view.pools[name] = info
+            else:
+                view.pools.pop(name, None)
             new = info if info is not None and info.gpu_count > 0 else None
             old = view.nodes.get(name)
             if (old is None) != (new is None) or (old and new and _shape(old) != _shape(new)):

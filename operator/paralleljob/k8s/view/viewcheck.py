@@ -19,6 +19,9 @@ log = logging.getLogger("paralleljob.k8s.view.clusterview")
 
 def view_differences(kept: ClusterView, fresh: ClusterView) -> list[str]:
     """What a decision could see differently in ``kept`` than in ``fresh`` (empty: nothing)."""
+    if kept.pools != fresh.pools:
+        names = sorted(n for n in set(kept.pools) | set(fresh.pools) if kept.pools.get(n) != fresh.pools.get(n))
+        return [f"MIG pool nodes {names[:5]}"]
     if kept.empty or fresh.empty:
         return [] if kept.empty and fresh.empty else ["one view is empty, the other is not"]
     out = state_differences(kept.state, fresh.state)

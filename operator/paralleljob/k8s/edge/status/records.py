@@ -36,16 +36,23 @@ def pod_name(job: str, replica: int, stage: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MigGrant:
-    """A rank's MIG slice on its slot's one GPU: the profile and the placement start (in memory slices)."""
+    """A rank's MIG slice: on a DRA node, the profile and the placement start (in memory slices) on its slot's
+    one GPU; on a device-plugin node (``start`` None, the slot naming no GPU), the profile alone, since the
+    device plugin picks the GPU and the MIG device when the pod is admitted."""
 
     profile: str
-    start: int
+    start: int | None
+
+    @property
+    def exact(self) -> bool:
+        """The operator chose the GPU and the MIG device (DRA), not the device plugin."""
+        return self.start is not None
 
     def to_status(self) -> dict[str, Any]:
-        return {"profile": self.profile, "start": self.start}
+        return {"profile": self.profile, **({"start": self.start} if self.start is not None else {})}
 
     def __str__(self) -> str:
-        return f"{self.profile}@{self.start}"
+        return f"{self.profile}@{self.start}" if self.start is not None else self.profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,11 @@ class PlacementRecord:
     @property
     def num_gpus(self) -> int:
         return sum(len(s.gpu_indices) for s in self.pod_slots)
+
+    @property
+    def pooled(self) -> bool:
+        """Its pods hold MIG slices that the device plugin picks on their nodes (``MigGrant.exact`` False)."""
+        return bool(self.slots) and self.slots[0].mig is not None and not self.slots[0].mig.exact
 
     @property
     def sliced(self) -> bool:
@@ -253,13 +265,20 @@ def slots_from_status(items: Sequence[Mapping[str, Any]], tp: int, pp: int, dp: 
         )
         for item in items
     )
-    if len(slots) != pp * dp or any(len(s.gpu_indices) != tp for s in slots):
+    if len(slots) != pp * dp or any(len(s.gpu_indices) != (tp if _names_gpus(s) else 0) for s in slots):
         raise MalformedRecord(f"status.placement lists {len(slots)} pods; TP{tp}xPP{pp}xDP{dp} needs {pp * dp}")
     if [(s.replica, s.stage) for s in slots] != [(d, p) for d in range(dp) for p in range(pp)]:
         raise MalformedRecord(f"status.placement must list the pods of PP{pp}xDP{dp} in order d·pp + p")
     if len({s.mig is None for s in slots}) > 1:
         raise MalformedRecord("status.placement mixes pods on MIG slices (migSlice) with pods on whole GPUs")
+    if len({s.mig.exact for s in slots if s.mig is not None}) > 1:
+        raise MalformedRecord("status.placement mixes MIG slices of DRA devices with the device plugin's")
     return slots
+
+
+def _names_gpus(slot: PodSlot) -> bool:
+    """Every slot names its GPUs but a slice the device plugin picks (``MigGrant.exact`` False)."""
+    return slot.mig is None or slot.mig.exact
 
 
 def _mig_grant(data: object) -> MigGrant | None:
@@ -267,4 +286,5 @@ def _mig_grant(data: object) -> MigGrant | None:
         return None
     if not isinstance(data, Mapping):
         raise MalformedRecord("status.placement.pods[].migSlice is not an object")
-    return MigGrant(str(data["profile"]), int(data["start"]))
+    start = data.get("start")
+    return MigGrant(str(data["profile"]), None if start is None else int(start))

@@ -1,8 +1,11 @@
 """The MIG-slice layout: one pod per rank, each on one MIG slice of one GPU (``spec.gpuSharing.migProfile``).
 
 What breaks a pod is its node or its GPU (an unhealthy GPU fails every slice on it), or the pod itself failing
-(``failure/failures.detect``, as on HGX nodes: a slice's slot names its one GPU). The failure policy is the
-core's ``slicerepair.decide_slice_repair``, carried out by ``slices/repair.py``: the broken ranks (``minimal``)
+(``failure/failures.detect``, as on HGX nodes: a slice's slot names its one GPU). A slice the device plugin
+placed names no GPU: its node gone or down, any GPU there reported unhealthy, or its profile no longer
+offered there breaks it (``slices/poolbook.pool_breakage``: the operator cannot tell which GPU it got). The
+failure policy is the core's ``slicerepair.decide_slice_repair``, carried out by ``slices/repair.py``: the
+broken ranks (``minimal``)
 or all (``full``) get new slices under the packing rule, a crashed worker restarts on its slice, and with no
 room or at ``maxRestarts`` the job is requeued or fails. A slice job is never moved for a lower communication
 cost (it has none), so ``best_now`` offers nothing.
@@ -21,6 +24,7 @@ from paralleljob.k8s.plan.failure.failures import detect
 from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.pods.podsync import SyncResult
 from paralleljob.k8s.plan.slices.book import unpublished
+from paralleljob.k8s.plan.slices.poolbook import pool_breakage
 from paralleljob.k8s.plan.slices.repair import repair_slices
 
 
@@ -29,7 +33,8 @@ class MigSlices:
 
     def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
         names = gang.kind.pod_names(held.record, held.pods)
-        breakage = detect(ctx.view, held.job, held.record, seen.failed, names) or _unpublished(ctx, held)
+        broken = pool_breakage(ctx.view, held.record) if held.record.pooled else None
+        breakage = broken or detect(ctx.view, held.job, held.record, seen.failed, names) or _unpublished(ctx, held)
         if breakage is None or (held.actions.draft.phase is Phase.PLACING and not breakage.hardware):
             return False  # a worker cannot fail before the gang runs
         self.move(ctx, held, breakage, gang)

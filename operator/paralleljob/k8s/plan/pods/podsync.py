@@ -174,7 +174,9 @@ def mig_claim(slot: PodSlot, info: NodeInfo) -> DeviceClaim | None:
     and start (None: the node publishes no such device any more, which the slice layout repairs as a GPU
     failure in the same pass, ``kinds/migslices``)."""
     offer, grant = info.mig, slot.mig
-    if info.dra is None or offer is None or grant is None or not 0 <= slot.gpu_indices[0] < len(offer.gpus):
+    if info.dra is None or offer is None or grant is None or grant.start is None:
+        return None
+    if not slot.gpu_indices or not 0 <= slot.gpu_indices[0] < len(offer.gpus):
         return None
     device = offer.gpus[slot.gpu_indices[0]].device(grant.profile, grant.start)
     if device is None:

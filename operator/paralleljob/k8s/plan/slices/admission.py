@@ -7,17 +7,23 @@ starve a big one by taking the GPUs it waits for); a slice job that does not fit
 behind it, never a whole-GPU job, which waits for something else. Each rank counts as one GPU against its
 queue's cap (``maxGPUs``), whatever its slice's size: a cap never lets a queue hold more than it says.
 
-A slice job is placed only on DRA nodes whose driver publishes MIG devices (``book.py``); its record names,
-per rank, the node, the GPU index and the slice (profile and placement start), and its pod's claim names that
-exact MIG device (``pods/podsync.mig_claim``). Once placed, the GPU is held by its ``sliced:`` holder in the
-view's state, so no whole-GPU job is placed on it while any slice is there. A slice job's waits are never
+A slice job is placed on DRA nodes whose driver publishes MIG devices (``book.py``) when they have room: its
+record names, per rank, the node, the GPU index and the slice (profile and placement start), and its pod's
+claim names that exact MIG device (``pods/podsync.mig_claim``). Else on the device plugin's MIG nodes
+(``poolbook.py``, mixed strategy): its record names, per rank, the node and the profile only, its pod asks
+for ``nvidia.com/mig-<profile>: 1``, and the device plugin picks the GPU and the MIG device. Once placed on a
+DRA node, the GPU is held by its ``sliced:`` holder in the view's state, so no whole-GPU job is placed on it
+while any slice is there (a device-plugin node offers no MIG GPU as ``nvidia.com/gpu``). A slice job's waits
+are never
 remembered by the waiting memo (``admission/waiting_remember``): a slice freed on a GPU that stays sliced
 changes no GPU's owner, which is all the memo watches.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from paralleljob.core.admit.admission import Admit, Wait
 from paralleljob.core.admit.fifo import LineKey, behind_blocked_head
@@ -25,6 +31,8 @@ from paralleljob.core.admit.gates import WaitReason, entry_gate, quota_refusal
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Event
 from paralleljob.core.slices.mig import MigSlice
+from paralleljob.core.slices.pools import PoolPlacement
+from paralleljob.core.slices.pools import place_ranks as pool_ranks
 from paralleljob.core.slices.sharing import NodeGpus, Placement, apply, pack
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord, PodSlot, pod_name
@@ -34,6 +42,7 @@ from paralleljob.k8s.plan.context import PassContext
 from paralleljob.k8s.plan.moves.checkpointing import checkpoint_status
 from paralleljob.k8s.plan.pods.podsync import sync_pods
 from paralleljob.k8s.plan.slices.book import named_profile, shared_nodes
+from paralleljob.k8s.plan.slices.poolbook import pool_nodes, recorded_use
 from paralleljob.k8s.view.clusterview import hold_slice
 
 Entry = tuple[JobObject, JobRequest]
@@ -103,7 +112,8 @@ def admit_slices(
     for job, request in sorted(queued, key=lambda entry: line_position(*entry)):
         actions = ctx.actions_for(job)
         queue, at = request.queue, line_position(job, request)
-        gate = entry_gate(entry_of(ctx, job, request))
+        entry = entry_of(ctx, job, request)
+        gate = entry_gate(replace(entry, has_gpu_nodes=entry.has_gpu_nodes or bool(ctx.view.pools)))
         if missing := unknown_queue(request, ctx.queues):
             ctx.wait(actions, WaitReason.QUEUE_NOT_FOUND, missing)
             continue
@@ -129,6 +139,13 @@ def admit_slices(
             placements = place_ranks(eligible, request.mig_profile, ranks, job.key)
         except PlacementInfeasible as exc:
             why = (*exc.reasons, *(node_filter.why if node_filter is not None else ()))
+            pooled = place_pooled(ctx, request, ranks, job.key) if ctx.view.pools else None
+            if isinstance(pooled, list):
+                in_use[queue] = in_use.get(queue, 0) + ranks
+                record_pooled(ctx, job, request, pooled)
+                continue
+            if pooled is not None:  # the DRA nodes' reasons only where there are some
+                why = (pooled, *why) if nodes else (pooled,)
             ctx.wait(actions, WaitReason.UNSCHEDULABLE, "; ".join(why))
             if strict:
                 heads.setdefault(queue, at)
@@ -137,6 +154,15 @@ def admit_slices(
             nodes = list(apply(nodes, placement))
         in_use[queue] = in_use.get(queue, 0) + ranks
         record_slices(ctx, job, request, placements)
+
+
+def place_pooled(ctx: PassContext, request: JobRequest, ranks: int, label: str) -> list[PoolPlacement] | str:
+    """The ranks' slices on the device plugin's MIG nodes (``core.slices.pools``), or why they do not fit."""
+    used = (recorded_use(ctx.view, ctx.pool_slices_placed), ctx.foreign_mig)
+    try:
+        return pool_ranks(request.mig_profile, ranks, pool_nodes(ctx.view, used, request), label)
+    except PlacementInfeasible as exc:
+        return f"device-plugin MIG nodes: {'; '.join(exc.reasons)}"
 
 
 def slice_record(job: JobObject, request: JobRequest, placements: Sequence[Placement], epoch: int) -> PlacementRecord:
@@ -159,7 +185,7 @@ def slice_record(job: JobObject, request: JobRequest, placements: Sequence[Place
 def record_slices(ctx: PassContext, job: JobObject, request: JobRequest, placements: Sequence[Placement]) -> None:
     """Queued -> Placing with the slices recorded (the executor writes the status first), their GPUs held
     sliced in the view's state, and the pods to create and bind."""
-    actions, view, now = ctx.actions_for(job), ctx.view, ctx.now
+    view = ctx.view
     epoch = job.placement_epoch + 1
     record = slice_record(job, request, placements, epoch)
     for slot in record.slots:
@@ -168,6 +194,13 @@ def record_slices(ctx: PassContext, job: JobObject, request: JobRequest, placeme
             ctx.slices_placed.setdefault((slot.node, slot.gpu_indices[0]), []).append(slot.mig)
     where = ", ".join(f"{s.node} GPU {s.gpu_indices[0]} ({s.mig})" for s in record.slots)
     message = f"{len(record.slots)} x MIG {request.mig_profile} on {where}: {placements[0].why.partition(': ')[2]}"
+    placed(ctx, job, request, record, message)
+
+
+def placed(ctx: PassContext, job: JobObject, request: JobRequest, record: PlacementRecord, message: str) -> None:
+    """Queued -> Placing with ``record`` (the executor writes the status first) and its pods to create."""
+    actions, view, now = ctx.actions_for(job), ctx.view, ctx.now
+    epoch = record.epoch
     actions.draft.apply(Event.ADMITTED, "Placed", message, now)
     actions.draft.set(
         placement=record.to_status(),
@@ -179,3 +212,35 @@ def record_slices(ctx: PassContext, job: JobObject, request: JobRequest, placeme
     actions.events = [e for e in actions.events if e.reason != "Accepted"]
     actions.note("Normal", "Placed", message)
     sync_pods(actions, job, request, record, ctx.pods_of(job), view.nodes, ctx.gpu_holders)
+
+
+def pooled_record(
+    job: JobObject, request: JobRequest, placements: Sequence[PoolPlacement], epoch: int
+) -> PlacementRecord:
+    """One pod per rank, each naming its node and profile and no GPU: the device plugin picks it."""
+    spec = request.spec
+    slots = []
+    for rank, placement in enumerate(placements):
+        replica, stage = divmod(rank, spec.pp)
+        mig = MigGrant(placement.profile, None)
+        slots.append(PodSlot(pod_name(job.name, replica, stage), replica, stage, placement.node, (), epoch, mig))
+    reasons = tuple(f"rank {rank}: {p.why}" for rank, p in enumerate(placements))
+    return PlacementRecord(
+        epoch, request.cost_model, 1, spec.pp, spec.dp, tuple(slots), rank_order=request.rank_order, reasons=reasons
+    )
+
+
+def record_pooled(ctx: PassContext, job: JobObject, request: JobRequest, placements: Sequence[PoolPlacement]) -> None:
+    """As :func:`record_slices`, for slices the device plugin hands out: counted in the pass's placements so
+    later placements of the pass see them; the pods ask for ``nvidia.com/mig-<profile>``."""
+    epoch = job.placement_epoch + 1
+    record = pooled_record(job, request, placements, epoch)
+    for slot in record.slots:
+        ctx.pool_slices_placed.setdefault(slot.node, []).append(request.mig_profile)
+    per_node = Counter(slot.node for slot in record.slots)
+    where = ", ".join(f"{n} on {node}" for node, n in per_node.items())
+    message = (
+        f"{len(record.slots)} x MIG {request.mig_profile} ({where}; the device plugin picks each GPU):"
+        f" {placements[0].why.partition(': ')[2]}"
+    )
+    placed(ctx, job, request, record, message)

@@ -92,6 +92,8 @@ def shared_nodes(
     ``placed``: the slices placed earlier in the pass (``PassContext.slices_placed``), not in a record yet."""
     ours: dict[tuple[str, int], list[MigGrant]] = {key: list(grants) for key, grants in (placed or {}).items()}
     for item in recorded(view):
+        if not item.grant.exact:
+            continue  # the device plugin's slices (poolbook.py): on no DRA node's GPU
         ours.setdefault((item.slot.node, item.slot.gpu_indices[0]), []).append(item.grant)
     out = []
     for name, info in view.nodes.items():
@@ -118,7 +120,7 @@ def gpu_state(
     if owner is None:
         return GpuState(shape.memory_gb, shape, healthy=healthy)
     if is_sliced_holder(owner) or (owner == claims_holder and held):
-        placed = held | {(g.profile, g.start) for g in ours}
+        placed = held | {(g.profile, g.start) for g in ours if g.start is not None}
         slices = tuple(
             MigSlice(profile, start) for name, start in sorted(placed) if (profile := named_profile(shape, name))
         )
@@ -132,7 +134,7 @@ def unpublished(view: ClusterView, record: PlacementRecord) -> tuple[int, ...]:
     out = []
     for rank, slot in enumerate(record.slots):
         info, grant = view.nodes.get(slot.node), slot.mig
-        if info is None or grant is None or info.dra is None:
+        if info is None or grant is None or info.dra is None or grant.start is None or not slot.gpu_indices:
             continue  # a node that is gone is the failure handler's (its GPUs are offline)
         gpus = info.mig.gpus if info.mig is not None else ()
         index = slot.gpu_indices[0]

@@ -1,8 +1,9 @@
 """Carrying out a slice job's failure policy: the core's answer (``core.slices.slicerepair``) written as status,
 Events and pods, as ``failure/failures.py`` writes a gang's.
 
-The job's slices and the cluster's are read from the pass's view (``book.py``); a slice on a broken GPU or on
-a node that is gone is released first, so the ranks that move are packed where the packing rule says, the
+The job's slices and the cluster's are read from the pass's view (``book.py``, and ``poolbook.py`` for slices
+the device plugin hands out, moved by node and profile); a slice on a broken GPU or on a node that is gone
+is released first, so the ranks that move are packed where the packing rule says, the
 others keep their slices. A move holds its new GPU sliced in the view's state at once, so nothing else of the
 pass takes it whole.
 """
@@ -14,14 +15,16 @@ from dataclasses import replace
 from paralleljob.core.failure.elastic_failure import counts_as_restart
 from paralleljob.core.failure.repair import FailureAction, FailureReport, GiveUp, Requeue
 from paralleljob.core.slices.mig import MigProfile, MigSlice
+from paralleljob.core.slices.pools import PoolPlacement
 from paralleljob.core.slices.sharing import NodeGpus, Placement
-from paralleljob.core.slices.slicerepair import SlicesMoved, decide_slice_repair
+from paralleljob.core.slices.slicerepair import SlicesMoved, decide_pool_repair, decide_slice_repair
 from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
 from paralleljob.k8s.plan.failure.outcomes import open_failure, rescheduled, unrepaired
 from paralleljob.k8s.plan.kinds.base import GangKind
 from paralleljob.k8s.plan.slices.book import named_profile, shared_nodes
+from paralleljob.k8s.plan.slices.poolbook import held_pool_slices, pool_nodes, recorded_use
 from paralleljob.k8s.view.clusterview import hold_slice
 
 
@@ -34,7 +37,7 @@ def held_slices(nodes: list[NodeGpus], record: PlacementRecord) -> list[Placemen
         node, index, grant = by_name.get(slot.node), slot.gpu_indices[0], slot.mig
         shape = node.gpus[index].shape if node is not None and index < len(node.gpus) else None
         profile = named_profile(shape, grant.profile) if shape is not None and grant is not None else None
-        if profile is None or grant is None:
+        if profile is None or grant is None or grant.start is None:
             out.append(None)
         else:
             out.append(Placement(slot.node, (index,), MigSlice(profile, grant.start), ""))
@@ -55,11 +58,16 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
     job, request, record = held.job, held.request, held.record
     policy, maintenance = request.failure, breakage.kind.maintenance
     failure = open_failure(ctx, held, breakage)
-    node_filter = ctx.eligibility.filter_for(job.key, request.spec, with_usage=False)
-    nodes = shared_nodes(ctx.view, lambda n: node_filter is None or node_filter.admits(n), ctx.slices_placed)
     report = FailureReport(breakage.kind, breakage.slots, job.restarts)
-    profile = offered_profile(nodes, request.mig_profile)
-    decision = decide_slice_repair(nodes, held_slices(nodes, record), profile, policy, report)
+    if record.pooled:
+        used = (recorded_use(ctx.view, ctx.pool_slices_placed), ctx.foreign_mig)
+        pools = pool_nodes(ctx.view, used, request)
+        decision = decide_pool_repair(pools, held_pool_slices(pools, record), request.mig_profile, policy, report)
+    else:
+        node_filter = ctx.eligibility.filter_for(job.key, request.spec, with_usage=False)
+        nodes = shared_nodes(ctx.view, lambda n: node_filter is None or node_filter.admits(n), ctx.slices_placed)
+        profile = offered_profile(nodes, request.mig_profile)
+        decision = decide_slice_repair(nodes, held_slices(nodes, record), profile, policy, report)
     restarts = job.restarts + counts_as_restart(breakage.kind, decision)
     if isinstance(decision, GiveUp | Requeue):
         unrepaired(ctx, held, decision, failure, restarts)
@@ -68,8 +76,10 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
     slots = list(record.slots)
     for i, rank in enumerate(decision.ranks):
         slot = replace(slots[rank], incarnation=epoch)
-        if isinstance(decision, SlicesMoved):
-            moved = decision.placements[i]
+        if isinstance(decision, SlicesMoved) and isinstance(moved := decision.placements[i], PoolPlacement):
+            ctx.pool_slices_placed.setdefault(moved.node, []).append(moved.profile)
+            slot = replace(slot, node=moved.node, gpu_indices=(), mig=MigGrant(moved.profile, None))
+        elif isinstance(decision, SlicesMoved) and isinstance(moved := decision.placements[i], Placement):
             assert isinstance(moved.grant, MigSlice), "a slice placement grants a MIG slice"
             hold_slice(ctx.view, moved.node, moved.gpus[0])
             grant = MigGrant(moved.grant.profile.name, moved.grant.start)
