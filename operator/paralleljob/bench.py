@@ -235,6 +235,16 @@ def command(args: argparse.Namespace) -> int:
         if "repair" in measured:
             print(repair_table(measured["repair"]))
         return _emit(measured, args.json)
+    if args.what == "kueue" and args.kueue_nvl72:
+        from paralleljob.devtools.bench_kueue_nvl72 import run_kueue_nvl72
+        from paralleljob.devtools.kueue_nvl72_report import table as nvl72_table
+
+        measured = run_kueue_nvl72(args.kueue_nvl72, args.gangs, args.kueue_big_gangs, args.seed)
+        print(nvl72_table(measured))  # per gang; the comparison and every figure go to --json
+        if args.json:
+            with open(args.json, "w") as fh:
+                fh.write(json.dumps(measured, indent=2, sort_keys=True))
+        return 0
     if args.what == "kueue":
         from paralleljob.devtools.bench_kueue import run_kueue
         from paralleljob.devtools.kueue_report import table as kueue_table
@@ -350,6 +360,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kueue-nodes", type=int, default=64, help="kueue: kwok nodes (32 a rack)")
     parser.add_argument(
         "--kueue-big-gangs", type=int, default=3, help="kueue: gangs larger than a half-full rack's free GPUs"
+    )
+    parser.add_argument(
+        "--kueue-nvl72",
+        type=int,
+        default=0,
+        metavar="RACKS",
+        help="kueue placement: on this many GB200 NVL72 racks (trays of 4 GPUs, a clique each) instead of HGX nodes",
     )
     parser.add_argument(
         "--kueue-parts", default="placement", help="kueue: placement, or any of ceiling,throughput,repair (one cluster)"
