@@ -382,9 +382,11 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
     plan.quiet_waiting = {queue: len(jobs) for queue, jobs in lines.left_out.items()}
     plan.skipped_pending = {queue: len(jobs) for queue, jobs in lines.skipped.items()}
     plan.behind_heads = lines.behind
-    if memo is not None:  # a line left out is the one the memo holds: its earliest stamp was read then
+    if memo is not None:  # a line left out is the one the memo holds (less its head, when the head was looked at)
         plan.quiet_oldest = {
-            queue: oldest for queue, jobs in lines.left_out.items() if jobs and (oldest := memo.lines[queue].oldest)
+            queue: oldest
+            for queue, jobs in lines.left_out.items()
+            if jobs and (oldest := _left_oldest(memo, queue, jobs))
         }
         for queue, jobs in lines.skipped.items():  # in line too (by priority a new one may have waited longer)
             if oldest := earliest([plan.quiet_oldest.get(queue, ""), *(job.queued_at for job in jobs)]):
@@ -395,6 +397,14 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
         remember_running(
             memo, book.actions.values(), book.pods_of, line.memo.untouchable, line.memo.sorted_out.finished
         )
+
+
+def _left_oldest(memo: WaitingMemo, queue: str, left_out: Sequence[JobObject]) -> str:
+    """The earliest ``queuedAt`` among a line's jobs left out, read when the memo kept the line: all of them,
+    or all but the head when the pass decided the head alone (it counts from its own decision then: admitted,
+    it waits no more)."""
+    line = memo.lines[queue]
+    return line.oldest if len(left_out) == len(line.members) else line.oldest_behind
 
 
 def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:

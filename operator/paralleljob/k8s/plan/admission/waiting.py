@@ -105,6 +105,9 @@ class LineMemo:
     oldest: str = ""  # the earliest ``queuedAt`` of its jobs: the queue-wait gauge reads it while it is left out
     head_name: str = ""  # the head as the core FIFO pass's ``blocked`` names it: the core's FifoJob.label
     head_at: LineKey | None = None  # the head's place in line (core.admit.fifo.line_key): a newcomer behind it waits
+    # the earliest ``queuedAt`` of its jobs but the head: what the gauge reads when a pass looked at the head alone
+    # (``waiting_lines.Look.HEAD``) and left the rest out, the head then counted from its own decision
+    oldest_behind: str = ""
 
 
 @dataclass(frozen=True, slots=True)

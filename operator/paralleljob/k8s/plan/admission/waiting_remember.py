@@ -125,8 +125,13 @@ def _grow(memo: WaitingMemo, queue: str, jobs: Sequence[tuple[str, JobObject, bo
     for key, job in joined:
         memo.jobs[key] = job
     if joined:
-        oldest = earliest([line.oldest, *(job.queued_at for _, job in joined)])
-        memo.lines[queue] = replace(line, members=line.members | {key for key, _ in joined}, oldest=oldest)
+        stamps = [job.queued_at for _, job in joined]  # arrivals: never the head
+        memo.lines[queue] = replace(
+            line,
+            members=line.members | {key for key, _ in joined},
+            oldest=earliest([line.oldest, *stamps]),
+            oldest_behind=earliest([line.oldest_behind, *stamps]),
+        )
 
 
 def _rebuild(
@@ -178,8 +183,9 @@ def _rebuild(
         reason = head.reason if head is not None else None
         facts = queue_facts(queues.get(queue))
         key = head.job_id if head is not None else ""
-        oldest = earliest(decided[member][0].queued_at for member in members)
+        behind = earliest(decided[member][0].queued_at for member in members if member != key)
+        oldest = earliest([behind, head_job.queued_at]) if head_job is not None and key in members else behind
         name = head_job.name if head_job is not None else ""
         memo.lines[queue] = LineMemo(
-            frozenset(members), facts, in_use.get(queue, 0), reason, shape, key, oldest, name, at
+            frozenset(members), facts, in_use.get(queue, 0), reason, shape, key, oldest, name, at, behind
         )
