@@ -153,3 +153,41 @@ def test_a_record_of_device_plugin_slices_reads_back_as_written() -> None:
 def test_the_dev_clusters_mig_node_has_no_whole_gpu_and_offers_its_slices() -> None:
     info = parse_node(gpu_node_manifest(NodeShape(count=1, mig_nodes=1), 0), TopologyConfig())
     assert info.gpu_count == 0 and info.mig is not None and info.mig.count(ONE) == 56
+
+
+def test_every_surface_shows_the_device_plugins_slices() -> None:
+    from rich.console import Console
+
+    from paralleljob.clitools.describe import describe_job
+    from paralleljob.clitools.gpumap import build_map
+    from paralleljob.clitools.render import gpu_map_renderable, print_renderable
+    from paralleljob.dashboard.model import pack_slots, picture
+    from paralleljob.k8s.plan.metrics_model import gauges
+
+    cluster = FakeCluster([mig_node("mig-0"), mig_node("mig-1", whole=4), node("hgx-0")])
+    cluster.add_job(slice_job("a", dp=2))
+    cluster.add_job(slice_job("b"))
+    cluster.settle(4)
+    plan, view = cluster.step(), cluster.last_view
+    assert view is not None
+    g = gauges(view, plan.jobs, {})
+    # the gauges count the slices by profile, and mig-0's eight MIG GPUs as sliced (which hold them is unknown)
+    assert g.mig_slices == {ONE: 3} and g.sliced_gpus == 8
+    assert g.gpus["allocated"] == 0 and g.gpus["free"] == 12  # hgx-0's 8 and mig-1's 4 whole GPUs
+
+    gpu_map = build_map(list(cluster.nodes.values()), list(cluster.pods.values()), list(cluster.jobs.values()))
+    rows = {row.name: row for row in gpu_map.pools}
+    assert set(rows) == {"mig-0", "mig-1"} and rows["mig-0"].held == {ONE: 3} and rows["mig-0"].offered == {ONE: 56}
+    assert rows["mig-0"].slices == (f"ns/a {ONE} x2", f"ns/b {ONE} x1") and rows["mig-0"].config == "all-1g.10gb"
+    console = Console(width=160, record=True)
+    print_renderable(gpu_map_renderable(gpu_map), console)
+    text = console.export_text()
+    assert "MIG slices on device-plugin nodes" in text and f"3/56 {ONE}" in text and "ns/a 1g.10gb x2" in text
+
+    snapshot = picture(gpu_map, list(cluster.jobs.values()))
+    assert [p["name"] for p in snapshot["migPools"]] == ["mig-0", "mig-1"]
+    slots = pack_slots(record_from_status(cluster.job("ns/a")["status"]))  # type: ignore[arg-type]
+    assert [(s["node"], s["gpuIndices"], s["migSlice"]) for s in slots] == [("mig-0", [], {"profile": ONE})] * 2
+
+    described = describe_job(cluster.job("ns/a"), cluster.job_pods("ns/a"))
+    assert described.mig_profile == ONE and [p.mig for p in described.pods] == [ONE, ONE]

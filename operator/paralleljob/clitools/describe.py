@@ -40,7 +40,7 @@ class PodLine:
     devices: tuple[str, ...] = ()  # DRA: the devices allocated in the pod's claims, in their order
     uuids: tuple[str, ...] = ()  # their UUIDs ("" where no slice publishes the device)
     claims: tuple[str, ...] = ()  # DRA: the ResourceClaims whose allocation holds them
-    mig: str = ""  # a rank on a MIG slice (spec.gpuSharing): its profile and placement start, "1g.10gb@2"
+    mig: str = ""  # a rank on a MIG slice (spec.gpuSharing): its profile and placement start, "1g.10gb@2" (DRA)
     note: str = ""  # a pod group's slot during a repair: the old pod that must go
 
 
@@ -185,10 +185,12 @@ def _group_lines(
 
 
 def _mig(data: object) -> str:
-    """A record's ``migSlice`` as people read it: ``1g.10gb@2`` (profile at placement start)."""
+    """A record's ``migSlice`` as people read it: ``1g.10gb@2`` (profile at placement start), or the profile
+    alone for a slice whose GPU the device plugin picks."""
     if not isinstance(data, Mapping):
         return ""
-    return f"{data.get('profile', '')}@{data.get('start', '')}"
+    start = data.get("start")
+    return f"{data.get('profile', '')}" + (f"@{start}" if start is not None else "")
 
 
 def describe_job(

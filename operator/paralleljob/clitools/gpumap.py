@@ -23,10 +23,11 @@ from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
 from paralleljob.k8s.edge.constants import GPU_HEALTHY_CONDITION
 from paralleljob.k8s.edge.parse.dra import NodeGpus, node_gpus, overlay_nodes, parse_claim, parse_slice
 from paralleljob.k8s.edge.parse.nodes import parse_node
-from paralleljob.k8s.edge.parse.pods import parse_pod
+from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
 from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
 from paralleljob.k8s.plan.decide import claims_of
 from paralleljob.k8s.plan.slices.book import recorded
+from paralleljob.k8s.plan.slices.poolbook import foreign_use, pool_nodes, recorded_use
 from paralleljob.k8s.view.clusterview import (
     PLACEHOLDER_PREFIX,
     SLICED_PREFIX,
@@ -67,6 +68,20 @@ class NodeRow:
 
 
 @dataclass(frozen=True)
+class PoolRow:
+    """A device-plugin node offering MIG slices (``nvidia.com/mig-<profile>``): per profile, how many it offers
+    and how many pods hold; ``slices``: "<job key> <profile> x<n>" of the operator's jobs. Which GPU each slice
+    is on is the device plugin's choice, so no GPU cell names them."""
+
+    name: str
+    config: str  # nvidia.com/mig.config
+    closed: str  # why it takes no new slice ("" when it does)
+    offered: dict[str, int]
+    held: dict[str, int]
+    slices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class JobRow:
     key: str
     phase: str
@@ -83,6 +98,7 @@ class GpuMap:
     jobs: tuple[JobRow, ...]
     warnings: tuple[str, ...] = ()
     totals: dict[str, int] = field(default_factory=dict)
+    pools: tuple[PoolRow, ...] = ()  # device-plugin MIG nodes (their MIG GPUs are in no row above)
 
     def by_domain(self) -> dict[str, list[NodeRow]]:
         out: dict[str, list[NodeRow]] = {}
@@ -164,14 +180,43 @@ def build_map_and_view(
     )
     pools = node_gpus(parsed_slices, dra.driver) if dra.enabled else {}
     parsed_jobs = [parse_job(body) for body in jobs]
-    view = build_view(infos, [parse_pod(p) for p in pods], claims_of(parsed_jobs), config)
+    parsed_pods = [parse_pod(p) for p in pods]
+    view = build_view(infos, parsed_pods, claims_of(parsed_jobs), config)
     topology = view.topology
     level = topology.levels[1].name  # "cluster" for a cluster without GPU nodes
     rows = [node_row(view, n, raw_nodes.get(name), pools) for n, name in enumerate(topology.node_names)]
     totals = count_states(rows)
     job_rows = tuple(sorted((_job_row(j) for j in parsed_jobs), key=lambda r: r.key))
     warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
-    return GpuMap(level, tuple(rows), job_rows, tuple(warnings), totals), view
+    return GpuMap(level, tuple(rows), job_rows, tuple(warnings), totals, pool_rows(view, parsed_pods)), view
+
+
+def pool_rows(view: ClusterView, pods: Iterable[PodInfo]) -> tuple[PoolRow, ...]:
+    """The view's device-plugin MIG nodes as map rows: what each offers, what pods hold (the operator's records
+    and every other pod asking for ``nvidia.com/mig-<profile>`` there), and whose slices they are."""
+    if not view.pools:
+        return ()
+    held = [recorded_use(view), foreign_use(pods, view)]
+    ours: dict[str, dict[tuple[str, str], int]] = {}
+    for item in recorded(view):
+        if not item.grant.exact:
+            per = ours.setdefault(item.slot.node, {})
+            per[(item.job, item.grant.profile)] = per.get((item.job, item.grant.profile), 0) + 1
+    out = []
+    for pool in pool_nodes(view, held):
+        info = view.pools[pool.node]
+        offer = info.mig
+        out.append(
+            PoolRow(
+                name=pool.node,
+                config=offer.config if offer is not None else "",
+                closed=pool.closed,
+                offered=dict(pool.offered),
+                held=dict(pool.taken),
+                slices=tuple(f"{job} {profile} x{n}" for (job, profile), n in sorted(ours.get(pool.node, {}).items())),
+            )
+        )
+    return tuple(out)
 
 
 def count_states(rows: Iterable[NodeRow]) -> dict[str, int]:

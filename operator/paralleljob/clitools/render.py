@@ -115,6 +115,8 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
             "dim",
         )
     )
+    if gpu_map.pools:
+        parts.append(pools_renderable(gpu_map))
     if gpu_map.jobs:
         job_table = Table(title="ParallelJobs", title_justify="left")
         for name in ("", "job", "phase", "TPxPPxDP", "GPUs", "nodes", "cost ms"):
@@ -128,6 +130,19 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
     for warning in gpu_map.warnings:
         parts.append(Text(f"warning: {warning}", style="yellow"))
     return Group(*parts)  # type: ignore[arg-type]
+
+
+def pools_renderable(gpu_map: GpuMap) -> Table:
+    """The device plugin's MIG nodes: slices held of those offered, per profile, and whose they are (the
+    device plugin picks each slice's GPU, so they are not drawn on GPUs)."""
+    table = Table(title="MIG slices on device-plugin nodes (the device plugin picks each GPU)", title_justify="left")
+    for name in ("node", "mig.config", "held / offered", "jobs"):
+        table.add_column(name, overflow="fold")
+    for row in gpu_map.pools:
+        counts = ", ".join(f"{row.held.get(p, 0)}/{n} {p}" for p, n in row.offered.items())
+        jobs = ", ".join(row.slices) + (f"  ({row.closed})" if row.closed else "")
+        table.add_row(row.name, row.config, counts, jobs)
+    return table
 
 
 def print_renderable(renderable: Group, console: Console | None = None) -> None:

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from paralleljob.clitools.gpumap import node_row
+from paralleljob.clitools.gpumap import node_row, pool_rows
 from paralleljob.core.topology import Topology
 from paralleljob.dashboard.model import FEED_LENGTH, Listed, PackedRows, RowTally, assemble, pack_job, pack_node, patch
 from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
@@ -212,7 +212,7 @@ class Feed:
         self._packed = {k: v for k, v in self._packed.items() if k[0] in self._job_uids()}
         warnings = (*view.warnings, *(f"{k}: {v}" for k, v in view.conflicts.items()))
         queues = [b for k, _ in self.queues.items() if (b := self.queues.body(*k)) is not None]
-        listed = Listed(bodies, queues, self.failures, warnings)
+        listed = Listed(bodies, queues, self.failures, warnings, pool_rows(view, self.live.pods.values()))
         new = assemble(level, PackedRows(self.rows, list(self.domain_ids), list(self.holder_ids)), listed,
                        pack=self._pack_job, tally=self.tally)
         return new, view

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from paralleljob.clitools.gpumap import (
@@ -30,6 +30,7 @@ from paralleljob.clitools.gpumap import (
     USED,
     GpuMap,
     NodeRow,
+    PoolRow,
     number_jobs,
 )
 from paralleljob.core.rankorder import coordinates
@@ -74,6 +75,11 @@ def pack_slots(record: PlacementRecord) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for pod in record.to_status()["pods"]:
         slot: dict[str, Any] | None = None
+        if not pod["gpuIndices"]:  # a MIG slice the device plugin placed: the node is known, not the GPU
+            out.append({"pod": pod["name"], "node": pod["node"], "nodeRank": pod["nodeRank"], "replica": pod["replica"],
+                        "stage": pod["stage"], "group": pod["replica"] * pp + pod["stage"], "gpuIndices": [],
+                        "ranks": pod["ranks"], "migSlice": pod.get("migSlice")})  # fmt: skip
+            continue
         for index, rank in zip(pod["gpuIndices"], pod["ranks"], strict=True):
             replica, stage, _ = coordinates(order, rank, tp, pp, dp)
             if slot is None or (slot["replica"], slot["stage"]) != (replica, stage):
@@ -152,7 +158,7 @@ def picture(
     domains: dict[str, int] = {}
     holders = {h: i for i, h in enumerate(sorted({c.holder for r in gpu_map.nodes for c in r.gpus if c.holder}))}
     rows = {row.name: pack_node(row, domains.setdefault(row.domain, len(domains)), holders) for row in gpu_map.nodes}
-    listed = Listed(jobs, queues, failures, gpu_map.warnings)
+    listed = Listed(jobs, queues, failures, gpu_map.warnings, gpu_map.pools)
     return assemble(gpu_map.domain_level, PackedRows(rows, list(domains), list(holders)), listed)
 
 
@@ -173,6 +179,7 @@ class Listed:
     queues: Iterable[Mapping[str, Any]]
     failures: Iterable[Mapping[str, Any]]
     warnings: Iterable[str]
+    pools: Iterable[PoolRow] = ()  # device-plugin MIG nodes (``gpumap.pool_rows``)
 
 
 def assemble(
@@ -205,6 +212,7 @@ def assemble(
         "failures": [failure_line(e) for e in listed.failures][-FEED_LENGTH:],
         "totals": totals,
         "warnings": list(listed.warnings),
+        "migPools": [asdict(row) for row in listed.pools],
     }
 
 

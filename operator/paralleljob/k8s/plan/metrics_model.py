@@ -12,6 +12,7 @@ from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
 from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_time
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.slices.book import recorded, sliced_gpus
+from paralleljob.k8s.plan.slices.poolbook import pool_mig_gpus
 from paralleljob.k8s.view.clusterview import ClusterView
 
 RUNNING = frozenset({Phase.PLACING, Phase.RUNNING, Phase.RECOVERING})
@@ -258,7 +259,7 @@ def gauges(
         queue_gpus,
         reoptimizable,
         level_use(view),
-        sum(len(indices) for indices in sliced_gpus(view).values()),
+        sum(len(indices) for indices in sliced_gpus(view).values()) + pool_mig_gpus(view),
         dict(Counter(item.grant.profile for item in recorded(view))),
     )
 

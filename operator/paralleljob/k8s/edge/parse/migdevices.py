@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from paralleljob.k8s.edge.constants import GPU_COUNT_LABEL, GPU_RESOURCE
 from paralleljob.k8s.edge.parse.quantity import parse_count
 
 MIG_TYPE = "mig"
@@ -84,6 +85,7 @@ class MigOffer:
     counts: tuple[tuple[str, int], ...] = ()  # profile -> allocatable nvidia.com/mig-<profile>
     config: str = ""  # nvidia.com/mig.config
     ready: bool = True  # the device plugin's: mig-manager reports success (else its counts are not used)
+    mig_gpus: int = 0  # the device plugin's: GPUs in MIG mode (GFD's nvidia.com/gpu.count less nvidia.com/gpu)
 
     @property
     def profiles(self) -> tuple[str, ...]:
@@ -145,11 +147,13 @@ def device_plugin_offer(labels: Mapping[str, str], allocatable: Mapping[str, Any
             counts.append((profile, count))
     if not counts:
         return None, ""
+    counted = parse_count(labels.get(GPU_COUNT_LABEL)) or 0
+    mig_gpus = max(0, counted - (parse_count(allocatable.get(GPU_RESOURCE)) or 0))
     state = str(labels.get(MIG_CONFIG_STATE_LABEL) or "")
     ready = state in ("", "success")
     warning = "" if ready else f"{MIG_CONFIG_STATE_LABEL}={state}: its MIG slices take no new work until success"
     return MigOffer("device-plugin", counts=tuple(sorted(counts)), config=str(labels.get(MIG_CONFIG_LABEL) or ""),
-                    ready=ready), warning  # fmt: skip
+                    ready=ready, mig_gpus=mig_gpus), warning  # fmt: skip
 
 
 def single_strategy(labels: Mapping[str, str]) -> bool:

@@ -78,6 +78,14 @@ def recorded_use(view: ClusterView, placed: Mapping[str, Sequence[str]] | None =
     return out
 
 
+def pool_mig_gpus(view: ClusterView) -> int:
+    """The GPUs in MIG mode of the device-plugin nodes where the operator's jobs hold slices (all of a node's:
+    which of them hold the slices is the device plugin's secret); what ``paralleljob_sliced_gpus`` adds for them."""
+    return sum(
+        info.mig.mig_gpus for name in recorded_use(view) if (info := view.pools.get(name)) is not None and info.mig
+    )
+
+
 def unhealthy(info: NodeInfo) -> str:
     """Why the node's MIG slices must not run work ("" when they may): the node is down, or a GPU under them
     is reported unhealthy (which slices it holds is the device plugin's secret)."""

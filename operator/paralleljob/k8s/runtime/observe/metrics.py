@@ -56,7 +56,8 @@ class Metrics:
         )
         self.sliced_gpus = Gauge(
             "paralleljob_sliced_gpus",
-            "GPUs that MIG slices hold (never offered whole; allocated in paralleljob_gpus)",
+            "GPUs that MIG slices hold, never offered whole (DRA: each GPU with a slice, allocated in"
+            " paralleljob_gpus; device plugin: every MIG-mode GPU of a node where a job holds a slice)",
             registry=r,
         )
         self.mig_slices = Gauge(
