@@ -191,3 +191,9 @@ def test_every_surface_shows_the_device_plugins_slices() -> None:
 
     described = describe_job(cluster.job("ns/a"), cluster.job_pods("ns/a"))
     assert described.mig_profile == ONE and [p.mig for p in described.pods] == [ONE, ONE]
+
+
+def test_an_unhealthy_mig_mode_gpu_is_no_malformed_index() -> None:
+    info = parse_node(mig_node("mig-0", unhealthy="3"), TopologyConfig())
+    assert info.unhealthy_gpus == frozenset({3}) and not info.warnings
+    assert parse_node(mig_node("mig-0", unhealthy="9"), TopologyConfig()).warnings

@@ -143,6 +143,7 @@ function drawNodes(r, sel, k) {
       }
     }
     for (const slot of sel.slots.get(name) || []) {  // each TP group of the selected job, outlined
+      if (!slot.gpuIndices.length) continue;  // a MIG slice the device plugin placed: on no GPU drawn here
       const lo = Math.min(...slot.gpuIndices), hi = Math.max(...slot.gpuIndices);
       ctx.strokeStyle = "#111"; ctx.lineWidth = 1.5 / Math.min(k, 1.5);
       ctx.strokeRect(r.x + PAD + lo * ROW - 1, y - 1, (hi - lo) * ROW + CELL + 2, CELL + 2);

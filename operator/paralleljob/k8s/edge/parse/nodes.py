@@ -263,7 +263,8 @@ def parse_node(body: Mapping[str, Any], config: TopologyConfig) -> NodeInfo:
         unhealthy, warning = parse_indices(str(annotations[UNHEALTHY_GPUS_ANNOTATION]))
         if warning:
             warnings.append(warning)
-        beyond = indices_beyond(name, unhealthy, gpu_count)
+        # a device-plugin MIG node's GPUs in MIG mode are not in nvidia.com/gpu, but the agent reports them too
+        beyond = indices_beyond(name, unhealthy, gpu_count + (mig.mig_gpus if mig is not None else 0))
         if beyond:
             warnings.append(beyond)
     degraded, warning = parse_degraded(annotations.get(GPU_HEALTH_ANNOTATION))
