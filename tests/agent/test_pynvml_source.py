@@ -145,3 +145,44 @@ def test_init_failure_is_nvml_unavailable(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(pynvml, "nvmlInit", fail)
     with pytest.raises(NvmlUnavailable, match="Driver Not Loaded"):
         PynvmlSource().open()
+
+
+def test_a_gpu_in_mig_mode_reports_its_mig_devices(source: tuple[PynvmlSource, Driver], monkeypatch: Any) -> None:
+    nvml, _ = source
+
+    def mig_mode(handle: Any) -> tuple[int, int]:
+        if handle == 2:
+            raise err(pynvml.NVML_ERROR_NOT_SUPPORTED)  # a consumer card cannot do MIG
+        return (pynvml.NVML_DEVICE_MIG_ENABLE, pynvml.NVML_DEVICE_MIG_ENABLE) if handle == 0 else (0, 0)
+
+    def mig_handle(handle: int, index: int) -> tuple[int, int]:
+        if index in (1, 4):  # slots with no MIG device
+            raise err(pynvml.NVML_ERROR_NOT_FOUND)
+        return (handle, index)
+
+    def name(handle: Any) -> str:
+        return "NVIDIA H100 80GB HBM3" + (" MIG 1g.10gb" if isinstance(handle, tuple) else "")
+
+    def uuid(handle: Any) -> str:
+        return f"MIG-{handle[0]}-{handle[1]}" if isinstance(handle, tuple) else f"GPU-{handle}"
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigMode", mig_mode)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMaxMigDeviceCount", lambda handle: 7)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigDeviceHandleByIndex", mig_handle)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetName", name)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID", uuid)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuInstanceId", lambda handle: 7 + handle[1])
+    sample = nvml.sample()
+    sliced, lost, consumer = sample.gpus
+    assert sliced.mig_enabled is True and sliced.mig_devices is not None
+    assert [(d.index, d.uuid, d.profile, d.gpu_instance) for d in sliced.mig_devices] == [
+        (i, f"MIG-0-{i}", "1g.10gb", 7 + i) for i in (0, 2, 3, 5, 6)
+    ]
+    assert sliced.to_json()["mig_devices"][0] == {
+        "index": 0,
+        "uuid": "MIG-0-0",
+        "profile": "1g.10gb",
+        "gpu_instance": 7,
+    }
+    assert lost.lost and consumer.mig_enabled is None and consumer.mig_devices is None
+    assert "mig_enabled" not in consumer.to_json()

@@ -12,6 +12,16 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
+class MigDeviceSample:
+    """One MIG device NVML lists under a GPU in MIG mode: what the device plugin hands a pod as one slice."""
+
+    index: int  # its index under the GPU (nvmlDeviceGetMigDeviceHandleByIndex)
+    uuid: str  # MIG-...
+    profile: str = ""  # "1g.10gb", read from its name ("" when the name carries none)
+    gpu_instance: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     index: int
     uuid: str = ""
@@ -35,6 +45,8 @@ class GpuSample:
     remap_failed: bool | None = None  # no spare rows left: the board needs replacing
     nvlinks_active: int | None = None
     nvlinks_total: int | None = None  # links that exist on this GPU
+    mig_enabled: bool | None = None  # MIG mode now (None: the GPU cannot do MIG, or NVML does not say)
+    mig_devices: tuple[MigDeviceSample, ...] | None = None  # in MIG mode: its MIG devices
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None and v != ""}

@@ -1,7 +1,9 @@
 """The real NVML behind :class:`~paralleljob.agent.nvml.NvmlSource`, through ``nvidia-ml-py`` (``import pynvml``).
 
-Every query that a GPU or driver does not support yields ``None`` for that field, never an error: an NVML
-error on one counter must not take a healthy GPU out of service. Only ``GPU_IS_LOST`` (or a handle that
+A GPU in MIG mode also reports its MIG devices (their UUIDs, profiles read from their names, GPU instances):
+what the device plugin hands pods as slices. Every query that a GPU or driver does not support yields
+``None`` for that field, never an error: an NVML error on one counter must not take a healthy GPU out of
+service. Only ``GPU_IS_LOST`` (or a handle that
 cannot be had) marks a GPU lost. XIDs arrive through an NVML event set (``nvmlEventTypeXidCriticalError``);
 ``nvmlEventSetWait`` blocks in C with the GIL released, so the agent runs it in a worker thread.
 """
@@ -9,14 +11,16 @@ cannot be had) marks a GPU lost. XIDs arrive through an NVML event set (``nvmlEv
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from paralleljob.agent.model import GpuSample, NodeSample, XidEvent
+from paralleljob.agent.model import GpuSample, MigDeviceSample, NodeSample, XidEvent
 from paralleljob.agent.nvml import NvmlUnavailable
 
 log = logging.getLogger("paralleljob.agent")
+_PROFILE = re.compile(r"^[1-7]g\.[0-9]+gb$")  # a MIG device's name ends in its profile: "... MIG 1g.10gb"
 T = TypeVar("T")
 
 
@@ -139,6 +143,8 @@ class PynvmlSource:
         rows = t(nvml.nvmlDeviceGetRemappedRows, handle)  # (corrected, uncorrected, pending, failure)
         active, total = self._nvlinks(handle)
         temperature = t(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU)
+        mode = t(nvml.nvmlDeviceGetMigMode, handle)  # (current, pending)
+        mig_on = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
         return GpuSample(
             index=index,
             uuid=_text(t(nvml.nvmlDeviceGetUUID, handle) or ""),
@@ -160,7 +166,24 @@ class PynvmlSource:
             remap_failed=None if rows is None else bool(rows[3]),
             nvlinks_active=active if total else None,
             nvlinks_total=total or None,
+            mig_enabled=mig_on,
+            mig_devices=self._mig_devices(handle) if mig_on else None,
         )
+
+    def _mig_devices(self, handle: Any) -> tuple[MigDeviceSample, ...]:
+        """The MIG devices of a GPU in MIG mode: an index with no device answers NOT_FOUND and is skipped."""
+        nvml, t = self.nvml, self._try
+        out = []
+        for i in range(t(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+            mig = t(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, i)
+            if mig is None:
+                continue
+            name = _text(t(nvml.nvmlDeviceGetName, mig) or "")
+            profile = next((word for word in reversed(name.split()) if _PROFILE.match(word)), "")
+            instance = t(nvml.nvmlDeviceGetGpuInstanceId, mig)
+            uuid = _text(t(nvml.nvmlDeviceGetUUID, mig) or "")
+            out.append(MigDeviceSample(i, uuid, profile, None if instance is None else int(instance)))
+        return tuple(out)
 
     def _nvlinks(self, handle: Any) -> tuple[int, int]:
         """(active, existing) links: a link that does not exist answers NOT_SUPPORTED or INVALID_ARGUMENT."""
