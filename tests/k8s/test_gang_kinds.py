@@ -17,7 +17,7 @@ from paralleljob import k8s
 from paralleljob.core.elastic import ElasticRange
 from paralleljob.core.rankorder import RankOrder
 from paralleljob.k8s.edge.parse.specs import JobRequest, parse_job
-from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord, PodSlot
+from paralleljob.k8s.edge.status.records import MigGrant, MpsGrant, PlacementRecord, PodSlot
 from paralleljob.k8s.edge.status.trayrecords import TraySlot
 from paralleljob.k8s.plan.kinds import base
 from paralleljob.k8s.plan.kinds.gangs import GANGS, LAYOUTS, gang_of
@@ -133,7 +133,7 @@ def test_the_picker_gives_each_request_and_record_its_gang(
 
 
 def test_every_combination_is_in_the_table() -> None:
-    assert len(GANGS) == len(KINDS) * len(LAYOUTS) * len(SIZINGS) == 18
+    assert len(GANGS) == len(KINDS) * len(LAYOUTS) * len(SIZINGS) == 24
 
 
 def test_a_record_of_mig_slices_has_the_slice_layout() -> None:
@@ -141,6 +141,14 @@ def test_a_record_of_mig_slices_has_the_slice_layout() -> None:
     record = PlacementRecord(1, "seed", 1, 1, 1, (slot,), RankOrder.TP_DP_PP)
     gang = gang_of(_request(), record)
     assert (gang.kind.name, gang.layout.name, gang.sizing.name) == ("ParallelJob", "MIG slices", "rigid")
+    assert gang.layout.best_now(None, None, None) is None  # type: ignore[arg-type]  # never moved for cost
+
+
+def test_a_record_of_mps_shares_has_the_share_layout() -> None:
+    slot = PodSlot("j-d0-p0", 0, 0, "n0", (3,), mps=MpsGrant(25))
+    record = PlacementRecord(1, "seed", 1, 1, 1, (slot,), RankOrder.TP_DP_PP)
+    gang = gang_of(_request(), record)
+    assert (gang.kind.name, gang.layout.name, gang.sizing.name) == ("ParallelJob", "MPS shares", "rigid")
     assert gang.layout.best_now(None, None, None) is None  # type: ignore[arg-type]  # never moved for cost
 
 

@@ -207,7 +207,7 @@ def test_the_gpu_map_and_describe_show_the_slices(dra_world: list[dict[str, Any]
     console = Console(width=160, record=True)
     print_renderable(gpu_map_renderable(gpu_map), console)
     text = console.export_text()
-    assert f"s [{gpu}] MIG ns/" in text and "s MIG slices of jobs" in text
+    assert f"s [{gpu}] MIG ns/" in text and "s MIG slices or MPS shares of jobs" in text
 
     described = describe_job(cluster.job("ns/a"), cluster.job_pods("ns/a"))
     assert described.mig_profile == "1g.10gb" and described.pods[0].mig.startswith("1g.10gb@")

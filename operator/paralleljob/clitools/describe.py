@@ -41,6 +41,7 @@ class PodLine:
     uuids: tuple[str, ...] = ()  # their UUIDs ("" where no slice publishes the device)
     claims: tuple[str, ...] = ()  # DRA: the ResourceClaims whose allocation holds them
     mig: str = ""  # a rank on a MIG slice (spec.gpuSharing): its profile and placement start, "1g.10gb@2" (DRA)
+    mps: str = ""  # a rank on an MPS share (spec.gpuSharing.mps): "25%"
     note: str = ""  # a pod group's slot during a repair: the old pod that must go
 
 
@@ -79,6 +80,7 @@ class JobDescription:
     # parsed once (``moveplans.moves_of``), as the web view reads them
     moves: JobMoves = field(default_factory=JobMoves)
     mig_profile: str = ""  # spec.gpuSharing.migProfile: each rank on one MIG slice of it ("": whole GPUs)
+    mps_percent: int = 0  # spec.gpuSharing.mps.percent: each rank an MPS client with this share (0: not MPS)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -233,6 +235,7 @@ def describe_job(
                     uuids=devices.get(item["name"], NONE).uuids,
                     claims=devices.get(item["name"], NONE).claims,
                     mig=_mig(item.get("migSlice")),
+                    mps=f"{item['mpsShare'].get('percent')}%" if isinstance(item.get("mpsShare"), Mapping) else "",
                 )
             )
         lines.sort(key=lambda line: line.node_rank)
@@ -278,4 +281,5 @@ def describe_job(
         last_drain=dict(status.get("lastDrain") or {}),
         moves=moves_of(status),
         mig_profile=request.mig_profile if request else "",
+        mps_percent=request.mps_percent if request else 0,
     )

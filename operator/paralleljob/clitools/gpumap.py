@@ -27,18 +27,21 @@ from paralleljob.k8s.edge.parse.pods import PodInfo, parse_pod
 from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
 from paralleljob.k8s.plan.decide import claims_of
 from paralleljob.k8s.plan.slices.book import recorded
+from paralleljob.k8s.plan.slices.mpsbook import shares_on
 from paralleljob.k8s.plan.slices.poolbook import foreign_use, pool_nodes, recorded_use
 from paralleljob.k8s.view.clusterview import (
+    MPS_PREFIX,
     PLACEHOLDER_PREFIX,
     SLICED_PREFIX,
     ClusterView,
     build_view,
+    is_mps_holder,
     is_sliced_holder,
 )
 
 # Holders that are not ParallelJobs: a pod no job explains, a DRA node's devices in others' claims, or a GPU
-# that MIG slices of several jobs share (``GpuCell.slices`` names them).
-OTHERS = ("pod:", "claims:", SLICED_PREFIX)
+# that MIG slices or MPS shares of several jobs share (``GpuCell.slices`` names them).
+OTHERS = ("pod:", "claims:", SLICED_PREFIX, MPS_PREFIX)
 # What a GPU cell shows, from best to worst.
 FREE, USED, CLOSED, DEGRADED, DRAINED, UNHEALTHY = "free", "used", "closed", "degraded", "drained", "unhealthy"
 
@@ -52,7 +55,13 @@ class GpuCell:
     reason: str = ""
     device: str = ""  # on a DRA node: the device name in the pool (what a claim names) ...
     uuid: str = ""  # ... and its UUID
-    slices: tuple[str, ...] = ()  # a GPU MIG slices share: "<job key> <profile>@<start>" each, by start
+    # a GPU MIG slices share: "<job key> <profile>@<start>" each, by start; MPS shares: "<job key> <percent>%"
+    slices: tuple[str, ...] = ()
+
+
+def sharing_kind(cell: GpuCell) -> str:
+    """What shares the cell's GPU: "MPS" (an ``mps:`` holder) or "MIG"."""
+    return "MPS" if cell.holder is not None and is_mps_holder(cell.holder) else "MIG"
 
 
 @dataclass(frozen=True)
@@ -263,6 +272,8 @@ def node_row(
             cell = replace(cell, device=pool.devices[index].name, uuid=pool.devices[index].uuid)
         if owner is not None and is_sliced_holder(owner):
             cell = replace(cell, slices=slices_on(view, name, index))
+        elif owner is not None and is_mps_holder(owner):
+            cell = replace(cell, slices=shares_on(view, name, index))  # the jobs whose MPS clients share it
         cells.append(cell)
     level, domain = home_domain(topology, n)
     return NodeRow(

@@ -121,7 +121,12 @@ def _placement(d: JobDescription) -> RenderableType:
     columns += [("clique", False)] if cliques else []
     columns += [("node", False), ("GPUs", False), ("ranks", False), ("phase", True)]
     rows = [_pod_cells(p, cliques) for p in d.pods]
-    shown = (("MIG slice", any(p.mig for p in d.pods)), ("devices", _any_devices(d)), ("note", _any_note(d)))
+    shown = (
+        ("MIG slice", any(p.mig for p in d.pods)),
+        ("MPS share", any(p.mps for p in d.pods)),
+        ("devices", _any_devices(d)),
+        ("note", _any_note(d)),
+    )
     extras: list[Column] = [(name, True) for name, on in shown if on]
     extra_rows = [_extra_cells(p, [name for name, _ in extras]) for p in d.pods]
     full = [[*row, *extra] for row, extra in zip(rows, extra_rows, strict=True)]
@@ -167,6 +172,7 @@ def _pod_cells(p: PodLine, cliques: list[str]) -> list[str]:
 def _extra_cells(p: PodLine, names: list[str]) -> list[str]:
     cells = {
         "MIG slice": p.mig,
+        "MPS share": p.mps,
         "devices": " ".join(f"{n}={u}" if u else n for n, u in zip(p.devices, p.uuids, strict=True)),
         "note": p.note,
     }
@@ -178,6 +184,8 @@ def _shape(d: JobDescription) -> str:
         return d.invalid
     if d.mig_profile:
         return f"{d.shape}  = {d.gpus} MIG {d.mig_profile} slices (one per rank, GPUs shared)"
+    if d.mps_percent:
+        return f"{d.shape}  = {d.gpus} MPS shares of {d.mps_percent}% (one per rank, GPUs shared)"
     return f"{d.shape}  = {d.gpus} GPUs"
 
 

@@ -20,6 +20,7 @@ from paralleljob.clitools.gpumap import (
     GpuMap,
     NodeRow,
     job_order,
+    sharing_kind,
 )
 from paralleljob.k8s.edge.status.records import rounded_ms
 
@@ -94,7 +95,7 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
                 if cell.holder and not cell.slices:
                     held.setdefault(cell.holder, []).append(cell.index)
             jobs = ", ".join(f"{letters.get(h, '#')} {h} [{','.join(map(str, ix))}]" for h, ix in held.items())
-            sliced = "; ".join(f"s [{cell.index}] MIG {', '.join(cell.slices)}" for cell in row.gpus if cell.slices)
+            sliced = "; ".join(f"s [{c.index}] {sharing_kind(c)} {', '.join(c.slices)}" for c in row.gpus if c.slices)
             jobs = ", ".join(filter(None, (jobs, sliced)))
             notes = _problems(row) or ("" if row.schedulable else row.why_closed)
             table.add_row(row.name, state, bar, Text("  ".join(filter(None, (jobs, f"({notes})" if notes else "")))))
@@ -110,7 +111,7 @@ def gpu_map_renderable(gpu_map: GpuMap) -> Group:
     parts.append(
         Text(
             "legend: A-Z job  · free  x unhealthy  ! degraded  D drained  - closed node  # other pod or claim"
-            "  s MIG slices of jobs (listed);"
+            "  s MIG slices or MPS shares of jobs (listed);"
             " DRA: GPUs are ResourceSlice devices (-o json: names and UUIDs)",
             "dim",
         )

@@ -32,6 +32,7 @@ from paralleljob.clitools.gpumap import (
     NodeRow,
     PoolRow,
     number_jobs,
+    sharing_kind,
 )
 from paralleljob.core.rankorder import coordinates
 from paralleljob.k8s.edge.parse.queues import parse_queue
@@ -48,7 +49,7 @@ FEED_LENGTH = 200  # failures kept for the feed, newest last
 
 def pack_node(row: NodeRow, domain: int, holder_index: Mapping[str, int]) -> dict[str, Any]:
     notes = [f"{c.index}: {c.reason}" for c in row.gpus if c.state in (UNHEALTHY, DEGRADED, DRAINED) and c.reason]
-    notes += [f"{c.index}: MIG {', '.join(c.slices)}" for c in row.gpus if c.slices]  # whose slices share it
+    notes += [f"{c.index}: {sharing_kind(c)} {', '.join(c.slices)}" for c in row.gpus if c.slices]  # who shares it
     return {
         "name": row.name,
         "domain": domain,

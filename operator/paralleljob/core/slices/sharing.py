@@ -33,6 +33,9 @@ MPS_MAX_CLIENTS = 48
 class MpsShare:
     compute_pct: int  # 1..100 of the GPU's SMs
     memory_gb: float
+    # Shares of one pool only go on one GPU ("": any): in the operator a GPU's clients share one MPS server
+    # and one ResourceClaim, a namespaced object with one config, so the pool is (namespace, percent).
+    pool: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.compute_pct <= 100 or not math.isfinite(self.memory_gb) or self.memory_gb < 0:
@@ -111,6 +114,8 @@ class GpuState:
             return why_not(self.slices, own) if start is None else MigSlice(own, start)
         if self.slices:
             return "sliced by MIG"
+        if self.shares and self.shares[0].pool != request.pool:
+            return f"shared by MPS clients of another pool ({self.shares[0].pool})"
         if len(self.shares) >= self.max_clients:
             return f"{self.max_clients} MPS clients already"
         pct = sum(s.compute_pct for s in self.shares)

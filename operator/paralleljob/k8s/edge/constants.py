@@ -27,6 +27,8 @@ NODE_RANK_LABEL = "paralleljob.dev/node-rank"  # under the job's rank order: tor
 MANAGED_LABEL = "app.kubernetes.io/managed-by"
 # On the operator's ResourceClaims (with JOB_LABEL): the worker pod the claim's devices are for.
 POD_LABEL = "paralleljob.dev/pod"
+# On the operator's shared MPS claims (one per namespace, GPU and share size, no JOB_LABEL): the share's percent.
+MPS_SHARE_LABEL = "paralleljob.dev/mps-share"
 MANAGED_VALUE = "paralleljob-operator"
 
 # Annotations on worker pods.

@@ -55,6 +55,8 @@ class PassContext:
     # MIG slices this pass placed (admissions, repairs), by (node, GPU index): the view's records do not have
     # them until their status is written, and every later placement of the pass must see them
     slices_placed: dict[tuple[str, int], list[MigGrant]] = field(default_factory=dict)
+    # MPS shares this pass placed, by (node, GPU index): (namespace, percent) per share, for the same reason
+    shares_placed: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)
     # MIG slices this pass placed on device-plugin nodes: node -> a profile per slice (the GPU is the device
     # plugin's pick); and what other pods hold there, node -> profile -> slices (``slices/poolbook.foreign_use``)
     pool_slices_placed: dict[str, list[str]] = field(default_factory=dict)

@@ -12,6 +12,7 @@ from paralleljob.k8s.edge.constants import DEFAULT_QUEUE
 from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_time
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.slices.book import recorded, sliced_gpus
+from paralleljob.k8s.plan.slices.mpsbook import mps_gpus, recorded_shares
 from paralleljob.k8s.plan.slices.poolbook import pool_mig_gpus
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -33,6 +34,9 @@ class Gauges:
     # not free in ``fragmentation``), and the slices the operator's jobs hold, by profile
     sliced_gpus: int = 0
     mig_slices: dict[str, int] = field(default_factory=dict)
+    # MPS (spec.gpuSharing.mps): GPUs that shares hold (never whole), and the shares, by percent
+    mps_gpus: int = 0
+    mps_shares: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -261,6 +265,8 @@ def gauges(
         level_use(view),
         sum(len(indices) for indices in sliced_gpus(view).values()) + pool_mig_gpus(view),
         dict(Counter(item.grant.profile for item in recorded(view))),
+        sum(len(indices) for indices in mps_gpus(view).values()),
+        dict(Counter(str(slot.mps.percent) for _, slot in recorded_shares(view) if slot.mps is not None)),
     )
 
 

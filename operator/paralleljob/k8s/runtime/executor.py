@@ -43,6 +43,7 @@ from paralleljob.k8s.plan.actions import (
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, job_path, pod_path, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
 from paralleljob.k8s.runtime.lanes import BACKGROUND
+from paralleljob.k8s.runtime.sharedclaims import HOLD, SharedClaims
 from paralleljob.k8s.view.store import ObjectStore
 
 log = logging.getLogger("paralleljob.k8s")
@@ -82,6 +83,7 @@ class Executor:
         self.services: set[tuple[str, str, str]] = set()
         self.domains: set[tuple[str, str, str]] = set()  # ComputeDomains made: (namespace, name, owner uid)
         self.dropped_reported: set[str] = set()
+        self.shared: SharedClaims | None = None  # MPS GPUs' claims, shared by several pods (sharedclaims.py)
 
     async def run_job(self, actions: JobActions, outcome: Outcome) -> None:
         """One job's chain: its status first, then its pods."""
@@ -382,6 +384,13 @@ class Executor:
         job = self.jobs.get(namespace, name)
         if job is None:
             return False  # deleted meanwhile; its pods and claims are cleaned up as orphans
+        if claim.mps_percent:
+            shared = SharedClaims(self.kube, self.pods, self.claim_store) if self.shared is None else self.shared
+            self.shared = shared
+            trouble, why = await shared.ensure(bind, claim)
+            if trouble:
+                (outcome.hold if trouble == HOLD else outcome.failures)[job_key] = why
+            return not trouble
         path = claims.claim_path(bind.namespace, claim.name)
         try:
             body = await self._claim_body(job, bind, claim)

@@ -35,6 +35,7 @@ from paralleljob.k8s.edge.parse.slim import slim_job, slim_node, slim_pod, witho
 from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
 from paralleljob.k8s.edge.parse.taintrules import TaintRuleInfo, parse_taint_rule
 from paralleljob.k8s.edge.render.computedomain import DomainInfo, parse_domain
+from paralleljob.k8s.edge.render.mpsclaims import wanted_claims
 from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.admission.waiting import WaitingMemo
@@ -395,7 +396,7 @@ class Reconciler:
                     functools.partial(self._adoption_ended, group),
                 )
         self.held_back = held_back
-        self.claim_collector.collect(self.inflight)
+        self.claim_collector.collect(self.inflight, functools.partial(self._mps_claims, view))
         self.passes += 1
         self.report.figures(plan, view, observed.queues, held_back, getattr(self.kube, "limit", None))
         self.report.queue_waits(plan)
@@ -422,6 +423,12 @@ class Reconciler:
         if any(stamp < oldest for stamp in self.message_written.values()):
             self.message_written = {key: s for key, s in self.message_written.items() if s >= oldest}
         return self.message_written
+
+    def _mps_claims(self, view: ClusterView) -> set[tuple[str, str]]:
+        """The MPS claims the loaded records and the records being written name (``mpsclaims.wanted_claims``)."""
+        records = [(key, claim.record) for key, claim in view.loaded.items() if claim.record.shared]
+        records += [(key, record) for key, (_, record) in self.inflight.items() if record is not None]
+        return wanted_claims((key.partition("/")[0], record) for key, record in records)
 
     def _group_claims(self) -> dict[str, ClaimInfo]:
         """The ResourceClaims PodGroups share, by namespace/name (none looked up when no group has any)."""

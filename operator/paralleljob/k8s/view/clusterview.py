@@ -246,6 +246,8 @@ def load_claim(view: ClusterView, claim: Claim) -> bool:
     """Step 2 for one claim: all of its GPUs, or none and the reason in ``conflicts``."""
     if claim.record.sliced:
         return load_slices(view, claim)
+    if claim.record.shared:
+        return load_shares(view, claim)
     groups = []
     for slot in claim.record.pod_slots:
         if view.slot_gpus(slot) is None:
@@ -292,6 +294,42 @@ def load_slices(view: ClusterView, claim: Claim) -> bool:
         hold_slice(view, node, index)
     view.loaded[claim.key] = claim
     return True
+
+
+def load_shares(view: ClusterView, claim: Claim) -> bool:
+    """Step 2 for a claim of MPS shares: each GPU held by one ``mps:`` holder, shared by every job with a
+    share there (which shares, from the loaded records: ``plan/slices/mpsbook.py``); a GPU another claim owns
+    otherwise is a conflict."""
+    gpus = []
+    for slot in claim.record.slots:
+        gpu = view.gpu_id(slot.node, slot.gpu_indices[0]) if len(slot.gpu_indices) == 1 else None
+        if gpu is None:
+            view.conflicts[claim.key] = f"pod {slot.name} is recorded on GPUs {slot.gpu_names()} that do not exist"
+            return False
+        owner = view.state.owner[gpu]
+        if owner is not None and not is_mps_holder(owner):
+            view.conflicts[claim.key] = f"GPU {gpu} is recorded for this job's MPS shares and for {owner}"
+            return False
+        gpus.append((slot.node, slot.gpu_indices[0]))
+    for node, index in gpus:
+        hold_share(view, node, index)
+    view.loaded[claim.key] = claim
+    return True
+
+
+MPS_PREFIX = "mps:"
+
+
+def is_mps_holder(owner: str) -> bool:
+    """The holder of a GPU that MPS shares of the operator's records are on (``mps:<node>/<index>``)."""
+    return owner.startswith(MPS_PREFIX)
+
+
+def hold_share(view: ClusterView, node: str, index: int) -> None:
+    """GPU ``index`` of ``node`` has an MPS share now: held by its ``mps:`` holder, never offered whole."""
+    gpu = view.gpu_id(node, index)
+    if gpu is not None and view.state.owner[gpu] is None:
+        view.state.assume(f"{MPS_PREFIX}{node}/{index}", (gpu,))
 
 
 SLICED_PREFIX = "sliced:"

@@ -163,8 +163,8 @@ class LiveView:
         if gone or new_claims or reordered:
             if view.conflicts:
                 raise NeedsRebuild("conflict")
-            if any(claim.record.sliced for claim in [*(self._claims[key] for key in gone), *new_claims]):
-                # a sliced GPU is shared: its holder goes only with the last slice, which a rebuild works out
+            if any(c.record.sliced or c.record.shared for c in [*(self._claims[key] for key in gone), *new_claims]):
+                # a sliced or MPS GPU is shared: its holder goes only with the last slice or share (a rebuild)
                 raise NeedsRebuild("slices")
             if _ghosts(view, claims) != _ghosts_now(view):
                 raise NeedsRebuild("topology")

@@ -39,7 +39,7 @@ from fractions import Fraction
 from typing import Any
 
 from paralleljob.k8s.edge.config import DraConfig
-from paralleljob.k8s.edge.constants import JOB_LABEL, POD_LABEL
+from paralleljob.k8s.edge.constants import JOB_LABEL, MANAGED_LABEL, MANAGED_VALUE, MPS_SHARE_LABEL, POD_LABEL
 from paralleljob.k8s.edge.parse.matching import Term
 from paralleljob.k8s.edge.parse.migdevices import MIG_TYPE, MigDevice, counter_set_of, dra_offer, parse_mig_device
 from paralleljob.k8s.edge.parse.nodes import DraGpus, NodeInfo, indices_beyond
@@ -114,6 +114,7 @@ class ClaimInfo:
     node_terms: tuple[Term, ...] | None = None
     consumers: tuple[tuple[tuple[str, str], ...], ...] = ()
     resource_version: str = ""
+    mps_share: bool = False  # the operator's shared claim of an MPS GPU (edge/render/mpsclaims.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +248,7 @@ def parse_claim(body: Mapping[str, Any]) -> ClaimInfo:
             tuple(sorted((str(k), str(v)) for k, v in r.items())) for r in reserved if isinstance(r, Mapping)
         ),
         resource_version=str(metadata.get("resourceVersion") or ""),
+        mps_share=MPS_SHARE_LABEL in labels and labels.get(MANAGED_LABEL) == MANAGED_VALUE,
     )
 
 

@@ -77,13 +77,17 @@ class JobRequest:
     elastic: ElasticRange | None = None
     # spec.gpuSharing.migProfile: each rank (tp 1) on one MIG slice of this profile instead of a whole GPU
     mig_profile: str = ""
+    # spec.gpuSharing.mps.percent: each rank (tp 1) an MPS client of one GPU with this share (0: not MPS)
+    mps_percent: int = 0
 
     def describe(self) -> str:
-        """The job's shape as its messages say it; a job on MIG slices says its ranks are slices, not GPUs."""
-        if not self.mig_profile:
+        """The job's shape as its messages say it; a job on MIG slices or MPS shares says its ranks are slices
+        or shares, not GPUs."""
+        if not self.mig_profile and not self.mps_percent:
             return self.spec.describe()
         ranks = self.spec.pp * self.spec.dp
-        return f"TP1xPP{self.spec.pp}xDP{self.spec.dp} ({ranks} x MIG {self.mig_profile})"
+        what = f"MIG {self.mig_profile}" if self.mig_profile else f"MPS {self.mps_percent}%"
+        return f"TP1xPP{self.spec.pp}xDP{self.spec.dp} ({ranks} x {what})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +262,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         raise InvalidRequest(f"spec.preemptible must be true or false, got {preemptible!r}")
     if pod_group:
         preemptible = False  # preempting a group would mean deleting pods the operator does not own
-    mig_profile = _gpu_sharing(spec.get("gpuSharing"), job.tp, bool(pod_group) or elastic is not None)
+    mig_profile, mps_percent = _gpu_sharing(spec.get("gpuSharing"), job.tp, bool(pod_group) or elastic is not None)
     return JobRequest(
         spec=job,
         cost_model=cost,
@@ -275,6 +279,7 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
         pod_group=pod_group,
         elastic=elastic,
         mig_profile=mig_profile,
+        mps_percent=mps_percent,
     )
 
 
@@ -282,25 +287,38 @@ def parse_request(key: str, spec: Mapping[str, Any]) -> JobRequest:
 SHARING_MESSAGES = {
     "profile": "gpuSharing.migProfile must be a MIG profile name such as 1g.10gb, 2g.20gb, 3g.40gb"
     " (<compute slices 1-7>g.<memory>gb)",
-    "tensor": "gpuSharing gives each rank one MIG slice of one GPU: only for jobs of one GPU per rank"
+    "tensor": "gpuSharing gives each rank one MIG slice or MPS share of one GPU: only for jobs of one GPU per rank"
     " (parallelism.tensor 1)",
     "sized": "gpuSharing is for ParallelJobs that make their own pods at one size: not with spec.podGroup or"
     " parallelism.minData/maxData",
+    "one": "gpuSharing takes exactly one of migProfile (a MIG slice per rank) and mps (an MPS share per rank)",
+    "percent": "gpuSharing.mps.percent must be a whole number from 1 to 100 (each rank's share of one GPU's"
+    " compute and memory)",
 }
 
 
-def _gpu_sharing(data: object, tp: int, not_rigid: bool) -> str:
-    """``spec.gpuSharing.migProfile`` ("" when the job takes whole GPUs), checked as the CRD checks it."""
+def _gpu_sharing(data: object, tp: int, not_rigid: bool) -> tuple[str, int]:
+    """(``spec.gpuSharing.migProfile``, ``spec.gpuSharing.mps.percent``): ("", 0) when the job takes whole
+    GPUs, one of them set otherwise; checked as the CRD checks it."""
     if data is None:
-        return ""
-    profile = data.get("migProfile") if isinstance(data, Mapping) else None
-    if not isinstance(profile, str) or not re.match(PROFILE_PATTERN, profile):
+        return "", 0
+    sharing = data if isinstance(data, Mapping) else {}
+    if ("migProfile" in sharing) == ("mps" in sharing):
+        raise InvalidRequest(SHARING_MESSAGES["one"])
+    profile, percent = sharing.get("migProfile"), 0
+    if "mps" in sharing:
+        mps = sharing["mps"]
+        asked = mps.get("percent") if isinstance(mps, Mapping) else None
+        if not isinstance(asked, int) or isinstance(asked, bool) or not 1 <= asked <= 100:
+            raise InvalidRequest(SHARING_MESSAGES["percent"])
+        percent = asked
+    elif not isinstance(profile, str) or not re.match(PROFILE_PATTERN, profile):
         raise InvalidRequest(SHARING_MESSAGES["profile"])
     if tp != 1:
         raise InvalidRequest(SHARING_MESSAGES["tensor"])
     if not_rigid:
         raise InvalidRequest(SHARING_MESSAGES["sized"])
-    return profile
+    return (profile if isinstance(profile, str) else ""), percent
 
 
 def parse_ttl(spec: object, strict: bool = False) -> int | None:

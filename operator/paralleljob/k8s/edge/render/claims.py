@@ -37,6 +37,9 @@ class DeviceClaim:
     pool: str
     device_class: str
     devices: tuple[str, ...]
+    # An MPS GPU's shared claim (``mpsclaims.py``): each client's share in percent, and its memory limit
+    mps_percent: int = 0
+    mps_memory_mib: int = 0
 
 
 def claim_name(pod_name: str) -> str:

@@ -56,6 +56,21 @@ class MigGrant:
 
 
 @dataclass(frozen=True, slots=True)
+class MpsGrant:
+    """A rank's MPS share of its slot's one GPU: ``percent`` of its compute (and as much of its memory), a
+    client of the GPU's one MPS server, which the pods of every share of its size in its namespace reach
+    through one ResourceClaim (``edge/render/mpsclaims.py``)."""
+
+    percent: int
+
+    def to_status(self) -> dict[str, Any]:
+        return {"percent": self.percent}
+
+    def __str__(self) -> str:
+        return f"MPS {self.percent}%"
+
+
+@dataclass(frozen=True, slots=True)
 class PodSlot:
     """One TP group: one pod on one node; or, with ``mig``, one rank on one MIG slice of one GPU."""
 
@@ -66,6 +81,7 @@ class PodSlot:
     gpu_indices: tuple[int, ...]
     incarnation: int = 0
     mig: MigGrant | None = None
+    mps: MpsGrant | None = None
 
     def gpu_names(self) -> list[str]:
         return [f"{self.node}/{i}" for i in self.gpu_indices]
@@ -109,6 +125,11 @@ class PlacementRecord:
         (``slots_from_status`` refuses it), so the first pod says: asked for every record of every pass."""
         return bool(self.slots) and self.slots[0].mig is not None
 
+    @property
+    def shared(self) -> bool:
+        """Its pods hold MPS shares of GPUs (``spec.gpuSharing.mps``); like MIG slices, never mixed."""
+        return bool(self.slots) and self.slots[0].mps is not None
+
     def slot_named(self, name: str) -> PodSlot | None:
         for slot in self.slots:
             if slot.name == name:
@@ -147,6 +168,7 @@ class PlacementRecord:
                     "ranks": global_ranks(self.rank_order, slot.replica, slot.stage, self.tp, pp, dp),
                     "incarnation": slot.incarnation,
                     **({"migSlice": slot.mig.to_status()} if slot.mig is not None else {}),
+                    **({"mpsShare": slot.mps.to_status()} if slot.mps is not None else {}),
                 }
             )
         return self._status_of(pods, groups)
@@ -262,6 +284,7 @@ def slots_from_status(items: Sequence[Mapping[str, Any]], tp: int, pp: int, dp: 
             gpu_indices=tuple(int(i) for i in item["gpuIndices"]),
             incarnation=int(item.get("incarnation", 0)),
             mig=_mig_grant(item.get("migSlice")),
+            mps=_mps_grant(item.get("mpsShare")),
         )
         for item in items
     )
@@ -271,6 +294,8 @@ def slots_from_status(items: Sequence[Mapping[str, Any]], tp: int, pp: int, dp: 
         raise MalformedRecord(f"status.placement must list the pods of PP{pp}xDP{dp} in order d·pp + p")
     if len({s.mig is None for s in slots}) > 1:
         raise MalformedRecord("status.placement mixes pods on MIG slices (migSlice) with pods on whole GPUs")
+    if len({s.mps is None for s in slots}) > 1 or any(s.mps is not None and s.mig is not None for s in slots):
+        raise MalformedRecord("status.placement mixes pods on MPS shares (mpsShare) with other pods")
     if len({s.mig.exact for s in slots if s.mig is not None}) > 1:
         raise MalformedRecord("status.placement mixes MIG slices of DRA devices with the device plugin's")
     return slots
@@ -288,3 +313,14 @@ def _mig_grant(data: object) -> MigGrant | None:
         raise MalformedRecord("status.placement.pods[].migSlice is not an object")
     start = data.get("start")
     return MigGrant(str(data["profile"]), None if start is None else int(start))
+
+
+def _mps_grant(data: object) -> MpsGrant | None:
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise MalformedRecord("status.placement.pods[].mpsShare is not an object")
+    percent = int(data["percent"])
+    if not 1 <= percent <= 100:
+        raise MalformedRecord(f"status.placement.pods[].mpsShare.percent {percent} is not 1..100")
+    return MpsGrant(percent)

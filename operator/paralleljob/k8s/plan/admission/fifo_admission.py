@@ -57,6 +57,7 @@ from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
 from paralleljob.k8s.plan.moves.checkpointing import checkpoint_status
 from paralleljob.k8s.plan.pods.podsync import sync_pods
 from paralleljob.k8s.plan.slices.book import sliced_note
+from paralleljob.k8s.plan.slices.mpsbook import mps_note
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -245,7 +246,7 @@ def _carry_out(
         fail_unschedulable(actions, message, ctx.now)
     else:
         if decision.reason is WaitReason.UNSCHEDULABLE:
-            message += sliced_note(ctx.view)  # GPUs that slices hold are not whole: say so, or the count lies
+            message += sliced_note(ctx.view) + mps_note(ctx.view)  # GPUs that slices or shares hold are not whole
         ctx.wait(actions, decision.reason, message)
 
 

@@ -55,6 +55,7 @@ from paralleljob.k8s.plan.kinds.elastic_admission import commit_shrinks
 from paralleljob.k8s.plan.kinds.picker import sizing_of
 from paralleljob.k8s.plan.moves.preempting import request_checkpoint, start_preemption
 from paralleljob.k8s.plan.slices.book import sliced_note
+from paralleljob.k8s.plan.slices.mpsbook import mps_note
 
 
 def admit_with_core(
@@ -140,7 +141,7 @@ def _wait(ctx: PassContext, actions: JobActions, decision: Wait) -> None:
         fail_unschedulable(actions, message, ctx.now)
         return
     if decision.reason is WaitReason.UNSCHEDULABLE:
-        message += sliced_note(ctx.view)
+        message += sliced_note(ctx.view) + mps_note(ctx.view)
     ctx.wait(actions, decision.reason, message)
 
 

@@ -21,6 +21,7 @@ from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.render.claims import DeviceClaim, claim_name, with_claim, with_mig_resource
 from paralleljob.k8s.edge.render.computedomain import with_channel_claim
 from paralleljob.k8s.edge.render.manifests import headless_service, worker_pod
+from paralleljob.k8s.edge.render.mpsclaims import mps_claim
 from paralleljob.k8s.edge.render.traymanifests import compute_domains, job_domains, tray_pod
 from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 from paralleljob.k8s.edge.status.trayrecords import TraySlot
@@ -150,8 +151,8 @@ def _waits_for_gpus(slot: PodSlot | TraySlot, namespace: str, holders: Mapping[t
     now being deleted to another slot or job (a repair releases a job's GPUs for the rest of its pass);
     a kubelet gives a device to a new pod only once the pod holding it has terminated, and refuses the new
     pod at admission otherwise, so the slot's pod is created in the pass after that pod is gone."""
-    if isinstance(slot, PodSlot) and slot.mig is not None:
-        return False  # a slice shares its GPU with the other slices' pods: its claim names its own MIG device
+    if isinstance(slot, PodSlot) and (slot.mig is not None or slot.mps is not None):
+        return False  # a slice or share shares its GPU with the other slices' or shares' pods
     own = object_key(namespace, slot.name)
     return any(holders.get((slot.node, index), own) != own for index in slot.gpu_indices)
 
@@ -163,6 +164,8 @@ def device_claim(slot: PodSlot | TraySlot, nodes: Mapping[str, NodeInfo]) -> Dev
         return None
     if isinstance(slot, PodSlot) and slot.mig is not None:
         return mig_claim(slot, info)
+    if isinstance(slot, PodSlot) and slot.mps is not None:
+        return mps_claim(slot, info)
     devices = info.dra.device_names(slot.gpu_indices)
     if devices is None:
         return None  # the record names GPUs the node no longer has; the view reports that job as broken

@@ -42,6 +42,7 @@ from paralleljob.k8s.plan.context import PassContext
 from paralleljob.k8s.plan.moves.checkpointing import checkpoint_status
 from paralleljob.k8s.plan.pods.podsync import sync_pods
 from paralleljob.k8s.plan.slices.book import named_profile, shared_nodes
+from paralleljob.k8s.plan.slices.mpsadmission import admit_shares
 from paralleljob.k8s.plan.slices.poolbook import pool_nodes, recorded_use
 from paralleljob.k8s.view.clusterview import hold_slice
 
@@ -49,7 +50,7 @@ Entry = tuple[JobObject, JobRequest]
 
 
 def asks_for_slices(request: JobRequest) -> bool:
-    return bool(request.mig_profile)
+    return bool(request.mig_profile or request.mps_percent)
 
 
 def split(entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:
@@ -131,6 +132,16 @@ def admit_slices(
             ctx.wait(actions, WaitReason.QUEUE_FULL, refusal)
             if strict:
                 heads.setdefault(queue, at)
+            continue
+        if request.mps_percent:  # MPS shares: their own book and record (mpsadmission.py)
+            refused = admit_shares(ctx, job, request, ranks)
+            if refused:
+                ctx.wait(actions, WaitReason.UNSCHEDULABLE, refused)
+                if strict:
+                    heads.setdefault(queue, at)
+                continue
+            in_use[queue] = in_use.get(queue, 0) + ranks
+            nodes = None  # built again: the shared GPU is held now, no slice goes there
             continue
         nodes = shared_nodes(ctx.view, placed=ctx.slices_placed) if nodes is None else nodes
         node_filter = ctx.eligibility.filter_for(job.key, request.spec, with_usage=False)

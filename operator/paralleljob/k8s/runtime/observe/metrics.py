@@ -66,6 +66,15 @@ class Metrics:
             ["profile"],
             registry=r,
         )
+        self.mps_gpus = Gauge(
+            "paralleljob_mps_gpus", "GPUs that MPS shares hold, never offered whole (spec.gpuSharing.mps)", registry=r
+        )
+        self.mps_shares = Gauge(
+            "paralleljob_mps_shares",
+            "MPS shares the operator's jobs hold (spec.gpuSharing.mps), by percent of a GPU",
+            ["percent"],
+            registry=r,
+        )
         self.fairness = Gauge(
             "paralleljob_fairness_jain", "Jain's index of weighted GPU shares across queues", registry=r
         )
@@ -217,6 +226,7 @@ class Metrics:
         self._queues: set[str] = set()
         self._waiting_queues: set[str] = set()
         self._profiles: set[str] = set()  # MIG profiles with a paralleljob_mig_slices series
+        self._percents: set[str] = set()  # MPS share sizes with a paralleljob_mps_shares series
         self._last: dict[tuple[int, tuple[str, ...]], float] = {}  # (gauge, labels) -> the value last set
 
     def _set(self, gauge: Gauge, value: float, *labels: str) -> None:
@@ -251,6 +261,12 @@ class Metrics:
         for profile, count in g.mig_slices.items():
             self.mig_slices.labels(profile=profile).set(count)
         self._profiles |= set(g.mig_slices)
+        self.mps_gpus.set(g.mps_gpus)
+        for percent in self._percents - g.mps_shares.keys():
+            self.mps_shares.labels(percent=percent).set(0)
+        for percent, count in g.mps_shares.items():
+            self.mps_shares.labels(percent=percent).set(count)
+        self._percents |= set(g.mps_shares)
         self.fairness.set(g.fairness)
         self.reoptimizable.set(g.reoptimizable)
         for use in g.levels:
