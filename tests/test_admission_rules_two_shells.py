@@ -19,7 +19,7 @@ from paralleljob.core.admit.queueing import QueueSpec
 from paralleljob.core.topology import Topology
 from paralleljob.k8s.edge.parse.queues import parse_queue
 from paralleljob.k8s.plan.admission import fifo_admission
-from paralleljob.sim.run import engine, lines
+from paralleljob.sim.run import lines, passes
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.trace import TraceJob
@@ -73,7 +73,7 @@ def test_a_queue_cap_holds_the_same_job_back_in_both_shells(monkeypatch: pytest.
     assert fc.phase("ns/second") != "Queued"
 
     monkeypatch.undo()
-    simulated = _spy(monkeypatch, engine)
+    simulated = _spy(monkeypatch, passes)
     trace = _trace([("first", "team", 8), ("second", "team", 8), ("other", "default", 8)])
     config = SimConfig(quotas=(QueueSpec("team", max_gpus=8),), check_invariants=True)
     Simulation(_topology(fc), trace, config).run()
@@ -103,7 +103,7 @@ def test_an_entry_gate_refuses_the_same_job_in_both_shells(monkeypatch: pytest.M
     operator_asked = sorted(set(asked))
 
     monkeypatch.undo()
-    simulated = _spy(monkeypatch, engine)
+    simulated = _spy(monkeypatch, passes)
     asked.clear()
     monkeypatch.setattr(lines, "entry_gate", gate)
     trace = _trace([("refused", "team", 8), ("served", "default", 8)])
@@ -117,8 +117,9 @@ def test_an_entry_gate_refuses_the_same_job_in_both_shells(monkeypatch: pytest.M
 
 
 def test_a_job_that_never_fits_fails_by_the_same_rule_in_both_shells(monkeypatch: pytest.MonkeyPatch) -> None:
-    # TP16 fits no 8-GPU node: both shells ask the core's fails_for_good (the operator before the queue, the
-    # simulator through the core's pass) and fail the job with the same reason; the 8-GPU job runs.
+    # TP16 fits no 8-GPU node: both shells ask the core's fails_for_good before the queue's pass (the operator's
+    # refuse_before_queueing, the simulator's refuse_never_fitting) and fail the job with the same reason; the
+    # 8-GPU job runs.
     asked: list[tuple[bool, bool, bool]] = []
 
     def rule(permanent: bool, ran_before: bool) -> bool:
@@ -127,7 +128,7 @@ def test_a_job_that_never_fits_fails_by_the_same_rule_in_both_shells(monkeypatch
             asked.append((permanent, ran_before, verdict))
         return verdict
 
-    for module in (fifo_admission, fifo):
+    for module in (fifo_admission, fifo, passes):
         monkeypatch.setattr(module, "fails_for_good", rule)
     fc = FakeCluster([node(f"gpu-node-{i:03d}") for i in range(2)])
     fc.add_job(paralleljob("huge", 16, 1, 1, memory=0.0, created="2024-01-01T00:00:00Z"))

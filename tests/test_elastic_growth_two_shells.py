@@ -24,7 +24,7 @@ from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.plan.admission import fifo_admission
 from paralleljob.k8s.plan.kinds import elastic_admission, resizing
 from paralleljob.sim.run import elastic as sim_elastic
-from paralleljob.sim.run import engine
+from paralleljob.sim.run import passes
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.trace import TraceJob
@@ -95,7 +95,7 @@ def test_both_shells_grow_before_admitting_and_hold_back_for_the_same_job(monkey
     ]  # fmt: skip
 
     monkeypatch.undo()
-    sim_seen = _spy(monkeypatch, engine, sim_elastic)
+    sim_seen = _spy(monkeypatch, passes, sim_elastic)
     assert fc.last_view is not None and fc.last_view.state is not None
     model = parse_job(_body("el")).request.spec.model  # type: ignore[union-attr]
     ends = {"filler": 1_000.0, "el": 1e6, "low": 1_000.0, "high": 1_000.0}

@@ -20,7 +20,8 @@ from paralleljob.k8s.edge.parse.queues import parse_queue, requeue_stamp
 from paralleljob.k8s.plan.admission import fifo_admission
 from paralleljob.sim.cluster.clusters import uniform_cluster
 from paralleljob.sim.cluster.failures import Failure, Scope
-from paralleljob.sim.run import disruptions, engine
+from paralleljob.sim.run import disruptions
+from paralleljob.sim.run import passes as sim_pass
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.engine import Simulation
 from paralleljob.sim.workload.trace import TraceJob
@@ -55,7 +56,7 @@ def test_the_operator_and_the_simulator_take_the_same_fifo_decisions(monkeypatch
     fc.settle(3)
     assert fc.phase("ns/wide") != "Queued" and fc.phase("ns/small") == "Queued"
 
-    sim_passes = _spy(monkeypatch, engine, lambda job_id: job_id)
+    sim_passes = _spy(monkeypatch, sim_pass, lambda job_id: job_id)
     topology = fc.last_view.state.topology if fc.last_view and fc.last_view.state else None
     assert topology is not None
     trace = [

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from paralleljob.core.admit.admission import Admit, PlaceOn, Wait
 from paralleljob.core.admit.gates import Gate, WaitReason, fails_for_good, quota_refusal
 from paralleljob.core.cluster import Allocation, ClusterState
+from paralleljob.core.elastic import takes_growth_replicas
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.failure.repair import FailureKind
 from paralleljob.core.job import JobSpec
@@ -254,7 +255,7 @@ def _decide(line: _Pass, job: FifoJob) -> Admit | Wait:
     if placement is None:
         # Before it waits: growth replicas of lower-priority elastic jobs, the cheapest preemption. Only a rigid
         # job takes them: an elastic one is admitted at its minimum when that fits, and waits otherwise.
-        take = line.hooks.take_growth if job.min_gpus is None else None
+        take = line.hooks.take_growth if takes_growth_replicas(job.min_gpus is not None) else None
         placement = take(job) if take is not None else None
         if placement is None:
             blocked.setdefault(queue, job.label)

@@ -11,7 +11,7 @@ exactly as the operator would. Tenants are the trace's tenant column, each a que
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from paralleljob.core.admit import queueing
 from paralleljob.core.admit.queueing import PendingJob, QueueSpec
@@ -50,10 +50,13 @@ class CoreQueue:
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def pending(self, jobs: Mapping[str, SimJob]) -> list[PendingJob]:
-        """The core's view of the waiting jobs; the expected run time is the work they have left."""
+    def pending(self, jobs: Mapping[str, SimJob], gated: Collection[str] = ()) -> list[PendingJob]:
+        """The core's view of the waiting jobs but ``gated`` (an entry check holds them); the expected run
+        time is the work they have left."""
         out = []
         for waiting in self.candidates(0.0):
+            if waiting.job_id in gated:
+                continue
             job = jobs[waiting.job_id]
             out.append(PendingJob(job.spec, waiting.tenant, waiting.submit_s, job.work_left, job.ran_before))
         return out

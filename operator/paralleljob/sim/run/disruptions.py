@@ -248,7 +248,7 @@ def on_preempt(sim: SimulationSurface, event: SimEvent) -> None:
         else:
             sim.migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
         return
-    sim.preempting.discard(job.job_id)
+    sim.preempting.pop(job.job_id, None)
     if job.phase is not Phase.RUNNING:
         return
     interrupt(sim, job, graceful=True)  # the grace period lets it checkpoint: nothing is lost

@@ -13,31 +13,26 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
-from paralleljob.core.admit import admission, queueing
-from paralleljob.core.admit.fifo import FifoHooks, schedule_fifo
 from paralleljob.core.cluster import Allocation, ClusterState
-from paralleljob.core.elastic import resized
 from paralleljob.core.errors import InvalidRequest
 from paralleljob.core.failure.recovery import RecoveryStrategy
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.placing.baselines import tp_groups_across_nodes
-from paralleljob.core.placing.placer import Placer
 from paralleljob.core.timing.cost import cost_model
 from paralleljob.core.timing.evaluate import nodes_common_level
 from paralleljob.core.timing.steptime import StepTimeModel
 from paralleljob.core.timing.traffic import level_bytes_per_step
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.failures import FailureConfig, FailureProcess
-from paralleljob.sim.run import disruptions, elastic, roommoves
+from paralleljob.sim.run import disruptions, elastic, passes, roommoves
 from paralleljob.sim.run.config import SimConfig
-from paralleljob.sim.run.core_queue import CoreQueue, last_checkpoint_at, make_core_queue
+from paralleljob.sim.run.core_queue import CoreQueue, make_core_queue
 from paralleljob.sim.run.events import EventQueue, Kind, SimClock, SimEvent
 from paralleljob.sim.run.ideal import IdealCosts
 from paralleljob.sim.run.jobs import SimJob
-from paralleljob.sim.run.lines import QueueLines
 from paralleljob.sim.run.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
 from paralleljob.sim.run.policies import (
     FifoQueue,
@@ -103,7 +98,7 @@ class Simulation:
         self.jobs: dict[str, SimJob] = {}
         self.running: dict[str, SimRunningJob] = {}  # jobs in phase Running, for queue policies
         self.expected_end: dict[str, float] = {}  # when each running job finishes if nothing interrupts it
-        self.preempting: set[str] = set()
+        self.preempting: dict[str, tuple[str, float]] = {}  # victim -> (the job it makes room for, deadline)
         self.dearer: set[str] = set()  # running jobs placed above their ideal cost (after a repair)
         self.migrating: set[str] = set()  # a migration back is scheduled at their next checkpoint
         self.migrations = 0
@@ -221,105 +216,7 @@ class Simulation:
 
     def _on_schedule(self, event: SimEvent) -> None:
         self._schedule_pending = False
-        if self.config.elastic > 0:
-            # Before admission, as the operator's pass grows a running job before it admits the queued ones: a
-            # lower-priority waiting job does not take the GPUs a higher-priority elastic job would grow into.
-            elastic.grow_pass(self)
-        if isinstance(self.queue, CoreQueue):
-            self._core_pass(self.queue)
-        else:
-            self._fifo_pass(self.queue)
-        if self.policy.reoptimize and self.dearer:
-            disruptions.reoptimize_pass(self)
-        if self.policy.moves is not None:
-            roommoves.moves_pass(self)
-
-    def _fifo_pass(self, queue: FifoQueue) -> None:
-        """One pass of the operator's FIFO (``core.admit.fifo.schedule_fifo``) with the operator's inputs: a line
-        per queue (one for the whole trace, or one per tenant under ``--quotas``), each queue's GPUs in use and
-        its cap, every job's entry gate and whether it ran before; the engine carries out its decisions as the
-        operator does."""
-        now = self.clock.now()
-        lines = QueueLines(self.tenants, queue.name, self.topology.num_gpus > 0)
-        # the arrival rank orders a line as queue time does (a requeued job keeps or ends its rank)
-        waiting = [lines.fifo_job(self.jobs[w.job_id], float(w.order)) for w in queue.candidates(now)]
-        # an elastic job is admitted at the largest size that fits its queue's room, by the operator's rule
-        # (core/elastic.py), and a rigid job that does not fit takes lower-priority growth replicas first
-        hooks = FifoHooks(
-            place_elastic=lambda fifo_job, room: elastic.admit(self, self.jobs[fifo_job.spec.job_id], room),
-            take_growth=lambda fifo_job: elastic.take_growth_replicas(self, self.jobs[fifo_job.spec.job_id]),
-        )
-        # The planner is typed for the core Placer; the baselines have its place() shape, which is all it calls.
-        placer = cast(Placer, self.placer)
-        place_on = admission.PlaceOn(self.state, placer, self.model)
-        decisions = schedule_fifo(place_on, lines.of(waiting), queue.policy, hooks)
-        for decision in decisions:
-            job = self.jobs[decision.job_id]
-            if isinstance(decision, admission.Admit):
-                queue.remove(job.job_id)
-                self.count_allocation(self.state.allocations[job.job_id], +1)  # the pass allocated it
-                job.step(Step.ADMITTED)
-                self.placed(job, decision.placement.groups, decision.placement.cost.total_ms)
-                self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
-            elif decision.permanent:  # never fits and never ran: the core's rule (core.admit.gates.fails_for_good)
-                queue.remove(job.job_id)
-                job.step(Step.REJECTED)
-                self._reject_done(job, "; ".join(decision.reasons))
-                self.request_schedule()  # it held its line this pass: the jobs behind it are tried again now
-
-    def _core_pass(self, queue: CoreQueue) -> None:
-        """One pass of the core's admission planner; the engine carries out its decisions."""
-        now = self.clock.now()
-        running = []
-        for job_id in sorted(self.running):
-            job = self.jobs[job_id]
-            running.append(
-                queueing.RunningJob(
-                    job.spec, job.trace.tenant, self.running[job_id].started_s, last_checkpoint_at(job, now),
-                    self.expected_end.get(job_id),
-                )
-            )
-        # A job placed but not started yet holds its GPUs too, so it counts against its tenant's maximum, as
-        # the operator's queue counts every admitted job, not only running pods. It has nothing to lose and
-        # is about to start, so it is not offered as a preemption victim.
-        for job_id in sorted(set(self.state.allocations) - set(self.running)):
-            job = self.jobs[job_id]
-            running.append(queueing.RunningJob(job.spec, job.trace.tenant, now, None, None, preemptible=False))
-        # The planner is typed for the core Placer; the baselines have its place() shape, which is all it calls.
-        placer = cast(Placer, self.placer)
-        ranges = elastic.ranges_for_pass(self, queue)
-        held = dict(self.state.allocations)  # what the planner may shrink (it updates the state itself)
-        plan = admission.schedule(
-            admission.PlaceOn(self.state, placer, self.model),
-            admission.QueueSnapshot(queue.pending(self.jobs), running, queue.queues, now, ranges),
-            queue.policy,
-        )
-        queue.jain.append(plan.jain_index)
-        for decision in plan.decisions:
-            if isinstance(decision, admission.ShrinkReplicas):
-                for resize in decision.resizes:
-                    elastic.apply_resize(self, self.jobs[resize.job_id], resize, planned=held[resize.job_id])
-                    self.jobs[resize.job_id].shrinks += 1
-            elif isinstance(decision, admission.Admit):
-                job = self.jobs[decision.job_id]
-                if job.elastic is not None and job.full_spec is not None:
-                    job.spec = resized(job.full_spec, decision.placement.dp)
-                queue.remove(job.job_id)
-                self.count_allocation(self.state.allocations[job.job_id], +1)  # the planner allocated it
-                job.step(Step.ADMITTED)
-                self.placed(job, decision.placement.groups, decision.placement.cost.total_ms)
-                self.events.push(now + self.config.start_latency_s, Kind.START, job.job_id, (job.epoch,))
-            elif isinstance(decision, admission.Wait) and decision.permanent:
-                # never fits and never ran: the core's rule (core.admit.gates.fails_for_good)
-                job = self.jobs[decision.job_id]
-                queue.remove(job.job_id)
-                job.step(Step.REJECTED)
-                self._reject_done(job, "; ".join(decision.reasons))
-            elif isinstance(decision, admission.Preempt):
-                for victim in decision.victims:
-                    if victim not in self.preempting:
-                        self.preempting.add(victim)
-                        self.events.push(now + decision.grace_period_s, Kind.PREEMPT, victim)
+        passes.scheduling_pass(self)  # its steps in the operator's order (core.admit.passorder)
 
     def placed(self, job: SimJob, groups: tuple[tuple[int, ...], ...], cost_ms: float) -> None:
         if cost_ms > self.ideal.total_ms(job.spec) * (1 + 1e-9):
@@ -381,7 +278,7 @@ class Simulation:
         self.unfinished -= 1
         self.request_schedule()
 
-    def _reject_done(self, job: SimJob, reason: str) -> None:
+    def reject_done(self, job: SimJob, reason: str) -> None:
         job.rejected_reason = reason or "rejected"
         self.unfinished -= 1
 

@@ -47,6 +47,7 @@ class SimJob:
     move_gpu_s: float = 0.0  # GPU-seconds held while restarting after a move back (no failure: not goodput lost)
     queued_s: float | None = None  # when it last re-entered the queue at the back; None: its submit time
     rejected_reason: str = ""
+    fits_somewhere: bool = False  # it fits the empty cluster (passes.refuse_never_fitting): not asked again
     gave_up: str = ""  # why the failure policy gave the job up (core.failure.repair), else empty
     # cross-level traffic: bytes per step of the current placement per topology level, training steps per
     # trace second of work (the step-time model's calibration), and the bytes moved so far per level

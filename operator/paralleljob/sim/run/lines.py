@@ -6,11 +6,12 @@ Without ``--quotas`` the whole trace stands in one line with no cap, as in the o
 without a ParallelJobQueue object. With quotas each tenant is a queue (``sim/workload/quotas.py``, as the
 core queue policies read them): its own line, capped at its maximum, as a ParallelJobQueue per team.
 
-The entry checks (``core.admit.gates.entry_gate``) are asked with the simulator's facts: a tenant is a
-namespace its own queue serves (unless its quota names other namespaces); nothing backs off, since the
-simulator's binds never fail; no preemption is under way for a job on the FIFO path, which has none; and the
-cluster has GPU nodes when its topology has GPUs. A check that can never say no here is still asked, so a
-gate added to the list reaches both shells.
+The entry checks (``core.admit.gates.entry_gate``) are asked with the simulator's facts, on both queue paths:
+a tenant is a namespace its own queue serves (unless its quota names other namespaces); nothing backs off,
+since the simulator's binds never fail; a preemption is under way for a job on the core's pass while the
+victims chosen for it still run (the FIFO path preempts nobody); and the cluster has GPU nodes when its
+topology has GPUs. A check that can never say no here is still asked, so a gate added to the list reaches
+both shells.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from paralleljob.core.admit.fifo import FifoJob, FifoLines
-from paralleljob.core.admit.gates import Entry, entry_gate
+from paralleljob.core.admit.gates import Entry, Gate, entry_gate
 from paralleljob.core.elastic import min_gpus
 from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.tenants import TenantBook
@@ -41,8 +42,9 @@ class QueueLines:
         quota = self.tenants.quotas.get(line)
         return quota.max_gpus if quota is not None else None
 
-    def fifo_job(self, job: SimJob, rank: float) -> FifoJob:
-        """``job`` as the core's FIFO pass sees it; ``rank`` orders its line as the operator's queue time does."""
+    def gate(self, job: SimJob, making_room: str | None = None) -> Gate | None:
+        """``job``'s entry gate (``core.admit.gates.entry_gate``) with the simulator's facts; ``making_room``:
+        the preemption under way for it (:meth:`preempting_note`; the core's pass only), None when none is."""
         tenant = job.trace.tenant
         line = self.line_of(tenant)
         quota = self.tenants.quotas.get(line)
@@ -51,13 +53,22 @@ class QueueLines:
             queue=line,
             served_namespaces=quota.namespaces if quota is not None else (),
             backoff=None,
-            making_room=None,
+            making_room=making_room,
             has_gpu_nodes=self.has_gpus,
         )
+        return entry_gate(entry)
+
+    @staticmethod
+    def preempting_note(victims: Sequence[str], deadline_s: float) -> str:
+        """The preemption under way for a job, as the operator's policy admission says it."""
+        return f"preempting {', '.join(sorted(victims))}; their pods stop by {deadline_s:.0f}s"
+
+    def fifo_job(self, job: SimJob, rank: float) -> FifoJob:
+        """``job`` as the core's FIFO pass sees it; ``rank`` orders its line as the operator's queue time does."""
         guaranteed = min_gpus(job.full_spec, job.elastic) if job.elastic and job.full_spec else None
         return FifoJob(
-            job.spec, line, rank, name=job.job_id, gate=entry_gate(entry), ran_before=job.ran_before,
-            min_gpus=guaranteed,
+            job.spec, self.line_of(job.trace.tenant), rank, name=job.job_id, gate=self.gate(job),
+            ran_before=job.ran_before, min_gpus=guaranteed,
         )  # fmt: skip
 
     def of(self, jobs: Sequence[FifoJob]) -> FifoLines:

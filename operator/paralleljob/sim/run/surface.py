@@ -25,6 +25,7 @@ from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.metrics import FailureTally
 from paralleljob.sim.run.policies import FifoQueue, PlacementPolicy, SimRunningJob, WaitingJob
 from paralleljob.sim.run.roombook import RoomBook
+from paralleljob.sim.run.tenants import TenantBook
 
 
 class SimulationSurface(Protocol):
@@ -47,7 +48,7 @@ class SimulationSurface(Protocol):
     jobs: dict[str, SimJob]
     running: dict[str, SimRunningJob]
     expected_end: dict[str, float]
-    preempting: set[str]  # victims whose preemption is under way
+    preempting: dict[str, tuple[str, float]]  # victim whose preemption is under way -> (for whom, its deadline)
     dearer: set[str]  # running jobs placed above their ideal cost
     migrating: set[str]  # a move back is scheduled at their next checkpoint
     migrations: int
@@ -56,6 +57,7 @@ class SimulationSurface(Protocol):
     next_rank: int  # the next queue rank at the back of the line
     unfinished: int
     room: RoomBook
+    tenants: TenantBook  # the tenants' quotas and the GPUs each holds
     # hardware down, and the tallies of failures
     gpus_down: int
     down_token: dict[int, int]  # GPU -> the outage that took it down (a repair ends only its own)
@@ -76,6 +78,10 @@ class SimulationSurface(Protocol):
 
     def begin(self, job: SimJob, start: float) -> None:
         """Run (or resume) ``job`` on its current allocation from ``start``."""
+        ...
+
+    def reject_done(self, job: SimJob, reason: str) -> None:
+        """``job`` was rejected (its phase already says so): it is done, with ``reason``."""
         ...
 
     def allocate(self, allocation: Allocation) -> None:
