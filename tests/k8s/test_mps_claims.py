@@ -165,3 +165,34 @@ def test_the_collector_deletes_an_mps_claim_no_record_names_and_no_live_pod_uses
     pods.upsert(_pod("a-d0-p0", phase="Succeeded"))
     asyncio.run(collect())
     assert sorted(b["metadata"]["name"] for b in api.items(CLAIMS)) == ["paralleljob-mps-n0-gpu5-25"]
+
+
+def test_the_kept_view_holds_an_mps_gpu_until_its_last_share_goes_as_a_rebuild_does() -> None:
+    from dataclasses import replace
+
+    from paralleljob.k8s.view.clusterview import Claim, build_view
+    from paralleljob.k8s.view.liveview import LiveView
+    from paralleljob.k8s.view.viewcheck import view_differences
+    from tests.k8s.viewworld import World, claim, node_body
+
+    def shared(job: str, node: str, gpu: int) -> Claim:
+        plain = claim(job, [(f"{job}-d0-p0", node, (gpu,))])
+        slot = replace(plain.record.slots[0], mps=MpsGrant(25))
+        return replace(plain, record=replace(plain.record, slots=(slot,)))
+
+    world = World()
+    world.put(world.nodes, node_body("n0", 8))
+    live = LiveView(world.config, world.nodes, world.pods)
+    live.refresh([])
+    world.claims["ns/a"], world.claims["ns/b"] = shared("a", "n0", 2), shared("b", "n0", 2)
+    view = live.refresh(world.claim_list())
+    assert view.state.owner[2] == "mps:n0/2" and not view.conflicts and set(view.loaded) == {"ns/a", "ns/b"}
+    del world.claims["ns/a"]
+    assert live.refresh(world.claim_list()).state.owner[2] == "mps:n0/2", "b's share is still there"
+    del world.claims["ns/b"]
+    view = live.refresh(world.claim_list())
+    assert view.state.owner[2] is None
+    assert view_differences(view, build_view(world.nodes.values(), [], world.claim_list(), world.config)) == []
+    whole = [claim("w", [("w-d0-p0", "n0", (0, 1))]), shared("c", "n0", 1)]
+    conflicted = build_view(world.nodes.values(), [], whole, world.config)
+    assert "MPS shares" in conflicted.conflicts["ns/c"]

@@ -5,7 +5,9 @@ GPU's compute (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, the DRA driver's ``default
 and a pinned memory limit (``defaultPinnedDeviceMemoryLimit``). A GPU is in one mode at a time: free,
 whole (one job owns it), sliced (MIG devices) or shared (MPS clients, at most ``max_clients``; CUDA's MPS
 guide gives 48 client contexts a device under Volta MPS). Shares never commit more than 100% of the compute
-or more than the GPU's memory: MPS itself would let them, but then nothing is promised to anyone.
+or more than the GPU's memory: MPS itself would let them, but then nothing is promised to anyone. A share may
+name a pool: a GPU holds shares of one pool only (the operator's pools are namespace and percent, since the
+clients of a GPU share one ResourceClaim and its one config; the simulator's shares have none and mix).
 
 The packing rule (:func:`pack`) keeps whole nodes and whole NVLink domains free for the jobs that need
 them: a slice or a share goes first to a GPU that is already sliced or shared, then to a free GPU on a
