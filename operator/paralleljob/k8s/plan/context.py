@@ -58,9 +58,10 @@ class PassContext:
     # MPS shares this pass placed, by (node, GPU index): (namespace, percent) per share, for the same reason
     shares_placed: dict[tuple[str, int], list[tuple[str, int]]] = field(default_factory=dict)
     # MIG slices this pass placed on device-plugin nodes: node -> a profile per slice (the GPU is the device
-    # plugin's pick); and what other pods hold there, node -> profile -> slices (``slices/poolbook.foreign_use``)
+    # plugin's pick); and what was held there as the pass began, node -> profile -> slices, the records' and
+    # other pods' (``slices/poolbook.held_at_start``, worked out once a pass)
     pool_slices_placed: dict[str, list[str]] = field(default_factory=dict)
-    foreign_mig: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    pool_held: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     pod_groups: Mapping[str, NativeGroup] = field(default_factory=dict)  # Kubernetes PodGroups by namespace/name
     resource_claims: Mapping[str, ClaimInfo] = field(default_factory=dict)  # ResourceClaims by namespace/name
     # job key -> when (epoch seconds) this operator last wrote its waiting message; within

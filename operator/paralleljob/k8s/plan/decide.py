@@ -53,7 +53,7 @@ from paralleljob.k8s.plan.pods.computedomains import stale_domains
 from paralleljob.k8s.plan.pods.podowners import adopted_pods, worker_pods
 from paralleljob.k8s.plan.pods.podsync import gpu_holders
 from paralleljob.k8s.plan.slices.admission import admit_slices, admit_with_slices, asks_for_slices, split
-from paralleljob.k8s.plan.slices.poolbook import foreign_use
+from paralleljob.k8s.plan.slices.poolbook import held_at_start
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.plan.ttl import expire
 from paralleljob.k8s.view.clusterview import Claim, ClusterView, build_view
@@ -175,7 +175,7 @@ def decide(
         bind_failures=observed.bind_failures,
         invalid_pods=observed.invalid_pods,
         gpu_holders=Lazy(functools.partial(gpu_holders, observed.pods, view.nodes)),
-        foreign_mig=Lazy(functools.partial(foreign_use, observed.pods, view)),
+        pool_held=Lazy(functools.partial(held_at_start, observed.pods, view)),
         rigid_waiting=functools.cache(functools.partial(rigid_waiting, observed.jobs)),
         pod_groups=observed.pod_groups,
         resource_claims=observed.resource_claims,

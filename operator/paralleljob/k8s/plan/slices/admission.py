@@ -43,7 +43,7 @@ from paralleljob.k8s.plan.moves.checkpointing import checkpoint_status
 from paralleljob.k8s.plan.pods.podsync import sync_pods
 from paralleljob.k8s.plan.slices.book import named_profile, shared_nodes
 from paralleljob.k8s.plan.slices.mpsadmission import admit_shares
-from paralleljob.k8s.plan.slices.poolbook import pool_nodes, recorded_use
+from paralleljob.k8s.plan.slices.poolbook import placed_use, pool_nodes
 from paralleljob.k8s.view.clusterview import hold_slice
 
 Entry = tuple[JobObject, JobRequest]
@@ -169,7 +169,7 @@ def admit_slices(
 
 def place_pooled(ctx: PassContext, request: JobRequest, ranks: int, label: str) -> list[PoolPlacement] | str:
     """The ranks' slices on the device plugin's MIG nodes (``core.slices.pools``), or why they do not fit."""
-    used = (recorded_use(ctx.view, ctx.pool_slices_placed), ctx.foreign_mig)
+    used = (ctx.pool_held, placed_use(ctx.pool_slices_placed))
     try:
         return pool_ranks(request.mig_profile, ranks, pool_nodes(ctx.view, used, request), label)
     except PlacementInfeasible as exc:

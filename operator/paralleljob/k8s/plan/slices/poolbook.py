@@ -61,9 +61,8 @@ def foreign_use(pods: Iterable[PodInfo], view: ClusterView) -> dict[str, dict[st
     return out
 
 
-def recorded_use(view: ClusterView, placed: Mapping[str, Sequence[str]] | None = None) -> dict[str, dict[str, int]]:
-    """node -> profile -> slices the loaded records and the pass's placements (``placed``: node -> profiles,
-    ``PassContext.pool_slices_placed``) give the device plugin's nodes."""
+def recorded_use(view: ClusterView) -> dict[str, dict[str, int]]:
+    """node -> profile -> slices the loaded records give the device plugin's nodes."""
     out: dict[str, dict[str, int]] = {}
     for claim in view.loaded.values():
         if claim.record.pooled:
@@ -71,16 +70,37 @@ def recorded_use(view: ClusterView, placed: Mapping[str, Sequence[str]] | None =
                 if slot.mig is not None:
                     used = out.setdefault(slot.node, {})
                     used[slot.mig.profile] = used.get(slot.mig.profile, 0) + 1
-    for node, profiles in (placed or {}).items():
+    return out
+
+
+def placed_use(placed: Mapping[str, Sequence[str]]) -> dict[str, dict[str, int]]:
+    """The pass's placements (``PassContext.pool_slices_placed``: node -> a profile per slice) as counts."""
+    out: dict[str, dict[str, int]] = {}
+    for node, profiles in placed.items():
         used = out.setdefault(node, {})
         for profile in profiles:
             used[profile] = used.get(profile, 0) + 1
     return out
 
 
+def held_at_start(pods: Iterable[PodInfo], view: ClusterView) -> dict[str, dict[str, int]]:
+    """What the records and the other pods hold on each device-plugin node as a pass begins (worked out once
+    a pass, ``PassContext.pool_held``, not once per slice job: a pass may look at many waiting ones)."""
+    if not view.pools:
+        return {}
+    out = recorded_use(view)
+    for node, profiles in foreign_use(pods, view).items():
+        used = out.setdefault(node, {})
+        for profile, n in profiles.items():
+            used[profile] = used.get(profile, 0) + n
+    return out
+
+
 def pool_mig_gpus(view: ClusterView) -> int:
     """The GPUs in MIG mode of the device-plugin nodes where the operator's jobs hold slices (all of a node's:
     which of them hold the slices is the device plugin's secret); what ``paralleljob_sliced_gpus`` adds for them."""
+    if not view.pools:
+        return 0
     return sum(
         info.mig.mig_gpus for name in recorded_use(view) if (info := view.pools.get(name)) is not None and info.mig
     )

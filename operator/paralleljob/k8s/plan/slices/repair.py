@@ -24,7 +24,7 @@ from paralleljob.k8s.plan.failure.breakage import Breakage
 from paralleljob.k8s.plan.failure.outcomes import open_failure, rescheduled, unrepaired
 from paralleljob.k8s.plan.kinds.base import GangKind
 from paralleljob.k8s.plan.slices.book import named_profile, shared_nodes
-from paralleljob.k8s.plan.slices.poolbook import held_pool_slices, pool_nodes, recorded_use
+from paralleljob.k8s.plan.slices.poolbook import held_pool_slices, placed_use, pool_nodes
 from paralleljob.k8s.view.clusterview import hold_slice
 
 
@@ -60,7 +60,7 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
     failure = open_failure(ctx, held, breakage)
     report = FailureReport(breakage.kind, breakage.slots, job.restarts)
     if record.pooled:
-        used = (recorded_use(ctx.view, ctx.pool_slices_placed), ctx.foreign_mig)
+        used = (ctx.pool_held, placed_use(ctx.pool_slices_placed))
         pools = pool_nodes(ctx.view, used, request)
         decision = decide_pool_repair(pools, held_pool_slices(pools, record), request.mig_profile, policy, report)
     else:
