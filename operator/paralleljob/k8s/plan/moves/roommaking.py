@@ -197,7 +197,7 @@ def _refused_as(
         return False
     if not kind_of(request).renders_pods or sizing_of(request).resizes:  # moves are for rigid ParallelJobs
         return False
-    if request.mig_profile:  # a slice is packed onto used GPUs: freeing a domain for it would be backwards
+    if request.mig_profile or request.mps_percent:  # packed onto used GPUs: freeing a domain would be backwards
         return False
     return bounds_of(ctx, request).moves.max_moves_per_hour > 0 and _unfiltered(ctx, job.key, request)
 
