@@ -82,7 +82,8 @@ def test_a_whole_gpu_job_gets_a_whole_node_while_slices_run() -> None:
     assert half["node"] == "mig-1" and len(half["gpuIndices"]) == 4
     cluster.add_job(paralleljob("more", tp=8, pp=1, dp=1, memory=0))
     cluster.settle(3)
-    assert cluster.phase("ns/more") == "Queued"
+    message = cluster.job("ns/more")["status"]["message"]
+    assert cluster.phase("ns/more") == "Queued" and "12 GPU(s) of device-plugin node(s) mig-0, mig-1" in message
 
 
 def test_a_job_waits_saying_no_node_has_its_profile_free() -> None:

@@ -145,16 +145,33 @@ def unpublished(view: ClusterView, record: PlacementRecord) -> tuple[int, ...]:
 
 def sliced_note(view: ClusterView) -> str:
     """What a whole-GPU job waiting for room is told about GPUs that MIG slices hold ("" when none): they
-    are never offered whole, however few slices they hold. From the ``sliced:`` holders alone, so a pass with
-    many waiting jobs does not scan every GPU for each."""
+    are never offered whole, however few slices they hold; nor are a device-plugin node's GPUs in MIG mode.
+    From the ``sliced:`` holders and the view's MIG nodes alone, so a pass with many waiting jobs does not scan
+    every GPU for each."""
     by_node: dict[str, list[str]] = {}
     for holder in view.state.assumed:
         if is_sliced_holder(holder):
             node, _, index = holder.removeprefix(SLICED_PREFIX).rpartition("/")
             by_node.setdefault(node, []).append(index)
+    return _dra_note(by_node) + _pool_note(view)
+
+
+def _dra_note(by_node: Mapping[str, list[str]]) -> str:
     if not by_node:
         return ""
     count = sum(len(indices) for indices in by_node.values())
     shown = "; ".join(f"{node} GPU {','.join(sorted(ix, key=int))}" for node, ix in sorted(by_node.items())[:3])
     more = f" and {len(by_node) - 3} more node(s)" if len(by_node) > 3 else ""
     return f"; {count} GPU(s) hold MIG slices and are not offered whole ({shown}{more})"
+
+
+def _pool_note(view: ClusterView) -> str:
+    nodes = sorted(name for name, info in view.pools.items() if info.mig is not None and info.mig.mig_gpus)
+    if not nodes:
+        return ""
+    count = sum(info.mig.mig_gpus for info in view.pools.values() if info.mig is not None)
+    more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
+    return (
+        f"; {count} GPU(s) of device-plugin node(s) {', '.join(nodes[:3])}{more} are in MIG mode: offered only as"
+        " nvidia.com/mig-<profile> slices, never whole"
+    )
