@@ -89,6 +89,9 @@ def test_the_crd_refuses_the_same_with_the_same_words() -> None:
     percent = sharing["properties"]["mps"]["properties"]["percent"]
     (rule,) = percent["x-kubernetes-validations"]
     assert rule == {"rule": "self >= 1 && self <= 100", "message": SHARING_MESSAGES["percent"]}
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    pod = status["properties"]["placement"]["properties"]["pods"]["items"]["properties"]
+    assert pod["mpsShare"]["properties"] == {"percent": {"type": "integer"}}, "or the API server prunes the record"
 
 
 def test_a_record_of_shares_reads_back_and_never_mixes() -> None:
