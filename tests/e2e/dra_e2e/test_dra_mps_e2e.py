@@ -8,7 +8,9 @@ nodes, each rank an MPS client of one GPU through the GPU's shared ResourceClaim
   shares hold; six run on the other six.
 - A NoExecute DeviceTaintRule on the shared GPU fails both jobs on it by their own policies (``maxRestarts: 0``
   fails, the default moves to another GPU with a new claim), and the old claim, used by no record and no
-  running pod any more, is deleted; so are all claims once the jobs are deleted.
+  running pod any more, is deleted. The gauges count the MPS GPUs and shares.
+- The jobs are deleted while the operator is stopped: started again, it deletes their claims from what it
+  reads alone (no record names them, no running pod is reserved for them).
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def test_shares_pack_by_namespace_whole_jobs_avoid_them_and_a_gpu_failure_repair
     other_pjs: Jobs,
     dra_kube: KubeSession,
     dra_cluster: DevCluster,
+    dra_operator: OperatorProcess,
     taint_rules: list[str],
 ) -> None:
     share_job(dra_pjs, "fragile", failurePolicy={"maxRestarts": 0})
@@ -161,11 +164,21 @@ def test_shares_pack_by_namespace_whole_jobs_avoid_them_and_a_gpu_failure_repair
     )
     assert_no_device_in_two_claims(dra_kube)
 
-    # the jobs go: so do their claims
+    def gauges() -> str | None:
+        text = dra_operator.metrics()
+        return (
+            text if "paralleljob_mps_gpus 2.0" in text and 'paralleljob_mps_shares{percent="25"} 2.0' in text else None
+        )
+
+    wait_for("the MPS gauges: two GPUs, two 25% shares", gauges, 30)
+
+    # the jobs go while the operator is down: started again, it deletes their claims all the same
+    dra_operator.stop()
     for pjs, name in ((dra_pjs, "sturdy"), (dra_pjs, "fragile"), (other_pjs, "other")):
         pjs.delete(name)
+    dra_operator.start()
     for pjs in (dra_pjs, other_pjs):
-        wait_for(f"MPS claims of {pjs.namespace} deleted", lambda p=pjs: not mps_claims(dra_kube, p.namespace), 90)
+        wait_for(f"MPS claims of {pjs.namespace} deleted", lambda p=pjs: not mps_claims(dra_kube, p.namespace), 120)
 
 
 def _quiet(check: Any, *args: Any) -> Any:
