@@ -217,6 +217,23 @@ def _on_mig_slices() -> Iterator[dict[str, Any]]:
     yield from rec.written
 
 
+def _on_mps_shares() -> Iterator[dict[str, Any]]:
+    """Share jobs on one GPU of a DRA node (``status.placement.pods[].mpsShare``), and the GPU failing under
+    them: one fails (maxRestarts 0), the other's share moves."""
+    with mig_overlay():
+        rec = Recorder(FakeCluster([dra_node()]))
+        sharing = {"gpuSharing": {"mps": {"percent": 25}}}
+        rec.fc.add_job(paralleljob("m0", 1, 1, 2, memory=0, max_restarts=0, created=at(0), extra_spec=sharing))
+        rec.fc.add_job(paralleljob("m1", 1, 1, 1, memory=0, created=at(1), extra_spec=sharing))
+        for second in range(3):
+            rec.step(at(second))
+        gpu = rec.fc.job("ns/m1")["status"]["placement"]["pods"][0]["gpuIndices"][0]
+        rec.fc.nodes[MIG_NODE] = dra_node(unhealthy=str(gpu))
+        for second in range(3, 6):
+            rec.step(at(second))
+    yield from rec.written
+
+
 SCENARIOS = (
     _completed_and_queued,
     _repaired_then_migrated,
@@ -226,6 +243,7 @@ SCENARIOS = (
     _drained_then_moved,
     _moved_for_room,
     _on_mig_slices,
+    _on_mps_shares,
 )
 
 
