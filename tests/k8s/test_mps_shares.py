@@ -232,6 +232,9 @@ def test_the_gauges_the_gpu_map_and_describe_show_the_shares(dra_world: list[dic
     console = Console(width=160, record=True)
     print_renderable(gpu_map_renderable(gpu_map), console)
     assert f"s [{gpu}] MPS ns/a 25%, ns/b 25%" in console.export_text()
+    from paralleljob.dashboard.model import pack_node
+
+    assert f"{gpu}: MPS ns/a 25%, ns/b 25%" in pack_node(row, 0, {})["notes"], "the web view's node notes"
 
     described = describe_job(cluster.job("ns/c"), cluster.job_pods("ns/c"))
     assert described.mps_percent == 10 and [p.mps for p in described.pods] == ["10%", "10%"]
