@@ -186,7 +186,7 @@ async def one_by_one(
     keep_alive: Callable[[], None],
 ) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Each gang by itself on the background: placed or not (and why), apply -> bound, cost, step time and
-    how its TP groups sit in the cliques."""
+    how its TP groups sit in the cliques (each TP group's trays, in the JSON)."""
     out: dict[str, dict[str, Any]] = {}
     async with PodTracker(contender.kube, contender.namespace) as tracker:
         for gang in gangs:
@@ -200,7 +200,7 @@ async def one_by_one(
             if groups is None:
                 row["reason"] = await contender.why_not()
             else:
-                row |= score(gang, groups)
+                row |= score(gang, groups) | {"trays": groups}
                 row["apply_to_bound_s"] = round(max(tracker.bound_at[u] for u in tracker.bound()) - started, 3)
             out[gang.name] = row
             await contender.clear(tracker)
@@ -256,7 +256,7 @@ async def measure(cluster: DevCluster, racks: int, gang_count: int, big_count: i
         await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
         print(f"{racks} racks: background {sum(used.values())} GPUs used, whole free trays per clique {free};"
               f" {len(gangs)} gangs", file=sys.stderr, flush=True)  # fmt: skip
-        runs = {}
+        runs, load_start = {}, os.getloadavg()
         for who, contender in contenders.items():
             runs[who] = await one_by_one(contender, gangs, score, operator.ensure_running)
             print(f"{who}: {sum(r['placed'] for r in runs[who].values())} placed", file=sys.stderr, flush=True)
@@ -272,6 +272,8 @@ async def measure(cluster: DevCluster, racks: int, gang_count: int, big_count: i
             **runs,
             "compare": compare(gangs, runs),
             "operator_starts": operator.starts,
+            "load_avg_start": load_start,
+            "load_avg_end": os.getloadavg(),
         }
     finally:
         await kube.close()
@@ -286,7 +288,6 @@ def run_kueue_nvl72(racks: int, gang_count: int, big_count: int, seed: int) -> d
     try:
         result = asyncio.run(measure(cluster, racks, gang_count, big_count, seed))
         result["cluster_up_s"] = up_s
-        result["load_avg"] = os.getloadavg()
         return result
     finally:
         down(name)
