@@ -49,3 +49,29 @@ def test_a_slice_on_a_gpu_a_whole_job_holds_is_a_conflict() -> None:
     claims = [claim("w", [("w-d0-p0", "n0", (0, 1))]), sliced("a", "n0", 1, 0)]
     view = build_view(world.nodes.values(), world.pods.values(), claims, world.config)
     assert "ns/a" in view.conflicts and "whole" in view.conflicts["ns/a"]
+
+
+def test_device_plugin_slice_records_come_and_go_without_a_rebuild() -> None:
+    from tests.k8s.test_mig_pools import mig_node
+
+    world = World()
+    world.put(world.nodes, node_body("n0", 8))
+    world.put(world.nodes, mig_node("mig-0", whole=4))
+    world.put(world.nodes, mig_node("mig-1"))
+    live = LiveView(world.config, world.nodes, world.pods)
+    view = live.refresh([])
+    assert set(view.pools) == {"mig-0", "mig-1"} and "mig-1" not in view.node_index
+    plain = claim("p", [("p-d0-p0", "mig-1", ())])
+    slot = replace(plain.record.slots[0], mig=MigGrant("1g.10gb", None))
+    world.claims["ns/p"] = replace(plain, record=replace(plain.record, slots=(slot,)))
+    view = live.refresh(world.claim_list())
+    assert "ns/p" in view.loaded and not view.conflicts and "slices" not in live.rebuilds
+    world.put(world.nodes, mig_node("mig-1", unhealthy="2"))  # a MIG node's change reaches the kept view
+    view = live.refresh(world.claim_list())
+    assert view.pools["mig-1"].unhealthy_gpus == frozenset({2})
+    fresh = build_view(world.nodes.values(), world.pods.values(), world.claim_list(), world.config)
+    assert view_differences(view, fresh) == []
+    del world.claims["ns/p"]
+    view = live.refresh(world.claim_list())
+    assert "ns/p" not in view.loaded and "slices" not in live.rebuilds
+    assert view_differences(view, build_view(world.nodes.values(), world.pods.values(), [], world.config)) == []

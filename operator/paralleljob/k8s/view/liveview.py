@@ -8,7 +8,8 @@ kept view must equal a rebuild from the same nodes, pods and claims, and the per
 * a GPU node added, removed, or changed in what the topology is made of (GPU count, memory, product,
   domain labels), a ghost appearing or going, a full re-list, a claim change while any claim is in
   conflict (older claims win, so one change can reshuffle the winners), or a claim of MIG slices coming or
-  going (its GPUs are shared with other slices' records): **rebuild**;
+  going (its GPUs are shared with other slices' records; not the device plugin's slices, which hold no
+  GPU): **rebuild**;
 * otherwise every *dirty* node (its Node changed, a GPU-holding pod on it came, went or changed, or a
   changed claim or that job's pods touch it) is redone the way the rebuild does it: health lifted, its
   foreign pods let go, changed claims released and loaded, its unexplained pods placed again in the
@@ -163,7 +164,7 @@ class LiveView:
         if gone or new_claims or reordered:
             if view.conflicts:
                 raise NeedsRebuild("conflict")
-            if any(c.record.sliced or c.record.shared for c in [*(self._claims[key] for key in gone), *new_claims]):
+            if any(_holds_shared(c) for c in [*(self._claims[key] for key in gone), *new_claims]):
                 # a sliced or MPS GPU is shared: its holder goes only with the last slice or share (a rebuild)
                 raise NeedsRebuild("slices")
             if _ghosts(view, claims) != _ghosts_now(view):
@@ -231,6 +232,13 @@ class LiveView:
             occupy_node(view, name, (self._gpu_pods[store_key] for store_key in ordered))
             hold_claimed_devices(view, name)
             apply_health(view, view.node_index[name])
+
+
+def _holds_shared(claim: Claim) -> bool:
+    """The claim holds GPUs that other claims' slices or shares may share; a record of the device plugin's
+    MIG slices holds no GPU at all (``load_slices``), so it comes and goes like any claim."""
+    record = claim.record
+    return (record.sliced and not record.pooled) or record.shared
 
 
 def _ghosts(view: ClusterView, claims: Sequence[Claim]) -> dict[str, int]:
