@@ -1,11 +1,11 @@
 """The failure policy for a job of MPS shares: which ranks restart, move or end the job, as one decision.
 
 A share job runs one rank per pod, each an MPS client of one GPU (``sharing.Placement`` with an ``MpsShare``).
-The policy reads the job's ``failurePolicy`` as the MIG-slice repair does (``slicerepair.py``): ``maxRestarts``
-ends the job; a crashed worker restarts on its own share (``minimal``: that rank, ``full``: every rank);
-broken hardware under a share (its GPU, its node) moves the broken ranks (``minimal``) or every rank
-(``full``) to new shares under the packing rule, of the same pool (namespace and percent); with no room the
-job is requeued or failed (``onUnplaceable``). An MPS server is shared by every client of its GPU, so a
+The policy is the MIG-slice repair's, read in one place (``slicerepair.unmoved``, ``moved_on_gpus``):
+``maxRestarts`` ends the job; a crashed worker restarts on its own share (``minimal``: that rank, ``full``:
+every rank); broken hardware under a share (its GPU, its node) moves the broken ranks (``minimal``) or every
+rank (``full``) to new shares under the packing rule, of the same pool (namespace and percent); with no room
+the job is requeued or failed (``onUnplaceable``). An MPS server is shared by every client of its GPU, so a
 broken GPU breaks every share job on it at once: each is repaired by its own policy.
 """
 
@@ -14,17 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.failure.recovery import RecoveryStrategy
-from paralleljob.core.failure.repair import (
-    FailurePolicy,
-    FailureReport,
-    GiveUp,
-    GiveUpReason,
-    OnUnplaceable,
-    Requeue,
-)
-from paralleljob.core.slices.sharing import MpsShare, NodeGpus, Placement, apply, pack
-from paralleljob.core.slices.slicerepair import SliceRepair, SlicesMoved, SlicesRestarted
+from paralleljob.core.failure.repair import FailurePolicy, FailureReport
+from paralleljob.core.slices.sharing import MpsShare, NodeGpus, Placement, pack
+from paralleljob.core.slices.slicerepair import SliceRepair, moved_on_gpus, unmoved
 
 
 def decide_share_repair(
@@ -37,29 +29,10 @@ def decide_share_repair(
     """``held``: the job's shares by rank, as they are in ``nodes`` (which already show the broken hardware
     unhealthy; None for a rank whose share ``nodes`` do not show, its node gone); ``failure.groups`` the ranks
     it hit; ``share_for``: the job's share on a GPU of each memory size (GB) that ``nodes`` have."""
-    if failure.restarts >= policy.max_restarts and not failure.kind.maintenance:
-        return GiveUp(GiveUpReason.MAX_RESTARTS, (f"maxRestarts {policy.max_restarts} reached",))
-    whole = policy.strategy is RecoveryStrategy.FULL
-    ranks = tuple(range(len(held))) if whole else tuple(sorted(set(failure.groups)))
-    if not failure.kind.hardware:
-        what = "every rank" if whole else f"{len(ranks)} rank(s)"
-        return SlicesRestarted(ranks, (f"{what} restarted on the same MPS shares",))
-    free = list(nodes)
-    for rank in ranks:
-        if (share := held[rank]) is not None:
-            free = list(apply(free, share, release=True))
-    placements = []
-    try:
-        for rank in ranks:
-            placement = pack_share(free, share_for, f"rank {rank}")
-            free = list(apply(free, placement))
-            placements.append(placement)
-    except PlacementInfeasible as exc:
-        if policy.on_unplaceable is OnUnplaceable.REQUEUE or failure.kind.maintenance:
-            return Requeue(tuple(exc.reasons))
-        return GiveUp(GiveUpReason.NO_ROOM, tuple(exc.reasons))
-    reasons = tuple(f"rank {rank}: {p.why}" for rank, p in zip(ranks, placements, strict=True))
-    return SlicesMoved(ranks, tuple(placements), reasons)
+    ranks = unmoved(len(held), policy, failure, "MPS shares")
+    if not isinstance(ranks, tuple):
+        return ranks
+    return moved_on_gpus(nodes, held, ranks, lambda free, label: pack_share(free, share_for, label), policy, failure)
 
 
 def pack_share(nodes: Sequence[NodeGpus], share_for: dict[float, MpsShare], label: str) -> Placement:

@@ -12,7 +12,7 @@ operator knows node and profile, not the GPU) follow the same policy, moved by n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from paralleljob.core.errors import PlacementInfeasible
@@ -50,16 +50,18 @@ class SlicesMoved:
 SliceRepair = SlicesRestarted | SlicesMoved | Requeue | GiveUp
 
 
-def _unmoved(count: int, policy: FailurePolicy, failure: FailureReport) -> SliceRepair | tuple[int, ...]:
-    """The decision when no slice moves (at ``maxRestarts``, or a worker restarting where it is), else the
-    ranks to move: the broken ones (``minimal``) or all ``count`` (``full``)."""
+def unmoved(
+    count: int, policy: FailurePolicy, failure: FailureReport, what: str = "MIG slices"
+) -> SliceRepair | tuple[int, ...]:
+    """The decision when nothing moves (at ``maxRestarts``, or a worker restarting where it is, on the same
+    ``what``), else the ranks to move: the broken ones (``minimal``) or all ``count`` (``full``)."""
     if failure.restarts >= policy.max_restarts and not failure.kind.maintenance:
         return GiveUp(GiveUpReason.MAX_RESTARTS, (f"maxRestarts {policy.max_restarts} reached",))
     whole = policy.strategy is RecoveryStrategy.FULL
     ranks = tuple(range(count)) if whole else tuple(sorted(set(failure.groups)))
     if not failure.kind.hardware:
-        what = "every rank" if whole else f"{len(ranks)} rank(s)"
-        return SlicesRestarted(ranks, (f"{what} restarted on the same MIG slices",))
+        who = "every rank" if whole else f"{len(ranks)} rank(s)"
+        return SlicesRestarted(ranks, (f"{who} restarted on the same {what}",))
     return ranks
 
 
@@ -79,19 +81,34 @@ def decide_slice_repair(
     """``held``: the job's slices by rank, as they are in ``nodes`` (which already show the broken hardware
     unhealthy; None for a rank whose slice ``nodes`` do not show, its node gone); ``failure.groups`` the ranks
     it hit; ``profile`` the slices' profile as some node offers it (None: no node offers it any more)."""
-    ranks = _unmoved(len(held), policy, failure)
+    ranks = unmoved(len(held), policy, failure)
     if not isinstance(ranks, tuple):
         return ranks
+    if profile is None:
+        return _no_room(
+            policy, failure, PlacementInfeasible("slices", ["no node offers the job's MIG profile any more"])
+        )
+    return moved_on_gpus(nodes, held, ranks, lambda free, label: pack(profile, free, label), policy, failure)
+
+
+def moved_on_gpus(
+    nodes: Sequence[NodeGpus],
+    held: Sequence[Placement | None],
+    ranks: tuple[int, ...],
+    place: Callable[[Sequence[NodeGpus], str], Placement],
+    policy: FailurePolicy,
+    failure: FailureReport,
+) -> SliceRepair:
+    """``ranks`` given back their places in ``held`` and placed again one after the other by ``place`` (a
+    slice or a share packed over the GPUs left, labelled by rank), or the decision when one does not fit."""
     free = list(nodes)
     for rank in ranks:
-        if (slice_ := held[rank]) is not None:
-            free = list(apply(free, slice_, release=True))
+        if (old := held[rank]) is not None:
+            free = list(apply(free, old, release=True))
     placements = []
     try:
-        if profile is None:
-            raise PlacementInfeasible("slices", ["no node offers the job's MIG profile any more"])
         for rank in ranks:
-            placement = pack(profile, free, f"rank {rank}")
+            placement = place(free, f"rank {rank}")
             free = list(apply(free, placement))
             placements.append(placement)
     except PlacementInfeasible as exc:
@@ -111,7 +128,7 @@ def decide_pool_repair(
     count them (None: not counted there, its node gone); the broken ranks' slices are given back and they
     move to nodes with ``profile`` free. ``pools`` show a node under the failure closed, so nothing moves
     back onto it while the operator cannot tell which slices its broken GPU held."""
-    ranks = _unmoved(len(held), policy, failure)
+    ranks = unmoved(len(held), policy, failure)
     if not isinstance(ranks, tuple):
         return ranks
     free: Sequence[ProfilePool] = pools

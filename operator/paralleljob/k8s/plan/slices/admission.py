@@ -29,21 +29,19 @@ from paralleljob.core.admit.admission import Admit, Wait
 from paralleljob.core.admit.fifo import LineKey, behind_blocked_head
 from paralleljob.core.admit.gates import WaitReason, entry_gate, quota_refusal
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.lifecycle import Event
 from paralleljob.core.slices.mig import MigSlice
 from paralleljob.core.slices.pools import PoolPlacement
 from paralleljob.core.slices.pools import place_ranks as pool_ranks
 from paralleljob.core.slices.sharing import NodeGpus, Placement, apply, pack
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
-from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord, PodSlot, pod_name
+from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord, PodSlot
 from paralleljob.k8s.plan.admission.fifo_admission import admit_all, entry_of, line_position, unknown_queue
 from paralleljob.k8s.plan.admission.waiting import blocks
 from paralleljob.k8s.plan.context import PassContext
-from paralleljob.k8s.plan.moves.checkpointing import checkpoint_status
-from paralleljob.k8s.plan.pods.podsync import sync_pods
 from paralleljob.k8s.plan.slices.book import named_profile, shared_nodes
 from paralleljob.k8s.plan.slices.mpsadmission import admit_shares
 from paralleljob.k8s.plan.slices.poolbook import placed_use, pool_nodes
+from paralleljob.k8s.plan.slices.ranks import placed, rank_record
 from paralleljob.k8s.view.clusterview import hold_slice
 
 Entry = tuple[JobObject, JobRequest]
@@ -177,20 +175,15 @@ def place_pooled(ctx: PassContext, request: JobRequest, ranks: int, label: str) 
 
 
 def slice_record(job: JobObject, request: JobRequest, placements: Sequence[Placement], epoch: int) -> PlacementRecord:
-    """One pod per rank (replica d, stage p: rank d·pp + p), each on its placement's MIG slice."""
-    spec = request.spec
-    slots = []
-    for rank, placement in enumerate(placements):
-        replica, stage = divmod(rank, spec.pp)
+    """One pod per rank, each on its placement's MIG slice."""
+
+    def slot(name: str, replica: int, stage: int, placement: Placement) -> PodSlot:
         grant = placement.grant
         assert isinstance(grant, MigSlice), "a slice placement grants a MIG slice"
         mig = MigGrant(grant.profile.name, grant.start)
-        name = pod_name(job.name, replica, stage)
-        slots.append(PodSlot(name, replica, stage, placement.node, placement.gpus, epoch, mig))
-    reasons = tuple(f"rank {rank}: {p.why}" for rank, p in enumerate(placements))
-    return PlacementRecord(
-        epoch, request.cost_model, 1, spec.pp, spec.dp, tuple(slots), rank_order=request.rank_order, reasons=reasons
-    )
+        return PodSlot(name, replica, stage, placement.node, placement.gpus, epoch, mig)
+
+    return rank_record(job, request, placements, epoch, slot)
 
 
 def record_slices(ctx: PassContext, job: JobObject, request: JobRequest, placements: Sequence[Placement]) -> None:
@@ -208,37 +201,15 @@ def record_slices(ctx: PassContext, job: JobObject, request: JobRequest, placeme
     placed(ctx, job, request, record, message)
 
 
-def placed(ctx: PassContext, job: JobObject, request: JobRequest, record: PlacementRecord, message: str) -> None:
-    """Queued -> Placing with ``record`` (the executor writes the status first) and its pods to create."""
-    actions, view, now = ctx.actions_for(job), ctx.view, ctx.now
-    epoch = record.epoch
-    actions.draft.apply(Event.ADMITTED, "Placed", message, now)
-    actions.draft.set(
-        placement=record.to_status(),
-        placementEpoch=epoch,
-        communicationCost=None,
-        nodes=",".join(record.nodes),
-        checkpoint=checkpoint_status(request, len(record.nodes)),
-    )
-    actions.events = [e for e in actions.events if e.reason != "Accepted"]
-    actions.note("Normal", "Placed", message)
-    sync_pods(actions, job, request, record, ctx.pods_of(job), view.nodes, ctx.gpu_holders)
-
-
 def pooled_record(
     job: JobObject, request: JobRequest, placements: Sequence[PoolPlacement], epoch: int
 ) -> PlacementRecord:
     """One pod per rank, each naming its node and profile and no GPU: the device plugin picks it."""
-    spec = request.spec
-    slots = []
-    for rank, placement in enumerate(placements):
-        replica, stage = divmod(rank, spec.pp)
-        mig = MigGrant(placement.profile, None)
-        slots.append(PodSlot(pod_name(job.name, replica, stage), replica, stage, placement.node, (), epoch, mig))
-    reasons = tuple(f"rank {rank}: {p.why}" for rank, p in enumerate(placements))
-    return PlacementRecord(
-        epoch, request.cost_model, 1, spec.pp, spec.dp, tuple(slots), rank_order=request.rank_order, reasons=reasons
-    )
+
+    def slot(name: str, replica: int, stage: int, placement: PoolPlacement) -> PodSlot:
+        return PodSlot(name, replica, stage, placement.node, (), epoch, MigGrant(placement.profile, None))
+
+    return rank_record(job, request, placements, epoch, slot)
 
 
 def record_pooled(ctx: PassContext, job: JobObject, request: JobRequest, placements: Sequence[PoolPlacement]) -> None:

@@ -15,15 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paralleljob.core.errors import PlacementInfeasible
-from paralleljob.core.lifecycle import Event
 from paralleljob.core.slices.sharerepair import pack_share
 from paralleljob.core.slices.sharing import MpsShare, NodeGpus, Placement, apply
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
-from paralleljob.k8s.edge.status.records import MpsGrant, PlacementRecord, PodSlot, pod_name
+from paralleljob.k8s.edge.status.records import MpsGrant, PlacementRecord, PodSlot
 from paralleljob.k8s.plan.context import PassContext
-from paralleljob.k8s.plan.moves.checkpointing import checkpoint_status
-from paralleljob.k8s.plan.pods.podsync import sync_pods
 from paralleljob.k8s.plan.slices.mpsbook import mps_nodes, share_of
+from paralleljob.k8s.plan.slices.ranks import placed, rank_record
 from paralleljob.k8s.view.clusterview import hold_share
 
 
@@ -59,19 +57,14 @@ def admit_shares(ctx: PassContext, job: JobObject, request: JobRequest, ranks: i
 
 
 def share_record(job: JobObject, request: JobRequest, placements: Sequence[Placement], epoch: int) -> PlacementRecord:
-    """One pod per rank (replica d, stage p: rank d·pp + p), each an MPS client of its placement's GPU."""
-    spec = request.spec
-    slots = []
-    for rank, placement in enumerate(placements):
-        replica, stage = divmod(rank, spec.pp)
+    """One pod per rank, each an MPS client of its placement's GPU."""
+
+    def slot(name: str, replica: int, stage: int, placement: Placement) -> PodSlot:
         assert isinstance(placement.grant, MpsShare), "a share placement grants an MPS share"
-        grant = MpsGrant(placement.grant.compute_pct)
-        name = pod_name(job.name, replica, stage)
-        slots.append(PodSlot(name, replica, stage, placement.node, placement.gpus, epoch, mps=grant))
-    reasons = tuple(f"rank {rank}: {p.why}" for rank, p in enumerate(placements))
-    return PlacementRecord(
-        epoch, request.cost_model, 1, spec.pp, spec.dp, tuple(slots), rank_order=request.rank_order, reasons=reasons
-    )
+        mps = MpsGrant(placement.grant.compute_pct)
+        return PodSlot(name, replica, stage, placement.node, placement.gpus, epoch, mps=mps)
+
+    return rank_record(job, request, placements, epoch, slot)
 
 
 def hold_shares(ctx: PassContext, namespace: str, slots: Sequence[PodSlot]) -> None:
@@ -85,20 +78,9 @@ def hold_shares(ctx: PassContext, namespace: str, slots: Sequence[PodSlot]) -> N
 def record_shares(ctx: PassContext, job: JobObject, request: JobRequest, placements: Sequence[Placement]) -> None:
     """Queued -> Placing with the shares recorded (the executor writes the status first), their GPUs held in
     the view's state, and the pods to create and bind."""
-    actions, view, now = ctx.actions_for(job), ctx.view, ctx.now
     epoch = job.placement_epoch + 1
     record = share_record(job, request, placements, epoch)
     hold_shares(ctx, job.namespace, record.slots)
     where = ", ".join(f"{s.node} GPU {s.gpu_indices[0]}" for s in record.slots)
     message = f"{len(record.slots)} x MPS {request.mps_percent}% on {where}: {placements[0].why.partition(': ')[2]}"
-    actions.draft.apply(Event.ADMITTED, "Placed", message, now)
-    actions.draft.set(
-        placement=record.to_status(),
-        placementEpoch=epoch,
-        communicationCost=None,
-        nodes=",".join(record.nodes),
-        checkpoint=checkpoint_status(request, len(record.nodes)),
-    )
-    actions.events = [e for e in actions.events if e.reason != "Accepted"]
-    actions.note("Normal", "Placed", message)
-    sync_pods(actions, job, request, record, ctx.pods_of(job), view.nodes, ctx.gpu_holders)
+    placed(ctx, job, request, record, message)
