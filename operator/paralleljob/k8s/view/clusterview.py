@@ -21,7 +21,7 @@ per claim, per pod and per node here so that both paths run the very same code.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
@@ -279,27 +279,26 @@ def load_slices(view: ClusterView, claim: Claim) -> bool:
     if claim.record.pooled:
         view.loaded[claim.key] = claim
         return True
-    gpus = []
-    for slot in claim.record.slots:
-        gpu = view.gpu_id(slot.node, slot.gpu_indices[0]) if len(slot.gpu_indices) == 1 else None
-        if gpu is None:
-            view.conflicts[claim.key] = f"pod {slot.name} is recorded on GPUs {slot.gpu_names()} that do not exist"
-            return False
-        owner = view.state.owner[gpu]
-        if owner is not None and not is_sliced_holder(owner):
-            view.conflicts[claim.key] = f"GPU {gpu} is recorded for this job's MIG slices and for {owner} whole"
-            return False
-        gpus.append((slot.node, slot.gpu_indices[0]))
-    for node, index in gpus:
-        hold_slice(view, node, index)
-    view.loaded[claim.key] = claim
-    return True
+    return _load_held(view, claim, is_sliced_holder, "MIG slices", "whole", hold_slice)
 
 
 def load_shares(view: ClusterView, claim: Claim) -> bool:
     """Step 2 for a claim of MPS shares: each GPU held by one ``mps:`` holder, shared by every job with a
     share there (which shares, from the loaded records: ``plan/slices/mpsbook.py``); a GPU another claim owns
     otherwise is a conflict."""
+    return _load_held(view, claim, is_mps_holder, "MPS shares", "", hold_share)
+
+
+def _load_held(
+    view: ClusterView,
+    claim: Claim,
+    shared: Callable[[str], bool],
+    what: str,
+    how: str,
+    hold: Callable[[ClusterView, str, int], None],
+) -> bool:
+    """Each slot's one GPU held by ``hold`` (its shared holder), or the claim a conflict: a GPU that does not
+    exist, or one an owner that ``shared`` does not accept holds (``how`` it holds it, for the message)."""
     gpus = []
     for slot in claim.record.slots:
         gpu = view.gpu_id(slot.node, slot.gpu_indices[0]) if len(slot.gpu_indices) == 1 else None
@@ -307,12 +306,12 @@ def load_shares(view: ClusterView, claim: Claim) -> bool:
             view.conflicts[claim.key] = f"pod {slot.name} is recorded on GPUs {slot.gpu_names()} that do not exist"
             return False
         owner = view.state.owner[gpu]
-        if owner is not None and not is_mps_holder(owner):
-            view.conflicts[claim.key] = f"GPU {gpu} is recorded for this job's MPS shares and for {owner}"
+        if owner is not None and not shared(owner):
+            view.conflicts[claim.key] = f"GPU {gpu} is recorded for this job's {what} and for {owner} {how}".rstrip()
             return False
         gpus.append((slot.node, slot.gpu_indices[0]))
     for node, index in gpus:
-        hold_share(view, node, index)
+        hold(view, node, index)
     view.loaded[claim.key] = claim
     return True
 

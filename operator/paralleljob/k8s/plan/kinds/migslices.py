@@ -29,19 +29,27 @@ from paralleljob.k8s.plan.slices.repair import repair_slices
 
 
 class MigSlices:
+    """A layout of one rank per slice; :class:`MpsShares` is the same with its own breakage and repair."""
+
     name = "MIG slices"
 
-    def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
+    def breakage(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> Breakage | None:
         names = gang.kind.pod_names(held.record, held.pods)
         broken = pool_breakage(ctx.view, held.record) if held.record.pooled else None
-        breakage = broken or detect(ctx.view, held.job, held.record, seen.failed, names) or _unpublished(ctx, held)
+        return broken or detect(ctx.view, held.job, held.record, seen.failed, names) or _unpublished(ctx, held)
+
+    def repair(self, ctx: PassContext, held: HeldJob, breakage: Breakage, gang: Gang) -> PlacementRecord | None:
+        return repair_slices(ctx, held, breakage, gang.kind)
+
+    def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
+        breakage = self.breakage(ctx, held, seen, gang)
         if breakage is None or (held.actions.draft.phase is Phase.PLACING and not breakage.hardware):
             return False  # a worker cannot fail before the gang runs
         self.move(ctx, held, breakage, gang)
         return True
 
     def move(self, ctx: PassContext, held: HeldJob, breakage: Breakage, gang: Gang) -> None:
-        repaired = repair_slices(ctx, held, breakage, gang.kind)
+        repaired = self.repair(ctx, held, breakage, gang)
         if repaired is not None:
             gang.kind.sync(ctx, held, repaired)
 

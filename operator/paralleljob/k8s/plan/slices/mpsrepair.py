@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from paralleljob.core.failure.elastic_failure import counts_as_restart
-from paralleljob.core.failure.repair import FailureAction, FailureReport, GiveUp, Requeue
+from paralleljob.core.failure.repair import FailureReport
+from paralleljob.core.slices.pools import PoolPlacement
 from paralleljob.core.slices.sharerepair import decide_share_repair
 from paralleljob.core.slices.sharing import MpsShare, NodeGpus, Placement
-from paralleljob.core.slices.slicerepair import SlicesMoved
-from paralleljob.k8s.edge.status.records import MpsGrant, PlacementRecord
+from paralleljob.k8s.edge.status.records import MpsGrant, PlacementRecord, PodSlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
-from paralleljob.k8s.plan.failure.outcomes import open_failure, rescheduled, unrepaired
+from paralleljob.k8s.plan.failure.outcomes import open_failure
 from paralleljob.k8s.plan.kinds.base import GangKind
 from paralleljob.k8s.plan.slices.mpsadmission import hold_shares, shares_for
 from paralleljob.k8s.plan.slices.mpsbook import mps_nodes, share_of
+from paralleljob.k8s.plan.slices.repair import carry_out
 
 
 def held_shares(nodes: list[NodeGpus], namespace: str, record: PlacementRecord) -> list[Placement | None]:
@@ -43,7 +43,7 @@ def held_shares(nodes: list[NodeGpus], namespace: str, record: PlacementRecord) 
 def repair_shares(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: GangKind) -> PlacementRecord | None:
     """Carry out the failure policy for ``breakage``; the repaired record, or None when the job left."""
     job, request, record = held.job, held.request, held.record
-    policy, maintenance = request.failure, breakage.kind.maintenance
+    policy = request.failure
     failure = open_failure(ctx, held, breakage)
     node_filter = ctx.eligibility.filter_for(job.key, request.spec, with_usage=False)
     nodes = mps_nodes(ctx.view, lambda n: node_filter is None or node_filter.admits(n), ctx.shares_placed)
@@ -51,23 +51,11 @@ def repair_shares(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
     percent = request.mps_percent or (record.slots[0].mps.percent if record.slots[0].mps is not None else 0)
     share_for = shares_for(nodes, job.namespace, percent)
     decision = decide_share_repair(nodes, held_shares(nodes, job.namespace, record), share_for, policy, report)
-    restarts = job.restarts + counts_as_restart(breakage.kind, decision)
-    if isinstance(decision, GiveUp | Requeue):
-        unrepaired(ctx, held, decision, failure, restarts)
-        return None
-    epoch = job.placement_epoch + 1
-    slots = list(record.slots)
-    for i, rank in enumerate(decision.ranks):
-        slot = replace(slots[rank], incarnation=epoch)
-        if isinstance(decision, SlicesMoved):
-            moved = decision.placements[i]
-            assert isinstance(moved, Placement) and isinstance(moved.grant, MpsShare), "a share placement"
-            slot = replace(slot, node=moved.node, gpu_indices=moved.gpus, mps=MpsGrant(moved.grant.compute_pct))
-            hold_shares(ctx, job.namespace, [slot])
-        slots[rank] = slot
-    new_record = replace(record, epoch=epoch, slots=tuple(slots), reasons=decision.reasons)
-    changed = [s for s, old in zip(slots, record.slots, strict=True) if s != old]
-    message = kind.repaired(record, changed, policy.strategy.value, maintenance)
-    failure.update(action=FailureAction.RESCHEDULED.value)
-    rescheduled(ctx, held, new_record, message, failure, restarts)
-    return new_record
+
+    def moved_slot(slot: PodSlot, moved: Placement | PoolPlacement) -> PodSlot:
+        assert isinstance(moved, Placement) and isinstance(moved.grant, MpsShare), "a share placement"
+        slot = replace(slot, node=moved.node, gpu_indices=moved.gpus, mps=MpsGrant(moved.grant.compute_pct))
+        hold_shares(ctx, job.namespace, [slot])
+        return slot
+
+    return carry_out(ctx, held, breakage, kind, failure, decision, moved_slot)

@@ -10,6 +10,7 @@ pass takes it whole.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from paralleljob.core.failure.elastic_failure import counts_as_restart
@@ -17,8 +18,8 @@ from paralleljob.core.failure.repair import FailureAction, FailureReport, GiveUp
 from paralleljob.core.slices.mig import MigProfile, MigSlice
 from paralleljob.core.slices.pools import PoolPlacement
 from paralleljob.core.slices.sharing import NodeGpus, Placement
-from paralleljob.core.slices.slicerepair import SlicesMoved, decide_pool_repair, decide_slice_repair
-from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord
+from paralleljob.core.slices.slicerepair import SliceRepair, SlicesMoved, decide_pool_repair, decide_slice_repair
+from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord, PodSlot
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
 from paralleljob.k8s.plan.failure.outcomes import open_failure, rescheduled, unrepaired
@@ -56,7 +57,7 @@ def offered_profile(nodes: list[NodeGpus], name: str) -> MigProfile | None:
 def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: GangKind) -> PlacementRecord | None:
     """Carry out the failure policy for ``breakage``; the repaired record, or None when the job left."""
     job, request, record = held.job, held.request, held.record
-    policy, maintenance = request.failure, breakage.kind.maintenance
+    policy = request.failure
     failure = open_failure(ctx, held, breakage)
     report = FailureReport(breakage.kind, breakage.slots, job.restarts)
     if record.pooled:
@@ -68,6 +69,33 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
         nodes = shared_nodes(ctx.view, lambda n: node_filter is None or node_filter.admits(n), ctx.slices_placed)
         profile = offered_profile(nodes, request.mig_profile)
         decision = decide_slice_repair(nodes, held_slices(nodes, record), profile, policy, report)
+
+    def moved_slot(slot: PodSlot, moved: Placement | PoolPlacement) -> PodSlot:
+        if isinstance(moved, PoolPlacement):
+            ctx.pool_slices_placed.setdefault(moved.node, []).append(moved.profile)
+            return replace(slot, node=moved.node, gpu_indices=(), mig=MigGrant(moved.profile, None))
+        assert isinstance(moved.grant, MigSlice), "a slice placement grants a MIG slice"
+        hold_slice(ctx.view, moved.node, moved.gpus[0])
+        grant = MigGrant(moved.grant.profile.name, moved.grant.start)
+        ctx.slices_placed.setdefault((moved.node, moved.gpus[0]), []).append(grant)
+        return replace(slot, node=moved.node, gpu_indices=moved.gpus, mig=grant)
+
+    return carry_out(ctx, held, breakage, kind, failure, decision, moved_slot)
+
+
+def carry_out(
+    ctx: PassContext,
+    held: HeldJob,
+    breakage: Breakage,
+    kind: GangKind,
+    failure: dict[str, object],
+    decision: SliceRepair,
+    moved_slot: Callable[[PodSlot, Placement | PoolPlacement], PodSlot],
+) -> PlacementRecord | None:
+    """The core's ``decision`` for a job of slices or shares written: the job ends or is requeued (None), or
+    its ranks restart, those moved taking ``moved_slot(slot, new placement)`` (which also holds the new place
+    for the rest of the pass); the repaired record."""
+    job, record, policy = held.job, held.record, held.request.failure
     restarts = job.restarts + counts_as_restart(breakage.kind, decision)
     if isinstance(decision, GiveUp | Requeue):
         unrepaired(ctx, held, decision, failure, restarts)
@@ -76,19 +104,12 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
     slots = list(record.slots)
     for i, rank in enumerate(decision.ranks):
         slot = replace(slots[rank], incarnation=epoch)
-        if isinstance(decision, SlicesMoved) and isinstance(moved := decision.placements[i], PoolPlacement):
-            ctx.pool_slices_placed.setdefault(moved.node, []).append(moved.profile)
-            slot = replace(slot, node=moved.node, gpu_indices=(), mig=MigGrant(moved.profile, None))
-        elif isinstance(decision, SlicesMoved) and isinstance(moved := decision.placements[i], Placement):
-            assert isinstance(moved.grant, MigSlice), "a slice placement grants a MIG slice"
-            hold_slice(ctx.view, moved.node, moved.gpus[0])
-            grant = MigGrant(moved.grant.profile.name, moved.grant.start)
-            ctx.slices_placed.setdefault((moved.node, moved.gpus[0]), []).append(grant)
-            slot = replace(slot, node=moved.node, gpu_indices=moved.gpus, mig=grant)
+        if isinstance(decision, SlicesMoved):
+            slot = moved_slot(slot, decision.placements[i])
         slots[rank] = slot
     new_record = replace(record, epoch=epoch, slots=tuple(slots), reasons=decision.reasons)
     changed = [s for s, old in zip(slots, record.slots, strict=True) if s != old]
-    message = kind.repaired(record, changed, policy.strategy.value, maintenance)
+    message = kind.repaired(record, changed, policy.strategy.value, breakage.kind.maintenance)
     failure.update(action=FailureAction.RESCHEDULED.value)
     rescheduled(ctx, held, new_record, message, failure, restarts)
     return new_record
