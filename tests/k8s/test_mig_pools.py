@@ -198,3 +198,18 @@ def test_an_unhealthy_mig_mode_gpu_is_no_malformed_index() -> None:
     info = parse_node(mig_node("mig-0", unhealthy="3"), TopologyConfig())
     assert info.unhealthy_gpus == frozenset({3}) and not info.warnings
     assert parse_node(mig_node("mig-0", unhealthy="9"), TopologyConfig()).warnings
+
+
+def test_the_gauges_count_slices_on_a_cluster_of_mig_only_nodes() -> None:
+    """Every node MIG-only (no whole GPU anywhere: an empty topology): the slices are still counted."""
+    from paralleljob.k8s.plan.metrics_model import gauges
+
+    cluster = FakeCluster([mig_node("mig-0"), mig_node("mig-1")])
+    cluster.add_job(slice_job("a", dp=2))
+    cluster.settle(4)
+    plan, view = cluster.step(), cluster.last_view
+    assert view is not None and view.empty
+    assert [p["node"] for p in pods_of(cluster, "ns/a")] == ["mig-0", "mig-0"]
+    g = gauges(view, plan.jobs, {})
+    assert g.mig_slices == {ONE: 2} and g.sliced_gpus == 8
+    assert g.gpus["allocated"] == 0 and g.gpus["free"] == 0

@@ -82,8 +82,8 @@ def level_use(view: ClusterView) -> tuple[LevelUse, ...]:
     """Every level below the top (the top is the one domain of the whole cluster), from the per-domain
     histograms the placer keeps: O(domains x GPUs per node), never a scan of the GPUs, except
     the node level of a cluster whose nodes differ in GPU count (O(nodes))."""
-    if view.state is None or view.topology is None:
-        return ()
+    if view.state is None or view.topology is None or view.empty:
+        return ()  # no whole-GPU node (a cluster of MIG-only nodes): no level to use
     topology, state = view.topology, view.state
     full = topology.max_gpus_per_node
     width = full + 1
