@@ -480,3 +480,34 @@ def test_a_group_whose_pods_are_all_going_is_not_adopted_again() -> None:
     assert plan.adopt == []
     fc.pods.clear()
     assert fc.step().adopt == []
+
+
+def slice_pod(index: int, profile: str = "1g.10gb") -> dict[str, Any]:
+    """An Indexed Job's pod asking one MIG slice of the device plugin (mixed strategy) and no whole GPU."""
+    pod = group_pod(index, group="evals", shape="1x1x2")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {f"nvidia.com/mig-{profile}": "1"}}
+    return pod
+
+
+def test_a_group_whose_pods_ask_for_a_mig_slice_is_refused_naming_why() -> None:
+    """Pod groups on MIG slices are not built: the group waits, saying so on its condition and in a Warning,
+    and no pod is bound (neither as a whole GPU nor anywhere else)."""
+    from tests.k8s.test_mig_pools import mig_node
+
+    fc = FakeCluster([mig_node("mig-0"), node("hgx-0")])
+    for i in range(2):
+        pod = slice_pod(i)
+        fc.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+    plan = fc.step()
+    assert len(plan.adopt) == 1, plan.warnings
+    fc.add_job(adopted(plan.adopt[0]))
+    warnings = []
+    for _ in range(3):
+        plan = fc.step()
+        warnings += [e for a in plan.jobs for e in a.events if e.event_type == "Warning"]
+    status = fc.job("ns/evals")["status"]
+    assert status["phase"] == "Queued" and not fc.binds
+    ready = next(c for c in status["conditions"] if c["type"] == "PodGroupReady")
+    assert ready["reason"] == "MIGSlicesNotSupported", ready
+    assert "nvidia.com/mig-1g.10gb" in ready["message"] and "spec.gpuSharing.migProfile" in ready["message"]
+    assert [e.reason for e in warnings] == ["MIGSlicesNotSupported"]

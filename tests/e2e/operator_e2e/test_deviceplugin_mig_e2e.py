@@ -130,3 +130,64 @@ def test_slices_pack_on_a_mig_node_whole_gangs_keep_whole_nodes_and_a_gpu_failur
     wait_for("sturdy's new pods bound on the other MIG node", lambda: _bound(pjs, "sturdy"), 60)
     assert assert_pods_ask_for_the_slice(pjs, "sturdy") == {other}
     assert pjs.status("big")["phase"] == "Running" and pjs.status("big").get("restarts", 0) == 0
+
+
+def test_a_pod_group_asking_for_slices_is_refused_naming_why_and_elastic_slice_jobs_are_refused_by_the_api(
+    mig_nodes: list[str], pjs: Jobs, kube: KubeSession
+) -> None:
+    """An Indexed Job of 2 pods, each asking one 1g.10gb slice: the operator adopts the group and holds it
+    with the reason (pod groups on slices are not built), binding nothing; elastic jobs asking for a slice or
+    a share are refused by the CRD's CEL rule with the operator's words."""
+    from kubernetes_asyncio.client import BatchV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from paralleljob.k8s.edge.constants import PARALLELISM_ANNOTATION, POD_GROUP_LABEL, SCHEDULER_NAME
+    from paralleljob.k8s.edge.parse.specs import SHARING_MESSAGES
+
+    batch: Any = BatchV1Api(kube.api)
+    ns, group = pjs.namespace, "evals"
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": group},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 2,
+            "parallelism": 2,
+            "template": {
+                "metadata": {"labels": {POD_GROUP_LABEL: group}, "annotations": {PARALLELISM_ANNOTATION: "1x1x2"}},
+                "spec": {
+                    "schedulerName": SCHEDULER_NAME,
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "eval", "image": "x", "resources": {"limits": {RESOURCE: "1"}}}],
+                },
+            },
+        },
+    }
+    kube.run(batch.create_namespaced_job(ns, job))
+    try:
+
+        def refused() -> dict[str, Any] | None:
+            try:
+                status = pjs.status(group)
+            except Exception:
+                return None
+            ready = next((c for c in status.get("conditions") or [] if c["type"] == "PodGroupReady"), {})
+            return ready if ready.get("reason") == "MIGSlicesNotSupported" else None
+
+        ready = wait_for("the slice group refused with its reason", refused, 60)
+        assert RESOURCE in ready["message"] and "spec.gpuSharing.migProfile" in ready["message"], ready
+        assert pjs.status(group)["phase"] == "Queued"
+        pjs.wait_events(group, {"MIGSlicesNotSupported"})
+        listed = kube.run(kube.core.list_namespaced_pod(ns, label_selector=f"{POD_GROUP_LABEL}={group}"))
+        assert len(listed.items) == 2 and not any(p.spec.node_name for p in listed.items), "nothing bound"
+    finally:
+        kube.run(batch.delete_namespaced_job(group, ns, propagation_policy="Background"))
+
+    for sharing in ({"migProfile": ONE}, {"mps": {"percent": 25}}):
+        body = Jobs.manifest("elastic-slices", 1, 1, 2)
+        body["spec"]["parallelism"].update(minData=1, maxData=2)
+        body["spec"]["gpuSharing"] = sharing
+        with pytest.raises(ApiException) as no:
+            pjs.create_raw(body)
+        assert no.value.status == 422 and SHARING_MESSAGES["sized"] in str(no.value.body), no.value.body

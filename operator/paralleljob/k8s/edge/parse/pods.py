@@ -31,6 +31,7 @@ from paralleljob.k8s.edge.constants import (
     TARGET_NODE_ANNOTATION,
     object_key,
 )
+from paralleljob.k8s.edge.parse.migdevices import MIG_RESOURCE_PREFIX
 from paralleljob.k8s.edge.parse.noderank import node_rank_of
 from paralleljob.k8s.edge.parse.quantity import parse_count
 from paralleljob.k8s.edge.parse.template import InvalidTemplate, PodConstraints, effective_requests, parse_constraints
@@ -73,6 +74,7 @@ class PodInfo:
     group_rank: int | None = None  # its node rank in the group; None when it declares none (or a bad one)
     group_rank_error: str = ""
     first_container_gpus: int = 0
+    mig_requests: tuple[str, ...] = ()  # the nvidia.com/mig-<profile> resources its containers ask for
     declaration: tuple[tuple[str, str], ...] = ()  # the group's paralleljob.dev/* annotations on this pod
     controller: tuple[tuple[str, str], ...] = ()  # its controller's ownerReference (apiVersion, kind, name, uid)
     constraints: PodConstraints | None = None  # what it asks of a node; None: unreadable (constraints_error)
@@ -214,6 +216,13 @@ def _group_fields(group: str, metadata: Mapping[str, Any], spec: Mapping[str, An
             controller = tuple((k, str(ref.get(k, ""))) for k in ("apiVersion", "kind", "name", "uid"))
     containers = [c for c in spec.get("containers") or [] if isinstance(c, Mapping)]
     first_gpus = _container_gpus(containers[0]) if containers else 0
+    mig = {
+        name
+        for c in (*containers, *(c for c in spec.get("initContainers") or [] if isinstance(c, Mapping)))
+        for section in ("limits", "requests")
+        for name in ((c.get("resources") or {}).get(section) or {})
+        if str(name).startswith(MIG_RESOURCE_PREFIX)
+    }
     # what it asks of a node, read as a ParallelJob's template is; nodeName and restartPolicy are its
     # controller's business here (the pod is bound by the operator, restarted by its owner)
     readable = {k: v for k, v in spec.items() if k not in ("nodeName", "restartPolicy")}
@@ -227,6 +236,7 @@ def _group_fields(group: str, metadata: Mapping[str, Any], spec: Mapping[str, An
         "group_rank": rank,
         "group_rank_error": error,
         "first_container_gpus": first_gpus,
+        "mig_requests": tuple(sorted(mig)),
         "constraints": constraints,
         "constraints_error": constraints_error,
         "channel_template": _channel_template(spec, containers),

@@ -196,7 +196,7 @@ def successors(owners: Sequence[tuple[str, str, str]], pods: Sequence[PodInfo]) 
 @dataclass(frozen=True, slots=True)
 class GroupState:
     ready: bool
-    reason: str  # PodsReady | WaitingForPods | InvalidPodGroup
+    reason: str  # PodsReady | WaitingForPods | InvalidPodGroup | MIGSlicesNotSupported
     message: str
     by_rank: Mapping[int, PodInfo]
 
@@ -213,6 +213,9 @@ def group_state(request: JobRequest, pods: Sequence[PodInfo]) -> GroupState:
     total = expected_pods(spec, width)
     problems: list[str] = []
     by_rank: dict[int, PodInfo] = {}
+    sliced = [pod for pod in live_pods(pods) if pod.mig_requests]
+    if sliced:
+        return GroupState(False, SLICES_NOT_SUPPORTED, slices_refusal(sliced), {})
     for pod in live_pods(pods):
         declared = dict(pod.declaration).get(PARALLELISM_ANNOTATION)
         try:
@@ -247,6 +250,22 @@ def group_state(request: JobRequest, pods: Sequence[PodInfo]) -> GroupState:
         message = f"{len(by_rank)} of {total} pods exist (missing node ranks {shown})"
         return GroupState(False, "WaitingForPods", message, by_rank)
     return GroupState(True, "PodsReady", f"all {total} pods exist", by_rank)
+
+
+SLICES_NOT_SUPPORTED = "MIGSlicesNotSupported"
+
+
+def slices_refusal(sliced: Sequence[PodInfo]) -> str:
+    """Why a group whose pods ask for MIG slices of the device plugin waits: placing a pod group on slices is
+    not built (its pods would be bound by node and profile, as a slice job's are, and repaired by the group's
+    policy), and treating a slice as a whole GPU would be wrong; the fix the user has today."""
+    names = ", ".join(p.name for p in sliced[:3]) + (", ..." if len(sliced) > 3 else "")
+    asked = ", ".join(sorted({r for p in sliced for r in p.mig_requests}))
+    return (
+        f"pod(s) {names} ask for {asked}: pod groups on MIG slices are not supported yet; run the work as a"
+        " ParallelJob with spec.gpuSharing.migProfile (one slice per rank), or ask for whole GPUs"
+        f" ({GPU_RESOURCE}: TP on the first container)"
+    )
 
 
 def group_constraints(pods: Sequence[PodInfo]) -> PodConstraints | None:
