@@ -65,31 +65,28 @@ def claim_manifest(job: JobObject, pod_name: str, claim: DeviceClaim) -> dict[st
             "labels": {JOB_LABEL: job.name, POD_LABEL: pod_name, MANAGED_LABEL: MANAGED_VALUE},
             "ownerReferences": [owner_reference(job)],
         },
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": REQUEST_NAME,
-                        "exactly": {
-                            "deviceClassName": claim.device_class,
-                            "allocationMode": "ExactCount",
-                            "count": len(claim.devices),
-                        },
-                    }
-                ]
-            }
-        },
+        "spec": {"devices": claim_devices(claim)},
     }
 
 
-def allocation(claim: DeviceClaim, node: str) -> dict[str, Any]:
+def claim_devices(claim: DeviceClaim) -> dict[str, Any]:
+    """A claim's ``spec.devices``: one request for exactly as many devices of its class as it names."""
+    exactly = {"deviceClassName": claim.device_class, "allocationMode": "ExactCount", "count": len(claim.devices)}
+    return {"requests": [{"name": REQUEST_NAME, "exactly": exactly}]}
+
+
+def allocation(claim: DeviceClaim, node: str, config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The claim's exact devices on ``node`` (and ``config``, the allocation's copy of the claim's own)."""
+    devices: dict[str, Any] = {
+        "results": [
+            {"request": REQUEST_NAME, "driver": claim.driver, "pool": claim.pool, "device": device}
+            for device in claim.devices
+        ]
+    }
+    if config:
+        devices["config"] = config
     return {
-        "devices": {
-            "results": [
-                {"request": REQUEST_NAME, "driver": claim.driver, "pool": claim.pool, "device": device}
-                for device in claim.devices
-            ]
-        },
+        "devices": devices,
         "nodeSelector": {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
         },

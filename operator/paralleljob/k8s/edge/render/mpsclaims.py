@@ -27,7 +27,14 @@ from typing import Any
 
 from paralleljob.k8s.edge.constants import MANAGED_LABEL, MANAGED_VALUE, MPS_SHARE_LABEL
 from paralleljob.k8s.edge.parse.nodes import NodeInfo
-from paralleljob.k8s.edge.render.claims import CLAIM_API_VERSION, REQUEST_NAME, DeviceClaim, allocated_devices
+from paralleljob.k8s.edge.render import claims
+from paralleljob.k8s.edge.render.claims import (
+    CLAIM_API_VERSION,
+    REQUEST_NAME,
+    DeviceClaim,
+    allocated_devices,
+    claim_devices,
+)
 from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 
 CONFIG_API_VERSION = "resource.nvidia.com/v1beta1"
@@ -107,37 +114,16 @@ def claim_manifest(namespace: str, claim: DeviceClaim) -> dict[str, Any]:
             "labels": {MANAGED_LABEL: MANAGED_VALUE, MPS_SHARE_LABEL: str(claim.mps_percent)},
         },
         "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": REQUEST_NAME,
-                        "exactly": {
-                            "deviceClassName": claim.device_class,
-                            "allocationMode": "ExactCount",
-                            "count": len(claim.devices),
-                        },
-                    }
-                ],
-                "config": [{"requests": [REQUEST_NAME], "opaque": gpu_config(claim)}],
-            }
+            "devices": {**claim_devices(claim), "config": [{"requests": [REQUEST_NAME], "opaque": gpu_config(claim)}]}
         },
     }
 
 
 def allocation(claim: DeviceClaim, node: str) -> dict[str, Any]:
     """The exact GPU on ``node``, with the claim's config as kube-scheduler would copy it (``FromClaim``)."""
-    return {
-        "devices": {
-            "results": [
-                {"request": REQUEST_NAME, "driver": claim.driver, "pool": claim.pool, "device": device}
-                for device in claim.devices
-            ],
-            "config": [{"source": "FromClaim", "requests": [REQUEST_NAME], "opaque": gpu_config(claim)}],
-        },
-        "nodeSelector": {
-            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
-        },
-    }
+    return claims.allocation(
+        claim, node, [{"source": "FromClaim", "requests": [REQUEST_NAME], "opaque": gpu_config(claim)}]
+    )
 
 
 def is_ours(body: Mapping[str, Any], claim: DeviceClaim) -> bool:
