@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from paralleljob.core.errors import InvalidRequest, PlacementInfeasible
@@ -236,3 +236,16 @@ def apply(nodes: Sequence[NodeGpus], placement: Placement, *, release: bool = Fa
             node = replace(node, gpus=tuple(gpus))
         out.append(node)
     return tuple(out)
+
+
+def pack_each(
+    nodes: Sequence[NodeGpus], labels: Sequence[str], place: Callable[[Sequence[NodeGpus], str], Placement]
+) -> list[Placement]:
+    """One placement per label, by ``place`` (a slice or share packed), one after the other: each sees the
+    nodes with those before it taken. :class:`PlacementInfeasible` from the first that does not fit."""
+    placements = []
+    for label in labels:
+        placement = place(nodes, label)
+        nodes = apply(nodes, placement)
+        placements.append(placement)
+    return placements

@@ -27,7 +27,7 @@ from paralleljob.core.failure.repair import (
 )
 from paralleljob.core.slices.mig import MigProfile
 from paralleljob.core.slices.pools import PoolPlacement, ProfilePool, place_ranks, take
-from paralleljob.core.slices.sharing import NodeGpus, Placement, apply, pack
+from paralleljob.core.slices.sharing import NodeGpus, Placement, apply, pack, pack_each
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +105,8 @@ def moved_on_gpus(
     for rank in ranks:
         if (old := held[rank]) is not None:
             free = list(apply(free, old, release=True))
-    placements = []
     try:
-        for rank in ranks:
-            placement = place(free, f"rank {rank}")
-            free = list(apply(free, placement))
-            placements.append(placement)
+        placements = pack_each(free, [f"rank {rank}" for rank in ranks], place)
     except PlacementInfeasible as exc:
         return _no_room(policy, failure, exc)
     reasons = tuple(f"rank {rank}: {p.why}" for rank, p in zip(ranks, placements, strict=True))

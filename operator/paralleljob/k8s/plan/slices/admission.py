@@ -32,7 +32,7 @@ from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.slices.mig import MigSlice
 from paralleljob.core.slices.pools import PoolPlacement
 from paralleljob.core.slices.pools import place_ranks as pool_ranks
-from paralleljob.core.slices.sharing import NodeGpus, Placement, apply, pack
+from paralleljob.core.slices.sharing import NodeGpus, Placement, apply, pack, pack_each
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.status.records import MigGrant, PlacementRecord, PodSlot
 from paralleljob.k8s.plan.admission.fifo_admission import admit_all, entry_of, line_position, unknown_queue
@@ -88,12 +88,7 @@ def place_ranks(nodes: Sequence[NodeGpus], profile_name: str, ranks: int, label:
     profile = next((p for shape in shapes if (p := named_profile(shape, profile_name)) is not None), None)
     if profile is None:
         raise PlacementInfeasible(label, [f"no node offers MIG {profile_name}: no DRA node publishes such a device"])
-    placements = []
-    for _ in range(ranks):
-        placement = pack(profile, nodes, label)
-        nodes = apply(nodes, placement)
-        placements.append(placement)
-    return placements
+    return pack_each(nodes, [label] * ranks, lambda free, at: pack(profile, free, at))
 
 
 def admit_slices(

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.slices.sharerepair import pack_share
-from paralleljob.core.slices.sharing import MpsShare, NodeGpus, Placement, apply
+from paralleljob.core.slices.sharing import MpsShare, NodeGpus, Placement, pack_each
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.status.records import MpsGrant, PlacementRecord, PodSlot
 from paralleljob.k8s.plan.context import PassContext
@@ -31,12 +31,7 @@ def place_shares(nodes: Sequence[NodeGpus], namespace: str, percent: int, ranks:
     if not nodes:
         raise PlacementInfeasible(label, ["no DRA node: MPS shares are placed only on DRA nodes"])
     share_for = shares_for(nodes, namespace, percent)
-    placements = []
-    for _ in range(ranks):
-        placement = pack_share(nodes, share_for, label)
-        nodes = apply(nodes, placement)
-        placements.append(placement)
-    return placements
+    return pack_each(nodes, [label] * ranks, lambda free, at: pack_share(free, share_for, at))
 
 
 def shares_for(nodes: Sequence[NodeGpus], namespace: str, percent: int) -> dict[float, MpsShare]:
