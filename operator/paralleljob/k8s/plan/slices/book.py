@@ -157,12 +157,18 @@ def sliced_note(view: ClusterView) -> str:
 
 
 def _dra_note(by_node: Mapping[str, list[str]]) -> str:
+    return held_note({node: [int(i) for i in ix] for node, ix in by_node.items()}, "MIG slices")
+
+
+def held_note(by_node: Mapping[str, list[int]], what: str) -> str:
+    """What a whole-GPU job waiting for room is told about the GPUs (node -> indices) that ``what`` hold
+    ("" when none): how many, and where, three nodes at most."""
     if not by_node:
         return ""
     count = sum(len(indices) for indices in by_node.values())
-    shown = "; ".join(f"{node} GPU {','.join(sorted(ix, key=int))}" for node, ix in sorted(by_node.items())[:3])
+    shown = "; ".join(f"{node} GPU {','.join(map(str, sorted(ix)))}" for node, ix in sorted(by_node.items())[:3])
     more = f" and {len(by_node) - 3} more node(s)" if len(by_node) > 3 else ""
-    return f"; {count} GPU(s) hold MIG slices and are not offered whole ({shown}{more})"
+    return f"; {count} GPU(s) hold {what} and are not offered whole ({shown}{more})"
 
 
 def _pool_note(view: ClusterView) -> str:

@@ -21,6 +21,7 @@ from paralleljob.core.slices.mig import GPU_80GB, MigSlice
 from paralleljob.core.slices.sharing import GpuState as Gpu
 from paralleljob.core.slices.sharing import MpsShare, NodeGpus
 from paralleljob.k8s.edge.status.records import PodSlot
+from paralleljob.k8s.plan.slices.book import held_note
 from paralleljob.k8s.view.clusterview import MPS_PREFIX, ClusterView, is_mps_holder, is_sliced_holder
 
 # What a GPU with MIG slices looks like here: any slice makes the core refuse a share ("sliced by MIG").
@@ -110,10 +111,4 @@ def mps_gpus(view: ClusterView) -> dict[str, list[int]]:
 
 def mps_note(view: ClusterView) -> str:
     """What a whole-GPU job waiting for room is told about GPUs that MPS shares hold ("" when none)."""
-    held = mps_gpus(view)
-    if not held:
-        return ""
-    count = sum(len(indices) for indices in held.values())
-    shown = "; ".join(f"{node} GPU {','.join(map(str, ix))}" for node, ix in list(held.items())[:3])
-    more = f" and {len(held) - 3} more node(s)" if len(held) > 3 else ""
-    return f"; {count} GPU(s) hold MPS shares and are not offered whole ({shown}{more})"
+    return held_note(mps_gpus(view), "MPS shares")
