@@ -1,11 +1,13 @@
 """The core queue's path (``--queue-policy fair...`` in the operator, ``--queue core-*`` in the simulator) through
-both shells: the same entry gate while preemption victims stop, no growth replicas for a waiting elastic job,
-a repaired job's move back decided before the admissions, and "never fits" decided before the queue's pass.
+both shells: the same entry gate while preemption victims stop, growth replicas before whole gangs for a
+waiting elastic job, a repaired job's move back decided before the admissions, and "never fits" decided before
+the queue's pass.
 
 Each test runs one scenario on the operator's FakeCluster with a core ``QueuePolicy``, then the simulator on
 the operator's topology with the same jobs and the same policy object, and compares what each shell asked the
-core and when. A shell that forked a rule (asked no gate, let an elastic job shrink others, moved a job back
-after admitting, failed a never-fitting job only once it reached its line's head) answers otherwise.
+core and when. A shell that forked a rule (asked no gate, evicted whole gangs for an elastic job where growth
+replicas would do, moved a job back after admitting, failed a never-fitting job only once it reached its
+line's head) answers otherwise.
 """
 
 from __future__ import annotations
@@ -136,17 +138,20 @@ def _elastic(name: str, dp: int, priority: int, created: str) -> dict[str, Any]:
     return body
 
 
-def test_a_waiting_elastic_job_takes_no_growth_replicas_in_either_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_waiting_elastic_job_takes_growth_replicas_before_whole_gangs_in_both_shells(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Three 8-GPU nodes. ``el`` (elastic TP8, 1..3 replicas, priority 0) runs at 3. ``grow`` (elastic TP8, 1..2,
-    # priority 5) arrives: it is not rigid, so neither shell lets it take ``el``'s growth replicas
-    # (core.elastic.takes_growth_replicas, asked by the core's pass for both); with preemption on, the core's
-    # next resort is the same in both: ``el`` is preempted whole, and ``grow`` then starts at its full size.
+    # priority 5) arrives and does not fit. With preemption on, the core's next resort would be evicting ``el``
+    # whole; growth replicas are cheaper, so both shells let ``grow`` take ``el``'s highest one
+    # (core.elastic.takes_growth_replicas, asked by the core's pass for both), as much as its minimum needs:
+    # ``el`` keeps running at 2 and ``grow`` starts at 1.
     policy = queue_policy("fair-backfill-preempt", 5)
     assert policy is not None
     asked: list[tuple[bool, bool]] = []
 
-    def takes(elastic: bool) -> bool:
-        verdict = TAKES(elastic)
+    def takes(elastic: bool, *, whole_gangs_next: bool) -> bool:
+        verdict = TAKES(elastic, whole_gangs_next=whole_gangs_next)
         if (elastic, verdict) not in asked:
             asked.append((elastic, verdict))
         return verdict
@@ -161,7 +166,8 @@ def test_a_waiting_elastic_job_takes_no_growth_replicas_in_either_shell(monkeypa
     fc.add_job(_elastic("grow", 2, 5, at(10)))
     for second in range(10, 20):
         fc.step(at(second))
-    assert fc.phase("ns/grow") == "Running" and fc.job("ns/grow")["status"]["replicas"] == 2
+    assert fc.phase("ns/grow") == "Running" and fc.job("ns/grow")["status"]["replicas"] == 1
+    assert fc.phase("ns/el") == "Running" and fc.job("ns/el")["status"]["replicas"] == 2
     operator_asked = list(asked)
 
     monkeypatch.undo()
@@ -175,10 +181,10 @@ def test_a_waiting_elastic_job_takes_no_growth_replicas_in_either_shell(monkeypa
     ]
     simulation = _simulation(fc, trace, policy, {"grow": 5}, elastic=0.3)  # el 1..3, grow 1..2
     simulation.run()
-    assert simulation.jobs["ns/grow"].spec.dp == 2 and simulation.jobs["ns/el"].shrinks == 0
+    assert simulation.jobs["ns/grow"].spec.dp == 1 and simulation.jobs["ns/el"].shrinks == 1  # el grew back later
 
-    assert operator["plans"] == simulated["plans"] == ["preempt el for grow"]
-    assert operator_asked == asked == [(True, False)]  # ``grow`` asked, and refused
+    assert operator["plans"] == simulated["plans"] == ["shrink el for grow"]
+    assert operator_asked == asked == [(True, True)]  # ``grow`` asked, and allowed
 
 
 def _in_pass_order(log: list[str]) -> list[list[PassStep]]:

@@ -1,9 +1,8 @@
 """Hypothesis: elastic jobs through the queue policies' pass. Whatever mix of running (elastic and rigid)
 and waiting jobs, quotas and policies: no GPU is held twice, every elastic job holds whole replicas within
 its range (never below min, a waiting one admitted at most at its desired size), a queue's maximum holds
-after the pass, growth replicas are only taken for a higher-priority rigid job and only the highest ones (the
-kept replicas do not move; a waiting elastic job takes none, ``core.elastic.takes_growth_replicas``), and a
-whole-gang preemption for a rigid job is only proposed when growth replicas were not enough."""
+after the pass, growth replicas are only taken for a higher-priority job and only the highest ones (the kept
+replicas do not move), and a whole-gang preemption is only proposed when growth replicas were not enough."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from paralleljob.core import (
 )
 from paralleljob.core.admit.admission import Admit, PlaceOn, Preempt, QueueSnapshot, ShrinkReplicas, schedule
 from paralleljob.core.admit.queueing import PendingJob, QueuePolicy, QueueSpec, RunningJob
-from paralleljob.core.elastic import ElasticHolding, ElasticRange, shrink_for
+from paralleljob.core.elastic import ElasticHolding, ElasticRange, resized, shrink_for
 
 SEED = cost_model("seed")
 
@@ -115,13 +114,12 @@ def test_elastic_through_the_pass(nodes, running_specs, pending_specs, cap, pree
         if isinstance(d, Admit) and d.job_id in ranges and d.placement.dp > ranges[d.job_id].min:
             event("elastic admitted above min")
         if isinstance(d, ShrinkReplicas):
-            assert preemption and d.for_job in admitted and d.for_job not in ranges  # a rigid job's
+            assert preemption and d.for_job in admitted
             for r in d.resizes:
                 assert priority[r.job_id] < priority[d.for_job]
                 assert ranges[r.job_id].min <= r.after < r.before
                 assert r.groups == before[r.job_id][: len(r.groups)]  # highest replicas went, none moved
-        rigid = isinstance(d, Preempt) and d.for_job not in ranges  # an elastic one takes no growth replicas
-        if isinstance(d, Preempt) and rigid and not any(isinstance(x, ShrinkReplicas) for x in plan.decisions):
+        if isinstance(d, Preempt) and not any(isinstance(x, ShrinkReplicas) for x in plan.decisions):
             # nothing was shrunk earlier in the pass: the state growth replicas were judged on is the one
             # before it, less what was admitted in front of this job
             trial = ClusterState(Topology.uniform(nodes, 8))
@@ -129,5 +127,5 @@ def test_elastic_through_the_pass(nodes, running_specs, pending_specs, cap, pree
                 trial.allocate(Allocation(jid, groups, 0.0))
             for jid, a in admitted.items():
                 trial.allocate(Allocation(jid, a.placement.groups, 0.0))
-            waiting = specs[d.for_job]
+            waiting = resized(specs[d.for_job], ranges[d.for_job].min) if d.for_job in ranges else specs[d.for_job]
             assert shrink_for(trial, Placer(trial), SEED, waiting, holdings) is None

@@ -16,8 +16,8 @@ and the simulator) to carry out:
   pass's admissions, so a lower-priority waiting job never takes the GPUs a higher-priority one grows into.
 - :func:`shrink_for`: preemption of the cheapest kind: growth replicas (those above min), highest replica
   first, lowest-priority job first, taken until the waiting job places; only then would whole gangs go. Which
-  running jobs are offered: :func:`offers_growth_replicas`; which waiting jobs may take them (rigid ones
-  only): :func:`takes_growth_replicas`.
+  running jobs are offered: :func:`offers_growth_replicas`; which waiting jobs may take them (rigid ones, and
+  elastic ones where whole gangs would go next): :func:`takes_growth_replicas`.
 - :func:`min_gpus`: what an elastic job's queue cap and the free count must allow before it is placed.
 - :func:`drop_broken`: a replica on broken hardware with no room to repair it is dropped when the job stays
   at or above min; the kept replicas keep their GPUs and are renumbered in order (``None`` below min: the
@@ -297,12 +297,14 @@ class ElasticHolding:
     preemptible: bool = True
 
 
-def takes_growth_replicas(elastic: bool) -> bool:
-    """Whether a waiting job that does not fit may take lower-priority jobs' growth replicas (:func:`shrink_for`):
-    only a rigid one. An elastic job is admitted at its minimum when that fits and waits otherwise, as the
-    operator grows only jobs it has admitted; both admission passes ask (``core.admit.fifo``,
-    ``core.admit.admission``)."""
-    return not elastic
+def takes_growth_replicas(elastic: bool, *, whole_gangs_next: bool) -> bool:
+    """Whether a waiting job that does not fit may take lower-priority jobs' growth replicas (:func:`shrink_for`).
+    A rigid job always may. An elastic one may where the pass's next resort is evicting whole gangs (the core's
+    pass with preemption on): growth replicas are the cheaper preemption, and refusing them would kill jobs a
+    shrink would have spared. Where nothing else is preempted (the FIFO path) it is admitted at its minimum
+    when that fits and waits otherwise. Both admission passes ask (``core.admit.fifo``,
+    ``core.admit.admission``), in both shells."""
+    return not elastic or whole_gangs_next
 
 
 def offers_growth_replicas(*, running: bool, being_preempted: bool, resized_this_pass: bool, preemptible: bool) -> bool:

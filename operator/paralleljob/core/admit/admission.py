@@ -13,10 +13,10 @@ as a value, each with its reasons, for the shell to carry out.
 Elastic jobs (``QueueSnapshot.elastic``: job id -> its range) go through the same functions as in the FIFO path
 (``core/elastic.py``): a waiting one counts against its queue's quota at its minimum only and is admitted
 at the largest size up to its desired one that fits now (``place_largest``, capped by the queue's headroom;
-the book then counts what it holds). Before whole gangs are evicted for a blocked rigid head, growth
-replicas of lower-priority running elastic jobs are taken, highest replica first (``shrink_for``): a
-``ShrinkReplicas`` decision, and the head is admitted at once on the GPUs they held. A waiting elastic job
-takes none (``takes_growth_replicas``, as in the FIFO path).
+the book then counts what it holds). Before whole gangs are evicted for a blocked head, rigid or elastic,
+growth replicas of lower-priority running elastic jobs are taken, highest replica first (``shrink_for``): a
+``ShrinkReplicas`` decision, and the head is admitted at once on the GPUs they held
+(``takes_growth_replicas``: the FIFO path, which evicts no whole gang, gives them to rigid jobs only).
 """
 
 from __future__ import annotations
@@ -193,7 +193,9 @@ def schedule(place_on: PlaceOn, seen: QueueSnapshot, policy: QueuePolicy) -> Sch
                 decisions.append(Wait(spec.job_id, job.queue, exc.reasons, permanent=True))
                 continue
             shrunk = None
-            if head is None and policy.preemption and holdings and takes_growth_replicas(spec.job_id in ranges):
+            if head is None and policy.preemption and holdings and takes_growth_replicas(
+                spec.job_id in ranges, whole_gangs_next=True
+            ):
                 shrunk = _shrink(PlaceOn(state, placer, job_model), job, holdings, book, queue_of)
             if shrunk is not None:
                 decisions.append(shrunk[0])

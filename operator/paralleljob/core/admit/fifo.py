@@ -253,9 +253,10 @@ def _decide(line: _Pass, job: FifoJob) -> Admit | Wait:
                 return Wait(spec.job_id, queue, exc.reasons, permanent=True)
             reasons = exc.reasons
     if placement is None:
-        # Before it waits: growth replicas of lower-priority elastic jobs, the cheapest preemption. Only a rigid
-        # job takes them: an elastic one is admitted at its minimum when that fits, and waits otherwise.
-        take = line.hooks.take_growth if takes_growth_replicas(job.min_gpus is not None) else None
+        # Before it waits: growth replicas of lower-priority elastic jobs, the cheapest preemption and the only
+        # one this path makes; an elastic job is admitted at its minimum when that fits, and waits otherwise.
+        elastic = job.min_gpus is not None
+        take = line.hooks.take_growth if takes_growth_replicas(elastic, whole_gangs_next=False) else None
         placement = take(job) if take is not None else None
         if placement is None:
             blocked.setdefault(queue, job.label)
