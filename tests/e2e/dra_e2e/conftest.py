@@ -24,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "operator_e2e"))
 
-from drahelpers import claims
+from drahelpers import TAINT_RULES, claims, custom
 from pjhelpers import Jobs, OperatorProcess, jobs_in, running, wait_for
 from tests.e2e.sessioncluster import session_cluster
 
@@ -84,3 +84,12 @@ def dra_pjs(dra_kube: KubeSession, dra_namespace: str, dra_operator: OperatorPro
     # patches nodes whose slices or claims changed (dranodes.py), and must still equal a rebuild.
     with jobs_in(dra_kube, dra_namespace, dra_operator, check_view=True) as jobs:
         yield jobs
+
+
+@pytest.fixture
+def taint_rules(dra_kube: KubeSession) -> Iterator[list[str]]:
+    """DeviceTaintRules a test makes (``drahelpers.taint_gpu``), deleted after it."""
+    made: list[str] = []
+    yield made
+    for name in made:
+        dra_kube.run(custom(dra_kube).delete_cluster_custom_object(*TAINT_RULES, name))

@@ -11,6 +11,7 @@ from pjhelpers import Jobs
 from paralleljob.devcluster.session import KubeSession
 
 RESOURCE = ("resource.k8s.io", "v1")
+TAINT_RULES = ("resource.k8s.io", "v1beta2", "devicetaintrules")
 
 
 def custom(kube: KubeSession) -> Any:
@@ -97,3 +98,19 @@ def hold_devices(kube: KubeSession, namespace: str, name: str, node: str, device
     kube.run(
         custom(kube).replace_namespaced_custom_object_status(*RESOURCE, namespace, "resourceclaims", name, created)
     )
+
+
+def taint_gpu(kube: KubeSession, made: list[str], name: str, node: str, gpu: int) -> None:
+    """A DeviceTaintRule ``name`` (NoExecute) on GPU ``gpu`` of ``node``'s pool, added to ``made`` (the
+    ``taint_rules`` fixture's list, deleted after the test)."""
+    body = {
+        "apiVersion": "resource.k8s.io/v1beta2",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": node, "device": f"gpu-{gpu}"},
+            "taint": {"key": "e2e.paralleljob.dev/broken", "effect": "NoExecute"},
+        },
+    }
+    kube.run(custom(kube).create_cluster_custom_object(*TAINT_RULES, body))
+    made.append(name)

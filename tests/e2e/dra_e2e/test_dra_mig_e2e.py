@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from drahelpers import RESOURCE, assert_no_device_in_two_claims, claim_devices, claims, custom
+from drahelpers import RESOURCE, assert_no_device_in_two_claims, claim_devices, claims, custom, taint_gpu
 from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, wait_for
 from tests.e2e.surfaces import check_surfaces, paralleljob_cli
@@ -35,7 +35,6 @@ from paralleljob.devtools.operatorproc import OperatorProcess
 pytestmark = pytest.mark.e2e
 
 MIG_SHAPE = NodeShape(count=1, gpu_api="dra", mig_nodes=1, name_prefix="mig-node")
-RULES = ("resource.k8s.io", "v1beta2", "devicetaintrules")
 ONE = GPU_80GB.profile("1g.10gb")
 
 
@@ -71,14 +70,6 @@ def mig_node(dra_kube: KubeSession) -> Iterator[str]:
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
-
-
-@pytest.fixture
-def taint_rules(dra_kube: KubeSession) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for name in made:
-        dra_kube.run(custom(dra_kube).delete_cluster_custom_object(*RULES, name))
 
 
 def only_pod(pjs: Jobs, name: str) -> dict[str, Any]:
@@ -165,18 +156,7 @@ def test_slices_share_a_gpu_whole_jobs_avoid_it_and_a_gpu_failure_fails_them_by_
         lambda: not dra_pjs.pods("seven") and len(claims(dra_kube, dra_pjs.namespace)) == 2,
         60,
     )
-    rule = f"e2e-mig-{dra_pjs.namespace}"[:63]
-    body = {
-        "apiVersion": "resource.k8s.io/v1beta2",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": rule},
-        "spec": {
-            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": mig_node, "device": f"gpu-{gpu}"},
-            "taint": {"key": "e2e.paralleljob.dev/broken", "effect": "NoExecute"},
-        },
-    }
-    dra_kube.run(custom(dra_kube).create_cluster_custom_object(*RULES, body))
-    taint_rules.append(rule)
+    taint_gpu(dra_kube, taint_rules, f"e2e-mig-{dra_pjs.namespace}"[:63], mig_node, gpu)
     failed = dra_pjs.wait_phase("fragile", "Failed", timeout_s=90)
     assert failed["lastFailure"]["kind"] == "GPUFailure" and failed["lastFailure"]["action"] == "failed"
     moved = dra_pjs.wait_phase("sturdy", "Running", timeout_s=90, restarts=1)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from drahelpers import assert_no_device_in_two_claims, claim_devices, claims, custom
+from drahelpers import assert_no_device_in_two_claims, claim_devices, claims, taint_gpu
 from pjhelpers import Jobs, jobs_in, wait_for
 from tests.e2e.surfaces import paralleljob_cli
 
@@ -30,7 +30,6 @@ from paralleljob.devtools.operatorproc import OperatorProcess
 
 pytestmark = pytest.mark.e2e
 
-RULES = ("resource.k8s.io", "v1beta2", "devicetaintrules")
 MPS_LABEL = "paralleljob.dev/mps-share"
 
 
@@ -88,14 +87,6 @@ def other_pjs(dra_kube: KubeSession, dra_operator: OperatorProcess) -> Iterator[
         wait_for(f"claims of {name} gone", lambda: not claims(dra_kube, name), timeout_s=60)
 
 
-@pytest.fixture
-def taint_rules(dra_kube: KubeSession) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for name in made:
-        dra_kube.run(custom(dra_kube).delete_cluster_custom_object(*RULES, name))
-
-
 def test_shares_pack_by_namespace_whole_jobs_avoid_them_and_a_gpu_failure_repairs_them(
     dra_pjs: Jobs,
     other_pjs: Jobs,
@@ -138,18 +129,7 @@ def test_shares_pack_by_namespace_whole_jobs_avoid_them_and_a_gpu_failure_repair
     wait_for("six's pods gone", lambda: not dra_pjs.pods("six"), 90)
 
     # the shared GPU breaks: each job on it by its own policy; the old claim goes once nothing uses it
-    rule = f"e2e-mps-{dra_pjs.namespace}"[:63]
-    body = {
-        "apiVersion": "resource.k8s.io/v1beta2",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": rule},
-        "spec": {
-            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": node, "device": f"gpu-{gpu}"},
-            "taint": {"key": "e2e.paralleljob.dev/broken", "effect": "NoExecute"},
-        },
-    }
-    dra_kube.run(custom(dra_kube).create_cluster_custom_object(*RULES, body))
-    taint_rules.append(rule)
+    taint_gpu(dra_kube, taint_rules, f"e2e-mps-{dra_pjs.namespace}"[:63], node, gpu)
     failed = dra_pjs.wait_phase("fragile", "Failed", timeout_s=120)
     assert failed["lastFailure"]["kind"] == "GPUFailure" and failed["lastFailure"]["action"] == "failed"
     moved = dra_pjs.wait_phase("sturdy", "Running", timeout_s=120, restarts=1)

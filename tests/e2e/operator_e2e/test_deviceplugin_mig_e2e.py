@@ -172,7 +172,9 @@ def test_a_pod_group_asking_for_slices_is_refused_naming_why_and_elastic_slice_j
                 status = pjs.status(group)
             except Exception:
                 return None
-            ready = next((c for c in status.get("conditions") or [] if c["type"] == "PodGroupReady"), {})
+            ready: dict[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c["type"] == "PodGroupReady"), {}
+            )
             return ready if ready.get("reason") == "MIGSlicesNotSupported" else None
 
         ready = wait_for("the slice group refused with its reason", refused, 60)
