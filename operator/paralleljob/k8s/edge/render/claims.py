@@ -109,14 +109,20 @@ def allocated_devices(body: Mapping[str, Any]) -> tuple[tuple[str, str, str], ..
 def state(body: Mapping[str, Any], claim: DeviceClaim, pod_uid: str) -> str:
     """``done`` (allocated as wanted and reserved for the pod), ``stale`` (allocated to other devices:
     an allocation cannot be changed, only the claim replaced) or ``write`` (the status is still to write)."""
+    allocated = allocation_state(body, claim)
+    if allocated != "allocated":
+        return allocated
+    reserved = [str(r.get("uid")) for r in (body.get("status") or {}).get("reservedFor") or []]
+    return "done" if reserved == [pod_uid] else "write"
+
+
+def allocation_state(body: Mapping[str, Any], claim: DeviceClaim) -> str:
+    """``allocated`` (to exactly the claim's devices), ``stale`` (to others) or ``write`` (not yet)."""
     wanted = tuple((claim.driver, claim.pool, device) for device in claim.devices)
     current = allocated_devices(body)
     if current is None:
         return "write"
-    if current != wanted:
-        return "stale"
-    reserved = [str(r.get("uid")) for r in (body.get("status") or {}).get("reservedFor") or []]
-    return "done" if reserved == [pod_uid] else "write"
+    return "allocated" if current == wanted else "stale"
 
 
 def is_ours(body: Mapping[str, Any], job: JobObject, pod_name: str) -> bool:

@@ -135,12 +135,9 @@ def is_ours(body: Mapping[str, Any], claim: DeviceClaim) -> bool:
 def state(body: Mapping[str, Any], claim: DeviceClaim, pod_uid: str) -> str:
     """``done`` (allocated to the GPU and reserved for the pod among others), ``stale`` (allocated to another
     device: replaced) or ``write`` (allocation or reservation still to write)."""
-    wanted = tuple((claim.driver, claim.pool, device) for device in claim.devices)
-    current = allocated_devices(body)
-    if current is None:
-        return "write"
-    if current != wanted:
-        return "stale"
+    allocated = claims.allocation_state(body, claim)
+    if allocated != "allocated":
+        return allocated
     return "done" if pod_uid in reserved_uids(body) else "write"
 
 
