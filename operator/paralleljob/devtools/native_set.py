@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Placer, Topology, cost_model
+from paralleljob.core.placing.placement import PlacerLike
 from paralleljob.core.timing.evaluate import node_level_cost
 from paralleljob.core.timing.steptime import StepTimeModel
 
@@ -50,20 +51,34 @@ def background(num_nodes: int, nodes_per_rack: int, fraction: float, seed: int) 
     """Used GPUs per node after random jobs (TP 1-8, PP 1-2, DP 1-4) filled ``fraction`` of an 8-GPU cluster."""
     rng = random.Random(seed)
     state = ClusterState(Topology.uniform(num_nodes, 8, levels=[("rack", nodes_per_rack, 200.0)]))
-    placer, model = Placer(state), cost_model("seed")
-    target, used, n = fraction * num_nodes * 8, 0, 0
-    while used < target and n < num_nodes * 4:
-        job = JobSpec(f"bg-{n}", rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2]), rng.choice([1, 2, 4]), 10.0)
-        n += 1
+    place_random_jobs(state, Placer(state), rng, fraction * num_nodes * 8, num_nodes * 4)
+    return used_per_node(state)
+
+
+def place_random_jobs(
+    state: ClusterState, placer: PlacerLike, rng: random.Random, target_gpus: float, max_tries: int
+) -> list[JobSpec]:
+    """Random jobs (TP 1-8, PP 1-2, DP 1-4) placed on ``state`` until they hold ``target_gpus`` or
+    ``max_tries`` were tried (those that do not fit are skipped); the jobs placed, in order."""
+    model, placed, used, tries = cost_model("seed"), [], 0, 0
+    while used < target_gpus and tries < max_tries:
+        job = JobSpec(f"bg-{tries}", rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2]), rng.choice([1, 2, 4]), 10.0)
+        tries += 1
         try:
             placement = placer.place(job, model)
         except PlacementInfeasible:
             continue
         state.allocate(Allocation(job.job_id, placement.groups, 10.0))
         used += job.num_gpus
-    out: dict[int, int] = {}
-    for node in range(num_nodes):
-        busy = sum(1 for g in state.topology.node_gpus(node) if state.owner[g] is not None)
+        placed.append(job)
+    return placed
+
+
+def used_per_node(state: ClusterState) -> dict[int, int]:
+    """Busy GPUs of each node that has any."""
+    topology, out = state.topology, {}
+    for node in range(topology.num_nodes):
+        busy = sum(1 for g in topology.node_gpus(node) if state.owner[g] is not None)
         if busy:
             out[node] = busy
     return out

@@ -24,12 +24,12 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from paralleljob.core import Allocation, ClusterState, JobSpec, PlacementInfeasible, Topology, cost_model
+from paralleljob.core import ClusterState, JobSpec, Topology, cost_model
 from paralleljob.core.nvl72.cliques import nvl72_topology
 from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, node_rank, slot_of
 from paralleljob.core.timing.evaluate import placement_cost
-from paralleljob.devtools.native_set import COST_MODELS, Gang
+from paralleljob.devtools.native_set import COST_MODELS, Gang, place_random_jobs, used_per_node
 
 TRAY_GPUS = 4
 TRAYS_PER_RACK = 18
@@ -40,30 +40,14 @@ def tray_background(racks: int, fraction: float, seed: int) -> dict[int, int]:
     """Used GPUs per tray index (rack * 18 + tray) after the churn described above; seeded."""
     rng = random.Random(seed)
     state = ClusterState(nvl72_topology(racks))
-    placer, model = NVLinkPlacer(state), cost_model("seed")
     total = racks * TRAYS_PER_RACK * TRAY_GPUS
-    used, tries, live = 0, 0, []
-    while used < (fraction + 0.3) * total and tries < total:
-        job = JobSpec(f"bg-{tries}", rng.choice([1, 2, 4, 8]), rng.choice([1, 1, 2]), rng.choice([1, 2, 4]), 10.0)
-        tries += 1
-        try:
-            placement = placer.place(job, model)
-        except PlacementInfeasible:
-            continue
-        state.allocate(Allocation(job.job_id, placement.groups, 10.0))
-        used += job.num_gpus
-        live.append(job)
+    live = place_random_jobs(state, NVLinkPlacer(state), rng, (fraction + 0.3) * total, total)
+    used = sum(job.num_gpus for job in live)
     while used > fraction * total:
         job = live.pop(rng.randrange(len(live)))
         state.release(job.job_id)
         used -= job.num_gpus
-    topology = state.topology
-    out: dict[int, int] = {}
-    for node in range(topology.num_nodes):
-        busy = sum(1 for g in topology.node_gpus(node) if state.owner[g] is not None)
-        if busy:
-            out[node] = busy
-    return out
+    return used_per_node(state)
 
 
 def free_trays(used: Mapping[int, int], racks: int) -> list[int]:
