@@ -83,7 +83,8 @@ def repair_slices(ctx: PassContext, held: HeldJob, breakage: Breakage, kind: Gan
     return carry_out(ctx, held, breakage, kind, failure, decision, moved_slot)
 
 
-def carry_out(
+def carry_out(  # params: one repair as both slice repairs decide it: the job (held), what broke (breakage, kind,
+    # failure), the core's answer and how a moved rank's pod slot changes
     ctx: PassContext,
     held: HeldJob,
     breakage: Breakage,
