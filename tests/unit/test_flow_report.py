@@ -137,3 +137,19 @@ def test_repair_table_has_a_row_per_side_with_the_cost_of_a_repaired_sample() ->
     got = repair_table({"kueue": summary([repaired]), "ours": summary([{"whole_again_s": None}])}).splitlines()
     assert got[2] == "| kueue | 1/1 | 10.3 | 1 | 2800.4 -> 2900.1 |"
     assert got[3] == "| ours | 0/1 | None | None | - |"
+
+
+def test_a_drain_stopped_at_its_limit_counts_what_finished_and_bounds_the_ratio() -> None:
+    stopped = _drain(40.0, "kueue-controller-manager") | {
+        "finished_jobs": 25, "finished_pods": 60, "stopped_at_limit": True
+    }  # fmt: skip
+    measured = {"ceiling": _ceiling(), "drains": {"kueue": stopped, "ours": _drain(10.0, "operator")}}
+    shares = against_ceiling(measured["ceiling"], measured["drains"])
+    assert shares["kueue"]["pods_per_s"] == 1.5
+    assert shares["kueue"]["jobs_per_s"] == 0.62
+    assert "ours_over_kueue" not in shares
+    assert shares["ours_over_kueue_at_least"] == 4.0
+    measured["against_ceiling"] = shares
+    assert "| kueue | 25 of 100 (stopped) | 60 of 250 (stopped) | 40.0 |" in table(measured)
+    shares = against_ceiling(_ceiling(), {"kueue": _drain(10.0, "k"), "ours": stopped})
+    assert shares["ours_over_kueue_at_most"] == 0.25

@@ -188,12 +188,16 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
     sampler = asyncio.create_task(sample())
     async with tracker:
         started = time.monotonic()
+        stopped = False
         try:
             create_s = await _create(kube, path, bodies, creators)
             await tracker.wait(lambda: len(tracker.done_at) >= len(names), timeout_s)
+        except TimeoutError:
+            stopped = True  # a drain past its limit still says how far it got and what that cost
         finally:
             sampler.cancel()
-        drain_s = max(tracker.done_at.values()) - started
+        finished = [i for i, name in enumerate(names) if name in tracker.done_at]
+        drain_s = time.monotonic() - started if stopped else max(tracker.done_at.values()) - started
     cpu_after = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
     after = requestmix.counter_by(
         await asyncio.to_thread(requestmix.apiserver_metrics, kubeconfig),
@@ -203,6 +207,9 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
     return {
         "jobs": len(jobs),
         "pods": sum(s[1] for s in jobs),
+        "finished_jobs": len(finished),
+        "finished_pods": sum(jobs[i][1] for i in finished),
+        "stopped_at_limit": stopped,
         "create_s": round(create_s, 1),
         "drain_s": round(drain_s, 1),
         "requests_per_job": requestmix.per_job(served, after, len(jobs)),

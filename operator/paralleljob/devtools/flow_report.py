@@ -45,19 +45,28 @@ def cpu_and_rss(before: dict[str, float], after: dict[str, float], peak_rss_mb: 
 
 def against_ceiling(ceiling: dict[str, Any], drains: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each drain's pods bound per second (pods over first create -> last Succeeded) as a share of the
-    create + bind ceiling and of the create + bind + status one."""
+    create + bind ceiling and of the create + bind + status one. A drain stopped at its time limit counts
+    what finished by then; the ratio of two drains is a lower bound when only the slower one was stopped,
+    and not given when the faster one was."""
     out: dict[str, Any] = {}
     for who, drain in drains.items():
-        pods_per_s = rate(drain["pods"], drain["drain_s"])
+        pods_per_s = rate(drain.get("finished_pods", drain["pods"]), drain["drain_s"])
         out[who] = {
             "pods_per_s": pods_per_s,
-            "jobs_per_s": rate(drain["jobs"], drain["drain_s"]),
+            "jobs_per_s": rate(drain.get("finished_jobs", drain["jobs"]), drain["drain_s"]),
             "capacity_floor_over_drain": share(drain.get("capacity_floor_s", 0.0), drain["drain_s"]),
             "share_of_create_bind": share(pods_per_s, ceiling["create_bind"]["pods_per_s"]),
             "share_of_create_bind_status": share(pods_per_s, ceiling["create_bind_status"]["pods_per_s"]),
         }
     if "kueue" in drains and "ours" in drains:
-        out["ours_over_kueue"] = share(drains["kueue"]["drain_s"], drains["ours"]["drain_s"])
+        kueue, ours = drains["kueue"], drains["ours"]
+        ratio = share(kueue["drain_s"], ours["drain_s"])
+        if not kueue.get("stopped_at_limit") and not ours.get("stopped_at_limit"):
+            out["ours_over_kueue"] = ratio
+        elif kueue.get("stopped_at_limit") and not ours.get("stopped_at_limit"):
+            out["ours_over_kueue_at_least"] = ratio
+        elif ours.get("stopped_at_limit") and not kueue.get("stopped_at_limit"):
+            out["ours_over_kueue_at_most"] = ratio
     return out
 
 
@@ -89,11 +98,18 @@ def table(measured: dict[str, Any]) -> str:
         rss = f"{controller.get('peak_rss_mb', '-')}, {scheduler.get('peak_rss_mb', '-')}"
         requests = drain.get("requests_per_job", {}).get("all", "-")
         lines.append(
-            f"| {who} | {drain['jobs']} | {drain['pods']} | {drain['drain_s']} | {ratio['pods_per_s']}"
+            f"| {who} | {_count(drain, 'jobs')} | {_count(drain, 'pods')} | {drain['drain_s']} | {ratio['pods_per_s']}"
             f" | {ratio['share_of_create_bind']} | {ratio['share_of_create_bind_status']}"
             f" | {requests} | {cpu} | {rss} |"
         )
     return "\n".join(lines)
+
+
+def _count(drain: dict[str, Any], what: str) -> str:
+    """All of them, or "finished of all" for a drain stopped at its time limit."""
+    if drain.get("stopped_at_limit"):
+        return f"{drain['finished_' + what]} of {drain[what]} (stopped)"
+    return str(drain[what])
 
 
 def repair_table(repair: dict[str, Any]) -> str:
