@@ -37,6 +37,15 @@ def test_a_gang_is_one_indexed_job_of_pp_x_dp_pods_of_tp_gpus_queued_with_the_ra
     assert resources["requests"] == resources["limits"] == {"nvidia.com/gpu": "4"}  # Kueue counts requests
 
 
+def test_the_whole_restart_jobset_fails_its_job_on_a_lost_pod_and_recreates_every_pod() -> None:
+    gang = Gang("g001", tp=8, pp=2, dp=2, cost_model="seed")
+    plain, whole = jobset_manifest(gang, "x"), jobset_manifest(gang, "x", restart_whole=True)
+    assert "failurePolicy" not in plain["spec"]
+    assert "backoffLimit" not in plain["spec"]["replicatedJobs"][0]["template"]["spec"]  # the Job's default: 6
+    assert whole["spec"]["failurePolicy"] == {"maxRestarts": 3}
+    assert whole["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] == 0
+
+
 def test_the_cluster_queue_has_room_for_every_gpu_and_the_flavor_names_the_rack_topology() -> None:
     objects = dict(kueue_objects(["ns", "other"], 512))
     topology = objects["/apis/kueue.x-k8s.io/v1beta2/topologies"]

@@ -134,9 +134,12 @@ def test_repair_table_has_a_row_per_side_with_the_cost_of_a_repaired_sample() ->
     from paralleljob.devtools.flow_report import repair_table
 
     repaired = {"whole_again_s": 10.3, "pods_restarted": 1, "comm_ms_before": 2800.4, "comm_ms_after": 2900.1}
-    got = repair_table({"kueue": summary([repaired]), "ours": summary([{"whole_again_s": None}])}).splitlines()
+    restarted = {**repaired, "pods_restarted": 4}
+    sides = {"ours": summary([{"whole_again_s": None}]), "kueue-whole-restart": summary([restarted])}
+    got = repair_table({"kueue": summary([repaired]), **sides}).splitlines()
     assert got[2] == "| kueue | 1/1 | 10.3 | 1 | 2800.4 -> 2900.1 |"
-    assert got[3] == "| ours | 0/1 | None | None | - |"
+    assert got[3] == "| kueue-whole-restart | 1/1 | 10.3 | 4 | 2800.4 -> 2900.1 |"
+    assert got[4] == "| ours | 0/1 | None | None | - |"
 
 
 def test_a_drain_stopped_at_its_limit_counts_what_finished_and_bounds_the_ratio() -> None:

@@ -77,7 +77,13 @@ def kueue_objects(namespaces: list[str], gpus: int) -> list[tuple[str, dict[str,
     ]
 
 
-def jobset_manifest(gang: Gang, name: str, topology: str = REQUIRED_TOPOLOGY) -> dict[str, Any]:
+def jobset_manifest(
+    gang: Gang, name: str, topology: str = REQUIRED_TOPOLOGY, restart_whole: bool = False
+) -> dict[str, Any]:
+    """The gang as one Indexed Job of a JobSet. ``restart_whole``: as JobSet's own distributed PyTorch
+    examples run it (``backoffLimit: 0``, so a lost pod fails its Job, and ``failurePolicy.maxRestarts``,
+    so the JobSet recreates every child Job); otherwise the Job's default back-off limit lets it recreate
+    only the lost pod."""
     resources = {GPU_RESOURCE: str(gang.tp)}
     template = {
         "metadata": {"labels": {GANG_LABEL: gang.name}, "annotations": {topology: LEAF_LABEL}},
@@ -89,24 +95,31 @@ def jobset_manifest(gang: Gang, name: str, topology: str = REQUIRED_TOPOLOGY) ->
             ],
         },
     }
-    job = {"completionMode": "Indexed", "parallelism": gang.pods, "completions": gang.pods, "template": template}
+    job: dict[str, Any] = {
+        "completionMode": "Indexed", "parallelism": gang.pods, "completions": gang.pods, "template": template
+    }  # fmt: skip
+    spec: dict[str, Any] = {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job}}]}
+    if restart_whole:
+        job["backoffLimit"] = 0
+        spec["failurePolicy"] = {"maxRestarts": 3}
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
-        "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job}}]},
+        "spec": spec,
     }
 
 
 class KueueTAS(Contender):
     submissions = 0  # each submission names its JobSet afresh: a deleted one's Workload may linger a moment
     topology = REQUIRED_TOPOLOGY
+    restart_whole = False
 
     async def submit(self, gangs: list[Gang]) -> None:
         self.submissions += 1
         path = f"{JOBSET_API}/namespaces/{self.namespace}/jobsets"
         for gang in gangs:
-            body = jobset_manifest(gang, f"{gang.name}-s{self.submissions}", self.topology)
+            body = jobset_manifest(gang, f"{gang.name}-s{self.submissions}", self.topology, self.restart_whole)
             await self.kube.request("POST", path, body)
 
     async def nodes_of(self, gang: Gang, tracker: PodTracker) -> list[str] | None:

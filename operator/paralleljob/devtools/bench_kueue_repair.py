@@ -2,7 +2,9 @@
 on the dev cluster ``bench_kueue_parts`` brought up, each side its own samples, one gang at a time.
 
 The gang is TP8 x PP2 x DP2 (four 8-GPU pods), for Kueue a JobSet with ``podset-required-topology`` on the
-rack over ``bench_kueue``'s Topology, TAS ResourceFlavor and ClusterQueue; for us a ParallelJob. Kueue
+rack over ``bench_kueue``'s Topology, TAS ResourceFlavor and ClusterQueue, in two configurations: its Job's
+default back-off limit (the Job recreates only the lost pod) and JobSet's distributed PyTorch shape
+(``backoffLimit: 0`` and ``failurePolicy.maxRestarts``: the JobSet recreates every pod); for us a ParallelJob. Kueue
 v0.17's replacement gates are all on by default (TASFailedNodeReplacement, ...FailFast,
 TASReplaceNodeOnPodTermination, TASReplaceNodeOnNodeTaints), and nothing of its configuration is changed.
 
@@ -110,18 +112,27 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+class KueueTASWholeRestart(KueueTAS):
+    """The JobSet as its docs run distributed PyTorch: a lost pod fails the Job and the JobSet recreates
+    every pod (``jobset_manifest(restart_whole=True)``)."""
+
+    restart_whole = True
+
+
 async def repair(kube: Kube, nodes: int, samples: int) -> dict[str, Any]:
     kueue = KueueTAS(kube, "kueue-tas", "bench-repair-kueue", GANG_LABEL)
+    whole_restart = KueueTASWholeRestart(kube, "kueue-tas-restart", "bench-repair-kueue-restart", GANG_LABEL)
     ours = Ours(kube, "paralleljob", "bench-repair-pj", JOB_LABEL)
-    for contender in (kueue, ours):
+    sides = (("kueue", kueue), ("kueue-whole-restart", whole_restart), ("ours", ours))
+    for _, contender in sides:
         with contextlib.suppress(ApiError):
             await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": contender.namespace}})
-    for path, body in kueue_objects([kueue.namespace], nodes * 8):
+    for path, body in kueue_objects([kueue.namespace, whole_restart.namespace], nodes * 8):
         await kube.request("POST", path, body)
     items, _ = await kube.list("/api/v1/nodes")
     view = build_view_of(items, TopologyConfig())
     out: dict[str, Any] = {"gang": "TP8 x PP2 x DP2"}
-    for who, contender in (("kueue", kueue), ("ours", ours)):
+    for who, contender in sides:
         rows = []
         for i in range(samples):
             gang = Gang(f"rep{i:02d}", 8, 2, 2, COST_MODELS[0])
