@@ -15,14 +15,13 @@ from typing import Any
 
 import pytest
 
-from paralleljob.core.reoptimize import MigrationDecision, decide_migration
+from paralleljob.core.reoptimize import RECHECK_SECONDS, MigrationDecision, decide_migration
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.edge.render import computedomain as cd
 from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
 from paralleljob.k8s.plan.admission.trayadmission import nvlink_topology
 from paralleljob.k8s.plan.moves import reoptimizing
-from paralleljob.k8s.plan.moves.reoptimizing import RECHECK_SECONDS
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import disruptions
 from paralleljob.sim.run.config import SimConfig

@@ -19,10 +19,10 @@ from typing import Any
 
 import paralleljob.k8s.plan as plan_package
 from paralleljob.clitools.drain import plan as drain_plan
+from paralleljob.core.reoptimize import RECHECK_SECONDS
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.parse.queues import queue_policy
 from paralleljob.k8s.edge.status.records import record_from_status
-from paralleljob.k8s.plan.moves.reoptimizing import RECHECK_SECONDS
 from tests.k8s import test_tray_room_moves as room
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster

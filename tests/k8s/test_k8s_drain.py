@@ -8,10 +8,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from paralleljob.core.reoptimize import RECHECK_SECONDS
 from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION, LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.status.records import record_from_status
 from paralleljob.k8s.plan.actions import Plan
-from paralleljob.k8s.plan.moves.reoptimizing import RECHECK_SECONDS
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster, drain_node
 

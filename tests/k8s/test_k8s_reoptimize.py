@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from paralleljob.core.reoptimize import RECHECK_SECONDS
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.status.records import record_from_status
-from paralleljob.k8s.plan.moves.reoptimizing import RECHECK_SECONDS
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 

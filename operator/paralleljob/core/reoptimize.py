@@ -21,6 +21,13 @@ The rule (thresholds in :class:`ReoptimizeRule`, chosen from simulator runs, see
 All four inputs are plain numbers, so the caller computes them however it likes (the simulator: the
 current placement's cost, the placer's choice with the job's own GPUs counted as free, the pods whose GPUs
 differ, the job's Young/Daly interval).
+
+Which running jobs are re-priced at all, and when (:func:`reprice_now`): a job is a candidate only while it
+runs (every pod bound) and once it was repaired (``restarts > 0``) or pushed away by a drain: a job the placer
+put where it runs chose that placement itself, among what was free. A candidate is re-priced at most once
+every :data:`RECHECK_SECONDS` (a trial placement per job per pass would make a pass cost jobs x placement, for
+something that acts only at checkpoint boundaries, minutes to hours apart), except when a move proposed earlier
+reached its checkpoint boundary: then it is priced again at once, to move or not.
 """
 
 from __future__ import annotations
@@ -57,6 +64,42 @@ class ReoptimizeRule:
 
 
 DEFAULT_RULE = ReoptimizeRule()
+
+RECHECK_SECONDS = 60.0  # the shortest time between two re-prices of one job
+
+
+@dataclass(frozen=True, slots=True)
+class MoveBackAsk:
+    """A job holding GPUs, as a shell sees it when it may re-price it for a move back."""
+
+    running: bool  # phase Running with every pod bound (a restarting job is priced once it runs again)
+    restarts: int  # the job's restart count (a repair, a requeue; core.failure.elastic_failure)
+    drained_away: bool  # its last move was a drain's
+    checked_at_s: float | None  # its last re-price; None: never, or not since it last moved
+    boundary_passed: bool = False  # a move proposed earlier has reached its checkpoint boundary
+
+
+@dataclass(frozen=True, slots=True)
+class Reprice:
+    now: bool  # price it against the best placement now, in this pass
+    why: str
+
+
+def reprice_now(ask: MoveBackAsk, now_s: float, every_s: float = RECHECK_SECONDS) -> Reprice:
+    """Whether a shell re-prices this job for a move back now (the operator's ``reconsider``, the
+    simulator's ``reoptimize_pass``), with why."""
+    if not ask.running:
+        return Reprice(False, "not running: a restarting job is priced once every pod runs again")
+    if ask.restarts == 0 and not ask.drained_away:
+        return Reprice(False, "never repaired nor drained away: it runs where the placer put it")
+    if ask.boundary_passed:
+        return Reprice(True, "a move proposed earlier reached its checkpoint boundary")
+    if ask.checked_at_s is None:
+        return Reprice(True, "not priced since it was last placed")
+    since = now_s - ask.checked_at_s
+    if since < every_s:
+        return Reprice(False, f"priced {since:.0f} s ago; again after {every_s:g} s")
+    return Reprice(True, f"last priced {since:.0f} s ago")
 
 
 @dataclass(frozen=True, slots=True)

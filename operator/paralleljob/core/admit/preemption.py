@@ -7,6 +7,11 @@ whole domain's worth of work gives the waiting job a compact, cheap placement in
 Each candidate is checked by really placing the waiting job after a trial release (then undone), so a
 preemption is only proposed when it lets the job run. Among working candidates the one that throws away the
 least work wins: the sum over victims of GPUs x time since their last checkpoint.
+
+A preemption under way is carried out at its deadline (the victims' grace period) only if it still stands
+(:func:`preemption_stands`): while the victim runs and the job it makes room for still waits. Once that job
+is admitted, fails or is deleted, or the victim stopped running meanwhile (a failure, a repair), it is
+cancelled and the victim keeps its GPUs; a job still waiting is planned for again by the next pass.
 """
 
 from __future__ import annotations
@@ -17,10 +22,28 @@ from dataclasses import dataclass
 from paralleljob.core.admit.queueing import PendingJob, QueueBook, RunningJob
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.lifecycle import Phase
 from paralleljob.core.placing.placement import Placement, PlacerLike
 from paralleljob.core.timing.cost import CostModel
 
 DOMAINS_PER_LEVEL = 12  # candidate domains tried per level, cheapest first
+WAITING = frozenset({Phase.PENDING, Phase.QUEUED})
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    stands: bool  # False: cancel it, the victim keeps running
+    why: str
+
+
+def preemption_stands(victim: Phase, for_job: str, for_phase: Phase | None) -> Standing:
+    """Whether a preemption under way still stands: its victim is in phase ``victim`` and the job it makes
+    room for, ``for_job``, in ``for_phase`` (None: gone, or being deleted)."""
+    if victim is not Phase.RUNNING:
+        return Standing(False, f"the job is {victim.value}")
+    if for_phase is None or for_phase not in WAITING:
+        return Standing(False, f"{for_job} no longer waits")
+    return Standing(True, f"{for_job} still waits")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,15 @@ deleted and the job goes Running -> Preempted; the next pass moves it Preempted 
 ``queuedAt`` (its place in line) and its restart count unchanged. The GPUs stay held until its pods are
 gone, so the job it made room for is admitted on a later pass, on free GPUs.
 
-Cancelling: when the job it makes room for is gone or no longer waiting, the victim keeps running.
+Cancelling: when the core says the preemption no longer stands (``core.admit.preemption.preemption_stands``:
+the job it makes room for is gone or no longer waiting, or the victim is not Running), the victim keeps running.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from paralleljob.core.admit.preemption import preemption_stands
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.k8s.edge.constants import CHECKPOINT_REQUESTED_ANNOTATION
 from paralleljob.k8s.edge.parse.nodes import NodeInfo
@@ -26,7 +28,6 @@ from paralleljob.k8s.plan.actions import JobActions, PodAnnotate, added
 from paralleljob.k8s.plan.pods.podsync import delete_all
 
 PENDING_CONDITION = "PreemptionPending"
-WAITING = frozenset({Phase.PENDING, Phase.QUEUED})
 
 
 def start_preemption(actions: JobActions, for_job: str, deadline: float, why: str, now: str) -> None:
@@ -82,10 +83,10 @@ def continue_preemption(
         return False
     deadline, for_job = pending
     waiting = jobs.get(for_job)
-    if draft.phase is not Phase.RUNNING or waiting is None or waiting.deleting or waiting.phase not in WAITING:
+    standing = preemption_stands(draft.phase, for_job, None if waiting is None or waiting.deleting else waiting.phase)
+    if not standing.stands:
         draft.set(preemption=None)
-        why = f"{for_job} no longer waits" if draft.phase is Phase.RUNNING else f"the job is {draft.phase.value}"
-        draft.condition(PENDING_CONDITION, "False", "Cancelled", f"preemption cancelled: {why}", now)
+        draft.condition(PENDING_CONDITION, "False", "Cancelled", f"preemption cancelled: {standing.why}", now)
         return False
     if now_s < deadline:
         request_checkpoint(actions, pods, format_time(deadline))

@@ -2,7 +2,8 @@
 
 A repair places the broken part of a job on whatever was free at that moment, and the job then runs at
 that cost until it ends, even after the hardware is back (the faults issue saw a 1,024-GPU job go from 5.3 s
-to 21 s per step and stay there). So every running job that has been repaired is re-priced now and then:
+to 21 s per step and stay there). So every running job that has been repaired is re-priced now and then
+(which jobs and how often: ``core.reoptimize.reprice_now``, the simulator's rule too):
 the placer's best placement for it now, with its own GPUs counted as free, against what it runs on. The
 core's rule (``core.reoptimize``) says whether moving is worth it next to the job's checkpoint interval.
 
@@ -40,7 +41,7 @@ from paralleljob.core.failure.repair import ReoptimizePolicy
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placing.eligibility import NodeFilter
 from paralleljob.core.placing.placement import Placement
-from paralleljob.core.reoptimize import MigrationDecision, decide_migration
+from paralleljob.core.reoptimize import MigrationDecision, MoveBackAsk, decide_migration, reprice_now
 from paralleljob.k8s.edge.parse.queues import format_time, last_checkpoint, parse_time
 from paralleljob.k8s.edge.parse.specs import JobRequest
 from paralleljob.k8s.edge.status.records import PlacementRecord, cost_to_status
@@ -50,10 +51,6 @@ from paralleljob.k8s.plan.failure.draining import drained_away
 from paralleljob.k8s.plan.kinds.gangs import layout_of
 from paralleljob.k8s.plan.moves.preempting import request_checkpoint
 
-# A trial placement per repaired job per pass would make a pass cost O(jobs x placement); once a minute is
-# plenty for something that only acts at checkpoint boundaries (minutes to hours apart).
-RECHECK_SECONDS = 60.0
-
 
 def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None = None) -> PlacementRecord | None:
     """Re-price a running, repaired job; returns the new record when it migrates in this pass."""
@@ -61,21 +58,20 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     view, now_s = ctx.view, ctx.now_s
     draft = actions.draft
     away = drained_away(draft.data)
-    if draft.phase is not Phase.RUNNING or record.cost is None or (job.restarts == 0 and not away):
-        return None
-    if job.key not in view.state.allocations:
+    if record.cost is None or job.key not in view.state.allocations:
         return None
     previous: dict[str, Any] = dict(draft.data.get("reoptimization") or {})
     proposed_at = _seconds(previous.get("proposedAt"))
-    checked_at = _seconds(previous.get("checkedAt"))
+    running = draft.phase is Phase.RUNNING
     due = False
-    if proposed_at is not None and request.failure.reoptimize is ReoptimizePolicy.MIGRATE_AT_CHECKPOINT:
+    if running and proposed_at is not None and request.failure.reoptimize is ReoptimizePolicy.MIGRATE_AT_CHECKPOINT:
         started = parse_time(job.status.start_time) or now_s
         boundary = last_checkpoint(job, request, started, now_s)
         due = boundary is not None and boundary > proposed_at
         if away and not due:
             due = not _ask_to_checkpoint(ctx, held, proposed_at)
-    if not due and checked_at is not None and now_s - checked_at < RECHECK_SECONDS:
+    ask = MoveBackAsk(running, job.restarts, away, _seconds(previous.get("checkedAt")), due)
+    if not reprice_now(ask, now_s).now:  # the core's rule, the simulator's too
         return None
     best = _best_now(ctx, held, node_filter)
     current_ms = record.cost.total_ms
