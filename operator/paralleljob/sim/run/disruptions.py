@@ -2,8 +2,11 @@
 back at a checkpoint (re-optimisation).
 
 Each failure is handed to the core's failure policy (:func:`paralleljob.core.failure.repair.decide_repair`, the function
-the operator calls) and its decision carried out with events; the move-back asks the core for the best
-placement now and :func:`paralleljob.core.reoptimize.decide_migration` whether it pays. Module functions the
+the operator calls) and its decision carried out with events; the move-back asks the core which jobs to
+re-price and when (:func:`paralleljob.core.reoptimize.reprice_now`), the best placement now, and
+:func:`paralleljob.core.reoptimize.decide_migration` whether it pays; a preemption under way is carried out
+only while the core says it still stands (:func:`paralleljob.core.admit.preemption.preemption_stands`), asked
+at every pass, when its victim fails and at its deadline, as the operator asks it at every pass. Module functions the
 engine calls with itself as ``sim``, through its public surface (``sim/run/surface.py``); split out so the
 engine's loop stays readable.
 """
@@ -14,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from paralleljob.core.admit.fifo import keeps_place
+from paralleljob.core.admit.preemption import preemption_stands
 from paralleljob.core.cluster import Allocation, GPUHealth
 from paralleljob.core.failure.elastic_failure import counts_as_restart
 from paralleljob.core.failure.recovery import affected_groups
@@ -32,9 +36,10 @@ from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from paralleljob.core.nvl72.traypods import tray_pods_to_move
 from paralleljob.core.placing.placement import Placement
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER
-from paralleljob.core.reoptimize import decide_migration
+from paralleljob.core.reoptimize import MoveBackAsk, decide_migration, reprice_now
 from paralleljob.sim.cluster.failures import Failure, Scope
 from paralleljob.sim.run import elastic
+from paralleljob.sim.run.core_queue import CoreQueue
 from paralleljob.sim.run.events import Kind, SimEvent
 from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.surface import SimulationSurface
@@ -106,6 +111,10 @@ def restart(sim: SimulationSurface, job: SimJob, *, move_back: bool = False) -> 
     else:
         job.restart_gpu_s += overhead * job.num_gpus
     sim.begin(job, sim.clock.now() + overhead)
+    if sim.policy.reoptimize or (isinstance(sim.queue, CoreQueue) and sim.queue.policy.preemption):
+        # a pass once it runs again, as the operator's when it sees every pod bound: it may be re-priced, or
+        # be a preemption victim again (a restarting job is neither)
+        sim.events.push(sim.clock.now() + overhead, Kind.SCHEDULE)
 
 
 def recover(sim: SimulationSurface, job: SimJob, kind: FailureKind) -> None:
@@ -115,8 +124,36 @@ def recover(sim: SimulationSurface, job: SimJob, kind: FailureKind) -> None:
     repair(sim, job, kind, tuple(affected_groups(sim.state, sim.state.allocations[job.job_id])))
 
 
+def seen_phase(sim: SimulationSurface, job: SimJob) -> Phase:
+    """``job``'s phase as the operator's status shows it: Recovering while it restarts (not every pod bound)."""
+    if job.phase is Phase.RUNNING and sim.clock.now() < job.segment_start:
+        return Phase.RECOVERING
+    return job.phase
+
+
+def preemption_standing(sim: SimulationSurface, victim: str) -> bool:
+    """Whether the preemption under way on ``victim`` still stands (the core's rule); one that does not is
+    cancelled (the victim keeps running, and the job it made room for, if it still waits, is planned for again)."""
+    for_job, _ = sim.preempting[victim]
+    waiting = sim.jobs.get(for_job)
+    verdict = preemption_stands(seen_phase(sim, sim.jobs[victim]), for_job, None if waiting is None else waiting.phase)
+    if not verdict.stands:
+        del sim.preempting[victim]
+        sim.tally.preemptions_cancelled += 1
+        sim.request_schedule()
+    return verdict.stands
+
+
+def standing_preemptions(sim: SimulationSurface) -> None:
+    """Ask the core about every preemption under way, as the operator's pass does for each victim."""
+    for victim in sorted(sim.preempting):
+        preemption_standing(sim, victim)
+
+
 def repair(sim: SimulationSurface, job: SimJob, kind: FailureKind, groups: tuple[int, ...]) -> None:
     """Carry out the core's failure decision (core.failure.repair), the one the operator carries out too."""
+    if job.job_id in sim.preempting:
+        preemption_standing(sim, job.job_id)  # a victim that broke is Recovering: its preemption is cancelled
     old = sim.state.allocations[job.job_id]
     report = FailureReport(kind, groups, job.restarts)
     decision = decide_repair(sim.state, sim.placer, job.spec, sim.model, sim.failure_policy, report)
@@ -192,16 +229,18 @@ def best_now(sim: SimulationSurface, job: SimJob) -> tuple[Placement, int] | Non
 
 
 def reoptimize_pass(sim: SimulationSurface) -> None:
-    """For every running job above its ideal cost, ask core.reoptimize whether to move back; if so, at
-    the end of its next checkpoint write (no work is lost), as the operator would."""
+    """For every running job above its ideal cost that the core says to re-price now, ask core.reoptimize
+    whether to move back; if so, at the end of its next checkpoint write (no work is lost), as the operator
+    would. A job at its ideal cost is not asked: no placement is cheaper (the operator re-prices it and finds
+    it at its best)."""
     now = sim.clock.now()
     for job_id in sorted(sim.dearer - sim.migrating):
         job = sim.jobs[job_id]
-        if job.phase is not Phase.RUNNING or now < job.segment_start:
-            continue  # restarting: decide once it runs
-        if sim.asked_at.get(job_id) == sim.room_epoch:
-            continue  # nothing was freed since the last "no": the answer is the same
-        sim.asked_at[job_id] = sim.room_epoch
+        running = seen_phase(sim, job) is Phase.RUNNING
+        # which jobs and when: the core's rule, the operator's too (a simulated job is never drained away)
+        if not reprice_now(MoveBackAsk(running, job.restarts, False, sim.asked_at.get(job_id)), now).now:
+            continue
+        sim.asked_at[job_id] = now
         best = best_now(sim, job)
         if best is None:
             continue
@@ -225,9 +264,14 @@ class MoveBack:
 
 def migrate(sim: SimulationSurface, job: SimJob) -> None:
     sim.migrating.discard(job.job_id)
+    sim.asked_at[job.job_id] = sim.clock.now()  # priced again at its boundary, as the operator does
     best = best_now(sim, job)
-    if best is None or best[0].cost.total_ms >= job.cost_ms:
+    if best is None:
         return  # the room went meanwhile: keep running where it is
+    decision = decide_migration(job.cost_ms, best[0].cost.total_ms, best[1], job.plan.interval_s,
+                                sim.config.reoptimize_rule)  # fmt: skip
+    if not decision.migrate:
+        return  # the gain went meanwhile: keep running where it is
     interrupt(sim, job, graceful=True)  # right after a checkpoint: nothing is lost
     sim.release(job.job_id)
     # To the placement just priced, as the operator moves it: handing the NVLink placer the old trays as a
@@ -236,6 +280,7 @@ def migrate(sim: SimulationSurface, job: SimJob) -> None:
     sim.allocate(Allocation(job.job_id, placement.groups, job.spec.memory_per_gpu_gb))
     job.step(Step.MIGRATED, Step.REPAIRED)  # as the operator records it: Running -> Recovering -> Running
     sim.migrations += 1
+    sim.asked_at.pop(job.job_id, None)  # a job that moved is priced afresh once it runs
     sim.placed(job, placement.groups, placement.cost.total_ms)
     restart(sim, job, move_back=True)
 
@@ -248,9 +293,9 @@ def on_preempt(sim: SimulationSurface, event: SimEvent) -> None:
         else:
             sim.migrating.discard(job.job_id)  # interrupted meanwhile: decide again later
         return
-    sim.preempting.pop(job.job_id, None)
-    if job.phase is not Phase.RUNNING:
-        return
+    if job.job_id not in sim.preempting or not preemption_standing(sim, job.job_id):
+        return  # cancelled since: the victim keeps running
+    del sim.preempting[job.job_id]
     interrupt(sim, job, graceful=True)  # the grace period lets it checkpoint: nothing is lost
     job.step(Step.PREEMPTED, Step.REQUEUED)
     job.preemptions += 1

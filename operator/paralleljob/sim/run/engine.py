@@ -102,9 +102,8 @@ class Simulation:
         self.dearer: set[str] = set()  # running jobs placed above their ideal cost (after a repair)
         self.migrating: set[str] = set()  # a migration back is scheduled at their next checkpoint
         self.migrations = 0
-        # Bumped whenever GPUs are freed or come back: a job found not worth moving is asked again only then.
-        self.room_epoch = 0
-        self.asked_at: dict[str, int] = {}
+        self.room_epoch = 0  # bumped whenever GPUs are freed or come back (room-making moves ask again then)
+        self.asked_at: dict[str, float] = {}  # when a job was last re-priced for a move back
         self.node_allocated = [0] * topology.num_nodes
         self.allocated_gpus = 0
         self.tenants = TenantBook(config.quotas)
@@ -383,6 +382,8 @@ class Simulation:
             } if self.policy.reoptimize else {}),
         }
         metrics["tenants"] = self.tenants.metrics(jobs, self.topology.num_gpus, elapsed)
-        if isinstance(self.queue, CoreQueue) and self.queue.jain:
-            metrics["fairness_jain_mean"] = math.fsum(self.queue.jain) / len(self.queue.jain)
+        if isinstance(self.queue, CoreQueue):
+            metrics["preemptions_cancelled"] = self.tally.preemptions_cancelled
+            if self.queue.jain:
+                metrics["fairness_jain_mean"] = math.fsum(self.queue.jain) / len(self.queue.jain)
         return SimResult(self.policy.name, metrics, self.series, jobs)

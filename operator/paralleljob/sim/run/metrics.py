@@ -99,6 +99,7 @@ class FailureTally:
     recovered_in_place: int = 0  # minimal or full repair succeeded right away
     requeued: int = 0  # no room: back in the queue
     gave_up: int = 0  # maxRestarts reached, or no room with onUnplaceable Fail: the job failed
+    preemptions_cancelled: int = 0  # no longer standing (core.admit.preemption): the victim kept running
 
 
 def job_metrics(

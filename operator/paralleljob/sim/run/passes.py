@@ -6,9 +6,11 @@ free room), the order the operator's reconcile pass takes them in. The queue's p
 (``core.admit.fifo.schedule_fifo``, :func:`fifo_pass`) or the core's queueing planner
 (``core.admit.admission.schedule``, :func:`core_pass`), both with the operator's inputs: the caps, every job's
 entry gate (``sim/run/lines.py``; on the core's pass a job whose preemption victims are still stopping is held
-with Preempting, and the victims are offered to no other preemption), and "never fits" decided for every
-queued job before the queue's pass, wherever it stands in its line (``core.admit.gates.fails_for_good`` over
-the placer's ``never_fits``, as the operator's ``fifo_admission.refuse_before_queueing``).
+with Preempting, and the victims are offered to no other preemption; a preemption whose waiting job no longer
+waits, or whose victim stopped running, is cancelled first, by ``core.admit.preemption.preemption_stands``),
+and "never fits" decided for every queued job before the queue's pass, wherever it stands in its line
+(``core.admit.gates.fails_for_good`` over the placer's ``never_fits``, as the operator's
+``fifo_admission.refuse_before_queueing``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ from paralleljob.sim.run.surface import SimulationSurface
 
 
 def scheduling_pass(sim: SimulationSurface) -> None:
-    """Every step of one pass, in :data:`PASS_ORDER`; a step the run's policy does not use is skipped."""
+    """Every step of one pass, in :data:`PASS_ORDER`; a step the run's policy does not use is skipped. First,
+    as the operator's pass decides each running job before the pass's steps, every preemption under way is
+    asked whether it still stands (``core.admit.preemption.preemption_stands``)."""
+    if sim.preempting:
+        disruptions.standing_preemptions(sim)
     for step in PASS_ORDER:
         if step is PassStep.MOVE_BACK and sim.policy.reoptimize and sim.dearer:
             disruptions.reoptimize_pass(sim)
@@ -128,7 +134,9 @@ def core_pass(sim: SimulationSurface, queue: CoreQueue) -> None:
         running.append(
             queueing.RunningJob(
                 job.spec, job.trace.tenant, sim.running[job_id].started_s, last_checkpoint_at(job, now),
-                sim.expected_end.get(job_id), preemptible=job_id not in sim.preempting,
+                sim.expected_end.get(job_id),
+                # as the operator offers victims: a Running job (not restarting) not being preempted already
+                preemptible=job_id not in sim.preempting and disruptions.seen_phase(sim, job) is Phase.RUNNING,
             )
         )  # fmt: skip
     # A job placed but not started yet holds its GPUs too, so it counts against its tenant's maximum, as

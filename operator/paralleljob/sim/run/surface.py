@@ -53,7 +53,7 @@ class SimulationSurface(Protocol):
     migrating: set[str]  # a move back is scheduled at their next checkpoint
     migrations: int
     room_epoch: int  # bumped whenever GPUs are freed or come back
-    asked_at: dict[str, int]  # the room epoch a job was last found not worth moving back at
+    asked_at: dict[str, float]  # when a job was last re-priced for a move back (core.reoptimize.reprice_now)
     next_rank: int  # the next queue rank at the back of the line
     unfinished: int
     room: RoomBook
