@@ -1,0 +1,166 @@
+"""Which running jobs are re-priced for a move back, and when, through both shells: the operator
+(``k8s/plan/moves/reoptimizing.reconsider``) and the simulator (``sim/run/disruptions.reoptimize_pass``) must ask
+``core.reoptimize.reprice_now`` and act on its answer (issue 39: the simulator re-priced every job placed above
+its ideal cost whenever GPUs came free, the operator only a repaired or drained-away job, once a minute).
+
+Each test runs one scenario on the operator's FakeCluster, then the simulator on the operator's topology, with
+a spy wrapping ``reprice_now`` in each shell's module; a shell that picked its own candidates or its own
+schedule answers otherwise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import pytest
+
+from paralleljob.core.reoptimize import RECHECK_SECONDS, MoveBackAsk, Reprice, reprice_now
+from paralleljob.core.topology import Topology
+from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.status.records import record_from_status
+from paralleljob.k8s.plan.moves import reoptimizing
+from paralleljob.sim.cluster.failures import Failure, Scope
+from paralleljob.sim.run import disruptions
+from paralleljob.sim.run.config import SimConfig
+from paralleljob.sim.run.engine import Simulation
+from paralleljob.sim.workload.trace import TraceJob
+from tests.k8s.factories import foreign_pod, node, paralleljob
+from tests.k8s.harness import FakeCluster
+
+NODES = [node(f"gpu-node-{i:03d}", leaf=f"leaf-{i // 2}") for i in range(4)]
+CHECKPOINTS = {"checkpoint": {"intervalSeconds": 600}}
+Asked = tuple[str, float, bool, str]  # job name, when, re-price now, why (numbers as N)
+
+
+def at(seconds: float) -> str:
+    s = int(seconds)
+    return f"2024-01-01T{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}Z"
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, module: Any, job: str) -> list[Asked]:
+    """Every question a shell puts to ``reprice_now`` (each scenario has one job it may ask about), when, and
+    the answer."""
+    asked: list[Asked] = []
+
+    def recording(ask: MoveBackAsk, now_s: float, *args: Any) -> Reprice:
+        verdict = reprice_now(ask, now_s, *args)
+        asked.append((job, now_s, verdict.now, re.sub(r"\d+", "N", verdict.why)))
+        return verdict
+
+    monkeypatch.setattr(module, "reprice_now", recording)
+    return asked
+
+
+def _topology(fc: FakeCluster) -> Topology:
+    assert fc.last_view is not None and fc.last_view.state is not None
+    return fc.last_view.state.topology
+
+
+def _repriced(asked: list[Asked], job: str) -> list[float]:
+    return [t for name, t, now, _ in asked if name == job and now]
+
+
+def _said(asked: list[Asked], *aside: str) -> set[tuple[str, bool, str]]:
+    """What each job was told, "not running" and ``aside`` left out (a shell asks while a job restarts only
+    if a pass falls then: the operator in the pass that sees its pods bound again, the simulator when an
+    event wakes it)."""
+    return {(name, now, why) for name, _, now, why in asked if not why.startswith(("not running", *aside))}
+
+
+def test_a_job_placed_dear_but_never_repaired_is_not_repriced_in_either_shell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two leaves of two 8-GPU nodes. Fillers hold gpu-node-000, -001 (leaf 0) and -002 (leaf 1); -001's ends,
+    # and ``d`` (TP8 x DP2) arrives: the free nodes are -001 and -003, so it runs across the leaves, above its
+    # ideal cost. Then -002's filler ends: ``d`` could run whole in leaf 1. It was never repaired nor drained
+    # away, so neither shell re-prices it (core.reoptimize.reprice_now): it stays where the placer put it.
+    fc = FakeCluster(list(NODES))
+    operator = _spy(monkeypatch, reoptimizing, "d")
+    for n in range(3):
+        fc.pods[("other", f"x{n}")] = foreign_pod(f"x{n}", f"gpu-node-{n:03d}", 8)
+    del fc.pods[("other", "x1")]
+    fc.add_job(
+        paralleljob("d", 8, 1, 2, memory=0.0, created=at(0), extra_spec={"checkpoint": {"intervalSeconds": 600}})
+    )
+    for second in range(4):
+        fc.step(at(second))
+    first = record_from_status(fc.job("ns/d")["status"])
+    assert first is not None and set(first.nodes) == {"gpu-node-001", "gpu-node-003"}
+    del fc.pods[("other", "x2")]
+    for second in range(10, 400, 30):
+        fc.step(at(second))
+    after = record_from_status(fc.job("ns/d")["status"])
+    assert after is not None and after.nodes == first.nodes and fc.phase("ns/d") == "Running"
+
+    monkeypatch.undo()
+    simulated = _spy(monkeypatch, disruptions, "d")
+    model = parse_job(paralleljob("d", 8, 1, 2, memory=0.0)).request.spec.model
+    trace = [
+        TraceJob("ns/x0", 0.0, 1e6, 8, shape=(8, 1, 1)),
+        TraceJob("ns/x1", 1.0, 100.0, 8, shape=(8, 1, 1)),
+        TraceJob("ns/x2", 2.0, 1_000.0, 8, shape=(8, 1, 1)),
+        TraceJob("ns/d", 200.0, 5e4, 16, shape=(8, 1, 2), model=model),
+    ]
+    config = SimConfig(policy="ours-reopt", checkpoint_interval_s=600.0, check_invariants=True)
+    simulation = Simulation(_topology(fc), trace, config)
+    simulation.run()
+    d = simulation.jobs["ns/d"]
+    assert d.first_cost_ms is not None and d.first_cost_ms > simulation.ideal.total_ms(d.spec), "placed dear"
+    assert simulation.migrations == 0 and d.placements == 1
+
+    assert operator and simulated, "both shells asked the core about d"
+    assert (
+        _said(operator)
+        == _said(simulated)
+        == {("d", False, "never repaired nor drained away: it runs where the placer put it")}
+    )
+
+
+def test_a_repaired_job_is_repriced_at_most_once_a_minute_in_both_shells(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two leaves of two 8-GPU nodes. ``r`` (TP8 x DP2) runs in one leaf; a 4-GPU job holds half a node of the
+    # other. A node under ``r`` goes down for good, so its TP group moves to the other leaf (minimal repair,
+    # restarts 1) and it runs above its ideal cost with no cheaper room to go to. Both shells re-price it, at
+    # most every RECHECK_SECONDS, although the operator passes every 10 s and the simulator's small jobs free
+    # GPUs next to it every 20 s.
+    fc = FakeCluster(list(NODES))
+    fc.pods[("other", "b")] = foreign_pod("b", "gpu-node-003", 4)
+    operator = _spy(monkeypatch, reoptimizing, "r")
+    fc.add_job(
+        paralleljob("r", 8, 1, 2, memory=0.0, created=at(0), extra_spec={"checkpoint": {"intervalSeconds": 600}})
+    )
+    for second in range(4):
+        fc.step(at(second))
+    down = fc.job("ns/r")["status"]["placement"]["pods"][0]["node"]
+    index = int(down.split("-")[-1])
+    fc.nodes[down] = node(down, leaf=f"leaf-{index // 2}", ready=False)
+    for second in range(4, 10):
+        fc.step(at(second))
+    assert fc.job("ns/r")["status"]["restarts"] == 1 and fc.phase("ns/r") == "Running"
+    fc.job("ns/r")["metadata"]["annotations"] = {LAST_CHECKPOINT_ANNOTATION: at(5)}
+    for second in range(10, 400, 10):
+        fc.step(at(second))
+
+    monkeypatch.undo()
+    simulated = _spy(monkeypatch, disruptions, "r")
+    model = parse_job(paralleljob("r", 8, 1, 2, memory=0.0)).request.spec.model
+    fillers = [TraceJob(f"ns/f{n}", 1_000.0 + 20.0 * n, 15.0, 1, shape=(1, 1, 1)) for n in range(20)]
+    blocker = TraceJob("ns/b", 1.0, 1e6, 4, shape=(4, 1, 1))
+    trace = [TraceJob("ns/r", 0.0, 1e5, 16, shape=(8, 1, 2), model=model), blocker, *fillers]
+    failure = Failure(900.0, _topology(fc).node_index(down), "node", Scope.NODE, 0, 1e9)
+    config = SimConfig(
+        policy="ours-reopt", checkpoint_interval_s=600.0, scripted_failures=(failure,), check_invariants=True
+    )
+    simulation = Simulation(_topology(fc), trace, config)
+    simulation.run()
+    assert simulation.jobs["ns/r"].restarts == 1 and simulation.migrations == 0
+
+    for asked in (operator, simulated):
+        times = _repriced(asked, "r")
+        assert len(times) >= 3, asked
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert min(gaps) >= RECHECK_SECONDS, gaps
+    assert any(not now and why.startswith("priced") for _, _, now, why in simulated), "passes came between"
+    assert _said(operator, "never") == _said(simulated, "never")  # the operator asks before the failure too
