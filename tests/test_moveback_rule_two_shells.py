@@ -59,6 +59,12 @@ def _topology(fc: FakeCluster) -> Topology:
     return fc.last_view.state.topology
 
 
+def _model(name: str) -> Any:
+    request = parse_job(paralleljob(name, 8, 1, 2, memory=0.0)).request
+    assert request is not None
+    return request.spec.model
+
+
 def _repriced(asked: list[Asked], job: str) -> list[float]:
     return [t for name, t, now, _ in asked if name == job and now]
 
@@ -97,7 +103,7 @@ def test_a_job_placed_dear_but_never_repaired_is_not_repriced_in_either_shell(
 
     monkeypatch.undo()
     simulated = _spy(monkeypatch, disruptions, "d")
-    model = parse_job(paralleljob("d", 8, 1, 2, memory=0.0)).request.spec.model
+    model = _model("d")
     trace = [
         TraceJob("ns/x0", 0.0, 1e6, 8, shape=(8, 1, 1)),
         TraceJob("ns/x1", 1.0, 100.0, 8, shape=(8, 1, 1)),
@@ -145,7 +151,7 @@ def test_a_repaired_job_is_repriced_at_most_once_a_minute_in_both_shells(monkeyp
 
     monkeypatch.undo()
     simulated = _spy(monkeypatch, disruptions, "r")
-    model = parse_job(paralleljob("r", 8, 1, 2, memory=0.0)).request.spec.model
+    model = _model("r")
     fillers = [TraceJob(f"ns/f{n}", 1_000.0 + 20.0 * n, 15.0, 1, shape=(1, 1, 1)) for n in range(20)]
     blocker = TraceJob("ns/b", 1.0, 1e6, 4, shape=(4, 1, 1))
     trace = [TraceJob("ns/r", 0.0, 1e5, 16, shape=(8, 1, 2), model=model), blocker, *fillers]
