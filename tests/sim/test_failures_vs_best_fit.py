@@ -35,7 +35,5 @@ def test_failures_leave_the_default_policy_no_worse_than_best_fit_on_mean_jct(tr
         requeued += runs["ours-reopt"]["failures"]["requeued"]
     summary = mean_ci(ratios)
     assert requeued > 0, "the scenario must exercise a requeue after a failure"
-    mean, ci95 = summary["mean"], summary["ci95"]
-    assert mean is not None and ci95 is not None
-    assert mean <= 1.0, summary
+    assert summary["mean"] <= 1.0, summary
     assert all(math.isfinite(r) and r < 1.10 for r in ratios), ratios
