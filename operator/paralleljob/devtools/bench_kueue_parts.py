@@ -81,7 +81,8 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
             )
             pids = bench_flow.controller_pids(cluster.name, operator.proc.pid if operator.proc else None)
             out["drains"] = {}
-            for who in ("kueue", "ours") if args.flow_first == "kueue" else ("ours", "kueue"):
+            order = ("kueue", "ours") if args.flow_first == "kueue" else ("ours", "kueue")
+            for who in order:
                 operator.ensure_running()
                 drained = await bench_flow.drain(
                     kube, cluster.kubeconfig, pids, who, jobs, args.creators, args.drain_timeout
@@ -90,7 +91,8 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
                 drained["capacity_floor_s"] = capacity_floor_s(jobs, args.kueue_nodes * 8)
                 out["drains"][who] = drained
                 _say(f"{who}: {drained}")
-                await bench_flow.clear(kube, who)
+                if who != order[-1] or "repair" in parts:  # the cluster goes down after the last part anyway
+                    await bench_flow.clear(kube, who)
             if "ceiling" in out:
                 out["against_ceiling"] = against_ceiling(out["ceiling"], out["drains"])
         if "repair" in parts:
