@@ -1,7 +1,8 @@
 """Which running jobs are re-priced for a move back, and when, through both shells: the operator
 (``k8s/plan/moves/reoptimizing.reconsider``) and the simulator (``sim/run/disruptions.reoptimize_pass``) must ask
 ``core.reoptimize.reprice_now`` and act on its answer (issue 39: the simulator re-priced every job placed above
-its ideal cost whenever GPUs came free, the operator only a repaired or drained-away job, once a minute).
+its ideal cost whenever GPUs came free, the operator only a repaired or drained-away job, once a minute; now
+both re-price a job that was repaired, drained away or placed above its ideal cost, once a minute).
 
 Each test runs one scenario on the operator's FakeCluster, then the simulator on the operator's topology, with
 a spy wrapping ``reprice_now`` in each shell's module; a shell that picked its own candidates or its own
@@ -76,30 +77,31 @@ def _said(asked: list[Asked], *aside: str) -> set[tuple[str, bool, str]]:
     return {(name, now, why) for name, _, now, why in asked if not why.startswith(("not running", *aside))}
 
 
-def test_a_job_placed_dear_but_never_repaired_is_not_repriced_in_either_shell(
+def test_a_job_placed_dear_but_never_repaired_is_repriced_and_moved_back_in_both_shells(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Two leaves of two 8-GPU nodes. Fillers hold gpu-node-000, -001 (leaf 0) and -002 (leaf 1); -001's ends,
-    # and ``d`` (TP8 x DP2) arrives: the free nodes are -001 and -003, so it runs across the leaves, above its
-    # ideal cost. Then -002's filler ends: ``d`` could run whole in leaf 1. It was never repaired nor drained
-    # away, so neither shell re-prices it (core.reoptimize.reprice_now): it stays where the placer put it.
-    fc = FakeCluster(list(NODES))
+    # and ``d`` (TP8 x DP2, a checkpoint every 600 s) arrives: the free nodes are -001 and -003, so it runs
+    # across the leaves, above its ideal cost. Then -002's filler ends: ``d`` could run whole in leaf 1. It was
+    # never repaired nor drained away, but it is placed dear, so both shells re-price it
+    # (core.reoptimize.reprice_now) and move it into leaf 1 at its next checkpoint.
+    fc = FakeCluster(list(NODES), memo=True)  # as the reconciler runs it: steady running jobs are left out
     operator = _spy(monkeypatch, reoptimizing, "d")
     for n in range(3):
         fc.pods[("other", f"x{n}")] = foreign_pod(f"x{n}", f"gpu-node-{n:03d}", 8)
     del fc.pods[("other", "x1")]
-    fc.add_job(
-        paralleljob("d", 8, 1, 2, memory=0.0, created=at(0), extra_spec={"checkpoint": {"intervalSeconds": 600}})
-    )
+    fc.add_job(paralleljob("d", 8, 1, 2, memory=0.0, created=at(0), extra_spec=CHECKPOINTS))
     for second in range(4):
         fc.step(at(second))
     first = record_from_status(fc.job("ns/d")["status"])
     assert first is not None and set(first.nodes) == {"gpu-node-001", "gpu-node-003"}
     del fc.pods[("other", "x2")]
-    for second in range(10, 400, 30):
+    for second in range(10, 900, 30):
         fc.step(at(second))
     after = record_from_status(fc.job("ns/d")["status"])
-    assert after is not None and after.nodes == first.nodes and fc.phase("ns/d") == "Running"
+    assert after is not None and set(after.nodes) == {"gpu-node-002", "gpu-node-003"}, after.nodes
+    assert fc.phase("ns/d") == "Running" and fc.job("ns/d")["status"]["restarts"] == 0
+    assert fc.job("ns/d")["status"]["lastMigration"]["podsMoved"] >= 1
 
     monkeypatch.undo()
     simulated = _spy(monkeypatch, disruptions, "d")
@@ -115,14 +117,13 @@ def test_a_job_placed_dear_but_never_repaired_is_not_repriced_in_either_shell(
     simulation.run()
     d = simulation.jobs["ns/d"]
     assert d.first_cost_ms is not None and d.first_cost_ms > simulation.ideal.total_ms(d.spec), "placed dear"
-    assert simulation.migrations == 0 and d.placements == 1
+    assert simulation.migrations == 1 and d.placements == 2 and d.restarts == 0
 
-    assert operator and simulated, "both shells asked the core about d"
-    assert (
-        _said(operator)
-        == _said(simulated)
-        == {("d", False, "never repaired nor drained away: it runs where the placer put it")}
-    )
+    for asked in (operator, simulated):  # the first answer once it runs: re-price it now, although never repaired
+        told = [(now, why) for _, _, now, why in asked if not why.startswith("not running")]
+        assert told[0] == (True, "not priced since it was last placed"), asked
+    # moved to its ideal placement, it is no candidate any more (the simulator asks only about jobs placed dear)
+    assert operator[-1][2:] == (False, "at its ideal cost, never repaired nor drained away: no placement is cheaper")
 
 
 def test_a_repaired_job_is_repriced_at_most_once_a_minute_in_both_shells(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,4 +170,5 @@ def test_a_repaired_job_is_repriced_at_most_once_a_minute_in_both_shells(monkeyp
         gaps = [b - a for a, b in itertools.pairwise(times)]
         assert min(gaps) >= RECHECK_SECONDS, gaps
     assert any(not now and why.startswith("priced") for _, _, now, why in simulated), "passes came between"
-    assert _said(operator, "never") == _said(simulated, "never")  # the operator asks before the failure too
+    # the operator asks before the failure too, while it is at its ideal cost
+    assert _said(operator, "at its ideal cost") == _said(simulated, "at its ideal cost")

@@ -23,11 +23,15 @@ current placement's cost, the placer's choice with the job's own GPUs counted as
 differ, the job's Young/Daly interval).
 
 Which running jobs are re-priced at all, and when (:func:`reprice_now`): a job is a candidate only while it
-runs (every pod bound) and once it was repaired (``restarts > 0``) or pushed away by a drain: a job the placer
-put where it runs chose that placement itself, among what was free. A candidate is re-priced at most once
-every :data:`RECHECK_SECONDS` (a trial placement per job per pass would make a pass cost jobs x placement, for
-something that acts only at checkpoint boundaries, minutes to hours apart), except when a move proposed earlier
-reached its checkpoint boundary: then it is priced again at once, to move or not.
+runs (every pod bound) and once it was repaired (``restarts > 0``), pushed away by a drain, or placed above
+its ideal cost (:func:`placed_dear`; the ideal: ``core.timing.ideal``). The last is a job admitted while the
+cluster was fragmented: the placer chose the best of what was free then, and once GPUs come free a move at a
+checkpoint may pay (simulated, leaving such jobs where they were admitted lengthened mean JCT under
+failures, docs/simulator.md). A job at its ideal cost that neither failed nor moved is never re-priced: no
+placement is cheaper. A candidate is re-priced at most once every :data:`RECHECK_SECONDS` (a trial placement
+per job per pass would make a pass cost jobs x placement, for something that acts only at checkpoint
+boundaries, minutes to hours apart), except when a move proposed earlier reached its checkpoint boundary: then
+it is priced again at once, to move or not.
 """
 
 from __future__ import annotations
@@ -66,6 +70,13 @@ class ReoptimizeRule:
 DEFAULT_RULE = ReoptimizeRule()
 
 RECHECK_SECONDS = 60.0  # the shortest time between two re-prices of one job
+DEAR_TOLERANCE = 1e-6  # relative: a cost read back from a status is rounded to the microsecond
+
+
+def placed_dear(cost_ms: float, ideal_ms: float) -> bool:
+    """Whether a placement costing ``cost_ms`` is above the job's ideal (its best on the empty cluster), beyond
+    rounding."""
+    return cost_ms > ideal_ms * (1 + DEAR_TOLERANCE) + DEAR_TOLERANCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +86,7 @@ class MoveBackAsk:
     running: bool  # phase Running with every pod bound (a restarting job is priced once it runs again)
     restarts: int  # the job's restart count (a repair, a requeue; core.failure.elastic_failure)
     drained_away: bool  # its last move was a drain's
+    placed_dear: bool  # its placement costs more than its ideal (:func:`placed_dear`)
     checked_at_s: float | None  # its last re-price; None: never, or not since it last moved
     boundary_passed: bool = False  # a move proposed earlier has reached its checkpoint boundary
 
@@ -85,13 +97,20 @@ class Reprice:
     why: str
 
 
+def move_back_candidate(ask: MoveBackAsk) -> bool:
+    """Whether the job is re-priced for a move back at all (while it runs): repaired, drained away or placed
+    dear. A shell that skips unchanged jobs between passes must not skip one of these: it is re-priced on a
+    schedule (:func:`reprice_now`), not when something of its own changes."""
+    return ask.restarts > 0 or ask.drained_away or ask.placed_dear
+
+
 def reprice_now(ask: MoveBackAsk, now_s: float, every_s: float = RECHECK_SECONDS) -> Reprice:
     """Whether a shell re-prices this job for a move back now (the operator's ``reconsider``, the
     simulator's ``reoptimize_pass``), with why."""
     if not ask.running:
         return Reprice(False, "not running: a restarting job is priced once every pod runs again")
-    if ask.restarts == 0 and not ask.drained_away:
-        return Reprice(False, "never repaired nor drained away: it runs where the placer put it")
+    if not move_back_candidate(ask):
+        return Reprice(False, "at its ideal cost, never repaired nor drained away: no placement is cheaper")
     if ask.boundary_passed:
         return Reprice(True, "a move proposed earlier reached its checkpoint boundary")
     if ask.checked_at_s is None:

@@ -112,6 +112,9 @@ class JobActions:
     gang_bound: bool = False
     failure_action: FailureAction | None = None
     migrated: bool = False
+    # a running job the core re-prices for a move back now and then (core.reoptimize.move_back_candidate):
+    # never left out of a pass as steady (plan/admission/waiting_remember.py)
+    move_back_candidate: bool = False
     room_moved_gpu_s: float | None = None  # moved to free room for another job: the work it lost
     room_plan_made_s: float | None = None  # admitted into room that moves freed: when its plan was made
     wake_at: float | None = None  # epoch seconds: decide again then even if nothing changes (a group's timeout)

@@ -237,8 +237,10 @@ def reoptimize_pass(sim: SimulationSurface) -> None:
     for job_id in sorted(sim.dearer - sim.migrating):
         job = sim.jobs[job_id]
         running = seen_phase(sim, job) is Phase.RUNNING
-        # which jobs and when: the core's rule, the operator's too (a simulated job is never drained away)
-        if not reprice_now(MoveBackAsk(running, job.restarts, False, sim.asked_at.get(job_id)), now).now:
+        # which jobs and when: the core's rule, the operator's too (a simulated job is never drained away; every
+        # job in ``sim.dearer`` was placed above its ideal cost, by core.reoptimize.placed_dear)
+        ask = MoveBackAsk(running, job.restarts, False, True, sim.asked_at.get(job_id))
+        if not reprice_now(ask, now).now:
             continue
         sim.asked_at[job_id] = now
         best = best_now(sim, job)

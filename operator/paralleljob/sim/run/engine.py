@@ -21,8 +21,10 @@ from paralleljob.core.failure.recovery import RecoveryStrategy
 from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event as Step
 from paralleljob.core.placing.baselines import tp_groups_across_nodes
+from paralleljob.core.reoptimize import placed_dear
 from paralleljob.core.timing.cost import cost_model
 from paralleljob.core.timing.evaluate import nodes_common_level
+from paralleljob.core.timing.ideal import IdealCosts
 from paralleljob.core.timing.steptime import StepTimeModel
 from paralleljob.core.timing.traffic import level_bytes_per_step
 from paralleljob.core.topology import Topology
@@ -31,7 +33,6 @@ from paralleljob.sim.run import disruptions, elastic, passes, roommoves
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.core_queue import CoreQueue, make_core_queue
 from paralleljob.sim.run.events import EventQueue, Kind, SimClock, SimEvent
-from paralleljob.sim.run.ideal import IdealCosts
 from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.metrics import FailureTally, Series, failure_metrics, job_metrics, mean_fragmentation
 from paralleljob.sim.run.policies import (
@@ -99,7 +100,7 @@ class Simulation:
         self.running: dict[str, SimRunningJob] = {}  # jobs in phase Running, for queue policies
         self.expected_end: dict[str, float] = {}  # when each running job finishes if nothing interrupts it
         self.preempting: dict[str, tuple[str, float]] = {}  # victim -> (the job it makes room for, deadline)
-        self.dearer: set[str] = set()  # running jobs placed above their ideal cost (after a repair)
+        self.dearer: set[str] = set()  # running jobs placed above their ideal cost (core.reoptimize.placed_dear)
         self.migrating: set[str] = set()  # a migration back is scheduled at their next checkpoint
         self.migrations = 0
         self.room_epoch = 0  # bumped whenever GPUs are freed or come back (room-making moves ask again then)
@@ -218,7 +219,7 @@ class Simulation:
         passes.scheduling_pass(self)  # its steps in the operator's order (core.admit.passorder)
 
     def placed(self, job: SimJob, groups: tuple[tuple[int, ...], ...], cost_ms: float) -> None:
-        if cost_ms > self.ideal.total_ms(job.spec) * (1 + 1e-9):
+        if placed_dear(cost_ms, self.ideal.total_ms(job.spec)):  # a move-back candidate (core.reoptimize)
             self.dearer.add(job.job_id)
         else:
             self.dearer.discard(job.job_id)

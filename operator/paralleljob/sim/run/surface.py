@@ -14,13 +14,13 @@ from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.failure.repair import FailurePolicy
 from paralleljob.core.placing.placement import PlacerLike
 from paralleljob.core.timing.cost import CostModel
+from paralleljob.core.timing.ideal import IdealCosts
 from paralleljob.core.timing.steptime import StepTimeModel
 from paralleljob.core.topology import Topology
 from paralleljob.sim.cluster.failures import FailureProcess
 from paralleljob.sim.run.config import SimConfig
 from paralleljob.sim.run.core_queue import CoreQueue
 from paralleljob.sim.run.events import EventQueue, SimClock
-from paralleljob.sim.run.ideal import IdealCosts
 from paralleljob.sim.run.jobs import SimJob
 from paralleljob.sim.run.metrics import FailureTally
 from paralleljob.sim.run.policies import FifoQueue, PlacementPolicy, SimRunningJob, WaitingJob

@@ -43,7 +43,8 @@ def remember_running(
     finished: Iterable[Done] = (),
 ) -> None:
     """Keep the running jobs that need nothing while nothing of theirs changes: Running before and after,
-    nothing to write, never repaired (a repaired job is re-priced against the free GPUs now and then), no
+    nothing to write, never repaired nor placed above its ideal cost (such a job is re-priced against the free
+    GPUs now and then, ``core.reoptimize.move_back_candidate``), no
     preemption under way (its deadline is a time), not a pod group (its pods are decided elsewhere), and not
     held back or busy. A node that changes clears the memo (``decide``): health is read from the nodes.
     Finished jobs likewise (Succeeded or Failed before and after, nothing to do, not being deleted): those the
@@ -65,6 +66,7 @@ def remember_running(
             and "preemption" not in actions.draft.data
             and "drain" not in actions.draft.data  # a drain's deadline is a time too
             and "lastDrain" not in actions.draft.data  # moved by a drain: re-priced like a repaired job
+            and not actions.move_back_candidate  # placed dear too: re-priced on a schedule (core.reoptimize)
             and job.request is not None
             and kind_of(job.request).renders_pods  # a pod group's pods are decided elsewhere
             and not job.deleting

@@ -2,8 +2,11 @@
 
 A repair places the broken part of a job on whatever was free at that moment, and the job then runs at
 that cost until it ends, even after the hardware is back (the faults issue saw a 1,024-GPU job go from 5.3 s
-to 21 s per step and stay there). So every running job that has been repaired is re-priced now and then
-(which jobs and how often: ``core.reoptimize.reprice_now``, the simulator's rule too):
+to 21 s per step and stay there); a job admitted while the cluster was fragmented runs above its ideal cost
+(``core.timing.ideal``: its best placement on the empty cluster) for the same reason. So every running job
+that was repaired, or placed above its ideal cost, is re-priced now and then (which jobs and how often:
+``core.reoptimize.reprice_now``, the simulator's rule too; at most once a minute, each time writing
+``status.reoptimization``):
 the placer's best placement for it now, with its own GPUs counted as free, against what it runs on. The
 core's rule (``core.reoptimize``) says whether moving is worth it next to the job's checkpoint interval.
 
@@ -38,10 +41,20 @@ from typing import Any
 
 from paralleljob.core.cluster import Allocation
 from paralleljob.core.failure.repair import ReoptimizePolicy
+from paralleljob.core.job import JobSpec
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.core.placing.eligibility import NodeFilter
 from paralleljob.core.placing.placement import Placement
-from paralleljob.core.reoptimize import MigrationDecision, MoveBackAsk, decide_migration, reprice_now
+from paralleljob.core.reoptimize import (
+    MigrationDecision,
+    MoveBackAsk,
+    decide_migration,
+    move_back_candidate,
+    placed_dear,
+    reprice_now,
+)
+from paralleljob.core.timing.cost import cost_model
+from paralleljob.core.timing.ideal import IdealCosts
 from paralleljob.k8s.edge.parse.queues import format_time, last_checkpoint, parse_time
 from paralleljob.k8s.edge.parse.specs import JobRequest
 from paralleljob.k8s.edge.status.records import PlacementRecord, cost_to_status
@@ -70,7 +83,9 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
         due = boundary is not None and boundary > proposed_at
         if away and not due:
             due = not _ask_to_checkpoint(ctx, held, proposed_at)
-    ask = MoveBackAsk(running, job.restarts, away, _seconds(previous.get("checkedAt")), due)
+    dear = placed_dear(record.cost.total_ms, _ideal_ms(ctx, request.spec, request.cost_model))
+    ask = MoveBackAsk(running, job.restarts, away, dear, _seconds(previous.get("checkedAt")), due)
+    actions.move_back_candidate = move_back_candidate(ask)
     if not reprice_now(ask, now_s).now:  # the core's rule, the simulator's too
         return None
     best = _best_now(ctx, held, node_filter)
@@ -86,6 +101,23 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
     if away and decision.migrate and proposed_at is None and migrating:
         _ask_to_checkpoint(ctx, held, now_s)
     return None
+
+
+# One per topology (the view's topology is the same object while the nodes stand, clusterview._topology) and
+# cost model; a handful at most, the oldest dropped first.
+_IDEALS: dict[tuple[int, str], IdealCosts] = {}
+
+
+def _ideal_ms(ctx: PassContext, spec: JobSpec, model_name: str) -> float:
+    """The job's ideal cost on this cluster (core.timing.ideal), kept across passes per topology and shape."""
+    topology = ctx.view.topology
+    key = (id(topology), model_name)
+    ideal = _IDEALS.get(key)
+    if ideal is None or ideal.topology is not topology:
+        while len(_IDEALS) >= 4:
+            del _IDEALS[next(iter(_IDEALS))]
+        ideal = _IDEALS[key] = IdealCosts(topology, cost_model(model_name))
+    return ideal.total_ms(spec)
 
 
 def _best_now(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None) -> Placement | None:

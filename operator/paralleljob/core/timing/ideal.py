@@ -1,14 +1,16 @@
-"""The reference cost a trace duration stands for: the best placement the cluster allows when empty.
+"""A job's ideal cost: the best placement the cluster allows when empty, priced, cached per shape.
 
-A trace records how long a job ran, not where, so the simulator assumes it ran on a good placement: the
-one the core placer picks on an empty copy of the simulated cluster. Every policy's placements are
-measured against that same reference, so a policy only pays for communication it makes worse. Jobs the
-placer can never place (a TP group larger than any node, which only first-fit accepts) are measured
-against every transfer at NVLink speed.
+Two shells need it. The simulator: a trace records how long a job ran, not where, so it assumes the job ran on
+the placement the core placer picks on an empty copy of the simulated cluster, and measures every policy's
+placements against that same reference (a policy only pays for communication it makes worse). Both shells: a
+running job placed above its ideal cost is a move-back candidate (``core.reoptimize.reprice_now``), since
+room may have come free since it was placed. Jobs the placer can never place (a TP group larger than any node,
+which only first-fit accepts) are measured against every transfer at the fastest level's speed.
 
 Two figures per shape: ``total_ms``, the cost model's price of that placement (what the placer minimises
 and what a repair or move-back is judged against), and ``comm_ms``, the time its communication takes under
-the calibrated collective model (``core.timing.stepcomm``), which the step-time model divides by.
+the calibrated collective model (``core.timing.stepcomm``), which the simulator's step-time model divides by.
+Built per topology and cost model; the caller keeps one while its topology stands.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from paralleljob.core.topology import Topology
 
 
 class IdealCosts:
+    """The ideal placement's figures per job shape on one topology under one cost model, computed once each."""
+
     def __init__(self, topology: Topology, model: CostModel) -> None:
         self.topology = topology
         self.model = model
