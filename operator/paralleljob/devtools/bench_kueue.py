@@ -80,10 +80,10 @@ def kueue_objects(namespaces: list[str], gpus: int) -> list[tuple[str, dict[str,
 def jobset_manifest(
     gang: Gang, name: str, topology: str = REQUIRED_TOPOLOGY, restart_whole: bool = False
 ) -> dict[str, Any]:
-    """The gang as one Indexed Job of a JobSet. ``restart_whole``: as JobSet's own distributed PyTorch
-    examples run it (``backoffLimit: 0``, so a lost pod fails its Job, and ``failurePolicy.maxRestarts``,
-    so the JobSet recreates every child Job); otherwise the Job's default back-off limit lets it recreate
-    only the lost pod."""
+    """The gang as one Indexed Job of a JobSet. ``restart_whole``: as JobSet's own examples configure
+    training (``backoffLimit: 0`` as in its PyTorch examples, so a lost pod fails its Job, and
+    ``failurePolicy.maxRestarts`` as in its failure-policy examples, so the JobSet recreates every child Job
+    instead of failing); otherwise the Job's default back-off limit lets it recreate only the lost pod."""
     resources = {GPU_RESOURCE: str(gang.tp)}
     template = {
         "metadata": {"labels": {GANG_LABEL: gang.name}, "annotations": {topology: LEAF_LABEL}},

@@ -3,8 +3,9 @@ on the dev cluster ``bench_kueue_parts`` brought up, each side its own samples, 
 
 The gang is TP8 x PP2 x DP2 (four 8-GPU pods), for Kueue a JobSet with ``podset-required-topology`` on the
 rack over ``bench_kueue``'s Topology, TAS ResourceFlavor and ClusterQueue, in two configurations: its Job's
-default back-off limit (the Job recreates only the lost pod) and JobSet's distributed PyTorch shape
-(``backoffLimit: 0`` and ``failurePolicy.maxRestarts``: the JobSet recreates every pod); for us a ParallelJob. Kueue
+default back-off limit (the Job recreates only the lost pod) and the shape JobSet's own examples give
+training (``backoffLimit: 0`` as in its PyTorch examples, ``failurePolicy.maxRestarts`` as in its failure-policy
+ones: the JobSet recreates every pod); for us a ParallelJob. Kueue
 v0.17's replacement gates are all on by default (TASFailedNodeReplacement, ...FailFast,
 TASReplaceNodeOnPodTermination, TASReplaceNodeOnNodeTaints), and nothing of its configuration is changed.
 
@@ -113,7 +114,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class KueueTASWholeRestart(KueueTAS):
-    """The JobSet as its docs run distributed PyTorch: a lost pod fails the Job and the JobSet recreates
+    """The JobSet as its own examples configure training: a lost pod fails the Job and the JobSet recreates
     every pod (``jobset_manifest(restart_whole=True)``)."""
 
     restart_whole = True
