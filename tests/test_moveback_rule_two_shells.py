@@ -20,6 +20,7 @@ import pytest
 from paralleljob.core.reoptimize import RECHECK_SECONDS, MoveBackAsk, Reprice, reprice_now
 from paralleljob.core.topology import Topology
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
+from paralleljob.k8s.edge.parse.queues import parse_time
 from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.edge.status.records import record_from_status
 from paralleljob.k8s.plan.moves import reoptimizing
@@ -111,6 +112,8 @@ def test_a_job_placed_dear_but_never_repaired_is_repriced_and_moved_back_in_both
         TraceJob("ns/x1", 1.0, 100.0, 8, shape=(8, 1, 1)),
         TraceJob("ns/x2", 2.0, 1_000.0, 8, shape=(8, 1, 1)),
         TraceJob("ns/d", 200.0, 5e4, 16, shape=(8, 1, 2), model=model),
+        # larger than the cluster: refused as it arrives, in a pass soon after d starts (d is asked then)
+        TraceJob("ns/big", 230.0, 10.0, 64, shape=(8, 1, 8)),
     ]
     config = SimConfig(policy="ours-reopt", checkpoint_interval_s=600.0, check_invariants=True)
     simulation = Simulation(_topology(fc), trace, config)
@@ -119,9 +122,15 @@ def test_a_job_placed_dear_but_never_repaired_is_repriced_and_moved_back_in_both
     assert d.first_cost_ms is not None and d.first_cost_ms > simulation.ideal.total_ms(d.spec), "placed dear"
     assert simulation.migrations == 1 and d.placements == 2 and d.restarts == 0
 
-    for asked in (operator, simulated):  # the first answer once it runs: re-price it now, although never repaired
-        told = [(now, why) for _, _, now, why in asked if not why.startswith("not running")]
-        assert told[0] == (True, "not priced since it was last placed"), asked
+    # Re-priced although never repaired, first a recheck interval after it began running: the placer had just
+    # chosen its placement (the operator passes every 30 s and asks before that too).
+    operator_start = parse_time(fc.job("ns/d")["status"]["startTime"])
+    assert operator_start is not None and d.first_start is not None
+    for asked, started in ((operator, operator_start), (simulated, d.first_start)):
+        first = next((t, why) for _, t, now, why in asked if now)
+        assert first[1] == "not priced since it was last placed" and first[0] - started >= RECHECK_SECONDS, asked
+    for asked in (operator, simulated):
+        assert ("d", False, "placed dear N s ago, the best then; priced after N s") in _said(asked), asked
     # moved to its ideal placement, it is no candidate any more (the simulator asks only about jobs placed dear)
     assert operator[-1][2:] == (False, "at its ideal cost, never repaired nor drained away: no placement is cheaper")
 

@@ -31,7 +31,8 @@ failures, docs/simulator.md). A job at its ideal cost that neither failed nor mo
 placement is cheaper. A candidate is re-priced at most once every :data:`RECHECK_SECONDS` (a trial placement
 per job per pass would make a pass cost jobs x placement, for something that acts only at checkpoint
 boundaries, minutes to hours apart), except when a move proposed earlier reached its checkpoint boundary: then
-it is priced again at once, to move or not.
+it is priced again at once, to move or not. A job that is a candidate only because it was placed dear is
+first priced a recheck interval after it began running there, not at once: the placer had just chosen it.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class MoveBackAsk:
     placed_dear: bool  # its placement costs more than its ideal (:func:`placed_dear`)
     checked_at_s: float | None  # its last re-price; None: never, or not since it last moved
     boundary_passed: bool = False  # a move proposed earlier has reached its checkpoint boundary
+    running_since_s: float | None = None  # when it began running where it runs (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,12 @@ def reprice_now(ask: MoveBackAsk, now_s: float, every_s: float = RECHECK_SECONDS
     if ask.boundary_passed:
         return Reprice(True, "a move proposed earlier reached its checkpoint boundary")
     if ask.checked_at_s is None:
+        if ask.restarts == 0 and not ask.drained_away and ask.running_since_s is not None:
+            # placed dear by the placer, which chose the best of what was free: only GPUs freed since can make
+            # a move pay, so it waits a recheck interval too (most short jobs end before they are ever priced)
+            since = now_s - ask.running_since_s
+            if since < every_s:
+                return Reprice(False, f"placed dear {since:.0f} s ago, the best then; priced after {every_s:g} s")
         return Reprice(True, "not priced since it was last placed")
     since = now_s - ask.checked_at_s
     if since < every_s:

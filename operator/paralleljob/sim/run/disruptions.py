@@ -239,7 +239,8 @@ def reoptimize_pass(sim: SimulationSurface) -> None:
         running = seen_phase(sim, job) is Phase.RUNNING
         # which jobs and when: the core's rule, the operator's too (a simulated job is never drained away; every
         # job in ``sim.dearer`` was placed above its ideal cost, by core.reoptimize.placed_dear)
-        ask = MoveBackAsk(running, job.restarts, False, True, sim.asked_at.get(job_id))
+        started = sim.running[job_id].started_s if job_id in sim.running else None
+        ask = MoveBackAsk(running, job.restarts, False, True, sim.asked_at.get(job_id), running_since_s=started)
         if not reprice_now(ask, now).now:
             continue
         sim.asked_at[job_id] = now

@@ -84,7 +84,8 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
         if away and not due:
             due = not _ask_to_checkpoint(ctx, held, proposed_at)
     dear = placed_dear(record.cost.total_ms, _ideal_ms(ctx, request.spec, request.cost_model))
-    ask = MoveBackAsk(running, job.restarts, away, dear, _seconds(previous.get("checkedAt")), due)
+    since = _running_since(draft.data.get("startTime"), draft.data.get("lastMigration"))
+    ask = MoveBackAsk(running, job.restarts, away, dear, _seconds(previous.get("checkedAt")), due, since)
     actions.move_back_candidate = move_back_candidate(ask)
     if not reprice_now(ask, now_s).now:  # the core's rule, the simulator's too
         return None
@@ -140,6 +141,13 @@ def _ask_to_checkpoint(ctx: PassContext, held: HeldJob, proposed_at: float) -> b
     wake = held.actions.wake_at
     held.actions.wake_at = deadline if wake is None else min(wake, deadline)
     return True
+
+
+def _running_since(start_time: object, last_migration: object) -> float | None:
+    """When the job began running where it runs: its start, or its last move back if later."""
+    started = parse_time(start_time)
+    moved = parse_time(last_migration.get("time")) if isinstance(last_migration, dict) else None
+    return moved if moved is not None and (started is None or moved > started) else started
 
 
 def _seconds(value: object) -> float | None:
