@@ -381,6 +381,9 @@ def register(subparsers: Any) -> None:
         "--flow-first", choices=("kueue", "ours"), default="kueue", help="kueue throughput: who drains first"
     )
     parser.add_argument(
+        "--flow-sides", choices=("both", "kueue", "ours"), default="both", help="kueue throughput: who drains"
+    )
+    parser.add_argument(
         "--kueue-qps",
         type=int,
         default=0,

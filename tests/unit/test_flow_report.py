@@ -1,6 +1,11 @@
-"""The ceiling and drain arithmetic of ``bench kueue --kueue-parts ceiling,throughput`` and its table."""
+"""The ceiling and drain arithmetic of ``bench kueue --kueue-parts ceiling,throughput``, its table, and a drain's
+progress series in windows."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+from pytest import MonkeyPatch
 
 from paralleljob.devtools.bench_ceiling import binding, pod_manifest
 from paralleljob.devtools.bench_flow import COHORT_SIZE, flow_kueue_objects, indexed_job, parallel_job, shapes
@@ -156,3 +161,137 @@ def test_a_drain_stopped_at_its_limit_counts_what_finished_and_bounds_the_ratio(
     assert "| kueue | 25 of 100 (stopped) | 60 of 250 (stopped) | 40.0 |" in table(measured)
     shares = against_ceiling(_ceiling(), {"kueue": _drain(10.0, "k"), "ours": stopped})
     assert shares["ours_over_kueue_at_most"] == 0.25
+
+
+OPERATOR_METRICS = """# HELP paralleljob_reconcile_pass_duration_seconds One reconcile pass
+paralleljob_reconcile_pass_duration_seconds_bucket{le="0.1"} 3.0
+paralleljob_reconcile_pass_duration_seconds_count 10.0
+paralleljob_reconcile_pass_duration_seconds_sum 2.5
+paralleljob_list_duration_seconds_count{kind="job"} 2.0
+paralleljob_list_duration_seconds_count{kind="pod"} 1.0
+paralleljob_list_duration_seconds_sum{kind="job"} 3.0
+paralleljob_api_requests_total{code="200",resource="pods",verb="POST"} 40.0
+paralleljob_api_requests_total{code="409",resource="paralleljobs",verb="PATCH"} 2.0
+paralleljob_api_requests_created{code="200",resource="pods",verb="POST"} 1.7e9
+paralleljob_api_requests_waiting{lane="urgent"} 5.0
+paralleljob_api_requests_waiting{lane="background"} 7.0
+"""
+
+APISERVER_METRICS = """apiserver_request_total{code="201",component="apiserver",resource="pods",verb="POST"} 100
+apiserver_request_total{code="200",component="apiserver",resource="pods",verb="LIST"} 4
+apiserver_request_duration_seconds_bucket{component="apiserver",resource="pods",verb="POST",le="0.1"} 90
+apiserver_request_duration_seconds_count{component="apiserver",resource="pods",verb="POST"} 100
+apiserver_request_duration_seconds_sum{component="apiserver",resource="pods",verb="POST"} 2
+apiserver_request_duration_seconds_count{component="apiserver",resource="nodes",verb="POST"} 100
+apiserver_request_duration_seconds_sum{component="apiserver",resource="nodes",verb="POST"} 4
+apiserver_request_duration_seconds_count{component="apiserver",resource="pods",verb="LIST"} 4
+apiserver_request_duration_seconds_sum{component="apiserver",resource="pods",verb="LIST"} 8
+apiserver_longrunning_requests{component="apiserver",resource="pods",verb="WATCH"} 6
+apiserver_longrunning_requests{component="apiserver",resource="pods",verb="CONNECT"} 1
+apiserver_watch_events_total{group="",kind="Pod",version="v1"} 500
+"""
+
+
+def test_metric_sum_adds_every_series_of_a_name_and_no_other_name() -> None:
+    from paralleljob.devtools.flow_report import metric_sum
+
+    assert metric_sum(OPERATOR_METRICS, "paralleljob_api_requests_total") == 42.0  # not the _created series
+    assert metric_sum(OPERATOR_METRICS, 'paralleljob_api_requests_waiting{lane="urgent"}') == 5.0
+    assert metric_sum(OPERATOR_METRICS, "paralleljob_list_duration_seconds_count") == 3.0
+    assert metric_sum(OPERATOR_METRICS, "paralleljob_reconcile_pass_duration_seconds") == 0.0  # a prefix only
+    assert metric_sum("", "anything") == 0.0
+
+
+def test_a_progress_point_reads_the_operators_passes_and_the_api_servers_latency_by_verb() -> None:
+    from paralleljob.devtools.flow_report import apiserver_point, operator_point
+
+    op = operator_point(OPERATOR_METRICS)
+    assert (op["passes"], op["pass_s"], op["lists"], op["list_s"], op["requests"]) == (10.0, 2.5, 3.0, 3.0, 42.0)
+    assert (op["urgent_waiting"], op["background_waiting"], op["gc_s"]) == (5.0, 7.0, 0.0)
+    api = apiserver_point(APISERVER_METRICS)
+    assert api["requests"] == 104.0
+    assert api["by_verb"] == {"LIST": [4.0, 8.0], "POST": [200.0, 6.0]}
+    assert (api["watchers"], api["watch_events"]) == (6.0, 500.0)
+
+
+def _point(t: float, done: int, cpu: float, passes: float, pass_s: float, post: tuple[float, float]) -> dict:
+    return {
+        "t": t,
+        "done": done,
+        "created": 100,
+        "waiting": 100 - done,
+        "cpu_s": {"operator": cpu, "kube-apiserver": 2 * cpu},
+        "rss_mb": {"operator": 200 + done},
+        "operator": {"passes": passes, "pass_s": pass_s, "requests": 10 * done, "lists": 0, "list_s": 0, "gc_s": 0},
+        "apiserver": {"requests": 20 * done, "by_verb": {"POST": list(post)}, "watch_events": 0.0},
+    }
+
+
+def test_windows_give_each_interval_its_rate_cpu_cores_and_mean_pass() -> None:
+    from paralleljob.devtools.flow_report import progress_table, windows
+
+    points = [
+        _point(0.0, 0, 0.0, 0, 0.0, (0, 0.0)),
+        _point(30.0, 60, 15.0, 100, 5.0, (100, 1.0)),
+        _point(60.0, 75, 45.0, 150, 15.0, (150, 2.0)),
+    ]
+    first, second = windows(points)
+    assert (first["from_s"], first["to_s"], first["done"], first["jobs_per_s"]) == (0, 30, 60, 2.0)
+    assert first["cores"] == {"operator": 0.5, "kube-apiserver": 1.0}
+    assert (first["passes"], first["pass_ms"], first["api_ms"]) == (100, 50, {"POST": 10.0})
+    assert (second["jobs_per_s"], second["pass_ms"], second["cores"]["operator"]) == (0.5, 200, 1.0)
+    assert second["api_ms"] == {"POST": 20.0}
+    assert second["operator_requests_per_s"] == 5.0
+    whole = windows(points, step=5)  # wider than the series: one window, first point to last
+    assert len(whole) == 1 and whole[0]["jobs_per_s"] == 1.25 and whole[0]["pass_ms"] == 100
+    assert windows(points[:1]) == []
+    lines = progress_table(points).splitlines()
+    assert len(lines) == 4
+    assert lines[2].startswith("| 0-30 | 60 | 2.0 | 40 | 100, 50 | 0.50, 1.00 | 260 |")
+
+
+def test_a_window_without_the_operators_metrics_still_has_its_rate() -> None:
+    from paralleljob.devtools.flow_report import progress_table, windows
+
+    a, b = _point(0.0, 0, 0.0, 0, 0.0, (0, 0.0)), _point(30.0, 30, 3.0, 10, 1.0, (10, 0.1))
+    b["operator"], b["apiserver"] = {}, {}
+    (row,) = windows([a, b])
+    assert row["jobs_per_s"] == 1.0 and "pass_ms" not in row and "api_ms" not in row
+    assert progress_table([a, b]).splitlines()[2].endswith("| 230 | - | - | - |")
+
+
+def test_flow_sides_drain_one_side_and_an_ours_only_drain_needs_no_kueue() -> None:
+    from paralleljob.devtools.bench_kueue_parts import controllers_needed, drain_order
+
+    assert drain_order("kueue", "both") == ("kueue", "ours")
+    assert drain_order("ours", "both") == ("ours", "kueue")
+    assert drain_order("kueue", "ours") == ("ours",)
+    assert controllers_needed({"throughput"}, "ours") == ()
+    assert controllers_needed({"throughput", "repair"}, "ours") == ("jobset", "kueue")
+    assert controllers_needed({"throughput"}, "both") == ("jobset", "kueue")
+    assert controllers_needed({"ceiling"}, "ours") == ()
+
+
+def test_each_progress_point_is_appended_to_its_file_as_it_is_taken(tmp_path: Path, monkeypatch: MonkeyPatch) -> None:
+    import asyncio
+    import json
+    import os
+
+    from paralleljob.devtools import bench_flow, requestmix
+    from paralleljob.devtools.operatorproc import OperatorMetrics
+
+    class Operator(OperatorMetrics):
+        def metrics(self) -> str:
+            return OPERATOR_METRICS
+
+    monkeypatch.setattr(requestmix, "apiserver_metrics", lambda kubeconfig: APISERVER_METRICS)
+    series = tmp_path / "series.jsonl"
+    progress = bench_flow.Progress(tmp_path / "kubeconfig", {"operator": os.getpid()}, Operator(), series)
+    progress.begin()
+    asyncio.run(progress.take(0, 0, 0, at=0.0))
+    asyncio.run(progress.take(5, 10, 5))
+    lines = [json.loads(line) for line in series.read_text().splitlines()]
+    assert lines == progress.points and len(lines) == 2
+    assert lines[0]["t"] == 0.0 and lines[1]["done"] == 5 and lines[1]["created"] == 10
+    assert lines[1]["operator"]["passes"] == 10.0 and lines[1]["apiserver"]["requests"] == 104.0
+    assert lines[1]["cpu_s"]["operator"] >= 0.0 and lines[1]["rss_mb"]["operator"] > 0

@@ -14,7 +14,10 @@ not in Kueue's path (the fastest Kueue configuration for jobs that ask for none)
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,8 +30,8 @@ from paralleljob.devtools.bench_jobs import JobTracker
 from paralleljob.devtools.bench_kit import job_body
 from paralleljob.devtools.bench_kueue import _kueue
 from paralleljob.devtools.bench_native import KWOK_TOLERATION
-from paralleljob.devtools.flow_report import cpu_and_rss
-from paralleljob.devtools.operatorproc import process_cpu_seconds
+from paralleljob.devtools.flow_report import apiserver_point, cpu_and_rss, operator_point, progress_table
+from paralleljob.devtools.operatorproc import OperatorMetrics, process_cpu_seconds
 from paralleljob.devtools.tracker import WatchTracker
 from paralleljob.k8s.edge.constants import GPU_RESOURCE
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path
@@ -138,7 +141,7 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def _create(kube: Kube, path: str, bodies: list[dict[str, Any]], creators: int) -> float:
+async def _create(kube: Kube, path: str, bodies: list[dict[str, Any]], creators: int, made: list[int]) -> float:
     pending = iter(bodies)
 
     async def creator() -> None:
@@ -146,6 +149,7 @@ async def _create(kube: Kube, path: str, bodies: list[dict[str, Any]], creators:
             while True:
                 try:
                     await kube.request("POST", path, body)
+                    made[0] += 1
                     break
                 except ApiError as exc:
                     if exc.status not in (0, 429) and exc.status < 500:
@@ -157,9 +161,58 @@ async def _create(kube: Kube, path: str, bodies: list[dict[str, Any]], creators:
     return time.monotonic() - started
 
 
+class Progress:
+    """A drain's progress series: every ``every_s`` a cumulative point (seconds since the first create, jobs
+    finished and created, each controller's CPU seconds since the start and RSS, the operator's pass,
+    list and request counters, the API server's requests and latency by verb), each also appended to
+    ``path`` as a JSON line and printed, so a drain stopped or killed still leaves what it got to."""
+
+    def __init__(self, kubeconfig: Path, pids: dict[str, int], operator: OperatorMetrics | None,
+                 path: Path | None) -> None:  # fmt: skip
+        self.kubeconfig, self.pids, self.operator, self.path = kubeconfig, pids, operator, path
+        self.points: list[dict[str, Any]] = []
+        self.cpu_before: dict[str, float] = {}
+        self.started = 0.0
+
+    def begin(self) -> None:
+        self.started = time.monotonic()
+        self.cpu_before = {name: process_cpu_seconds(pid) for name, pid in self.pids.items()}
+        if self.path is not None:
+            self.path.write_text("")
+
+    async def take(self, done: int, created: int, waiting: int | None, at: float | None = None) -> dict[str, Any]:
+        point: dict[str, Any] = {
+            "t": round(time.monotonic() - self.started if at is None else at, 1),
+            "done": done,
+            "created": created,
+            "waiting": waiting,
+            "cpu_s": {n: round(process_cpu_seconds(p) - self.cpu_before[n], 2) for n, p in self.pids.items()},
+            "rss_mb": {n: round(rss_mb(p)) for n, p in self.pids.items()},
+        }
+        if self.operator is not None:
+            try:  # off the loop: a busy operator answers late, and the job watch must go on meanwhile
+                point["operator"] = operator_point(await asyncio.to_thread(self.operator.metrics))
+            except OSError:
+                point["operator"] = {}
+        try:
+            text = await asyncio.to_thread(requestmix.apiserver_metrics, self.kubeconfig)
+            point["apiserver"] = apiserver_point(text)
+        except (OSError, subprocess.SubprocessError):
+            point["apiserver"] = {}
+        self.points.append(point)
+        if self.path is not None:
+            with self.path.open("a") as fh:
+                fh.write(json.dumps(point, sort_keys=True) + "\n")
+        if len(self.points) > 1:
+            print(progress_table(self.points[-2:]).splitlines()[-1], file=sys.stderr, flush=True)
+        return point
+
+
 async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jobs: list[Shape], creators: int,
-                timeout_s: float) -> dict[str, Any]:  # fmt: skip  # params: one drain run, as the CLI sets it
-    """Create every job of ``who`` (``kueue`` or ``ours``), wait until all finished, read what it cost."""
+                timeout_s: float, operator: OperatorMetrics | None = None, progress_path: Path | None = None,
+                every_s: float = 30.0) -> dict[str, Any]:  # fmt: skip  # params: one drain run, as the CLI sets it
+    """Create every job of ``who`` (``kueue`` or ``ours``), wait until all finished, read what it cost; its
+    ``progress`` is the series ``Progress`` takes (``operator``: whose ``/metrics`` it reads too)."""
     names = [f"f{i:05d}" for i in range(len(jobs))]
     tracker: BatchJobTracker | JobTracker
     if who == "kueue":
@@ -178,24 +231,37 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
     )
     cpu_before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
     peak = {name: rss_mb(pid) for name, pid in pids.items()}
+    made = [0]
+    progress = Progress(kubeconfig, pids, operator, progress_path)
+
+    async def point(at: float | None = None) -> None:
+        waiting = tracker.waiting() if isinstance(tracker, JobTracker) else None
+        await progress.take(len(tracker.done_at), made[0], waiting, at)
 
     async def sample() -> None:
+        next_point = every_s
         while True:
             await asyncio.sleep(1.0)
             for name, pid in pids.items():
                 peak[name] = max(peak[name], rss_mb(pid))
+            if time.monotonic() - progress.started >= next_point:
+                next_point += every_s
+                await point()
 
-    sampler = asyncio.create_task(sample())
     async with tracker:
-        started = time.monotonic()
+        progress.begin()
+        await point(at=0.0)  # the baseline, before the first create
+        started = progress.started = time.monotonic()
+        sampler = asyncio.create_task(sample())
         stopped = False
         try:
-            create_s = await _create(kube, path, bodies, creators)
+            create_s = await _create(kube, path, bodies, creators, made)
             await tracker.wait(lambda: len(tracker.done_at) >= len(names), timeout_s)
         except TimeoutError:
             stopped = True  # a drain past its limit still says how far it got and what that cost
         finally:
             sampler.cancel()
+        await point()
         finished = [i for i, name in enumerate(names) if name in tracker.done_at]
         drain_s = time.monotonic() - started if stopped else max(tracker.done_at.values()) - started
     cpu_after = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
@@ -214,6 +280,7 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
         "drain_s": round(drain_s, 1),
         "requests_per_job": requestmix.per_job(served, after, len(jobs)),
         "processes": cpu_and_rss(cpu_before, cpu_after, peak),
+        "progress": progress.points,
     }
 
 

@@ -5,8 +5,10 @@ kube-scheduler, the operator).
 In order: the ceiling (``bench_ceiling``: a raw client's pod create + bind, and + status, with no
 scheduler in the loop); the queues both sides drain through (``bench_flow``: ClusterQueues in cohorts with
 their LocalQueues, and ParallelJobQueues of the same names); Kueue's drain and ours of the same jobs, in
-the order ``--flow-first`` says, each on an emptied cluster; then the repair samples
-(``bench_kueue_repair``). Every drain is also a share of the ceiling (``flow_report``).
+the order ``--flow-first`` says, each on an emptied cluster (``--flow-sides`` drains one side only; an
+ours-only run without the repair brings up neither Kueue, JobSet nor kube-scheduler); then the repair
+samples (``bench_kueue_repair``). Every drain is also a share of the ceiling, and its progress series
+(``--json``'s path + ``.progress-<side>.jsonl``, written as it goes) is printed in windows (``flow_report``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from paralleljob.devtools import bench_flow
 from paralleljob.devtools.bench_ceiling import ceiling
 from paralleljob.devtools.bench_kueue import NODES_PER_RACK
 from paralleljob.devtools.bench_kueue_repair import repair
-from paralleljob.devtools.flow_report import against_ceiling, capacity_floor_s
+from paralleljob.devtools.flow_report import against_ceiling, capacity_floor_s, progress_table
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.runtime.api import ApiError, Kube
@@ -42,8 +44,19 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-async def queues(kube: Kube, count: int, gpus: int) -> None:
-    for path, body in bench_flow.flow_kueue_objects(count, gpus):
+def drain_order(first: str, sides: str) -> tuple[str, ...]:
+    """The sides that drain, in order: both (``--flow-first`` first) or the one ``--flow-sides`` names."""
+    order = ("kueue", "ours") if first == "kueue" else ("ours", "kueue")
+    return order if sides == "both" else (sides,)
+
+
+def controllers_needed(parts: set[str], sides: str) -> tuple[str, ...]:
+    """JobSet and Kueue for the repair or a Kueue drain; none when only ours drains."""
+    return ("jobset", "kueue") if "repair" in parts or ("throughput" in parts and sides != "ours") else ()
+
+
+async def queues(kube: Kube, count: int, gpus: int, with_kueue: bool = True) -> None:
+    for path, body in bench_flow.flow_kueue_objects(count, gpus) if with_kueue else []:
         await kube.request("POST", path, body)
     for i in range(count):
         body = {
@@ -75,22 +88,26 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
             out["ceiling"] = await ceiling(kube, args.ceiling_pods, args.ceiling_concurrency)
             _say(f"ceiling: {out['ceiling']}; load {load_average()}")
         if "throughput" in parts:
-            await queues(kube, args.flow_queues, args.kueue_nodes * 8)
+            order = drain_order(args.flow_first, args.flow_sides)
+            await queues(kube, args.flow_queues, args.kueue_nodes * 8, with_kueue="kueue" in order)
             jobs = bench_flow.shapes(
                 args.flow_jobs, args.flow_queues, (args.flow_run_min, args.flow_run_max), args.seed
             )
             pids = bench_flow.controller_pids(cluster.name, operator.proc.pid if operator.proc else None)
             out["drains"] = {}
-            order = ("kueue", "ours") if args.flow_first == "kueue" else ("ours", "kueue")
             for who in order:
                 operator.ensure_running()
+                series = Path(f"{args.json}.progress-{who}.jsonl") if args.json else workdir / f"progress-{who}.jsonl"
+                _say(f"{who}: progress series in {series}")
                 drained = await bench_flow.drain(
-                    kube, cluster.kubeconfig, pids, who, jobs, args.creators, args.drain_timeout
+                    kube, cluster.kubeconfig, pids, who, jobs, args.creators, args.drain_timeout, operator, series
                 )
                 drained["load_average_after"] = load_average()
                 drained["capacity_floor_s"] = capacity_floor_s(jobs, args.kueue_nodes * 8)
                 out["drains"][who] = drained
-                _say(f"{who}: {drained}")
+                summary = {k: v for k, v in drained.items() if k != "progress"}
+                _say(f"{who}: {summary}")
+                _say(progress_table(drained["progress"], step=10))
                 if who != order[-1] or "repair" in parts:  # the cluster goes down after the last part anyway
                     await bench_flow.clear(kube, who)
             if "ceiling" in out:
@@ -112,7 +129,8 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
     shape = NodeShape(count=args.kueue_nodes, gpus_per_node=8, nodes_per_rack=NODES_PER_RACK)
     started = time.monotonic()
     kueue_qps = args.kueue_qps
-    cluster = up(name, shape, die_with_caller=True, controllers=("jobset", "kueue"), kueue_qps=kueue_qps)
+    controllers = controllers_needed(parts, args.flow_sides)
+    cluster = up(name, shape, die_with_caller=True, controllers=controllers, kueue_qps=kueue_qps)
     up_s = round(time.monotonic() - started, 1)
     try:
         result = asyncio.run(measure(cluster, args, parts))
@@ -125,7 +143,8 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         f" --ceiling-pods {args.ceiling_pods} --ceiling-concurrency {args.ceiling_concurrency}"
         f" --flow-jobs {args.flow_jobs} --flow-queues {args.flow_queues} --creators {args.creators}"
         f" --flow-run-min {args.flow_run_min} --flow-run-max {args.flow_run_max} --repair-samples"
-        f" {args.repair_samples} --flow-first {args.flow_first} --seed {args.seed}"
+        f" {args.repair_samples} --flow-first {args.flow_first} --flow-sides {args.flow_sides}"
+        f" --drain-timeout {args.drain_timeout:g} --seed {args.seed}"
         + (f" --kueue-qps {kueue_qps}" if kueue_qps else "")
     )
     return result

@@ -1,11 +1,13 @@
 """What ``paralleljob bench kueue --kueue-parts ceiling,throughput`` concludes from its runs: each drain's
 rate as a share of the API server's own ceiling (pods created and bound per second by a raw client), the
-controllers' CPU and memory side by side, and the Markdown table docs/benchmarks.md shows. Pure: the
-measured dicts in, dicts and text out.
+controllers' CPU and memory side by side, the Markdown table docs/benchmarks.md shows, and a drain's
+progress series cut into windows (rate, CPU per process, the operator's passes, the API server's latency).
+Pure: the measured dicts and ``/metrics`` texts in, dicts and text out.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from typing import Any
 
@@ -130,4 +132,133 @@ def repair_table(repair: dict[str, Any]) -> str:
         cost = f"{done[0].get('comm_ms_before')} -> {done[0].get('comm_ms_after')}" if done else "-"
         medians = f"{side['median_whole_again_s']} | {side['median_pods_restarted']}"
         lines.append(f"| {who} | {side['repaired']} | {medians} | {cost} |")
+    return "\n".join(lines)
+
+
+# ---- a drain's progress series: where the rate went and who used the CPU, window by window ----------------
+
+OPERATOR_SUMS = {  # what a progress point keeps of the operator's /metrics: sums over every series of each
+    "passes": "paralleljob_reconcile_pass_duration_seconds_count",
+    "pass_s": "paralleljob_reconcile_pass_duration_seconds_sum",
+    "lists": "paralleljob_list_duration_seconds_count",
+    "list_s": "paralleljob_list_duration_seconds_sum",
+    "gc_s": "paralleljob_gc_full_collection_seconds_sum",
+    "requests": "paralleljob_api_requests_total",
+    "urgent_waiting": 'paralleljob_api_requests_waiting{lane="urgent"}',
+    "background_waiting": 'paralleljob_api_requests_waiting{lane="background"}',
+    "held_back": "paralleljob_status_writes_held_back",
+}
+# Columns of the printed series: the processes whose CPU is shown, in this order, and the API server's verbs
+# whose mean latency is.
+CPU_COLUMNS = ("operator", "kube-apiserver", "etcd", "kwok", "kube-controller-manager", "kueue-controller-manager")
+VERBS = ("POST", "PATCH", "PUT", "LIST")
+
+
+def metric_sum(text: str, series: str) -> float:
+    """The sum of every sample of ``series`` in a ``/metrics`` text: a bare name matches every label set, a
+    name with ``{label="value"}`` only the series carrying that label."""
+    name, _, label = series.partition("{")
+    wanted = label.rstrip("}")
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name) or line[len(name) : len(name) + 1] not in ("{", " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if wanted and wanted not in head:
+            continue
+        try:
+            total += float(value)
+        except ValueError:
+            continue
+    return total
+
+
+def operator_point(text: str) -> dict[str, float]:
+    """The operator's share of a progress point, from one read of its ``/metrics``."""
+    return {key: round(metric_sum(text, series), 3) for key, series in OPERATOR_SUMS.items()}
+
+
+def apiserver_point(text: str) -> dict[str, Any]:
+    """The API server's share of a progress point: requests served, each verb's request count and seconds
+    (``apiserver_request_duration_seconds``: watches not in it), watchers open and watch events sent."""
+    by_verb: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for suffix, slot in (("_count{", 0), ("_sum{", 1)):
+            prefix = "apiserver_request_duration_seconds" + suffix
+            if line.startswith(prefix):
+                verb = line.split('verb="', 1)[1].split('"', 1)[0] if 'verb="' in line else ""
+                counts = by_verb.setdefault(verb, [0.0, 0.0])
+                counts[slot] += float(line.rpartition(" ")[2])
+    return {
+        "requests": metric_sum(text, "apiserver_request_total"),
+        "by_verb": {verb: [round(n, 3), round(s, 3)] for verb, (n, s) in sorted(by_verb.items())},
+        "watchers": metric_sum(text, 'apiserver_longrunning_requests{verb="WATCH"}'),
+        "watch_events": metric_sum(text, "apiserver_watch_events_total"),
+    }
+
+
+def windows(points: list[dict[str, Any]], step: int = 1) -> list[dict[str, Any]]:
+    """The series' cumulative points as windows of ``step`` sampling intervals (the last point always ends
+    one): jobs finished and their rate, each process's CPU in cores, the operator's passes and their mean,
+    its requests and lists, and the API server's requests and mean latency by verb."""
+    if len(points) < 2:
+        return []
+    marks = points[::step]
+    if marks[-1] is not points[-1]:
+        marks.append(points[-1])
+    out = []
+    for a, b in itertools.pairwise(marks):
+        span = b["t"] - a["t"]
+        if span <= 0:
+            continue
+        row: dict[str, Any] = {
+            "from_s": round(a["t"]),
+            "to_s": round(b["t"]),
+            "done": b["done"],
+            "jobs_per_s": rate(b["done"] - a["done"], span),
+            "created": b["created"],
+            "waiting": b.get("waiting"),
+            "cores": {n: round((b["cpu_s"][n] - a["cpu_s"].get(n, 0.0)) / span, 2) for n in b["cpu_s"]},
+            "operator_rss_mb": round(b.get("rss_mb", {}).get("operator", 0.0)),
+        }
+        op_a, op_b = a.get("operator") or {}, b.get("operator") or {}
+        if op_a and op_b:
+            passes = op_b["passes"] - op_a["passes"]
+            row["passes"] = round(passes)
+            row["pass_ms"] = round((op_b["pass_s"] - op_a["pass_s"]) / passes * 1e3) if passes > 0 else None
+            row["operator_requests_per_s"] = rate(round(op_b["requests"] - op_a["requests"]), span)
+            row["lists"] = round(op_b["lists"] - op_a["lists"])
+            row["list_s"] = round(op_b["list_s"] - op_a["list_s"], 1)
+            row["gc_s"] = round(op_b["gc_s"] - op_a["gc_s"], 1)
+        api_a, api_b = a.get("apiserver") or {}, b.get("apiserver") or {}
+        if api_a and api_b:
+            row["api_requests_per_s"] = rate(round(api_b["requests"] - api_a["requests"]), span)
+            latency = {}
+            for verb, (n_b, s_b) in api_b["by_verb"].items():
+                n_a, s_a = api_a["by_verb"].get(verb, [0.0, 0.0])
+                if n_b > n_a:
+                    latency[verb] = round((s_b - s_a) / (n_b - n_a) * 1e3, 1)
+            row["api_ms"] = latency
+            row["watch_events_per_s"] = rate(round(api_b["watch_events"] - api_a["watch_events"]), span)
+        out.append(row)
+    return out
+
+
+def progress_table(points: list[dict[str, Any]], step: int = 1) -> str:
+    """The windows as a Markdown table, one line each."""
+    cpu = [n for n in CPU_COLUMNS if points and n in points[-1]["cpu_s"]]
+    lines = [
+        "| s | done | jobs/s | waiting | passes, mean ms | CPU cores (" + ", ".join(cpu) + ") | operator RSS MB"
+        " | operator req/s, lists (s) | API req/s | API mean ms (" + ", ".join(VERBS) + ") |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in windows(points, step):
+        cores = ", ".join(f"{row['cores'].get(n, 0.0):.2f}" for n in cpu)
+        passes = f"{row['passes']}, {row['pass_ms']}" if "passes" in row else "-"
+        requests = f"{row['operator_requests_per_s']}, {row['lists']} ({row['list_s']})" if "passes" in row else "-"
+        latency = ", ".join(str(row.get("api_ms", {}).get(v, "-")) for v in VERBS) if "api_ms" in row else "-"
+        lines.append(
+            f"| {row['from_s']}-{row['to_s']} | {row['done']} | {row['jobs_per_s']} | {row['waiting']} | {passes}"
+            f" | {cores} | {row['operator_rss_mb']} | {requests} | {row.get('api_requests_per_s', '-')} | {latency} |"
+        )
     return "\n".join(lines)
