@@ -54,6 +54,7 @@ class FakeCluster:
         # as OperatorConfig.waiting_message_refresh_s (0 here: every changed wait is written, as before it)
         self.message_refresh_s = 0.0
         self.message_written: dict[str, float] = {}
+        self.repriced_at: dict[tuple[str, int], float] = {}  # as the reconciler keeps it: last re-prices
         self.now_s = 0.0  # the last step's time, epoch seconds
         self._parsed: dict[str, tuple[dict[str, Any], JobObject]] = {}
         self._parsed_pods: dict[tuple[str, str], tuple[dict[str, Any], PodInfo]] = {}
@@ -154,6 +155,7 @@ class FakeCluster:
             resource_claims={k: parse_claim(b) for k, b in self.resource_claims.items()},
             background_room=self.room,
             message_written=dict(self.message_written),
+            repriced_at=dict(self.repriced_at),
             message_refresh_s=self.message_refresh_s,
             compute_domains=[parse_domain(b) for b in self.compute_domains.values()],
         )
@@ -166,6 +168,8 @@ class FakeCluster:
         self.backoff, self.node_warnings = plan.backoff, dict(plan.node_warnings)
         self.node_events.extend(plan.node_events)
         for actions in plan.jobs:
+            if actions.repriced is not None:
+                self.repriced_at[(actions.job.key, actions.repriced)] = observed.seconds
             if actions.job.key in hold and actions.has_work:
                 self.inflight[actions.job.key] = actions  # its chain is still running in the next passes
             else:

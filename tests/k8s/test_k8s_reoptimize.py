@@ -9,6 +9,7 @@ from typing import Any
 from paralleljob.core.reoptimize import RECHECK_SECONDS
 from paralleljob.k8s.edge.constants import LAST_CHECKPOINT_ANNOTATION
 from paralleljob.k8s.edge.status.records import record_from_status
+from paralleljob.k8s.plan.actions import Plan
 from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 
@@ -80,14 +81,26 @@ def test_a_worthwhile_move_is_proposed_and_not_made_by_default() -> None:
     assert fc.phase("ns/seed") == "Running"
 
 
-def test_rechecks_are_rate_limited() -> None:
-    fc, _ = repaired_expensively()
-    fc.step(at(PROPOSE_AT))
-    checked = fc.job("ns/seed")["status"]["reoptimization"]["checkedAt"]
-    fc.step(at(PROPOSE_AT + int(RECHECK_SECONDS) - 5))
-    assert fc.job("ns/seed")["status"]["reoptimization"]["checkedAt"] == checked
-    fc.step(at(PROPOSE_AT + int(RECHECK_SECONDS) + 5))
-    assert fc.job("ns/seed")["status"]["reoptimization"]["checkedAt"] > checked
+def _repriced(plan: Plan) -> bool:
+    return next(a for a in plan.jobs if a.job.key == "ns/seed").repriced is not None
+
+
+def test_rechecks_are_rate_limited_and_the_same_verdict_is_not_written_again() -> None:
+    fc, healed = repaired_expensively()
+    assert _repriced(fc.step(at(PROPOSE_AT)))
+    written = fc.job("ns/seed")["status"]["reoptimization"]
+    assert written["checkedAt"] == at(PROPOSE_AT)
+    assert not _repriced(fc.step(at(PROPOSE_AT + int(RECHECK_SECONDS) - 5)))
+    # priced again a minute later, to the same verdict: nothing to write (checkedAt: when it was reached)
+    plan = fc.step(at(PROPOSE_AT + int(RECHECK_SECONDS) + 5))
+    assert _repriced(plan) and not next(a for a in plan.jobs if a.job.key == "ns/seed").writes_status
+    assert fc.job("ns/seed")["status"]["reoptimization"] == written
+    assert not _repriced(fc.step(at(PROPOSE_AT + int(RECHECK_SECONDS) + 30))), "the runtime's stamp holds it back"
+    # a verdict that changes is written: the cheaper room goes
+    fc.pods[("other", "blocker")] = foreign_pod("blocker", healed, 8)
+    fc.step(at(PROPOSE_AT + 2 * int(RECHECK_SECONDS) + 10))
+    after = fc.job("ns/seed")["status"]["reoptimization"]
+    assert after["checkedAt"] == at(PROPOSE_AT + 2 * int(RECHECK_SECONDS) + 10) and after != written
 
 
 def test_migrate_at_checkpoint_moves_the_gang_back_after_the_next_checkpoint_only() -> None:

@@ -115,6 +115,7 @@ class JobActions:
     # a running job the core re-prices for a move back now and then (core.reoptimize.move_back_candidate):
     # never left out of a pass as steady (plan/admission/waiting_remember.py)
     move_back_candidate: bool = False
+    repriced: int | None = None  # re-priced for a move back in this pass, at this placement epoch (repriced_at)
     room_moved_gpu_s: float | None = None  # moved to free room for another job: the work it lost
     room_plan_made_s: float | None = None  # admitted into room that moves freed: when its plan was made
     wake_at: float | None = None  # epoch seconds: decide again then even if nothing changes (a group's timeout)

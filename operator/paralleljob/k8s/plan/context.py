@@ -68,6 +68,8 @@ class PassContext:
     # ``message_refresh_s`` of that, a wait that only restates it keeps it (``status.wait_message``)
     message_written: Mapping[str, float] = field(default_factory=dict)
     message_refresh_s: float = 0.0
+    # (job key, placement epoch) -> this operator's last re-price of the job on that placement (Observed)
+    repriced_at: Mapping[tuple[str, int], float] = field(default_factory=dict)
     # a job's time to checkpoint before a drain moves it (the operator's --preemption-grace-seconds)
     checkpoint_grace_s: float = 30.0
 

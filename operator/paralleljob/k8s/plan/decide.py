@@ -94,6 +94,10 @@ class Observed:
     # message stands for a wait that only restates it with other figures (0: rewritten every time)
     message_written: Mapping[str, float] = field(default_factory=dict)
     message_refresh_s: float = 0.0
+    # (job key, placement epoch) -> when this operator last re-priced the job there for a move back (epoch
+    # seconds): the status is written only when the verdict changes, so its stamp alone would let a job be
+    # re-priced every pass; a job that moved since is priced afresh
+    repriced_at: Mapping[tuple[str, int], float] = field(default_factory=dict)
     # A job's time to checkpoint before a preemption or a drain moves it (--preemption-grace-seconds).
     checkpoint_grace_s: float = 30.0
     compute_domains: Sequence[DomainInfo] = ()  # ours, watched by our label (plan/pods/computedomains.py)
@@ -181,6 +185,7 @@ def decide(
         resource_claims=observed.resource_claims,
         message_written=observed.message_written,
         message_refresh_s=observed.message_refresh_s,
+        repriced_at=observed.repriced_at,
         checkpoint_grace_s=observed.checkpoint_grace_s,
     )
     if memo is not None and (policy is not None or not strict_fifo or observed.changed_nodes):

@@ -21,8 +21,9 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
+from paralleljob.core.reoptimize import RECHECK_SECONDS
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.constants import JOB_LABEL, POD_GROUP_LABEL, object_key
 from paralleljob.k8s.edge.parse.compositegroups import CompositeGroup, parse_composite_group
@@ -165,6 +166,8 @@ class Reconciler:
         self.background: set[str] = set()  # in-flight chains that only record a waiting job's status
         # job key -> when a pass last started writing its waiting message (epoch seconds; PassContext.wait)
         self.message_written: dict[str, float] = {}
+        # (job key, placement epoch) -> when a pass last re-priced it there for a move back (epoch seconds)
+        self.repriced_at: dict[tuple[str, int], float] = {}
         self.held_back = 0  # such chains the last pass did not start (OperatorConfig.background_chains)
         self.inflight_orphans: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.inflight_adoptions: dict[str, asyncio.Task[None]] = {}  # pod groups whose ParallelJob is being made
@@ -320,8 +323,10 @@ class Reconciler:
             resource_claims=self._group_claims(),
             # new jobs behind a blocked head beyond this are not decided: their first write could not start
             background_room=max(0, self.config.background_chains - len(self.background)),
-            message_written=self._fresh_messages(),
+            # without the stamps too old to matter: bounded by the writes (re-prices) of one period
+            message_written=_recent(self.message_written, self.config.waiting_message_refresh_s),
             message_refresh_s=self.config.waiting_message_refresh_s,
+            repriced_at=_recent(self.repriced_at, RECHECK_SECONDS),
             checkpoint_grace_s=self.config.preemption_grace_seconds,
             compute_domains=self.compute_domains.values(),
         )
@@ -350,6 +355,8 @@ class Reconciler:
             self.metrics.scheduling.observe(seconds)
         launched = held_back = 0
         for actions in plan.jobs:
+            if actions.repriced is not None:
+                self.repriced_at[(actions.job.key, actions.repriced)] = observed.seconds
             if not actions.has_work:
                 continue
             if actions.only_records_waiting:
@@ -416,13 +423,6 @@ class Reconciler:
             sum(plan.skipped_pending.values()),
         )
 
-    def _fresh_messages(self) -> dict[str, float]:
-        """``message_written`` without the stamps too old to keep any message (bounded by the writes made
-        within one refresh period)."""
-        oldest = time.time() - self.config.waiting_message_refresh_s
-        if any(stamp < oldest for stamp in self.message_written.values()):
-            self.message_written = {key: s for key, s in self.message_written.items() if s >= oldest}
-        return self.message_written
 
     def _mps_claims(self, view: ClusterView) -> set[tuple[str, str]]:
         """The MPS claims the loaded records and the records being written name (``mpsclaims.wanted_claims``)."""
@@ -486,3 +486,14 @@ def needs_another_pass(actions: JobActions, outcome: Outcome) -> bool:
     if outcome.changed or outcome.failures or outcome.hold or outcome.invalid:
         return True
     return bool(actions.deletes or actions.creates or actions.binds or actions.annotates)
+
+
+_K = TypeVar("_K")
+
+
+def _recent(stamps: dict[_K, float], period_s: float) -> dict[_K, float]:
+    """Drop, in place, the stamps (epoch seconds) older than ``period_s``; returns ``stamps``."""
+    oldest = time.time() - period_s
+    for key in [key for key, stamp in stamps.items() if stamp < oldest]:
+        del stamps[key]
+    return stamps

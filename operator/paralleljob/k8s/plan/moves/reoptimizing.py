@@ -5,8 +5,8 @@ that cost until it ends, even after the hardware is back (the faults issue saw a
 to 21 s per step and stay there); a job admitted while the cluster was fragmented runs above its ideal cost
 (``core.timing.ideal``: its best placement on the empty cluster) for the same reason. So every running job
 that was repaired, or placed above its ideal cost, is re-priced now and then (which jobs and how often:
-``core.reoptimize.reprice_now``, the simulator's rule too; at most once a minute, each time writing
-``status.reoptimization``):
+``core.reoptimize.reprice_now``, the simulator's rule too; at most once a minute, by the runtime's memory of
+each re-price, ``PassContext.repriced_at``; ``status.reoptimization`` is written when the verdict changes):
 the placer's best placement for it now, with its own GPUs counted as free, against what it runs on. The
 core's rule (``core.reoptimize``) says whether moving is worth it next to the job's checkpoint interval.
 
@@ -85,10 +85,12 @@ def reconsider(ctx: PassContext, held: HeldJob, node_filter: NodeFilter | None =
             due = not _ask_to_checkpoint(ctx, held, proposed_at)
     dear = placed_dear(record.cost.total_ms, _ideal_ms(ctx, request.spec, request.cost_model))
     since = _running_since(draft.data.get("startTime"), draft.data.get("lastMigration"))
-    ask = MoveBackAsk(running, job.restarts, away, dear, _seconds(previous.get("checkedAt")), due, since)
+    checked = _latest(_seconds(previous.get("checkedAt")), ctx.repriced_at.get((job.key, record.epoch)))
+    ask = MoveBackAsk(running, job.restarts, away, dear, checked, due, since)
     actions.move_back_candidate = move_back_candidate(ask)
     if not reprice_now(ask, now_s).now:  # the core's rule, the simulator's too
         return None
+    actions.repriced = record.epoch
     best = _best_now(ctx, held, node_filter)
     current_ms = record.cost.total_ms
     moves = _pods_to_move(ctx, held, best)
@@ -143,6 +145,11 @@ def _ask_to_checkpoint(ctx: PassContext, held: HeldJob, proposed_at: float) -> b
     return True
 
 
+def _latest(*stamps: float | None) -> float | None:
+    known = [s for s in stamps if s is not None]
+    return max(known) if known else None
+
+
 def _running_since(start_time: object, last_migration: object) -> float | None:
     """When the job began running where it runs: its start, or its last move back if later."""
     started = parse_time(start_time)
@@ -192,7 +199,12 @@ def _report(ctx: PassContext, actions: JobActions, decision: MigrationDecision, 
         data["proposedAt"] = format_time(proposed_at) if proposed_at is not None else now
         if proposed_at is None:
             actions.note("Normal", "Reoptimizable", "; ".join(decision.reasons))
-    draft.set(reoptimization={k: v for k, v in data.items() if v is not None})
+    report = {k: v for k, v in data.items() if v is not None}
+    previous = draft.data.get("reoptimization") or {}
+    if {k: v for k, v in previous.items() if k != "checkedAt"} != {k: v for k, v in report.items() if k != "checkedAt"}:
+        # only a new verdict is written (checkedAt: when it was reached); the same one again, a minute later, would
+        # be a status write per candidate job a minute that says nothing new (the runtime keeps the re-price time)
+        draft.set(reoptimization=report)
     status, reason = ("True", "CheaperPlacement") if decision.migrate else ("False", "NotWorthMoving")
     if best is None:
         reason = "NoAlternative"
