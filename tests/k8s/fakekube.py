@@ -48,6 +48,7 @@ class FakeApi:
         self.lanes: list[tuple[str, str, bool]] = []  # (method, path, sent as background: runtime/lanes.py)
         self.hanging: set[str] = set()
         self.on_request: Callable[[str, str], None] | None = None  # (method, path), before it is served
+        self.latency: Callable[[str, str], float] | None = None  # (method, path) -> seconds its answer takes
 
     def client(self, who: str = "operator") -> FakeKube:
         return FakeKube(self, who)
@@ -216,6 +217,8 @@ class FakeKube(Kube):
         self.fake.calls.append((self.who, method, path))
         self.fake.lanes.append((method, path, BACKGROUND.get()))  # which lane the real client would use
         await asyncio.sleep(0)  # a request is never synchronous: let other tasks interleave
+        if self.fake.latency is not None:
+            await asyncio.sleep(self.fake.latency(method, path))
         return self.fake.serve(method, path, copy.deepcopy(body), dict(query or {}))
 
     async def watch(self, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:  # type: ignore[override]

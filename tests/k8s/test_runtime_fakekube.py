@@ -370,6 +370,26 @@ def test_a_leader_whose_renewals_fail_steps_down_within_its_renew_deadline() -> 
     asyncio.run(scenario())
 
 
+def test_a_leader_keeps_its_lease_while_each_renewal_is_slower_than_the_retry_period_but_inside_the_deadline() -> None:
+    # A loaded API server answering each lease request in 0.4 s: an attempt (GET + PUT) takes 0.8 s, more than
+    # the 0.25 s between renewals but well inside the 2 s renew deadline. Cutting each attempt at the retry
+    # period failed every one of them and the leader stepped down; client-go lets it use the deadline.
+    async def scenario() -> None:
+        api = FakeApi()
+        loop = asyncio.get_running_loop()
+        a = LeaderElection(api.client("a"), "ns", "lease", "a", 3.0, 2.0, 0.25, clock=loop.time)
+        task = asyncio.create_task(a.run())
+        await asyncio.wait_for(a.leader.wait(), 30)
+        api.latency = lambda method, path: 0.4 if "/leases/" in path else 0.0
+        renewed_before = a.renewals
+        await asyncio.sleep(4.0)  # two renew deadlines
+        assert a.leading() and not a.lost.is_set()
+        assert a.renewals >= renewed_before + 2
+        await stop([task])
+
+    asyncio.run(scenario())
+
+
 async def paused_later_leader() -> tuple[FakeApi, LeaderElection, asyncio.Task[None], dict[str, float]]:
     """A leading candidate "a" whose clock the test can jump (``skew["a"]``), as a SIGSTOP then SIGCONT would."""
     api = FakeApi()

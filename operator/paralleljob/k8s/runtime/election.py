@@ -6,11 +6,11 @@ The rules are client-go's, because two leaders mean two placers and GPUs given o
 - A standby never compares the holder's ``renewTime`` with its own clock (the two clocks may disagree by
   more than a lease). It remembers when *it* last saw the lease record change, by its own monotonic clock,
   and takes the lease only once the record has stood still for ``leaseDurationSeconds`` since then.
-- The leader renews every ``retry`` seconds, each attempt bounded by a timeout, and gives up leadership
-  once ``renew_deadline`` (shorter than the lease duration) has passed since its last successful renewal:
-  it stops acting before any standby may take over. :meth:`leading` is that test, checked by every write
-  the operator makes (``Kube.write_fence``), so a leader paused past its deadline (SIGSTOP, a long GC, a
-  frozen VM) cannot act on what it knew before the pause, even for the moment until this loop notices.
+- The leader renews every ``retry`` seconds, each attempt bounded by what is left of its renew deadline, and gives up
+  leadership once ``renew_deadline`` (shorter than the lease duration) has passed since its last successful renewal:
+  it stops acting before any standby may take over. :meth:`leading` is that test, checked by every write the operator
+  makes (``Kube.write_fence``), so a leader paused past its deadline (SIGSTOP, a long GC, a frozen VM) cannot act on
+  what it knew before the pause, even for the moment until this loop notices.
 - Writes to the Lease carry its ``resourceVersion``: of two standbys racing for an expired lease, one gets a
   409 and stays a standby.
 """
@@ -63,6 +63,7 @@ class LeaderElection:
         self.leader = asyncio.Event()
         self.lost = asyncio.Event()
         self._renewed_at: float | None = None  # our last successful write, by our clock
+        self.renewals = 0  # successful writes of the lease so far (a new one: it was just renewed)
         self._observed: tuple[Any, ...] | None = None  # the lease record as last seen
         self._observed_at = 0.0  # when it last changed, by our clock
 
@@ -89,7 +90,10 @@ class LeaderElection:
                 return
             timeout = self.retry
             if self.leader.is_set() and self._renewed_at is not None:
-                timeout = max(0.05, min(self.retry, self.renew_deadline - (self.clock() - self._renewed_at)))
+                # A leader's attempt may take what is left of its renew deadline (client-go's rule), not just
+                # the retry period: on a loaded machine an API server answering in 2-3 s failed every attempt
+                # cut at 2 s, and the leader stepped down while each renewal would have succeeded.
+                timeout = max(0.05, self.renew_deadline - (self.clock() - self._renewed_at))
             leading = self.leader.is_set()
             started = self.clock()
             try:
@@ -114,6 +118,7 @@ class LeaderElection:
                     )
             if held:
                 self._last_trouble = ""
+                self.renewals += 1
                 # When the attempt began, not when its answer came: the lease was written no earlier than
                 # that, so no standby's timer started before it; a pause while the answer was in flight
                 # (SIGSTOP, a long GC) then counts against this leader, never in its favour.
