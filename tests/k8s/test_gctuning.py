@@ -61,6 +61,36 @@ def test_the_schedule_walks_the_whole_heap_first_and_then_every_tenth_time(monke
     assert seen[:12] == ["whole"] + ["recent"] * 9 + ["whole", "recent"]
 
 
+def test_each_collection_waits_until_the_runtime_says_it_may_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+
+    def collect(whole: bool) -> tuple[float, int]:
+        seen.append("collected")
+        return 0.0, 0
+
+    monkeypatch.setattr(gctuning, "collect", collect)
+
+    async def run() -> None:
+        go = asyncio.Event()
+
+        async def ready() -> None:  # the runtime's: just after the next lease renewal
+            seen.append("asked")
+            await go.wait()
+
+        task = asyncio.create_task(gctuning.full_collections(lambda scope, s: None, every_s=0.001, ready=ready))
+        while "asked" not in seen:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.02)
+        assert "collected" not in seen
+        go.set()
+        while "collected" not in seen:
+            await asyncio.sleep(0.001)
+        task.cancel()
+
+    asyncio.run(run())
+    assert seen[:2] == ["asked", "collected"]
+
+
 def test_passes_leave_the_loop_to_their_writes_as_long_as_they_held_it() -> None:
     from paralleljob.k8s.runtime.reconciler import MAX_YIELD_S, yield_after
 

@@ -81,3 +81,28 @@ def test_a_release_handed_to_an_election_loop_that_no_longer_runs_is_bounded() -
         return took
 
     record_time("release handed to a stopped election loop", asyncio.run(scenario()), 0.3)
+
+
+def test_the_garbage_collector_waits_for_the_next_renewal_only_while_this_instance_leads() -> None:
+    class Election:
+        renewals = 0
+        leads = True
+
+        def leading(self) -> bool:
+            return self.leads
+
+    async def scenario() -> None:
+        thread = ElectionThread(lambda: None, "ns", "lease", "a", DURATION)  # type: ignore[arg-type,return-value]
+        election = Election()
+        thread.election = election  # type: ignore[assignment]
+        waiting = asyncio.create_task(thread.after_next_renewal(within_s=30, poll_s=0.001))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # no renewal yet: a long collection now could eat the renew deadline
+        election.renewals += 1
+        await asyncio.wait_for(waiting, 5)
+        election.leads = False  # a standby has no lease to lose: it collects at once
+        await asyncio.wait_for(thread.after_next_renewal(within_s=30), 1)
+        election.leads = True  # and a leader whose renewals stall collects after ``within_s`` anyway
+        await asyncio.wait_for(thread.after_next_renewal(within_s=0.05, poll_s=0.001), 5)
+
+    asyncio.run(scenario())

@@ -115,8 +115,22 @@ class ElectionThread:
         finally:
             for task in relays:
                 task.cancel()
-            with contextlib.suppress(Exception):
+            # a stop() may cancel this task while it closes (the step-down path): the thread ends either way
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await kube.close()
+
+    async def after_next_renewal(self, within_s: float, poll_s: float = 0.02) -> None:
+        """Return just after the lease's next successful renewal, so that a pause of the whole process (a
+        garbage collection holds the interpreter lock, this thread's too) starts with the whole renew deadline
+        ahead of it; at once if this instance does not lead, and after ``within_s`` at the latest."""
+        election = self.election
+        if election is None or not election.leading():
+            return
+        seen = election.renewals
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while election.renewals == seen and election.leading() and loop.time() < deadline:
+            await asyncio.sleep(poll_s)
 
     async def run(self) -> None:
         """For the supervisor: returns when the election stepped down (or its thread ended)."""

@@ -143,7 +143,12 @@ async def run_operator(
     start(external_stop(), "stop", forever=False)
     if config.tune_gc:
         thresholds = gctuning.tune()
-        start(gctuning.full_collections(metrics.observe_gc), "scheduled-gc")
+        start(
+            gctuning.full_collections(
+                metrics.observe_gc, ready=lambda: election.after_next_renewal(config.lease_duration_seconds)
+            ),
+            "scheduled-gc",
+        )
         trim = memtrim.malloc_trim()
         if trim is not None:
             start(memtrim.release_free_memory(trim, metrics.heap_released.inc), "heap-trim")
