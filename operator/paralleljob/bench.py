@@ -389,6 +389,12 @@ def register(subparsers: Any) -> None:
         default=0,
         help="kueue parts: Kueue's API client limit (burst twice that); default 0: its shipped 50/100",
     )
+    parser.add_argument(
+        "--operator-write-concurrency",
+        type=int,
+        default=48,
+        help="kueue parts: the operator's API requests in flight (its --write-concurrency; default: its own 48)",
+    )
     parser.add_argument("--repair-samples", type=int, default=5, help="kueue repair: node failures per side")
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="scale: idle window per size")
     parser.add_argument("--dashboard-nodes", type=int, default=12500, help="dashboard: kwok nodes (8 GPUs each)")

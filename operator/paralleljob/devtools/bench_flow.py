@@ -19,6 +19,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -210,9 +211,14 @@ class Progress:
 
 async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jobs: list[Shape], creators: int,
                 timeout_s: float, operator: OperatorMetrics | None = None, progress_path: Path | None = None,
-                every_s: float = 30.0) -> dict[str, Any]:  # fmt: skip  # params: one drain run, as the CLI sets it
+                every_s: float = 30.0, restart: Callable[[], int | None] | None = None,
+                ) -> dict[str, Any]:  # fmt: skip  # params: one drain run, as the CLI sets it
     """Create every job of ``who`` (``kueue`` or ``ours``), wait until all finished, read what it cost; its
-    ``progress`` is the series ``Progress`` takes (``operator``: whose ``/metrics`` it reads too)."""
+    ``progress`` is the series ``Progress`` takes (``operator``: whose ``/metrics`` it reads too).
+
+    ``restart`` is asked each second to start the operator again if it exited (its new pid, else None), as its
+    Deployment would after it stepped down or crashed; each restart is in ``operator_restarts_at`` and the
+    operator's CPU seconds add up its instances (each to its last second)."""
     names = [f"f{i:05d}" for i in range(len(jobs))]
     tracker: BatchJobTracker | JobTracker
     if who == "kueue":
@@ -238,12 +244,27 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
         waiting = tracker.waiting() if isinstance(tracker, JobTracker) else None
         await progress.take(len(tracker.done_at), made[0], waiting, at)
 
+    restarts: list[float] = []
+    last_cpu = dict(cpu_before)
+
+    def restarted_operator() -> None:
+        pid = restart() if restart is not None else None
+        if pid is None:
+            return
+        restarts.append(round(time.monotonic() - progress.started, 1))
+        # the CPU of the instance that ended counts (to its last sample): later readings add the new one's
+        offset = last_cpu["operator"] - cpu_before["operator"]
+        pids["operator"] = pid
+        cpu_before["operator"] = progress.cpu_before["operator"] = -offset
+
     async def sample() -> None:
         next_point = every_s
         while True:
             await asyncio.sleep(1.0)
+            restarted_operator()
             for name, pid in pids.items():
                 peak[name] = max(peak[name], rss_mb(pid))
+                last_cpu[name] = process_cpu_seconds(pid) or last_cpu[name]
             if time.monotonic() - progress.started >= next_point:
                 next_point += every_s
                 await point()
@@ -280,6 +301,7 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
         "drain_s": round(drain_s, 1),
         "requests_per_job": requestmix.per_job(served, after, len(jobs)),
         "processes": cpu_and_rss(cpu_before, cpu_after, peak),
+        "operator_restarts_at": restarts,
         "progress": progress.points,
     }
 

@@ -72,7 +72,8 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-kueue-flow-"))
     kube = await Kube.connect(str(cluster.kubeconfig), concurrency=max(48, args.ceiling_concurrency, args.creators))
     operator = OperatorProcess(cluster.kubeconfig, workdir, identity="bench-kueue-flow", log_level="WARNING",
-                               log_name="{identity}.log")  # fmt: skip
+                               log_name="{identity}-{start}.log",
+                               extra_args=("--write-concurrency", str(args.operator_write_concurrency)))  # fmt: skip
     operator.start()
     out: dict[str, Any] = {
         "nodes": args.kueue_nodes,
@@ -100,7 +101,16 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
                 series = Path(f"{args.json}.progress-{who}.jsonl") if args.json else workdir / f"progress-{who}.jsonl"
                 _say(f"{who}: progress series in {series}")
                 drained = await bench_flow.drain(
-                    kube, cluster.kubeconfig, pids, who, jobs, args.creators, args.drain_timeout, operator, series
+                    kube,
+                    cluster.kubeconfig,
+                    pids,
+                    who,
+                    jobs,
+                    args.creators,
+                    args.drain_timeout,
+                    operator,
+                    series,
+                    restart=lambda: _restarted(operator),
                 )
                 drained["load_average_after"] = load_average()
                 drained["capacity_floor_s"] = capacity_floor_s(jobs, args.kueue_nodes * 8)
@@ -122,6 +132,15 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
     finally:
         await kube.close()
         operator.stop()
+
+
+def _restarted(operator: OperatorProcess) -> int | None:
+    """The operator started again if it exited (its Deployment would): its new pid, else None."""
+    if operator.running():
+        return None
+    _say(f"the operator exited ({operator.returncode}); starting it again, as its Deployment would")
+    operator.start()
+    return operator.proc.pid if operator.proc else None
 
 
 def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
@@ -146,5 +165,10 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         f" {args.repair_samples} --flow-first {args.flow_first} --flow-sides {args.flow_sides}"
         f" --drain-timeout {args.drain_timeout:g} --seed {args.seed}"
         + (f" --kueue-qps {kueue_qps}" if kueue_qps else "")
+        + (
+            f" --operator-write-concurrency {args.operator_write_concurrency}"
+            if args.operator_write_concurrency != 48
+            else ""
+        )
     )
     return result
