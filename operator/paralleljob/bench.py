@@ -249,7 +249,7 @@ def command(args: argparse.Namespace) -> int:
         from paralleljob.devtools.bench_kueue import run_kueue
         from paralleljob.devtools.kueue_report import table as kueue_table
 
-        measured = run_kueue(args.kueue_nodes, args.gangs, args.kueue_big_gangs, args.seed)
+        measured = run_kueue(args.kueue_nodes, args.gangs, args.kueue_big_gangs, args.seed, args.kueue_background)
         print(kueue_table(measured))  # per gang; the comparison and every figure go to --json
         if args.json:
             with open(args.json, "w") as fh:
@@ -360,6 +360,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kueue-nodes", type=int, default=64, help="kueue: kwok nodes (32 a rack)")
     parser.add_argument(
         "--kueue-big-gangs", type=int, default=3, help="kueue: gangs larger than a half-full rack's free GPUs"
+    )
+    parser.add_argument(
+        "--kueue-background",
+        choices=("packed", "churned"),
+        default="packed",
+        help="kueue placement: packed (bench native's) or churned (filled to 85%%, then whole jobs depart to 50%%)",
     )
     parser.add_argument(
         "--kueue-nvl72",

@@ -1,11 +1,23 @@
-"""What ``paralleljob bench native`` submits and how it scores (``devtools/native_set.py``)."""
+"""What ``paralleljob bench native`` and ``bench kueue`` submit and how they score (``devtools/native_set.py``)."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 
 from paralleljob.core import ClusterState, JobSpec, Placer, Topology, cost_model
-from paralleljob.devtools.native_set import background, llm_set, placement_cost, step_ms
+from paralleljob.devtools.bench_kueue import rack_free
+from paralleljob.devtools.native_set import (
+    background,
+    churned_background,
+    depart,
+    llm_set,
+    place_random_jobs,
+    placement_cost,
+    step_ms,
+    used_per_node,
+)
 
 
 def test_the_llm_set_spans_the_issues_shapes_fits_a_rack_and_alternates_cost_models() -> None:
@@ -22,6 +34,35 @@ def test_the_background_fills_about_half_the_cluster_the_same_way_every_time() -
     assert 0.5 * 512 <= sum(used.values()) <= 0.5 * 512 + 64
     assert all(0 < gpus <= 8 for gpus in used.values())
     assert background(64, 32, 0.5, seed=3) == used
+
+
+def _racks_with_a_fair_share(used: dict[int, int], nodes: int) -> int:
+    """Racks holding at least half of an even share of the free GPUs."""
+    free = rack_free(used, nodes)
+    return sum(1 for f in free if f >= sum(free) / len(free) / 2)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_churned_background_is_as_full_but_leaves_free_gpus_on_more_racks_than_the_packed_one(seed: int) -> None:
+    churned, packed = churned_background(128, 32, 0.5, seed), background(128, 32, 0.5, seed)
+    assert churned_background(128, 32, 0.5, seed) == churned  # seeded: both sides get the same cluster
+    assert 0.5 * 1024 - 64 <= sum(churned.values()) <= 0.5 * 1024  # departures stop at the target
+    assert all(0 < gpus <= 8 for gpus in churned.values())
+    assert churned != packed
+    # packed leaves about half its free GPUs on one empty rack and almost none on two full ones
+    assert _racks_with_a_fair_share(churned, 128) > _racks_with_a_fair_share(packed, 128)
+    assert max(rack_free(churned, 128)) < max(rack_free(packed, 128))
+
+
+def test_departures_release_whole_random_jobs_until_the_target_and_keep_the_rest_as_placed() -> None:
+    state = ClusterState(Topology.uniform(16, 8, levels=[("rack", 8, 200.0)]))
+    live = place_random_jobs(state, Placer(state), random.Random(5), 100, 64)
+    before = {job.job_id: state.allocations[job.job_id].gpus for job in live}
+    gone = depart(state, live, random.Random(6), 40)
+    assert gone and sum(job.num_gpus for job in live) <= 40 < sum(job.num_gpus for job in live) + gone[-1].num_gpus
+    assert all(job.job_id not in state.allocations for job in gone)
+    assert all(state.allocations[job.job_id].gpus == before[job.job_id] for job in live)
+    assert sum(used_per_node(state).values()) == sum(job.num_gpus for job in live)
 
 
 @pytest.mark.parametrize("model", ["seed", "megatron"])

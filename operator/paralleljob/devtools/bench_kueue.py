@@ -2,16 +2,18 @@
 Aware Scheduling next to ParallelJobs of the same shapes, in one run on one cluster (issue 41, placement).
 
 One dev cluster of kwok nodes (8 GPUs, ``NODES_PER_RACK`` a rack) with JobSet, Kueue (TAS on, its defaults;
-``devcluster/kueue.py``) and the stock kube-scheduler beside the operator, and the same half-full background
-as ``bench native`` (``native_set.background``: one pre-bound pod per node, not Kueue's, which TAS counts as
-used as kube-scheduler does). Kueue is configured as its TAS docs show: a Topology over the rack label and
+``devcluster/kueue.py``) and the stock kube-scheduler beside the operator, and a half-full background of
+pre-bound pods (one per node, not Kueue's, which TAS counts as used as kube-scheduler does), made once
+before any side runs: ``packed`` is ``bench native``'s (``native_set.background``), ``churned`` the same
+jobs filled higher and thinned by departures (``native_set.churned_background``: free GPUs on every
+rack). Kueue is configured as its TAS docs show: a Topology over the rack label and
 ``kubernetes.io/hostname``, a ResourceFlavor with that ``topologyName`` on the GPU nodes, one ClusterQueue
 whose quota is every GPU (quota is never what refuses a gang: the comparison is of placement) and a
 LocalQueue per Kueue namespace. A gang TP x PP x DP is a JobSet of one replicated Job, Indexed, of PP x DP
 pods asking TP GPUs each, labelled with the queue and with ``podset-required-topology`` on the rack (or, in
-the second Kueue run, ``podset-preferred-topology``); its pod of completion index
-r is node rank r, in Megatron-LM's default rank order (``tp-dp-pp``: replica d of stage p is rank
-``p * DP + d``), which is also our own default for pod groups (``core/rankorder.py``).
+the second Kueue run, ``podset-preferred-topology``); its pod of completion index r is node rank r,
+in Megatron-LM's default rank order (``tp-dp-pp``: replica d of stage p is rank ``p * DP + d``), which is
+also our own default for pod groups (``core/rankorder.py``).
 
 The gangs: the mixed LLM set (each at most a rack) and ``beyond_rack``'s, larger than any rack's free GPUs.
 Each gang is submitted alone on the background, to each in turn, and removed before the next (the
@@ -38,7 +40,7 @@ from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL, LEAF_LABEL, NodeShap
 from paralleljob.devtools.bench_kit import PodTracker
 from paralleljob.devtools.bench_native import GANG_LABEL, KWOK_TOLERATION, Contender, Ours, fill, job_manifest
 from paralleljob.devtools.kueue_report import compare
-from paralleljob.devtools.native_set import COST_MODELS, Gang, background, llm_set, placement_cost, step_ms
+from paralleljob.devtools.native_set import BACKGROUNDS, COST_MODELS, Gang, llm_set, placement_cost, step_ms
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.config import TopologyConfig
 from paralleljob.k8s.edge.constants import GPU_RESOURCE, JOB_LABEL
@@ -206,7 +208,9 @@ def beyond_rack(count: int, free: list[int], seed: int) -> list[Gang]:
     return [Gang(f"b{i:02d}", tp, pp, dp, COST_MODELS[i % 2]) for i, (tp, pp, dp) in enumerate(picked)]
 
 
-async def measure(cluster: DevCluster, nodes: int, gang_count: int, big_count: int, seed: int) -> dict[str, Any]:
+async def measure(
+    cluster: DevCluster, nodes: int, gang_count: int, big_count: int, seed: int, background: str = "packed"
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-kueue-"))
     kube = await Kube.connect(str(cluster.kubeconfig))
     operator = OperatorProcess(
@@ -215,8 +219,8 @@ async def measure(cluster: DevCluster, nodes: int, gang_count: int, big_count: i
     )  # fmt: skip
     operator.start()
     try:
-        used = background(nodes, NODES_PER_RACK, 0.5, seed)
-        await fill(kube, cluster.shape, used)
+        used = BACKGROUNDS[background](nodes, NODES_PER_RACK, 0.5, seed)
+        await fill(kube, cluster.shape, used)  # once, before any side: all three see the same pods
         config = TopologyConfig()
         items, _ = await kube.list("/api/v1/nodes")
         view = build_view_of(items, config)
@@ -238,13 +242,15 @@ async def measure(cluster: DevCluster, nodes: int, gang_count: int, big_count: i
         for path, body in kueue_objects(kueue_namespaces, nodes * 8):
             await kube.request("POST", path, body)
         await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
-        print(f"{nodes} nodes: background {sum(used.values())} GPUs used; {len(gangs)} gangs", file=sys.stderr)
+        print(f"{nodes} nodes: {background} background, {sum(used.values())} GPUs used, {free} free a rack;"
+              f" {len(gangs)} gangs", file=sys.stderr)  # fmt: skip
         runs = {}
         for who, contender in contenders.items():
             runs[who] = await one_by_one(contender, gangs, view, jobs, operator.ensure_running)
             print(f"{who}: {sum(r['placed'] for r in runs[who].values())} placed", file=sys.stderr, flush=True)
         return {
             "nodes": nodes,
+            "background": background,
             "background_gpus_used": sum(used.values()),
             "free_gpus_per_rack": free,
             "gangs": [
@@ -266,14 +272,14 @@ def build_view_of(items: list[dict[str, Any]], config: TopologyConfig) -> Any:
     return build_view([parse_node(b, config) for b in items], [], [], config)
 
 
-def run_kueue(nodes: int, gang_count: int, big_count: int, seed: int) -> dict[str, Any]:
+def run_kueue(nodes: int, gang_count: int, big_count: int, seed: int, background: str = "packed") -> dict[str, Any]:
     name = f"kueue-{os.getpid()}-{nodes}"
     shape = NodeShape(count=nodes, gpus_per_node=8, nodes_per_rack=NODES_PER_RACK)
     started = time.monotonic()
     cluster = up(name, shape, die_with_caller=True, controllers=("jobset", "kueue"))
     up_s = round(time.monotonic() - started, 1)
     try:
-        result = asyncio.run(measure(cluster, nodes, gang_count, big_count, seed))
+        result = asyncio.run(measure(cluster, nodes, gang_count, big_count, seed, background))
         result["cluster_up_s"] = up_s
         return result
     finally:

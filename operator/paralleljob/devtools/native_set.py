@@ -3,7 +3,10 @@ can be checked in a unit test.
 
 - the background: random small jobs placed through the core placer on the cluster's own shape until about
   half its GPUs are used, kept as used GPUs per node (the benchmark makes one pre-bound pod per node of them,
-  so both schedulers see the very same half-full cluster);
+  so both schedulers see the very same half-full cluster). Placed alone the core packs racks (``packed``:
+  some racks full, others empty); ``churned`` fills to ``CHURN_PEAK`` the same way and then lets random
+  whole jobs of it depart until the share is back down, as on a cluster after a day of arrivals and
+  departures, whose free GPUs lie in uneven pieces over every rack;
 - the mixed LLM set: TP 2-8, PP 1-8, DP 1-32, half of them under the seed cost model and half under the
   Megatron one, seeded, each small enough for one rack when it is empty (the single-key constraint of the
   native scheduler must have a domain that could hold it);
@@ -24,6 +27,7 @@ from paralleljob.core.timing.evaluate import node_level_cost
 from paralleljob.core.timing.steptime import StepTimeModel
 
 COST_MODELS = ("seed", "megatron")
+CHURN_PEAK = 0.85  # the share a churned background is filled to before its departures
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +53,41 @@ class Gang:
 
 def background(num_nodes: int, nodes_per_rack: int, fraction: float, seed: int) -> dict[int, int]:
     """Used GPUs per node after random jobs (TP 1-8, PP 1-2, DP 1-4) filled ``fraction`` of an 8-GPU cluster."""
-    rng = random.Random(seed)
-    state = ClusterState(Topology.uniform(num_nodes, 8, levels=[("rack", nodes_per_rack, 200.0)]))
-    place_random_jobs(state, Placer(state), rng, fraction * num_nodes * 8, num_nodes * 4)
+    state, _ = _random_fill(num_nodes, nodes_per_rack, fraction, random.Random(seed))
     return used_per_node(state)
+
+
+def churned_background(
+    num_nodes: int, nodes_per_rack: int, fraction: float, seed: int, peak: float = CHURN_PEAK
+) -> dict[int, int]:
+    """Used GPUs per node after the same random jobs filled ``peak`` of the cluster and random whole ones of
+    them departed until at most ``fraction`` is used; seeded."""
+    rng = random.Random(seed)
+    state, live = _random_fill(num_nodes, nodes_per_rack, peak, rng)
+    depart(state, live, rng, fraction * num_nodes * 8)
+    return used_per_node(state)
+
+
+BACKGROUNDS = {"packed": background, "churned": churned_background}
+
+
+def _random_fill(
+    num_nodes: int, nodes_per_rack: int, fraction: float, rng: random.Random
+) -> tuple[ClusterState, list[JobSpec]]:
+    state = ClusterState(Topology.uniform(num_nodes, 8, levels=[("rack", nodes_per_rack, 200.0)]))
+    return state, place_random_jobs(state, Placer(state), rng, fraction * num_nodes * 8, num_nodes * 4)
+
+
+def depart(state: ClusterState, live: list[JobSpec], rng: random.Random, target_gpus: float) -> list[JobSpec]:
+    """Random whole jobs of ``live`` released from ``state`` (and taken out of ``live``) until they hold at
+    most ``target_gpus``; the jobs that departed, in order."""
+    used, gone = sum(job.num_gpus for job in live), []
+    while used > target_gpus and live:
+        job = live.pop(rng.randrange(len(live)))
+        state.release(job.job_id)
+        used -= job.num_gpus
+        gone.append(job)
+    return gone
 
 
 def place_random_jobs(

@@ -29,7 +29,7 @@ from paralleljob.core.nvl72.cliques import nvl72_topology
 from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, node_rank, slot_of
 from paralleljob.core.timing.evaluate import placement_cost
-from paralleljob.devtools.native_set import COST_MODELS, Gang, place_random_jobs, used_per_node
+from paralleljob.devtools.native_set import COST_MODELS, Gang, depart, place_random_jobs, used_per_node
 
 TRAY_GPUS = 4
 TRAYS_PER_RACK = 18
@@ -42,11 +42,7 @@ def tray_background(racks: int, fraction: float, seed: int) -> dict[int, int]:
     state = ClusterState(nvl72_topology(racks))
     total = racks * TRAYS_PER_RACK * TRAY_GPUS
     live = place_random_jobs(state, NVLinkPlacer(state), rng, (fraction + 0.3) * total, total)
-    used = sum(job.num_gpus for job in live)
-    while used > fraction * total:
-        job = live.pop(rng.randrange(len(live)))
-        state.release(job.job_id)
-        used -= job.num_gpus
+    depart(state, live, rng, fraction * total)
     return used_per_node(state)
 
 
