@@ -396,6 +396,13 @@ def register(subparsers: Any) -> None:
         help="kueue parts: Kueue's API client limit (burst twice that); default 0: its shipped 50/100",
     )
     parser.add_argument(
+        "--flow-race",
+        type=float,
+        default=0.0,
+        help="kueue throughput: stop the second side once it has run this many times the first side's drain"
+        " (0: each runs to --drain-timeout)",
+    )
+    parser.add_argument(
         "--operator-write-concurrency",
         type=int,
         default=48,

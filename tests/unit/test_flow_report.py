@@ -295,3 +295,17 @@ def test_each_progress_point_is_appended_to_its_file_as_it_is_taken(tmp_path: Pa
     assert lines[0]["t"] == 0.0 and lines[1]["done"] == 5 and lines[1]["created"] == 10
     assert lines[1]["operator"]["passes"] == 10.0 and lines[1]["apiserver"]["requests"] == 104.0
     assert lines[1]["cpu_s"]["operator"] >= 0.0 and lines[1]["rss_mb"]["operator"] > 0
+
+
+def test_a_race_stops_the_second_side_at_the_first_sides_drain_time_and_needs_a_finished_first() -> None:
+    from types import SimpleNamespace
+
+    from paralleljob.devtools.bench_kueue_parts import _race_limit
+
+    finished = {"ours": {"drain_s": 2000.0, "stopped_at_limit": False}}
+    assert _race_limit(SimpleNamespace(flow_race=1.0), finished) == 2000.0
+    assert _race_limit(SimpleNamespace(flow_race=1.5), finished) == 3000.0
+    assert _race_limit(SimpleNamespace(flow_race=1.0), {}) is None  # the first side: no limit of its own
+    assert _race_limit(SimpleNamespace(flow_race=0.0), finished) is None
+    stopped = {"ours": {"drain_s": 3000.0, "stopped_at_limit": True}}
+    assert _race_limit(SimpleNamespace(flow_race=1.0), stopped) is None

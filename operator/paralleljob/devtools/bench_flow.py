@@ -212,13 +212,14 @@ class Progress:
 async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jobs: list[Shape], creators: int,
                 timeout_s: float, operator: OperatorMetrics | None = None, progress_path: Path | None = None,
                 every_s: float = 30.0, restart: Callable[[], int | None] | None = None,
-                ) -> dict[str, Any]:  # fmt: skip  # params: one drain run, as the CLI sets it
+                race_s: float | None = None) -> dict[str, Any]:  # fmt: skip  # params: one drain, as the CLI sets it
     """Create every job of ``who`` (``kueue`` or ``ours``), wait until all finished, read what it cost; its
     ``progress`` is the series ``Progress`` takes (``operator``: whose ``/metrics`` it reads too).
 
     ``restart`` is asked each second to start the operator again if it exited (its new pid, else None), as its
     Deployment would after it stepped down or crashed; each restart is in ``operator_restarts_at`` and the
-    operator's CPU seconds add up its instances (each to its last second)."""
+    operator's CPU seconds add up its instances (each to its last second). ``race_s`` stops the drain that
+    long after its first create (at the latest): the time another side took to drain the same jobs."""
     names = [f"f{i:05d}" for i in range(len(jobs))]
     tracker: BatchJobTracker | JobTracker
     if who == "kueue":
@@ -277,7 +278,8 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
         stopped = False
         try:
             create_s = await _create(kube, path, bodies, creators, made)
-            await tracker.wait(lambda: len(tracker.done_at) >= len(names), timeout_s)
+            wait_s = timeout_s if race_s is None else max(1.0, min(timeout_s, race_s - create_s))
+            await tracker.wait(lambda: len(tracker.done_at) >= len(names), wait_s)
         except TimeoutError:
             stopped = True  # a drain past its limit still says how far it got and what that cost
         finally:

@@ -111,6 +111,7 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
                     operator,
                     series,
                     restart=lambda: _restarted(operator),
+                    race_s=_race_limit(args, out["drains"]),
                 )
                 drained["load_average_after"] = load_average()
                 drained["capacity_floor_s"] = capacity_floor_s(jobs, args.kueue_nodes * 8)
@@ -132,6 +133,18 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
     finally:
         await kube.close()
         operator.stop()
+
+
+def _race_limit(args: Any, drained: dict[str, Any]) -> float | None:
+    """With ``--flow-race``, a side that drains after another is stopped once it has run as long as that one
+    took to finish every job (``--flow-race`` x its drain): by then which is faster is settled, and a slow
+    side need not run for hours to say so."""
+    if not args.flow_race or not drained:
+        return None
+    first = next(iter(drained.values()))
+    if first["stopped_at_limit"]:
+        return None  # the first side did not finish: no time to race against
+    return float(first["drain_s"]) * float(args.flow_race)
 
 
 def _restarted(operator: OperatorProcess) -> int | None:
@@ -165,6 +178,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         f" {args.repair_samples} --flow-first {args.flow_first} --flow-sides {args.flow_sides}"
         f" --drain-timeout {args.drain_timeout:g} --seed {args.seed}"
         + (f" --kueue-qps {kueue_qps}" if kueue_qps else "")
+        + (f" --flow-race {args.flow_race:g}" if args.flow_race else "")
         + (
             f" --operator-write-concurrency {args.operator_write_concurrency}"
             if args.operator_write_concurrency != 48
