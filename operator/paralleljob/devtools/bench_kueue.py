@@ -175,6 +175,7 @@ async def one_by_one(contender: Contender, gangs: list[Gang], view: Any, jobs: d
                 row.update(
                     comm_ms=round(cost, 4), step_ms=round(step_ms(spec, cost), 3),
                     apply_to_bound_s=round(max(tracker.bound_at[u] for u in tracker.bound()) - started, 3),
+                    nodes=order,  # TP group d * pp + p's node: where each side put the ranks
                 )  # fmt: skip
             out[gang.name] = row
             await contender.clear(tracker)

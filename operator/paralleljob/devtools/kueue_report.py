@@ -12,7 +12,7 @@ from paralleljob.devtools.native_set import Gang
 # The runs, in the table's order: Kueue TAS with podset-required-topology on the rack, with
 # podset-preferred-topology on the rack, and ParallelJobs of the same shapes.
 RUNS = ("kueue_required", "kueue_preferred", "ours")
-Run = dict[str, dict[str, Any]]  # gang name -> {placed, comm_ms, step_ms, apply_to_bound_s}
+Run = dict[str, dict[str, Any]]  # gang name -> {placed, comm_ms, step_ms, apply_to_bound_s, nodes}
 
 
 def _median_bound(run: Run) -> float | None:
