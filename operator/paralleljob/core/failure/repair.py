@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from paralleljob.core.cluster import Allocation, ClusterState
 from paralleljob.core.errors import PlacementInfeasible
+from paralleljob.core.failure.keepreplicas import keep_replicas
 from paralleljob.core.failure.recovery import RecoveryStrategy, recover
 from paralleljob.core.job import JobSpec
 from paralleljob.core.nvl72.nvlink import NVLinkPlacer
@@ -198,7 +199,8 @@ def best_placement_now(state: ClusterState, placer: PlacerLike, job: JobSpec, mo
     would change the next tie-break). None: it would not fit anywhere (not even where it is). On a topology
     with NVLink cliques the NVLink placer is asked for a fresh placement near the job's (``place_near``), not
     handed it as ``previous``, which it reads as a repair to make (every healthy tray kept: the job would never
-    move back); among equally priced answers it keeps the job's cliques and trays."""
+    move back); among equally priced answers it keeps the job's cliques and trays. Elsewhere the answer's
+    replicas are renumbered to keep the job's TP groups where they are (:func:`keep_replicas`)."""
     own = state.allocations.get(job.job_id)
     if own is None:
         raise KeyError(f"{job.job_id} holds no GPUs")
@@ -207,7 +209,8 @@ def best_placement_now(state: ClusterState, placer: PlacerLike, job: JobSpec, mo
     try:
         if isinstance(placer, NVLinkPlacer):
             return placer.place_near(job, model, own)
-        return placer.place(job, model, previous=None if state.topology.nvlink_level > 0 else own)
+        best = placer.place(job, model, previous=None if state.topology.nvlink_level > 0 else own)
+        return keep_replicas(own.groups, best, state.topology, job, model)
     except PlacementInfeasible:
         return None
     finally:
