@@ -85,3 +85,31 @@ def test_a_draft_from_a_record_status_writes_plain_json() -> None:
     assert [c["type"] for c in patches[0]["conditions"]] == ["Accepted", "Placed", "Bound"]
     unchanged = StatusDraft(job.status.raw, job.phase, job.generation)
     assert not unchanged.changed() and unchanged.merge_patch() == {}
+
+
+def test_a_draft_is_changed_exactly_when_its_status_differs_as_json() -> None:
+    # changed() settles untouched fields by identity; whatever the edit, it must agree with plain equality
+    body = paralleljob("j", 2, 1, 2)
+    body["status"] = {"phase": "Queued", "reason": "Waiting", "gpus": 4, "conditions": [dict(CONDITION)]}
+    job = parse_job(slim_job(copy.deepcopy(body), Sharing()))
+    edits: list[tuple[str, Any]] = [
+        ("gpus", 4),  # the same value, a new object: unchanged
+        ("gpus", 8),
+        ("conditions", [dict(CONDITION)]),  # rebuilt, equal: unchanged
+        ("conditions", [{**CONDITION, "message": "another"}]),
+        ("reason", None),  # removed
+        ("message", "new"),  # added
+    ]
+    for key, value in edits:
+        draft = StatusDraft(job.status.raw, job.phase, job.generation)
+        if value is None:
+            draft.data.pop(key)
+        else:
+            draft.data[key] = value
+        plain = json.loads(json.dumps(draft.data, default=dict))  # records as the plain JSON they stand for
+        expected = plain != body["status"]
+        assert draft.changed() is expected, (key, value)
+    draft = StatusDraft(job.status.raw, job.phase, job.generation)
+    draft.data.pop("gpus")
+    draft.data["other"] = 4  # as many fields, one of them new
+    assert draft.changed()
