@@ -362,10 +362,7 @@ def register(subparsers: Any) -> None:
         "--kueue-big-gangs", type=int, default=3, help="kueue: gangs larger than a half-full rack's free GPUs"
     )
     parser.add_argument(
-        "--kueue-background",
-        choices=("packed", "churned"),
-        default="packed",
-        help="kueue placement: packed (bench native's) or churned (filled to 85%%, then whole jobs depart to 50%%)",
+        "--kueue-background", choices=("packed", "churned"), default="packed", help="kueue placement's background"
     )
     parser.add_argument(
         "--kueue-nvl72",
