@@ -1,12 +1,13 @@
 """Keep a running job's pods where they are when a new placement of it only renumbers its data-parallel replicas.
 
 The placer numbers the replicas of the placement it returns in its own order. For a job that already runs
-(moved back after a repair, moved to free an NVLink domain) that order is arbitrary: the step time depends on
+(priced for a move back after a repair, a drain or a dear placement) that order is arbitrary: the step time depends on
 which nodes hold each pipeline row and each stage column, not on which replica is called 0. A TP8 x DP2 job on
 {node 1, node 3} whose best placement is {node 2, node 3} came back as (node 3, node 2), so both pods were
 counted as moved and re-created where one would do. :func:`keep_replicas` renumbers the new placement's
 replicas to match the current one as far as their TP groups coincide, and keeps the renumbering only if the
 cost model prices it the same (checked, not assumed: a model that cared about replica order would say so).
+Tray jobs on NVLink cliques are not renumbered here: ``NVLinkPlacer.place_near`` keeps their cliques and trays.
 """
 
 from __future__ import annotations
