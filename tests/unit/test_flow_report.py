@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pytest import MonkeyPatch
 
+from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
 from paralleljob.devtools.bench_ceiling import binding, pod_manifest
 from paralleljob.devtools.bench_flow import COHORT_SIZE, flow_kueue_objects, indexed_job, parallel_job, shapes
 from paralleljob.devtools.flow_report import against_ceiling, capacity_floor_s, cpu_and_rss, rate, share, table
@@ -16,6 +17,7 @@ def _ceiling() -> dict:
     return {
         "create_bind": {"pods": 1000, "seconds": 4.0, "pods_per_s": 250.0},
         "create_bind_status": {"pods": 1000, "seconds": 8.0, "pods_per_s": 125.0},
+        "lifecycle": {"pods": 1000, "seconds": 20.0, "pods_per_s": 50.0},
     }
 
 
@@ -55,6 +57,7 @@ def test_each_drain_is_a_share_of_both_ceilings_and_the_ratio_says_who_was_faste
     assert shares["ours"]["pods_per_s"] == 25.0
     assert shares["ours"]["share_of_create_bind"] == 0.1
     assert shares["ours"]["share_of_create_bind_status"] == 0.2
+    assert shares["ours"]["share_of_lifecycle"] == 0.5
     assert shares["kueue"]["pods_per_s"] == 12.5
     assert shares["ours"]["capacity_floor_over_drain"] == 0.5
     assert shares["ours_over_kueue"] == 2.0  # ours drained twice as fast
@@ -72,10 +75,21 @@ def test_table_has_the_ceilings_then_each_drain_with_its_own_controller() -> Non
     }
     measured["against_ceiling"] = against_ceiling(measured["ceiling"], measured["drains"])
     lines = table(measured).splitlines()
-    assert len(lines) == 6
+    assert len(lines) == 7
     assert lines[2].startswith("| ceiling: raw create + bind |")
-    assert lines[4] == "| kueue | 100 | 250 | 20.0 | 12.5 | 0.05 | 0.1 | 30.5 | 3.0, 1.0 | 90.0, 70.0 |"
-    assert lines[5].startswith("| ours | 100 | 250 | 10.0 | 25.0 | 0.1 | 0.2 |")
+    assert lines[4].startswith("| ceiling: whole pod lives")
+    assert lines[5] == "| kueue | 100 | 250 | 20.0 | 12.5 | 0.05 | 0.1 | 0.25 | 30.5 | 3.0, 1.0 | 90.0, 70.0 |"
+    assert lines[6].startswith("| ours | 100 | 250 | 10.0 | 25.0 | 0.1 | 0.2 | 0.5 |")
+
+
+def test_a_run_from_before_the_lifecycle_ceiling_still_reads() -> None:
+    ceiling = {k: v for k, v in _ceiling().items() if k != "lifecycle"}
+    measured = {"ceiling": ceiling, "drains": {"ours": _drain(10.0, "operator")}}
+    measured["against_ceiling"] = against_ceiling(ceiling, measured["drains"])
+    assert "share_of_lifecycle" not in measured["against_ceiling"]["ours"]
+    lines = table(measured).splitlines()
+    assert len(lines) == 5
+    assert lines[4].startswith("| ours | 100 | 250 | 10.0 | 25.0 | 0.1 | 0.2 | - |")
 
 
 def test_both_sides_get_the_same_jobs_in_the_same_queues() -> None:
@@ -104,6 +118,8 @@ def test_cluster_queues_share_the_gpus_in_cohorts_each_with_a_local_queue() -> N
 def test_ceiling_pods_are_left_to_the_raw_client() -> None:
     pod = pod_manifest("p")
     assert pod["spec"]["schedulerName"] not in ("default-scheduler", "")
+    assert "annotations" not in pod["metadata"]  # kwok runs it until it is deleted
+    assert pod_manifest("p", ends_at_once=True)["metadata"]["annotations"] == {COMPLETE_AFTER_ANNOTATION: "0s"}
     assert binding("p", "n1")["target"] == {"kind": "Node", "name": "n1"}
 
 

@@ -1,13 +1,15 @@
 """The ceiling any scheduler on this machine can reach (issue 41, item 3): the API server's own rate for
 pod create + bind, and create + bind + a status write, from a raw client at full concurrency beside the
-same kwok nodes, with no scheduler in the loop.
+same kwok nodes, with no scheduler in the loop; and the rate of whole pod lives (create + bind, then kwok
+runs the pod and ends it at once), the bound for a drain of jobs that end as soon as they start.
 
 The pods name a scheduler nobody runs (so kube-scheduler and the operator leave them alone), carry kwok's
 toleration and no resource requests (capacity is not what is measured), and are bound round-robin over the
 kwok nodes by POSTing their ``binding`` subresource, as kube-scheduler does. kwok then starts them as it
 starts any pod, so its status writes load the API server just as in the drains the ceiling is set against.
 Each pass creates ``pods`` pods from ``concurrency`` workers and is timed from the first create to the last
-call answered; the namespace's pods are deleted and gone before the next pass.
+call answered (the lifecycle pass: to the last pod seen Succeeded by a watch); the namespace's pods are
+deleted and gone before the next pass.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import sys
 import time
 from typing import Any
 
+from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
 from paralleljob.devtools.bench_native import KWOK_TOLERATION
 from paralleljob.devtools.flow_report import rate
+from paralleljob.devtools.tracker import WatchTracker
 from paralleljob.k8s.runtime.api import ApiError, Kube, pod_path
 
 NAMESPACE = "bench-ceiling"
@@ -27,11 +31,15 @@ NO_SCHEDULER = "paralleljob-bench-nobody"  # no scheduler serves it: only this c
 CONDITION = "paralleljob.dev/BenchCeiling"
 
 
-def pod_manifest(name: str) -> dict[str, Any]:
+def pod_manifest(name: str, ends_at_once: bool = False) -> dict[str, Any]:
+    """``ends_at_once``: kwok ends the pod as soon as it runs (the drains' ``complete-after``, at 0 s)."""
+    metadata: dict[str, Any] = {"name": name}
+    if ends_at_once:
+        metadata["annotations"] = {COMPLETE_AFTER_ANNOTATION: "0s"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name},
+        "metadata": metadata,
         "spec": {
             "schedulerName": NO_SCHEDULER,
             "restartPolicy": "Never",
@@ -62,14 +70,41 @@ async def _retrying(call: Any) -> None:
             await asyncio.sleep(0.1)
 
 
-async def one_pass(kube: Kube, nodes: list[str], pods: int, concurrency: int, status: bool, tag: str) -> dict[str, Any]:
+class Succeeded(WatchTracker):
+    """The names of the namespace's pods seen Succeeded."""
+
+    what = "ceiling pod"
+
+    def __init__(self, kube: Kube) -> None:
+        super().__init__(kube, pod_path(NAMESPACE))
+        self.names: set[str] = set()
+
+    def relisted(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            self._apply(item)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") in ("ADDED", "MODIFIED"):
+            self._apply(event.get("object") or {})
+
+    def _apply(self, pod: dict[str, Any]) -> None:
+        if (pod.get("status") or {}).get("phase") == "Succeeded":
+            self.names.add(str((pod.get("metadata") or {}).get("name", "")))
+            self.changed.set()
+
+
+async def one_pass(
+    kube: Kube, nodes: list[str], pods: int, concurrency: int, status: bool, tag: str, ends_at_once: bool = False
+) -> dict[str, Any]:
+    """``requests_per_s`` counts this client's calls only (the lifecycle pass: not kwok's status writes)."""
     names = iter(range(pods))
 
     async def worker() -> None:
         for i in names:
             name = f"{tag}-{i:06d}"
             path = pod_path(NAMESPACE, name)
-            await _retrying(lambda n=name: kube.request("POST", pod_path(NAMESPACE), pod_manifest(n)))
+            manifest = pod_manifest(name, ends_at_once)
+            await _retrying(lambda m=manifest: kube.request("POST", pod_path(NAMESPACE), m))
             target = binding(name, nodes[i % len(nodes)])
             await _retrying(lambda p=path, b=target: kube.request("POST", f"{p}/binding", b))
             if status:
@@ -79,8 +114,14 @@ async def one_pass(kube: Kube, nodes: list[str], pods: int, concurrency: int, st
                     )
                 )
 
-    started = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    if ends_at_once:
+        async with Succeeded(kube) as succeeded:  # the watch is open before the first create
+            started = time.monotonic()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            await succeeded.wait(lambda: len(succeeded.names) >= pods, timeout_s=max(600.0, pods / 2))
+    else:
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
     seconds = time.monotonic() - started
     return {"pods": pods, "concurrency": concurrency, "seconds": round(seconds, 1), "pods_per_s": rate(pods, seconds),
             "requests_per_s": rate(pods * (3 if status else 2), seconds)}  # fmt: skip
@@ -102,14 +143,16 @@ async def clear(kube: Kube, timeout_s: float = 600.0) -> None:
 
 
 async def ceiling(kube: Kube, pods: int, concurrency: int) -> dict[str, Any]:
-    """Both passes, each on an empty namespace: create + bind, then create + bind + status."""
+    """The three passes, each on an empty namespace: create + bind, create + bind + status, then create +
+    bind of pods kwok ends at once, timed to the last one Succeeded (``lifecycle``)."""
     with contextlib.suppress(ApiError):
         await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     items, _ = await kube.list("/api/v1/nodes")
     nodes = sorted(str(n["metadata"]["name"]) for n in items)
     out: dict[str, Any] = {}
-    for part, status in (("create_bind", False), ("create_bind_status", True)):
-        out[part] = await one_pass(kube, nodes, pods, concurrency, status, part.replace("_", "-"))
+    for part, status, ends in (("create_bind", False, False), ("create_bind_status", True, False),
+                               ("lifecycle", False, True)):  # fmt: skip
+        out[part] = await one_pass(kube, nodes, pods, concurrency, status, part.replace("_", "-"), ends)
         print(f"ceiling {part}: {out[part]}", file=sys.stderr, flush=True)
         await clear(kube)
     return out
