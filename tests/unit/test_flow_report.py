@@ -325,3 +325,20 @@ def test_a_race_stops_the_second_side_at_the_first_sides_drain_time_and_needs_a_
     assert _race_limit(SimpleNamespace(flow_race=0.0), finished) is None
     stopped = {"ours": {"drain_s": 3000.0, "stopped_at_limit": True}}
     assert _race_limit(SimpleNamespace(flow_race=1.0), stopped) is None
+
+
+def test_the_lifecycle_ceiling_counts_a_pod_once_it_is_seen_succeeded() -> None:
+    from paralleljob.devtools.bench_ceiling import Succeeded
+
+    seen = Succeeded(kube=None)  # no request is made: the events are fed by hand
+
+    def pod(name: str, phase: str) -> dict:
+        return {"metadata": {"name": name}, "status": {"phase": phase}}
+
+    seen.relisted([pod("a", "Running"), pod("b", "Succeeded")])
+    seen.on_event({"type": "MODIFIED", "object": pod("a", "Running")})
+    assert seen.names == {"b"}
+    seen.on_event({"type": "MODIFIED", "object": pod("a", "Succeeded")})
+    seen.on_event({"type": "DELETED", "object": pod("c", "Succeeded")})  # gone, never seen finishing here
+    assert seen.names == {"a", "b"}
+    assert seen.changed.is_set()
