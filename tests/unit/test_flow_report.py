@@ -342,3 +342,20 @@ def test_the_lifecycle_ceiling_counts_a_pod_once_it_is_seen_succeeded() -> None:
     seen.on_event({"type": "DELETED", "object": pod("c", "Succeeded")})  # gone, never seen finishing here
     assert seen.names == {"a", "b"}
     assert seen.changed.is_set()
+
+
+def test_a_kueue_job_is_done_when_first_seen_complete_and_keeps_that_time() -> None:
+    from paralleljob.devtools.bench_flow import BatchJobTracker
+
+    tracker = BatchJobTracker(kube=None)  # no request is made: the events are fed by hand
+
+    def job(name: str, complete: str) -> dict:
+        return {"metadata": {"name": name}, "status": {"conditions": [{"type": "Complete", "status": complete}]}}
+
+    tracker.relisted([job("a", "False"), job("b", "True")])
+    first = tracker.done_at["b"]
+    tracker.on_event({"type": "MODIFIED", "object": job("b", "True")})
+    tracker.on_event({"type": "DELETED", "object": job("c", "True")})
+    assert tracker.done_at == {"b": first}
+    tracker.on_event({"type": "ADDED", "object": job("a", "True")})
+    assert set(tracker.done_at) == {"a", "b"}

@@ -23,7 +23,7 @@ from typing import Any
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
 from paralleljob.devtools.bench_native import KWOK_TOLERATION
 from paralleljob.devtools.flow_report import rate
-from paralleljob.devtools.tracker import WatchTracker
+from paralleljob.devtools.tracker import StateTracker
 from paralleljob.k8s.runtime.api import ApiError, Kube, pod_path
 
 NAMESPACE = "bench-ceiling"
@@ -70,7 +70,7 @@ async def _retrying(call: Any) -> None:
             await asyncio.sleep(0.1)
 
 
-class Succeeded(WatchTracker):
+class Succeeded(StateTracker):
     """The names of the namespace's pods seen Succeeded."""
 
     what = "ceiling pod"
@@ -79,15 +79,7 @@ class Succeeded(WatchTracker):
         super().__init__(kube, pod_path(NAMESPACE))
         self.names: set[str] = set()
 
-    def relisted(self, items: list[dict[str, Any]]) -> None:
-        for item in items:
-            self._apply(item)
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        if event.get("type") in ("ADDED", "MODIFIED"):
-            self._apply(event.get("object") or {})
-
-    def _apply(self, pod: dict[str, Any]) -> None:
+    def seen(self, pod: dict[str, Any]) -> None:
         if (pod.get("status") or {}).get("phase") == "Succeeded":
             self.names.add(str((pod.get("metadata") or {}).get("name", "")))
             self.changed.set()

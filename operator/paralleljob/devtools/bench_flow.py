@@ -33,7 +33,7 @@ from paralleljob.devtools.bench_kueue import _kueue
 from paralleljob.devtools.bench_native import KWOK_TOLERATION
 from paralleljob.devtools.flow_report import apiserver_point, cpu_and_rss, operator_point, progress_table
 from paralleljob.devtools.operatorproc import OperatorMetrics, process_cpu_seconds
-from paralleljob.devtools.tracker import WatchTracker
+from paralleljob.devtools.tracker import StateTracker
 from paralleljob.k8s.edge.constants import GPU_RESOURCE
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path
 
@@ -97,7 +97,7 @@ def parallel_job(name: str, shape: Shape) -> dict[str, Any]:
     return body
 
 
-class BatchJobTracker(WatchTracker):
+class BatchJobTracker(StateTracker):
     """Watches the Kueue namespace's Jobs: when each was first seen with ``Complete`` True."""
 
     what = "batch job"
@@ -106,15 +106,7 @@ class BatchJobTracker(WatchTracker):
         super().__init__(kube, BATCH_JOBS)
         self.done_at: dict[str, float] = {}
 
-    def relisted(self, items: list[dict[str, Any]]) -> None:
-        for item in items:
-            self._apply(item)
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        if event.get("type") in ("ADDED", "MODIFIED"):
-            self._apply(event.get("object") or {})
-
-    def _apply(self, job: dict[str, Any]) -> None:
+    def seen(self, job: dict[str, Any]) -> None:
         name = str((job.get("metadata") or {}).get("name", ""))
         conditions = (job.get("status") or {}).get("conditions") or []
         if name not in self.done_at and any(

@@ -86,3 +86,19 @@ class WatchTracker:
                 raise TimeoutError("benchmark condition not reached")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), min(remaining, 1.0))
+
+
+class StateTracker(WatchTracker):
+    """A tracker that reads only what each object says now: every listed object and every ADDED or MODIFIED
+    event goes to :meth:`seen`; a deletion says nothing it needs."""
+
+    def relisted(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            self.seen(item)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") in ("ADDED", "MODIFIED"):
+            self.seen(event.get("object") or {})
+
+    def seen(self, obj: dict[str, Any]) -> None:
+        raise NotImplementedError
