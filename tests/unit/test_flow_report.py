@@ -205,7 +205,20 @@ apiserver_request_duration_seconds_sum{component="apiserver",resource="pods",ver
 apiserver_longrunning_requests{component="apiserver",resource="pods",verb="WATCH"} 6
 apiserver_longrunning_requests{component="apiserver",resource="pods",verb="CONNECT"} 1
 apiserver_watch_events_total{group="",kind="Pod",version="v1"} 500
-"""
+apiserver_watch_events_total{group="",resource="pods",version="v1"} 20
+apiserver_watch_events_total{group="batch",resource="jobs",version="v1"} 7
+""" + "".join(
+    f'apiserver_flowcontrol_request_wait_duration_seconds_{part}{{execute="{run}",flow_schema="{schema}",'
+    f'priority_level="{level}"}} {value}\n'
+    for part, run, schema, level, value in (
+        ("count", "true", "global-default", "global-default", 30),
+        ("sum", "true", "global-default", "global-default", 1.5),
+        ("count", "false", "global-default", "global-default", 2),
+        ("sum", "false", "global-default", "global-default", 0.5),
+        ("count", "true", "kube-scheduler", "workload-high", 10),
+        ("sum", "true", "kube-scheduler", "workload-high", 0.1),
+    )
+)
 
 
 def test_metric_sum_adds_every_series_of_a_name_and_no_other_name() -> None:
@@ -227,7 +240,11 @@ def test_a_progress_point_reads_the_operators_passes_and_the_api_servers_latency
     api = apiserver_point(APISERVER_METRICS)
     assert api["requests"] == 104.0
     assert api["by_verb"] == {"LIST": [4.0, 8.0], "POST": [200.0, 6.0]}
-    assert (api["watchers"], api["watch_events"]) == (6.0, 500.0)
+    assert (api["watchers"], api["watch_events"]) == (6.0, 527.0)
+    # older API servers label watch events by kind, newer ones by resource: both are kept apart
+    assert api["watch_events_by_resource"] == {"Pod": 500.0, "jobs": 7.0, "pods": 20.0}
+    # per priority level, whether the request then ran or was rejected: how many waited and for how long
+    assert api["flow_wait"] == {"global-default": [32.0, 2.0], "workload-high": [10.0, 0.1]}
 
 
 def _point(t: float, done: int, cpu: float, passes: float, pass_s: float, post: tuple[float, float]) -> dict:

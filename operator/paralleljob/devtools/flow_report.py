@@ -192,21 +192,39 @@ def operator_point(text: str) -> dict[str, float]:
 
 def apiserver_point(text: str) -> dict[str, Any]:
     """The API server's share of a progress point: requests served, each verb's request count and seconds
-    (``apiserver_request_duration_seconds``: watches not in it), watchers open and watch events sent."""
-    by_verb: dict[str, list[float]] = {}
+    (``apiserver_request_duration_seconds``: watches not in it), watchers open and watch events sent (also
+    by resource), and per API Priority and Fairness level the requests dispatched and the seconds they
+    waited in its queues (``apiserver_flowcontrol_request_wait_duration_seconds``)."""
+    by_verb = _count_and_sum_by(text, "apiserver_request_duration_seconds", "verb")
+    watch_events: dict[str, float] = {}
     for line in text.splitlines():
-        for suffix, slot in (("_count{", 0), ("_sum{", 1)):
-            prefix = "apiserver_request_duration_seconds" + suffix
-            if line.startswith(prefix):
-                verb = line.split('verb="', 1)[1].split('"', 1)[0] if 'verb="' in line else ""
-                counts = by_verb.setdefault(verb, [0.0, 0.0])
-                counts[slot] += float(line.rpartition(" ")[2])
+        if line.startswith("apiserver_watch_events_total{"):
+            resource = _label(line, "resource") or _label(line, "kind")
+            watch_events[resource] = watch_events.get(resource, 0.0) + float(line.rpartition(" ")[2])
     return {
         "requests": metric_sum(text, "apiserver_request_total"),
-        "by_verb": {verb: [round(n, 3), round(s, 3)] for verb, (n, s) in sorted(by_verb.items())},
+        "by_verb": by_verb,
         "watchers": metric_sum(text, 'apiserver_longrunning_requests{verb="WATCH"}'),
         "watch_events": metric_sum(text, "apiserver_watch_events_total"),
+        "watch_events_by_resource": dict(sorted(watch_events.items())),
+        "flow_wait": _count_and_sum_by(text, "apiserver_flowcontrol_request_wait_duration_seconds", "priority_level"),
     }
+
+
+def _label(line: str, name: str) -> str:
+    marker = f'{name}="'
+    return line.split(marker, 1)[1].split('"', 1)[0] if marker in line else ""
+
+
+def _count_and_sum_by(text: str, histogram: str, label: str) -> dict[str, list[float]]:
+    """A histogram's ``_count`` and ``_sum`` added up per value of ``label``: {value: [count, sum]}."""
+    out: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for suffix, slot in (("_count{", 0), ("_sum{", 1)):
+            if line.startswith(histogram + suffix):
+                counts = out.setdefault(_label(line, label), [0.0, 0.0])
+                counts[slot] += float(line.rpartition(" ")[2])
+    return {key: [round(n, 3), round(s, 3)] for key, (n, s) in sorted(out.items())}
 
 
 def windows(points: list[dict[str, Any]], step: int = 1) -> list[dict[str, Any]]:
