@@ -85,10 +85,13 @@ class Succeeded(StateTracker):
             self.changed.set()
 
 
-async def one_pass(
-    kube: Kube, nodes: list[str], pods: int, concurrency: int, status: bool, tag: str, ends_at_once: bool = False
-) -> dict[str, Any]:
-    """``requests_per_s`` counts this client's calls only (the lifecycle pass: not kwok's status writes)."""
+PASSES = ("create_bind", "create_bind_status", "lifecycle")
+
+
+async def one_pass(kube: Kube, nodes: list[str], pods: int, concurrency: int, part: str) -> dict[str, Any]:
+    """One of :data:`PASSES`. ``requests_per_s`` counts this client's calls only (the lifecycle pass: not
+    kwok's status writes)."""
+    status, ends_at_once, tag = part == "create_bind_status", part == "lifecycle", part.replace("_", "-")
     names = iter(range(pods))
 
     async def worker() -> None:
@@ -142,9 +145,8 @@ async def ceiling(kube: Kube, pods: int, concurrency: int) -> dict[str, Any]:
     items, _ = await kube.list("/api/v1/nodes")
     nodes = sorted(str(n["metadata"]["name"]) for n in items)
     out: dict[str, Any] = {}
-    for part, status, ends in (("create_bind", False, False), ("create_bind_status", True, False),
-                               ("lifecycle", False, True)):  # fmt: skip
-        out[part] = await one_pass(kube, nodes, pods, concurrency, status, part.replace("_", "-"), ends)
+    for part in PASSES:
+        out[part] = await one_pass(kube, nodes, pods, concurrency, part)
         print(f"ceiling {part}: {out[part]}", file=sys.stderr, flush=True)
         await clear(kube)
     return out
