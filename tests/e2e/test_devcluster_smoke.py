@@ -1,27 +1,36 @@
 """Smoke tests of the local control plane itself: what the operator relies on behaves as on a real cluster.
 
-Binding through ``pods/binding`` with a UID precondition, kwok running and completing pods, node chaos.
+Binding through ``pods/binding`` with a UID precondition, kwok running and completing pods, node chaos, and
+the benchmark operator's user queued by API Priority and Fairness like any controller's.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
+import ssl
 import subprocess
 import time
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION, FAIL_AFTER_ANNOTATION
 from paralleljob.devcluster.nodes import GPU_RESOURCE, LEAF_LABEL, UNHEALTHY_GPUS_ANNOTATION
 from paralleljob.devcluster.session import KubeSession
+from paralleljob.devtools.bench_identity import queued_operator_kubeconfig
+from paralleljob.k8s.runtime.api import Kube
 
 pytestmark = pytest.mark.e2e
 
 SCHEDULER_NAME = "paralleljob-scheduler"
+PRIORITY_LEVELS = "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations"
 
 
 def worker_pod(name: str, gpus: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -146,3 +155,32 @@ def test_restore_nodes_undoes_every_kind_of_damage(chaos: KubeSession) -> None:
     assert UNHEALTHY_GPUS_ANNOTATION not in (restored.metadata.annotations or {})
     assert {c.type: c.status for c in restored.status.conditions}.get("GPUHealthy") is None
     chaos.wait_node_ready(node, ready=True, timeout_s=1)
+
+
+def get_as(kubeconfig: Path, path: str) -> tuple[Any, str]:
+    """GET ``path`` with these credentials: the body, and the UID of the API Priority and Fairness level the
+    request was classified into (the API server names it in a response header)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+    context = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    request = urllib.request.Request(cluster["server"] + path, headers={"Authorization": f"Bearer {user['token']}"})
+    with urllib.request.urlopen(request, context=context, timeout=30) as response:
+        return json.loads(response.read()), str(response.headers["X-Kubernetes-PF-PriorityLevel-UID"])
+
+
+def test_benchmark_operator_user_queues_where_kueue_does(dev_cluster: DevCluster, kube: KubeSession) -> None:
+    """Side by side with Kueue, the operator must not be exempt from APF's queues while Kueue waits in them."""
+
+    async def grant() -> Path:
+        admin = await Kube.connect(str(dev_cluster.kubeconfig))
+        try:
+            return await queued_operator_kubeconfig(admin, dev_cluster)
+        finally:
+            await admin.close()
+
+    operator_kubeconfig = kube.run(grant())
+    levels, admin_level = get_as(dev_cluster.kubeconfig, PRIORITY_LEVELS)
+    name_of = {item["metadata"]["uid"]: item["metadata"]["name"] for item in levels["items"]}
+    _, operator_level = get_as(operator_kubeconfig, "/api/v1/namespaces/default/pods")
+    assert name_of[admin_level] == "exempt"
+    assert name_of[operator_level] == "global-default"

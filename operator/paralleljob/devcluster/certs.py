@@ -32,6 +32,9 @@ CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 JOBSET_USER = "jobset-controller-manager"
 # Kueue's controller manager likewise, with the roles of its module.
 KUEUE_USER = "kueue-controller-manager"
+# A benchmark's operator, when it is measured beside Kueue: a plain user queued by API Priority and Fairness
+# as Kueue's is (the admin's system:masters group is exempt from queueing). Bound to a role by the benchmark.
+OPERATOR_USER = "paralleljob-operator"
 # Real (kubelet) nodes: each kubelet authenticates as system:node:<name> in group system:nodes, with a token
 # of its own. The API server reads the token file only at start, so every cluster gets tokens for this many.
 MAX_REAL_NODES = 4
@@ -62,6 +65,7 @@ class Pki:
     kueue_cert: Path
     kueue_key: Path
     kueue_token: str
+    operator_token: str
     node_tokens: dict[str, str]  # real node name -> its kubelet's bearer token
     coredns_token: str
 
@@ -144,6 +148,7 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         kueue_cert=directory / "kueue.crt",
         kueue_key=directory / "kueue.key",
         kueue_token=kueue_token,
+        operator_token=secrets.token_urlsafe(32),
         node_tokens={real_node_name(i): secrets.token_urlsafe(32) for i in range(MAX_REAL_NODES)},
         coredns_token=secrets.token_urlsafe(32),
     )
@@ -171,6 +176,7 @@ def write_pki(directory: Path, days: int = 365) -> Pki:
         f"{kcm_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}",
         f"{jobset_token},{JOBSET_USER},{JOBSET_USER}",
         f"{kueue_token},{KUEUE_USER},{KUEUE_USER}",
+        f"{pki.operator_token},{OPERATOR_USER},{OPERATOR_USER}",
         f"{pki.coredns_token},{COREDNS_USER},{COREDNS_USER}",
         *(f'{secret},system:node:{node},system:node:{node},"system:nodes"' for node, secret in pki.node_tokens.items()),
     ]

@@ -40,7 +40,7 @@ from paralleljob.devcluster import (
     state,
 )
 from paralleljob.devcluster.build import ensure_addon, ensure_binaries, ensure_dra_node_binaries, ensure_node_binaries
-from paralleljob.devcluster.certs import JOBSET_USER, KUEUE_USER, Pki, write_pki
+from paralleljob.devcluster.certs import JOBSET_USER, KUEUE_USER, OPERATOR_USER, Pki, write_pki
 from paralleljob.devcluster.kubeconfig import api_client, write_kubeconfig
 from paralleljob.devcluster.nodes import NodeShape, create_gpu_nodes, wait_nodes_ready
 from paralleljob.devcluster.versions import ADDONS, versions
@@ -57,6 +57,10 @@ class AlreadyRunning(RuntimeError):
     pass
 
 
+# The kubeconfig of OPERATOR_USER, written for every cluster (cheap); a benchmark binds the user a role.
+OPERATOR_KUBECONFIG_NAME = "paralleljob-operator.kubeconfig"
+
+
 @dataclass(frozen=True)
 class DevCluster:
     """A running dev cluster, as callers (the CLI, the e2e fixture, the demo) need it."""
@@ -71,6 +75,11 @@ class DevCluster:
 
     def log_path(self, process_name: str) -> Path:
         return self.run_dir / "logs" / f"{process_name}.log"
+
+    @property
+    def operator_kubeconfig(self) -> Path:
+        """Credentials of ``OPERATOR_USER``, who can do nothing until a role is bound to it."""
+        return self.run_dir / OPERATOR_KUBECONFIG_NAME
 
 
 def is_running(record: state.ClusterRecord) -> bool:
@@ -187,6 +196,10 @@ def up(
         write_kubeconfig(
             run_dir / kueue.KUBECONFIG_NAME, server, pki.ca_cert, pki.kueue_token, f"paralleljob-{name}",
             user=KUEUE_USER,
+        )  # fmt: skip
+        write_kubeconfig(
+            run_dir / OPERATOR_KUBECONFIG_NAME, server, pki.ca_cert, pki.operator_token, f"paralleljob-{name}",
+            user=OPERATOR_USER,
         )  # fmt: skip
         _remember(record, kwok.start_kwok(binaries["kwok"], run_dir, kubeconfig, die_with_caller))
 

@@ -37,6 +37,7 @@ from typing import Any
 from paralleljob.core.rankorder import DEFAULT_RANK_ORDER, slot_of
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL, LEAF_LABEL, NodeShape
+from paralleljob.devtools.bench_identity import queued_operator_kubeconfig
 from paralleljob.devtools.bench_kit import PodTracker
 from paralleljob.devtools.bench_native import GANG_LABEL, KWOK_TOLERATION, Contender, Ours, fill, job_manifest
 from paralleljob.devtools.kueue_report import compare
@@ -214,8 +215,9 @@ async def measure(
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-kueue-"))
     kube = await Kube.connect(str(cluster.kubeconfig))
+    operator_kubeconfig = await queued_operator_kubeconfig(kube, cluster)
     operator = OperatorProcess(
-        cluster.kubeconfig, workdir, identity="bench-kueue", lease_seconds=60.0, log_level="WARNING",
+        operator_kubeconfig, workdir, identity="bench-kueue", lease_seconds=60.0, log_level="WARNING",
         log_name="{identity}-{start}.log",
     )  # fmt: skip
     operator.start()

@@ -35,6 +35,7 @@ from typing import Any
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import SPINE_LABEL, NodeShape
 from paralleljob.devcluster.nvl72 import PRODUCT, tray_shape
+from paralleljob.devtools.bench_identity import queued_operator_kubeconfig
 from paralleljob.devtools.bench_kit import PodTracker
 from paralleljob.devtools.bench_kueue import (
     COMPLETION_INDEX,
@@ -210,8 +211,9 @@ async def one_by_one(
 async def measure(cluster: DevCluster, racks: int, gang_count: int, big_count: int, seed: int) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-kueue-nvl72-"))
     kube = await Kube.connect(str(cluster.kubeconfig))
+    operator_kubeconfig = await queued_operator_kubeconfig(kube, cluster)
     operator = OperatorProcess(
-        cluster.kubeconfig, workdir, identity="bench-kueue-nvl72", lease_seconds=60.0, log_level="WARNING",
+        operator_kubeconfig, workdir, identity="bench-kueue-nvl72", lease_seconds=60.0, log_level="WARNING",
         log_name="{identity}-{start}.log",
     )  # fmt: skip
     operator.start()

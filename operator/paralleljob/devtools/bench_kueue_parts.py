@@ -26,6 +26,7 @@ from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import NodeShape
 from paralleljob.devtools import bench_flow
 from paralleljob.devtools.bench_ceiling import ceiling
+from paralleljob.devtools.bench_identity import queued_operator_kubeconfig
 from paralleljob.devtools.bench_kueue import NODES_PER_RACK
 from paralleljob.devtools.bench_kueue_repair import repair
 from paralleljob.devtools.flow_report import against_ceiling, capacity_floor_s, progress_table
@@ -71,7 +72,8 @@ async def queues(kube: Kube, count: int, gpus: int, with_kueue: bool = True) -> 
 async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-kueue-flow-"))
     kube = await Kube.connect(str(cluster.kubeconfig), concurrency=max(48, args.ceiling_concurrency, args.creators))
-    operator = OperatorProcess(cluster.kubeconfig, workdir, identity="bench-kueue-flow", log_level="WARNING",
+    operator_kubeconfig = await queued_operator_kubeconfig(kube, cluster)
+    operator = OperatorProcess(operator_kubeconfig, workdir, identity="bench-kueue-flow", log_level="WARNING",
                                log_name="{identity}-{start}.log",
                                extra_args=("--write-concurrency", str(args.operator_write_concurrency)))  # fmt: skip
     operator.start()
