@@ -57,11 +57,34 @@ def test_defaults_render_the_operator_and_nothing_optional(render: Render) -> No
             "RoleBinding",
             "Service",
             "Deployment",
+            "FlowSchema",
         ]
     )
     for obj in objects:
-        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding", "FlowSchema"):
             assert obj["metadata"]["namespace"] == "pj-system", obj["kind"]
+
+
+def test_lease_requests_get_the_leader_election_priority_level_and_nothing_else(render: Render) -> None:
+    flow = one(render(), "FlowSchema")
+    assert flow["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
+    spec = flow["spec"]
+    assert spec["priorityLevelConfiguration"] == {"name": "leader-election"}
+    assert spec["matchingPrecedence"] < 9000, "after service-accounts (9000) it would never match"
+    [rule] = spec["rules"]
+    assert rule["subjects"] == [
+        {"kind": "ServiceAccount", "serviceAccount": {"name": "pj-paralleljob", "namespace": "pj-system"}}
+    ]
+    assert rule["resourceRules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "namespaces": ["pj-system"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
+    assert "nonResourceRules" not in rule
+    assert not by_kind(render("operator.leaderElection.flowSchema=false"), "FlowSchema")
 
 
 VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"

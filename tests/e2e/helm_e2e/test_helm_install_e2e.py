@@ -25,12 +25,19 @@ from helmhelpers import (
     service_account_kubeconfig,
     service_link_env,
 )
-from kubernetes_asyncio.client import ApiClient, AppsV1Api, CustomObjectsApi, RbacAuthorizationV1Api
+from kubernetes_asyncio.client import (
+    ApiClient,
+    AppsV1Api,
+    CustomObjectsApi,
+    FlowcontrolApiserverV1Api,
+    RbacAuthorizationV1Api,
+)
 from kubernetes_asyncio.client.exceptions import ApiException
 from pjhelpers import Jobs, assert_gang_on_record, assert_no_gpu_used_twice, jobs_in
 
 from paralleljob.devcluster.session import KubeSession
 from paralleljob.devtools.browser import DashboardProcess
+from paralleljob.devtools.requestmix import apiserver_metrics, counter_by
 from paralleljob.k8s.edge.constants import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.e2e
@@ -96,6 +103,12 @@ def test_operator_with_the_charts_service_account_places_and_repairs(
     # The leader-election Lease lives in the release's namespace, held by the chart's operator.
     lease = kube_lease(chaos, release)
     assert lease["holderIdentity"] == IDENTITY
+    # ... and API Priority and Fairness put its Lease requests in the chart's FlowSchema, at leader-election.
+    dispatched = counter_by(
+        apiserver_metrics(release.admin_kubeconfig), "apiserver_flowcontrol_dispatched_requests",
+        ("flow_schema", "priority_level"),
+    )  # fmt: skip
+    assert dispatched.get((f"{SERVICE_ACCOUNT}-leader-election", "leader-election"), 0) > 0, dispatched
     logs = chart_operator.all_logs().lower()
     # ApiError logs as "HTTP 403: ..." (a bare " 403" also matched the debug line of reconcile pass 403)
     assert "forbidden" not in logs and "http 403" not in logs, chart_operator.log_tail()
@@ -286,6 +299,7 @@ def test_uninstall_removes_everything_but_the_crds(
     rbac: Any = RbacAuthorizationV1Api(kube.api)
     apps: Any = AppsV1Api(kube.api)
     custom: Any = CustomObjectsApi(kube.api)
+    flowcontrol: Any = FlowcontrolApiserverV1Api(kube.api)
     gone = {
         "serviceaccount": kube.core.read_namespaced_service_account(SERVICE_ACCOUNT, release.namespace),
         "deployment": apps.read_namespaced_deployment(SERVICE_ACCOUNT, release.namespace),
@@ -299,6 +313,7 @@ def test_uninstall_removes_everything_but_the_crds(
         "web view deployment": apps.read_namespaced_deployment(WEB_ACCOUNT, release.namespace),
         "web view service": kube.core.read_namespaced_service(WEB_ACCOUNT, release.namespace),
         "web view clusterrole": rbac.read_cluster_role(WEB_ACCOUNT),
+        "flowschema": flowcontrol.read_flow_schema(f"{SERVICE_ACCOUNT}-leader-election"),
     }
     assert {what: _status(kube, call) for what, call in gone.items()} == dict.fromkeys(gone, 404)
     # CRDs came from the chart's crds/ folder: Helm never deletes those (nor, with them, every ParallelJob).
