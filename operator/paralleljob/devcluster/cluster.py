@@ -104,6 +104,7 @@ def up(
     real_node_gpus: int = 8,
     nvl72_racks: int = 0,
     kueue_qps: int = 0,
+    pod_gc_threshold: int = 0,
 ) -> DevCluster:
     """Start the cluster; ``die_with_caller`` makes its processes die with this Python process (tests);
     ``controllers`` names optional controllers to run as well (``ADDONS``: ``jobset``, ``kueue``; Kueue brings
@@ -115,7 +116,8 @@ def up(
     2.x and CDI when the shape's ``gpu_api`` is ``dra`` (:mod:`paralleljob.devcluster.dranode`), and a
     kube-scheduler of their own unless the gang-gated one runs; ``nvl72_racks`` GB200 NVL72 racks of 18 trays
     join as well, with the ComputeDomain CRD and a stand-in for its controller (:mod:`paralleljob.devcluster.nvl72`);
-    ``kueue_qps`` > 0 sets Kueue's API client limit (QPS, burst twice that) instead of its shipped 50/100."""
+    ``kueue_qps`` > 0 sets Kueue's API client limit (QPS, burst twice that) instead of its shipped 50/100;
+    ``pod_gc_threshold`` > 0 runs kube-controller-manager's pod GC, keeping that many terminated pods."""
     gang_api = gang_api or kube_scheduler
     shape = shape or NodeShape()
     unknown = sorted(set(controllers) - set(ADDONS))
@@ -216,6 +218,7 @@ def up(
                     *(dra.CONTROLLER_MANAGER_ARGS if dra_mode else ()),
                     *(gangapi.controller_manager_args(kubeline.selected()) if gang_api else ()),
                     *(realnodes.CONTROLLER_MANAGER_ARGS if real_nodes else ()),
+                    *(controllermanager.pod_gc_args(pod_gc_threshold) if pod_gc_threshold > 0 else ()),
                     *((f"--root-ca-file={pki.ca_cert}",) if real_nodes else ()),  # kube-root-ca.crt in pods
                 ),
             )

@@ -28,6 +28,14 @@ CONTROLLERS = (
     "device-taint-eviction-controller",  # DRA: NoExecute device taints evict pods (gate DRADeviceTaints)
 )
 
+
+def pod_gc_args(threshold: int) -> tuple[str, ...]:
+    """Flags that add the pod GC, deleting the oldest terminated pods beyond ``threshold`` (a real cluster's
+    default is 12,500) every 20 s, and pods of nodes that no longer exist after 40 s. A second
+    ``--controllers`` adds to the list (it is a string slice). Off unless asked for: see docs/devcluster.md."""
+    return ("--controllers=pod-garbage-collector-controller", f"--terminated-pod-gc-threshold={threshold}")
+
+
 # The defaults (20 / 30) would pace the garbage collector and the namespace controller at 20 deletes a
 # second per controller; tests tear down hundreds of pods, and nothing else shares this API server.
 CLIENT_QPS, CLIENT_BURST = 200, 400
