@@ -95,6 +95,20 @@ def _completed_and_queued() -> Iterator[dict[str, Any]]:
     yield from rec.written
 
 
+def _one_worker_finished_first() -> Iterator[dict[str, Any]]:
+    """A worker exits 0 while the other runs (``succeededPods``), then the other, and the job completes."""
+    rec = Recorder(FakeCluster([node("n0"), node("n1")]))
+    rec.fc.add_job(paralleljob("a", 8, 2, 1, created=at(0)))
+    for second in range(3):
+        rec.step(at(second))
+    first, second_pod = rec.fc.job_pods("ns/a")
+    first["status"]["phase"] = "Succeeded"
+    rec.step(at(3))
+    second_pod["status"]["phase"] = "Succeeded"
+    rec.step(at(4))
+    yield from rec.written
+
+
 def _repaired_then_migrated() -> Iterator[dict[str, Any]]:
     """A repair that splits a stage over two nodes, a proposal to move back, the move at a checkpoint."""
     fc = FakeCluster([node(n, leaf="leaf-00") for n in ("a", "b", "c", "d")])
@@ -236,6 +250,7 @@ def _on_mps_shares() -> Iterator[dict[str, Any]]:
 
 SCENARIOS = (
     _completed_and_queued,
+    _one_worker_finished_first,
     _repaired_then_migrated,
     _preempted,
     _gave_up_and_requeued,

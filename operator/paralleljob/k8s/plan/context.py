@@ -93,3 +93,5 @@ class HeldJob:
     request: JobRequest
     record: PlacementRecord
     pods: Sequence[PodInfo]
+    # its ranks that exited 0 (pod name -> slot incarnation, ``plan/pods/finished``): never re-created or moved
+    finished: Mapping[str, int] = field(default_factory=dict)

@@ -334,6 +334,7 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, 
                     resized_this_pass=actions.draft.data.get("placement") != job.status.raw.get("placement"),
                     preemptible=job.request.preemptible,
                 )
+                and not actions.draft.data.get("succeededPods")  # ending: its finished ranks stay as they are
             ):
                 ctx.shrinkable[job.key] = HeldJob(actions, job, job.request, job.record, book.pods_of(job))
     return line

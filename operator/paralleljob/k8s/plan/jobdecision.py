@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.k8s.edge.parse.pods import PodInfo
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
+from paralleljob.k8s.edge.status.records import PlacementRecord
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.draining import off_drained
@@ -23,7 +24,7 @@ from paralleljob.k8s.plan.kinds.base import Gang
 from paralleljob.k8s.plan.kinds.gangs import gang_of
 from paralleljob.k8s.plan.moves.preempting import continue_preemption
 from paralleljob.k8s.plan.moves.reoptimizing import reconsider
-from paralleljob.k8s.plan.pods.podsync import delete_all
+from paralleljob.k8s.plan.pods.podsync import delete_all, finished_ranks
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -76,6 +77,15 @@ def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo
     draft.set(placement=None, communicationCost=None, nodes=None, queuedAt=now)
     actions.note("Warning", "RolledBack", why)
     delete_all(actions, pods, view.nodes, "gang rolled back")
+
+
+def _finished(draft: StatusDraft, job: JobObject, record: PlacementRecord, pods: Sequence[PodInfo]) -> dict[str, int]:
+    """The job's finished ranks (``podsync.finished_ranks``), written down as soon as one is seen: its pod may
+    be deleted at any time after it ends (the pod GC), and only the status remembers it then."""
+    finished = finished_ranks(record, pods, job.uid, job.status.succeeded_pods)
+    if finished != job.status.succeeded_pods:
+        draft.set(succeededPods=finished or None)
+    return finished
 
 
 def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[JobObject, JobRequest] | None:
@@ -135,17 +145,20 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
         return None
     if continue_preemption(actions, pods, view.nodes, ctx.jobs, now, now_s):
         return None  # its GPUs stay held in this pass's view: its pods are still going away
-    held = HeldJob(actions, job, request, record, pods)
-    seen = gang.kind.observe(record, pods, job.uid)
+    finished = _finished(draft, job, record, pods) if gang.kind.renders_pods else {}
+    held = HeldJob(actions, job, request, record, pods, finished)
+    seen = gang.kind.observe(record, pods, job.uid, finished)
     if gang.kind.owner_gone(ctx, actions, pods) or gang.layout.failure(ctx, held, seen, gang):
         return None
     names = {
         s.name: p.name for s, (_, p) in zip(record.pod_slots, slot_pods(record, pods), strict=True) if p is not None
     }
-    if drained := off_drained(ctx, held, names):
+    # A job some of whose ranks have finished is ending: it is not moved for a drain, a better placement or
+    # a size (each re-creates pods, and a finished rank's would run its training again).
+    if not finished and (drained := off_drained(ctx, held, names)):
         gang.layout.move(ctx, held, drained, gang)
         return None
-    if seen.bound == seen.total and gang.kind.renders_pods:  # another controller's pods are not moved
+    if seen.bound == seen.total and gang.kind.renders_pods and not finished:  # nor another controller's pods
         node_filter = eligibility.filter_for(job.key, request.spec)
         migrated = reconsider(ctx, held, node_filter)
         if migrated is not None:
@@ -166,9 +179,9 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
             actions.recovery_done = True
         if seen.succeeded == seen.total and draft.phase is Phase.RUNNING:
             draft.apply(Event.COMPLETED, "Completed", f"all {seen.total} workers succeeded", now)
-            draft.set(completionTime=now)
+            draft.set(completionTime=now, succeededPods=None)  # all of them: the list has served its purpose
             actions.note("Normal", "Completed", f"all {seen.total} workers succeeded")
             view.state.release(job.key)
-        elif draft.phase is Phase.RUNNING and (resized := gang.sizing.resize(ctx, held)) is not None:
+        elif draft.phase is Phase.RUNNING and not finished and (resized := gang.sizing.resize(ctx, held)) is not None:
             gang.kind.sync(ctx, held, resized)
     return None

@@ -26,6 +26,9 @@ class JobStatus:
     queued_at: str = ""  # when it (re)entered the queue; "" if never written (JobObject.queued_at: its creation)
     start_time: str = ""  # when it last started running; "" if it never has
     conditions: tuple[Mapping[str, Any], ...] = ()
+    # pod name -> the incarnation of its slot that exited 0 (status.succeededPods): a finished rank is not run
+    # again when its pod is gone (plan/pods/finished.py)
+    succeeded_pods: Mapping[str, int] = field(default_factory=dict)
 
     def condition(self, kind: str) -> Mapping[str, Any]:
         """The condition of type ``kind``; an empty mapping when there is none."""
@@ -62,4 +65,13 @@ def parse_status(status: object, record_epoch: int | None) -> JobStatus:
         queued_at=str(raw.get("queuedAt") or ""),
         start_time=str(raw.get("startTime") or ""),
         conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),
+        succeeded_pods=_incarnations(raw.get("succeededPods")),
     )
+
+
+def _incarnations(value: object) -> dict[str, int]:
+    """``status.succeededPods``; an entry that is not name -> count is dropped (it is only ever ours)."""
+    if not isinstance(value, Mapping):
+        return {}
+    counts = {str(name): _count(n) for name, n in value.items()}
+    return {name: n for name, n in counts.items() if n is not None}

@@ -34,6 +34,7 @@ from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot, cost_t
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.breakage import Breakage
 from paralleljob.k8s.plan.failure.outcomes import open_failure, record_failure, rescheduled, unrepaired
+from paralleljob.k8s.plan.pods.podsync import is_finished
 from paralleljob.k8s.view.clusterview import ClusterView
 
 if TYPE_CHECKING:
@@ -46,13 +47,16 @@ def detect(
     record: PlacementRecord,
     failed: Sequence[PodInfo],
     pod_names: Mapping[str, str] | None = None,
+    finished: Mapping[str, int] | None = None,
 ) -> Breakage | None:
     """What broke under ``job``; ``pod_names``: slot name -> the pod that holds it, where the pods are not
-    named after their slots (a pod group's)."""
+    named after their slots (a pod group's); ``finished``: its ranks that exited 0, whose hardware no longer
+    matters (a node scaled down once its pod finished is not a failure of the job)."""
     names_of = pod_names or {}
     if job.key in view.conflicts:
         return Breakage(FailureKind.PLACEMENT_LOST, tuple(range(len(record.slots))), (), (), view.conflicts[job.key])
-    broken = [g for g, slot in enumerate(record.slots) if view.broken_gpus(slot)]
+    done = finished or {}
+    broken = [g for g, slot in enumerate(record.slots) if not is_finished(slot, done) and view.broken_gpus(slot)]
     if broken:
         by_cause: dict[str, list[str]] = {}
         nodes: list[str] = []

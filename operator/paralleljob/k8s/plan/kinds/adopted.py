@@ -47,8 +47,10 @@ class AdoptedGroup:
     def claims_ready(self, ctx: PassContext, actions: JobActions, job: JobObject) -> bool:
         return True  # an adopted group's pods bring no claims of their own to wait for
 
-    def observe(self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> SyncResult:
-        return observe_group(record, pods)
+    def observe(
+        self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, finished: Mapping[str, int]
+    ) -> SyncResult:
+        return observe_group(record, pods)  # its controller keeps count of its finished pods (a Job's finalizer)
 
     def owner_gone(self, ctx: PassContext, actions: JobActions, pods: Sequence[PodInfo]) -> bool:
         draft = actions.draft

@@ -45,8 +45,11 @@ class GangKind(Protocol):
         """What a queued job hands to admission this pass (None: it waits, and ``actions`` says why)."""
         ...
 
-    def observe(self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> SyncResult:
-        """How many of the record's pods are bound, succeeded or failed."""
+    def observe(
+        self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, finished: Mapping[str, int]
+    ) -> SyncResult:
+        """How many of the record's pods are bound, succeeded or failed (``finished``: the ranks the job's
+        status says exited 0, ``podsync.finished_ranks``)."""
         ...
 
     def owner_gone(self, ctx: PassContext, actions: JobActions, pods: Sequence[PodInfo]) -> bool:

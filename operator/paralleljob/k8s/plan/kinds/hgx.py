@@ -27,7 +27,7 @@ class HgxNodes:
 
     def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
         names = gang.kind.pod_names(held.record, held.pods)
-        breakage = detect(ctx.view, held.job, held.record, seen.failed, names)
+        breakage = detect(ctx.view, held.job, held.record, seen.failed, names, held.finished)
         if breakage is None or (held.actions.draft.phase is Phase.PLACING and not breakage.hardware):
             return False  # a worker cannot fail before the gang runs
         self.move(ctx, held, breakage, gang)

@@ -36,7 +36,8 @@ class MigSlices:
     def breakage(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> Breakage | None:
         names = gang.kind.pod_names(held.record, held.pods)
         broken = pool_breakage(ctx.view, held.record) if held.record.pooled else None
-        return broken or detect(ctx.view, held.job, held.record, seen.failed, names) or _unpublished(ctx, held)
+        found = detect(ctx.view, held.job, held.record, seen.failed, names, held.finished)
+        return broken or found or _unpublished(ctx, held)
 
     def repair(self, ctx: PassContext, held: HeldJob, breakage: Breakage, gang: Gang) -> PlacementRecord | None:
         return repair_slices(ctx, held, breakage, gang.kind)

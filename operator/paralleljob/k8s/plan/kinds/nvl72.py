@@ -30,7 +30,7 @@ class Nvl72Trays:
     name = "NVL72 trays"
 
     def failure(self, ctx: PassContext, held: HeldJob, seen: SyncResult, gang: Gang) -> bool:
-        broken = broken_trays(ctx.view, held.record)
+        broken = broken_trays(ctx.view, held.record, held.finished)
         if broken is not None:
             self.move(ctx, held, broken, gang)
             return True

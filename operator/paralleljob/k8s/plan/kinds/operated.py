@@ -27,8 +27,10 @@ class ParallelJobPods:
         delete_all(actions, pods, ctx.view.nodes, "leftover of an earlier placement")
         return job.request
 
-    def observe(self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> SyncResult:
-        return observe(record, pods, job_uid)
+    def observe(
+        self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, finished: Mapping[str, int]
+    ) -> SyncResult:
+        return observe(record, pods, job_uid, finished)
 
     def owner_gone(self, ctx: PassContext, actions: JobActions, pods: Sequence[PodInfo]) -> bool:
         return False  # the job owns its pods: a missing one is re-created
@@ -37,7 +39,9 @@ class ParallelJobPods:
         return None  # each pod is named after its slot
 
     def sync(self, ctx: PassContext, held: HeldJob, record: PlacementRecord) -> None:
-        sync_pods(held.actions, held.job, held.request, record, held.pods, ctx.view.nodes, ctx.gpu_holders)
+        sync_pods(
+            held.actions, held.job, held.request, record, held.pods, ctx.view.nodes, ctx.gpu_holders, held.finished
+        )
 
     def repaired(self, record: PlacementRecord, moved: Sequence[PodSlot], strategy: str, maintenance: bool) -> str:
         what = "moved off the drained GPUs" if maintenance else f"{strategy} repair"

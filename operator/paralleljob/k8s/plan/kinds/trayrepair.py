@@ -19,7 +19,7 @@ whose channel template its pods name, and its pods are the owner's to replace (`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from paralleljob.core.cluster import Allocation, GPUHealth
@@ -49,7 +49,7 @@ from paralleljob.k8s.plan.failure.breakage import Breakage
 from paralleljob.k8s.plan.failure.outcomes import open_failure, rescheduled, unrepaired
 from paralleljob.k8s.plan.groups.traygroups import clique_trays
 from paralleljob.k8s.plan.kinds.base import Gang
-from paralleljob.k8s.plan.pods.podsync import delete_all
+from paralleljob.k8s.plan.pods.podsync import delete_all, is_finished
 from paralleljob.k8s.view.clusterview import ClusterView
 
 _BROKEN = (GPUHealth.OFFLINE, GPUHealth.RESETTING)
@@ -64,14 +64,18 @@ class _NoCliques:
         raise PlacementInfeasible(job.job_id, ["the cluster has no NVLink clique of several trays left"])
 
 
-def broken_trays(view: ClusterView, record: PlacementRecord) -> Breakage | None:
+def broken_trays(
+    view: ClusterView, record: PlacementRecord, finished: Mapping[str, int] | None = None
+) -> Breakage | None:
     """The record's trays that can no longer run their pod (``slots``: their indices in ``record.trays``),
     typed: NODE when a tray is gone or may not run work, else GPU. Drained trays are not broken: the drain
-    step moves them (``plan/failure/draining.py``)."""
+    step moves them (``plan/failure/draining.py``); nor are those whose pod exited 0 (``finished``)."""
     hit: list[int] = []
     by_cause: dict[str, list[str]] = {}
     node_down = False
     for i, tray in enumerate(record.trays):
+        if finished and is_finished(tray, finished):
+            continue
         info = view.nodes.get(tray.node)
         ids = view.slot_gpus(tray)
         if info is None or ids is None:

@@ -271,6 +271,8 @@ def movable(ctx: PassContext, skip: Collection[str], job: JobObject) -> MovableJ
         why = "a pod group, an elastic job or one being preempted"
     elif not _unfiltered(ctx, job.key, request):
         why = "its node filter decides where it may run"
+    elif actions.draft.data.get("succeededPods"):
+        why = "some of its ranks have finished: it is ending"
     spec = replace(request.spec, job_id=job.key)
     topology = nvlink_topology(ctx.view) or ctx.view.topology
     cost = placement_cost(topology, spec, allocation.groups, cost_model(request.cost_model)).total_ms

@@ -6,6 +6,12 @@ incarnation, and sits on (or, unbound, is meant for) the slot's node. Anything e
 is stale and is deleted before the slot's pod is created again — pod names are fixed, so the old one must
 be gone first. Pods are never re-bound: a bound pod on the wrong node is deleted, never moved. A record of whole trays
 (``layout: trays``) is synced the same way, one pod per tray, after its ComputeDomains (one per clique).
+
+A rank that exited 0 is *finished* for its slot's incarnation (:func:`finished_ranks`, kept in
+``status.succeededPods``): its slot counts as done whether or not its pod still exists, and is never
+created again. Its pod can go before the job ends: kube-controller-manager's pod GC deletes the oldest
+terminated pods of a cluster over ``--terminated-pod-gc-threshold`` (12,500 by default), and a long job's
+early-finished ranks are among the oldest; a re-created rank would run its training again alone.
 """
 
 from __future__ import annotations
@@ -75,11 +81,39 @@ def delete(actions: JobActions, pod: PodInfo, nodes: Mapping[str, NodeInfo], why
         )
 
 
-def observe(record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> SyncResult:
+def is_finished(slot: PodSlot | TraySlot, finished: Mapping[str, int]) -> bool:
+    """Whether the slot's rank exited 0 in its current incarnation (a repair or move gives it a new one)."""
+    return finished.get(slot.name, -1) == slot.incarnation
+
+
+def finished_ranks(
+    record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, recorded: Mapping[str, int]
+) -> dict[str, int]:
+    """The record's finished ranks, pod name -> incarnation: those ``recorded`` in the status whose slot has
+    not been given a new incarnation since, and those whose matching pod is Succeeded now."""
+    by_name = {p.name: p for p in pods}
+    out: dict[str, int] = {}
+    for slot in record.pod_slots:
+        pod = by_name.get(slot.name)
+        if is_finished(slot, recorded) or (
+            pod is not None and pod.phase == "Succeeded" and pod.bound and matches(pod, slot, job_uid)
+        ):
+            out[slot.name] = slot.incarnation
+    return out
+
+
+def observe(
+    record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, finished: Mapping[str, int] | None = None
+) -> SyncResult:
+    """``finished``: :func:`finished_ranks` (a finished rank's slot is done, its pod there or not)."""
     by_name = {p.name: p for p in pods}
     bound = succeeded = 0
     failed = []
     for slot in record.pod_slots:
+        if finished and is_finished(slot, finished):
+            bound += 1
+            succeeded += 1
+            continue
         pod = by_name.get(slot.name)
         if pod is None or pod.deleting or not matches(pod, slot, job_uid) or not pod.bound:
             continue
@@ -91,7 +125,7 @@ def observe(record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str) -> S
     return SyncResult(bound, succeeded, tuple(failed), len(record.pod_slots))
 
 
-def sync_pods(  # params: the job, what it should be (request, record) and what is (pods, nodes, GPU holders)
+def sync_pods(  # params: the job, what it should be (request, record), what is (pods, nodes, GPU holders, finished)
     actions: JobActions,
     job: JobObject,
     request: JobRequest,
@@ -99,9 +133,11 @@ def sync_pods(  # params: the job, what it should be (request, record) and what 
     pods: Sequence[PodInfo],
     nodes: Mapping[str, NodeInfo],
     holders: Mapping[tuple[str, int], str] | None = None,
+    finished: Mapping[str, int] | None = None,
 ) -> None:
     """Append the deletes, creates and binds that move the job's pods toward ``record``. ``holders``: the
-    pass's :func:`gpu_holders` of every pod (default: of the job's own pods)."""
+    pass's :func:`gpu_holders` of every pod (default: of the job's own pods); ``finished``: the job's
+    finished ranks, whose slots are left as they are (their pod kept, or not created again)."""
     by_name = {p.name: p for p in pods}
     wanted = {slot.name for slot in record.pod_slots}
     boundary = checkpointable_boundary(record.pp)
@@ -111,6 +147,8 @@ def sync_pods(  # params: the job, what it should be (request, record) and what 
         if extra.name not in wanted:
             delete(actions, extra, nodes, "not part of the job's placement")
     for slot in record.pod_slots:
+        if finished and is_finished(slot, finished):
+            continue
         pod = by_name.get(slot.name)
         if pod is not None and pod.deleting:
             if must_force(pod, nodes):
