@@ -3,6 +3,7 @@ then on never created again (their pod deleted by the pod GC), repaired (their n
 
 from __future__ import annotations
 
+from paralleljob.clitools.describe import describe_job
 from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.edge.render import computedomain as cd
 from paralleljob.k8s.edge.status.records import record_from_status
@@ -117,3 +118,14 @@ def test_a_finished_tray_pod_whose_tray_fails_is_left_alone() -> None:
         finish(fc, tray.name)
     fc.settle()
     assert fc.phase("ns/j") == "Succeeded"
+
+
+def test_describe_shows_a_finished_rank_whose_pod_was_deleted() -> None:
+    fc = cluster(2)
+    first, second = running(fc, 8, 2, 1)
+    finish(fc, first)
+    fc.step()
+    del fc.pods[("ns", first)]
+    fc.settle()
+    described = describe_job(fc.job("ns/j"), fc.job_pods("ns/j"))
+    assert {p.name: p.pod_phase for p in described.pods} == {first: "Succeeded (pod deleted)", second: "Running"}

@@ -186,6 +186,11 @@ def _group_lines(
     return sorted(lines, key=lambda line: line.node_rank)
 
 
+def _finished_phase(finished: Mapping[str, int], item: Mapping[str, Any]) -> str:
+    """A slot with no pod whose rank the status says exited 0 (``succeededPods``): its pod was deleted after."""
+    return "Succeeded (pod deleted)" if finished.get(item["name"], -1) == item.get("incarnation", 0) else ""
+
+
 def _mig(data: object) -> str:
     """A record's ``migSlice`` as people read it: ``1g.10gb@2`` (profile at placement start), or the profile
     alone for a slice whose GPU the device plugin picks."""
@@ -228,7 +233,7 @@ def describe_job(
                     replica=held[0][0],
                     stage=held[0][1],
                     node_rank=item["nodeRank"],
-                    pod_phase=phases.get(item["name"], ""),
+                    pod_phase=phases.get(item["name"]) or _finished_phase(job.status.succeeded_pods, item),
                     groups=held,
                     clique=str(item.get("clique", "")),
                     devices=devices.get(item["name"], NONE).devices,
