@@ -393,6 +393,13 @@ def register(subparsers: Any) -> None:
         help="kueue parts: Kueue's API client limit (burst twice that); default 0: its shipped 50/100",
     )
     parser.add_argument(
+        "--pod-gc-threshold",
+        type=int,
+        default=0,
+        help="kueue parts: run kube-controller-manager's pod GC keeping this many terminated pods (a real"
+        " cluster's default is 12500); default 0: no pod GC, every finished pod stays",
+    )
+    parser.add_argument(
         "--flow-race",
         type=float,
         default=0.0,

@@ -164,7 +164,10 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
     started = time.monotonic()
     kueue_qps = args.kueue_qps
     controllers = controllers_needed(parts, args.flow_sides)
-    cluster = up(name, shape, die_with_caller=True, controllers=controllers, kueue_qps=kueue_qps)
+    cluster = up(
+        name, shape, die_with_caller=True, controllers=controllers, kueue_qps=kueue_qps,
+        pod_gc_threshold=args.pod_gc_threshold,
+    )  # fmt: skip
     up_s = round(time.monotonic() - started, 1)
     try:
         result = asyncio.run(measure(cluster, args, parts))
@@ -172,6 +175,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         down(name)
     result["cluster_up_s"] = up_s
     result["kueue_client"] = {"qps": kueue_qps, "burst": 2 * kueue_qps} if kueue_qps else "shipped (50/100)"
+    result["pod_gc_threshold"] = args.pod_gc_threshold  # 0: no pod GC
     result["command"] = (
         f"paralleljob bench kueue --kueue-parts {','.join(sorted(parts))} --kueue-nodes {args.kueue_nodes}"
         f" --ceiling-pods {args.ceiling_pods} --ceiling-concurrency {args.ceiling_concurrency}"
@@ -180,6 +184,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         f" {args.repair_samples} --flow-first {args.flow_first} --flow-sides {args.flow_sides}"
         f" --drain-timeout {args.drain_timeout:g} --seed {args.seed}"
         + (f" --kueue-qps {kueue_qps}" if kueue_qps else "")
+        + (f" --pod-gc-threshold {args.pod_gc_threshold}" if args.pod_gc_threshold else "")
         + (f" --flow-race {args.flow_race:g}" if args.flow_race else "")
         + (
             f" --operator-write-concurrency {args.operator_write_concurrency}"
