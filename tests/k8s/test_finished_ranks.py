@@ -3,13 +3,30 @@ then on never created again (their pod deleted by the pod GC), repaired (their n
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
 from paralleljob.clitools.describe import describe_job
+from paralleljob.clitools.gpumap import FREE, USED, build_map_and_view
+from paralleljob.dashboard.detail import job_detail
+from paralleljob.k8s.edge.config import DraConfig, TopologyConfig
+from paralleljob.k8s.edge.parse import nodes as node_parsing
+from paralleljob.k8s.edge.parse.dra import overlay_nodes, parse_slice
+from paralleljob.k8s.edge.parse.nodes import NodeInfo
 from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.edge.render import computedomain as cd
 from paralleljob.k8s.edge.status.records import record_from_status
 from paralleljob.k8s.plan.status import StatusDraft
+from tests.k8s import harness
 from tests.k8s.factories import node, paralleljob
 from tests.k8s.harness import FakeCluster
+from tests.k8s.migworld import MIG_NODE, mig_overlay
+from tests.k8s.migworld import dra_node as mig_dra_node
+from tests.k8s.test_dra import dra_node as whole_gpu_dra_node
+from tests.k8s.test_dra import gpu, resource_slice
 
 
 def cluster(n: int) -> FakeCluster:
@@ -129,3 +146,128 @@ def test_describe_shows_a_finished_rank_whose_pod_was_deleted() -> None:
     fc.settle()
     described = describe_job(fc.job("ns/j"), fc.job_pods("ns/j"))
     assert {p.name: p.pod_phase for p in described.pods} == {first: "Succeeded (pod deleted)", second: "Running"}
+
+
+def test_a_finished_slice_rank_whose_gpu_breaks_is_no_failure_and_is_not_run_again() -> None:
+    """MIG slices on a DRA node: seven 1g.10gb slices fill the first GPU, the eighth rank takes the second."""
+    with mig_overlay():
+        fc = FakeCluster([mig_dra_node(MIG_NODE)])
+        sharing = {"gpuSharing": {"migProfile": "1g.10gb"}}
+        fc.add_job(paralleljob("j", 1, 1, 8, memory=0, max_restarts=0, extra_spec=sharing))
+        fc.settle(4)
+        assert fc.phase("ns/j") == "Running"
+        slots = fc.job("ns/j")["status"]["placement"]["pods"]
+        by_gpu: dict[int, list[str]] = {}
+        for slot in slots:
+            by_gpu.setdefault(slot["gpuIndices"][0], []).append(slot["name"])
+        (alone,) = [names[0] for names in by_gpu.values() if len(names) == 1]
+        finish(fc, alone)
+        fc.step()
+        assert alone in fc.job("ns/j")["status"]["succeededPods"]
+        gpu = next(g for g, names in by_gpu.items() if names == [alone])
+        broken = mig_dra_node(MIG_NODE, unhealthy=str(gpu))
+        fc.nodes[MIG_NODE] = broken
+        del fc.pods[("ns", alone)]
+        fc.settle()
+        status = fc.job("ns/j")["status"]
+        assert status["phase"] == "Running" and status.get("restarts", 0) == 0, status
+        assert alone not in {p["metadata"]["name"] for p in fc.job_pods("ns/j")}, "the finished rank ran again"
+        for pod in fc.job_pods("ns/j"):
+            finish(fc, pod["metadata"]["name"])
+        fc.settle()
+        assert fc.phase("ns/j") == "Succeeded"
+
+
+@contextmanager
+def whole_gpu_pools(nodes: list[str], tainted: dict[str, set[int]]) -> Iterator[None]:
+    """The harness parsing ``nodes`` as DRA nodes with eight whole GPUs each; ``tainted`` (node -> minors, a
+    dict the test may change) are published with the NoExecute taint the health agent puts on a broken GPU."""
+
+    def parse(body: dict[str, Any], config: TopologyConfig) -> NodeInfo:
+        info = node_parsing.parse_node(body, config)
+        name = info.name
+        devices = [
+            gpu(i, taints=[{"key": "paralleljob.dev/xid", "value": "79", "effect": "NoExecute"}])
+            if i in tainted.get(name, set())
+            else gpu(i)
+            for i in range(8)
+        ]
+        return overlay_nodes([info], [parse_slice(resource_slice(name, devices))], [], DraConfig(), 80.0)[0]
+
+    with mock.patch.object(harness, "parse_node", parse):
+        yield
+
+
+def test_a_finished_rank_on_a_dra_node_is_not_created_again_and_its_broken_gpu_is_no_failure() -> None:
+    names = ["dra-0", "dra-1"]
+    tainted: dict[str, set[int]] = {}
+    with whole_gpu_pools(names, tainted):
+        fc = FakeCluster([whole_gpu_dra_node(n) for n in names])
+        first, second = running(fc, 8, 2, 1, max_restarts=0)
+        gone = fc.pods[("ns", first)]["spec"]["nodeName"]
+        finish(fc, first)
+        fc.step()
+        assert first in fc.job("ns/j")["status"]["succeededPods"]
+        tainted[gone] = {0, 3}
+        fc.nodes[gone] = copy.deepcopy(fc.nodes[gone])  # a new version: the node's pool changed
+        del fc.pods[("ns", first)]
+        fc.settle()
+        status = fc.job("ns/j")["status"]
+        assert status["phase"] == "Running" and status.get("restarts", 0) == 0, status
+        assert [p["metadata"]["name"] for p in fc.job_pods("ns/j")] == [second]
+        finish(fc, second)
+        fc.settle()
+        assert fc.phase("ns/j") == "Succeeded"
+
+
+def test_an_elastic_job_with_a_finished_rank_is_neither_grown_nor_shrunk() -> None:
+    """Growing or shrinking re-creates pods, and a finished rank's would run its training again: a job some of
+    whose ranks finished is ending, so a higher-priority job waits for its GPUs instead of taking a replica."""
+    fc = FakeCluster([node(f"n{i}", leaf="leaf-0") for i in range(4)])
+    fc.add_job(paralleljob("filler", 8, 1, 1, memory=0.0))
+    fc.settle(2)
+    elastic = paralleljob("el", 8, 1, 4, memory=0.0)
+    elastic["spec"]["parallelism"].update(minData=2, maxData=4)
+    fc.add_job(elastic)
+    fc.settle(3)
+    assert fc.job("ns/el")["status"]["replicas"] == 3
+    pods = sorted(p["metadata"]["name"] for p in fc.job_pods("ns/el"))
+    finish(fc, pods[0])
+    fc.step()
+    assert pods[0] in fc.job("ns/el")["status"]["succeededPods"]
+    del fc.jobs["ns/filler"]  # room frees: no growth for an ending job
+    fc.settle(3)
+    status = fc.job("ns/el")["status"]
+    assert status["replicas"] == 3 and not any(r == "Grew" for k, r, _ in fc.events if k == "ns/el"), status
+    fc.add_job(paralleljob("urgent", 8, 1, 2, memory=0.0, priority=10))  # needs a replica of the elastic job
+    fc.settle(3)
+    assert fc.phase("ns/urgent") != "Running"
+    status = fc.job("ns/el")["status"]
+    assert status["phase"] == "Running" and status["replicas"] == 3
+    assert "lastResize" not in status.get("elastic", {})
+    assert sorted(p["metadata"]["name"] for p in fc.job_pods("ns/el")) == pods
+    for name in pods[1:]:
+        finish(fc, name)
+    fc.settle()
+    assert fc.phase("ns/el") == "Succeeded"
+    fc.settle()
+    assert fc.phase("ns/urgent") == "Running"
+
+
+def test_the_web_view_and_the_gpu_map_keep_a_finished_ranks_gpus_with_its_job_until_it_completes() -> None:
+    """Every surface reads the one view: the finished rank's GPUs stay its job's (a full restart would run it
+    there again) and its line in the web view's panel says what ``describe`` says."""
+    fc = cluster(2)
+    first, second = running(fc, 8, 2, 1)
+    finish(fc, first)
+    fc.step()
+    del fc.pods[("ns", first)]
+    fc.settle()
+    gpu_map, view = build_map_and_view(fc.nodes.values(), fc.pods.values(), fc.jobs.values())
+    assert gpu_map.totals[USED] == 16 and gpu_map.totals[FREE] == 0, gpu_map.totals
+    panel = job_detail(fc.job("ns/j"), view, fc.job_pods("ns/j"))
+    assert {p["name"]: p["pod_phase"] for p in panel["pods"]} == {first: "Succeeded (pod deleted)", second: "Running"}
+    finish(fc, second)
+    fc.settle()
+    gpu_map, _ = build_map_and_view(fc.nodes.values(), fc.pods.values(), fc.jobs.values())
+    assert gpu_map.totals[USED] == 0 and gpu_map.totals[FREE] == 16, gpu_map.totals
