@@ -21,12 +21,13 @@ from paralleljob.k8s.edge.render import computedomain as cd
 from paralleljob.k8s.edge.status.records import record_from_status
 from paralleljob.k8s.plan.status import StatusDraft
 from tests.k8s import harness
-from tests.k8s.factories import node, paralleljob
+from tests.k8s.factories import foreign_pod, node, paralleljob
 from tests.k8s.harness import FakeCluster
 from tests.k8s.migworld import MIG_NODE, mig_overlay
 from tests.k8s.migworld import dra_node as mig_dra_node
 from tests.k8s.test_dra import dra_node as whole_gpu_dra_node
 from tests.k8s.test_dra import gpu, resource_slice
+from tests.k8s.test_tray_room_moves import at, nodes_of
 
 
 def cluster(n: int) -> FakeCluster:
@@ -271,3 +272,36 @@ def test_the_web_view_and_the_gpu_map_keep_a_finished_ranks_gpus_with_its_job_un
     fc.settle()
     gpu_map, _ = build_map_and_view(fc.nodes.values(), fc.pods.values(), fc.jobs.values())
     assert gpu_map.totals[USED] == 0 and gpu_map.totals[FREE] == 16, gpu_map.totals
+
+
+def test_a_job_some_of_whose_ranks_finished_is_not_moved_to_make_room() -> None:
+    """The HGX room-move scene (``test_hgx_room_moves``) with two-rank small jobs: moving one re-creates its
+    pods, so once a rank of each has finished none is moved, and the big job waits saying why."""
+    leaves = {"n0": "leaf-0", "n1": "leaf-0", "n2": "leaf-1", "n3": "leaf-1"}
+    fc = FakeCluster([node(name, 8, leaf=leaf) for name, leaf in leaves.items()])
+    small = []
+    for i, name in enumerate(leaves):
+        for other in leaves:  # the others' GPUs taken while it is placed, so each lands on its own node
+            if other != name:
+                fc.pods[("other", f"f-{other}")] = foreign_pod(f"f-{other}", other, 8)
+        spec = {"checkpoint": {"intervalSeconds": 3600}}
+        fc.add_job(paralleljob(f"s{i}", 1, 1, 2, memory=10.0, created=at(i), extra_spec=spec))
+        for _ in range(3):
+            fc.step(at(i))
+        for other in leaves:
+            fc.pods.pop(("other", f"f-{other}"), None)
+        small.append(f"ns/s{i}")
+    assert [nodes_of(fc, k) for k in small] == [{n} for n in leaves], [fc.job(k)["status"] for k in small]
+    for key in small:
+        finish(fc, fc.job_pods(key)[0]["metadata"]["name"])
+    fc.step(at(600))
+    fc.add_job(paralleljob("big", 8, 1, 2, memory=10.0, created=at(600)))
+    for t in range(1, 8):
+        fc.step(at(600 + t))
+    assert fc.phase("ns/big") != "Running"
+    for key in small:
+        status = fc.job(key)["status"]
+        assert status["phase"] == "Running" and "lastRoomMove" not in status and nodes_of(fc, key), status
+    assert not any(reason == "MovePlanned" for _, reason, _ in fc.events)
+    answer = fc.job("ns/big")["status"]["moveCheck"]["answer"]
+    assert "ns/s0 cannot be moved: some of its ranks have finished: it is ending" in answer, answer

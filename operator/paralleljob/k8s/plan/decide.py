@@ -51,7 +51,7 @@ from paralleljob.k8s.plan.moves.roommaking import RoomMaking
 from paralleljob.k8s.plan.nodenotes import node_warnings
 from paralleljob.k8s.plan.pods.computedomains import stale_domains
 from paralleljob.k8s.plan.pods.podowners import adopted_pods, worker_pods
-from paralleljob.k8s.plan.pods.podsync import gpu_holders
+from paralleljob.k8s.plan.pods.podsync import gpu_holders, is_ending
 from paralleljob.k8s.plan.slices.admission import admit_slices, admit_with_slices, asks_for_slices, split
 from paralleljob.k8s.plan.slices.poolbook import held_at_start
 from paralleljob.k8s.plan.status import StatusDraft
@@ -334,7 +334,7 @@ def _decide_jobs(ctx: PassContext, observed: Observed, plan: Plan, book: _Book, 
                     resized_this_pass=actions.draft.data.get("placement") != job.status.raw.get("placement"),
                     preemptible=job.request.preemptible,
                 )
-                and not actions.draft.data.get("succeededPods")  # ending: its finished ranks stay as they are
+                and not is_ending(actions)
             ):
                 ctx.shrinkable[job.key] = HeldJob(actions, job, job.request, job.record, book.pods_of(job))
     return line

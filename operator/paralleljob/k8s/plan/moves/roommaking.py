@@ -73,7 +73,7 @@ from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
 from paralleljob.k8s.plan.moves.reoptimizing import relocate
 from paralleljob.k8s.plan.moves.roomasking import ASK_EVERY_S, Counted, bounds_of, worth_asking
 from paralleljob.k8s.plan.moves.roomsaying import dropped, moved_note, planned_message
-from paralleljob.k8s.plan.pods.podsync import sync_pods
+from paralleljob.k8s.plan.pods.podsync import is_ending, sync_pods
 from paralleljob.k8s.view.clusterview import ClusterView
 
 HOUR_S = 3600.0
@@ -271,7 +271,7 @@ def movable(ctx: PassContext, skip: Collection[str], job: JobObject) -> MovableJ
         why = "a pod group, an elastic job or one being preempted"
     elif not _unfiltered(ctx, job.key, request):
         why = "its node filter decides where it may run"
-    elif actions.draft.data.get("succeededPods"):
+    elif is_ending(actions):
         why = "some of its ranks have finished: it is ending"
     spec = replace(request.spec, job_id=job.key)
     topology = nvlink_topology(ctx.view) or ctx.view.topology

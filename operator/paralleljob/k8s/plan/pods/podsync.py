@@ -86,6 +86,13 @@ def is_finished(slot: PodSlot | TraySlot, finished: Mapping[str, int]) -> bool:
     return finished.get(slot.name, -1) == slot.incarnation
 
 
+def is_ending(actions: JobActions) -> bool:
+    """Whether some of the job's ranks have finished, as this pass leaves its status (``succeededPods``, which
+    ``jobdecision`` writes from ``finished_ranks`` before anything else looks): such a job is not moved, grown
+    or shrunk, since each re-creates pods and a finished rank's would run its training again."""
+    return bool(actions.draft.data.get("succeededPods"))
+
+
 def finished_ranks(
     record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, recorded: Mapping[str, int]
 ) -> dict[str, int]:
