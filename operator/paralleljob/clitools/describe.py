@@ -145,6 +145,7 @@ def _group_lines(
     pods: list[PodInfo],
     devices: Mapping[str, PodDevices],
     groups: Mapping[str, tuple[tuple[int, int], ...]],
+    finished: Mapping[str, int],
 ) -> list[PodLine]:
     lines = []
     for item in slots:
@@ -153,7 +154,8 @@ def _group_lines(
         same = [p for p in pods if p.group_rank == rank and not p.terminal]
         here = [p for p in same if p.node == node] or [p for p in same if not p.bound and not p.deleting]
         elsewhere = [p for p in same if p.bound and p.node != node]
-        shown = here[0] if here else elsewhere[0] if elsewhere else None
+        done = [p for p in pods if p.group_rank == rank and p.phase == "Succeeded" and p.node == node]
+        shown = here[0] if here else elsewhere[0] if elsewhere else done[0] if done else None
         note = ""
         if elsewhere:
             old = elsewhere[0]
@@ -164,6 +166,8 @@ def _group_lines(
         if shown is not None:
             phase = shown.phase or "Pending"
             phase += " (Terminating)" if shown.deleting else ""
+        elif finished:
+            phase = _finished_phase(finished, item)  # its owner counted it, then the pod GC took it
         name = shown.name if shown is not None else f"(no pod of node rank {rank})"
         lines.append(
             PodLine(
@@ -220,7 +224,8 @@ def describe_job(
     # a pod's (replica, stage)s from the record, whichever layout: a whole-tray pod's come from its ranks
     groups = {slot.name: record.groups_of(slot) for slot in record.pod_slots} if record is not None else {}
     if record is not None and group:
-        lines = _group_lines(record.to_status()["pods"], [parse_pod(p) for p in pods], devices, groups)
+        pods_seen = [parse_pod(p) for p in pods]
+        lines = _group_lines(record.to_status()["pods"], pods_seen, devices, groups, job.status.succeeded_pods)
     elif record is not None:
         for item in record.to_status()["pods"]:
             held = groups[item["name"]]

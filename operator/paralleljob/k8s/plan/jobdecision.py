@@ -20,11 +20,11 @@ from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.draining import off_drained
 from paralleljob.k8s.plan.groups.podgroups import slot_pods
-from paralleljob.k8s.plan.kinds.base import Gang
+from paralleljob.k8s.plan.kinds.base import Gang, GangKind
 from paralleljob.k8s.plan.kinds.gangs import gang_of
 from paralleljob.k8s.plan.moves.preempting import continue_preemption
 from paralleljob.k8s.plan.moves.reoptimizing import reconsider
-from paralleljob.k8s.plan.pods.podsync import delete_all, finished_ranks
+from paralleljob.k8s.plan.pods.podsync import delete_all
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.view.clusterview import ClusterView
 
@@ -79,10 +79,12 @@ def _requeue_lost(actions: JobActions, view: ClusterView, pods: Sequence[PodInfo
     delete_all(actions, pods, view.nodes, "gang rolled back")
 
 
-def _finished(draft: StatusDraft, job: JobObject, record: PlacementRecord, pods: Sequence[PodInfo]) -> dict[str, int]:
-    """The job's finished ranks (``podsync.finished_ranks``), written down as soon as one is seen: its pod may
+def _finished(
+    draft: StatusDraft, job: JobObject, record: PlacementRecord, pods: Sequence[PodInfo], kind: GangKind
+) -> dict[str, int]:
+    """The job's finished ranks (``GangKind.finished_ranks``), written down as soon as one is seen: its pod may
     be deleted at any time after it ends (the pod GC), and only the status remembers it then."""
-    finished = finished_ranks(record, pods, job.uid, job.status.succeeded_pods)
+    finished = kind.finished_ranks(record, pods, job.uid, job.status.succeeded_pods)
     if finished != job.status.succeeded_pods:
         draft.set(succeededPods=finished or None)
     return finished
@@ -145,7 +147,7 @@ def decide_job(ctx: PassContext, actions: JobActions, job: JobObject) -> tuple[J
         return None
     if continue_preemption(actions, pods, view.nodes, ctx.jobs, now, now_s):
         return None  # its GPUs stay held in this pass's view: its pods are still going away
-    finished = _finished(draft, job, record, pods) if gang.kind.renders_pods else {}
+    finished = _finished(draft, job, record, pods, gang.kind)
     held = HeldJob(actions, job, request, record, pods, finished)
     seen = gang.kind.observe(record, pods, job.uid, finished)
     if gang.kind.owner_gone(ctx, actions, pods) or gang.layout.failure(ctx, held, seen, gang):

@@ -49,7 +49,6 @@ from paralleljob.k8s.edge.status.records import MalformedRecord, PlacementRecord
 from paralleljob.k8s.plan.actions import JobActions, PodAnnotate, PodBind, added
 from paralleljob.k8s.plan.groups.groupclaims import WAITING_FOR_CLAIM, and_terms, claim_terms, claim_wait
 from paralleljob.k8s.plan.groups.traygroups import expected_pods, group_domains, slot_rank, tray_problems, tray_width
-from paralleljob.k8s.plan.pods.podsync import SyncResult
 
 DEFAULT_TIMEOUT_S = 60.0
 READY_CONDITION = "PodGroupReady"
@@ -329,17 +328,6 @@ def slot_pods(record: PlacementRecord, pods: Sequence[PodInfo]) -> list[tuple[in
         rank = slot_rank(record, slot)
         out.append((rank, by_rank.get(rank)))
     return out
-
-
-def observe_group(record: PlacementRecord, pods: Sequence[PodInfo]) -> SyncResult:
-    """How many slots hold their pod. A failed pod is its owner's to replace, never a failure here."""
-    bound = succeeded = 0
-    for slot, (_, pod) in zip(record.pod_slots, slot_pods(record, pods), strict=True):
-        if pod is None or pod.node != slot.node or pod.gpu_indices != slot.gpu_indices:
-            continue
-        bound += 1
-        succeeded += pod.phase == "Succeeded"
-    return SyncResult(bound, succeeded, (), len(record.pod_slots))
 
 
 def stuck_pods(

@@ -22,7 +22,8 @@ from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.groups.podgroups import finish_group, hold_until_complete, live_pods, observe_group, slot_pods
+from paralleljob.k8s.plan.groups.groupranks import finished_group_ranks, observe_group
+from paralleljob.k8s.plan.groups.podgroups import finish_group, hold_until_complete, live_pods, slot_pods
 from paralleljob.k8s.plan.groups.traygroups import tray_width
 from paralleljob.k8s.plan.pods.podsync import SyncResult
 
@@ -47,10 +48,15 @@ class AdoptedGroup:
     def claims_ready(self, ctx: PassContext, actions: JobActions, job: JobObject) -> bool:
         return True  # an adopted group's pods bring no claims of their own to wait for
 
+    def finished_ranks(
+        self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, recorded: Mapping[str, int]
+    ) -> dict[str, int]:
+        return finished_group_ranks(record, pods, recorded)
+
     def observe(
         self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, finished: Mapping[str, int]
     ) -> SyncResult:
-        return observe_group(record, pods)  # its controller keeps count of its finished pods (a Job's finalizer)
+        return observe_group(record, [pod for _, pod in slot_pods(record, pods)], finished)
 
     def owner_gone(self, ctx: PassContext, actions: JobActions, pods: Sequence[PodInfo]) -> bool:
         draft = actions.draft

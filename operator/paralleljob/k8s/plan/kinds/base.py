@@ -45,6 +45,13 @@ class GangKind(Protocol):
         """What a queued job hands to admission this pass (None: it waits, and ``actions`` says why)."""
         ...
 
+    def finished_ranks(
+        self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, recorded: Mapping[str, int]
+    ) -> dict[str, int]:
+        """The record's ranks that exited 0, slot name -> incarnation: ``recorded`` (the status's
+        ``succeededPods``) where the slot kept its incarnation, and those whose pod is Succeeded now."""
+        ...
+
     def observe(
         self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, finished: Mapping[str, int]
     ) -> SyncResult:

@@ -14,7 +14,7 @@ from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
 from paralleljob.k8s.plan.actions import JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
-from paralleljob.k8s.plan.pods.podsync import SyncResult, delete_all, observe, sync_pods
+from paralleljob.k8s.plan.pods.podsync import SyncResult, delete_all, finished_ranks, observe, sync_pods
 
 
 class ParallelJobPods:
@@ -26,6 +26,11 @@ class ParallelJobPods:
     ) -> JobRequest | None:
         delete_all(actions, pods, ctx.view.nodes, "leftover of an earlier placement")
         return job.request
+
+    def finished_ranks(
+        self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, recorded: Mapping[str, int]
+    ) -> dict[str, int]:
+        return finished_ranks(record, pods, job_uid, recorded)
 
     def observe(
         self, record: PlacementRecord, pods: Sequence[PodInfo], job_uid: str, finished: Mapping[str, int]
