@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from paralleljob.k8s.edge.constants import COMPLETION_INDEX_KEY
 from paralleljob.k8s.edge.render import computedomain as cd
 from paralleljob.k8s.edge.status.records import record_from_status
 from tests.k8s.factories import node
@@ -73,3 +74,26 @@ def test_a_group_of_whole_tray_pods_without_the_channel_claim_is_refused_with_th
     ready = next(c for c in status["conditions"] if c["type"] == "PodGroupReady")
     assert ready["reason"] == "InvalidPodGroup"
     assert "resourceClaimTemplateName: llm-nvlink-channel" in ready["message"], ready["message"]
+
+
+def test_a_tray_pod_of_a_group_that_finished_and_was_collected_is_done_and_its_tray_failing_moves_nothing() -> None:
+    fc = cluster([tray_pod(i) for i in range(4)])
+    for _ in range(4):
+        fc.step()
+    assert fc.phase("ns/llm") == "Running"
+    record = record_from_status(fc.job("ns/llm")["status"])
+    assert record is not None
+    early = next(k for k, p in fc.pods.items() if p["metadata"]["annotations"][COMPLETION_INDEX_KEY] == "0")
+    fc.pods[early]["status"]["phase"] = "Succeeded"
+    fc.step()
+    assert len(fc.job("ns/llm")["status"]["succeededPods"]) == 1
+    tray = fc.pods.pop(early)["spec"]["nodeName"]  # the pod GC; then the tray it ran on fails
+    fc.nodes[tray]["status"]["conditions"][0]["status"] = "False"
+    fc.settle()
+    status = fc.job("ns/llm")["status"]
+    assert status["phase"] == "Running" and status.get("restarts", 0) == 0, status
+    assert record_from_status(status) == record, "nothing moved"
+    for key in list(fc.pods):
+        fc.pods[key]["status"]["phase"] = "Succeeded"
+    fc.settle()
+    assert (fc.phase("ns/llm"), fc.job("ns/llm")["status"]["message"]) == ("Succeeded", "all 4 workers succeeded")
