@@ -1,7 +1,8 @@
 """Ranks that finish before the rest of their job: their pods may be deleted (kube-controller-manager's pod GC
 deletes the oldest terminated pods once a cluster holds more than ``--terminated-pod-gc-threshold``, 12,500
 by default, and a long job's early-finished ranks are among the oldest), and a finished rank must not run
-again, nor stop its job from completing.
+again, nor stop its job from completing: a ParallelJob's own workers, and an Indexed Job's pods adopted as a
+pod group (the real Job controller counts the finished index and makes no new pod for it).
 
 The module runs on a cluster of its own with the real pod GC on, keeping a single terminated pod.
 """
@@ -9,14 +10,18 @@ The module runs on a cluster of its own with the real pod GC on, keeping a singl
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from gangapi import own_cluster
+from kubernetes_asyncio.client import BatchV1Api
 from pjhelpers import Jobs, wait_for
+from tests.e2e.surfaces import pod_group_job
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
 from paralleljob.devcluster.session import KubeSession
+from paralleljob.k8s.edge.constants import COMPLETION_INDEX_KEY, POD_GROUP_LABEL
 
 pytestmark = pytest.mark.e2e
 
@@ -42,8 +47,9 @@ def finish(pjs: Jobs, pod_name: str) -> None:
 
 
 def phase(pjs: Jobs, pod_name: str) -> str:
-    pods = {p.metadata.name: p for p in pjs.pods()}
-    return str(pods[pod_name].status.phase) if pod_name in pods else "gone"
+    """The pod's phase, any pod of the namespace (a pod group's carry no ParallelJob label); "gone" once deleted."""
+    listed = pjs.kube.run(pjs.kube.core.list_namespaced_pod(pjs.namespace, field_selector=f"metadata.name={pod_name}"))
+    return str(listed.items[0].status.phase) if listed.items else "gone"
 
 
 def finished_elsewhere(pjs: Jobs, node: str) -> None:
@@ -89,3 +95,39 @@ def test_a_finished_rank_deleted_by_hand_does_not_run_again(pjs: Jobs) -> None:
     status = pjs.wait_phase("by-hand", "Succeeded")
     assert status["message"] == "all 2 workers succeeded", status
     assert first not in {p.metadata.name for p in pjs.pods("by-hand")}, "the finished rank was created again"
+
+
+def test_a_pod_group_completes_after_the_pod_gc_took_its_early_finished_pod(pjs: Jobs) -> None:
+    """Before ``succeededPods`` covered pod groups, the adopting job stayed Running, holding its GPUs, once
+    the finished index's pod was collected: the Job controller never makes that index again."""
+    kube, ns, group = pjs.kube, pjs.namespace, "grouped"
+    batch: Any = BatchV1Api(kube.api)
+    kube.run(batch.create_namespaced_job(ns, pod_group_job(group, 4, 1, 2)))
+
+    def group_pods() -> dict[int, Any]:
+        listed = kube.run(kube.core.list_namespaced_pod(ns, label_selector=f"{POD_GROUP_LABEL}={group}"))
+        live = (p for p in listed.items if not p.metadata.deletion_timestamp)
+        return {int(p.metadata.annotations[COMPLETION_INDEX_KEY]): p for p in live}
+
+    pjs.wait_phase(group, "Running")
+    wait_for("both indices bound", lambda: [bool(p.spec.node_name) for p in group_pods().values()] == [True] * 2)
+    early = group_pods()[0]
+    finish(pjs, early.metadata.name)
+    wait_for("the index in status.succeededPods", lambda: len(pjs.status(group).get("succeededPods") or {}) == 1)
+    finished_elsewhere(pjs, early.spec.node_name)
+    wait_for(f"the pod GC deleting {early.metadata.name}", lambda: phase(pjs, early.metadata.name) == "gone", 120)
+    # the newer finished pod goes too, so that the last index's pod is not the oldest terminated one when it ends
+    pjs.kube.run(pjs.kube.core.delete_namespaced_pod("zz-elsewhere", ns, grace_period_seconds=0))
+    wait_for("zz-elsewhere gone", lambda: phase(pjs, "zz-elsewhere") == "gone")
+    assert pjs.status(group)["phase"] == "Running"
+    assert sorted(group_pods()) == [1], "the Job controller made no new pod for the finished index"
+    finish(pjs, group_pods()[1].metadata.name)
+    status = pjs.wait_phase(group, "Succeeded")
+    assert status["message"] == "all 2 workers succeeded", status
+    # and the Job controller agrees: both indices succeeded, each once
+    def job_counted() -> Any:
+        job = kube.run(batch.read_namespaced_job(group, ns))
+        return job if job.status.succeeded == 2 else None
+
+    job = wait_for("the Job counting both indices", job_counted)
+    assert job.status.completed_indexes == "0,1" and not job.status.failed, job.status
