@@ -100,6 +100,8 @@ def test_map_is_live_shows_ranks_and_a_node_going_down(
     assert {level["level"] for level in detail["levels"]}, "a 16-GPU job on 8-GPU nodes moves bytes between nodes"
     assert len(detail["pods"]) == 4 and {p["stage"] for p in detail["pods"]} == {0, 1}
     assert "lower bound" in browser.js("return document.getElementById('detail').innerText")
+    phases = browser.js("return [...document.querySelectorAll('#ranks tr')].map(r => r.cells[4].textContent)")
+    assert phases == [p["pod_phase"] for p in detail["pods"]] == ["Running"] * 4, phases
     # its stages in colours of their own (not shades of one blue), named in the panel's legend
     legend = browser.js("return [...document.querySelectorAll('#ranklegend .key')].map(e => e.textContent)")
     assert legend == ["PP 0", "PP 1"]

@@ -251,12 +251,13 @@ async function showDetail() {
   const devs = p => p.devices && p.devices.length ? `<td title="${esc("claims: " + p.claims.join(", "))}">${esc(p.devices.map((n, i) => p.uuids[i] ? `${n}=${p.uuids[i]}` : n).join(" "))}<br><small>${esc(p.claims.join(", "))}</small></td>` : "";
   // a tray pod holds ranks of one or more TP groups: each (replica, stage) it holds
   const groupsOf = p => (p.groups && p.groups.length ? p.groups : [[p.replica, p.stage]]).map(([r, s]) => `DP ${r} · PP ${s}`).join(", ");
-  const pods = (d.pods || []).map(p => `<tr><td>${esc(p.node)}</td><td>${groupsOf(p)}</td><td>GPUs ${p.gpu_indices.join(",")}</td><td>ranks ${p.ranks[0]}–${p.ranks[p.ranks.length - 1]}</td>${devs(p)}</tr>`).join("");
+  // each pod's phase as describe gives it ("Succeeded (pod deleted)": a finished rank whose pod the pod GC took)
+  const pods = (d.pods || []).map(p => `<tr><td>${esc(p.node)}</td><td>${groupsOf(p)}</td><td>GPUs ${p.gpu_indices.join(",")}</td><td>ranks ${p.ranks[0]}–${p.ranks[p.ranks.length - 1]}</td><td>${esc(p.pod_phase || "no pod")}</td>${devs(p)}</tr>`).join("");
   const repairs = (d.repairs || []).map(e => `<li>${esc(e.time)} ${esc(e.reason)}: ${esc(e.message)}</li>`).join("");
   const events = (d.events || []).slice(-12).map(e => `<li>${esc(e.time)} <b>${esc(e.reason)}</b> ${esc(e.message)}</li>`).join("");
   document.getElementById("detail").innerHTML =
     `<table class="kv">${rows.map(([a, b]) => `<tr><td>${a}</td><td>${esc(b)}</td></tr>`).join("")}</table>` +
-    (pods ? `<h2>Ranks</h2><table>${pods}</table>` : "") + movesPanel(d.moves) + (conds ? `<h2>Conditions</h2><table>${conds}</table>` : "") +
+    (pods ? `<h2>Ranks</h2><table id="ranks">${pods}</table>` : "") + movesPanel(d.moves) + (conds ? `<h2>Conditions</h2><table>${conds}</table>` : "") +
     `<h2>Repairs</h2><ul>${repairs || "<li>none</li>"}</ul><h2>Events</h2><ul>${events || "<li>none</li>"}</ul>`;
 }
 
