@@ -138,13 +138,19 @@ def test_a_finished_tray_pod_whose_tray_fails_is_left_alone() -> None:
     assert fc.phase("ns/j") == "Succeeded"
 
 
-def test_describe_shows_a_finished_rank_whose_pod_was_deleted() -> None:
+def one_finished_and_collected() -> tuple[FakeCluster, str, str]:
+    """Two ranks running; the first exits 0, is written down, and the pod GC deletes its pod."""
     fc = cluster(2)
     first, second = running(fc, 8, 2, 1)
     finish(fc, first)
     fc.step()
     del fc.pods[("ns", first)]
     fc.settle()
+    return fc, first, second
+
+
+def test_describe_shows_a_finished_rank_whose_pod_was_deleted() -> None:
+    fc, first, second = one_finished_and_collected()
     described = describe_job(fc.job("ns/j"), fc.job_pods("ns/j"))
     assert {p.name: p.pod_phase for p in described.pods} == {first: "Succeeded (pod deleted)", second: "Running"}
 
@@ -258,12 +264,7 @@ def test_an_elastic_job_with_a_finished_rank_is_neither_grown_nor_shrunk() -> No
 def test_the_web_view_and_the_gpu_map_keep_a_finished_ranks_gpus_with_its_job_until_it_completes() -> None:
     """Every surface reads the one view: the finished rank's GPUs stay its job's (a full restart would run it
     there again) and its line in the web view's panel says what ``describe`` says."""
-    fc = cluster(2)
-    first, second = running(fc, 8, 2, 1)
-    finish(fc, first)
-    fc.step()
-    del fc.pods[("ns", first)]
-    fc.settle()
+    fc, first, second = one_finished_and_collected()
     gpu_map, view = build_map_and_view(fc.nodes.values(), fc.pods.values(), fc.jobs.values())
     assert gpu_map.totals[USED] == 16 and gpu_map.totals[FREE] == 0, gpu_map.totals
     panel = job_detail(fc.job("ns/j"), view, fc.job_pods("ns/j"))
