@@ -30,14 +30,14 @@ def finished_group_ranks(
 ) -> dict[str, int]:
     """The record's finished ranks: those ``recorded`` whose slot kept its incarnation, and those with a pod of
     their node rank Succeeded on the slot now (one being deleted too: the pod GC waits for no one)."""
-    succeeded = {p.group_rank for p in pods if p.phase == "Succeeded" and p.group_rank is not None}
+    succeeded: dict[int, list[PodInfo]] = {}
+    for pod in pods:
+        if pod.phase == "Succeeded" and pod.group_rank is not None:
+            succeeded.setdefault(pod.group_rank, []).append(pod)
     out: dict[str, int] = {}
     for slot in record.pod_slots:
-        rank = slot_rank(record, slot)
-        if is_finished(slot, recorded) or (
-            rank in succeeded
-            and any(p.group_rank == rank and p.phase == "Succeeded" and holds_slot(p, slot) for p in pods)
-        ):
+        done_here = any(holds_slot(p, slot) for p in succeeded.get(slot_rank(record, slot), ()))
+        if done_here or is_finished(slot, recorded):
             out[slot.name] = slot.incarnation
     return out
 
