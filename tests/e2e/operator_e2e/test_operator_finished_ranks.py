@@ -9,6 +9,7 @@ The module runs on a cluster of its own with the real pod GC on, keeping a singl
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from gangapi import own_cluster
 from kubernetes_asyncio.client import BatchV1Api
 from pjhelpers import Jobs, wait_for
-from tests.e2e.surfaces import pod_group_job
+from tests.e2e.surfaces import gpu_metrics, paralleljob_cli, pod_group_job
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
@@ -97,7 +98,12 @@ def test_a_finished_rank_deleted_by_hand_does_not_run_again(pjs: Jobs) -> None:
     assert first not in {p.metadata.name for p in pjs.pods("by-hand")}, "the finished rank was created again"
 
 
-def test_a_pod_group_completes_after_the_pod_gc_took_its_early_finished_pod(pjs: Jobs) -> None:
+def allocated(pjs: Jobs) -> float | None:
+    """GPUs the operator's /metrics counts allocated (``paralleljob_gpus{state="allocated"}``)."""
+    return gpu_metrics(pjs.operator.metrics()).get("allocated")
+
+
+def test_a_pod_group_completes_after_the_pod_gc_took_its_early_finished_pod(pjs: Jobs, dev_cluster: DevCluster) -> None:
     """Before ``succeededPods`` covered pod groups, the adopting job stayed Running, holding its GPUs, once
     the finished index's pod was collected: the Job controller never makes that index again."""
     kube, ns, group = pjs.kube, pjs.namespace, "grouped"
@@ -121,9 +127,14 @@ def test_a_pod_group_completes_after_the_pod_gc_took_its_early_finished_pod(pjs:
     wait_for("zz-elsewhere gone", lambda: phase(pjs, "zz-elsewhere") == "gone")
     assert pjs.status(group)["phase"] == "Running"
     assert sorted(group_pods()) == [1], "the Job controller made no new pod for the finished index"
+    # every surface: describe names the collected rank, and /metrics keeps its GPUs with the group until it ends
+    described = json.loads(paralleljob_cli(dev_cluster.kubeconfig, "describe", f"{ns}/{group}", "-o", "json"))
+    assert sorted(p["pod_phase"] for p in described["pods"]) == ["Running", "Succeeded (pod deleted)"], described
+    wait_for("the group's 8 GPUs allocated on /metrics", lambda: allocated(pjs) == 8)
     finish(pjs, group_pods()[1].metadata.name)
     status = pjs.wait_phase(group, "Succeeded")
     assert status["message"] == "all 2 workers succeeded", status
+    wait_for("the group's GPUs free on /metrics", lambda: allocated(pjs) == 0)
     # and the Job controller agrees: both indices succeeded, each once
     def job_counted() -> Any:
         job = kube.run(batch.read_namespaced_job(group, ns))
