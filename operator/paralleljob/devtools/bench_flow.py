@@ -300,16 +300,25 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
     }
 
 
-async def clear(kube: Kube, who: str, timeout_s: float = 600.0) -> None:
+async def clear(kube: Kube, who: str, stall_s: float = 600.0) -> None:
     """A drain's jobs and pods gone (off the clock), so the next drain starts on an empty cluster. A bulk
-    delete dropped by the client's timeout stops on the server too, so it is sent again until all are gone."""
+    delete dropped by the client's timeout stops on the server too, so it is sent again until all are gone;
+    a drain stopped at its limit can leave tens of thousands, so it gives up only when nothing went for
+    ``stall_s``."""
     namespace = KUEUE_NAMESPACE if who == "kueue" else OURS_NAMESPACE
     jobs = BATCH_JOBS if who == "kueue" else job_path(namespace)
     pods = f"/api/v1/namespaces/{namespace}/pods"
-    deadline = time.monotonic() + timeout_s
-    while (await kube.list(jobs))[0] or (await kube.list(pods))[0]:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{who}'s jobs or pods still there after {timeout_s:.0f} s")
+    deadline, left = time.monotonic() + stall_s, None
+    while True:
+        now_left = 0
+        for path in (jobs, pods):
+            now_left += len((await kube.list(path, transform=_counted))[0])
+        if not now_left:
+            return
+        if left is None or now_left < left:
+            deadline, left = time.monotonic() + stall_s, now_left
+        elif time.monotonic() > deadline:
+            raise TimeoutError(f"{who}'s {now_left} jobs and pods left no fewer for {stall_s:.0f} s")
         try:
             await kube.request("DELETE", jobs, {"propagationPolicy": "Background"})
             await kube.request("DELETE", pods, {"gracePeriodSeconds": 0})
@@ -317,3 +326,8 @@ async def clear(kube: Kube, who: str, timeout_s: float = 600.0) -> None:
             if exc.status != 0:
                 raise
         await asyncio.sleep(2.0)
+
+
+def _counted(item: dict[str, Any]) -> dict[str, Any]:
+    """Only counted: tens of thousands of listed objects need not stay in memory."""
+    return {}
