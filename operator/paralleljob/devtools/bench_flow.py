@@ -310,9 +310,7 @@ async def clear(kube: Kube, who: str, stall_s: float = 600.0) -> None:
     pods = f"/api/v1/namespaces/{namespace}/pods"
     deadline, left = time.monotonic() + stall_s, None
     while True:
-        now_left = 0
-        for path in (jobs, pods):
-            now_left += len((await kube.list(path, transform=_counted))[0])
+        now_left = await _count(kube, jobs) + await _count(kube, pods)
         if not now_left:
             return
         if left is None or now_left < left:
@@ -328,6 +326,8 @@ async def clear(kube: Kube, who: str, stall_s: float = 600.0) -> None:
         await asyncio.sleep(2.0)
 
 
-def _counted(item: dict[str, Any]) -> dict[str, Any]:
-    """Only counted: tens of thousands of listed objects need not stay in memory."""
-    return {}
+async def _count(kube: Kube, path: str) -> int:
+    """How many objects a list URL holds, from one item and the API server's ``remainingItemCount``: a
+    backlog of tens of thousands is not listed whole every two seconds while the API server deletes it."""
+    data = await kube.request("GET", path, query={"limit": "1"}, first=True)
+    return len(data.get("items") or []) + int((data.get("metadata") or {}).get("remainingItemCount") or 0)
