@@ -19,7 +19,8 @@ hold, and sends it through the core FIFO pass from its head otherwise:
   *arrivals*: waiting jobs the memo never held (a new job, or one whose first status write is still on its
   way), each standing behind the head the memo remembers blocking the line (``LineMemo.head_at``: the core's
   order, priority then queue time then tie-break; a job with no status yet goes by its creation time);
-- its ParallelJobQueue's cap and namespaces are as they were, and so are the GPUs its jobs hold;
+- its ParallelJobQueue's cap and namespaces are as they were, and, where it caps GPUs, so are the GPUs its
+  jobs hold (without a cap they decide no verdict);
 - no GPU came free since the last look (none that the kept view owned then is unowned now, and no node
   changed), or its head still needs more TP groups than the free GPUs could hold, each on one node (a count:
   the operator's placer never splits a TP group), so the jobs behind a strict head wait whatever happens.

@@ -25,6 +25,7 @@ from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.plan.admission.fifo_admission import line_position
 from paralleljob.k8s.plan.admission.waiting import (
     LineMemo,
+    QueueFacts,
     Triage,
     WaitingMemo,
     blocks,
@@ -71,7 +72,8 @@ def look(
 ) -> Look:
     """What a candidate line needs this pass, judged when its turn comes (after the lines before it admitted)."""
     line = memo.lines[queue]
-    if line.facts != queue_facts(info) or line.in_use != in_use:
+    facts = queue_facts(info)
+    if line.facts != facts or (line.in_use != in_use and caps_gpus(facts)):
         return Look.ALL
     if (
         line.head_reason is WaitReason.UNSCHEDULABLE
@@ -85,6 +87,13 @@ def look(
     if line.head_reason is not WaitReason.UNSCHEDULABLE or line.head is None or state is None:
         return Look.ALL
     return Look.NOTHING if free_groups(state, line.head) < line.head.num_groups else Look.HEAD
+
+
+def caps_gpus(facts: QueueFacts) -> bool:
+    """Whether a queue caps its GPUs (``maxGPUs``): only then do the GPUs its jobs hold decide a verdict (its
+    cap's refusal, an elastic job's room); an uncapped line whose running jobs come and go stays as it was
+    (in a flood each finish would otherwise send its whole line through the pass again)."""
+    return facts is not None and facts[0] is not None
 
 
 def behind_head(line: LineMemo, entries: Sequence[Entry]) -> bool:
