@@ -53,3 +53,30 @@ def test_a_capped_line_is_decided_whole_when_the_gpus_its_jobs_hold_change() -> 
     assert "team" not in plan.quiet_waiting, "its cap's room moved: every job of the line is decided again"
     fc.settle(4)
     assert fc.phase("ns/big") == "Queued"
+
+
+def test_a_head_rewriting_its_message_waits_outside_its_line_and_the_rest_stays_left_out() -> None:
+    # Its figures moved (r1 ended): its message is rewritten. The memo used to forget the whole line for that
+    # write, so every admission or freed GPU in a flood sent whole lines through the pass twice.
+    fc = blocked_line(QueueInfo("team"))
+    finish(fc, "ns/r1")
+    fc.step()
+    assert fc.memo is not None
+    line = fc.memo.lines["team"]
+    assert line.head_key == "ns/big" and "ns/big" not in line.members and len(line.members) == 3
+    plan = fc.step()  # the write landed: big is decided first, the three behind it are not
+    assert plan.quiet_waiting.get("team") == 3
+    assert "ns/big" in {a.job.key for a in plan.seen()}
+    fc.settle(3)
+    assert "ns/big" in fc.memo.lines["team"].members, "with nothing left to write it joins its line again"
+    assert fc.phase("ns/big") == "Queued" and "(12 GPUs free)" in fc.job("ns/big")["status"]["message"]
+
+
+def test_a_line_whose_head_left_while_waiting_outside_is_decided_whole() -> None:
+    fc = blocked_line(QueueInfo("team"))
+    finish(fc, "ns/r1")
+    fc.step()
+    assert fc.memo is not None and "ns/big" not in fc.memo.lines["team"].members
+    del fc.jobs["ns/big"]
+    fc.settle(4)
+    assert [fc.phase(f"ns/s{i}") for i in range(3)] == ["Running"] * 3, "the jobs behind it go in at once"

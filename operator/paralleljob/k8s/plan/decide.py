@@ -382,6 +382,7 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
         lines = admit_lines(memo, line.memo.sorted_out, this_pass)
     decided_keys = {job.key for job in lines.decided}
     heads = [memo.lines[queue].head_key for queue in lines.left_out] if memo is not None else []
+    decided_keys |= {job.key for job, _ in queued}  # a head waiting outside its line was decided with these
     quiet_heads = [ctx.jobs[head] for head in heads if head in ctx.jobs and head not in decided_keys]
     room.after([*queued, *((job, job.request) for job in lines.decided if job.request is not None)], quiet_heads)
     plan.scheduling_seconds = lines.durations
@@ -399,7 +400,9 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
                 plan.quiet_oldest[queue] = oldest
     if memo is not None and strict_fifo:
         decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
-        remember(memo, decided, lines, observed.queues, line.in_use, owner_before)
+        outside = _may_wait_outside(decided, book.actions)
+        remember(memo, decided, lines, observed.queues, line.in_use, outside)
+        memo.owner = owner_before  # the GPUs' owners the next pass compares with (waiting_lines.capacity_freed)
         remember_running(
             memo, book.actions.values(), book.pods_of, line.memo.untouchable, line.memo.sorted_out.finished
         )
@@ -440,6 +443,28 @@ def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
         ).items()
         if name in observed.queues and dict(observed.queues[name].status) != status
     }
+
+
+def _may_wait_outside(
+    decided: Mapping[str, tuple[JobObject, bool]], actions_by_key: Mapping[str, JobActions]
+) -> set[str]:
+    """The jobs the memo may not hold that may still stand as their line's blocking head outside it: Queued
+    after this pass, of a kind the memo holds, only something of their own to write (or busy writing it);
+    decided every pass while they stand there (``waiting_remember.remember``)."""
+    out: set[str] = set()
+    for key, (job, keep) in decided.items():
+        actions = actions_by_key.get(key)
+        if (
+            not keep
+            and actions is not None
+            and actions.draft.phase is Phase.QUEUED
+            and not job.deleting
+            and job.request is not None
+            and kind_of(job.request).renders_pods
+            and not asks_for_slices(job.request)
+        ):
+            out.add(key)
+    return out
 
 
 def _rememberable(

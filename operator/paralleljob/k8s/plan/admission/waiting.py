@@ -36,6 +36,14 @@ being written, no line would ever be remembered. An arrival ahead of the head, o
 sends the whole line through the pass. A flood (new jobs on every line on every pass) thus costs a pass in
 proportion to the arrivals, not to all the jobs waiting.
 
+The head itself may have a write of its own: a new head (the one before it was admitted) says why it waits
+now, a head's figures moved. Forgetting the line for that write sent it through the pass whole twice for each
+admission or freed GPU, most of a flood's decisions. Such a head (still Queued, a kind the memo holds) waits
+outside its line instead (``LineMemo.members`` lacks it): it is decided first on every pass, as an arrival
+(``waiting_lines.outside_head``); while it still blocks the rest stays left out, once it goes in (or leaves,
+or no longer stands where the line remembers it) the line is decided whole, and once it has nothing to write
+it joins the line again.
+
 When the API server is saturated, the arrivals are mostly jobs whose first status write has not even started:
 the runtime starts at most ``OperatorConfig.background_chains`` status-only chains at once and holds the rest
 back, so deciding them all again each pass (40,000 such jobs: 4-6 s a pass) bought nothing. Given the room
@@ -97,7 +105,7 @@ def queue_facts(info: QueueInfo | None) -> QueueFacts:
 class LineMemo:
     """One queue line as last decided: its waiting jobs, the facts its verdicts rest on, and its head."""
 
-    members: frozenset[str]
+    members: frozenset[str]  # without the head while it waits outside its line (its own write landing)
     facts: QueueFacts
     in_use: int  # GPUs the queue's jobs held after that pass
     head_reason: WaitReason | None  # why the head that blocks the line waits (None: no head blocks it)

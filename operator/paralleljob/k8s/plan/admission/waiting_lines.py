@@ -96,6 +96,18 @@ def caps_gpus(facts: QueueFacts) -> bool:
     return facts is not None and facts[0] is not None
 
 
+def outside_head(line: LineMemo, entries: Sequence[Entry]) -> tuple[Entry | None, list[Entry]]:
+    """A line whose blocking head waits outside it (its own status write landing, ``waiting_remember``): the
+    head's entry among the pass's, and the others. None for the head when it is not among them (deleted, in
+    another queue, trying no admission) or no longer stands where the line remembers it."""
+    for i, (job, request) in enumerate(entries):
+        if job.key == line.head_key:
+            if line_position(job, request) != line.head_at:
+                return None, list(entries)
+            return entries[i], [*entries[:i], *entries[i + 1 :]]
+    return None, list(entries)
+
+
 def behind_head(line: LineMemo, entries: Sequence[Entry]) -> bool:
     """Whether every entry stands behind the line's remembered blocking head (trivially, when there are none):
     strict FIFO then decides them as waiting behind it whatever they are, but for their own entry checks."""
@@ -177,8 +189,20 @@ def admit_lines(memo: WaitingMemo | None, sorted_out: Triage, this_pass: LinesPa
             info, in_use = facts(queue)
             line = memo.lines[queue]
             verdict = look(memo, queue, info, in_use, freed, state)
+            head_entry: Entry | None = None
+            if line.head_key and line.head_key not in line.members:
+                head_entry, entries = outside_head(line, entries)
+                if head_entry is None:
+                    verdict = Look.ALL  # its head left, moved in line or tries no admission: decided whole
             if not behind_head(line, entries):
                 verdict = Look.ALL  # an arrival sorts ahead of the head, or no head blocks the line
+            if head_entry is not None:
+                if verdict is Look.ALL:
+                    entries = [head_entry, *entries]
+                else:  # its head waits outside it: decided first, every pass; the rest only if it gets in
+                    decisions = run([head_entry], {})
+                    still = any(isinstance(d, Wait) and blocks(d) for d in decisions)
+                    verdict = Look.NOTHING if still else Look.ALL
             head = next((job for job in members if job.key == line.head_key), None)
             if verdict is Look.NOTHING and head is not None and this_pass.asks_room(head):
                 verdict = Look.HEAD  # the planner would be asked for it: decided, so it is asked

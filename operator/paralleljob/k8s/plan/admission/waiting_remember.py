@@ -2,9 +2,11 @@
 leave out next time, with the facts their verdicts rest on (:func:`remember`), and the running and finished
 jobs that had nothing to do (:func:`remember_running`).
 
-A line is remembered only when its blocking head and every job ahead of it may be (Queued, nothing to
-write, nothing outside its object deciding its fate); a standing line (left out this pass) takes in the
-arrivals that may be remembered, and forgets itself when its head has something to write.
+A line is remembered only when every job ahead of its blocking head may be (Queued, nothing to write,
+nothing outside its object deciding its fate), and the head too, or the head stays Queued with only a write
+of its own to make: it then waits outside the line, decided first every pass, and joins it once written. A
+standing line (left out this pass) takes in the arrivals that may be remembered, and forgets itself when a
+job of it other than its head has something to write.
 """
 
 from __future__ import annotations
@@ -90,15 +92,19 @@ def remember(
     lines: Lines,
     queues: Mapping[str, QueueInfo],
     in_use: Mapping[str, int],
-    owner: list[str | None],
+    may_wait_outside: Collection[str] = frozenset(),
 ) -> None:
     """After a pass: ``decided`` maps each job of the lines it looked at to (the object, whether it may be
     remembered: it ended Queued with nothing to write); ``lines`` are the pass's (the core FIFO pass's
-    decisions, in order, and the standing lines); ``owner`` the view's GPU owners before admission. A line is
-    remembered only when all its jobs are, but a standing line (its remembered head still holds it) keeps
-    what it was and takes in the arrivals that may be remembered; the others are decided again next pass,
-    as arrivals."""
+    decisions, in order, and the standing lines); the caller records the GPUs' owners (``WaitingMemo.owner``).
+    A line is remembered only when all its jobs are (its blocking head aside, below), but a standing line (its
+    remembered head still holds it) keeps what it was and takes in the arrivals that may be remembered; the
+    others are decided again next pass, as arrivals. A blocking head whose only fault is a status write of its
+    own (``may_wait_outside``: it stays Queued, of a kind the memo may hold) does not make the memo forget its
+    line: it waits outside the line, decided first every pass (``waiting_lines.outside_head``), and joins it
+    once it has nothing to write."""
     decisions, standing = lines.decisions, lines.standing
+    waits = {decision.job_id: decision for decision in decisions if isinstance(decision, Wait)}
     grown: dict[str, list[tuple[str, JobObject, bool]]] = {}
     others: dict[str, tuple[JobObject, bool]] = {}
     for key, (job, keep) in decided.items():
@@ -108,32 +114,49 @@ def remember(
         else:
             others[key] = (job, keep)
     for queue, jobs in grown.items():
-        _grow(memo, queue, jobs)
-    _rebuild(memo, others, decisions, queues, in_use)
-    memo.owner = owner
+        _grow(memo, queue, jobs, may_wait_outside, waits)
+    _rebuild(memo, others, decisions, queues, in_use, may_wait_outside)
 
 
-def _grow(memo: WaitingMemo, queue: str, jobs: Sequence[tuple[str, JobObject, bool]]) -> None:
+def _grow(
+    memo: WaitingMemo,
+    queue: str,
+    jobs: Sequence[tuple[str, JobObject, bool]],
+    may_wait_outside: Collection[str],
+    waits: Mapping[str, Wait],
+) -> None:
     """A standing line after its arrivals (and maybe its head) were decided: the arrivals with nothing to
     write join it; one still being written waits outside it (decided again next pass, behind the head). A head
-    with something to write (its message changed) forgets the line: the next pass decides it whole."""
+    with something to write of its own (its message changed) waits outside it too, still blocking it; any
+    other member with something to write forgets the line: the next pass decides it whole."""
     line = memo.lines[queue]
-    if any(not keep for key, _, keep in jobs if key in line.members):
-        del memo.lines[queue]
-        for key in line.members:
-            memo.jobs.pop(key, None)
-        return
+    head_key = line.head_key
+    writing = [key for key, _, keep in jobs if not keep and key in line.members]
+    if writing:
+        decision = waits.get(head_key)
+        if writing != [head_key] or head_key not in may_wait_outside or decision is None or not blocks(decision):
+            del memo.lines[queue]
+            for key in line.members:
+                memo.jobs.pop(key, None)
+            return
+        memo.jobs.pop(head_key, None)
+        line = replace(line, members=line.members - {head_key}, oldest=line.oldest_behind)
+    head = next((job for key, job, _ in jobs if key == head_key), None)
+    decision = waits.get(head_key)
+    if head is not None and head.request is not None and decision is not None and blocks(decision):
+        line = replace(line, head_reason=decision.reason, head=head.request.spec)  # as it waits now
     joined = [(key, job) for key, job, keep in jobs if keep and key not in line.members]
     for key, job in joined:
         memo.jobs[key] = job
     if joined:
-        stamps = [job.queued_at for _, job in joined]  # arrivals: never the head
-        memo.lines[queue] = replace(
+        behind = [job.queued_at for key, job in joined if key != head_key]  # a head back from outside is not
+        line = replace(
             line,
             members=line.members | {key for key, _ in joined},
-            oldest=earliest([line.oldest, *stamps]),
-            oldest_behind=earliest([line.oldest_behind, *stamps]),
+            oldest=earliest([line.oldest, *(job.queued_at for _, job in joined)]),
+            oldest_behind=earliest([line.oldest_behind, *behind]),
         )
+    memo.lines[queue] = line
 
 
 def _rebuild(
@@ -142,6 +165,7 @@ def _rebuild(
     decisions: Sequence[Admit | Wait],
     queues: Mapping[str, QueueInfo],
     in_use: Mapping[str, int],
+    may_wait_outside: Collection[str],
 ) -> None:
     """The lines a pass looked at whole: each remembered anew from its jobs' decisions, or forgotten (a job
     that may not be remembered ahead of the blocking head, or no such head). Those behind it that may not be
@@ -175,8 +199,10 @@ def _rebuild(
         if queue in outside and not (
             head is not None
             and at is not None
-            and decided[head.job_id][1]
-            and all(not job.deleting and stands_behind_at(at, job) for job in outside[queue])
+            and (decided[head.job_id][1] or head.job_id in may_wait_outside)  # else it holds nothing still
+            and all(
+                not job.deleting and stands_behind_at(at, job) for job in outside[queue] if job.key != head.job_id
+            )
         ):
             for key in members:
                 memo.jobs.pop(key, None)
