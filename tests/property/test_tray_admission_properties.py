@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from paralleljob.k8s.edge.render import computedomain as cd
@@ -59,7 +59,13 @@ def _check(fc: FakeCluster, cliques: dict[str, str | None]) -> None:
             assert pods_on.get(tray.node, {tray.name}) <= {tray.name}, (tray, pods_on.get(tray.node))
 
 
+# Found by Hypothesis: room-making for j4 (32 GPUs: two whole cliques) moved j3, a TP8 over two trays, onto the
+# HGX node j0's deletion freed, and its record kept one "tray" pod of 8 GPUs on a node outside every clique.
+TRAY_JOB_MOVED_ONTO_HGX = {"racks": 3, "trays": 4, "hgx": 1, "steps": [("add", 0)] * 4 + [("add", 20), ("delete", 0)]}
+
+
 @settings(max_examples=80, deadline=None)
+@example(**TRAY_JOB_MOVED_ONTO_HGX)
 @given(
     racks=st.integers(1, 3),
     trays=st.integers(2, 6),

@@ -69,6 +69,8 @@ class MovableJob:
     expected_end_at: float | None = None
     movable: bool = True
     why_not: str = ""
+    # nodes it may not move to, whatever the plan: a job whose pods are whole trays stays on cliques' trays
+    keep_off: tuple[int, ...] = ()
 
     @property
     def job_id(self) -> str:
@@ -147,7 +149,7 @@ def place_elsewhere(
     if held is not None:
         state.release(job.job_id)
     try:
-        with closed_nodes(state, avoid):
+        with closed_nodes(state, (*avoid, *job.keep_off)):
             placement = placer.place(job.job, model)
     except PlacementInfeasible as exc:
         return f"{job.job_id} has no placement elsewhere ({exc.reasons[0] if exc.reasons else 'no room'})"

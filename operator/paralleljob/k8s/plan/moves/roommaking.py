@@ -40,6 +40,7 @@ from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth, closed
 from paralleljob.core.errors import PlacementInfeasible
 from paralleljob.core.lifecycle import Phase
 from paralleljob.core.moves import MovableJob, MovePlan, MoveRequest, MoveWhen, place_elsewhere, plan_moves
+from paralleljob.core.nvl72.cliques import clique_index
 from paralleljob.core.nvl72.nvlink import NVLinkPlacer
 from paralleljob.core.placing.placement import Placement, PlacerLike
 from paralleljob.core.placing.placer import OPERATOR_PLACER, Placer
@@ -69,6 +70,7 @@ from paralleljob.k8s.plan.admission.trayadmission import (
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.kinds.gangs import layout_of
 from paralleljob.k8s.plan.kinds.hgx import HGX
+from paralleljob.k8s.plan.kinds.nvl72 import TRAYS
 from paralleljob.k8s.plan.kinds.picker import kind_of, sizing_of
 from paralleljob.k8s.plan.moves.reoptimizing import relocate
 from paralleljob.k8s.plan.moves.roomasking import ASK_EVERY_S, Counted, bounds_of, worth_asking
@@ -274,13 +276,16 @@ def movable(ctx: PassContext, skip: Collection[str], job: JobObject) -> MovableJ
     elif is_ending(actions):
         why = "some of its ranks have finished: it is ending"
     spec = replace(request.spec, job_id=job.key)
-    topology = nvlink_topology(ctx.view) or ctx.view.topology
+    nvlink = nvlink_topology(ctx.view)
+    topology = nvlink or ctx.view.topology
     cost = placement_cost(topology, spec, allocation.groups, cost_model(request.cost_model)).total_ms
+    # its pods are whole trays (one per tray, in a ComputeDomain): moved onto an HGX node they would be neither
+    keep_off = clique_index(nvlink).single_nodes if nvlink is not None and layout_of(record) is TRAYS else ()
     interval = request.checkpoint.interval_seconds
     end = started + request.expected_runtime_s if request.expected_runtime_s is not None else None
     return MovableJob(
         spec, cost, started, float(interval) if interval else math.inf, last_checkpoint(job, request, started, now_s),
-        last_moved(job.status.raw), end, movable=not why, why_not=why,
+        last_moved(job.status.raw), end, movable=not why, why_not=why, keep_off=keep_off,
     )  # fmt: skip
 
 
