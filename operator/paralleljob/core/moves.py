@@ -127,7 +127,7 @@ class _Search:
         when, at, lost, _ = self.eligible[job_id]
         if not self.request.relocate or when is MoveWhen.AT_END:
             return Move(job_id, when, at, lost, None, job.cost_ms, job.cost_ms)
-        with closed_nodes(self.state, avoid):
+        with closed_nodes(self.state, (*avoid, *job.keep_off)):
             try:
                 placement = self.placer.place(job.job, self.model)
             except PlacementInfeasible as exc:
