@@ -399,8 +399,7 @@ def _admit_fifo(ctx: PassContext, plan: Plan, line: _Line, strict_fifo: bool, ob
             if oldest := earliest([plan.quiet_oldest.get(queue, ""), *(job.queued_at for job in jobs)]):
                 plan.quiet_oldest[queue] = oldest
     if memo is not None and strict_fifo:
-        decided = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
-        outside = _may_wait_outside(decided, book.actions)
+        decided, outside = _rememberable([*line.order, *lines.decided], book.actions, line.memo.untouchable, memo)
         remember(memo, decided, lines, observed.queues, line.in_use, outside)
         memo.owner = owner_before  # the GPUs' owners the next pass compares with (waiting_lines.capacity_freed)
         remember_running(
@@ -445,50 +444,32 @@ def _wake_and_queues(plan: Plan, observed: Observed, view: ClusterView) -> None:
     }
 
 
-def _may_wait_outside(
-    decided: Mapping[str, tuple[JobObject, bool]], actions_by_key: Mapping[str, JobActions]
-) -> set[str]:
-    """The jobs the memo may not hold that may still stand as their line's blocking head outside it: Queued
-    after this pass, of a kind the memo holds, only something of their own to write (or busy writing it);
-    decided every pass while they stand there (``waiting_remember.remember``)."""
-    out: set[str] = set()
-    for key, (job, keep) in decided.items():
-        actions = actions_by_key.get(key)
-        if (
-            not keep
-            and actions is not None
-            and actions.draft.phase is Phase.QUEUED
-            and not job.deleting
-            and job.request is not None
-            and kind_of(job.request).renders_pods
-            and not asks_for_slices(job.request)
-        ):
-            out.add(key)
-    return out
-
-
 def _rememberable(
     decided: Sequence[JobObject],
     actions_by_key: Mapping[str, JobActions],
     untouchable: set[str],
     memo: WaitingMemo,
-) -> dict[str, tuple[JobObject, bool]]:
+) -> tuple[dict[str, tuple[JobObject, bool]], set[str]]:
     """Each job of a line this pass decided (waiting, or kept by the memo until now), and whether the memo may
     keep it: it ended Queued with nothing to write, and nothing outside its object (a hold, a busy chain, its
-    pod group's pods) decides its fate."""
+    pod group's pods) decides its fate. Also those it may not keep that may still stand as their line's
+    blocking head outside it (Queued, of a kind the memo holds, kept out only by a write, a busy chain or a
+    hold of their own): decided every pass while they stand there (``waiting_remember.remember``)."""
     out: dict[str, tuple[JobObject, bool]] = {}
+    outside: set[str] = set()
     for job in decided:
         actions = actions_by_key.get(job.key)
         if job.phase not in WAITING and job.key not in memo.jobs and not job.deleting:
             continue
-        keep = (
+        holdable = (
             actions is not None
             and actions.draft.phase is Phase.QUEUED
-            and not actions.has_work
-            and job.key not in untouchable
             and job.request is not None
             and kind_of(job.request).renders_pods  # a pod group's fate is its pods', which another controller makes
             and not asks_for_slices(job.request)  # a slice freed on a GPU still sliced changes no owner the memo sees
         )
+        keep = holdable and actions is not None and not actions.has_work and job.key not in untouchable
         out[job.key] = (job, keep)
-    return out
+        if holdable and not keep and not job.deleting:
+            outside.add(job.key)
+    return out, outside

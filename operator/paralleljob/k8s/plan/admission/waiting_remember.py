@@ -132,8 +132,8 @@ def _grow(
     line = memo.lines[queue]
     head_key = line.head_key
     writing = [key for key, _, keep in jobs if not keep and key in line.members]
+    decision = waits.get(head_key)
     if writing:
-        decision = waits.get(head_key)
         if writing != [head_key] or head_key not in may_wait_outside or decision is None or not blocks(decision):
             del memo.lines[queue]
             for key in line.members:
@@ -142,7 +142,6 @@ def _grow(
         memo.jobs.pop(head_key, None)
         line = replace(line, members=line.members - {head_key}, oldest=line.oldest_behind)
     head = next((job for key, job, _ in jobs if key == head_key), None)
-    decision = waits.get(head_key)
     if head is not None and head.request is not None and decision is not None and blocks(decision):
         line = replace(line, head_reason=decision.reason, head=head.request.spec)  # as it waits now
     joined = [(key, job) for key, job, keep in jobs if keep and key not in line.members]
