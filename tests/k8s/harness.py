@@ -2,7 +2,9 @@
 (status first, then deletes, creates, binds), so tests can run passes until the cluster settles.
 
 A test may hold some jobs' writes *in flight* (``step(hold=...)``): as in the reconciler, whose chains run as
-tasks, those jobs are ``busy`` in the following passes until ``land`` applies what was decided for them."""
+tasks, those jobs are ``busy`` in the following passes until ``land`` applies what was decided for them; a
+held write that gives a job's GPUs up (finished, failed, requeued) makes it ``releasing`` meanwhile, as the
+reconciler's does, so its recorded placement no longer claims GPUs the pass gave to others."""
 
 from __future__ import annotations
 
@@ -24,13 +26,13 @@ from paralleljob.k8s.edge.render.computedomain import parse_domain
 from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
 from paralleljob.k8s.plan.actions import JobActions, Plan
 from paralleljob.k8s.plan.admission.waiting import WaitingMemo
-from paralleljob.k8s.plan.decide import Observed, decide
+from paralleljob.k8s.plan.decide import Observed, claims_of, decide
 from paralleljob.k8s.plan.failure.backoff import Backoff
 from paralleljob.k8s.plan.groups.composites import fold_composites
 from paralleljob.k8s.plan.jobdecision import ACTIVE
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import wait_message_changed
-from paralleljob.k8s.view.clusterview import ClusterView
+from paralleljob.k8s.view.clusterview import ClusterView, build_view
 from tests.k8s.factories import pod_from_manifest
 
 START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
@@ -81,6 +83,7 @@ class FakeCluster:
         self.last_plan: Plan | None = None
         self.last_view: ClusterView | None = None
         self.inflight: dict[str, JobActions] = {}  # job key -> decisions not carried out yet (``step(hold=)``)
+        self.releasing: set[str] = set()  # held jobs whose write gives their GPUs up (the reconciler's set)
         # Kubernetes' gang API objects (scheduling.k8s.io PodGroups and Workloads) by namespace/name, as bodies
         self.pod_groups: dict[str, dict[str, Any]] = {}
         self.workloads: dict[str, dict[str, Any]] = {}
@@ -116,6 +119,7 @@ class FakeCluster:
         """Carry out the held decisions of ``key`` (None: of every job): its chain finishes."""
         for k in [key] if key is not None else list(self.inflight):
             actions = self.inflight.pop(k, None)
+            self.releasing.discard(k)
             if actions is not None:
                 self._apply(actions)
 
@@ -163,7 +167,10 @@ class FakeCluster:
         self.invalid_pods.clear()
         self.api_trouble.clear()
         self.now_s = observed.seconds
-        plan, view = decide(observed, self.config, policy=self.policy, memo=self.memo)
+        view = None
+        if self.releasing:  # as the reconciler's kept view is refreshed with its claims
+            view = build_view(nodes, pods, claims_of(observed.jobs, observed.busy, self.releasing), self.config)
+        plan, view = decide(observed, self.config, policy=self.policy, memo=self.memo, view=view)
         self.last_plan, self.last_view = plan, view
         self.backoff, self.node_warnings = plan.backoff, dict(plan.node_warnings)
         self.node_events.extend(plan.node_events)
@@ -172,6 +179,8 @@ class FakeCluster:
                 self.repriced_at[(actions.job.key, actions.repriced)] = observed.seconds
             if actions.job.key in hold and actions.has_work:
                 self.inflight[actions.job.key] = actions  # its chain is still running in the next passes
+                if actions.writes_status and actions.draft.phase not in ACTIVE and actions.job.phase in ACTIVE:
+                    self.releasing.add(actions.job.key)
             else:
                 self._apply(actions)
         for d in plan.orphans:
