@@ -39,6 +39,13 @@ def add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
         "--flow-sides", choices=("both", "kueue", "ours"), default="both", help="kueue throughput: who drains"
     )
     parser.add_argument(
+        "--flow-clusters",
+        choices=("shared", "fresh"),
+        default="shared",
+        help="kueue throughput: both sides on one cluster, emptied between them (shared), or each side on a"
+        " fresh cluster with only its own controllers, the ceiling on the first and the repair on a third",
+    )
+    parser.add_argument(
         "--kueue-qps",
         type=int,
         default=0,

@@ -376,3 +376,23 @@ def test_a_kueue_job_is_done_when_first_seen_complete_and_keeps_that_time() -> N
     assert tracker.done_at == {"b": first}
     tracker.on_event({"type": "ADDED", "object": job("a", "True")})
     assert set(tracker.done_at) == {"a", "b"}
+
+
+def test_fresh_clusters_give_each_side_its_own_with_only_its_controllers() -> None:
+    from paralleljob.devtools.bench_kueue_parts import Stage, cluster_stages
+
+    parts = {"ceiling", "throughput", "repair"}
+    shared = cluster_stages(parts, ("ours", "kueue"), fresh=False)
+    assert shared == [Stage(frozenset(parts), ("ours", "kueue"), ("jobset", "kueue"), operator=True)]
+    first, second, repair = cluster_stages(parts, ("ours", "kueue"), fresh=True)
+    assert first == Stage(frozenset({"ceiling", "throughput"}), ("ours",), (), operator=True)
+    assert second == Stage(frozenset({"throughput"}), ("kueue",), ("jobset", "kueue"), operator=False)
+    assert repair == Stage(frozenset({"repair"}), (), ("jobset", "kueue"), operator=True)
+    kueue_first = cluster_stages({"throughput"}, ("kueue", "ours"), fresh=True)
+    assert [(s.order, s.operator, s.controllers) for s in kueue_first] == [
+        (("kueue",), False, ("jobset", "kueue")),
+        (("ours",), True, ()),
+    ]
+    # one side only, or no drain at all: one cluster whatever was asked
+    assert len(cluster_stages({"throughput"}, ("ours",), fresh=True)) == 1
+    assert len(cluster_stages({"ceiling", "repair"}, ("kueue", "ours"), fresh=True)) == 1

@@ -7,8 +7,11 @@ scheduler in the loop); the queues both sides drain through (``bench_flow``: Clu
 their LocalQueues, and ParallelJobQueues of the same names); Kueue's drain and ours of the same jobs, in
 the order ``--flow-first`` says, each on an emptied cluster (``--flow-sides`` drains one side only; an
 ours-only run without the repair brings up neither Kueue, JobSet nor kube-scheduler); then the repair
-samples (``bench_kueue_repair``). Every drain is also a share of the ceiling, and its progress series
-(``--json``'s path + ``.progress-<side>.jsonl``, written as it goes) is printed in windows (``flow_report``).
+samples (``bench_kueue_repair``). With ``--flow-clusters fresh`` each side drains on a cluster of its own
+instead, brought up for it with only that side's controllers (``cluster_stages``): no side inherits the
+other's history, and no backlog is deleted between them. Every drain is also a share of the ceiling, and
+its progress series (``--json``'s path + ``.progress-<side>.jsonl``, written as it goes) is printed in
+windows (``flow_report``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +60,32 @@ def controllers_needed(parts: set[str], sides: str) -> tuple[str, ...]:
     return ("jobset", "kueue") if "repair" in parts or ("throughput" in parts and sides != "ours") else ()
 
 
+@dataclass(frozen=True)
+class Stage:
+    """What one dev cluster measures: its parts, the sides that drain on it in order, its add-ons, and
+    whether the operator runs (always on a shared cluster: the idle side watches as it would in one)."""
+
+    parts: frozenset[str]
+    order: tuple[str, ...]
+    controllers: tuple[str, ...]
+    operator: bool
+
+
+def cluster_stages(parts: set[str], order: tuple[str, ...], fresh: bool) -> list[Stage]:
+    """One cluster for everything, or (``fresh``) one per side that drains, the ceiling on the first and
+    the repair, which needs both sides, on one more."""
+    sides = "both" if len(order) > 1 else order[0]
+    if not fresh or "throughput" not in parts or len(order) < 2:
+        return [Stage(frozenset(parts), order, controllers_needed(parts, sides), operator=True)]
+    stages = []
+    for i, who in enumerate(order):
+        own = {"throughput"} | ({"ceiling"} & parts if i == 0 else set())
+        stages.append(Stage(frozenset(own), (who,), controllers_needed({"throughput"}, who), operator=who == "ours"))
+    if "repair" in parts:
+        stages.append(Stage(frozenset({"repair"}), (), controllers_needed({"repair"}, sides), operator=True))
+    return stages
+
+
 async def queues(kube: Kube, count: int, gpus: int, with_kueue: bool = True) -> None:
     for path, body in bench_flow.flow_kueue_objects(count, gpus) if with_kueue else []:
         await kube.request("POST", path, body)
@@ -69,29 +99,28 @@ async def queues(kube: Kube, count: int, gpus: int, with_kueue: bool = True) -> 
             await kube.request("POST", f"/apis/{GROUP}/{VERSION}/{QUEUE_PLURAL}", body)
 
 
-async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, Any]:
+async def measure(cluster: DevCluster, args: Any, stage: Stage, drained: dict[str, Any]) -> dict[str, Any]:
+    """The stage's parts on ``cluster``; ``drained``: the drains of the stages before (a race's yardstick)."""
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-kueue-flow-"))
     kube = await Kube.connect(str(cluster.kubeconfig), concurrency=max(48, args.ceiling_concurrency, args.creators))
     operator_kubeconfig = await queued_operator_kubeconfig(kube, cluster)
     operator = OperatorProcess(operator_kubeconfig, workdir, identity="bench-kueue-flow", log_level="WARNING",
                                log_name="{identity}-{start}.log",
                                extra_args=("--write-concurrency", str(args.operator_write_concurrency)))  # fmt: skip
-    operator.start()
-    out: dict[str, Any] = {
-        "nodes": args.kueue_nodes,
-        "gpus": args.kueue_nodes * 8,
-        "load_average_start": load_average(),
-    }
+    if stage.operator:
+        operator.start()
+    out: dict[str, Any] = {"load_average_start": load_average()}
+    parts, order = stage.parts, stage.order
     try:
         for namespace in (bench_flow.KUEUE_NAMESPACE, bench_flow.OURS_NAMESPACE):
             with contextlib.suppress(ApiError):
                 await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
-        await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
+        if stage.operator:
+            await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
         if "ceiling" in parts:
             out["ceiling"] = await ceiling(kube, args.ceiling_pods, args.ceiling_concurrency)
             _say(f"ceiling: {out['ceiling']}; load {load_average()}")
         if "throughput" in parts:
-            order = drain_order(args.flow_first, args.flow_sides)
             await queues(kube, args.flow_queues, args.kueue_nodes * 8, with_kueue="kueue" in order)
             jobs = bench_flow.shapes(
                 args.flow_jobs, args.flow_queues, (args.flow_run_min, args.flow_run_max), args.seed
@@ -99,12 +128,13 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
             pids = bench_flow.controller_pids(cluster.name, operator.proc.pid if operator.proc else None)
             out["drains"] = {}
             for who in order:
-                operator.ensure_running()
+                if stage.operator:
+                    operator.ensure_running()
                 if operator.proc is not None:
                     pids["operator"] = operator.proc.pid  # a new instance if it was stopped for a clear
                 series = Path(f"{args.json}.progress-{who}.jsonl") if args.json else workdir / f"progress-{who}.jsonl"
                 _say(f"{who}: progress series in {series}")
-                drained = await bench_flow.drain(
+                drains = out["drains"][who] = await bench_flow.drain(
                     kube,
                     cluster.kubeconfig,
                     pids,
@@ -112,25 +142,22 @@ async def measure(cluster: DevCluster, args: Any, parts: set[str]) -> dict[str, 
                     jobs,
                     args.creators,
                     args.drain_timeout,
-                    operator,
+                    operator if stage.operator else None,
                     series,
-                    restart=lambda: _restarted(operator),
-                    race_s=_race_limit(args, out["drains"]),
+                    restart=(lambda: _restarted(operator)) if stage.operator else None,
+                    race_s=_race_limit(args, {**drained, **out["drains"]}),
                 )
-                drained["load_average_after"] = load_average()
-                drained["capacity_floor_s"] = capacity_floor_s(jobs, args.kueue_nodes * 8)
-                out["drains"][who] = drained
-                summary = {k: v for k, v in drained.items() if k != "progress"}
+                drains["load_average_after"] = load_average()
+                drains["capacity_floor_s"] = capacity_floor_s(jobs, args.kueue_nodes * 8)
+                summary = {k: v for k, v in drains.items() if k != "progress"}
                 _say(f"{who}: {summary}")
-                _say(progress_table(drained["progress"], step=10))
+                _say(progress_table(drains["progress"], step=10))
                 if who != order[-1] or "repair" in parts:  # the cluster goes down after the last part anyway
                     if who == "ours":
                         # deleting a backlog takes a while, in which the operator would admit the jobs not yet
                         # deleted and make pods for them: stopped, the clear ran 7x as fast at 50,000 jobs
                         operator.stop()
                     await bench_flow.clear(kube, who)
-            if "ceiling" in out:
-                out["against_ceiling"] = against_ceiling(out["ceiling"], out["drains"])
         if "repair" in parts:
             operator.ensure_running()
             out["repair"] = await repair(kube, args.kueue_nodes, args.repair_samples)
@@ -165,21 +192,34 @@ def _restarted(operator: OperatorProcess) -> int | None:
 
 
 def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
-    name = f"kueue-flow-{os.getpid()}"
-    shape = NodeShape(count=args.kueue_nodes, gpus_per_node=8, nodes_per_rack=NODES_PER_RACK)
-    started = time.monotonic()
+    order = drain_order(args.flow_first, args.flow_sides)
+    stages = cluster_stages(parts, order, args.flow_clusters == "fresh")
     kueue_qps = args.kueue_qps
-    controllers = controllers_needed(parts, args.flow_sides)
-    cluster = up(
-        name, shape, die_with_caller=True, controllers=controllers, kueue_qps=kueue_qps,
-        pod_gc_threshold=args.pod_gc_threshold,
-    )  # fmt: skip
-    up_s = round(time.monotonic() - started, 1)
-    try:
-        result = asyncio.run(measure(cluster, args, parts))
-    finally:
-        down(name)
-    result["cluster_up_s"] = up_s
+    result: dict[str, Any] = {"nodes": args.kueue_nodes, "gpus": args.kueue_nodes * 8, "drains": {}}
+    up_s: list[float] = []
+    for i, stage in enumerate(stages):
+        name = f"kueue-flow-{os.getpid()}" + (f"-{i + 1}" if len(stages) > 1 else "")
+        shape = NodeShape(count=args.kueue_nodes, gpus_per_node=8, nodes_per_rack=NODES_PER_RACK)
+        started = time.monotonic()
+        cluster = up(
+            name, shape, die_with_caller=True, controllers=stage.controllers, kueue_qps=kueue_qps,
+            pod_gc_threshold=args.pod_gc_threshold,
+        )  # fmt: skip
+        up_s.append(round(time.monotonic() - started, 1))
+        try:
+            measured = asyncio.run(measure(cluster, args, stage, result["drains"]))
+        finally:
+            down(name)
+        result["drains"].update(measured.pop("drains", {}))
+        result.setdefault("load_average_start", measured["load_average_start"])
+        result["operator_starts"] = result.get("operator_starts", 0) + measured.pop("operator_starts")
+        result.update(measured)  # the ceiling, the repair, the last load average
+    if not result["drains"]:
+        del result["drains"]
+    elif "ceiling" in result:
+        result["against_ceiling"] = against_ceiling(result["ceiling"], result["drains"])
+    result["clusters"] = "one per side" if len(stages) > 1 else "one"
+    result["cluster_up_s"] = up_s[0] if len(up_s) == 1 else up_s
     result["kueue_client"] = {"qps": kueue_qps, "burst": 2 * kueue_qps} if kueue_qps else "shipped (50/100)"
     result["pod_gc_threshold"] = args.pod_gc_threshold  # 0: no pod GC
     result["command"] = (
@@ -192,6 +232,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         + (f" --kueue-qps {kueue_qps}" if kueue_qps else "")
         + (f" --pod-gc-threshold {args.pod_gc_threshold}" if args.pod_gc_threshold else "")
         + (f" --flow-race {args.flow_race:g}" if args.flow_race else "")
+        + (" --flow-clusters fresh" if args.flow_clusters == "fresh" else "")
         + (
             f" --operator-write-concurrency {args.operator_write_concurrency}"
             if args.operator_write_concurrency != 48
