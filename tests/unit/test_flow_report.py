@@ -396,3 +396,48 @@ def test_fresh_clusters_give_each_side_its_own_with_only_its_controllers() -> No
     # one side only, or no drain at all: one cluster whatever was asked
     assert len(cluster_stages({"throughput"}, ("ours",), fresh=True)) == 1
     assert len(cluster_stages({"ceiling", "repair"}, ("kueue", "ours"), fresh=True)) == 1
+
+
+def test_a_run_over_fresh_clusters_reads_as_one(monkeypatch: MonkeyPatch) -> None:
+    import argparse
+    from types import SimpleNamespace
+
+    from paralleljob.bench_kueue_args import add_kueue_arguments
+    from paralleljob.devtools import bench_kueue_parts
+
+    parser = argparse.ArgumentParser()
+    add_kueue_arguments(parser)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--drain-timeout", type=float, default=100.0)
+    parser.add_argument("--creators", type=int, default=8)
+    args = parser.parse_args(["--kueue-parts", "ceiling,throughput", "--flow-clusters", "fresh"])
+    brought_up: list[tuple[str, tuple[str, ...]]] = []
+    ceiling = {"create_bind": {"pods_per_s": 100.0}, "create_bind_status": {"pods_per_s": 50.0}}
+
+    def up(name: str, shape: object, controllers: tuple[str, ...] = (), **_: object) -> SimpleNamespace:
+        brought_up.append((name, controllers))
+        return SimpleNamespace(name=name)
+
+    async def measure(cluster, args, stage, drained):  # type: ignore[no-untyped-def]
+        assert set(drained) == set(stage_sides_before), "each stage sees the drains of those before it"
+        who = stage.order[0]
+        stage_sides_before.append(who)
+        out = {"load_average_start": [float(len(brought_up))], "operator_starts": int(stage.operator)}
+        out["drains"] = {who: {"drain_s": 10.0 if who == "ours" else 20.0, "jobs": 5, "pods": 10}}
+        if "ceiling" in stage.parts:
+            out["ceiling"] = ceiling
+        return {**out, "load_average_end": [float(len(brought_up))]}
+
+    stage_sides_before: list[str] = []
+    monkeypatch.setattr(bench_kueue_parts, "up", up)
+    monkeypatch.setattr(bench_kueue_parts, "down", lambda name: None)
+    monkeypatch.setattr(bench_kueue_parts, "measure", measure)
+    result = bench_kueue_parts.run_parts(args, {"ceiling", "throughput"})
+    assert [controllers for _, controllers in brought_up] == [("jobset", "kueue"), ()]  # Kueue first by default
+    assert len({name for name, _ in brought_up}) == 2
+    assert result["clusters"] == "one per side" and len(result["cluster_up_s"]) == 2
+    assert set(result["drains"]) == {"kueue", "ours"} and result["ceiling"] == ceiling
+    assert result["load_average_start"] == [1.0] and result["load_average_end"] == [2.0]
+    assert result["operator_starts"] == 1
+    assert result["against_ceiling"]["ours_over_kueue"] == 2.0
+    assert result["command"].endswith("--flow-clusters fresh")

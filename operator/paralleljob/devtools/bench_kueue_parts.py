@@ -211,7 +211,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         finally:
             down(name)
         result["drains"].update(measured.pop("drains", {}))
-        result.setdefault("load_average_start", measured["load_average_start"])
+        result.setdefault("load_average_start", measured.pop("load_average_start"))  # the first cluster's
         result["operator_starts"] = result.get("operator_starts", 0) + measured.pop("operator_starts")
         result.update(measured)  # the ceiling, the repair, the last load average
     if not result["drains"]:
