@@ -5,8 +5,10 @@ leave 9 + 11 trays free (2 of each clique's held as warm spares: 7 + 9 usable), 
 under the lost-work bound), holds the trays the plan priced, and admits the large job there: every one-tray
 job runs elsewhere, each moved one saying for whom and what it lost. Without the moves (its queue's
 ``spec.moves.perHour: 0``) the large job waits (``Unschedulable``, the usual reason) for as long as the small
-ones run, and nothing is planned or moved. The web view (headless Chromium, as
-``operator_e2e/test_dashboard_browser.py``) shows a moved job's move in its list line and its panel."""
+ones run, and nothing is planned or moved. A job of whole-tray pods (TP8 over two trays) is moved over trays
+only, never onto a free HGX node, where its pods would be neither whole trays nor in its ComputeDomain. The
+web view (headless Chromium, as ``operator_e2e/test_dashboard_browser.py``) shows a moved job's move in its
+list line and its panel."""
 
 from __future__ import annotations
 
@@ -45,9 +47,11 @@ def _nodes(status: dict[str, Any]) -> set[str]:
     return set(str(status.get("nodes") or "").split(",")) - {""}
 
 
-def _scatter(kube: KubeSession, pjs: Jobs) -> tuple[dict[str, str], list[str]]:
-    """The HGX nodes taken, then one-tray jobs on every usable tray, then some deleted to leave ``FREE``
-    trays per rack; returns each tray's clique and the one-tray jobs kept."""
+def _scatter(
+    kube: KubeSession, pjs: Jobs, free_trays: dict[int, int] = FREE, trays_each: int = 1
+) -> tuple[dict[str, str], list[str]]:
+    """The HGX nodes taken (jobs ``hgx0``..), then jobs of ``trays_each`` trays (TP 4 x that) on every usable
+    tray, then some deleted to leave ``free_trays`` per rack; returns each tray's clique and the jobs kept."""
     clique_of = _cliques(kube)
     racks = sorted(set(clique_of.values()))
     assert len(racks) == 2 and all(sum(c == r for c in clique_of.values()) == TRAYS_PER_RACK for r in racks)
@@ -55,20 +59,20 @@ def _scatter(kube: KubeSession, pjs: Jobs) -> tuple[dict[str, str], list[str]]:
         pjs.create(f"hgx{i}", 8, 1, 1, gpuMemoryGiB=10)
     for i in range(HGX_JOBS):
         assert not set(_nodes(pjs.wait_phase(f"hgx{i}", "Running", timeout_s=120))) & set(clique_of)
-    small = [f"s{i:02d}" for i in range(2 * USABLE_PER_RACK)]
+    small = [f"s{i:02d}" for i in range(2 * USABLE_PER_RACK // trays_each)]
     for name in small:
-        pjs.create(name, 4, 1, 1, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
-    where = {name: next(iter(_nodes(pjs.wait_phase(name, "Running", timeout_s=180)))) for name in small}
-    # leave FREE trays per rack: delete that many one-tray jobs of each (the spares are free already)
+        pjs.create(name, 4 * trays_each, 1, 1, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
+    where = {name: sorted(_nodes(pjs.wait_phase(name, "Running", timeout_s=180)))[0] for name in small}
+    # leave free_trays per rack: delete that many trays' jobs of each (the spares are free already)
     gone: list[str] = []
-    for rack, free in FREE.items():
+    for rack, free in free_trays.items():
         on_rack = [n for n in small if clique_of.get(where[n]) == racks[rack]]
-        assert len(on_rack) == USABLE_PER_RACK, (rack, on_rack)
-        gone += on_rack[: free - (TRAYS_PER_RACK - USABLE_PER_RACK)]
+        assert len(on_rack) == USABLE_PER_RACK // trays_each, (rack, on_rack)
+        gone += on_rack[: (free - (TRAYS_PER_RACK - USABLE_PER_RACK)) // trays_each]
     for name in gone:
         pjs.delete(name)
     kept = [n for n in small if n not in gone]
-    wait_for("the deleted one-tray jobs' pods gone", lambda: not any(pjs.pods(n) for n in gone), 120)
+    wait_for("the deleted small jobs' pods gone", lambda: not any(pjs.pods(n) for n in gone), 120)
     return clique_of, kept
 
 
@@ -100,6 +104,64 @@ def test_one_tray_jobs_move_so_a_tp8_dp8_job_fits(nvl72_kube: KubeSession, nvl72
         pjs.wait_events(name, {"MovedForRoom"})
     pjs.wait_events("big", {"MovePlanned", "Placed"})
     assert "movePlan" not in pjs.status("big")
+
+
+def _bound_nodes(pjs: Jobs, name: str) -> set[str]:
+    return {p.spec.node_name for p in pjs.live_pods(name) if p.spec.node_name}
+
+
+def test_two_tray_jobs_move_over_trays_never_onto_the_free_hgx_nodes(nvl72_kube: KubeSession, nvl72_pjs: Jobs) -> None:
+    """A TP8 job over two trays runs as whole-tray pods in a ComputeDomain: moved onto an 8-GPU HGX node its
+    pods would be neither, so the planner keeps it off the HGX nodes, free as they are (a one-tray job is an
+    ordinary 4-GPU pod and may go there). First 6 + 6 usable trays free and the 4 HGX nodes empty: a TP16 x
+    DP4 job (four 4-tray TP groups, which no 8-GPU node holds) gets a clique only if two TP8 jobs go onto
+    HGX nodes, so there is no plan: it waits and ``status.moveCheck`` says why. Then two TP8 jobs of the first
+    rack end: a clique can be freed over trays alone, and a TP16 x DP4 job asked for then runs in one
+    clique, every job moved for it on trays of one clique, none on an HGX node."""
+    kube, pjs = nvl72_kube, nvl72_pjs
+    clique_of, kept = _scatter(kube, pjs, free_trays={0: 8, 1: 8}, trays_each=2)
+    hgx = [f"hgx{i}" for i in range(HGX_JOBS)]
+    for name in hgx:
+        pjs.delete(name)
+    wait_for("the HGX jobs' pods gone", lambda: not any(pjs.pods(n) for n in hgx), 120)
+    where = {name: _bound_nodes(pjs, name) for name in kept}
+    assert all(len(nodes) == 2 and nodes <= set(clique_of) for nodes in where.values()), where
+
+    pjs.create("wide", 16, 1, 4, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
+    status = wait_for(
+        "the TP16 job's move check, or the job running",
+        lambda: (s := pjs.status("wide")).get("moveCheck") or s.get("phase") == "Running",
+        180,
+    )
+    status = pjs.status("wide")
+    assert status.get("phase") == "Queued" and status.get("reason") == "Unschedulable", status
+    assert "movePlan" not in status, status
+    assert "has no placement elsewhere" in status["moveCheck"]["answer"], status["moveCheck"]
+    assert not any("lastRoomMove" in pjs.status(n) for n in kept)
+    assert {name: _bound_nodes(pjs, name) for name in kept} == where
+
+    # the refused job goes (its "no" stands for ASK_EVERY_S); two TP8 jobs of the first rack end
+    pjs.delete("wide")
+    racks = sorted(set(clique_of.values()))
+    ended = [n for n in kept if clique_of[min(where[n])] == racks[0]][:2]
+    for name in ended:
+        pjs.delete(name)
+    left = [n for n in kept if n not in ended]
+    wait_for("the ended jobs' pods gone", lambda: not any(pjs.pods(n) for n in ("wide", *ended)), 120)
+    pjs.create("wide2", 16, 1, 4, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
+    wide = _nodes(pjs.wait_phase("wide2", "Running", timeout_s=300))
+    assert len(wide) == 16 and len({clique_of.get(n) for n in wide}) == 1 and wide <= set(clique_of), wide
+
+    def all_running_on_other_trays() -> dict[str, set[str]] | None:
+        bound = {n: _bound_nodes(pjs, n) for n in left}
+        settled = all(pjs.status(n).get("phase") == "Running" and len(b) == 2 for n, b in bound.items())
+        return bound if settled and not any(b & wide for b in bound.values()) else None
+
+    bound = wait_for("every TP8 job Running off the TP16 job's trays", all_running_on_other_trays, 180)
+    moved = [n for n in left if "lastRoomMove" in pjs.status(n)]
+    assert moved and all(bound[n] != where[n] for n in moved), (moved, where, bound)
+    on_trays = {n: b for n, b in bound.items() if b <= set(clique_of) and len({clique_of[x] for x in b}) == 1}
+    assert on_trays == bound, {n: b for n, b in bound.items() if n not in on_trays}
 
 
 def test_the_queue_crd_checks_the_move_bounds_and_fills_their_defaults(nvl72_kube: KubeSession) -> None:
