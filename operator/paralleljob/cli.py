@@ -43,10 +43,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 128 + 2  # a shell's status for a command ended by SIGINT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    result = args.handler(args)
+    try:
+        result = args.handler(args)
+    except KeyboardInterrupt:
+        # Ctrl-C is an answer, not a fault: the command's own cleanup (clusters, child processes) has run
+        print(f"paralleljob {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
     return int(result or 0)
 
 
