@@ -114,8 +114,8 @@ def test_two_tray_jobs_move_over_trays_never_onto_the_free_hgx_nodes(nvl72_kube:
     """A TP8 job over two trays runs as whole-tray pods in a ComputeDomain: moved onto an 8-GPU HGX node its
     pods would be neither, so the planner keeps it off the HGX nodes, free as they are (a one-tray job is an
     ordinary 4-GPU pod and may go there). First 6 + 6 usable trays free and the 4 HGX nodes empty: a TP16 x
-    DP4 job (four 4-tray TP groups, which no 8-GPU node holds) gets a clique only if two TP8 jobs go onto
-    HGX nodes, so there is no plan: it waits and ``status.moveCheck`` says why. Then two TP8 jobs of the first
+    DP4 job (four 4-tray TP groups, which no 8-GPU node holds) gets a clique only if TP8 jobs go onto HGX
+    nodes, so there is no plan: it waits and ``status.moveCheck`` says why. Then two TP8 jobs of the first
     rack end: a clique can be freed over trays alone, and a TP16 x DP4 job asked for then runs in one
     clique, every job moved for it on trays of one clique, none on an HGX node."""
     kube, pjs = nvl72_kube, nvl72_pjs
@@ -128,7 +128,7 @@ def test_two_tray_jobs_move_over_trays_never_onto_the_free_hgx_nodes(nvl72_kube:
     assert all(len(nodes) == 2 and nodes <= set(clique_of) for nodes in where.values()), where
 
     pjs.create("wide", 16, 1, 4, gpuMemoryGiB=10, checkpoint={"intervalSeconds": 3600})
-    status = wait_for(
+    wait_for(
         "the TP16 job's move check, or the job running",
         lambda: (s := pjs.status("wide")).get("moveCheck") or s.get("phase") == "Running",
         180,
