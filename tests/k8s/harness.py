@@ -24,12 +24,11 @@ from paralleljob.k8s.edge.parse.queues import QueueInfo
 from paralleljob.k8s.edge.parse.specs import JobObject, parse_job
 from paralleljob.k8s.edge.render.computedomain import parse_domain
 from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
-from paralleljob.k8s.plan.actions import JobActions, Plan
+from paralleljob.k8s.plan.actions import ACTIVE, JobActions, Plan
 from paralleljob.k8s.plan.admission.waiting import WaitingMemo
 from paralleljob.k8s.plan.decide import Observed, claims_of, decide
 from paralleljob.k8s.plan.failure.backoff import Backoff
 from paralleljob.k8s.plan.groups.composites import fold_composites
-from paralleljob.k8s.plan.jobdecision import ACTIVE
 from paralleljob.k8s.plan.nodenotes import NodeEvent
 from paralleljob.k8s.plan.status import wait_message_changed
 from paralleljob.k8s.view.clusterview import ClusterView, build_view
@@ -179,7 +178,7 @@ class FakeCluster:
                 self.repriced_at[(actions.job.key, actions.repriced)] = observed.seconds
             if actions.job.key in hold and actions.has_work:
                 self.inflight[actions.job.key] = actions  # its chain is still running in the next passes
-                if actions.writes_status and actions.draft.phase not in ACTIVE and actions.job.phase in ACTIVE:
+                if actions.gives_gpus_up:
                     self.releasing.add(actions.job.key)
             else:
                 self._apply(actions)

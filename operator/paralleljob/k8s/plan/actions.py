@@ -20,6 +20,10 @@ from paralleljob.k8s.plan.status import StatusDraft
 
 T = TypeVar("T")
 
+# The phases of a job that holds GPUs. A tuple, not a set: ``in`` then compares identities, where a set hashes
+# the member (Enum's __hash__ is Python code) -- it is asked for every job of every pass.
+ACTIVE = (Phase.PLACING, Phase.RUNNING, Phase.RECOVERING)
+
 
 @dataclass(frozen=True, slots=True)
 class PodDelete:
@@ -124,6 +128,13 @@ class JobActions:
     @property
     def writes_status(self) -> bool:
         return self.draft.changed()
+
+    @property
+    def gives_gpus_up(self) -> bool:
+        """Its status write takes a job that holds GPUs out of the active phases (finished, failed, requeued):
+        while that write is in flight the job is *releasing*, its recorded placement claiming no GPUs, which
+        this pass may have given to others already (``decide.claims_of``)."""
+        return self.writes_status and self.draft.phase not in ACTIVE and self.job.phase in ACTIVE
 
     @property
     def only_records_waiting(self) -> bool:

@@ -32,7 +32,7 @@ from paralleljob.k8s.edge.parse.queues import QueueInfo, parse_time, preemption_
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.render.computedomain import DomainInfo
 from paralleljob.k8s.edge.status.records import PlacementRecord
-from paralleljob.k8s.plan.actions import JobActions, Plan
+from paralleljob.k8s.plan.actions import ACTIVE, JobActions, Plan
 from paralleljob.k8s.plan.admission.eligibility import Eligibility
 from paralleljob.k8s.plan.admission.policy_admission import admit_with_core
 from paralleljob.k8s.plan.admission.waiting import WAITING, Triage, WaitingMemo, earliest, pod_ids, triage
@@ -41,7 +41,7 @@ from paralleljob.k8s.plan.admission.waiting_remember import remember, remember_r
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.backoff import Backoff
 from paralleljob.k8s.plan.groups.podgroups import GroupRequests, by_group
-from paralleljob.k8s.plan.jobdecision import ACTIVE, decide_job
+from paralleljob.k8s.plan.jobdecision import decide_job
 from paralleljob.k8s.plan.kinds.picker import at_current_size, kind_of, sizing_of
 from paralleljob.k8s.plan.kinds.resizing import note_membership, rigid_waiting
 from paralleljob.k8s.plan.lazy import Lazy

@@ -16,7 +16,7 @@ from paralleljob.core.lifecycle import Event, Phase
 from paralleljob.k8s.edge.parse.pods import PodInfo
 from paralleljob.k8s.edge.parse.specs import JobObject, JobRequest
 from paralleljob.k8s.edge.status.records import PlacementRecord
-from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.actions import ACTIVE, JobActions
 from paralleljob.k8s.plan.context import HeldJob, PassContext
 from paralleljob.k8s.plan.failure.draining import off_drained
 from paralleljob.k8s.plan.groups.podgroups import slot_pods
@@ -27,10 +27,6 @@ from paralleljob.k8s.plan.moves.reoptimizing import reconsider
 from paralleljob.k8s.plan.pods.podsync import delete_all
 from paralleljob.k8s.plan.status import StatusDraft
 from paralleljob.k8s.view.clusterview import ClusterView
-
-# A tuple, not a set: ``in`` then compares identities, where a set hashes the member (Enum's __hash__ is Python
-# code) -- it is asked for every job of every pass.
-ACTIVE = (Phase.PLACING, Phase.RUNNING, Phase.RECOVERING)
 
 
 def _base_fields(draft: StatusDraft, job: JobObject, gang: Gang | None, now: str) -> None:

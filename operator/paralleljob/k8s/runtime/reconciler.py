@@ -38,12 +38,11 @@ from paralleljob.k8s.edge.parse.taintrules import TaintRuleInfo, parse_taint_rul
 from paralleljob.k8s.edge.render.computedomain import DomainInfo, parse_domain
 from paralleljob.k8s.edge.render.mpsclaims import wanted_claims
 from paralleljob.k8s.edge.status.records import PlacementRecord, record_from_status
-from paralleljob.k8s.plan.actions import JobActions
+from paralleljob.k8s.plan.actions import ACTIVE, JobActions
 from paralleljob.k8s.plan.admission.waiting import WaitingMemo
 from paralleljob.k8s.plan.decide import Observed, decide
 from paralleljob.k8s.plan.failure.backoff import Backoff
 from paralleljob.k8s.plan.groups.composites import fold_composites
-from paralleljob.k8s.plan.jobdecision import ACTIVE
 from paralleljob.k8s.plan.status import wait_message_changed
 from paralleljob.k8s.runtime.api import Kube
 from paralleljob.k8s.runtime.claimcollector import ClaimCollector
@@ -375,7 +374,7 @@ class Reconciler:
                 functools.partial(self._chain_ended, actions, outcome, started),
             )
             self.inflight[actions.job.key] = (task, record)
-            if actions.writes_status and actions.draft.phase not in ACTIVE and actions.job.phase in ACTIVE:
+            if actions.gives_gpus_up:
                 self.releasing.add(actions.job.key)  # its GPUs went to others in this pass (claims_of)
             launched += 1
         for delete in plan.orphans:
