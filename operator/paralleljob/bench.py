@@ -233,6 +233,10 @@ def command(args: argparse.Namespace) -> int:
         measured = run_parts(args, set(args.kueue_parts.split(",")))
         if "ceiling" in measured:
             print(flow_table(measured))
+        if "bursts" in measured:
+            from paralleljob.devtools.bench_burst import table as burst_table
+
+            print(burst_table(measured["bursts"], measured.get("bursts_against_ceiling", {})))
         if "repair" in measured:
             print(repair_table(measured["repair"]))
         return _emit(measured, args.json)

@@ -24,10 +24,14 @@ def add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
         help="kueue placement: on this many GB200 NVL72 racks (trays of 4 GPUs, a clique each) instead of HGX nodes",
     )
     parser.add_argument(
-        "--kueue-parts", default="placement", help="kueue: placement, or any of ceiling,throughput,repair (one cluster)"
+        "--kueue-parts",
+        default="placement",
+        help="kueue: placement, or any of ceiling,burst,throughput,repair (one cluster)",
     )
     parser.add_argument("--ceiling-pods", type=int, default=2000, help="kueue ceiling: pods per pass")
     parser.add_argument("--ceiling-concurrency", type=int, default=64, help="kueue ceiling: concurrent workers")
+    parser.add_argument("--burst-gangs", type=int, default=50, help="kueue burst: gangs created at once by each side")
+    parser.add_argument("--burst-pods", type=int, default=40, help="kueue burst: one-GPU pods a gang")
     parser.add_argument("--flow-jobs", type=int, default=500, help="kueue throughput: jobs drained by each side")
     parser.add_argument("--flow-queues", type=int, default=100, help="kueue throughput: queues (10 a cohort)")
     parser.add_argument("--flow-run-min", type=float, default=1.0, help="kueue throughput: shortest run (s)")

@@ -28,7 +28,7 @@ from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster, down, up
 from paralleljob.devcluster.nodes import NodeShape
-from paralleljob.devtools import bench_flow
+from paralleljob.devtools import bench_burst, bench_flow
 from paralleljob.devtools.bench_ceiling import ceiling
 from paralleljob.devtools.bench_identity import queued_operator_kubeconfig
 from paralleljob.devtools.bench_kueue import NODES_PER_RACK
@@ -38,7 +38,8 @@ from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.runtime.api import ApiError, Kube
 
-PARTS = ("placement", "ceiling", "throughput", "repair")
+PARTS = ("placement", "ceiling", "burst", "throughput", "repair")
+SIDE_PARTS = frozenset({"burst", "throughput"})  # measured once for each side
 
 
 def _say(message: str) -> None:
@@ -56,8 +57,8 @@ def drain_order(first: str, sides: str) -> tuple[str, ...]:
 
 
 def controllers_needed(parts: set[str], sides: str) -> tuple[str, ...]:
-    """JobSet and Kueue for the repair or a Kueue drain; none when only ours drains."""
-    return ("jobset", "kueue") if "repair" in parts or ("throughput" in parts and sides != "ours") else ()
+    """JobSet and Kueue for the repair or a Kueue burst or drain; none when only ours is measured."""
+    return ("jobset", "kueue") if "repair" in parts or (SIDE_PARTS & parts and sides != "ours") else ()
 
 
 @dataclass(frozen=True)
@@ -72,15 +73,17 @@ class Stage:
 
 
 def cluster_stages(parts: set[str], order: tuple[str, ...], fresh: bool) -> list[Stage]:
-    """One cluster for everything, or (``fresh``) one per side that drains, the ceiling on the first and
-    the repair, which needs both sides, on one more."""
+    """One cluster for everything, or (``fresh``) one per side for its burst and drain, the ceiling on the
+    first and the repair, which needs both sides, on one more."""
     sides = "both" if len(order) > 1 else order[0]
-    if not fresh or "throughput" not in parts or len(order) < 2:
+    if not fresh or not SIDE_PARTS & parts or len(order) < 2:
         return [Stage(frozenset(parts), order, controllers_needed(parts, sides), operator=True)]
     stages = []
     for i, who in enumerate(order):
-        own = {"throughput"} | ({"ceiling"} & parts if i == 0 else set())
-        stages.append(Stage(frozenset(own), (who,), controllers_needed({"throughput"}, who), operator=who == "ours"))
+        own = set(SIDE_PARTS & parts)
+        controllers = controllers_needed(own, who)
+        own |= {"ceiling"} & parts if i == 0 else set()
+        stages.append(Stage(frozenset(own), (who,), controllers, operator=who == "ours"))
     if "repair" in parts:
         stages.append(Stage(frozenset({"repair"}), (), controllers_needed({"repair"}, sides), operator=True))
     return stages
@@ -120,6 +123,8 @@ async def measure(cluster: DevCluster, args: Any, stage: Stage, drained: dict[st
         if "ceiling" in parts:
             out["ceiling"] = await ceiling(kube, args.ceiling_pods, args.ceiling_concurrency)
             _say(f"ceiling: {out['ceiling']}; load {load_average()}")
+        if "burst" in parts:
+            out["bursts"] = await _bursts(kube, cluster, args, stage, operator)
         if "throughput" in parts:
             await queues(kube, args.flow_queues, args.kueue_nodes * 8, with_kueue="kueue" in order)
             jobs = bench_flow.shapes(
@@ -170,6 +175,22 @@ async def measure(cluster: DevCluster, args: Any, stage: Stage, drained: dict[st
         operator.stop()
 
 
+async def _bursts(
+    kube: Kube, cluster: DevCluster, args: Any, stage: Stage, operator: OperatorProcess
+) -> dict[str, Any]:
+    """Each side's wave of gangs in turn, the cluster emptied after each (the drains start on it empty)."""
+    out: dict[str, Any] = {}
+    for who in stage.order:
+        pids = bench_flow.controller_pids(cluster.name, operator.proc.pid if operator.proc else None)
+        out[who] = await bench_burst.burst(
+            kube, cluster.kubeconfig, pids, who, args.burst_gangs, args.burst_pods, args.drain_timeout
+        )
+        out[who]["load_average_after"] = load_average()
+        _say(f"burst {who}: {out[who]}")
+        await bench_burst.clear(kube, who)
+    return out
+
+
 def _race_limit(args: Any, drained: dict[str, Any]) -> float | None:
     """With ``--flow-race``, a side that drains after another is stopped once it has run as long as that one
     took to finish every job (``--flow-race`` x its drain): by then which is faster is settled, and a slow
@@ -195,7 +216,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
     order = drain_order(args.flow_first, args.flow_sides)
     stages = cluster_stages(parts, order, args.flow_clusters == "fresh")
     kueue_qps = args.kueue_qps
-    result: dict[str, Any] = {"nodes": args.kueue_nodes, "gpus": args.kueue_nodes * 8, "drains": {}}
+    result: dict[str, Any] = {"nodes": args.kueue_nodes, "gpus": args.kueue_nodes * 8, "drains": {}, "bursts": {}}
     up_s: list[float] = []
     for i, stage in enumerate(stages):
         name = f"kueue-flow-{os.getpid()}" + (f"-{i + 1}" if len(stages) > 1 else "")
@@ -211,9 +232,14 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         finally:
             down(name)
         result["drains"].update(measured.pop("drains", {}))
+        result["bursts"].update(measured.pop("bursts", {}))
         result.setdefault("load_average_start", measured.pop("load_average_start"))  # the first cluster's
         result["operator_starts"] = result.get("operator_starts", 0) + measured.pop("operator_starts")
         result.update(measured)  # the ceiling, the repair, the last load average
+    if result["bursts"] and "ceiling" in result:
+        result["bursts_against_ceiling"] = bench_burst.against_ceiling(result["ceiling"], result["bursts"])
+    if not result["bursts"]:
+        del result["bursts"]
     if not result["drains"]:
         del result["drains"]
     elif "ceiling" in result:
@@ -225,6 +251,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
     result["command"] = (
         f"paralleljob bench kueue --kueue-parts {','.join(sorted(parts))} --kueue-nodes {args.kueue_nodes}"
         f" --ceiling-pods {args.ceiling_pods} --ceiling-concurrency {args.ceiling_concurrency}"
+        f" --burst-gangs {args.burst_gangs} --burst-pods {args.burst_pods}"
         f" --flow-jobs {args.flow_jobs} --flow-queues {args.flow_queues} --creators {args.creators}"
         f" --flow-run-min {args.flow_run_min} --flow-run-max {args.flow_run_max} --repair-samples"
         f" {args.repair_samples} --flow-first {args.flow_first} --flow-sides {args.flow_sides}"

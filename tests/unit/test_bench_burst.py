@@ -1,0 +1,105 @@
+"""The burst part of ``bench kueue``: what each side is given, how its gangs are timed and set against the
+ceiling, and which cluster measures it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paralleljob.devtools import bench_burst
+from paralleljob.devtools.bench_kueue_parts import Stage, cluster_stages, controllers_needed
+
+
+def test_a_kueue_gang_is_one_suspended_indexed_job_of_one_gpu_pods_in_the_burst_queue() -> None:
+    job = bench_burst.kueue_gang("b0007", 40)
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["parallelism"], spec["completions"], spec["suspend"]) == (
+        "Indexed",
+        40,
+        40,
+        True,
+    )
+    assert job["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": bench_burst.QUEUE}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["resources"]["requests"] == container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "annotations" not in spec["template"].get("metadata", {})  # the pods run until deleted
+
+
+def test_our_gang_is_dp_pods_of_one_gpu_in_the_burst_queue() -> None:
+    job = bench_burst.our_gang("b0007", 40)
+    assert job["spec"]["parallelism"] == {"tensor": 1, "pipeline": 1, "data": 40}
+    assert job["spec"]["queue"] == bench_burst.QUEUE
+
+
+def test_kueues_queue_has_every_gpu_no_cohort_and_no_topology() -> None:
+    objects = {body["kind"]: body for _, body in bench_burst.queue_objects("kueue", 2000)}
+    assert set(objects) == {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    assert "topologyName" not in objects["ResourceFlavor"]["spec"]
+    queue = objects["ClusterQueue"]["spec"]
+    assert "cohortName" not in queue
+    assert queue["resourceGroups"][0]["flavors"][0]["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": "2000"}]
+    assert objects["LocalQueue"]["metadata"]["namespace"] == bench_burst.NAMESPACES["kueue"]
+    ((path, queue_object),) = bench_burst.queue_objects("ours", 2000)
+    assert queue_object["kind"] == "ParallelJobQueue" and path.endswith("/paralleljobqueues")
+
+
+def _pod(name: str, gang: str, node: str | None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "ownerReferences": [{"name": gang}]},
+        "spec": {"nodeName": node} if node else {},
+    }
+
+
+class _NoKube:
+    pass
+
+
+def test_a_pod_counts_when_first_seen_bound_and_a_gang_is_whole_at_its_last_bind(monkeypatch: Any) -> None:
+    tracker = bench_burst.Bound(_NoKube(), "ns")  # type: ignore[arg-type]
+    clock = iter([10.0, 11.0, 12.0, 13.0, 14.0])
+    monkeypatch.setattr(bench_burst.time, "monotonic", lambda: next(clock))
+    tracker.seen(_pod("a-0", "a", None))  # created, not bound: not counted
+    tracker.seen(_pod("a-0", "a", "n1"))  # 10
+    tracker.seen(_pod("a-0", "a", "n1"))  # seen again: its first bind stays
+    tracker.seen(_pod("b-0", "b", "n2"))  # 11
+    tracker.seen(_pod("a-1", "a", "n3"))  # 12
+    assert tracker.bound_at == {"a-0": 10.0, "b-0": 11.0, "a-1": 12.0}
+    # gang b has one of its two pods bound: not whole, not timed
+    assert bench_burst.gang_times(tracker, started=9.0, pods=2) == [3.0]
+    assert bench_burst.gang_times(tracker, started=9.0, pods=1) == [2.0, 3.0]
+
+
+def _burst(pods_per_s: float, controller: str) -> dict[str, Any]:
+    return {
+        "gangs": 50,
+        "pods": 2000,
+        "seconds": round(2000 / pods_per_s, 2),
+        "pods_per_s": pods_per_s,
+        "gang_whole_s": {"first": 1.0, "median": 4.0, "last": 8.0},
+        "requests_per_pod": {"all": 3.1},
+        "processes": {controller: {"cpu_s": 12.5, "peak_rss_mb": 300.0}},
+    }
+
+
+def test_each_burst_is_a_share_of_the_create_bind_ceiling_and_ours_is_set_over_kueues() -> None:
+    ceiling = {"create_bind": {"pods_per_s": 400.0}, "create_bind_status": {"pods_per_s": 200.0}}
+    bursts = {"kueue": _burst(100.0, "kueue-controller-manager"), "ours": _burst(300.0, "operator")}
+    shares = bench_burst.against_ceiling(ceiling, bursts)
+    assert shares["kueue"]["share_of_create_bind"] == 0.25
+    assert shares["ours"]["share_of_create_bind"] == 0.75
+    assert shares["ours_over_kueue"] == 3.0
+    assert "ours_over_kueue" not in bench_burst.against_ceiling(ceiling, {"ours": bursts["ours"]})
+    rows = bench_burst.table(bursts, shares).splitlines()
+    assert rows[2].startswith("| kueue | 50 x 40 | 20.0 | 100.0 | 0.25 | 1.0 / 4.0 / 8.0 | 3.1 | 12.5 |")
+    assert rows[3].startswith("| ours | 50 x 40 | 6.67 | 300.0 | 0.75 |")
+    bursts["ours"]["gang_whole_s"] = {}  # stopped before any gang was whole
+    assert "| - / - / - |" in bench_burst.table(bursts, shares).splitlines()[3]
+
+
+def test_a_burst_needs_kueue_only_when_kueue_bursts_and_fresh_clusters_give_each_side_its_own() -> None:
+    assert controllers_needed({"burst"}, "ours") == ()
+    assert controllers_needed({"burst"}, "both") == ("jobset", "kueue")
+    first, second = cluster_stages({"ceiling", "burst"}, ("ours", "kueue"), fresh=True)
+    assert first == Stage(frozenset({"ceiling", "burst"}), ("ours",), (), operator=True)
+    assert second == Stage(frozenset({"burst"}), ("kueue",), ("jobset", "kueue"), operator=False)
+    (shared,) = cluster_stages({"ceiling", "burst", "throughput"}, ("kueue", "ours"), fresh=False)
+    assert shared.parts == frozenset({"ceiling", "burst", "throughput"}) and shared.order == ("kueue", "ours")
