@@ -3,6 +3,7 @@ ceiling, and which cluster measures it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from paralleljob.devtools import bench_burst
@@ -81,16 +82,18 @@ def _burst(pods_per_s: float, controller: str) -> dict[str, Any]:
 
 
 def test_each_burst_is_a_share_of_the_create_bind_ceiling_and_ours_is_set_over_kueues() -> None:
-    ceiling = {"create_bind": {"pods_per_s": 400.0}, "create_bind_status": {"pods_per_s": 200.0}}
+    ceiling = {"create_bind": {"pods_per_s": 400.0}, "create_bind_worker": {"pods_per_s": 300.0}}
     bursts = {"kueue": _burst(100.0, "kueue-controller-manager"), "ours": _burst(300.0, "operator")}
     shares = bench_burst.against_ceiling(ceiling, bursts)
     assert shares["kueue"]["share_of_create_bind"] == 0.25
     assert shares["ours"]["share_of_create_bind"] == 0.75
+    assert shares["ours"]["share_of_create_bind_worker"] == 1.0
     assert shares["ours_over_kueue"] == 3.0
-    assert "ours_over_kueue" not in bench_burst.against_ceiling(ceiling, {"ours": bursts["ours"]})
+    alone = bench_burst.against_ceiling({"create_bind": ceiling["create_bind"]}, {"ours": bursts["ours"]})
+    assert alone == {"ours": {"pods_per_s": 300.0, "share_of_create_bind": 0.75}}  # no worker-sized pass, no ratio
     rows = bench_burst.table(bursts, shares).splitlines()
-    assert rows[2].startswith("| kueue | 50 x 40 | 20.0 | 100.0 | 0.25 | 1.0 / 4.0 / 8.0 | 3.1 | 12.5 |")
-    assert rows[3].startswith("| ours | 50 x 40 | 6.67 | 300.0 | 0.75 |")
+    assert rows[2].startswith("| kueue | 50 x 40 | 20.0 | 100.0 | 0.25 / 0.333 | 1.0 / 4.0 / 8.0 | 3.1 | 12.5 |")
+    assert rows[3].startswith("| ours | 50 x 40 | 6.67 | 300.0 | 0.75 / 1.0 |")
     bursts["ours"]["gang_whole_s"] = {}  # stopped before any gang was whole
     assert "| - / - / - |" in bench_burst.table(bursts, shares).splitlines()[3]
 
@@ -103,3 +106,18 @@ def test_a_burst_needs_kueue_only_when_kueue_bursts_and_fresh_clusters_give_each
     assert second == Stage(frozenset({"burst"}), ("kueue",), ("jobset", "kueue"), operator=False)
     (shared,) = cluster_stages({"ceiling", "burst", "throughput"}, ("kueue", "ours"), fresh=False)
     assert shared.parts == frozenset({"ceiling", "burst", "throughput"}) and shared.order == ("kueue", "ours")
+
+
+def test_the_worker_sized_ceiling_pod_is_the_operators_worker_that_nothing_but_the_client_acts_on() -> None:
+    from paralleljob.devtools.bench_ceiling import NO_SCHEDULER, _rendered_worker, pod_manifest, worker_manifest
+
+    pod = worker_manifest("create-bind-worker-000017", ends_at_once=True)
+    rendered = _rendered_worker()
+    assert pod["metadata"]["name"] == pod["spec"]["hostname"] == "create-bind-worker-000017"
+    assert "ownerReferences" not in pod["metadata"] and pod["spec"]["schedulerName"] == NO_SCHEDULER
+    assert not any(key.startswith("paralleljob.dev/") for key in pod["metadata"]["labels"])
+    assert len(pod["metadata"]["labels"]) == len(rendered["metadata"]["labels"])
+    assert pod["spec"]["containers"] == rendered["spec"]["containers"]  # the torchrun env, the GPU
+    assert pod["metadata"]["annotations"]["kwok.paralleljob.dev/complete-after"] == "0s"
+    assert rendered["metadata"]["name"] != "create-bind-worker-000017"  # the cached render is not changed
+    assert len(json.dumps(pod)) > 5 * len(json.dumps(pod_manifest("create-bind-000017")))

@@ -1,7 +1,8 @@
 """The ceiling any scheduler on this machine can reach (issue 41, item 3): the API server's own rate for
 pod create + bind, and create + bind + a status write, from a raw client at full concurrency beside the
 same kwok nodes, with no scheduler in the loop; and the rate of whole pod lives (create + bind, then kwok
-runs the pod and ends it at once), the bound for a drain of jobs that end as soon as they start.
+runs the pod and ends it at once), the bound for a drain of jobs that end as soon as they start; and
+create + bind once more of pods that carry what one of the operator's worker pods carries (``worker``).
 
 The pods name a scheduler nobody runs (so kube-scheduler and the operator leave them alone), carry kwok's
 toleration and no resource requests (capacity is not what is measured), and are bound round-robin over the
@@ -10,20 +11,35 @@ starts any pod, so its status writes load the API server just as in the drains t
 Each pass creates ``pods`` pods from ``concurrency`` workers and is timed from the first create to the last
 call answered (the lifecycle pass: to the last pod seen Succeeded by a watch); the namespace's pods are
 deleted and gone before the next pass.
+
+The raw passes' pods are as small as a pod can be; a worker of a training gang is not (its torchrun
+environment, rank labels and annotations: ~1.7 KB of JSON against ~0.3 KB), and the API server's work per
+write grows with the object it decodes, stores and sends to every watcher. The ``create_bind_worker`` pass
+creates pods rendered by the operator's own renderer for a TP1 x DP40 job, their names, labels' keys and
+scheduler changed so that nothing (the operator, kube-scheduler, the garbage collector) acts on them, and no
+owner: the ceiling for pods of that size.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import functools
 import sys
 import time
 from typing import Any
 
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
+from paralleljob.devtools.bench_kit import job_body
 from paralleljob.devtools.bench_native import KWOK_TOLERATION
 from paralleljob.devtools.flow_report import rate
 from paralleljob.devtools.tracker import StateTracker
+from paralleljob.k8s.edge.constants import SCHEDULER_NAME
+from paralleljob.k8s.edge.parse.specs import parse_job
+from paralleljob.k8s.edge.render.manifests import worker_pod
+from paralleljob.k8s.edge.status.records import PlacementRecord, PodSlot
+from paralleljob.k8s.plan.kinds.sizings import sizing_of
 from paralleljob.k8s.runtime.api import ApiError, Kube, pod_path
 
 NAMESPACE = "bench-ceiling"
@@ -47,6 +63,34 @@ def pod_manifest(name: str, ends_at_once: bool = False) -> dict[str, Any]:
             "containers": [{"name": "c", "image": "bench:1"}],
         },
     }
+
+
+@functools.cache
+def _rendered_worker() -> dict[str, Any]:
+    """Worker 17 of a TP1 x DP40 ParallelJob as the operator renders it (its GPU on ``gpu-node-0123``)."""
+    body = job_body("b0007", 1, 1, 40)
+    body["metadata"].update({"namespace": NAMESPACE, "uid": "bench-ceiling-worker"})
+    job = parse_job(body)
+    assert job.request is not None
+    slots = tuple(PodSlot(f"b0007-d{d}-p0", d, 0, f"gpu-node-{d:04d}", (3,)) for d in range(40))
+    record = PlacementRecord(1, "seed", 1, 1, 40, slots, job.request.rank_order)
+    return worker_pod(job, job.request, record, slots[17], 0, sizing_of(job.request))
+
+
+def worker_manifest(name: str, ends_at_once: bool = False) -> dict[str, Any]:
+    """A pod the size of an operator's worker, that only this client acts on: the rendered worker renamed,
+    its labels' and annotations' keys moved out of the operator's prefix, no owner, nobody's scheduler."""
+    pod = copy.deepcopy(_rendered_worker())
+    meta = pod["metadata"]
+    meta["name"] = name
+    for part in ("labels", "annotations"):
+        meta[part] = {f"bench.{key}": value for key, value in meta[part].items()}
+    if ends_at_once:
+        meta["annotations"][COMPLETE_AFTER_ANNOTATION] = "0s"
+    del meta["ownerReferences"], meta["namespace"]
+    assert pod["spec"]["schedulerName"] == SCHEDULER_NAME
+    pod["spec"].update({"schedulerName": NO_SCHEDULER, "hostname": name, "tolerations": [KWOK_TOLERATION]})
+    return pod
 
 
 def binding(name: str, node: str) -> dict[str, Any]:
@@ -85,20 +129,21 @@ class Succeeded(StateTracker):
             self.changed.set()
 
 
-PASSES = ("create_bind", "create_bind_status", "lifecycle")
+PASSES = ("create_bind", "create_bind_status", "lifecycle", "create_bind_worker")
 
 
 async def one_pass(kube: Kube, nodes: list[str], pods: int, concurrency: int, part: str) -> dict[str, Any]:
     """One of :data:`PASSES`. ``requests_per_s`` counts this client's calls only (the lifecycle pass: not
     kwok's status writes)."""
     status, ends_at_once, tag = part == "create_bind_status", part == "lifecycle", part.replace("_", "-")
+    manifest_of = worker_manifest if part == "create_bind_worker" else pod_manifest
     names = iter(range(pods))
 
     async def worker() -> None:
         for i in names:
             name = f"{tag}-{i:06d}"
             path = pod_path(NAMESPACE, name)
-            manifest = pod_manifest(name, ends_at_once)
+            manifest = manifest_of(name, ends_at_once)
             await _retrying(lambda m=manifest: kube.request("POST", pod_path(NAMESPACE), m))
             target = binding(name, nodes[i % len(nodes)])
             await _retrying(lambda p=path, b=target: kube.request("POST", f"{p}/binding", b))
@@ -138,8 +183,9 @@ async def clear(kube: Kube, timeout_s: float = 600.0) -> None:
 
 
 async def ceiling(kube: Kube, pods: int, concurrency: int) -> dict[str, Any]:
-    """The three passes, each on an empty namespace: create + bind, create + bind + status, then create +
-    bind of pods kwok ends at once, timed to the last one Succeeded (``lifecycle``)."""
+    """The passes, each on an empty namespace: create + bind, create + bind + status, create + bind of pods
+    kwok ends at once, timed to the last one Succeeded (``lifecycle``), and create + bind of pods the size of
+    the operator's workers (``create_bind_worker``)."""
     with contextlib.suppress(ApiError):
         await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     items, _ = await kube.list("/api/v1/nodes")
