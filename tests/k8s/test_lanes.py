@@ -11,7 +11,7 @@ import pytest
 import paralleljob.k8s.runtime.reconciler as reconciler_module
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.plan.decide import Observed
-from paralleljob.k8s.runtime.lanes import BACKGROUND, Lanes
+from paralleljob.k8s.runtime.lanes import BACKGROUND, CHAIN, Lanes, new_chain
 from paralleljob.k8s.runtime.observe.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from tests.k8s import factories
@@ -260,3 +260,52 @@ def test_the_client_sends_list_pages_in_the_first_lane(monkeypatch: pytest.Monke
         return lanes
 
     assert asyncio.run(scenario()) == [True, False]
+
+
+def test_urgent_requests_of_an_older_chain_go_first_so_gangs_become_whole_one_after_another() -> None:
+    async def run() -> list[str]:
+        lanes = Lanes(1)
+        order: list[str] = []
+        older, newer = new_chain(), new_chain()
+
+        async def request(name: str, chain: int | None) -> None:
+            CHAIN.set(chain)
+            async with lanes.slot(False):
+                order.append(name)
+
+        first, gate = await _occupy(lanes)
+        # the newer chain's creates queued first, then the older chain's bind and a request of no chain
+        names = [("new-create-1", newer), ("new-create-2", newer), ("old-bind", older), ("loose", None)]
+        tasks = [asyncio.create_task(request(n, c)) for n, c in names]
+        await asyncio.sleep(0)
+        assert lanes.waiting() == (4, 0)
+        gate.set()
+        await asyncio.gather(first, *tasks)
+        return order
+
+    assert asyncio.run(run()) == ["old-bind", "new-create-1", "new-create-2", "loose"]
+
+
+def test_a_job_chain_runs_in_a_chain_of_its_own_begun_after_the_ones_before() -> None:
+    from paralleljob.k8s.runtime.executor import Executor
+
+    chains: list[int | None] = []
+
+    async def chain_of(self: Any, actions: Any, outcome: Any) -> None:
+        chains.append(CHAIN.get())
+
+    async def run() -> None:
+        executor = Executor.__new__(Executor)  # _job reads nothing of the executor but its chain
+        for _ in range(2):
+            await executor._job(_Actions(), None)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Executor, "_chain", chain_of)
+        asyncio.run(run())
+    first, second = chains
+    assert first is not None and second is not None and first < second
+    assert CHAIN.get() is None  # reset after each chain
+
+
+class _Actions:
+    only_records_waiting = False

@@ -42,7 +42,7 @@ from paralleljob.k8s.plan.actions import (
 )
 from paralleljob.k8s.runtime.api import Answer, ApiError, Kube, job_path, pod_path, retrying
 from paralleljob.k8s.runtime.crashhook import CrashAfterBinds
-from paralleljob.k8s.runtime.lanes import BACKGROUND
+from paralleljob.k8s.runtime.lanes import BACKGROUND, CHAIN, new_chain
 from paralleljob.k8s.runtime.sharedclaims import HOLD, SharedClaims
 from paralleljob.k8s.view.store import ObjectStore
 
@@ -113,10 +113,11 @@ class Executor:
             self.domain_store.forget(delete.namespace, delete.name, delete.uid)
 
     async def _job(self, actions: JobActions, outcome: Outcome) -> None:
-        lane = BACKGROUND.set(actions.only_records_waiting)
+        lane, chain = BACKGROUND.set(actions.only_records_waiting), CHAIN.set(new_chain())
         try:
             await self._chain(actions, outcome)
         finally:
+            CHAIN.reset(chain)
             BACKGROUND.reset(lane)
 
     async def _chain(self, actions: JobActions, outcome: Outcome) -> None:

@@ -13,6 +13,13 @@ after 12 minutes, and every queue line, its head unwritten, was decided again on
 is said by the caller through :data:`BACKGROUND` (a context variable, so every request of one job's chain,
 and of the tasks it starts, is in the chain's lane); the default is urgent.
 
+Within the urgent lane a waiting request of an older chain goes first (:data:`CHAIN`, set by the executor
+for each job's chain): with the lane in plain arrival order, a wave of gangs admitted in one pass had every
+gang's creates queued before any gang's binds (a bind is sent when its pod's create answers), so all of
+them became whole together at the end of the wave, none sooner; ordered by chain, they become whole one
+after another and the first can start while the last is still being bound. A request outside any chain
+counts as a chain of its own begun when it asked.
+
 Ahead of both go the pages of a list (``slot(first=True)``). While a kind is listed its watch is stopped, so
 the operator sees nothing of it but its own writes' answers until the last page is in; queued behind the
 writes, a 50,000-job list's 100 pages came ~30 s apart in a flood (a list of ~40 minutes). They are few,
@@ -23,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
+import itertools
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,22 +40,32 @@ from contextlib import asynccontextmanager
 # requests yield their turn to any urgent request.
 BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("paralleljob_background_request", default=False)
 BACKGROUND_SHARE = 4  # one slot in this many goes to background work while both lanes wait
+# The chain the running request belongs to (from :func:`new_chain`: older chains have smaller numbers); None
+# outside any chain.
+CHAIN: contextvars.ContextVar[int | None] = contextvars.ContextVar("paralleljob_request_chain", default=None)
+_sequence = itertools.count(1)  # chains and requests share it: a request outside a chain sorts as one begun then
+
+
+def new_chain() -> int:
+    """A number for a chain begun now, above every one before it."""
+    return next(_sequence)
 
 
 class Lanes:
-    """A semaphore of ``limit`` slots with two queues of waiters: urgent first, each in arrival order."""
+    """A semaphore of ``limit`` slots with two queues of waiters: urgent first, by chain then arrival;
+    background in arrival order."""
 
     def __init__(self, limit: int) -> None:
         self.free = limit
         self.handed = 0  # releases so far: every BACKGROUND_SHARE-th serves the background lane first
-        self.urgent: deque[asyncio.Future[None]] = deque()
+        self.urgent: list[tuple[int, int, asyncio.Future[None]]] = []  # a heap: (chain, arrival, waiter)
         self.background: deque[asyncio.Future[None]] = deque()
         self.first: deque[asyncio.Future[None]] = deque()  # list pages: ahead of both lanes
 
     def waiting(self) -> tuple[int, int]:
         """(urgent, background) requests waiting for a slot now."""
         return (
-            sum(1 for f in self.urgent if not f.done()),
+            sum(1 for _, _, f in self.urgent if not f.done()),
             sum(1 for f in self.background if not f.done()),
         )
 
@@ -63,7 +82,12 @@ class Lanes:
             self.free -= 1
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        (self.first if first else self.background if background else self.urgent).append(waiter)
+        if first or background:
+            (self.first if first else self.background).append(waiter)
+        else:
+            arrival = next(_sequence)
+            chain = CHAIN.get()
+            heapq.heappush(self.urgent, (arrival if chain is None else chain, arrival, waiter))
         try:
             await waiter
         except asyncio.CancelledError:
@@ -73,13 +97,25 @@ class Lanes:
 
     def _release(self) -> None:
         self.handed += 1
-        lanes = (
-            (self.background, self.urgent) if self.handed % BACKGROUND_SHARE == 0 else (self.urgent, self.background)
-        )
-        for queue in (self.first, *lanes):
-            while queue:
-                waiter = queue.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-                    return
+        background_first = self.handed % BACKGROUND_SHARE == 0
+        for lane in ("first", "background", "urgent") if background_first else ("first", "urgent", "background"):
+            waiter = self._next_waiting(lane)
+            if waiter is not None:
+                waiter.set_result(None)
+                return
         self.free += 1
+
+    def _next_waiting(self, lane: str) -> asyncio.Future[None] | None:
+        """The lane's next waiter still waiting, taken out of it (cancelled ones on the way are dropped)."""
+        if lane == "urgent":
+            while self.urgent:
+                waiter = heapq.heappop(self.urgent)[2]
+                if not waiter.done():
+                    return waiter
+            return None
+        queue = self.first if lane == "first" else self.background
+        while queue:
+            waiter = queue.popleft()
+            if not waiter.done():
+                return waiter
+        return None
