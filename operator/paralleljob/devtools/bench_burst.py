@@ -22,12 +22,11 @@ from typing import Any
 
 from paralleljob.devcluster.nodes import DEV_CLUSTER_LABEL
 from paralleljob.devtools import requestmix
-from paralleljob.devtools.bench_flow import rss_mb
+from paralleljob.devtools.bench_flow import cpu_seconds, rss_mb, served_requests
 from paralleljob.devtools.bench_kit import job_body
 from paralleljob.devtools.bench_kueue import _kueue
 from paralleljob.devtools.bench_native import KWOK_TOLERATION
 from paralleljob.devtools.flow_report import cpu_and_rss, rate, share
-from paralleljob.devtools.operatorproc import process_cpu_seconds
 from paralleljob.devtools.tracker import StateTracker
 from paralleljob.k8s.edge.constants import GPU_RESOURCE, GROUP, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
@@ -120,12 +119,8 @@ async def burst(
     path = BATCH_JOBS if who == "kueue" else job_path(namespace)
     make = kueue_gang if who == "kueue" else our_gang
     bodies = [make(f"b{i:04d}", pods) for i in range(gangs)]
-    served = requestmix.counter_by(
-        await asyncio.to_thread(requestmix.apiserver_metrics, kubeconfig),
-        requestmix.APISERVER_FAMILY,
-        requestmix.APISERVER_KEYS,
-    )
-    cpu_before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    served = await served_requests(kubeconfig)
+    cpu_before = cpu_seconds(pids)
     peak = {name: rss_mb(pid) for name, pid in pids.items()}
     total = gangs * pods
 
@@ -149,12 +144,8 @@ async def burst(
         bound = len(tracker.bound_at)
         seconds = time.monotonic() - started if stopped or not bound else max(tracker.bound_at.values()) - started
         whole = gang_times(tracker, started, pods)
-    cpu_after = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
-    after = requestmix.counter_by(
-        await asyncio.to_thread(requestmix.apiserver_metrics, kubeconfig),
-        requestmix.APISERVER_FAMILY,
-        requestmix.APISERVER_KEYS,
-    )
+    cpu_after = cpu_seconds(pids)
+    after = await served_requests(kubeconfig)
     return {
         "gangs": gangs,
         "pods": total,

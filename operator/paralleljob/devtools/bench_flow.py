@@ -124,6 +124,16 @@ def controller_pids(cluster_name: str, operator_pid: int | None) -> dict[str, in
     return pids
 
 
+async def served_requests(kubeconfig: Path) -> requestmix.Counts:
+    """The API server's requests served so far, by verb and resource (every client's)."""
+    text = await asyncio.to_thread(requestmix.apiserver_metrics, kubeconfig)
+    return requestmix.counter_by(text, requestmix.APISERVER_FAMILY, requestmix.APISERVER_KEYS)
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    return {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+
+
 def rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -169,7 +179,7 @@ class Progress:
 
     def begin(self) -> None:
         self.started = time.monotonic()
-        self.cpu_before = {name: process_cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.cpu_before = cpu_seconds(self.pids)
         if self.path is not None:
             self.path.write_text("")
 
@@ -223,12 +233,8 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
     else:
         path, bodies = job_path(OURS_NAMESPACE), [parallel_job(n, s) for n, s in zip(names, jobs, strict=True)]
         tracker = JobTracker(kube, OURS_NAMESPACE)
-    served = requestmix.counter_by(
-        await asyncio.to_thread(requestmix.apiserver_metrics, kubeconfig),
-        requestmix.APISERVER_FAMILY,
-        requestmix.APISERVER_KEYS,
-    )
-    cpu_before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    served = await served_requests(kubeconfig)
+    cpu_before = cpu_seconds(pids)
     peak = {name: rss_mb(pid) for name, pid in pids.items()}
     made = [0]
     progress = Progress(kubeconfig, pids, operator, progress_path)
@@ -279,12 +285,8 @@ async def drain(kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, jo
         await point()
         finished = [i for i, name in enumerate(names) if name in tracker.done_at]
         drain_s = time.monotonic() - started if stopped else max(tracker.done_at.values()) - started
-    cpu_after = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
-    after = requestmix.counter_by(
-        await asyncio.to_thread(requestmix.apiserver_metrics, kubeconfig),
-        requestmix.APISERVER_FAMILY,
-        requestmix.APISERVER_KEYS,
-    )
+    cpu_after = cpu_seconds(pids)
+    after = await served_requests(kubeconfig)
     return {
         "jobs": len(jobs),
         "pods": sum(s[1] for s in jobs),
