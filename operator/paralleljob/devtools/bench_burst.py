@@ -104,7 +104,7 @@ def gang_times(tracker: Bound, started: float, pods: int) -> list[float]:
     return sorted(round(t, 2) for gang, t in last.items() if count[gang] >= pods)
 
 
-async def burst(
+async def burst(  # params: one side's wave, as the parts runner sets it
     kube: Kube, kubeconfig: Path, pids: dict[str, int], who: str, gangs: int, pods: int, timeout_s: float
 ) -> dict[str, Any]:
     """Create every gang of ``who`` at once (a client each), wait until every pod is bound; what it took and
