@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import paralleljob.k8s.runtime.reconciler as reconciler_module
+from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.plan.decide import Observed
 from paralleljob.k8s.runtime.lanes import BACKGROUND, CHAIN, Lanes, new_chain
@@ -286,6 +287,29 @@ def test_urgent_requests_of_an_older_chain_go_first_so_gangs_become_whole_one_af
     assert asyncio.run(run()) == ["old-bind", "new-create-1", "new-create-2", "loose"]
 
 
+def test_a_chain_that_mends_a_running_gang_goes_before_every_chain_that_places_one() -> None:
+    async def run() -> list[str]:
+        lanes = Lanes(1)
+        order: list[str] = []
+        placing = new_chain()
+        mending, later_mending = new_chain(mends=True), new_chain(mends=True)
+
+        async def request(name: str, chain: int) -> None:
+            CHAIN.set(chain)
+            async with lanes.slot(False):
+                order.append(name)
+
+        first, gate = await _occupy(lanes)
+        names = [("place", placing), ("mend-later", later_mending), ("mend", mending)]
+        tasks = [asyncio.create_task(request(n, c)) for n, c in names]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(first, *tasks)
+        return order
+
+    assert asyncio.run(run()) == ["mend", "mend-later", "place"]
+
+
 def test_a_job_chain_runs_in_a_chain_of_its_own_begun_after_the_ones_before() -> None:
     from paralleljob.k8s.runtime.executor import Executor
 
@@ -296,16 +320,20 @@ def test_a_job_chain_runs_in_a_chain_of_its_own_begun_after_the_ones_before() ->
 
     async def run() -> None:
         executor = Executor.__new__(Executor)  # _job reads nothing of the executor but its chain
-        for _ in range(2):
-            await executor._job(_Actions(), None)  # type: ignore[arg-type]
+        for phase in (Phase.QUEUED, Phase.PLACING, Phase.RUNNING, Phase.RECOVERING):
+            await executor._job(_Actions(phase), None)  # type: ignore[arg-type]
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Executor, "_chain", chain_of)
         asyncio.run(run())
-    first, second = chains
-    assert first is not None and second is not None and first < second
+    queued, placing, running, recovering = chains
+    assert queued is not None and placing is not None and running is not None and recovering is not None
+    assert running < recovering < queued < placing  # jobs with pods at work first, each kind by age
     assert CHAIN.get() is None  # reset after each chain
 
 
 class _Actions:
     only_records_waiting = False
+
+    def __init__(self, phase: Phase) -> None:
+        self.job = type("Job", (), {"phase": phase})()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.constants import object_key
 from paralleljob.k8s.edge.parse.pods import PodInfo
 from paralleljob.k8s.edge.parse.specs import JobObject
@@ -47,6 +48,9 @@ from paralleljob.k8s.runtime.sharedclaims import HOLD, SharedClaims
 from paralleljob.k8s.view.store import ObjectStore
 
 log = logging.getLogger("paralleljob.k8s")
+# A job seen in these phases has pods at work: what its chain does (replace lost pods, end it, grow it) goes
+# before placing new gangs (runtime/lanes.py).
+RUNNING_GANG = (Phase.RUNNING, Phase.RECOVERING)
 
 
 @dataclass
@@ -113,7 +117,8 @@ class Executor:
             self.domain_store.forget(delete.namespace, delete.name, delete.uid)
 
     async def _job(self, actions: JobActions, outcome: Outcome) -> None:
-        lane, chain = BACKGROUND.set(actions.only_records_waiting), CHAIN.set(new_chain())
+        lane = BACKGROUND.set(actions.only_records_waiting)
+        chain = CHAIN.set(new_chain(mends=actions.job.phase in RUNNING_GANG))
         try:
             await self._chain(actions, outcome)
         finally:
