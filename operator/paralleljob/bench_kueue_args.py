@@ -76,3 +76,10 @@ def add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
         help="kueue parts: the operator's API requests in flight (its --write-concurrency; default: its own 48)",
     )
     parser.add_argument("--repair-samples", type=int, default=5, help="kueue repair: node failures per side")
+    parser.add_argument(
+        "--repair-wave-gangs",
+        type=int,
+        default=0,
+        help="kueue repair: also measure each side's repair 1 s into a wave of this many gangs of --burst-pods"
+        " one-GPU pods (default 0: on an idle cluster only)",
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pytest import MonkeyPatch
 
 from paralleljob.devcluster.kwok import COMPLETE_AFTER_ANNOTATION
@@ -158,9 +159,39 @@ def test_repair_table_has_a_row_per_side_with_the_cost_of_a_repaired_sample() ->
     restarted = {**repaired, "pods_restarted": 4}
     sides = {"ours": summary([{"whole_again_s": None}]), "kueue-whole-restart": summary([restarted])}
     got = repair_table({"kueue": summary([repaired]), **sides}).splitlines()
-    assert got[2] == "| kueue | 1/1 | 10.3 | 1 | 2800.4 -> 2900.1 |"
-    assert got[3] == "| kueue-whole-restart | 1/1 | 10.3 | 4 | 2800.4 -> 2900.1 |"
-    assert got[4] == "| ours | 0/1 | None | None | - |"
+    assert got[2] == "| kueue | idle | 1/1 | 10.3 | 1 | 2800.4 -> 2900.1 | - |"
+    assert got[3] == "| kueue-whole-restart | idle | 1/1 | 10.3 | 4 | 2800.4 -> 2900.1 | - |"
+    assert got[4] == "| ours | idle | 0/1 | None | None | - | - |"
+
+
+def test_repair_table_gives_each_side_in_a_wave_a_row_under_its_idle_one() -> None:
+    from paralleljob.devtools.bench_kueue_repair import summary
+    from paralleljob.devtools.flow_report import repair_table
+
+    quiet = {"whole_again_s": 0.3, "pods_restarted": 1, "comm_ms_before": 1.0, "comm_ms_after": 1.0}
+    wave = [
+        {**quiet, "whole_again_s": s, "wave_pods_bound_at_failure": at, "wave_pods_bound_when_whole": when,
+         "wave_pods_bound": 1600, "wave_bound_s": total}
+        for s, at, when, total in ((1.5, 100, 300, 9.0), (2.5, 120, 500, 11.0), (1.0, 90, 200, 10.0))
+    ]  # fmt: skip
+    measured = {"ours": summary([quiet]), "in_wave": {"gangs": 40, "pods_per_gang": 40, "ours": summary(wave)}}
+    got = repair_table(measured).splitlines()
+    assert got[2] == "| ours | idle | 1/1 | 0.3 | 1 | 1.0 -> 1.0 | - |"
+    assert got[3] == "| ours | wave of 40 x 40 | 3/3 | 1.5 | 1 | 1.0 -> 1.0 | 100 / 300 / 1600 (10.0) |"
+    assert len(got) == 4
+
+
+def test_a_repair_wave_is_named_afresh_each_sample_and_must_leave_room_for_the_repair() -> None:
+    import asyncio
+
+    from paralleljob.devtools.bench_kueue_repair import repair, wave_gangs
+
+    first, second = wave_gangs(2, 40, 0), wave_gangs(2, 40, 1)
+    assert [g.name for g in first] == ["wave00-000", "wave00-001"]
+    assert not {g.name for g in first} & {g.name for g in second}
+    assert all((g.tp, g.pp, g.dp) == (1, 1, 40) for g in first)
+    with pytest.raises(ValueError, match="no room for the repair"):  # 10 nodes: 80 GPUs, the gang 32 + 8
+        asyncio.run(repair(None, 10, 1, 2, 21))  # type: ignore[arg-type]
 
 
 def test_a_drain_stopped_at_its_limit_counts_what_finished_and_bounds_the_ratio() -> None:

@@ -165,7 +165,9 @@ async def measure(cluster: DevCluster, args: Any, stage: Stage, drained: dict[st
                     await bench_flow.clear(kube, who)
         if "repair" in parts:
             operator.ensure_running()
-            out["repair"] = await repair(kube, args.kueue_nodes, args.repair_samples)
+            out["repair"] = await repair(
+                kube, args.kueue_nodes, args.repair_samples, args.repair_wave_gangs, args.burst_pods
+            )
             _say(f"repair: {out['repair']}")
         out["operator_starts"] = operator.starts
         out["load_average_end"] = load_average()
@@ -260,6 +262,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         + (f" --pod-gc-threshold {args.pod_gc_threshold}" if args.pod_gc_threshold else "")
         + (f" --flow-race {args.flow_race:g}" if args.flow_race else "")
         + (" --flow-clusters fresh" if args.flow_clusters == "fresh" else "")
+        + (f" --repair-wave-gangs {args.repair_wave_gangs}" if args.repair_wave_gangs else "")
         + (
             f" --operator-write-concurrency {args.operator_write_concurrency}"
             if args.operator_write_concurrency != 48

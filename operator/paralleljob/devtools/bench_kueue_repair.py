@@ -17,6 +17,13 @@ at once is Kueue's best case: with its pods gone, TASReplaceNodeOnPodTermination
 without the 30 s NodeFailureDelay. Measured from the injection to the gang whole again (every pod bound,
 none on the failed node), the gang's pods that are new (and when the last of them was first seen, its
 creation apart from its binding), and the placement cost before and after, under our model.
+
+With ``wave_gangs``, each side is also measured with the failure 1 s into a wave of that many gangs of
+``wave_pods`` one-GPU pods created at once on the same side (for Kueue JobSets with the rack as preferred
+topology, through the same ClusterQueue; for us ParallelJobs of TP1 x DP ``wave_pods``): whether a repair
+waits behind new work that every controller on the path (Kueue, the Job and JobSet controllers,
+kube-scheduler; our operator's request lanes) has queued. The wave's pods bound at the failure, when the gang
+is whole again and in all say where in the wave the repair landed.
 """
 
 from __future__ import annotations
@@ -28,8 +35,8 @@ from typing import Any
 
 from paralleljob.devcluster.chaos import heal_node, make_node_not_ready, wait_node_ready
 from paralleljob.devtools.bench_kit import PodTracker
-from paralleljob.devtools.bench_kueue import KueueTAS, build_view_of, kueue_objects
-from paralleljob.devtools.bench_native import GANG_LABEL, Contender, Ours, job_manifest
+from paralleljob.devtools.bench_kueue import PREFERRED_TOPOLOGY, KueueTAS, build_view_of, jobset_manifest, kueue_objects
+from paralleljob.devtools.bench_native import GANG_LABEL, Contender, Ours, _gather_limited, job_manifest
 from paralleljob.devtools.flow_report import median_or_none
 from paralleljob.devtools.native_set import COST_MODELS, Gang, placement_cost
 from paralleljob.k8s.edge.config import TopologyConfig
@@ -38,6 +45,9 @@ from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.runtime.api import ApiError, Kube, pod_path
 
 WHOLE_WAIT_S = 180.0  # a gang not whole again after this counts as not repaired
+WAVE_LEAD_S = 1.0  # the failure comes this long after the wave's creates returned: the wave is under way
+WAVE_WAIT_S = 600.0  # how long the wave is waited for after the repair, to say when it was all bound
+WAVE = "wave"  # the wave's gangs are named wave<i>
 
 
 class SeenTracker(PodTracker):
@@ -63,7 +73,30 @@ def whole(pods: dict[str, str | None], gang: Gang, failed: str | None) -> bool:
     return len(pods) == gang.pods and all(node and node != failed for node in pods.values())
 
 
-async def one_sample(contender: Contender, gang: Gang, view: Any, spec: Any) -> dict[str, Any]:
+def wave_gangs(count: int, pods: int, sample: int) -> list[Gang]:
+    """The wave of one sample, named afresh for each (a deleted JobSet or ParallelJob may linger a moment)."""
+    return [Gang(f"{WAVE}{sample:02d}-{i:03d}", 1, 1, pods, COST_MODELS[0]) for i in range(count)]
+
+
+def wave_bound(tracker: PodTracker, contender: Contender) -> int:
+    return sum(
+        1 for p in tracker.pods.values() if p["node"] and str(p["labels"].get(contender.key, "")).startswith(WAVE)
+    )
+
+
+async def submit_wave(contender: Contender, wave: list[Gang]) -> None:
+    """Every gang of the wave created at once (32 requests in flight, as the other parts submit)."""
+    if isinstance(contender, KueueTAS):
+        path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{contender.namespace}/jobsets"
+        bodies = [jobset_manifest(g, g.name, PREFERRED_TOPOLOGY, contender.restart_whole) for g in wave]
+        await _gather_limited([contender.kube.request("POST", path, body) for body in bodies])
+    else:
+        await contender.submit(wave)
+
+
+async def one_sample(contender: Contender, gang: Gang, view: Any, spec: Any, wave: list[Gang]) -> dict[str, Any]:
+    """One failure of ``gang``'s first node, measured until the gang is whole again; ``wave``: gangs created
+    on the same side just before the failure (none: the cluster is otherwise idle)."""
     kube = contender.kube
     async with SeenTracker(kube, contender.namespace) as tracker:
         await contender.submit([gang])
@@ -76,12 +109,17 @@ async def one_sample(contender: Contender, gang: Gang, view: Any, spec: Any) -> 
         first = min(before, key=lambda uid: str(tracker.pods[uid]["name"]))
         node = str(before[first])
         doomed = [str(tracker.pods[uid]["name"]) for uid, n in before.items() if n == node]
+        row: dict[str, Any] = {"failed_node": node, "pods_on_it": len(doomed), "comm_ms_before": cost_before}
+        if wave:
+            wave_started = time.monotonic()
+            await submit_wave(contender, wave)
+            await asyncio.sleep(WAVE_LEAD_S)
+            row["wave_pods_bound_at_failure"] = wave_bound(tracker, contender)
         started = time.monotonic()
         await make_node_not_ready(kube.api, node)
         for name in doomed:
             with contextlib.suppress(ApiError):
                 await kube.request("DELETE", pod_path(contender.namespace, name), {"gracePeriodSeconds": 0})
-        row: dict[str, Any] = {"failed_node": node, "pods_on_it": len(doomed), "comm_ms_before": cost_before}
         try:
             await tracker.wait(lambda: whole(gang_pods(tracker, contender, gang), gang, node), WHOLE_WAIT_S)
             row["whole_again_s"] = round(time.monotonic() - started, 2)
@@ -97,6 +135,13 @@ async def one_sample(contender: Contender, gang: Gang, view: Any, spec: Any) -> 
                 )
         except TimeoutError:
             row["whole_again_s"] = None
+        if wave:
+            row["wave_pods_bound_when_whole"] = wave_bound(tracker, contender)
+            total = sum(g.pods for g in wave)
+            with contextlib.suppress(TimeoutError):  # a wave not all bound by then says so by its count
+                await tracker.wait(lambda: wave_bound(tracker, contender) >= total, WAVE_WAIT_S)
+            row["wave_pods_bound"] = wave_bound(tracker, contender)
+            row["wave_bound_s"] = round(time.monotonic() - wave_started, 2)
         await contender.clear(tracker)
         await heal_node(kube.api, node)
         await wait_node_ready(kube.api, node)
@@ -120,7 +165,31 @@ class KueueTASWholeRestart(KueueTAS):
     restart_whole = True
 
 
-async def repair(kube: Kube, nodes: int, samples: int) -> dict[str, Any]:
+async def side_samples(  # params: one side's samples, as ``repair`` sets them
+    contender: Contender, view: Any, samples: int, wave_gangs_count: int, wave_pods: int, tag: str
+) -> dict[str, Any]:
+    rows = []
+    for i in range(samples):
+        gang = Gang(f"rep{i:02d}{tag}", 8, 2, 2, COST_MODELS[0])
+        body = {**job_manifest(gang), "metadata": {"name": gang.name, "namespace": "bench", "uid": "u"}}
+        request = parse_job(body).request
+        assert request is not None, "the repair gang's own manifest must parse"
+        wave = wave_gangs(wave_gangs_count, wave_pods, i)
+        rows.append(await one_sample(contender, gang, view, request.spec, wave))
+        await asyncio.sleep(1.0)
+    return summary(rows)
+
+
+async def repair(
+    kube: Kube, nodes: int, samples: int, wave_gangs_count: int = 0, wave_pods: int = 40
+) -> dict[str, Any]:
+    """``samples`` failures per side on an idle cluster and, with ``wave_gangs_count``, as many again each in
+    a wave of that many gangs of ``wave_pods`` pods (under ``in_wave``)."""
+    room = nodes * 8 - 8 * 2 * 2 - 8  # the gang, and one node free for its replacement
+    if wave_gangs_count * wave_pods > room:
+        raise ValueError(
+            f"a wave of {wave_gangs_count} x {wave_pods} GPUs leaves no room for the repair on {nodes} nodes"
+        )
     kueue = KueueTAS(kube, "kueue-tas", "bench-repair-kueue", GANG_LABEL)
     whole_restart = KueueTASWholeRestart(kube, "kueue-tas-restart", "bench-repair-kueue-restart", GANG_LABEL)
     ours = Ours(kube, "paralleljob", "bench-repair-pj", JOB_LABEL)
@@ -133,14 +202,10 @@ async def repair(kube: Kube, nodes: int, samples: int) -> dict[str, Any]:
     items, _ = await kube.list("/api/v1/nodes")
     view = build_view_of(items, TopologyConfig())
     out: dict[str, Any] = {"gang": "TP8 x PP2 x DP2"}
+    if wave_gangs_count:
+        out["in_wave"] = {"gangs": wave_gangs_count, "pods_per_gang": wave_pods}
     for who, contender in sides:
-        rows = []
-        for i in range(samples):
-            gang = Gang(f"rep{i:02d}", 8, 2, 2, COST_MODELS[0])
-            body = {**job_manifest(gang), "metadata": {"name": gang.name, "namespace": "bench", "uid": "u"}}
-            request = parse_job(body).request
-            assert request is not None, "the repair gang's own manifest must parse"
-            rows.append(await one_sample(contender, gang, view, request.spec))
-            await asyncio.sleep(1.0)
-        out[who] = summary(rows)
+        out[who] = await side_samples(contender, view, samples, 0, wave_pods, "")
+        if wave_gangs_count:
+            out["in_wave"][who] = await side_samples(contender, view, samples, wave_gangs_count, wave_pods, "w")
     return out

@@ -131,21 +131,35 @@ def _count(drain: dict[str, Any], what: str) -> str:
 
 
 def repair_table(repair: dict[str, Any]) -> str:
-    """One row per side of the repair part: samples repaired, medians, and the placement cost before and
-    after of the first sample that was repaired."""
+    """One row per side of the repair part, on the idle cluster and (when measured) in a wave of gangs:
+    samples repaired, medians, the placement cost before and after of the first sample that was repaired,
+    and for the wave its pods bound at the failure, when the gang was whole again and in all (medians)."""
     lines = [
-        "| side | repaired | median whole again s | median pods restarted | comm ms before -> after |",
-        "|---|---|---|---|---|",
+        "| side | cluster | repaired | median whole again s | median pods restarted | comm ms before -> after"
+        " | wave pods bound: at failure / when whole / all (s) |",
+        "|---|---|---|---|---|---|---|",
     ]
+    wave = repair.get("in_wave") or {}
     for who in REPAIR_SIDES:
-        if who not in repair:
-            continue
-        side = repair[who]
-        done = [r for r in side["samples"] if r.get("whole_again_s") is not None]
-        cost = f"{done[0].get('comm_ms_before')} -> {done[0].get('comm_ms_after')}" if done else "-"
-        medians = f"{side['median_whole_again_s']} | {side['median_pods_restarted']}"
-        lines.append(f"| {who} | {side['repaired']} | {medians} | {cost} |")
+        rows = [("idle", repair[who])] if who in repair else []
+        if who in wave:
+            rows.append((f"wave of {wave['gangs']} x {wave['pods_per_gang']}", wave[who]))
+        for where, side in rows:
+            done = [r for r in side["samples"] if r.get("whole_again_s") is not None]
+            cost = f"{done[0].get('comm_ms_before')} -> {done[0].get('comm_ms_after')}" if done else "-"
+            medians = f"{side['median_whole_again_s']} | {side['median_pods_restarted']}"
+            lines.append(f"| {who} | {where} | {side['repaired']} | {medians} | {cost} | {wave_cell(side)} |")
     return "\n".join(lines)
+
+
+def wave_cell(side: dict[str, Any]) -> str:
+    samples = [r for r in side["samples"] if "wave_pods_bound" in r]
+    if not samples:
+        return "-"
+    at = median_or_none([r["wave_pods_bound_at_failure"] for r in samples])
+    when = median_or_none([r["wave_pods_bound_when_whole"] for r in samples])
+    bound = median_or_none([r["wave_pods_bound"] for r in samples])
+    return f"{at} / {when} / {bound} ({median_or_none([r['wave_bound_s'] for r in samples])})"
 
 
 # ---- a drain's progress series: where the rate went and who used the CPU, window by window ----------------
