@@ -193,7 +193,7 @@ def command(args: argparse.Namespace) -> int:
     if args.what == "dra":
         from paralleljob.devtools.bench_dra import run_dra_benchmark
 
-        return _emit(run_dra_benchmark(nodes=args.dra_nodes, repeats=args.repeat), args.json)
+        return _emit(run_dra_benchmark(args.dra_nodes, args.repeat, args.dra_wave_gangs, args.burst_pods), args.json)
     if args.what == "worker-crash":
         from paralleljob.devtools.bench_crash import run_worker_crash
 
@@ -342,6 +342,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--no-kube-scheduler", action="store_true", help="operator: skip the kube-scheduler run")
     parser.add_argument("--crashes", type=int, default=20, help="operator, worker-crash: worker crashes")
     parser.add_argument("--dra-nodes", type=int, default=8, help="dra: fake 8-GPU nodes per mode (at least 8)")
+    parser.add_argument(
+        "--dra-wave-gangs",
+        type=int,
+        default=0,
+        help="dra: also repair a node 1 s into a wave of this many gangs of --burst-pods one-GPU pods, per round",
+    )
     parser.add_argument("--kills", type=int, default=100, help="chaos: operator SIGKILLs in the long run")
     parser.add_argument("--chaos-nodes", type=int, default=24, help="chaos: fake GPU nodes")
     parser.add_argument("--jobs-nodes", type=int, default=200, help="jobs: kwok nodes (8 GPUs each)")

@@ -9,6 +9,10 @@ shows. The measurements are those of ``bench-operator`` (``bench.py``): a 64-pod
 GPU per pod, so 64 claims) from create to all pods bound, and a TP4 x PP2 x DP2 job's node turned NotReady
 to its replacement pods bound. Between samples a DRA run also waits until the operator has deleted the
 claims of the pods it removed, so that no sample starts with devices still held.
+
+With ``wave_gangs``, each round also fails the node 1 s into a wave of that many ParallelJobs of TP1 x DP
+``wave_pods`` (one claim a pod in DRA mode) created at once: the repair has to get past every request the
+wave queued in the operator's lanes and the API server.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
-from paralleljob.devtools.bench_kit import start_operator
+from paralleljob.devtools.bench_kit import Wave, start_operator
 from paralleljob.devtools.bench_operator import bench_latency, bench_repair
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.k8s.runtime.api import ApiError, Kube
 
 MODES = ("device-plugin", "dra")
 NAMESPACES = ("bench-latency", "bench-repair")
+WAVE_NAMESPACE = "bench-repair-wave"
 
 
 async def _claims_gone(kube: Kube, namespace: str, timeout_s: float = 60.0) -> None:
@@ -62,11 +67,13 @@ def _check_alive(operators: dict[str, OperatorProcess]) -> None:
 
 
 async def measure(
-    clusters: dict[str, DevCluster], repeats: int, operators: dict[str, OperatorProcess]
+    clusters: dict[str, DevCluster], repeats: int, operators: dict[str, OperatorProcess], wave: Wave | None = None
 ) -> dict[str, Any]:
-    kubes = {mode: await Kube.connect(str(cluster.kubeconfig)) for mode, cluster in clusters.items()}
+    kubes = {mode: await Kube.connect(str(cluster.kubeconfig), concurrency=64) for mode, cluster in clusters.items()}
     latency: dict[str, list[float]] = {mode: [] for mode in clusters}
     repair: dict[str, list[float]] = {mode: [] for mode in clusters}
+    in_wave: dict[str, list[float]] = {mode: [] for mode in clusters}
+    waves: dict[str, list[dict[str, Any]]] = {mode: [] for mode in clusters}
     try:
         for kube in kubes.values():
             for ns in NAMESPACES:
@@ -82,28 +89,47 @@ async def measure(
                 repair[mode] += (await bench_repair(kube, "bench-repair", 1))["samples_s"]
                 if mode == "dra":
                     await _claims_gone(kube, "bench-repair")
+                if wave is not None:
+                    measured = await bench_repair(kube, "bench-repair", 1, wave, first=round_)
+                    in_wave[mode] += measured["samples_s"]
+                    waves[mode] += measured["wave"]["samples"]
+                    if mode == "dra":
+                        await _claims_gone(kube, "bench-repair")
+                        await _claims_gone(kube, WAVE_NAMESPACE)
                 print(
                     f"round {round_ + 1}/{repeats} {mode}: apply->bound {latency[mode][-1]:.3f} s,"
-                    f" repair {repair[mode][-1]:.3f} s",
+                    f" repair {repair[mode][-1]:.3f} s"
+                    + (f", in a wave {in_wave[mode][-1]:.3f} s ({waves[mode][-1]})" if wave is not None else ""),
                     file=sys.stderr,
                     flush=True,
                 )
     finally:
         for kube in kubes.values():
             await kube.close()
-    return {
+    out: dict[str, Any] = {
         mode: {"apply_to_bound_64": _summary(latency[mode]), "node_not_ready_to_rebound": _summary(repair[mode])}
         for mode in clusters
     }
+    if wave is not None:
+        for mode in clusters:
+            out[mode]["node_not_ready_to_rebound_in_wave"] = {
+                **_summary(in_wave[mode]),
+                "wave": {"gangs": wave.gangs, "pods_per_gang": wave.pods, "samples": waves[mode]},
+            }
+    return out
 
 
-def run_dra_benchmark(nodes: int = 8, repeats: int = 5) -> dict[str, Any]:
-    """Both modes on fresh dev clusters of ``nodes`` 8-GPU nodes (torn down after); returns the results."""
+def run_dra_benchmark(nodes: int = 8, repeats: int = 5, wave_gangs: int = 0, wave_pods: int = 40) -> dict[str, Any]:
+    """Both modes on fresh dev clusters of ``nodes`` 8-GPU nodes (torn down after); returns the results.
+    ``wave_gangs``: also a repair per round in a wave of that many TP1 x DP ``wave_pods`` gangs."""
     from paralleljob.devcluster.cluster import down, up
     from paralleljob.devcluster.nodes import NodeShape
 
     if nodes * 8 < 64:
         raise ValueError("the 64-pod job needs at least 8 nodes of 8 GPUs")
+    if wave_gangs * wave_pods > nodes * 8 - 16 - 8:
+        raise ValueError(f"a wave of {wave_gangs} x {wave_pods} GPUs leaves no room for the repair on {nodes} nodes")
+    wave = Wave(WAVE_NAMESPACE, wave_gangs, wave_pods) if wave_gangs else None
     load_before = os.getloadavg()
     clusters: dict[str, DevCluster] = {}
     operators: dict[str, OperatorProcess] = {}
@@ -118,7 +144,7 @@ def run_dra_benchmark(nodes: int = 8, repeats: int = 5) -> dict[str, Any]:
             # The operator's own default lease (15 s), not bench-operator's 5 s: on the shared 2-core box a
             # renewal can stall for seconds, and an operator that steps down is not restarted here.
             operators[mode] = start_operator(clusters[mode], logs, lease_duration=15.0)
-        results = asyncio.run(measure(clusters, repeats, operators))
+        results = asyncio.run(measure(clusters, repeats, operators, wave))
     finally:
         for operator in operators.values():
             operator.stop()

@@ -1,12 +1,15 @@
 """What the operator benchmarks share (``bench_operator``, ``bench_crash``, ``bench_scale``, ...): a pod
-tracker timed by this process's own watch, a ParallelJob body, deleting a namespace's jobs, and the operator
-started as a separate process. Its own module so that the benchmarks import it, not each other.
+tracker timed by this process's own watch, a ParallelJob body, deleting a namespace's jobs, a wave of gangs
+to fail a node in the middle of, and the operator started as a separate process. Its own module so that the
+benchmarks import it, not each other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.devtools.tracker import WatchTracker
 from paralleljob.k8s.edge.constants import API_VERSION, JOB_LABEL, KIND
-from paralleljob.k8s.runtime.api import Kube, job_path, pod_path
+from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
 
 class PodTracker(WatchTracker):
@@ -79,6 +82,34 @@ async def delete_jobs(kube: Kube, namespace: str, tracker: PodTracker) -> None:
     items, _ = await kube.list(job_path(namespace))
     await asyncio.gather(*(kube.delete(job_path(namespace, i["metadata"]["name"])) for i in items))
     await tracker.wait(lambda: not tracker.pods, 120)
+
+
+@dataclass(frozen=True, slots=True)
+class Wave:
+    """``gangs`` ParallelJobs of TP1 x DP ``pods`` created at once in ``namespace`` of their own, to fail a
+    node in the middle of: what a repair has to get past when every request lane is full of new work."""
+
+    namespace: str
+    gangs: int
+    pods: int
+
+    LEAD_S = 1.0  # the failure comes this long after the wave's creates returned
+
+    async def start(self, kube: Kube, sample: int) -> None:
+        """Every gang created (named afresh per sample: a deleted job may linger a moment), then the lead."""
+        with contextlib.suppress(ApiError):
+            await kube.request("POST", "/api/v1/namespaces", {"metadata": {"name": self.namespace}})
+        bodies = [job_body(f"wave{sample}-{i:03d}", 1, 1, self.pods) for i in range(self.gangs)]
+        await asyncio.gather(*(kube.request("POST", job_path(self.namespace), body) for body in bodies))
+        await asyncio.sleep(self.LEAD_S)
+
+    async def finish(self, kube: Kube, tracker: PodTracker, timeout_s: float = 300.0) -> float:
+        """Wait until every pod of the wave is bound; returns when (monotonic), then deletes the wave."""
+        await tracker.wait(lambda: len(tracker.bound()) >= self.gangs * self.pods, timeout_s)
+        done = max(tracker.bound_at.values())
+        await kube.request("DELETE", job_path(self.namespace))
+        await tracker.wait(lambda: not tracker.pods, timeout_s)
+        return done
 
 
 def start_operator(

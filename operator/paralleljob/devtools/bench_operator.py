@@ -28,7 +28,7 @@ from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devtools.bench_crash import bench_worker_crash
-from paralleljob.devtools.bench_kit import PodTracker, delete_jobs, job_body, start_operator
+from paralleljob.devtools.bench_kit import PodTracker, Wave, delete_jobs, job_body, start_operator
 from paralleljob.devtools.tracker import watch
 from paralleljob.k8s.edge.constants import GROUP
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
@@ -179,19 +179,32 @@ async def bench_throughput(
     return out
 
 
-async def bench_repair(kube: Kube, namespace: str, repeats: int) -> dict[str, Any]:
+async def bench_repair(
+    kube: Kube, namespace: str, repeats: int, wave: Wave | None = None, first: int = 0
+) -> dict[str, Any]:
+    """A TP4 x PP2 x DP2 job's first node turned NotReady ``repeats`` times (healed between), from the
+    NotReady seen by a watch to the replacement pods bound; with ``wave``, each failure 1 s into that wave of
+    new gangs (its pods bound at the failure, when the job was whole again and the wave's own time are kept
+    per sample; ``first``: the number of the first sample, which names its wave's gangs)."""
     from paralleljob.devcluster.chaos import heal_node, make_node_not_ready, wait_node_ready
 
-    samples = []
-    async with PodTracker(kube, namespace) as tracker:
+    samples: list[float] = []
+    waves: list[dict[str, Any]] = []
+    async with contextlib.AsyncExitStack() as stack:
+        tracker = await stack.enter_async_context(PodTracker(kube, namespace))
+        wave_pods = await stack.enter_async_context(PodTracker(kube, wave.namespace)) if wave else None
         await kube.request("POST", job_path(namespace), job_body("victim", 4, 2, 2))
         await tracker.wait(lambda: len(tracker.bound("victim")) == 4)
-        for _ in range(repeats):
+        for i in range(repeats):
             node = sorted(p["node"] for p in tracker.pods.values() if p["node"])[0]
             before = {u for u, p in tracker.pods.items() if p["node"] == node}
             nodes_seen: dict[str, float] = {}
             watcher = asyncio.create_task(_wait_not_ready(kube, node, nodes_seen))
             await asyncio.sleep(0.2)
+            if wave is not None:
+                wave_started = time.monotonic()
+                await wave.start(kube, first + i)
+                at_failure = len(wave_pods.bound()) if wave_pods else 0
             await make_node_not_ready(kube.api, node)
             await watcher
             await tracker.wait(functools.partial(_replaced, tracker, frozenset(before)))
@@ -199,14 +212,22 @@ async def bench_repair(kube: Kube, namespace: str, repeats: int) -> dict[str, An
             newest = max(tracker.bound_at[u] for u in tracker.bound("victim"))
             samples.append(newest - nodes_seen["not_ready"])
             assert replaced
+            if wave is not None and wave_pods is not None:
+                when_whole = len(wave_pods.bound())
+                done = await wave.finish(kube, wave_pods)
+                waves.append({"bound_at_failure": at_failure, "bound_when_whole": when_whole,
+                              "all_bound_s": round(done - wave_started, 2)})  # fmt: skip
             await heal_node(kube.api, node)
             await wait_node_ready(kube.api, node)
         await delete_jobs(kube, namespace, tracker)
-    return {
+    out: dict[str, Any] = {
         "samples_s": [round(s, 4) for s in samples],
         "median_s": round(statistics.median(samples), 4),
         "max_s": round(max(samples), 4),
     }
+    if wave is not None:
+        out["wave"] = {"gangs": wave.gangs, "pods_per_gang": wave.pods, "samples": waves}
+    return out
 
 
 def _replaced(tracker: PodTracker, old: frozenset[str]) -> bool:
