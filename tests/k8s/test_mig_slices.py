@@ -233,6 +233,32 @@ def test_the_gauges_count_slices_and_a_sliced_gpu_is_not_free(dra_world: list[di
     assert g.fragmentation == pytest.approx(7 / 15)
 
 
+def test_sliced_gpus_follow_the_state_through_a_trial_given_back(dra_world: list[dict[str, Any]]) -> None:
+    """The gauges read the view's named holders, not every assumed one: a slice held inside a pass's trial
+    counts while it lasts and not after its rollback, beside pods no record explains."""
+    from paralleljob.k8s.plan.slices.book import sliced_gpus, sliced_note
+    from paralleljob.k8s.view.clusterview import hold_slice
+    from tests.k8s.factories import foreign_pod
+
+    cluster = FakeCluster([dra_node(MIG_NODE), node("hgx-1")])
+    cluster.add_job(slice_job("a"))
+    for i in range(3):
+        cluster.pods[("other", f"web-{i}")] = foreign_pod(f"web-{i}", "hgx-1", 1)
+    cluster.settle(4)
+    cluster.step()
+    view = cluster.last_view
+    assert view is not None
+    before = sliced_gpus(view)
+    assert sum(map(len, before.values())) == 1
+    free = next(i for i in range(8) if i not in before.get(MIG_NODE, []))
+    view.state.begin_trial()
+    hold_slice(view, MIG_NODE, free)
+    assert free in sliced_gpus(view)[MIG_NODE]
+    assert "MIG slices" in sliced_note(view)
+    view.state.rollback()
+    assert sliced_gpus(view) == before
+
+
 def test_slices_moved_in_one_pass_never_take_the_same_placement(dra_world: list[dict[str, Any]]) -> None:
     # each job's repair sees the slices the pass placed before it, though no record has them yet
     cluster = FakeCluster([dra_node(MIG_NODE)])

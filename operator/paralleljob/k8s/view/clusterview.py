@@ -21,7 +21,7 @@ per claim, per pod and per node here so that both paths run the very same code.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from paralleljob.core.cluster import Allocation, ClusterState, GPUHealth
@@ -69,6 +69,22 @@ class ClusterView:
     # Device-plugin nodes that offer MIG slices as nvidia.com/mig-<profile> (``NodeInfo.mig``), whole GPUs or
     # not: a node whose every GPU is in MIG mode has no nvidia.com/gpu, so it is in no topology
     pools: dict[str, NodeInfo] = field(default_factory=dict)
+    # The ``sliced:``, ``mps:`` and ``claims:`` holders assumed on this view, in the order first assumed (some
+    # may have been given back since): what the gauges and waiting messages read them from, as the view may
+    # hold a ``pod:`` holder for every pod no record explains (tens of thousands on a shared cluster)
+    named_holders: dict[str, None] = field(default_factory=dict)
+
+    def assume_named(self, holder: str, gpus: tuple[int, ...]) -> None:
+        self.state.assume(holder, gpus)
+        self.named_holders[holder] = None
+
+    def named(self, is_kind: Callable[[str], bool]) -> Iterator[tuple[str, tuple[int, ...]]]:
+        """The named holders ``is_kind`` picks that hold GPUs now, with their GPUs."""
+        assumed = self.state.assumed
+        for holder in self.named_holders:
+            gpus = assumed.get(holder)
+            if gpus and is_kind(holder):
+                yield holder, gpus
 
     @property
     def warnings(self) -> list[str]:
@@ -328,7 +344,7 @@ def hold_share(view: ClusterView, node: str, index: int) -> None:
     """GPU ``index`` of ``node`` has an MPS share now: held by its ``mps:`` holder, never offered whole."""
     gpu = view.gpu_id(node, index)
     if gpu is not None and view.state.owner[gpu] is None:
-        view.state.assume(f"{MPS_PREFIX}{node}/{index}", (gpu,))
+        view.assume_named(f"{MPS_PREFIX}{node}/{index}", (gpu,))
 
 
 SLICED_PREFIX = "sliced:"
@@ -348,7 +364,7 @@ def hold_slice(view: ClusterView, node: str, index: int) -> None:
     gets it. Its slices leave with the records that place them: the next pass's view rebuilds without them."""
     gpu = view.gpu_id(node, index)
     if gpu is not None and view.state.owner[gpu] is None:
-        view.state.assume(sliced_holder_id(node, index), (gpu,))
+        view.assume_named(sliced_holder_id(node, index), (gpu,))
 
 
 def explained(pod: PodInfo, loaded: dict[str, Claim]) -> bool:
@@ -375,7 +391,7 @@ def hold_claimed_devices(view: ClusterView, name: str) -> None:
         return
     gpus = [gpu for i in sorted(info.held_gpus) if (gpu := view.gpu_id(name, i)) is not None]
     free = tuple(g for g in gpus if view.state.owner[g] is None)
-    view.state.assume(claims_holder_id(name), free)
+    view.assume_named(claims_holder_id(name), free)
 
 
 def claims_holder_id(node: str) -> str:

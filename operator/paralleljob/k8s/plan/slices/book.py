@@ -64,11 +64,11 @@ def recorded(view: ClusterView) -> Iterable[RecordedSlice]:
 
 def sliced_gpus(view: ClusterView) -> dict[str, list[int]]:
     """node -> the indices of its GPUs that MIG slices hold (the operator's records' and any claim's). From
-    the state's assumed holders alone (``sliced:`` ones, and each node's ``claims:`` one where its MIG offer
-    shows a held device), so the gauges of a pass cost no scan of every GPU."""
+    the view's named holders alone (``sliced:`` ones, and each node's ``claims:`` one where its MIG offer
+    shows a held device), so the gauges of a pass scan neither every GPU nor every pod's holder."""
     out: dict[str, list[int]] = {}
     topology = view.topology
-    for holder, gpus in view.state.assumed.items():
+    for holder, gpus in view.named(lambda h: is_sliced_holder(h) or h.startswith(CLAIMS_PREFIX)):
         node = holder.removeprefix(CLAIMS_PREFIX) if holder.startswith(CLAIMS_PREFIX) else None
         info = view.nodes.get(node) if node is not None else None
         if not is_sliced_holder(holder) and (info is None or info.mig is None):
@@ -149,10 +149,9 @@ def sliced_note(view: ClusterView) -> str:
     From the ``sliced:`` holders and the view's MIG nodes alone, so a pass with many waiting jobs does not scan
     every GPU for each."""
     by_node: dict[str, list[str]] = {}
-    for holder in view.state.assumed:
-        if is_sliced_holder(holder):
-            node, _, index = holder.removeprefix(SLICED_PREFIX).rpartition("/")
-            by_node.setdefault(node, []).append(index)
+    for holder, _ in view.named(is_sliced_holder):
+        node, _, index = holder.removeprefix(SLICED_PREFIX).rpartition("/")
+        by_node.setdefault(node, []).append(index)
     return _dra_note(by_node) + _pool_note(view)
 
 

@@ -99,13 +99,12 @@ def shares_on(view: ClusterView, node: str, index: int) -> tuple[str, ...]:
 
 
 def mps_gpus(view: ClusterView) -> dict[str, list[int]]:
-    """node -> the indices of its GPUs that MPS shares hold, from the state's ``mps:`` holders alone (the
-    gauges of a pass cost no scan of every GPU)."""
+    """node -> the indices of its GPUs that MPS shares hold, from the view's named ``mps:`` holders alone (the
+    gauges of a pass scan neither every GPU nor every pod's holder)."""
     out: dict[str, list[int]] = {}
-    for holder in view.state.assumed:
-        if is_mps_holder(holder):
-            node, _, index = holder.removeprefix(MPS_PREFIX).rpartition("/")
-            out.setdefault(node, []).append(int(index))
+    for holder, _ in view.named(is_mps_holder):
+        node, _, index = holder.removeprefix(MPS_PREFIX).rpartition("/")
+        out.setdefault(node, []).append(int(index))
     return {node: sorted(indices) for node, indices in sorted(out.items())}
 
 
