@@ -36,7 +36,7 @@ from typing import Any
 from paralleljob.devcluster.chaos import heal_node, make_node_not_ready, wait_node_ready
 from paralleljob.devtools.bench_kit import PodTracker
 from paralleljob.devtools.bench_kueue import PREFERRED_TOPOLOGY, KueueTAS, build_view_of, jobset_manifest, kueue_objects
-from paralleljob.devtools.bench_native import GANG_LABEL, Contender, Ours, _gather_limited, job_manifest
+from paralleljob.devtools.bench_native import GANG_LABEL, Contender, Ours, gather_limited, job_manifest
 from paralleljob.devtools.flow_report import median_or_none
 from paralleljob.devtools.native_set import COST_MODELS, Gang, placement_cost
 from paralleljob.k8s.edge.config import TopologyConfig
@@ -89,7 +89,7 @@ async def submit_wave(contender: Contender, wave: list[Gang]) -> None:
     if isinstance(contender, KueueTAS):
         path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{contender.namespace}/jobsets"
         bodies = [jobset_manifest(g, g.name, PREFERRED_TOPOLOGY, contender.restart_whole) for g in wave]
-        await _gather_limited([contender.kube.request("POST", path, body) for body in bodies])
+        await gather_limited([contender.kube.request("POST", path, body) for body in bodies])
     else:
         await contender.submit(wave)
 

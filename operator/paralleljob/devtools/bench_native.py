@@ -87,7 +87,7 @@ def pod_group(namespace: str, gang: Gang) -> dict[str, Any]:
     }
 
 
-async def _gather_limited(calls: list[Any], limit: int = 32) -> None:
+async def gather_limited(calls: list[Any], limit: int = 32) -> None:
     gate = asyncio.Semaphore(limit)
 
     async def one(call: Any) -> None:
@@ -104,7 +104,7 @@ async def fill(kube: Kube, shape: NodeShape, used: dict[int, int]) -> None:
         kube.request("POST", pod_path("bench-fill"), _pod("bench-fill", f"fill-{n}", gpus, {}, shape.node_name(n)))
         for n, gpus in used.items()
     ]
-    await _gather_limited(calls)
+    await gather_limited(calls)
 
 
 async def settle(tracker: PodTracker, total: int, started: float, limit_s: float) -> None:
@@ -178,7 +178,7 @@ class KubeScheduler(Contender):
         ns = self.namespace
         path = f"/apis/{SCHEDULING_GROUP}/{kubeline.selected().gang_api_version}/namespaces/{ns}/podgroups"
         groups = [{**pod_group(ns, g), "metadata": {"name": self._group(g), "namespace": ns}} for g in gangs]
-        await _gather_limited([self.kube.request("POST", path, group) for group in groups])
+        await gather_limited([self.kube.request("POST", path, group) for group in groups])
         pods = []
         for gang in gangs:
             for d in range(gang.dp):
@@ -186,7 +186,7 @@ class KubeScheduler(Contender):
                     body = _pod(ns, f"{self._group(gang)}-d{d}-p{p}", gang.tp, {GANG_LABEL: gang.name})
                     body["spec"]["schedulingGroup"] = {"podGroupName": self._group(gang)}
                     pods.append(self.kube.request("POST", pod_path(ns), body))
-        await _gather_limited(pods)
+        await gather_limited(pods)
 
     async def nodes_of(self, gang: Gang, tracker: PodTracker) -> list[str] | None:
         names = {p["name"]: p["node"] for p in tracker.pods.values() if p["labels"].get(GANG_LABEL) == gang.name}
@@ -204,7 +204,7 @@ class KubeScheduler(Contender):
 
 class Ours(Contender):
     async def submit(self, gangs: list[Gang]) -> None:
-        await _gather_limited([self.kube.request("POST", job_path(self.namespace), job_manifest(g)) for g in gangs])
+        await gather_limited([self.kube.request("POST", job_path(self.namespace), job_manifest(g)) for g in gangs])
 
     async def nodes_of(self, gang: Gang, tracker: PodTracker) -> list[str] | None:
         status = (await self.kube.request("GET", job_path(self.namespace, gang.name))).get("status") or {}
