@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from paralleljob.k8s.edge.config import DEFAULT_WRITE_CONCURRENCY
+
 
 def add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kueue-nodes", type=int, default=64, help="kueue: kwok nodes (32 a rack)")
@@ -72,8 +74,9 @@ def add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--operator-write-concurrency",
         type=int,
-        default=48,
-        help="kueue parts: the operator's API requests in flight (its --write-concurrency; default: its own 48)",
+        default=DEFAULT_WRITE_CONCURRENCY,
+        help="kueue parts: the operator's API requests in flight (its --write-concurrency; default: its own,"
+        " %(default)s)",
     )
     parser.add_argument("--repair-samples", type=int, default=5, help="kueue repair: node failures per side")
     parser.add_argument(

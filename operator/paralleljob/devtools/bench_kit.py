@@ -16,6 +16,7 @@ from typing import Any
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devtools.operatorproc import OperatorProcess
 from paralleljob.devtools.tracker import WatchTracker
+from paralleljob.k8s.edge.config import DEFAULT_WRITE_CONCURRENCY
 from paralleljob.k8s.edge.constants import API_VERSION, JOB_LABEL, KIND
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
@@ -113,7 +114,10 @@ class Wave:
 
 
 def start_operator(
-    cluster: DevCluster, workdir: Path, write_concurrency: int = 48, lease_duration: float = 5.0
+    cluster: DevCluster,
+    workdir: Path,
+    write_concurrency: int = DEFAULT_WRITE_CONCURRENCY,
+    lease_duration: float = 5.0,
 ) -> OperatorProcess:
     """``paralleljob operator`` started as a separate process against ``cluster`` (``operator.log`` in
     ``workdir``); ``stop()`` it when done."""

@@ -35,6 +35,7 @@ from paralleljob.devtools.bench_kueue import NODES_PER_RACK
 from paralleljob.devtools.bench_kueue_repair import repair
 from paralleljob.devtools.flow_report import against_ceiling, capacity_floor_s, progress_table
 from paralleljob.devtools.operatorproc import OperatorProcess
+from paralleljob.k8s.edge.config import DEFAULT_WRITE_CONCURRENCY
 from paralleljob.k8s.edge.constants import GROUP, QUEUE_PLURAL, VERSION
 from paralleljob.k8s.runtime.api import ApiError, Kube
 
@@ -265,7 +266,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
         + (f" --repair-wave-gangs {args.repair_wave_gangs}" if args.repair_wave_gangs else "")
         + (
             f" --operator-write-concurrency {args.operator_write_concurrency}"
-            if args.operator_write_concurrency != 48
+            if args.operator_write_concurrency != DEFAULT_WRITE_CONCURRENCY
             else ""
         )
     )

@@ -30,6 +30,7 @@ from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devtools.bench_crash import bench_worker_crash
 from paralleljob.devtools.bench_kit import PodTracker, Wave, delete_jobs, job_body, start_operator
 from paralleljob.devtools.tracker import watch
+from paralleljob.k8s.edge.config import DEFAULT_WRITE_CONCURRENCY
 from paralleljob.k8s.edge.constants import GROUP
 from paralleljob.k8s.runtime.api import ApiError, Kube, job_path, pod_path
 
@@ -244,7 +245,7 @@ async def _wait_not_ready(kube: Kube, node: str, seen: dict[str, float]) -> None
 
 async def run(args: argparse.Namespace, cluster: DevCluster) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="pj-bench-"))
-    operator = start_operator(cluster, workdir, getattr(args, "write_concurrency", 48))
+    operator = start_operator(cluster, workdir, getattr(args, "write_concurrency", DEFAULT_WRITE_CONCURRENCY))
     results: dict[str, Any] = {"nodes": args.nodes, "gpus": args.nodes * 8}
     kube = await Kube.connect(str(cluster.kubeconfig))
     try:
@@ -276,7 +277,7 @@ def run_benchmark(
     repeats: int = 5,
     rounds: int = 3,
     kube_scheduler: bool = True,
-    write_concurrency: int = 48,
+    write_concurrency: int = DEFAULT_WRITE_CONCURRENCY,
     out: Path | None = None,
     crashes: int = 20,
 ) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from paralleljob.k8s.edge.config import DEFAULT_WRITE_CONCURRENCY
+
 
 def register(subparsers: Any) -> None:
     demo = subparsers.add_parser(
@@ -25,7 +27,12 @@ def register(subparsers: Any) -> None:
     bench.add_argument("--repeats", type=int, default=5, help="samples of each latency (default: %(default)s)")
     bench.add_argument("--rounds", type=int, default=3, help="throughput rounds per contender (default: %(default)s)")
     bench.add_argument("--no-kube-scheduler", action="store_true", help="skip the kube-scheduler comparison")
-    bench.add_argument("--write-concurrency", type=int, default=48, help="the operator's API requests in flight")
+    bench.add_argument(
+        "--write-concurrency",
+        type=int,
+        default=DEFAULT_WRITE_CONCURRENCY,
+        help="the operator's API requests in flight",
+    )
     bench.set_defaults(handler=_bench)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from paralleljob.core.errors import InvalidRequest
+from paralleljob.k8s.edge.config import DEFAULT_WRITE_CONCURRENCY
 from paralleljob.k8s.edge.constants import QUEUE_POLICIES
 
 
@@ -91,7 +92,12 @@ def register(subparsers: Any) -> None:
         default=os.environ.get("PARALLELJOB_DRA_DEVICE_CLASS", "gpu.nvidia.com"),
         help="DeviceClass of full GPUs that the operator's ResourceClaims request (default: %(default)s)",
     )
-    op.add_argument("--write-concurrency", type=int, default=48, help="API requests in flight (default: %(default)s)")
+    op.add_argument(
+        "--write-concurrency",
+        type=int,
+        default=DEFAULT_WRITE_CONCURRENCY,
+        help="API requests in flight (default: %(default)s)",
+    )
     op.add_argument(
         "--background-chains",
         type=int,
