@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from paralleljob.cli import build_parser
-from paralleljob.k8s.edge.config import TopologyConfig, topology_from_mapping
+from paralleljob.k8s.edge.config import DEFAULT_WRITE_CONCURRENCY, TopologyConfig, topology_from_mapping
 from paralleljob.packaging.chart import chart_dir, crd_drift
 from paralleljob.packaging.helm import ensure_helm
 from tests.packaging.conftest import Render
@@ -242,6 +242,7 @@ def test_operator_values_become_real_operator_flags(render: Render) -> None:
     assert str(parsed.topology_config) == "/etc/paralleljob/topology.yaml"
     defaults = build_parser().parse_args(_operator_args(render))
     assert defaults.best_effort_fifo is False and defaults.namespace == [] and defaults.lease_duration == 15
+    assert defaults.write_concurrency == DEFAULT_WRITE_CONCURRENCY  # the chart's default is the operator's
 
 
 def _topology(render: Render, *sets: str) -> TopologyConfig:
