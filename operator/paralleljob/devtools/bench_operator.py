@@ -193,7 +193,7 @@ async def bench_repair(
     waves: list[dict[str, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
         tracker = await stack.enter_async_context(PodTracker(kube, namespace))
-        wave_pods = await stack.enter_async_context(PodTracker(kube, wave.namespace)) if wave else None
+        wave_tracker = await stack.enter_async_context(PodTracker(kube, wave.namespace)) if wave else None
         await kube.request("POST", job_path(namespace), job_body("victim", 4, 2, 2))
         await tracker.wait(lambda: len(tracker.bound("victim")) == 4)
         for i in range(repeats):
@@ -205,7 +205,7 @@ async def bench_repair(
             if wave is not None:
                 wave_started = time.monotonic()
                 await wave.start(kube, first + i)
-                at_failure = len(wave_pods.bound()) if wave_pods else 0
+                at_failure = len(wave_tracker.bound()) if wave_tracker else 0
             await make_node_not_ready(kube.api, node)
             await watcher
             await tracker.wait(functools.partial(_replaced, tracker, frozenset(before)))
@@ -213,9 +213,9 @@ async def bench_repair(
             newest = max(tracker.bound_at[u] for u in tracker.bound("victim"))
             samples.append(newest - nodes_seen["not_ready"])
             assert replaced
-            if wave is not None and wave_pods is not None:
-                when_whole = len(wave_pods.bound())
-                done = await wave.finish(kube, wave_pods)
+            if wave is not None and wave_tracker is not None:
+                when_whole = len(wave_tracker.bound())
+                done = await wave.finish(kube, wave_tracker)
                 waves.append({"bound_at_failure": at_failure, "bound_when_whole": when_whole,
                               "all_bound_s": round(done - wave_started, 2)})  # fmt: skip
             await heal_node(kube.api, node)
