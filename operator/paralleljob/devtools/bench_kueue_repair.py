@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 from paralleljob.devcluster.chaos import heal_node, make_node_not_ready, wait_node_ready
-from paralleljob.devtools.bench_kit import PodTracker
+from paralleljob.devtools.bench_kit import PodTracker, Wave
 from paralleljob.devtools.bench_kueue import PREFERRED_TOPOLOGY, KueueTAS, build_view_of, jobset_manifest, kueue_objects
 from paralleljob.devtools.bench_native import GANG_LABEL, Contender, Ours, gather_limited, job_manifest
 from paralleljob.devtools.flow_report import median_or_none
@@ -45,7 +45,6 @@ from paralleljob.k8s.edge.parse.specs import parse_job
 from paralleljob.k8s.runtime.api import ApiError, Kube, pod_path
 
 WHOLE_WAIT_S = 180.0  # a gang not whole again after this counts as not repaired
-WAVE_LEAD_S = 1.0  # the failure comes this long after the wave's creates returned: the wave is under way
 WAVE_WAIT_S = 600.0  # how long the wave is waited for after the repair, to say when it was all bound
 WAVE = "wave"  # the wave's gangs are named wave<i>
 
@@ -113,7 +112,7 @@ async def one_sample(contender: Contender, gang: Gang, view: Any, spec: Any, wav
         if wave:
             wave_started = time.monotonic()
             await submit_wave(contender, wave)
-            await asyncio.sleep(WAVE_LEAD_S)
+            await asyncio.sleep(Wave.LEAD_S)
             row["wave_pods_bound_at_failure"] = wave_bound(tracker, contender)
         started = time.monotonic()
         await make_node_not_ready(kube.api, node)
