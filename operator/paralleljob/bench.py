@@ -193,7 +193,10 @@ def command(args: argparse.Namespace) -> int:
     if args.what == "dra":
         from paralleljob.devtools.bench_dra import run_dra_benchmark
 
-        return _emit(run_dra_benchmark(args.dra_nodes, args.repeat, args.dra_wave_gangs, args.burst_pods), args.json)
+        measured = run_dra_benchmark(
+            args.dra_nodes, args.repeat, args.dra_wave_gangs, args.burst_pods, args.dra_nvl72_racks
+        )
+        return _emit(measured, args.json)
     if args.what == "worker-crash":
         from paralleljob.devtools.bench_crash import run_worker_crash
 
@@ -347,6 +350,12 @@ def register(subparsers: Any) -> None:
         type=int,
         default=0,
         help="dra: also repair a node 1 s into a wave of this many gangs of --burst-pods one-GPU pods, per round",
+    )
+    parser.add_argument(
+        "--dra-nvl72-racks",
+        type=int,
+        default=0,
+        help="dra: that many GB200 NVL72 racks beside the nodes, and a tray repair per round (idle and in a wave)",
     )
     parser.add_argument("--kills", type=int, default=100, help="chaos: operator SIGKILLs in the long run")
     parser.add_argument("--chaos-nodes", type=int, default=24, help="chaos: fake GPU nodes")

@@ -66,7 +66,8 @@ class PodTracker(WatchTracker):
         return [u for u, p in self.pods.items() if p["node"] and (job is None or p["labels"].get(JOB_LABEL) == job)]
 
 
-def job_body(name: str, tp: int, pp: int, dp: int) -> dict[str, Any]:
+def job_body(name: str, tp: int, pp: int, dp: int, **spec: Any) -> dict[str, Any]:
+    """A ParallelJob of TP ``tp`` x PP ``pp`` x DP ``dp``; ``spec``: more of its spec (e.g. ``gpuProduct``)."""
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -75,8 +76,28 @@ def job_body(name: str, tp: int, pp: int, dp: int) -> dict[str, Any]:
             "parallelism": {"tensor": tp, "pipeline": pp, "data": dp},
             "failurePolicy": {"maxRestarts": 1000},  # the repair benchmark fails the same job many times
             "template": {"spec": {"containers": [{"name": "trainer", "image": "bench:1"}]}},
+            **spec,
         },
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """The running gang a repair benchmark fails a node of: its shape, its pods once placed (a tray job has
+    one pod per tray, not per TP group) and what else its spec asks."""
+
+    name: str
+    tp: int
+    pp: int
+    dp: int
+    pods: int
+    spec: tuple[tuple[str, Any], ...] = ()
+
+    def body(self) -> dict[str, Any]:
+        return job_body(self.name, self.tp, self.pp, self.dp, **dict(self.spec))
+
+
+HGX_VICTIM = Victim("victim", 4, 2, 2, pods=4)
 
 
 async def delete_jobs(kube: Kube, namespace: str, tracker: PodTracker) -> None:
@@ -118,15 +139,22 @@ def start_operator(
     workdir: Path,
     write_concurrency: int = DEFAULT_WRITE_CONCURRENCY,
     lease_duration: float = 5.0,
+    spares_per_clique: int = 0,
 ) -> OperatorProcess:
     """``paralleljob operator`` started as a separate process against ``cluster`` (``operator.log`` in
-    ``workdir``); ``stop()`` it when done."""
+    ``workdir``); ``stop()`` it when done. ``spares_per_clique``: whole free NVL72 trays per clique held
+    back for repairs (the topology's ``nvlinkSparesPerClique``)."""
+    extra: tuple[str, ...] = ("--write-concurrency", str(write_concurrency))
+    if spares_per_clique:
+        topology = workdir / "topology.yaml"
+        topology.write_text(f"topology:\n  nvlinkSparesPerClique: {spares_per_clique}\n")
+        extra += ("--topology-config", str(topology))
     operator = OperatorProcess(
         cluster.kubeconfig,
         workdir,
         lease_seconds=lease_duration,
         log_level="WARNING",
-        extra_args=("--write-concurrency", str(write_concurrency)),
+        extra_args=extra,
         log_name="operator.log",
     )
     operator.start()

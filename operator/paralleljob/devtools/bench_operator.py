@@ -28,7 +28,15 @@ from typing import Any
 
 from paralleljob.devcluster.cluster import DevCluster
 from paralleljob.devtools.bench_crash import bench_worker_crash
-from paralleljob.devtools.bench_kit import PodTracker, Wave, delete_jobs, job_body, start_operator
+from paralleljob.devtools.bench_kit import (
+    HGX_VICTIM,
+    PodTracker,
+    Victim,
+    Wave,
+    delete_jobs,
+    job_body,
+    start_operator,
+)
 from paralleljob.devtools.tracker import watch
 from paralleljob.k8s.edge.config import DEFAULT_WRITE_CONCURRENCY
 from paralleljob.k8s.edge.constants import GROUP
@@ -181,21 +189,23 @@ async def bench_throughput(
 
 
 async def bench_repair(
-    kube: Kube, namespace: str, repeats: int, wave: Wave | None = None, first: int = 0
+    kube: Kube, namespace: str, repeats: int, wave: Wave | None = None, first: int = 0, victim: Victim = HGX_VICTIM
 ) -> dict[str, Any]:
-    """A TP4 x PP2 x DP2 job's first node turned NotReady ``repeats`` times (healed between), from the
-    NotReady seen by a watch to the replacement pods bound; with ``wave``, each failure 1 s into that wave of
-    new gangs (its pods bound at the failure, when the job was whole again and the wave's own time are kept
-    per sample; ``first``: the number of the first sample, which names its wave's gangs)."""
+    """The ``victim`` job's first node (by default: a TP4 x PP2 x DP2 job's on HGX nodes) turned NotReady
+    ``repeats`` times (healed between), from the NotReady seen by a watch to the replacement pods bound; with
+    ``wave``, each failure 1 s into that wave of new gangs (its pods bound at the failure, when the job was
+    whole again and the wave's own time are kept per sample; ``first``: the number of the first sample, which
+    names its wave's gangs). ``moves``: per sample, the failed node and the nodes its replacements went to."""
     from paralleljob.devcluster.chaos import heal_node, make_node_not_ready, wait_node_ready
 
     samples: list[float] = []
+    moves: list[dict[str, Any]] = []
     waves: list[dict[str, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
         tracker = await stack.enter_async_context(PodTracker(kube, namespace))
         wave_tracker = await stack.enter_async_context(PodTracker(kube, wave.namespace)) if wave else None
-        await kube.request("POST", job_path(namespace), job_body("victim", 4, 2, 2))
-        await tracker.wait(lambda: len(tracker.bound("victim")) == 4)
+        await kube.request("POST", job_path(namespace), victim.body())
+        await tracker.wait(lambda: len(tracker.bound(victim.name)) == victim.pods)
         for i in range(repeats):
             node = sorted(p["node"] for p in tracker.pods.values() if p["node"])[0]
             before = {u for u, p in tracker.pods.items() if p["node"] == node}
@@ -208,11 +218,12 @@ async def bench_repair(
                 at_failure = len(wave_tracker.bound()) if wave_tracker else 0
             await make_node_not_ready(kube.api, node)
             await watcher
-            await tracker.wait(functools.partial(_replaced, tracker, frozenset(before)))
-            replaced = [u for u in tracker.bound("victim") if tracker.pods[u]["node"] != node and u not in before]
-            newest = max(tracker.bound_at[u] for u in tracker.bound("victim"))
+            await tracker.wait(functools.partial(_replaced, tracker, victim, frozenset(before)))
+            replaced = [u for u in tracker.bound(victim.name) if tracker.pods[u]["node"] != node and u not in before]
+            newest = max(tracker.bound_at[u] for u in tracker.bound(victim.name))
             samples.append(newest - nodes_seen["not_ready"])
             assert replaced
+            moves.append({"from": node, "to": sorted(tracker.pods[u]["node"] for u in replaced)})
             if wave is not None and wave_tracker is not None:
                 when_whole = len(wave_tracker.bound())
                 done = await wave.finish(kube, wave_tracker)
@@ -225,14 +236,15 @@ async def bench_repair(
         "samples_s": [round(s, 4) for s in samples],
         "median_s": round(statistics.median(samples), 4),
         "max_s": round(max(samples), 4),
+        "moves": moves,
     }
     if wave is not None:
         out["wave"] = {"gangs": wave.gangs, "pods_per_gang": wave.pods, "samples": waves}
     return out
 
 
-def _replaced(tracker: PodTracker, old: frozenset[str]) -> bool:
-    return all(u not in tracker.pods for u in old) and len(tracker.bound("victim")) == 4
+def _replaced(tracker: PodTracker, victim: Victim, old: frozenset[str]) -> bool:
+    return all(u not in tracker.pods for u in old) and len(tracker.bound(victim.name)) == victim.pods
 
 
 async def _wait_not_ready(kube: Kube, node: str, seen: dict[str, float]) -> None:
