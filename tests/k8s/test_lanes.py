@@ -12,7 +12,7 @@ import paralleljob.k8s.runtime.reconciler as reconciler_module
 from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.plan.decide import Observed
-from paralleljob.k8s.runtime.lanes import BACKGROUND, CHAIN, Lanes, new_chain
+from paralleljob.k8s.runtime.lanes import BACKGROUND, CHAIN, REPAIR_SHARE, Lanes, new_chain
 from paralleljob.k8s.runtime.observe.metrics import Metrics
 from paralleljob.k8s.runtime.reconciler import Reconciler
 from tests.k8s import factories
@@ -334,6 +334,107 @@ def test_a_job_chain_runs_in_a_chain_of_its_own_begun_after_the_ones_before() ->
 
 class _Actions:
     only_records_waiting = False
+    creates = binds = ()
 
     def __init__(self, phase: Phase) -> None:
         self.job = type("Job", (), {"phase": phase})()
+
+
+def test_while_a_repair_runs_other_chains_keep_only_their_share_of_the_slots_and_get_the_rest_after() -> None:
+    async def run() -> tuple[list[int], list[str], int]:
+        lanes = Lanes(16)  # others may keep 16 // REPAIR_SHARE = 2 in flight while a repair runs
+        in_flight: list[int] = []
+        order: list[str] = []
+        gate = asyncio.Event()
+        placing, mending = new_chain(), new_chain(mends=True)
+
+        async def request(name: str, chain: int, background: bool = False) -> None:
+            CHAIN.set(chain)
+            async with lanes.slot(background):
+                order.append(name)
+                in_flight.append(lanes.others)
+                await gate.wait()
+
+        with lanes.repairing():
+            tasks = [asyncio.create_task(request(f"place-{i}", placing)) for i in range(4)]
+            tasks.append(asyncio.create_task(request("status", placing, background=True)))
+            tasks.append(asyncio.create_task(request("mend", mending)))
+            await asyncio.sleep(0)
+            held = lanes.waiting()
+            assert lanes.free == 16 - 3, lanes.free  # two others and the repair's own request hold slots
+        await asyncio.sleep(0)  # the repair ended: the held requests take the free slots
+        gate.set()
+        await asyncio.gather(*tasks)
+        assert lanes.free == 16 and lanes.others == 0
+        return [held[0], held[1]], order, max(in_flight[:3])
+
+    held, order, most_others = asyncio.run(run())
+    assert held == [2, 1]  # two of the placing chain's creates and the background status wait
+    assert order[:3] == ["place-0", "place-1", "mend"] and set(order[3:]) == {"place-2", "place-3", "status"}
+    assert most_others <= 16 // REPAIR_SHARE
+
+
+def test_a_released_slot_goes_to_a_waiting_repair_request_and_others_only_below_their_share() -> None:
+    async def run() -> None:
+        lanes = Lanes(16)  # others keep 2 while a repair runs
+        placing, mending = new_chain(), new_chain(mends=True)
+        gates: dict[str, asyncio.Event] = {}
+
+        async def request(name: str, chain: int) -> None:
+            CHAIN.set(chain)
+            gates[name] = asyncio.Event()
+            async with lanes.slot(False):
+                await gates[name].wait()
+
+        async def release(*names: str) -> None:
+            for name in names:
+                gates[name].set()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+        wave = [asyncio.create_task(request(f"wave-{i}", placing)) for i in range(16)]  # every slot taken
+        await asyncio.sleep(0)
+        with lanes.repairing():
+            held = [asyncio.create_task(request(f"next-{i}", placing)) for i in range(4)]
+            mend = asyncio.create_task(request("mend", mending))
+            await asyncio.sleep(0)
+            assert lanes.waiting() == (5, 0)
+            await release("wave-0")  # the first slot freed goes to the repair, though it asked last
+            assert lanes.waiting() == (4, 0) and lanes.others == 15
+            await release(*(f"wave-{i}" for i in range(1, 14)))  # others down to 2: the rest stay free
+            assert lanes.waiting() == (4, 0) and lanes.others == 2 and lanes.free == 13
+            await release("wave-14")  # one below the share: one held request goes
+            assert lanes.waiting() == (3, 0) and lanes.others == 2 and lanes.free == 13
+            await release("mend", "wave-15")
+        await asyncio.sleep(0)  # the repair ended: the held requests take free slots at once
+        assert lanes.waiting() == (0, 0) and lanes.others == 4 and lanes.free == 12
+        await release(*(f"next-{i}" for i in range(4)))
+        await asyncio.gather(*wave, *held, mend)
+        assert lanes.free == 16 and lanes.others == 0
+
+    asyncio.run(run())
+
+
+def test_the_executor_holds_the_others_back_only_around_a_chain_that_puts_pods_into_a_running_gang() -> None:
+    from paralleljob.k8s.runtime.executor import Executor
+
+    seen: list[int] = []
+
+    async def chain_of(self: Any, actions: Any, outcome: Any) -> None:
+        seen.append(self.kube.limit.repairs)
+
+    class _Creating(_Actions):
+        creates = ("pod",)  # type: ignore[assignment]
+
+    async def run() -> None:
+        executor = Executor.__new__(Executor)
+        executor.kube = type("Kube", (), {"limit": Lanes(8)})()  # type: ignore[assignment]
+        for actions in (_Creating(Phase.RECOVERING), _Creating(Phase.RUNNING), _Creating(Phase.PLACING)):
+            await executor._job(actions, None)  # type: ignore[arg-type]
+        await executor._job(_Actions(Phase.RUNNING), None)  # type: ignore[arg-type]  # a status write only
+        assert executor.kube.limit.repairs == 0
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Executor, "_chain", chain_of)
+        asyncio.run(run())
+    assert seen == [1, 1, 0, 0]

@@ -117,10 +117,15 @@ class Executor:
             self.domain_store.forget(delete.namespace, delete.name, delete.uid)
 
     async def _job(self, actions: JobActions, outcome: Outcome) -> None:
+        mends = actions.job.phase in RUNNING_GANG
         lane = BACKGROUND.set(actions.only_records_waiting)
-        chain = CHAIN.set(new_chain(mends=actions.job.phase in RUNNING_GANG))
+        chain = CHAIN.set(new_chain(mends=mends))
         try:
-            await self._chain(actions, outcome)
+            if mends and (actions.creates or actions.binds):  # pods back into a running gang: a repair
+                with self.kube.limit.repairing():
+                    await self._chain(actions, outcome)
+            else:
+                await self._chain(actions, outcome)
         finally:
             CHAIN.reset(chain)
             BACKGROUND.reset(lane)

@@ -23,7 +23,15 @@ before every chain that places a new one: a gang whose node failed in the middle
 gangs waited for the whole wave, 12-15 s, while its surviving pods held their GPUs idle. A request outside
 any chain counts as a chain of its own begun when it asked.
 
-Ahead of both go the pages of a list (``slot(first=True)``). While a kind is listed its watch is stopped, so
+Going first in the client is not enough for a repair: its writes go out one after another (its placement,
+in DRA mode the claim and the claim's allocation, the pod, the binding), and each waits at the API server
+behind every request the wave has in flight, 96 of them; on two cores a DRA repair 1 s into a wave of
+10 x 40 new pods took 1.7-3.5 s. While a chain that puts pods back into a running gang is open
+(:meth:`Lanes.repairing`), requests of other chains get a slot only while fewer than ``limit //
+REPAIR_SHARE`` of theirs are in flight, so the server answers the repair's requests sooner; the rest of the
+wave waits in its lanes until the repair is done.
+
+Ahead of all go the pages of a list (``slot(first=True)``). While a kind is listed its watch is stopped, so
 the operator sees nothing of it but its own writes' answers until the last page is in; queued behind the
 writes, a 50,000-job list's 100 pages came ~30 s apart in a flood (a list of ~40 minutes). They are few,
 so they take nothing from the writes that matters.
@@ -36,13 +44,14 @@ import contextvars
 import heapq
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 # True while the running chain only records what a waiting job is waiting for (or posts an Event): its
 # requests yield their turn to any urgent request.
 BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("paralleljob_background_request", default=False)
 BACKGROUND_SHARE = 4  # one slot in this many goes to background work while both lanes wait
+REPAIR_SHARE = 8  # while a repair runs, other chains keep at most this share of the slots in flight
 # The chain the running request belongs to (from :func:`new_chain`: older chains have smaller numbers); None
 # outside any chain.
 CHAIN: contextvars.ContextVar[int | None] = contextvars.ContextVar("paralleljob_request_chain", default=None)
@@ -59,9 +68,14 @@ def new_chain(mends: bool = False) -> int:
     return number - MENDING if mends else number
 
 
+def _mends(chain: int | None) -> bool:
+    return chain is not None and chain < 0
+
+
 class Lanes:
     """A semaphore of ``limit`` slots with two queues of waiters: urgent first, by chain then arrival;
-    background in arrival order."""
+    background in arrival order. While a repair runs, requests outside mending chains (and list pages)
+    are held to ``limit // REPAIR_SHARE`` in flight."""
 
     def __init__(self, limit: int) -> None:
         self.free = limit
@@ -69,6 +83,24 @@ class Lanes:
         self.urgent: list[tuple[int, int, asyncio.Future[None]]] = []  # a heap: (chain, arrival, waiter)
         self.background: deque[asyncio.Future[None]] = deque()
         self.first: deque[asyncio.Future[None]] = deque()  # list pages: ahead of both lanes
+        self.repairs = 0  # repair chains open now (:meth:`repairing`)
+        self.others = 0  # requests in flight that a repair holds back: neither a mending chain's nor a page
+        self.others_while_repairing = max(1, limit // REPAIR_SHARE)
+
+    @contextmanager
+    def repairing(self) -> Iterator[None]:
+        """Around a chain that puts pods back into a running gang: other chains' requests are held back
+        while it runs, and those held get the free slots when the last repair ends."""
+        self.repairs += 1
+        try:
+            yield
+        finally:
+            self.repairs -= 1
+            while self.repairs == 0 and self.free > 0 and self._hand_over():
+                self.free -= 1
+
+    def _holds_back(self) -> bool:
+        return self.repairs > 0 and self.others >= self.others_while_repairing
 
     def waiting(self) -> tuple[int, int]:
         """(urgent, background) requests waiting for a slot now."""
@@ -79,15 +111,21 @@ class Lanes:
 
     @asynccontextmanager
     async def slot(self, background: bool | None = None, first: bool = False) -> AsyncIterator[None]:
-        await self._acquire(BACKGROUND.get() if background is None else background, first)
+        background = BACKGROUND.get() if background is None else background
+        other = not first and (background or not _mends(CHAIN.get()))
+        await self._acquire(background, first, other)
         try:
             yield
         finally:
+            self.others -= other
             self._release()
 
-    async def _acquire(self, background: bool, first: bool = False) -> None:
-        if self.free > 0:  # free slots exist only while nobody waits (a release hands its slot on)
+    async def _acquire(self, background: bool, first: bool, other: bool) -> None:
+        # Free slots exist only while nobody waits (a release hands its slot on), or while a repair holds
+        # the others back.
+        if self.free > 0 and not (other and self._holds_back()):
             self.free -= 1
+            self.others += other
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if first or background:
@@ -100,30 +138,47 @@ class Lanes:
             await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
+                self.others -= other
                 self._release()  # the slot was handed over just as the request was cancelled: pass it on
             raise  # a cancelled waiter left in its queue is skipped by _release
 
     def _release(self) -> None:
         self.handed += 1
+        if not self._hand_over():
+            self.free += 1
+
+    def _hand_over(self) -> bool:
+        """A slot to the next waiter that may have one now (counted as an other's where it is); False: none."""
         background_first = self.handed % BACKGROUND_SHARE == 0
         for lane in ("first", "background", "urgent") if background_first else ("first", "urgent", "background"):
             waiter = self._next_waiting(lane)
             if waiter is not None:
                 waiter.set_result(None)
-                return
-        self.free += 1
+                return True
+        return False
 
     def _next_waiting(self, lane: str) -> asyncio.Future[None] | None:
-        """The lane's next waiter still waiting, taken out of it (cancelled ones on the way are dropped)."""
+        """The lane's next waiter still waiting and allowed a slot, taken out of it (cancelled ones on the way
+        are dropped); held-back waiters stay in their lane."""
         if lane == "urgent":
             while self.urgent:
-                waiter = heapq.heappop(self.urgent)[2]
-                if not waiter.done():
-                    return waiter
+                chain, _, waiter = self.urgent[0]
+                if waiter.done():
+                    heapq.heappop(self.urgent)
+                    continue
+                if not _mends(chain) and self._holds_back():
+                    return None
+                heapq.heappop(self.urgent)
+                self.others += not _mends(chain)
+                return waiter
             return None
         queue = self.first if lane == "first" else self.background
         while queue:
-            waiter = queue.popleft()
-            if not waiter.done():
-                return waiter
+            if queue[0].done():
+                queue.popleft()
+                continue
+            if lane == "background" and self._holds_back():
+                return None
+            self.others += lane == "background"
+            return queue.popleft()
         return None
