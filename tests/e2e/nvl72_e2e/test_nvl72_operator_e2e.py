@@ -133,7 +133,7 @@ def test_the_operator_places_repairs_and_cleans_up_a_tp8_job_over_nvl72_trays(
 
     after = wait_for("llm repaired and bound again", repaired, 60, interval=0.02)
     record_time("NVL72 tray deleted -> its pod replaced in the clique and bound", time.monotonic() - deleted,
-                REPAIR_TARGET_S, "tests/e2e/nvl72_e2e (no live benchmark yet)")  # fmt: skip
+                REPAIR_TARGET_S, "paralleljob bench dra --dra-nvl72-racks")  # fmt: skip
     moved = [t for t in after.trays if t not in record.trays]
     assert [t.name for t in moved] == [victim.name], moved
     assert moved[0].clique == victim.clique and moved[0].node in spares, (moved, spares)
