@@ -4,6 +4,7 @@ job's status-only chain as background and everything that puts GPUs to work or f
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -438,3 +439,24 @@ def test_the_executor_holds_the_others_back_only_around_a_chain_that_puts_pods_i
         patch.setattr(Executor, "_chain", chain_of)
         asyncio.run(run())
     assert seen == [1, 1, 0, 0]
+
+
+def test_the_metrics_count_each_repair_chain_once_across_passes() -> None:
+    from paralleljob.k8s.runtime.observe.reporting import PassReport
+
+    metrics, lanes = Metrics(), Lanes(8)
+    reporting = PassReport.__new__(PassReport)  # lane_figures reads nothing of it but these two
+    reporting.metrics, reporting.repair_chains_counted = metrics, 0
+    total = functools.partial(metrics.registry.get_sample_value, "paralleljob_repair_chains_total")
+    reporting.lane_figures(lanes)
+    assert total() == 0
+    for _ in range(2):
+        with lanes.repairing():
+            pass
+    reporting.lane_figures(lanes)
+    reporting.lane_figures(lanes)  # a pass with no new repair adds nothing
+    assert total() == 2
+    with lanes.repairing():
+        reporting.lane_figures(lanes)  # counted while it runs, not again when it ends
+    reporting.lane_figures(lanes)
+    assert total() == 3

@@ -84,6 +84,7 @@ class Lanes:
         self.background: deque[asyncio.Future[None]] = deque()
         self.first: deque[asyncio.Future[None]] = deque()  # list pages: ahead of both lanes
         self.repairs = 0  # repair chains open now (:meth:`repairing`)
+        self.repairs_begun = 0  # ever (for /metrics)
         self.others = 0  # requests in flight that a repair holds back: neither a mending chain's nor a page
         self.others_while_repairing = max(1, limit // REPAIR_SHARE)
 
@@ -92,6 +93,7 @@ class Lanes:
         """Around a chain that puts pods back into a running gang: other chains' requests are held back
         while it runs, and those held get the free slots when the last repair ends."""
         self.repairs += 1
+        self.repairs_begun += 1
         try:
             yield
         finally:

@@ -102,6 +102,12 @@ class Metrics:
             ["lane"],
             registry=r,
         )
+        self.repair_chains = Counter(
+            "paralleljob_repair_chains_total",
+            "Chains that put pods back into a running gang (a repair, a growth); while one runs, the other chains"
+            " keep at most an eighth of the client's request slots in flight",
+            registry=r,
+        )
         self.list_duration = Histogram(
             "paralleljob_list_duration_seconds",
             "One full list of a watched kind (every page, merged into its store); its watch waits meanwhile",

@@ -52,6 +52,7 @@ class PassReport:
         self.queue_writes: asyncio.Task[None] | None = None
         self.placed_at: dict[str, float] = {}
         self.failed_at: dict[str, float] = {}
+        self.repair_chains_counted = 0
 
     def warnings(self, plan: Plan, view: ClusterView) -> None:
         """Log a warning when it appears, not on every pass while it lasts (a condition that held for a
@@ -97,9 +98,15 @@ class PassReport:
         self.metrics.waiting_left_out.set(sum(plan.quiet_waiting.values()))
         self.metrics.status_writes_held_back.set(held_back)
         if isinstance(lanes, Lanes):
-            urgent, background = lanes.waiting()
-            self.metrics.api_requests_waiting.labels("urgent").set(urgent)
-            self.metrics.api_requests_waiting.labels("background").set(background)
+            self.lane_figures(lanes)
+
+    def lane_figures(self, lanes: Lanes) -> None:
+        """The requests waiting in each lane now, and the repair chains begun since the last pass."""
+        urgent, background = lanes.waiting()
+        self.metrics.api_requests_waiting.labels("urgent").set(urgent)
+        self.metrics.api_requests_waiting.labels("background").set(background)
+        self.metrics.repair_chains.inc(lanes.repairs_begun - self.repair_chains_counted)
+        self.repair_chains_counted = lanes.repairs_begun
 
     def queue_waits(self, plan: Plan) -> None:
         now = time.time()
