@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import paralleljob.k8s.runtime.lanes as lanes_module
 import paralleljob.k8s.runtime.reconciler as reconciler_module
 from paralleljob.core.lifecycle import Phase
 from paralleljob.k8s.edge.config import OperatorConfig
@@ -444,19 +445,51 @@ def test_the_executor_holds_the_others_back_only_around_a_chain_that_puts_pods_i
 def test_the_metrics_count_each_repair_chain_once_across_passes() -> None:
     from paralleljob.k8s.runtime.observe.reporting import PassReport
 
-    metrics, lanes = Metrics(), Lanes(8)
-    reporting = PassReport.__new__(PassReport)  # lane_figures reads nothing of it but these two
-    reporting.metrics, reporting.repair_chains_counted = metrics, 0
-    total = functools.partial(metrics.registry.get_sample_value, "paralleljob_repair_chains_total")
-    reporting.lane_figures(lanes)
-    assert total() == 0
-    for _ in range(2):
+    async def run() -> None:
+        metrics, lanes = Metrics(), Lanes(8)
+        reporting = PassReport.__new__(PassReport)  # lane_figures reads nothing of it but these two
+        reporting.metrics, reporting.repair_chains_counted = metrics, 0
+        total = functools.partial(metrics.registry.get_sample_value, "paralleljob_repair_chains_total")
+        reporting.lane_figures(lanes)
+        assert total() == 0
+        for _ in range(2):
+            with lanes.repairing():
+                pass
+        reporting.lane_figures(lanes)
+        reporting.lane_figures(lanes)  # a pass with no new repair adds nothing
+        assert total() == 2
         with lanes.repairing():
-            pass
-    reporting.lane_figures(lanes)
-    reporting.lane_figures(lanes)  # a pass with no new repair adds nothing
-    assert total() == 2
-    with lanes.repairing():
-        reporting.lane_figures(lanes)  # counted while it runs, not again when it ends
-    reporting.lane_figures(lanes)
-    assert total() == 3
+            reporting.lane_figures(lanes)  # counted while it runs, not again when it ends
+        reporting.lane_figures(lanes)
+        assert total() == 3
+
+    asyncio.run(run())
+
+
+def test_a_repair_that_outlasts_its_hold_lets_the_held_requests_go_though_it_still_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lanes_module, "REPAIR_HOLD_S", 0.05)
+
+    async def run() -> None:
+        lanes = Lanes(8)  # others keep 1 while a repair runs
+        placing = new_chain()
+        gate = asyncio.Event()
+
+        async def request() -> None:
+            CHAIN.set(placing)
+            async with lanes.slot(False):
+                await gate.wait()
+
+        with lanes.repairing():
+            tasks = [asyncio.create_task(request()) for _ in range(3)]
+            await asyncio.sleep(0.01)
+            assert lanes.waiting() == (2, 0) and lanes.repairs == 1
+            await asyncio.sleep(0.1)  # the hold has run out; the repair has not
+            assert lanes.waiting() == (0, 0) and lanes.repairs == 0 and lanes.others == 3
+        assert lanes.repairs == 0  # not given back twice
+        gate.set()
+        await asyncio.gather(*tasks)
+        assert lanes.free == 8 and lanes.others == 0
+
+    asyncio.run(run())

@@ -29,7 +29,8 @@ behind every request the wave has in flight, 96 of them; on two cores a DRA repa
 10 x 40 new pods took 1.7-3.5 s. While a chain that puts pods back into a running gang is open
 (:meth:`Lanes.repairing`), requests of other chains get a slot only while fewer than ``limit //
 REPAIR_SHARE`` of theirs are in flight, so the server answers the repair's requests sooner; the rest of the
-wave waits in its lanes until the repair is done.
+wave waits in its lanes until the repair is done, or ``REPAIR_HOLD_S`` has passed (a repair whose request
+hangs until the client's timeout, retried, would otherwise slow everything else for minutes).
 
 Ahead of all go the pages of a list (``slot(first=True)``). While a kind is listed its watch is stopped, so
 the operator sees nothing of it but its own writes' answers until the last page is in; queued behind the
@@ -52,6 +53,7 @@ from contextlib import asynccontextmanager, contextmanager
 BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar("paralleljob_background_request", default=False)
 BACKGROUND_SHARE = 4  # one slot in this many goes to background work while both lanes wait
 REPAIR_SHARE = 8  # while a repair runs, other chains keep at most this share of the slots in flight
+REPAIR_HOLD_S = 5.0  # ... but no longer than this per repair: one whose request hangs does not hold them for good
 # The chain the running request belongs to (from :func:`new_chain`: older chains have smaller numbers); None
 # outside any chain.
 CHAIN: contextvars.ContextVar[int | None] = contextvars.ContextVar("paralleljob_request_chain", default=None)
@@ -83,7 +85,7 @@ class Lanes:
         self.urgent: list[tuple[int, int, asyncio.Future[None]]] = []  # a heap: (chain, arrival, waiter)
         self.background: deque[asyncio.Future[None]] = deque()
         self.first: deque[asyncio.Future[None]] = deque()  # list pages: ahead of both lanes
-        self.repairs = 0  # repair chains open now (:meth:`repairing`)
+        self.repairs = 0  # repair chains holding the others back now (:meth:`repairing`)
         self.repairs_begun = 0  # ever (for /metrics)
         self.others = 0  # requests in flight that a repair holds back: neither a mending chain's nor a page
         self.others_while_repairing = max(1, limit // REPAIR_SHARE)
@@ -91,15 +93,26 @@ class Lanes:
     @contextmanager
     def repairing(self) -> Iterator[None]:
         """Around a chain that puts pods back into a running gang: other chains' requests are held back
-        while it runs, and those held get the free slots when the last repair ends."""
+        while it runs, for ``REPAIR_HOLD_S`` at most, and those held get the free slots when the last
+        repair ends (or stops holding)."""
         self.repairs += 1
         self.repairs_begun += 1
+        holding = True
+
+        def stop_holding() -> None:  # once: at the end of the chain or when the hold runs out
+            nonlocal holding
+            if holding:
+                holding = False
+                self.repairs -= 1
+                while self.repairs == 0 and self.free > 0 and self._hand_over():
+                    self.free -= 1
+
+        timer = asyncio.get_running_loop().call_later(REPAIR_HOLD_S, stop_holding)
         try:
             yield
         finally:
-            self.repairs -= 1
-            while self.repairs == 0 and self.free > 0 and self._hand_over():
-                self.free -= 1
+            timer.cancel()
+            stop_holding()
 
     def _holds_back(self) -> bool:
         return self.repairs > 0 and self.others >= self.others_while_repairing
