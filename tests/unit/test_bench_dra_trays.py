@@ -37,11 +37,12 @@ def test_the_tray_victim_is_a_gb200_tp8_job_of_four_tray_pods() -> None:
     assert job.request.gpu_product == "NVIDIA-GB200"
     assert TRAY_VICTIM.pods == 16 // 4  # one pod per tray of 4 GPUs
     assert "gpuProduct" not in HGX_VICTIM.body()["spec"]
+    assert TRAY_VICTIM.on_trays and not HGX_VICTIM.on_trays
 
 
 def test_a_replacement_outside_its_trays_clique_is_counted_apart_idle_and_in_a_wave() -> None:
     kube: Any = _Nodes({"tray-a1": "u.1", "tray-a2": "u.1", "tray-b1": "u.2", "hgx-0": None})
-    repairs = _Repairs("bench-tray-repair", TRAY_VICTIM, trays=True)
+    repairs = _Repairs("bench-tray-repair", TRAY_VICTIM)
     same = [{"from": "tray-a1", "to": ["tray-a2"]}]
     other = [{"from": "tray-a1", "to": ["tray-b1"]}]
     hgx = [{"from": "tray-a2", "to": ["hgx-0"]}]

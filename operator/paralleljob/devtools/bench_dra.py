@@ -47,7 +47,7 @@ MODES = ("device-plugin", "dra")
 NAMESPACES = ("bench-latency", "bench-repair", "bench-tray-repair")
 WAVE_NAMESPACE = "bench-repair-wave"
 SPARES_PER_CLIQUE = 2
-TRAY_VICTIM = Victim("tray-victim", 8, 2, 1, pods=4, spec=(("gpuProduct", nvl72.PRODUCT),))
+TRAY_VICTIM = Victim("tray-victim", 8, 2, 1, pods=4, spec=(("gpuProduct", nvl72.PRODUCT),), on_trays=True)
 
 
 async def _claims_gone(kube: Kube, namespace: str, timeout_s: float = 60.0) -> None:
@@ -81,8 +81,8 @@ def _check_alive(operators: dict[str, OperatorProcess]) -> None:
 class _Repairs:
     """One kind of repair's samples per mode, idle and in a wave (with the wave's own figures)."""
 
-    def __init__(self, namespace: str, victim: Victim = HGX_VICTIM, trays: bool = False) -> None:
-        self.namespace, self.victim, self.trays = namespace, victim, trays
+    def __init__(self, namespace: str, victim: Victim = HGX_VICTIM) -> None:
+        self.namespace, self.victim = namespace, victim
         self.idle: dict[str, list[float]] = {mode: [] for mode in MODES}
         self.in_wave: dict[str, list[float]] = {mode: [] for mode in MODES}
         self.waves: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
@@ -110,7 +110,7 @@ class _Repairs:
     async def _count_clique_changes(self, kube: Kube, where: tuple[str, bool], moves: list[dict[str, Any]]) -> None:
         """A tray's replacement belongs in the failed tray's clique (its warm spares are there): count the
         samples where one went elsewhere, so that a fast repair to the wrong place does not pass unseen."""
-        if not self.trays:
+        if not self.victim.on_trays:
             return
         items, _ = await kube.list("/api/v1/nodes")
         clique = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(CLIQUE_LABEL) for n in items}
@@ -120,14 +120,14 @@ class _Repairs:
 
     def summary(self, mode: str, key: str, wave: Wave | None) -> dict[str, Any]:
         out: dict[str, Any] = {key: _summary(self.idle[mode])}
-        if self.trays:
+        if self.victim.on_trays:
             out[key]["replacements_outside_the_clique"] = self.cliques_left.get((mode, False), 0)
         if wave is not None:
             out[f"{key}_in_wave"] = {
                 **_summary(self.in_wave[mode]),
                 "wave": {"gangs": wave.gangs, "pods_per_gang": wave.pods, "samples": self.waves[mode]},
             }
-            if self.trays:
+            if self.victim.on_trays:
                 out[f"{key}_in_wave"]["replacements_outside_the_clique"] = self.cliques_left.get((mode, True), 0)
         return out
 
@@ -142,7 +142,7 @@ async def measure(
     kubes = {mode: await Kube.connect(str(cluster.kubeconfig), concurrency=64) for mode, cluster in clusters.items()}
     latency: dict[str, list[float]] = {mode: [] for mode in clusters}
     nodes = _Repairs("bench-repair")
-    tray_repairs = _Repairs("bench-tray-repair", TRAY_VICTIM, trays=True) if trays else None
+    tray_repairs = _Repairs("bench-tray-repair", TRAY_VICTIM) if trays else None
     wave_sample = itertools.count()
     try:
         for kube in kubes.values():

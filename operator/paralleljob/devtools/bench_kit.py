@@ -84,7 +84,8 @@ def job_body(name: str, tp: int, pp: int, dp: int, **spec: Any) -> dict[str, Any
 @dataclass(frozen=True, slots=True)
 class Victim:
     """The running gang a repair benchmark fails a node of: its shape, its pods once placed (a tray job has
-    one pod per tray, not per TP group) and what else its spec asks."""
+    one pod per tray, not per TP group), what else its spec asks and whether it runs on NVL72 trays (its
+    replacements then belong in the failed tray's clique)."""
 
     name: str
     tp: int
@@ -92,6 +93,7 @@ class Victim:
     dp: int
     pods: int
     spec: tuple[tuple[str, Any], ...] = ()
+    on_trays: bool = False
 
     def body(self) -> dict[str, Any]:
         return job_body(self.name, self.tp, self.pp, self.dp, **dict(self.spec))
