@@ -53,6 +53,13 @@ log = logging.getLogger("paralleljob.k8s")
 RUNNING_GANG = (Phase.RUNNING, Phase.RECOVERING)
 
 
+def puts_pods_into_running_gang(actions: JobActions) -> bool:
+    """Whether a chain creates or binds pods of a gang already running: a repair, a replaced pod of a pod
+    group or native PodGroup, an elastic job's growth. Its surviving pods hold their GPUs idle until it is
+    whole, so while it runs the other chains keep only their share of the request slots (``Lanes.repairing``)."""
+    return actions.job.phase in RUNNING_GANG and bool(actions.creates or actions.binds)
+
+
 @dataclass
 class Outcome:
     wrote: int = 0
@@ -121,7 +128,7 @@ class Executor:
         lane = BACKGROUND.set(actions.only_records_waiting)
         chain = CHAIN.set(new_chain(mends=mends))
         try:
-            if mends and (actions.creates or actions.binds):  # pods back into a running gang: a repair
+            if puts_pods_into_running_gang(actions):
                 with self.kube.limit.repairing():
                     await self._chain(actions, outcome)
             else:
