@@ -56,6 +56,7 @@ from paralleljob.k8s.edge.render import computedomain as cd
 from paralleljob.k8s.edge.status.records import record_from_status
 
 pytestmark = pytest.mark.e2e
+REPAIRS = "paralleljob_repair_chains_total"  # chains that put pods into a running gang (Lanes.repairing)
 
 
 # ---- the module's cluster (overrides the NVL72 suite's session cluster of the same names) -----------------
@@ -230,6 +231,7 @@ def nvl72_native_rigid(scene: Scene) -> None:
     assert target.node != victim.node and target.clique == victim.clique, target
     assert (domain_of(scene, group) or {}).get("metadata", {}).get("name") == domain["metadata"]["name"], "same clique"
     scene.pjs.wait_events(group, {"PodMustGo"})
+    repairs = scene.pjs.operator.sample(REPAIRS)
     old = f"{group}-{victim.node_rank}"
     scene.kube.run(scene.kube.core.delete_namespaced_pod(old, scene.ns, grace_period_seconds=0))
     wait_for("the old pod gone", lambda: all(p.metadata.name != old for p in scene.pods()), timeout_s=60)
@@ -239,6 +241,8 @@ def nvl72_native_rigid(scene: Scene) -> None:
     scene.pjs.wait_phase(group, "Running", timeout_s=120)
     rebound = scene.kube.run(scene.kube.core.read_namespaced_pod(old, scene.ns))
     assert rebound.spec.node_name == target.node
+    # binding the new pod into the running gang held the other chains back, as a ParallelJob's repair does
+    wait_for("the rebind counted as a repair", lambda: scene.pjs.operator.sample(REPAIRS) > repairs, timeout_s=30)
 
 
 def pod_group_elastic(layout: str) -> Callable[[Scene], None]:
