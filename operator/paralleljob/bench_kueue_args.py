@@ -32,6 +32,9 @@ def add_kueue_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--ceiling-pods", type=int, default=2000, help="kueue ceiling: pods per pass")
     parser.add_argument("--ceiling-concurrency", type=int, default=64, help="kueue ceiling: concurrent workers")
+    parser.add_argument(
+        "--ceiling-rounds", type=int, default=1, help="kueue ceiling: run the passes this many times, rotated; medians"
+    )
     parser.add_argument("--burst-gangs", type=int, default=50, help="kueue burst: gangs created at once by each side")
     parser.add_argument("--burst-pods", type=int, default=40, help="kueue burst: one-GPU pods a gang")
     parser.add_argument("--flow-jobs", type=int, default=500, help="kueue throughput: jobs drained by each side")

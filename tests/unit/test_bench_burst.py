@@ -82,18 +82,24 @@ def _burst(pods_per_s: float, controller: str) -> dict[str, Any]:
 
 
 def test_each_burst_is_a_share_of_the_create_bind_ceiling_and_ours_is_set_over_kueues() -> None:
-    ceiling = {"create_bind": {"pods_per_s": 400.0}, "create_bind_worker": {"pods_per_s": 300.0}}
+    ceiling = {
+        "create_bind": {"pods_per_s": 400.0},
+        "create_bind_spec": {"pods_per_s": 320.0},
+        "create_bind_worker": {"pods_per_s": 300.0},
+    }
     bursts = {"kueue": _burst(100.0, "kueue-controller-manager"), "ours": _burst(300.0, "operator")}
     shares = bench_burst.against_ceiling(ceiling, bursts)
     assert shares["kueue"]["share_of_create_bind"] == 0.25
     assert shares["ours"]["share_of_create_bind"] == 0.75
+    assert shares["ours"]["share_of_create_bind_spec"] == 0.938
     assert shares["ours"]["share_of_create_bind_worker"] == 1.0
     assert shares["ours_over_kueue"] == 3.0
     alone = bench_burst.against_ceiling({"create_bind": ceiling["create_bind"]}, {"ours": bursts["ours"]})
-    assert alone == {"ours": {"pods_per_s": 300.0, "share_of_create_bind": 0.75}}  # no worker-sized pass, no ratio
+    assert alone == {"ours": {"pods_per_s": 300.0, "share_of_create_bind": 0.75}}  # no sized passes, no ratio
     rows = bench_burst.table(bursts, shares).splitlines()
-    assert rows[2].startswith("| kueue | 50 x 40 | 20.0 | 100.0 | 0.25 / 0.333 | 1.0 / 4.0 / 8.0 | 3.1 | 12.5 |")
-    assert rows[3].startswith("| ours | 50 x 40 | 6.67 | 300.0 | 0.75 / 1.0 |")
+    kueue_row = "| kueue | 50 x 40 | 20.0 | 100.0 | 0.25 / 0.312 / 0.333 | 1.0 / 4.0 / 8.0 | 3.1 | 12.5 |"
+    assert rows[2].startswith(kueue_row)
+    assert rows[3].startswith("| ours | 50 x 40 | 6.67 | 300.0 | 0.75 / 0.938 / 1.0 |")
     bursts["ours"]["gang_whole_s"] = {}  # stopped before any gang was whole
     assert "| - / - / - |" in bench_burst.table(bursts, shares).splitlines()[3]
 
@@ -121,3 +127,53 @@ def test_the_worker_sized_ceiling_pod_is_the_operators_worker_that_nothing_but_t
     assert pod["metadata"]["annotations"]["kwok.paralleljob.dev/complete-after"] == "0s"
     assert rendered["metadata"]["name"] != "create-bind-worker-000017"  # the cached render is not changed
     assert len(json.dumps(pod)) > 5 * len(json.dumps(pod_manifest("create-bind-000017")))
+
+
+def test_the_spec_minimum_ceiling_pod_keeps_only_what_the_spec_names_of_the_operators_worker() -> None:
+    from paralleljob.devtools.bench_ceiling import (
+        NO_SCHEDULER,
+        SPEC_ENV,
+        _rendered_worker,
+        pod_manifest,
+        spec_minimum_manifest,
+        worker_manifest,
+    )
+
+    pod = spec_minimum_manifest("create-bind-spec-000017", ends_at_once=True)
+    rendered_env = {item["name"]: item["value"] for item in _rendered_worker()["spec"]["containers"][0]["env"]}
+    (container,) = pod["spec"]["containers"]
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert len(SPEC_ENV) == 15 and set(env) == SPEC_ENV  # the renderer still writes every one the SPEC names
+    assert env == {name: rendered_env[name] for name in SPEC_ENV}  # with the operator's values
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    labels = pod["metadata"]["labels"]
+    assert sorted(labels) == [f"bench.paralleljob.dev/{key}" for key in ("job", "replica", "stage")]
+    assert pod["metadata"]["annotations"] == {
+        "bench.paralleljob.dev/gpu-indices": "3",
+        "kwok.paralleljob.dev/complete-after": "0s",
+    }
+    assert "ownerReferences" not in pod["metadata"] and pod["spec"]["schedulerName"] == NO_SCHEDULER
+    assert "hostname" not in pod["spec"] and "subdomain" not in pod["spec"]
+    assert "hostname" in worker_manifest("create-bind-worker-000017")["spec"]  # the worker's copy is not changed
+    size = len(json.dumps(spec_minimum_manifest("create-bind-spec-000017")))
+    assert 3 * len(json.dumps(pod_manifest("create-bind-000017"))) < size
+    assert size < 0.8 * len(json.dumps(worker_manifest("create-bind-worker-000017")))
+
+
+def test_ceiling_rounds_rotate_the_passes_and_keep_each_passs_medians() -> None:
+    from paralleljob.devtools.bench_ceiling import PASSES, median_run, rotated
+
+    orders = [rotated(PASSES, r) for r in range(len(PASSES))]
+    assert orders[0] == PASSES and all(sorted(order) == sorted(PASSES) for order in orders)
+    assert len({order[0] for order in orders}) == len(PASSES)  # each pass leads one round
+    one = {"pods": 10, "concurrency": 2, "seconds": 2.0, "pods_per_s": 5.0, "requests_per_s": 10.0}
+    assert median_run([one]) == one  # a single run reads as before
+    runs = [
+        {**one, "seconds": 2.0, "pods_per_s": 5.0, "requests_per_s": 10.0},
+        {**one, "seconds": 4.0, "pods_per_s": 2.5, "requests_per_s": 5.0},
+        {**one, "seconds": 1.0, "pods_per_s": 10.0, "requests_per_s": 20.0},
+        {**one, "seconds": 1.6, "pods_per_s": 6.25, "requests_per_s": 12.5},
+    ]
+    merged = median_run(runs)
+    assert merged["pods_per_s"] == 5.62 and merged["seconds"] == 1.8 and merged["requests_per_s"] == 11.25
+    assert merged["runs_pods_per_s"] == [5.0, 2.5, 10.0, 6.25] and merged["pods"] == 10

@@ -122,7 +122,7 @@ async def measure(cluster: DevCluster, args: Any, stage: Stage, drained: dict[st
         if stage.operator:
             await operator.wait_metric("paralleljob_reconcile_passes_total", 1.0)
         if "ceiling" in parts:
-            out["ceiling"] = await ceiling(kube, args.ceiling_pods, args.ceiling_concurrency)
+            out["ceiling"] = await ceiling(kube, args.ceiling_pods, args.ceiling_concurrency, args.ceiling_rounds)
             _say(f"ceiling: {out['ceiling']}; load {load_average()}")
         if "burst" in parts:
             out["bursts"] = await _bursts(kube, cluster, args, stage, operator)
@@ -254,6 +254,7 @@ def run_parts(args: Any, parts: set[str]) -> dict[str, Any]:
     result["command"] = (
         f"paralleljob bench kueue --kueue-parts {','.join(sorted(parts))} --kueue-nodes {args.kueue_nodes}"
         f" --ceiling-pods {args.ceiling_pods} --ceiling-concurrency {args.ceiling_concurrency}"
+        f" --ceiling-rounds {args.ceiling_rounds}"
         f" --burst-gangs {args.burst_gangs} --burst-pods {args.burst_pods}"
         f" --flow-jobs {args.flow_jobs} --flow-queues {args.flow_queues} --creators {args.creators}"
         f" --flow-run-min {args.flow_run_min} --flow-run-max {args.flow_run_max} --repair-samples"

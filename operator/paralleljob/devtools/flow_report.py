@@ -85,6 +85,7 @@ CEILING_ROWS = (
     ("create_bind", "raw create + bind"),
     ("create_bind_status", "raw create + bind + status"),
     ("lifecycle", "whole pod lives (create + bind, kwok runs and ends each)"),
+    ("create_bind_spec", "create + bind of pods with only what the SPEC names a worker carries"),
     ("create_bind_worker", "create + bind of pods the size of the operator's workers"),
 )
 
