@@ -1,9 +1,9 @@
 """A thin JSON client over kubernetes_asyncio: one ApiClient (its configuration, auth and aiohttp session)
 for every call the operator makes.
 
-Calls go out raw (``_preload_content=False`` on the client's own REST layer) and come back as dicts: the
-typed models cost more CPU to build than the whole placement, and the generated model cannot parse the
-Status a ``pods/binding`` POST answers with anyway. Errors are :class:`ApiError` with the HTTP
+Calls go out raw on the client's aiohttp session, their bodies written and their answers read by ``wire``,
+and come back as dicts: the typed models cost more CPU to build than the whole placement, and the generated
+model cannot parse the Status a ``pods/binding`` POST answers with anyway. Errors are :class:`ApiError` with the HTTP
 status and the API server's message; :func:`retrying` retries the transient ones (429, 5xx, connection
 errors) with exponential backoff and jitter.
 """
@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
 from kubernetes_asyncio import client
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from paralleljob.k8s.edge.render.manifests import binding
+from paralleljob.k8s.runtime import wire
 from paralleljob.k8s.runtime.lanes import Lanes
 from paralleljob.shellkit.kubeconfig import load_configuration, unreachable
 
@@ -34,6 +34,7 @@ T = TypeVar("T")
 RETRYABLE = frozenset({0, 429, 500, 502, 503, 504})
 LIST_PAGE_SIZE = 500  # client-go's reflector pages its lists by 500 too
 SSL_CLOSE_S = 0.25  # what aiohttp's docs give an SSL connection to close after its session
+REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
 class Answer(enum.Enum):
@@ -83,7 +84,7 @@ def parse_watch_line(line: bytes, path: str) -> dict[str, Any] | None:
     """One watch event, or None for a line that is not one (a proxy's garbage, a truncated chunk): skipped
     with a warning, because a watch that dies on one bad line leaves the operator blind."""
     try:
-        event = json.loads(line)
+        event = wire.decode(line)
     except ValueError:
         log.warning("watch %s: skipped a line that is not JSON: %r", path, line[:120])
         return None
@@ -139,6 +140,19 @@ class Kube:
             # kubernetes_asyncio opens its session with trust_env=True, which makes aiohttp look for a
             # ~/.netrc on every request; without proxies there is nothing to trust the environment for.
             self.api.rest_client.pool_manager._trust_env = False
+        # The REST layer's own proxy and TLS server name (from the kubeconfig), for calls that go to its
+        # session directly: it would write bodies with the standard library's json (wire.py says why not).
+        rest = self.api.rest_client
+        self._session = rest.pool_manager
+        self._transport: dict[str, Any] = {
+            key: value
+            for key, value in (
+                ("proxy", rest.proxy),
+                ("proxy_headers", rest.proxy_headers),
+                ("server_hostname", rest.server_hostname),
+            )
+            if value
+        }
         self.limit = Lanes(concurrency)  # urgent requests (binds, placements) ahead of background ones
         # Set by the runtime to the leader election's "still leading" test: every write (anything but GET)
         # checks it just before it goes out, so an instance that lost its lease, or was paused past its
@@ -186,14 +200,13 @@ class Kube:
             if fenced and method != "GET" and self.write_fence is not None and not self.write_fence():
                 raise NotLeading(method, path)
             try:
-                response = await self.api.rest_client.request(
+                response = await self._session.request(
                     method,
-                    self.host + path,
-                    query_params=dict(query or {}),
+                    self.host + path + (f"?{urlencode(query)}" if query else ""),
                     headers=headers,
-                    body=body,
-                    _preload_content=False,
-                    _request_timeout=30,
+                    data=None if body is None else wire.encode(body),
+                    timeout=REQUEST_TIMEOUT,
+                    **self._transport,
                 )
                 data = await response.read()
                 status = response.status
@@ -256,8 +269,8 @@ class Kube:
             params["resourceVersion"] = resource_version
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)
         try:
-            response = await self.api.rest_client.pool_manager.get(
-                self.host + path, params=params, headers=headers, timeout=timeout
+            response = await self._session.get(
+                self.host + path, params=params, headers=headers, timeout=timeout, **self._transport
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self._observe("WATCH", path, 0)
@@ -307,7 +320,7 @@ def _seconds(header: str | None) -> float | None:
 
 def _decode(status: int, data: bytes, method: str, path: str, retry_after: float | None = None) -> dict[str, Any]:
     try:
-        body = json.loads(data) if data else {}
+        body = wire.decode(data) if data else {}
     except ValueError:
         body = {"message": data[:200].decode(errors="replace")}
     if 200 <= status < 300:
