@@ -11,7 +11,8 @@ statuses: everything ``pass_once`` does but the API writes, which are not starte
 of 15 passes with nothing changed, and the pass right after one running job's workers finished (each of 15
 finishes measured alone; ``--full``: without the waiting memo, every pass looks at every job, as before
 issue 29), as wall time and as the process's CPU time (on a shared machine the wall time also
-counts the time other processes held the CPU). ``--finished=N``: N more jobs that ran and Succeeded, with
+counts the time other processes held the CPU), and of 15 /metrics renders each right after a pass (the
+pass's gauges are worked out then, when read). ``--finished=N``: N more jobs that ran and Succeeded, with
 their pods, as a drained queue leaves them. ``--arrivals=K``: a flood instead; before each of 15 measured
 passes K new jobs (the same shapes, created now) join random queues (seeded), and the status
 writes the pass before decided land as the API server would answer them (a MODIFIED event with the written
@@ -168,6 +169,12 @@ async def measure(
     idle = [await timed() for _ in range(REPEATS)]
     idle_cpu = cpu[-REPEATS:]
     left_out = reconciler.metrics.registry.get_sample_value("paralleljob_pass_waiting_left_out") or 0.0
+    scrapes: list[float] = []  # /metrics after a pass: the pass's gauges are worked out when read
+    for _ in range(REPEATS):
+        await reconciler.pass_once()
+        started = time.perf_counter()
+        reconciler.metrics.render()
+        scrapes.append((time.perf_counter() - started) * 1e3)
     running = sorted(k for k, b in fc.jobs.items() if (b.get("status") or {}).get("phase") == "Running")
     after: list[float] = []
     for key in running[:REPEATS]:
@@ -187,6 +194,7 @@ async def measure(
         "idle_pass_cpu_ms_median": round(statistics.median(idle_cpu), 2),
         "after_one_finish_cpu_ms_median": round(statistics.median(after_cpu), 2),
         "waiting_left_out": left_out,
+        "scrape_ms_median": round(statistics.median(scrapes), 2),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 

@@ -143,3 +143,30 @@ def test_the_queue_length_of_a_queue_nothing_names_any_more_is_removed() -> None
     text = metrics.render().decode()
     assert 'queue_length{queue="nosuch"}' not in text
     assert 'paralleljob_queue_length{queue="default"} 0.0' in text, "the default queue needs no object"
+
+
+def test_a_passs_gauges_are_set_when_the_registry_is_read_from_the_newest_pass() -> None:
+    from typing import Any, cast
+
+    from paralleljob.k8s.plan.actions import Plan
+    from paralleljob.k8s.runtime.observe.reporting import PassReport
+
+    metrics = Metrics()
+    report = PassReport(cast(Any, None), metrics, cast(Any, None), cast(Any, None), cast(Any, None))
+    topology = Topology.uniform(2, 8)
+    busy, idle = ClusterState(topology), ClusterState(topology)
+    busy.allocate(Allocation("a", ((0, 1, 2),), 10.0))
+    first = Plan(jobs=[_job("q1", "Queued", None), _job("q2", "Queued", None)])
+    report.figures(first, _view(topology, busy), {}, 3, None)
+    assert report.newest is not None  # kept, not yet worked out
+    assert metrics.registry.get_sample_value("paralleljob_gpus", {"state": "free"}) == 13.0
+    assert metrics.registry.get_sample_value("paralleljob_jobs", {"phase": "Queued"}) == 2.0
+    assert metrics.registry.get_sample_value("paralleljob_status_writes_held_back") == 3.0
+    assert report.newest is None
+    # two passes before the next read: the newest one's figures, every pass counted
+    report.figures(first, _view(topology, busy), {}, 3, None)
+    report.figures(Plan(busy=[_job("r", "Running", None)]), _view(topology, idle), {}, 0, None)
+    text = metrics.render().decode()
+    assert 'paralleljob_gpus{state="free"} 16.0' in text and 'paralleljob_jobs{phase="Queued"} 0.0' in text
+    assert 'paralleljob_jobs{phase="Running"} 1.0' in text and "paralleljob_status_writes_held_back 0.0" in text
+    assert metrics.registry.get_sample_value("paralleljob_reconcile_passes_total") == 3.0

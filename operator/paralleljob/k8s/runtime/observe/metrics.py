@@ -6,10 +6,12 @@ section 4.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from paralleljob.k8s.plan.metrics_model import Gauges
 from paralleljob.shellkit.http import serve_metrics
@@ -17,10 +19,26 @@ from paralleljob.shellkit.http import serve_metrics
 FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+class BeforeRead(Collector):
+    """Callbacks run whenever the registry is read (a scrape's render, a test's ``get_sample_value``), before
+    any metric is: registered first, it is collected first. It yields no metric of its own."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Callable[[], None]] = []
+
+    def collect(self) -> Iterable[Metric]:
+        for callback in self.callbacks:
+            callback()
+        return ()
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # Gauges worked out from a pass are set here, when read, not by every pass (observe/reporting.py)
+        self.before_read = BeforeRead()
+        r.register(self.before_read)
         self.jobs = Gauge("paralleljob_jobs", "ParallelJobs by phase", ["phase"], registry=r)
         self.scheduling = Histogram(
             "paralleljob_scheduling_duration_seconds",
