@@ -2,11 +2,12 @@
 it reads goes through :func:`encode` and :func:`decode`, the one place that picks the codec.
 
 orjson, because in a wave of pods the operator decodes each pod about five times (its create's answer and
-its watched changes, ~4.5 KB each with managedFields) and encodes each once, and the standard library spent
-a tenth of the operator's CPU on it (py-spy, docs/benchmarks.md). The API server never sends an integer
-outside int64 (its own decoder has none), so orjson's 64-bit integers lose nothing that arrives; bodies the
-operator builds itself are plain dicts, lists, strings and numbers, and a body orjson cannot write (an
-integer key, a number past 64 bits) is written by the standard library as before.
+its watched changes, ~4.5 KB each with managedFields) and encodes each once, and the standard library's
+json took about a tenth of the operator's samples (py-spy, docs/benchmarks.md). The API server never sends
+an integer outside int64 (its own decoder has none), so orjson's 64-bit integers lose nothing that arrives;
+bodies the operator builds itself are plain dicts, lists, strings and numbers (integer keys written as
+strings, as the standard library does), and one orjson cannot write (a number past 64 bits) is written by
+the standard library.
 """
 
 from __future__ import annotations

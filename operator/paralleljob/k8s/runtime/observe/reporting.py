@@ -84,7 +84,8 @@ class PassReport:
     ) -> None:
         """Count the pass, and keep what its gauges are worked out from until the registry is next read: a
         wave of pods runs a pass every few milliseconds, and working out jobs by phase and queue and the GPUs
-        by level on each of them was a twentieth of the operator's CPU for numbers read every 15-30 s."""
+        by level on each of them took a twentieth of the operator's samples (py-spy) and 3 ms of a pass at
+        10,000 jobs, for numbers read every 15-30 s."""
         self.metrics.passes.inc()
         self.newest = (plan, view, queues, held_back, lanes)
 
