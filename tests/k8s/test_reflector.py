@@ -11,15 +11,15 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from aiohttp import web
-from kubernetes_asyncio import client
 
 from paralleljob.devcluster.nodes import NodeShape, gpu_node_manifest
 from paralleljob.k8s.edge.config import OperatorConfig
 from paralleljob.k8s.edge.parse.nodes import parse_node
 from paralleljob.k8s.edge.parse.slim import slim_node, without_managed_fields
-from paralleljob.k8s.runtime.api import ApiError, Kube
+from paralleljob.k8s.runtime.api import ApiError
 from paralleljob.k8s.runtime.reflector import RELIST_COST_FACTOR, Receiver, Reflector, Watched
 from paralleljob.k8s.view.store import ObjectStore
+from tests.k8s.localserver import serve
 
 MANAGED = [{"manager": "kwok", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
 
@@ -110,15 +110,6 @@ def test_a_list_slimmed_page_by_page_is_not_slimmed_again_but_a_watch_event_is()
     assert "managedFields" not in store.body("", event["metadata"]["name"])["metadata"]  # type: ignore[index]
 
 
-async def _serve(app: web.Application) -> tuple[web.AppRunner, Kube]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, Kube(client.Configuration(host=f"http://127.0.0.1:{port}"))
-
-
 def test_lists_come_in_pages_each_slimmed_before_the_next_and_an_expired_token_restarts_the_list() -> None:
     nodes = [kwok_node(i % 4) | {"metadata": {"name": f"n{i}", "managedFields": MANAGED}} for i in range(7)]
     requests: list[dict[str, str]] = []
@@ -140,7 +131,7 @@ def test_lists_come_in_pages_each_slimmed_before_the_next_and_an_expired_token_r
     async def scenario() -> None:
         app = web.Application()
         app.router.add_get("/api/v1/nodes", list_nodes)
-        runner, kube = await _serve(app)
+        runner, kube = await serve(app)
         slimmed: list[str] = []
 
         def transform(item: dict[str, Any]) -> dict[str, Any]:

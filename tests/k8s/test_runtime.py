@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client
 
-from paralleljob.k8s.runtime.api import ApiError, Kube, NotLeading, parse_watch_line
+from paralleljob.k8s.runtime.api import ApiError, NotLeading, parse_watch_line
 from paralleljob.k8s.runtime.election import LeaderElection
 from paralleljob.k8s.runtime.observe.health import Health
+from tests.k8s.localserver import serve
 
 DURATION, DEADLINE, RETRY = 0.6, 0.4, 0.05
 
@@ -172,13 +172,7 @@ def test_a_real_watch_stream_survives_a_garbage_line_and_writes_are_fenced() -> 
         app = web.Application()
         app.router.add_get("/api/v1/pods", pods)
         app.router.add_post("/api/v1/namespaces/ns/pods", create)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        configuration = client.Configuration(host=f"http://127.0.0.1:{port}")
-        kube = Kube(configuration)
+        runner, kube = await serve(app)
         try:
             events = [e async for e in kube.watch("/api/v1/pods", "1")]
             assert [e["type"] for e in events] == ["ADDED", "DELETED"]

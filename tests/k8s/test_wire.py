@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client
 
 from paralleljob.k8s.runtime import wire
-from paralleljob.k8s.runtime.api import ApiError, Kube
+from paralleljob.k8s.runtime.api import ApiError
+from tests.k8s.localserver import serve
 
 
 def test_what_is_encoded_decodes_to_the_same_value() -> None:
@@ -48,12 +48,7 @@ def test_requests_carry_their_body_content_type_and_query_and_answers_come_back_
     async def scenario() -> None:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        kube = Kube(client.Configuration(host=f"http://127.0.0.1:{port}"))
+        runner, kube = await serve(app)
         try:
             pod = {"metadata": {"name": "w-0", "annotations": {"paralleljob.dev/gpu-indices": "0,1"}}, "spec": {}}
             created = await kube.request("POST", "/api/v1/namespaces/ns/pods", pod)
