@@ -233,7 +233,7 @@ def test_the_client_sends_list_pages_in_the_first_lane(monkeypatch: pytest.Monke
     """The seam: ``Kube.list`` asks its lanes for the first lane; a write does not."""
     from aiohttp import web
 
-    from tests.k8s.test_reflector import _serve
+    from tests.k8s.localserver import serve
 
     async def list_pods(request: web.Request) -> web.Response:
         return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5"}})
@@ -245,7 +245,7 @@ def test_the_client_sends_list_pages_in_the_first_lane(monkeypatch: pytest.Monke
         app = web.Application()
         app.router.add_get("/api/v1/pods", list_pods)
         app.router.add_patch("/api/v1/namespaces/n/pods/p", patch)
-        runner, kube = await _serve(app)
+        runner, kube = await serve(app)
         lanes: list[bool] = []
         slot = kube.limit.slot
 
